@@ -1,0 +1,8 @@
+// The list of test projects. Vitest 5 no longer reads this file by itself:
+// vitest.config.ts imports it into `test.projects`.
+export const projects = [
+  { extends: true, test: { name: "core", include: ["packages/core/test/**/*.test.ts"] } },
+  { extends: true, test: { name: "testkit", include: ["packages/testkit/test/**/*.test.ts"] } },
+  { extends: true, test: { name: "cli", include: ["packages/cli/test/**/*.test.ts"], testTimeout: 60_000 } },
+  { extends: true, test: { name: "examples", include: ["examples/**/*.test.ts"], testTimeout: 60_000 } }
+]
