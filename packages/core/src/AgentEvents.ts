@@ -1,0 +1,67 @@
+/**
+ * AgentEvents — a PubSub of agent lifecycle and progress events.
+ *
+ * The CLI tree, MCP progress notifications and tests read it. Every event carries a snapshot
+ * of the agent (ids, depth, role, model, step, tool calls, last tool, usage) so a consumer
+ * can render state from events alone, without querying sessions.
+ */
+import { Context, Effect, Layer, PubSub, type Scope, Stream } from "effect"
+import type { Usage } from "./Usage.ts"
+
+export type EventType =
+  | "spawned"
+  | "started"
+  | "step"
+  | "retry"
+  | "tool_call"
+  | "tool_result"
+  | "completed"
+  | "failed"
+  | "cancelled"
+  | "interrupted"
+
+export interface AgentSnapshot {
+  readonly agentId: string
+  readonly parentId: string | undefined
+  readonly depth: number
+  readonly role: string
+  readonly model: string
+  readonly step: number
+  readonly toolCalls: number
+  readonly lastTool: string | undefined
+  readonly usage: Usage
+}
+
+export interface AgentEvent {
+  readonly type: EventType
+  readonly agent: AgentSnapshot
+  /** Epoch milliseconds from the Effect Clock (TestClock in tests). */
+  readonly at: number
+  /** The tool of a tool_call / tool_result event. */
+  readonly tool?: string | undefined
+  /** Why an agent failed, was cancelled or interrupted, or why a step is retried. */
+  readonly reason?: string | undefined
+  /** For tool_result: did the call fail (including denials)? */
+  readonly isFailure?: boolean | undefined
+}
+
+export const isTerminal = (type: EventType): boolean =>
+  type === "completed" || type === "failed" || type === "cancelled" || type === "interrupted"
+
+export class AgentEvents extends Context.Service<AgentEvents, {
+  readonly publish: (event: AgentEvent) => Effect.Effect<void>
+  /** A subscription that receives every event published after it is taken. */
+  readonly subscribe: Effect.Effect<PubSub.Subscription<AgentEvent>, never, Scope.Scope>
+  readonly stream: Stream.Stream<AgentEvent>
+}>()("@fibril/core/AgentEvents") {}
+
+export const make = Effect.gen(function*() {
+  const pubsub = yield* PubSub.unbounded<AgentEvent>()
+  return AgentEvents.of({
+    publish: (event) => Effect.asVoid(PubSub.publish(pubsub, event)),
+    subscribe: PubSub.subscribe(pubsub),
+    stream: Stream.fromPubSub(pubsub)
+  })
+})
+
+export const layer: Layer.Layer<AgentEvents> = Layer.effect(AgentEvents, make)

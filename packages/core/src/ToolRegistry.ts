@@ -1,0 +1,156 @@
+/**
+ * ToolRegistry — tools as data.
+ *
+ * A tool is a definition (name, description, Schema parameters, posture) plus a handler
+ * Effect. The registry turns each definition into an `effect/ai` Tool once (so the model
+ * sees its JSON Schema), pre-compiles its argument decoder, and hands every session a
+ * *view*: the tools its permissions allow, with a ready-made toolkit for the model call.
+ * Views are the model-facing half of permissions; `Permission.decide` is re-checked when a
+ * call is executed, so hiding a tool is never the only guard.
+ */
+import { Context, Effect, Layer, Option, Schema } from "effect"
+import { Tool as AiTool, type Toolkit } from "effect/ai"
+import * as Permission from "./Permission.ts"
+
+import { type Posture } from "./Permission.ts"
+
+export { Posture, postures } from "./Permission.ts"
+
+/** The calling agent, as a tool handler sees it. */
+export interface ToolCallContext {
+  readonly sessionId: string
+  readonly callId: string
+  readonly role: string
+  readonly depth: number
+}
+
+/** Any tagged failure with a readable message; the loop renders it for the model. */
+export interface ToolErrorLike {
+  readonly _tag: string
+  readonly message: string
+}
+
+/** A tool failed in a way the model should read and may correct. */
+export class ToolFailure extends Schema.TaggedError<ToolFailure>()("ToolFailure", {
+  tool: Schema.String,
+  reason: Schema.String
+}) {
+  override get message() {
+    return `${this.tool}: ${this.reason}`
+  }
+}
+
+export class DuplicateTool extends Schema.TaggedError<DuplicateTool>()("DuplicateTool", {
+  name: Schema.String
+}) {
+  override get message() {
+    return `a tool named "${this.name}" is already registered`
+  }
+}
+
+/** Parameters are a Struct whose decoding needs no services (arguments arrive as JSON). */
+export type Parameters = Schema.Codec<any, any, never, never> & Schema.Top
+
+/**
+ * A tool definition. `paths` names the workspace paths a call touches, so path-scoped
+ * permissions (the `plan` role writes only plan artifacts) can be checked before it runs.
+ */
+export interface ToolDefinition<P extends Parameters = Parameters, R = never> {
+  readonly name: string
+  readonly description: string
+  readonly parameters: P
+  readonly posture: Posture
+  readonly paths?: ((params: P["Type"]) => ReadonlyArray<string>) | undefined
+  readonly handler: (params: P["Type"], context: ToolCallContext) => Effect.Effect<unknown, ToolErrorLike, R>
+}
+
+/** Declares a tool; the identity function that fixes the parameter type for the handler. */
+export const define = <P extends Parameters, R = never>(definition: ToolDefinition<P, R>): ToolDefinition<P, R> =>
+  definition
+
+/** A registered tool: its handler's requirements are already provided. */
+export interface RegisteredTool {
+  readonly name: string
+  readonly description: string
+  readonly posture: Posture
+  readonly parameters: Parameters
+  readonly aiTool: AiTool.Any
+  readonly decode: (input: unknown) => Effect.Effect<unknown, Schema.SchemaError>
+  readonly paths: (params: unknown) => ReadonlyArray<string>
+  readonly handler: (params: unknown, context: ToolCallContext) => Effect.Effect<unknown, ToolErrorLike>
+}
+
+/** The tools one session may see, and the toolkit handed to the model. */
+export interface ToolView {
+  readonly tools: ReadonlyArray<RegisteredTool>
+  readonly byName: ReadonlyMap<string, RegisteredTool>
+  readonly toolkit: Toolkit.WithHandler<Record<string, AiTool.Any>>
+}
+
+const noPaths = () => [] as ReadonlyArray<string>
+
+const toToolkit = (tools: ReadonlyArray<RegisteredTool>): Toolkit.WithHandler<Record<string, AiTool.Any>> => {
+  const record: Record<string, AiTool.Any> = {}
+  for (const tool of tools) record[tool.name] = tool.aiTool
+  return {
+    tools: record,
+    // The loop calls the model with tool-call resolution disabled and runs tools itself
+    // (permissions, events, concurrency, timeouts), so the toolkit never executes a call.
+    handle: (name) => Effect.die(`ToolRegistry toolkit cannot execute "${String(name)}": the agent loop runs tools`)
+  }
+}
+
+export class ToolRegistry extends Context.Service<ToolRegistry, {
+  /** Registers a tool; its handler's requirements are captured from the caller's context. */
+  readonly register: <P extends Parameters, R>(tool: ToolDefinition<P, R>) => Effect.Effect<void, DuplicateTool, R>
+  readonly get: (name: string) => Option.Option<RegisteredTool>
+  readonly list: Effect.Effect<ReadonlyArray<RegisteredTool>>
+  /** The tools `rules` allow, cached per rule set until the registry changes. */
+  readonly view: (rules: Permission.Rules) => ToolView
+}>()("@fibril/core/ToolRegistry") {}
+
+export const make = Effect.sync(() => {
+  const tools = new Map<string, RegisteredTool>()
+  let views = new WeakMap<Permission.Rules, ToolView>()
+
+  const register = Effect.fn("ToolRegistry.register")(function*<P extends Parameters, R>(tool: ToolDefinition<P, R>) {
+    if (tools.has(tool.name)) return yield* new DuplicateTool({ name: tool.name })
+    const context = yield* Effect.context<R>()
+    const decode = Schema.decodeUnknownEffect(tool.parameters, { onExcessProperty: "error" })
+    const paths = tool.paths
+    tools.set(tool.name, {
+      name: tool.name,
+      description: tool.description,
+      posture: tool.posture,
+      parameters: tool.parameters,
+      aiTool: AiTool.make(tool.name, { description: tool.description, parameters: tool.parameters }),
+      decode,
+      paths: paths ? (params) => paths(params as P["Type"]) : noPaths,
+      handler: (params, ctx) => Effect.provideContext(tool.handler(params as P["Type"], ctx), context)
+    })
+    views = new WeakMap()
+  })
+
+  const view = (rules: Permission.Rules): ToolView => {
+    const cached = views.get(rules)
+    if (cached) return cached
+    const visible = [...tools.values()].filter((tool) => Permission.allowsTool(rules, tool.name, tool.posture))
+    const made: ToolView = {
+      tools: visible,
+      byName: new Map(visible.map((tool) => [tool.name, tool])),
+      toolkit: toToolkit(visible)
+    }
+    views.set(rules, made)
+    return made
+  }
+
+  return ToolRegistry.of({
+    register,
+    get: (name) => Option.fromNullishOr(tools.get(name)),
+    list: Effect.sync(() => [...tools.values()]),
+    view
+  })
+})
+
+/** An empty registry; tool layers (`BuiltinTools.layer`, `TaskTool.layer`) register into it. */
+export const layer: Layer.Layer<ToolRegistry> = Layer.effect(ToolRegistry, make)

@@ -1,0 +1,60 @@
+/**
+ * Loop step: resolve a model turn.
+ *
+ * Turns the model's response into the assistant message appended to history, the tool
+ * calls to run (arguments still undecoded: the run-tools step validates them so a malformed
+ * call becomes a result the model can correct) and the turn's usage.
+ */
+import { Prompt } from "effect/ai"
+import * as Usage from "../Usage.ts"
+import type { Response } from "./CallModel.ts"
+
+export interface ToolCall {
+  readonly id: string
+  readonly name: string
+  readonly params: unknown
+}
+
+export interface Turn {
+  readonly text: string
+  readonly toolCalls: ReadonlyArray<ToolCall>
+  readonly usage: Usage.Usage
+  readonly assistant: Prompt.AssistantMessage
+}
+
+export const resolveTurn = (response: Response): Turn => {
+  const content: Array<Prompt.AssistantMessagePart> = []
+  const toolCalls: Array<ToolCall> = []
+  let text = ""
+  let usage: Usage.Usage | undefined
+  for (const part of response.content) {
+    switch (part.type) {
+      case "text":
+        text += part.text
+        content.push(Prompt.makePart("text", { text: part.text }))
+        break
+      case "reasoning":
+        content.push(Prompt.makePart("reasoning", { text: part.text }))
+        break
+      case "tool-call":
+        if (part.providerExecuted) break
+        toolCalls.push({ id: part.id, name: part.name, params: part.params })
+        content.push(Prompt.makePart("tool-call", {
+          id: part.id,
+          name: part.name,
+          params: part.params,
+          providerExecuted: false
+        }))
+        break
+      case "finish":
+        usage = Usage.fromResponse(part.usage)
+        break
+    }
+  }
+  return {
+    text,
+    toolCalls,
+    usage: usage ?? { input: 0, output: 0, cached: 0 },
+    assistant: Prompt.makeMessage("assistant", { content })
+  }
+}
