@@ -26,6 +26,7 @@ export interface AgentSnapshot {
   readonly depth: number
   readonly role: string
   readonly model: string
+  readonly description: string | undefined
   readonly step: number
   readonly toolCalls: number
   readonly lastTool: string | undefined

@@ -16,6 +16,7 @@ import { callModel, type ModelCallFailed, type RetryPolicy } from "./loop/CallMo
 import { resolveTurn } from "./loop/ResolveTurn.ts"
 import { runTools } from "./loop/RunTools.ts"
 import { type SessionState, snapshot } from "./loop/State.ts"
+import type * as FibrilConfig from "./FibrilConfig.ts"
 import { Permission } from "./Permission.ts"
 import * as Roles from "./Roles.ts"
 import { ToolRegistry } from "./ToolRegistry.ts"
@@ -27,6 +28,8 @@ export { ModelCallFailed } from "./loop/CallModel.ts"
 export interface Options extends RetryPolicy {
   /** Model steps per `prompt` before it fails with StepBudgetExceeded. */
   readonly maxSteps: number
+  /** Step budget of sub-agents (`[subagents] max_steps`); default: maxSteps. */
+  readonly childMaxSteps?: number | undefined
   /** Depth below which spawning tools are denied (root = 0). */
   readonly maxDepth: number
   /** The model label recorded for sessions that do not name one. */
@@ -69,6 +72,9 @@ export class StepBudgetExceeded extends Schema.TaggedError<StepBudgetExceeded>()
   }
 }
 
+/** A message of a transcript (the `effect/ai` prompt message). */
+export type TranscriptMessage = Prompt.Message
+
 export type PromptError = SessionNotFound | SessionBusy | ModelCallFailed | StepBudgetExceeded
 
 export interface SessionInfo {
@@ -105,6 +111,7 @@ export interface CreateOptions {
 
 export interface ChildOptions {
   readonly role: Roles.RoleSpec
+  readonly description?: string | undefined
   readonly model?: string | undefined
   readonly allowedTools?: ReadonlyArray<string> | undefined
   readonly deny?: ReadonlyArray<string> | undefined
@@ -161,7 +168,8 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     role: Roles.RoleSpec,
     rules: SessionState["rules"],
     modelLabel: string,
-    prompt: string
+    prompt: string,
+    description: string | undefined
   ): SessionState => {
     const depth = parent === undefined ? 0 : parent.depth + 1
     const state: SessionState = {
@@ -170,6 +178,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       depth,
       role: role.name,
       model: modelLabel,
+      description,
       system: Prompt.makeMessage("system", {
         content: `${Roles.header(role.name, depth)}\nWorkspace: ${workspace.root}\n\n${prompt}`
       }),
@@ -196,7 +205,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       postures: config.maxDepth < 1 ? [...role.postures].filter((p) => p !== "spawn") : role.postures,
       writeScope: role.writeScope
     })
-    const state = register(undefined, role, rules, options.model ?? config.model, options.systemPrompt ?? role.prompt)
+    const state = register(undefined, role, rules, options.model ?? config.model, options.systemPrompt ?? role.prompt, undefined)
     yield* publish(state, { type: "spawned" })
     return info(state)
   })
@@ -213,7 +222,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       postures: mayNotSpawn ? [...role.postures].filter((p) => p !== "spawn") : role.postures,
       writeScope: role.writeScope
     })
-    const state = register(parent, role, rules, options.model ?? parent.model, role.prompt)
+    const state = register(parent, role, rules, options.model ?? parent.model, role.prompt, options.description)
     yield* publish(state, { type: "spawned" })
     return info(state)
   })
@@ -230,9 +239,10 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       const startSteps = state.steps
       const startToolCalls = state.toolCalls
       const own = Usage.zero()
+      const maxSteps = state.depth > 0 ? config.childMaxSteps ?? config.maxSteps : config.maxSteps
       while (true) {
-        if (state.steps - startSteps >= config.maxSteps) {
-          return yield* new StepBudgetExceeded({ sessionId: state.id, maxSteps: config.maxSteps })
+        if (state.steps - startSteps >= maxSteps) {
+          return yield* new StepBudgetExceeded({ sessionId: state.id, maxSteps })
         }
         const request = Prompt.fromMessages([state.system, ...state.messages])
         const response = yield* callModel(
@@ -286,6 +296,18 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     transcript: (sessionId) => Effect.map(lookup(sessionId), (state) => [state.system, ...state.messages]),
     info: (sessionId) => Effect.map(lookup(sessionId), info)
   })
+})
+
+/** Session options from `FibrilConfig` (`[agent]`, `[subagents] max_depth / max_steps`, `model`). */
+export const optionsFrom = (settings: FibrilConfig.Settings): Partial<Options> => ({
+  maxSteps: settings.agent.maxSteps,
+  apiTimeoutSecs: settings.agent.apiTimeoutSecs,
+  maxRetries: settings.agent.maxRetries,
+  retryBaseMs: settings.agent.retryBaseMs,
+  retryMaxMs: settings.agent.retryMaxMs,
+  maxDepth: settings.subagents.maxDepth,
+  childMaxSteps: settings.subagents.maxSteps,
+  ...(settings.model === undefined ? {} : { model: settings.model })
 })
 
 /** Sessions over the LanguageModel, tools, permissions, events and workspace in context. */

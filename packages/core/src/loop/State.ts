@@ -14,6 +14,8 @@ export interface SessionState {
   readonly depth: number
   readonly role: string
   readonly model: string
+  /** A short label from the spawner (the `task` description), for progress views. */
+  readonly description: string | undefined
   readonly system: Prompt.SystemMessage
   readonly messages: Array<Prompt.Message>
   readonly rules: Permission.Rules
@@ -34,6 +36,7 @@ export const snapshot = (state: SessionState): AgentSnapshot => ({
   depth: state.depth,
   role: state.role,
   model: state.model,
+  description: state.description,
   step: state.steps,
   toolCalls: state.toolCalls,
   lastTool: state.lastTool,

@@ -49,7 +49,11 @@ export const definition = ToolRegistry.define({
   handler: Effect.fn("tool.task")(function*(params, context) {
     const session = yield* Session
     const role = yield* Roles.forRequest(params.subagent_type ?? "general", params.allowed_tools)
-    const child = yield* session.createChild(context.sessionId, { role, allowedTools: params.allowed_tools })
+    const child = yield* session.createChild(context.sessionId, {
+      role,
+      description: params.description,
+      allowedTools: params.allowed_tools
+    })
     const started = yield* Clock.currentTimeMillis
     const outcome = yield* Effect.result(session.prompt(child.id, params.prompt))
     const finished = yield* Clock.currentTimeMillis

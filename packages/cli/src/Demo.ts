@@ -1,0 +1,92 @@
+/**
+ * `fibril demo`: a scripted scenario with real tools on the real workspace.
+ *
+ * A root `general` agent sends three `explore` tasks in parallel (they really run
+ * list_dir / glob / grep / read_file in the current directory), then a `review` task, then
+ * answers. The tree of agents is printed as it progresses, then the parsed results and
+ * the totals. The model is the ScriptedModel, and the output says so.
+ */
+import { type AgentEvent, AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
+import * as Session from "@fibril/core/Session"
+import type { TaskResult } from "@fibril/core/tools/Task"
+import { Clock, Effect, Fiber, PubSub } from "effect"
+import * as DemoScript from "./DemoScript.ts"
+import * as TreeView from "./TreeView.ts"
+
+export interface Output {
+  /** Writes one line. */
+  readonly line: (text: string) => Effect.Effect<void>
+  /** Replaces the last `previous` lines with `lines` (a live view on a terminal). */
+  readonly redraw?: ((previous: number, lines: ReadonlyArray<string>) => Effect.Effect<void>) | undefined
+}
+
+const taskResults = (messages: ReadonlyArray<Session.TranscriptMessage>): Array<TaskResult> =>
+  messages.flatMap((message) =>
+    message.role === "tool"
+      ? message.content.flatMap((part) =>
+        part.type === "tool-result" && part.name === "task" && !part.isFailure ? [part.result as TaskResult] : []
+      )
+      : []
+  )
+
+export const run = Effect.fn("fibril.demo")(function*(output: Output, cwd: string) {
+  const session = yield* Session.Session
+  const events = yield* AgentEvents
+  const view = TreeView.empty()
+  const subscription = yield* events.subscribe
+
+  yield* output.line("Fibril demo — the model is SCRIPTED (ScriptedModel from @fibril/testkit), not an LLM.")
+  yield* output.line(`The tools are real: they run on ${cwd}.`)
+  yield* output.line("")
+
+  const started = yield* Clock.currentTimeMillis
+  const root = yield* session.create({ role: "general" })
+  const fiber = yield* Effect.forkChild(session.prompt(root.id, DemoScript.rootPrompt))
+
+  let drawn = 0
+  const show = (event: AgentEvent) => {
+    TreeView.apply(view, event)
+    if (output.redraw !== undefined) {
+      const lines = TreeView.render(view)
+      const previous = drawn
+      drawn = lines.length
+      return output.redraw(previous, lines)
+    }
+    const line = TreeView.progressLine(view, event)
+    return line === undefined ? Effect.void : output.line(line)
+  }
+  while (true) {
+    const event = yield* PubSub.take(subscription)
+    yield* show(event)
+    if (event.agent.agentId === root.id && isTerminal(event.type)) break
+  }
+  const answer = yield* Fiber.join(fiber)
+  const finished = yield* Clock.currentTimeMillis
+
+  yield* output.line("")
+  yield* output.line("Agents")
+  for (const line of TreeView.render(view)) yield* output.line(`  ${line}`)
+
+  yield* output.line("")
+  yield* output.line("Results (what the parent received: parsed sections, never the child transcripts)")
+  for (const result of taskResults(yield* session.transcript(root.id))) {
+    yield* output.line(`  ${result.agent_id} "${result.description}" — ${result.status}, ${result.steps} steps, ${result.tool_calls} tool calls, ${result.tokens.input + result.tokens.output} tokens, ${result.duration_ms} ms`)
+    yield* output.line(`    summary:  ${result.summary}`)
+    for (const line of result.sections.evidence.split("\n").slice(0, 3)) yield* output.line(`    evidence: ${line}`)
+    if (result.contract_violations.length > 0) {
+      yield* output.line(`    contract: ${result.contract_violations.join("; ")}`)
+    }
+  }
+
+  yield* output.line("")
+  yield* output.line("Final answer")
+  for (const line of answer.text.split("\n")) yield* output.line(`  ${line}`)
+
+  const info = yield* session.info(root.id)
+  const toolCalls = [...view.nodes.values()].reduce((n, node) => n + node.toolCalls, 0)
+  yield* output.line("")
+  yield* output.line(
+    `Totals: ${view.nodes.size} agents, ${toolCalls} tool calls, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${finished - started} ms. Model: scripted.`
+  )
+  return { answer, agents: view.nodes.size, toolCalls }
+})

@@ -1,0 +1,146 @@
+/**
+ * The demo's scripted model. A real model decides from the conversation it is handed; so
+ * does this one: the explorers' reports quote what their real tool calls returned, and the
+ * parent's review request and final answer quote its children's summaries.
+ */
+import type { ScriptedModel } from "@fibril/testkit"
+
+type Conversation = ScriptedModel.Conversation
+type Turn = ScriptedModel.Turn
+
+interface Exploration {
+  readonly description: string
+  readonly prompt: string
+  readonly calls: ReadonlyArray<{ readonly name: string; readonly args: Record<string, unknown> }>
+}
+
+export const explorations: ReadonlyArray<Exploration> = [
+  {
+    description: "Map the repository layout",
+    prompt: "Map the layout of this repository: its top-level entries and its package manifests.",
+    calls: [
+      { name: "list_dir", args: { path: "." } },
+      { name: "glob", args: { pattern: "**/package.json" } }
+    ]
+  },
+  {
+    description: "Find where sub-agents are delegated",
+    prompt: "Find the code that delegates work to sub-agents (look for subagent_type and createChild).",
+    calls: [{ name: "grep", args: { pattern: "subagent_type|createChild", include: "**/*.ts", max_matches: 12 } }]
+  },
+  {
+    description: "Read the README quick start",
+    prompt: "Find the README and read its opening, to report how a user starts.",
+    calls: [
+      { name: "glob", args: { pattern: "README*" } },
+      { name: "read_file", args: { path: "README.md", limit: 30 } }
+    ]
+  }
+]
+
+const firstLines = (value: unknown, count: number): Array<string> => {
+  const text = typeof value === "string" ? value : JSON.stringify(value)
+  return text.split("\n").map((line) => line.trimEnd()).filter((line) => line.trim() !== "").slice(0, count)
+}
+
+const report = (summary: string, evidence: ReadonlyArray<string>, risks = "none"): string =>
+  [
+    "SUMMARY:",
+    summary,
+    "",
+    "CHANGES:",
+    "none",
+    "",
+    "EVIDENCE:",
+    ...evidence.map((line) => `- ${line}`),
+    "",
+    "RISKS:",
+    risks,
+    "",
+    "BLOCKERS:",
+    "none"
+  ].join("\n")
+
+const explorer = (conversation: Conversation): Turn => {
+  const plan = explorations.find((e) => conversation.prompt.startsWith(e.prompt)) ?? explorations[0]!
+  if (conversation.turn === 0) {
+    return { tool_calls: plan.calls.map((call) => ({ name: call.name, args: call.args })) }
+  }
+  const evidence = conversation.toolResults.flatMap((result) =>
+    result.isFailure
+      ? [`${result.name} failed: ${firstLines(result.result, 1).join(" ")}`]
+      : firstLines(result.result, 4).map((line) => `${result.name}: ${line}`)
+  )
+  const lines = conversation.toolResults.reduce((n, r) => n + firstLines(r.result, 10_000).length, 0)
+  return {
+    text: report(
+      `${plan.description}: ran ${conversation.toolResults.length} tool calls (${lines} lines of output); the first lines are quoted below.`,
+      evidence
+    )
+  }
+}
+
+const reviewer = (conversation: Conversation): Turn => {
+  if (conversation.turn === 0) {
+    return { tool_calls: [{ name: "grep", args: { pattern: "TODO|FIXME", include: "**/*.ts", max_matches: 5 } }] }
+  }
+  const found = conversation.toolResults[0]
+  const hits = found === undefined || found.isFailure ? [] : firstLines(found.result, 5)
+  return {
+    text: report(
+      `The three reports are consistent and each quotes real tool output. A scan for TODO/FIXME markers found ${
+        hits.length === 0 ? "none" : `${hits.length} (first shown)`
+      }.`,
+      hits.length === 0 ? ["grep TODO|FIXME: no matches"] : hits.map((line) => `grep: ${line}`),
+      "this review only read the explorers' summaries and scanned for markers"
+    )
+  }
+}
+
+const summaries = (conversation: Conversation): Array<string> =>
+  conversation.toolResults.map((result) => {
+    const value = result.result as { readonly description?: string; readonly summary?: string; readonly status?: string }
+    return `${value.description ?? result.name} (${value.status ?? "?"}): ${value.summary ?? ""}`
+  })
+
+const parent = (conversation: Conversation): Turn => {
+  switch (conversation.turn) {
+    case 0:
+      return {
+        text: "I will explore the repository in three parallel sub-agents.",
+        tool_calls: explorations.map((e) => ({
+          name: "task",
+          args: { description: e.description, prompt: e.prompt, subagent_type: "explore" }
+        }))
+      }
+    case 1:
+      return {
+        tool_calls: [{
+          name: "task",
+          args: {
+            description: "Review the exploration",
+            prompt: `Review these exploration reports for consistency:\n${summaries(conversation).join("\n")}`,
+            subagent_type: "reviewer"
+          }
+        }]
+      }
+    default:
+      return {
+        text: report(
+          `Explored the repository with ${conversation.toolResults.length} sub-agents (three explorers in parallel, then a reviewer).`,
+          summaries(conversation)
+        )
+      }
+  }
+}
+
+/** The script: the root `general` agent delegates; explorers and the reviewer use real tools. */
+export const script: ScriptedModel.ScriptInput = {
+  rules: [
+    { match: { role: "explore" }, respond: explorer },
+    { match: { role: "review" }, respond: reviewer },
+    { match: { role: "general", depth: 0 }, respond: parent }
+  ]
+}
+
+export const rootPrompt = "Give me an overview of this repository: its layout, where it delegates to sub-agents, and how to start."

@@ -1,0 +1,19 @@
+/**
+ * @fibril/core — an Effect-native sub-agent runtime.
+ *
+ * Services (one module each): Session, ToolRegistry, Permission, Workspace, AgentEvents,
+ * FibrilConfig; the built-in tools and `task`; roles and the output contract. `Fibril.layer`
+ * composes them; an application adds a `LanguageModel` and the platform services.
+ */
+export * as AgentEvents from "./AgentEvents.ts"
+export * as BuiltinTools from "./BuiltinTools.ts"
+export * as Fibril from "./Fibril.ts"
+export * as FibrilConfig from "./FibrilConfig.ts"
+export * as OutputContract from "./OutputContract.ts"
+export * as Permission from "./Permission.ts"
+export * as Roles from "./Roles.ts"
+export * as Session from "./Session.ts"
+export * as TaskTool from "./tools/Task.ts"
+export * as ToolRegistry from "./ToolRegistry.ts"
+export * as Usage from "./Usage.ts"
+export * as Workspace from "./Workspace.ts"

@@ -1,0 +1,59 @@
+/**
+ * glob — find files by name pattern under a workspace directory.
+ *
+ * Matching is Node's `path.matchesGlob` (no hand-written glob engine); walking is `Walk`,
+ * so `.git`, `node_modules` and anything outside the workspace stay invisible. Results are
+ * workspace-relative and sorted; the list is capped with a note so a too-broad pattern
+ * tells the model to narrow it.
+ */
+import { Effect, Schema } from "effect"
+import { text } from "../internal/resource.ts"
+import * as ToolRegistry from "../ToolRegistry.ts"
+import { Workspace } from "../Workspace.ts"
+import { typeOf } from "./Common.ts"
+import * as Walk from "./Walk.ts"
+
+export const name = "glob"
+export const maxResults = 1000
+
+export const Parameters = Schema.Struct({
+  pattern: Schema.String.annotate({
+    description: "Glob such as \"**/*.ts\", \"src/**/*.test.ts\" or \"*.{json,md}\", matched against paths relative to `path`"
+  }),
+  path: Schema.optionalKey(
+    Schema.String.annotate({ description: "Directory to search, relative to the workspace root (default: the root)" })
+  )
+})
+export type Parameters = typeof Parameters.Type
+
+export const definition = ToolRegistry.define({
+  name,
+  description: text("./glob.md", import.meta.url),
+  parameters: Parameters,
+  posture: "read",
+  handler: Effect.fn("tool.glob")(function*(params: Parameters) {
+    const workspace = yield* Workspace
+    const given = params.path ?? "."
+    const start = yield* workspace.resolve(given)
+    const type = yield* typeOf(name, given, start)
+    if (type === undefined) return yield* new ToolRegistry.ToolFailure({ tool: name, reason: `path not found: "${given}"` })
+
+    const found: Array<string> = []
+    let capped = false
+    yield* Walk.files(start, (entry) =>
+      Effect.sync(() => {
+        if (!Walk.matches(params.pattern, entry)) return true
+        if (found.length >= maxResults) {
+          capped = true
+          return false
+        }
+        found.push(entry.relative)
+        return true
+      }))
+    found.sort()
+
+    if (found.length === 0) return `No files match "${params.pattern}" under ${workspace.relative(start)}`
+    if (capped) found.push(`[showing the first ${maxResults} matches; narrow the pattern or path]`)
+    return found.join("\n")
+  })
+})

@@ -1,0 +1,61 @@
+/**
+ * list_dir — the entries of one workspace directory, sorted, directories marked with `/`.
+ *
+ * One level only: recursive listings are what `glob` is for, and they blow up on real
+ * repositories. A symlink is shown by what it points to (a linked directory gets `/`).
+ */
+import { Effect, FileSystem, Path, Schema } from "effect"
+import { text } from "../internal/resource.ts"
+import * as ToolRegistry from "../ToolRegistry.ts"
+import { Workspace } from "../Workspace.ts"
+import { fsFailure, plural, typeOf } from "./Common.ts"
+
+export const name = "list_dir"
+/** Entries shown at most; the rest are counted. */
+export const maxEntries = 1000
+
+export const Parameters = Schema.Struct({
+  path: Schema.optionalKey(
+    Schema.String.annotate({ description: "Directory to list, relative to the workspace root (default: the root)" })
+  )
+})
+export type Parameters = typeof Parameters.Type
+
+export const definition = ToolRegistry.define({
+  name,
+  description: text("./list_dir.md", import.meta.url),
+  parameters: Parameters,
+  posture: "read",
+  handler: Effect.fn("tool.list_dir")(function*(params: Parameters) {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const workspace = yield* Workspace
+    const given = params.path ?? "."
+    const absolute = yield* workspace.resolve(given)
+    const fail = (reason: string) => new ToolRegistry.ToolFailure({ tool: name, reason })
+
+    const type = yield* typeOf(name, given, absolute)
+    if (type === undefined) return yield* fail(`directory not found: "${given}"`)
+    if (type !== "Directory") return yield* fail(`"${given}" is not a directory; use read_file to read a file`)
+
+    const entries = yield* fs.readDirectoryEntries(absolute).pipe(Effect.mapError(fsFailure(name, given)))
+    const names = yield* Effect.forEach(entries, ({ name: entry, type }) =>
+      type === "Directory"
+        ? Effect.succeed(`${entry}/`)
+        : type === "SymbolicLink" || type === "Unknown"
+        ? fs.stat(path.join(absolute, entry)).pipe(
+          Effect.map((info) => (info.type === "Directory" ? `${entry}/` : entry)),
+          Effect.orElseSucceed(() => entry)
+        )
+        : Effect.succeed(entry))
+    names.sort()
+
+    const relative = workspace.relative(absolute)
+    if (names.length === 0) return `(${relative} is empty)`
+    const shown = names.slice(0, maxEntries)
+    if (names.length > maxEntries) {
+      shown.push(`... ${plural(names.length - maxEntries, "more entry", "more entries")} not shown; use glob to search`)
+    }
+    return shown.join("\n")
+  })
+})

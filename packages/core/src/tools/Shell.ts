@@ -1,0 +1,134 @@
+/**
+ * shell — run `sh -c <command>` in the workspace root and report what happened.
+ *
+ * The process is spawned inside its own scope through `ChildProcessSpawner`, which puts
+ * it in a fresh process group (`detached` defaults to true on POSIX): closing the scope,
+ * whether the command finished, timed out or the calling fiber was interrupted, signals
+ * the whole group (SIGTERM, then SIGKILL), so background grandchildren die with it.
+ * A non-zero exit is a normal result the model reads, not a failure; only a spawn that
+ * cannot happen at all fails the call. Output is kept bounded while it streams (head and
+ * tail), so a command that prints gigabytes cannot exhaust memory.
+ */
+import { Duration, Effect, Fiber, Option, Result, Schema, Stream } from "effect"
+import { ChildProcess, ChildProcessSpawner } from "effect/process"
+import { text } from "../internal/resource.ts"
+import * as ToolRegistry from "../ToolRegistry.ts"
+import { Workspace } from "../Workspace.ts"
+import { describe } from "./Common.ts"
+
+export const name = "shell"
+/** Upper bound for `timeout_ms`: one hour. */
+export const maxTimeoutMs = 3_600_000
+/** After the shell exits, how long to wait for its pipes to drain (a background child may hold them). */
+const drainGrace = Duration.millis(500)
+/** Between SIGTERM and SIGKILL when the process group is stopped. */
+const forceKillAfter = Duration.seconds(2)
+
+const description = text("./shell.md", import.meta.url)
+
+export const Parameters = Schema.Struct({
+  command: Schema.String.annotate({ description: "Shell command line, run as `sh -c <command>` in the workspace root" }),
+  timeout_ms: Schema.optionalKey(
+    Schema.Int.pipe(Schema.check(Schema.isGreaterThanOrEqualTo(1))).annotate({
+      description: `Timeout in milliseconds (default: the configured shell timeout; at most ${maxTimeoutMs})`
+    })
+  )
+})
+export type Parameters = typeof Parameters.Type
+
+/** What the model gets back. `exit_code` is null when the process was killed by a signal or timed out. */
+export interface Result {
+  readonly exit_code: number | null
+  readonly stdout: string
+  readonly stderr: string
+  readonly timed_out: boolean
+}
+
+export interface Options {
+  readonly shellTimeoutSecs: number
+  readonly maxOutputChars: number
+}
+
+/**
+ * A bounded text capture: the first half of the budget is kept as is, then a rolling
+ * tail; the middle of an oversized output becomes a `[... N chars omitted ...]` marker.
+ */
+export const makeCapture = (maxChars: number) => {
+  const decoder = new TextDecoder("utf-8")
+  const headMax = Math.ceil(maxChars / 2)
+  const tailMax = maxChars - headMax
+  let head = ""
+  let tail = ""
+  let total = 0
+  const add = (chunk: string) => {
+    total += chunk.length
+    let rest = chunk
+    if (head.length < headMax) {
+      const take = headMax - head.length
+      head += rest.slice(0, take)
+      rest = rest.slice(take)
+    }
+    if (rest === "") return
+    tail += rest
+    // Trim lazily (at twice the budget) so appending stays amortised O(1) per char.
+    if (tail.length > 2 * tailMax + 1024) tail = tail.slice(tail.length - tailMax)
+  }
+  return {
+    append: (bytes: Uint8Array) => add(decoder.decode(bytes, { stream: true })),
+    render: (): string => {
+      add(decoder.decode())
+      if (total <= maxChars) return head + tail
+      const kept = tailMax === 0 ? "" : tail.slice(-tailMax)
+      return `${head}\n[... ${total - head.length - kept.length} chars omitted ...]\n${kept}`
+    }
+  }
+}
+
+type Capture = ReturnType<typeof makeCapture>
+
+const drain = (stream: Stream.Stream<Uint8Array, unknown>, capture: Capture) =>
+  Stream.runForEach(stream, (bytes) => Effect.sync(() => capture.append(bytes))).pipe(Effect.ignore)
+
+export const definition = (options: Options) =>
+  ToolRegistry.define({
+    name,
+    description,
+    parameters: Parameters,
+    posture: "shell",
+    handler: Effect.fn("tool.shell")(function*(params: Parameters) {
+      const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
+      const workspace = yield* Workspace
+      const timeoutMs = Math.min(params.timeout_ms ?? options.shellTimeoutSecs * 1000, maxTimeoutMs)
+      const stdout = makeCapture(options.maxOutputChars)
+      const stderr = makeCapture(options.maxOutputChars)
+
+      const run = Effect.gen(function*() {
+        const handle = yield* spawner.spawn(ChildProcess.make("sh", ["-c", params.command], {
+          cwd: workspace.root,
+          stdin: "ignore",
+          killSignal: "SIGTERM",
+          forceKillAfter
+        })).pipe(
+          Effect.mapError((error) =>
+            new ToolRegistry.ToolFailure({ tool: name, reason: `could not start sh: ${describe(error)}` })
+          )
+        )
+        const drains = yield* Effect.forkChild(
+          Effect.all([drain(handle.stdout, stdout), drain(handle.stderr, stderr)], { concurrency: "unbounded" })
+        )
+        // A failed exitCode means the shell died from a signal: no exit code to report.
+        const exit = yield* Effect.result(handle.exitCode)
+        yield* Fiber.join(drains).pipe(Effect.timeoutOption(drainGrace))
+        return Result.isSuccess(exit) ? Number(exit.success) : null
+      }).pipe(Effect.scoped) // closing the scope stops the process group, also on timeout/interrupt
+
+      const outcome = yield* run.pipe(Effect.timeoutOption(Duration.millis(timeoutMs)))
+      const result: Result = {
+        exit_code: Option.getOrNull(outcome),
+        stdout: stdout.render(),
+        stderr: stderr.render(),
+        timed_out: Option.isNone(outcome)
+      }
+      return result
+    })
+  })
