@@ -49,5 +49,6 @@ export const fibril = Command.make("fibril").pipe(
 export const run = (argv: ReadonlyArray<string>) =>
   Command.runWith(fibril, { version })(argv).pipe(
     Effect.provide(FibrilConfig.layerConfig),
-    Effect.provide(NodeServices.layer)
+    Effect.provide(NodeServices.layer),
+    Effect.scoped
   )

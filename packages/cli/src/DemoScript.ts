@@ -4,6 +4,7 @@
  * parent's review request and final answer quote its children's summaries.
  */
 import type { ScriptedModel } from "@fibril/testkit"
+import { Array as Arr } from "effect"
 
 type Conversation = ScriptedModel.Conversation
 type Turn = ScriptedModel.Turn
@@ -11,10 +12,10 @@ type Turn = ScriptedModel.Turn
 interface Exploration {
   readonly description: string
   readonly prompt: string
-  readonly calls: ReadonlyArray<{ readonly name: string; readonly args: Record<string, unknown> }>
+  readonly calls: Arr.NonEmptyReadonlyArray<{ readonly name: string; readonly args: Record<string, unknown> }>
 }
 
-export const explorations: ReadonlyArray<Exploration> = [
+export const explorations: Arr.NonEmptyReadonlyArray<Exploration> = [
   {
     description: "Map the repository layout",
     prompt: "Map the layout of this repository: its top-level entries and its package manifests.",
@@ -25,8 +26,8 @@ export const explorations: ReadonlyArray<Exploration> = [
   },
   {
     description: "Find where sub-agents are delegated",
-    prompt: "Find the code that delegates work to sub-agents (look for subagent_type and createChild).",
-    calls: [{ name: "grep", args: { pattern: "subagent_type|createChild", include: "**/*.ts", max_matches: 12 } }]
+    prompt: "Find the code that delegates work to sub-agents (look for where child sessions are created).",
+    calls: [{ name: "grep", args: { pattern: "createChild\\(", include: "**/*.ts", max_matches: 12 } }]
   },
   {
     description: "Read the README quick start",
@@ -62,9 +63,9 @@ const report = (summary: string, evidence: ReadonlyArray<string>, risks = "none"
   ].join("\n")
 
 const explorer = (conversation: Conversation): Turn => {
-  const plan = explorations.find((e) => conversation.prompt.startsWith(e.prompt)) ?? explorations[0]!
+  const plan = explorations.find((e) => conversation.prompt.startsWith(e.prompt)) ?? explorations[0]
   if (conversation.turn === 0) {
-    return { tool_calls: plan.calls.map((call) => ({ name: call.name, args: call.args })) }
+    return { tool_calls: Arr.map(plan.calls, (call) => ({ name: call.name, args: call.args })) }
   }
   const evidence = conversation.toolResults.flatMap((result) =>
     result.isFailure
@@ -82,7 +83,7 @@ const explorer = (conversation: Conversation): Turn => {
 
 const reviewer = (conversation: Conversation): Turn => {
   if (conversation.turn === 0) {
-    return { tool_calls: [{ name: "grep", args: { pattern: "TODO|FIXME", include: "**/*.ts", max_matches: 5 } }] }
+    return { tool_calls: [{ name: "grep", args: { pattern: "\\bTODO\\b|\\bFIXME\\b", include: "**/*.ts", max_matches: 5 } }] }
   }
   const found = conversation.toolResults[0]
   const hits = found === undefined || found.isFailure ? [] : firstLines(found.result, 5)
@@ -108,7 +109,7 @@ const parent = (conversation: Conversation): Turn => {
     case 0:
       return {
         text: "I will explore the repository in three parallel sub-agents.",
-        tool_calls: explorations.map((e) => ({
+        tool_calls: Arr.map(explorations, (e) => ({
           name: "task",
           args: { description: e.description, prompt: e.prompt, subagent_type: "explore" }
         }))
