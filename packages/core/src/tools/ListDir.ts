@@ -2,7 +2,8 @@
  * list_dir — the entries of one workspace directory, sorted, directories marked with `/`.
  *
  * One level only: recursive listings are what `glob` is for, and they blow up on real
- * repositories. A symlink is shown by what it points to (a linked directory gets `/`).
+ * repositories. A symlink is shown by what it points to (a linked directory gets `/`);
+ * one that leads out of the workspace is labelled so, and its target is never touched.
  */
 import { Effect, FileSystem, Path, Schema } from "effect"
 import { text } from "../internal/resource.ts"
@@ -43,8 +44,10 @@ export const definition = ToolRegistry.define({
       type === "Directory"
         ? Effect.succeed(`${entry}/`)
         : type === "SymbolicLink" || type === "Unknown"
-        ? fs.stat(path.join(absolute, entry)).pipe(
+        ? workspace.resolve(path.join(absolute, entry)).pipe(
+          Effect.flatMap((real) => fs.stat(real)),
           Effect.map((info) => (info.type === "Directory" ? `${entry}/` : entry)),
+          Effect.catchTag("OutsideWorkspace", () => Effect.succeed(`${entry} (symlink to outside the workspace)`)),
           Effect.orElseSucceed(() => entry)
         )
         : Effect.succeed(entry))

@@ -9,7 +9,7 @@
  * cannot happen at all fails the call. Output is kept bounded while it streams (head and
  * tail), so a command that prints gigabytes cannot exhaust memory.
  */
-import { Duration, Effect, Fiber, Option, Result, Schema, Stream } from "effect"
+import { Duration, Effect, Fiber, Option, Schema, Stream } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
@@ -117,9 +117,12 @@ export const definition = (options: Options) =>
           Effect.all([drain(handle.stdout, stdout), drain(handle.stderr, stderr)], { concurrency: "unbounded" })
         )
         // A failed exitCode means the shell died from a signal: no exit code to report.
-        const exit = yield* Effect.result(handle.exitCode)
+        const exitCode = yield* handle.exitCode.pipe(
+          Effect.map((code): number | null => Number(code)),
+          Effect.orElseSucceed(() => null)
+        )
         yield* Fiber.join(drains).pipe(Effect.timeoutOption(drainGrace))
-        return Result.isSuccess(exit) ? Number(exit.success) : null
+        return exitCode
       }).pipe(Effect.scoped) // closing the scope stops the process group, also on timeout/interrupt
 
       const outcome = yield* run.pipe(Effect.timeoutOption(Duration.millis(timeoutMs)))

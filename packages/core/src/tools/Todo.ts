@@ -8,6 +8,7 @@
  * the tool idempotent and the stored list exactly what the model last saw.
  */
 import { Context, Effect, Layer, Schema } from "effect"
+import { Tool as AiTool } from "effect/ai"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 
@@ -48,7 +49,10 @@ export const WriteParameters = Schema.Struct({
 })
 export type WriteParameters = typeof WriteParameters.Type
 
-export const ReadParameters = Schema.Struct({})
+// Not `Schema.Struct({})`: in Effect 4.1 that is the `{}` type (any non-null value), whose
+// JSON Schema is `{"not":{"type":"null"}}` (providers want an object) and whose decoding
+// accepts excess keys. `Tool.EmptyParams` is `{"type":"object","additionalProperties":false}`.
+export const ReadParameters = AiTool.EmptyParams
 export type ReadParameters = typeof ReadParameters.Type
 
 export const write = ToolRegistry.define({
