@@ -72,7 +72,7 @@ export const run = Effect.fn("fibril.demo")(function*(output: Output, cwd: strin
   for (const result of taskResults(yield* session.transcript(root.id))) {
     yield* output.line(`  ${result.agent_id} "${result.description}" — ${result.status}, ${result.steps} steps, ${result.tool_calls} tool calls, ${result.tokens.input + result.tokens.output} tokens, ${result.duration_ms} ms`)
     yield* output.line(`    summary:  ${result.summary}`)
-    for (const line of result.sections.evidence.split("\n").slice(0, 3)) yield* output.line(`    evidence: ${line}`)
+    for (const line of result.sections.evidence.split("\n").slice(0, 4)) yield* output.line(`    evidence: ${line}`)
     if (result.contract_violations.length > 0) {
       yield* output.line(`    contract: ${result.contract_violations.join("; ")}`)
     }

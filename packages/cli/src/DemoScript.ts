@@ -70,7 +70,7 @@ const explorer = (conversation: Conversation): Turn => {
   const evidence = conversation.toolResults.flatMap((result) =>
     result.isFailure
       ? [`${result.name} failed: ${firstLines(result.result, 1).join(" ")}`]
-      : firstLines(result.result, 4).map((line) => `${result.name}: ${line}`)
+      : firstLines(result.result, 2).map((line) => `${result.name}: ${line}`)
   )
   const lines = conversation.toolResults.reduce((n, r) => n + firstLines(r.result, 10_000).length, 0)
   return {
@@ -89,10 +89,10 @@ const reviewer = (conversation: Conversation): Turn => {
   const hits = found === undefined || found.isFailure ? [] : firstLines(found.result, 5)
   return {
     text: report(
-      `The three reports are consistent and each quotes real tool output. A scan for TODO/FIXME markers found ${
+      `The three reports are consistent and each quotes real tool output. A scan for unfinished-work markers found ${
         hits.length === 0 ? "none" : `${hits.length} (first shown)`
       }.`,
-      hits.length === 0 ? ["grep TODO|FIXME: no matches"] : hits.map((line) => `grep: ${line}`),
+      hits.length === 0 ? ["grep: no unfinished-work markers"] : hits.map((line) => `grep: ${line}`),
       "this review only read the explorers' summaries and scanned for markers"
     )
   }

@@ -1,0 +1,25 @@
+// Runs the real `fibril` executable (bin.ts on this Node) as a subprocess.
+import { Effect, Stream } from "effect"
+import { ChildProcess, ChildProcessSpawner } from "effect/process"
+import { fileURLToPath } from "node:url"
+
+export const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url))
+export const repoRoot = fileURLToPath(new URL("../../..", import.meta.url))
+
+const text = (stream: Stream.Stream<Uint8Array, unknown>) => stream.pipe(Stream.decodeText(), Stream.mkString)
+
+export const fibril = Effect.fn("test.fibril")(function*(
+  args: ReadonlyArray<string>,
+  options: { readonly cwd?: string; readonly env?: Record<string, string> } = {}
+) {
+  const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
+  const handle = yield* spawner.spawn(ChildProcess.make(process.execPath, [bin, ...args], {
+    cwd: options.cwd ?? repoRoot,
+    ...(options.env ? { env: options.env, extendEnv: true } : {})
+  }))
+  const [stdout, stderr, exitCode] = yield* Effect.all(
+    [text(handle.stdout), text(handle.stderr), handle.exitCode],
+    { concurrency: "unbounded" }
+  )
+  return { stdout, stderr, exitCode: Number(exitCode) }
+}, Effect.scoped)
