@@ -1,0 +1,63 @@
+/**
+ * SubAgentRecord — what is known about one sub-agent, as persisted.
+ *
+ * Field names are snake_case because records are a file format (`subagents.v1.json`) and
+ * are shown to models (`agent_list`, `agent_result`). Unknown fields written by a newer
+ * Fibril are kept on rewrite by the store; this schema lists the fields this version reads.
+ */
+import { Schema } from "effect"
+
+export const Status = Schema.Literals(["pending", "running", "completed", "failed", "cancelled", "interrupted"])
+export type Status = typeof Status.Type
+
+export const terminalStatuses: ReadonlySet<Status> = new Set(["completed", "failed", "cancelled", "interrupted"])
+export const isTerminal = (status: Status): boolean => terminalStatuses.has(status)
+
+export const Tokens = Schema.Struct({ input: Schema.Int, output: Schema.Int, cached: Schema.Int })
+export type Tokens = typeof Tokens.Type
+
+/** The parsed final answer of a completed agent. */
+export const Outcome = Schema.Struct({
+  text: Schema.String,
+  summary: Schema.String,
+  sections: Schema.Struct({
+    summary: Schema.String,
+    changes: Schema.String,
+    evidence: Schema.String,
+    risks: Schema.String,
+    blockers: Schema.String
+  }),
+  contract_violations: Schema.Array(Schema.String)
+})
+export type Outcome = typeof Outcome.Type
+
+export const SubAgentRecord = Schema.Struct({
+  agent_id: Schema.String,
+  /** The spawning agent's id (a session id); absent for agents spawned from outside (MCP, toolkit). */
+  parent_id: Schema.optionalKey(Schema.String),
+  depth: Schema.Int,
+  role: Schema.String,
+  model: Schema.String,
+  description: Schema.String,
+  /** The task the agent was given (updated by `agent_assign`). */
+  objective: Schema.String,
+  status: Status,
+  /** Why it failed, was cancelled or interrupted. */
+  reason: Schema.optionalKey(Schema.String),
+  detached: Schema.Boolean,
+  fork_context: Schema.Boolean,
+  /** The manager instance (process run) that created or last resumed the agent. */
+  session_boot_id: Schema.String,
+  /** Epoch milliseconds. */
+  created_at: Schema.Int,
+  started_at: Schema.optionalKey(Schema.Int),
+  finished_at: Schema.optionalKey(Schema.Int),
+  steps: Schema.Int,
+  tool_calls: Schema.Int,
+  last_tool: Schema.optionalKey(Schema.String),
+  tokens: Tokens,
+  outcome: Schema.optionalKey(Outcome),
+  /** Where the transcript lives (a JSONL file name relative to the store's directory). */
+  transcript_handle: Schema.String
+})
+export type SubAgentRecord = typeof SubAgentRecord.Type
