@@ -1,17 +1,18 @@
 /**
  * Fibril — the standard composition of the core services.
  *
- * Workspace, Permission, ToolRegistry with the built-in tools and `task`, Todos,
- * AgentEvents and Session, wired together. What stays open is what an application chooses:
- * the `LanguageModel` (a real provider, or the ScriptedModel in tests) and the platform
- * services (`NodeServices.layer` gives FileSystem, Path and ChildProcessSpawner).
+ * Workspace, Permission, ToolRegistry with the built-in tools, `task`, the `agent_*` tools
+ * and `remember`, Todos, Memory, AgentEvents, Session, SubAgentStore and SubAgentManager,
+ * wired together. What stays open is what an application chooses: the model (one
+ * `LanguageModel`, or a `Models` catalog) and the platform services (`NodeServices.layer`
+ * gives FileSystem, Path and ChildProcessSpawner).
  *
  * @example
  * ```ts
  * const program = Effect.gen(function*() {
- *   const session = yield* Session.Session
- *   const root = yield* session.create({ role: "general" })
- *   return yield* session.prompt(root.id, "Explore the repository")
+ *   const sessions = yield* Session.Session
+ *   const root = yield* sessions.create({ role: "general" })
+ *   return yield* sessions.prompt(root.id, "Explore the repository")
  * }).pipe(
  *   Effect.provide(Fibril.layer({ cwd: process.cwd() }).pipe(
  *     Layer.provide([ScriptedModel.layer(script), NodeServices.layer])
@@ -25,50 +26,99 @@ import type { ChildProcessSpawner } from "effect/process"
 import * as AgentEvents from "./AgentEvents.ts"
 import * as BuiltinTools from "./BuiltinTools.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
+import * as Memory from "./Memory.ts"
+import * as Models from "./Models.ts"
 import * as Permission from "./Permission.ts"
 import * as Session from "./Session.ts"
+import * as SubAgentManager from "./SubAgentManager.ts"
+import * as SubAgentStore from "./SubAgentStore.ts"
 import * as ToolRegistry from "./ToolRegistry.ts"
-import * as Todo from "./tools/Todo.ts"
+import * as AgentTools from "./tools/Agents.ts"
+import * as Remember from "./tools/Remember.ts"
 import * as TaskTool from "./tools/Task.ts"
+import * as Todo from "./tools/Todo.ts"
 import * as Workspace from "./Workspace.ts"
 
 export interface Options {
   /** The workspace root. */
   readonly cwd: string
   readonly session?: Partial<Session.Options> | undefined
+  readonly subagents?: Partial<SubAgentManager.Options> | undefined
   readonly tools?: Partial<BuiltinTools.Options> | undefined
   /** Tools denied to every agent (`[permissions] deny`). */
   readonly deny?: ReadonlyArray<string> | undefined
+  /**
+   * Where sub-agent records and transcripts live: "memory" (default), or "file" for
+   * `<cwd>/.fibril/state` (or an explicit directory).
+   */
+  readonly store?: "memory" | "file" | { readonly dir: string } | undefined
 }
 
-/** Every core service the agent loop needs, from `options`. */
-export const layer = (options: Options): Layer.Layer<
+export type Services =
   | Session.Session
+  | SubAgentManager.SubAgentManager
+  | SubAgentStore.SubAgentStore
   | ToolRegistry.ToolRegistry
   | Permission.Permission
   | AgentEvents.AgentEvents
   | Workspace.Workspace
-  | Todo.Todos,
-  ToolRegistry.DuplicateTool,
-  LanguageModel.LanguageModel | FileSystem.FileSystem | Path.Path | ChildProcessSpawner.ChildProcessSpawner
-> => {
+  | Memory.Memory
+  | Todo.Todos
+
+type Platform = FileSystem.FileSystem | Path.Path | ChildProcessSpawner.ChildProcessSpawner
+
+const storeLayer = (options: Options) => {
+  const store = options.store ?? "memory"
+  if (store === "memory") return SubAgentStore.layerMemory
+  const dir = store === "file" ? `${options.cwd}/.fibril/state` : store.dir
+  return SubAgentStore.layerFile({ dir })
+}
+
+/** Every core service the agent loop needs, over a model catalog (`Models`) from context. */
+export const layerWithModels = (
+  options: Options
+): Layer.Layer<Services, ToolRegistry.DuplicateTool | SubAgentStore.StoreError, Models.Models | Platform> => {
   const workspace = Workspace.layer(options.cwd)
-  const services = Layer.mergeAll(
+  const base = Layer.mergeAll(
     ToolRegistry.layer,
     AgentEvents.layer,
     Todo.layer,
-    workspace,
-    Permission.layer({ deny: options.deny ?? [] }).pipe(Layer.provide(workspace))
-  )
-  const session = Session.layer(options.session).pipe(Layer.provideMerge(services))
-  return Layer.mergeAll(BuiltinTools.layer(options.tools), TaskTool.layer).pipe(Layer.provideMerge(session))
+    storeLayer(options),
+    Permission.layer({ deny: options.deny ?? [] }),
+    Memory.layer()
+  ).pipe(Layer.provideMerge(workspace))
+  const session = Session.layer(options.session).pipe(Layer.provideMerge(base))
+  const manager = SubAgentManager.layer(options.subagents).pipe(Layer.provideMerge(session))
+  return Layer.mergeAll(
+    BuiltinTools.layer(options.tools),
+    TaskTool.layer,
+    AgentTools.layer,
+    Remember.layer
+  ).pipe(Layer.provideMerge(manager))
 }
 
+/** Every core service, over the one `LanguageModel` in context (serving every model id). */
+export const layer = (
+  options: Options & { readonly model?: string | undefined }
+): Layer.Layer<
+  Services | Models.Models,
+  ToolRegistry.DuplicateTool | SubAgentStore.StoreError,
+  LanguageModel.LanguageModel | Platform
+> =>
+  layerWithModels(options).pipe(Layer.provideMerge(Models.fromLanguageModel(options.model)))
+
 /** The same, with every setting taken from a resolved `FibrilConfig`. */
-export const layerFromSettings = (cwd: string, settings: FibrilConfig.Settings) =>
+export const layerFromSettings = (
+  cwd: string,
+  settings: FibrilConfig.Settings,
+  options: Pick<Options, "store"> = {}
+) =>
   layer({
     cwd,
+    model: settings.model,
     session: Session.optionsFrom(settings),
+    subagents: SubAgentManager.optionsFrom(settings),
     tools: settings.tools,
-    deny: settings.permissions.deny
+    deny: settings.permissions.deny,
+    store: options.store
   })

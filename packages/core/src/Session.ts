@@ -1,22 +1,27 @@
 /**
  * Session — a conversation with a model, and the agent loop that drives it.
  *
- * A session holds a system prompt, messages, a role, a model label, permission rules, a
- * parent and a depth, and usage. `prompt` runs the loop to a final answer as small steps
- * (loop/): prepare the request and call the model (per-attempt timeout, retries), resolve
- * the turn, run its tool calls concurrently, append the results, repeat. The loop runs in
- * the caller's fiber, so interrupting the caller interrupts the model call, every running
- * tool and — through the `task` tool — every child session below it.
+ * A session holds a system prompt, messages, a role, a model, permission rules, a parent
+ * and a depth, budgets and usage. `prompt` runs the loop to a final answer as small steps
+ * (loop/): deliver queued input, call the model (per-attempt timeout, retries), resolve the
+ * turn, run its tool calls concurrently, append the results, repeat. Before answering, the
+ * loop asks its hooks whether to go on (the SubAgentManager waits there for background
+ * children and hands their results back as a new message).
+ *
+ * The loop runs in the caller's fiber inside a scope of its own: interrupting the caller
+ * interrupts the model call, every running tool, and every child forked into that scope.
  */
-import { Cause, Clock, Context, Effect, Layer, Schema } from "effect"
-import { LanguageModel, Prompt } from "effect/ai"
-import { AgentEvents, type AgentEvent } from "./AgentEvents.ts"
+import { Cause, Clock, Context, Duration, Effect, Exit, Fiber, Layer, Option, Schema, Scope } from "effect"
+import { Prompt } from "effect/ai"
+import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
+import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Ids from "./Ids.ts"
 import { callModel, type ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
 import { resolveTurn } from "./loop/ResolveTurn.ts"
 import { runTools } from "./loop/RunTools.ts"
-import { type SessionState, snapshot } from "./loop/State.ts"
-import type * as FibrilConfig from "./FibrilConfig.ts"
+import { type Budgets, type SessionState, snapshot } from "./loop/State.ts"
+import { Memory } from "./Memory.ts"
+import { Models, type UnknownModel } from "./Models.ts"
 import { Permission } from "./Permission.ts"
 import * as Roles from "./Roles.ts"
 import { ToolRegistry } from "./ToolRegistry.ts"
@@ -24,22 +29,20 @@ import * as Usage from "./Usage.ts"
 import { Workspace } from "./Workspace.ts"
 
 export { ModelCallFailed } from "./loop/CallModel.ts"
+export type { Budgets } from "./loop/State.ts"
 
 export interface Options extends RetryPolicy {
-  /** Model steps per `prompt` before it fails with StepBudgetExceeded. */
+  /** Model steps per `prompt` before it fails with BudgetExceeded. */
   readonly maxSteps: number
   /** Step budget of sub-agents (`[subagents] max_steps`); default: maxSteps. */
   readonly childMaxSteps?: number | undefined
-  /** Depth below which spawning tools are denied (root = 0). */
+  /** Depth at and below which spawning tools are denied (root = 0). */
   readonly maxDepth: number
-  /** The model label recorded for sessions that do not name one. */
-  readonly model: string
 }
 
 export const defaults: Options = {
   maxSteps: 50,
   maxDepth: 1,
-  model: "default",
   apiTimeoutSecs: 120,
   maxRetries: 3,
   retryBaseMs: 1000,
@@ -48,6 +51,9 @@ export const defaults: Options = {
 
 /** The tools a child never gets, whatever its role: it cannot delegate or own a todo list. */
 export const childDenied: ReadonlyArray<string> = ["task", "todowrite"]
+
+/** The first user message of a forked child, after the parent's copied history. */
+export const forkMarker = "[fork]"
 
 export class SessionNotFound extends Schema.TaggedError<SessionNotFound>()("SessionNotFound", {
   sessionId: Schema.String
@@ -63,19 +69,17 @@ export class SessionBusy extends Schema.TaggedError<SessionBusy>()("SessionBusy"
   }
 }
 
-export class StepBudgetExceeded extends Schema.TaggedError<StepBudgetExceeded>()("StepBudgetExceeded", {
+export class BudgetExceeded extends Schema.TaggedError<BudgetExceeded>()("BudgetExceeded", {
   sessionId: Schema.String,
-  maxSteps: Schema.Int
+  budget: Schema.Literals(["max_steps", "max_tokens", "max_wall_secs", "tree_max_tokens"]),
+  limit: Schema.Finite
 }) {
   override get message() {
-    return `agent ${this.sessionId} used its step budget (max_steps=${this.maxSteps}) without a final answer`
+    return `agent ${this.sessionId} ran out of budget (${this.budget}=${this.limit}) before a final answer`
   }
 }
 
-/** A message of a transcript (the `effect/ai` prompt message). */
-export type TranscriptMessage = Prompt.Message
-
-export type PromptError = SessionNotFound | SessionBusy | ModelCallFailed | StepBudgetExceeded
+export type PromptError = SessionNotFound | SessionBusy | ModelCallFailed | BudgetExceeded
 
 export interface SessionInfo {
   readonly id: string
@@ -83,10 +87,15 @@ export interface SessionInfo {
   readonly depth: number
   readonly role: string
   readonly model: string
+  readonly description: string | undefined
   readonly steps: number
   readonly toolCalls: number
+  readonly lastTool: string | undefined
   readonly usage: Usage.Usage
   readonly treeUsage: Usage.Usage
+  readonly running: boolean
+  /** True while a model call is in flight (the model is working, not stuck). */
+  readonly waitingOnModel: boolean
 }
 
 export interface PromptResult {
@@ -98,6 +107,9 @@ export interface PromptResult {
   /** Usage of this prompt only (own model calls). */
   readonly usage: Usage.Usage
 }
+
+/** A message of a transcript (the `effect/ai` prompt message). */
+export type TranscriptMessage = Prompt.Message
 
 export interface CreateOptions {
   /** Role name or alias; default `general`. */
@@ -112,19 +124,66 @@ export interface CreateOptions {
 export interface ChildOptions {
   readonly role: Roles.RoleSpec
   readonly description?: string | undefined
+  /** An id the caller already validated; default the parent's model. */
   readonly model?: string | undefined
   readonly allowedTools?: ReadonlyArray<string> | undefined
   readonly deny?: ReadonlyArray<string> | undefined
+  /** Start from the parent's last request, byte-identical, so a prefix cache is reused. */
+  readonly forkContext?: boolean | undefined
+  readonly budgets?: Partial<Budgets> | undefined
 }
 
+/** A session rebuilt from a persisted transcript (to resume it after a restart). */
+export interface RestoreOptions {
+  readonly id: string
+  readonly parentId?: string | undefined
+  readonly depth: number
+  readonly role: Roles.RoleSpec
+  readonly model: string
+  readonly description?: string | undefined
+  readonly allowedTools?: ReadonlyArray<string> | undefined
+  /** The transcript: the system message first, then the conversation. */
+  readonly transcript: ReadonlyArray<Prompt.Message>
+  readonly budgets?: Partial<Budgets> | undefined
+}
+
+/** How another service (the SubAgentManager) takes part in every session's loop. */
+export interface Hooks {
+  /** Called with every event, after it is published. */
+  readonly onEvent: (event: AgentEvent) => Effect.Effect<void>
+  /**
+   * Called when the model gives a final answer. Return a message to hand the model and go on
+   * (e.g. the results of background children it must see), or undefined to finish.
+   */
+  readonly beforeFinish: (sessionId: string) => Effect.Effect<string | undefined>
+}
+
+const noHooks: Hooks = { onEvent: () => Effect.void, beforeFinish: () => Effect.succeed(undefined) }
+
 export class Session extends Context.Service<Session, {
-  readonly create: (options?: CreateOptions) => Effect.Effect<SessionInfo, Roles.UnknownRole | Roles.InvalidRoleRequest>
-  readonly createChild: (parentId: string, options: ChildOptions) => Effect.Effect<SessionInfo, SessionNotFound>
+  readonly create: (
+    options?: CreateOptions
+  ) => Effect.Effect<SessionInfo, Roles.UnknownRole | Roles.InvalidRoleRequest | UnknownModel>
+  /** A child of `parentId` (or, without a parent, a depth-1 agent under the root rules). */
+  readonly createChild: (
+    parentId: string | undefined,
+    options: ChildOptions
+  ) => Effect.Effect<SessionInfo, SessionNotFound | UnknownModel>
+  readonly restore: (options: RestoreOptions) => Effect.Effect<SessionInfo, UnknownModel>
   /** Appends `message` as a user message and runs the loop to a final answer. */
   readonly prompt: (sessionId: string, message: string) => Effect.Effect<PromptResult, PromptError>
+  /** Queues a message for the next model step; `interrupt` cancels the step in flight. */
+  readonly deliver: (sessionId: string, message: string, interrupt: boolean) => Effect.Effect<void, SessionNotFound>
+  /** Marks the next interruption of this session's run as a cancellation with `reason`. */
+  readonly markCancelled: (sessionId: string, reason: string) => Effect.Effect<void>
+  /** The scope of the session's running prompt, if it is running. */
+  readonly scopeOf: (sessionId: string) => Option.Option<Scope.Scope>
   /** The full conversation: the system message, then every message in order. */
   readonly transcript: (sessionId: string) => Effect.Effect<ReadonlyArray<Prompt.Message>, SessionNotFound>
   readonly info: (sessionId: string) => Effect.Effect<SessionInfo, SessionNotFound>
+  /** Forgets a finished session (its record and transcript live on elsewhere). */
+  readonly dispose: (sessionId: string) => Effect.Effect<void>
+  readonly setHooks: (hooks: Hooks) => Effect.Effect<void>
 }>()("@fibril/core/Session") {}
 
 /** The message of a typed failure, or a short form of a defect. */
@@ -139,21 +198,51 @@ const info = (state: SessionState): SessionInfo => ({
   depth: state.depth,
   role: state.role,
   model: state.model,
+  description: state.description,
   steps: state.steps,
   toolCalls: state.toolCalls,
+  lastTool: state.lastTool,
   usage: Usage.snapshot(state.usage),
-  treeUsage: Usage.snapshot(state.treeUsage)
+  treeUsage: Usage.snapshot(state.treeUsage),
+  running: state.busy,
+  waitingOnModel: state.modelCall !== undefined
 })
+
+/**
+ * A run interrupted while tools ran leaves tool calls without results; providers reject
+ * such a history, so before a new prompt each dangling call gets a result saying so.
+ */
+const closeDanglingCalls = (state: SessionState) => {
+  const last = state.messages.at(-1)
+  if (last?.role !== "assistant") return
+  const calls = last.content.filter((part) => part.type === "tool-call")
+  if (calls.length === 0) return
+  state.messages.push(Prompt.makeMessage("tool", {
+    content: calls.map((call) =>
+      Prompt.makePart("tool-result", {
+        id: call.id,
+        name: call.name,
+        isFailure: true,
+        result: { error: "Interrupted", message: "the run was interrupted before this call finished; its effects are unknown" },
+        providerExecuted: false
+      })
+    )
+  }))
+}
+
+const userMessage = (text: string) => Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text })] })
 
 export const make = Effect.fn("Session.make")(function*(options: Partial<Options> = {}) {
   const config: Options = { ...defaults, ...options }
-  const model = yield* LanguageModel.LanguageModel
+  const models = yield* Models
   const registry = yield* ToolRegistry
   const permission = yield* Permission
   const events = yield* AgentEvents
   const workspace = yield* Workspace
+  const memory = yield* Effect.serviceOption(Memory)
   const sessions = new Map<string, SessionState>()
   const deps = { registry, permission, events }
+  let hooks = noHooks
 
   const lookup = (sessionId: string): Effect.Effect<SessionState, SessionNotFound> => {
     const state = sessions.get(sessionId)
@@ -161,43 +250,90 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   }
 
   const publish = (state: SessionState, event: Omit<AgentEvent, "agent" | "at">) =>
-    Effect.flatMap(Clock.currentTimeMillis, (at) => events.publish({ ...event, agent: snapshot(state), at }))
+    Effect.flatMap(Clock.currentTimeMillis, (at) => {
+      const full: AgentEvent = { ...event, agent: snapshot(state), at }
+      return Effect.andThen(events.publish(full), hooks.onEvent(full))
+    })
 
-  const register = (
-    parent: SessionState | undefined,
-    role: Roles.RoleSpec,
-    rules: SessionState["rules"],
-    modelLabel: string,
-    prompt: string,
-    description: string | undefined
-  ): SessionState => {
-    const depth = parent === undefined ? 0 : parent.depth + 1
+  const memorySection = Option.isSome(memory)
+    ? Effect.orElseSucceed(memory.value.section, () => "")
+    : Effect.succeed("")
+
+  const systemFor = (role: Roles.RoleSpec, depth: number, prompt: string) =>
+    Effect.map(memorySection, (section) =>
+      Prompt.makeMessage("system", {
+        content: `${Roles.header(role.name, depth)}\nWorkspace: ${workspace.root}\n\n${prompt}${
+          section === "" ? "" : `\n\n${section}`
+        }`
+      }))
+
+  const register = (init: {
+    readonly id?: string | undefined
+    readonly parent: SessionState | undefined
+    readonly depth: number
+    readonly role: Roles.RoleSpec
+    readonly rules: SessionState["rules"]
+    readonly model: string
+    readonly languageModel: SessionState["languageModel"]
+    readonly system: Prompt.SystemMessage
+    readonly messages: Array<Prompt.Message>
+    readonly description: string | undefined
+    readonly budgets: Budgets
+  }): SessionState => {
     const state: SessionState = {
-      id: Ids.next("agent"),
-      parent,
-      depth,
-      role: role.name,
-      model: modelLabel,
-      description,
-      system: Prompt.makeMessage("system", {
-        content: `${Roles.header(role.name, depth)}\nWorkspace: ${workspace.root}\n\n${prompt}`
-      }),
-      messages: [],
-      rules,
-      view: registry.view(rules),
+      id: init.id ?? Ids.next("agent"),
+      parent: init.parent,
+      depth: init.depth,
+      role: init.role.name,
+      model: init.model,
+      languageModel: init.languageModel,
+      description: init.description,
+      system: init.system,
+      messages: init.messages,
+      rules: init.rules,
+      view: registry.view(init.rules),
+      budgets: init.budgets,
       usage: Usage.zero(),
       treeUsage: Usage.zero(),
+      inbox: [],
       steps: 0,
       toolCalls: 0,
       lastTool: undefined,
-      busy: false
+      busy: false,
+      lastRequestLength: 0,
+      modelCall: undefined,
+      stepInterrupted: false,
+      scope: undefined,
+      cancelReason: undefined
     }
     sessions.set(state.id, state)
     return state
   }
 
+  const childRules = (
+    parentRules: SessionState["rules"],
+    depth: number,
+    role: Roles.RoleSpec,
+    allowedTools: ReadonlyArray<string> | undefined,
+    deny: ReadonlyArray<string> | undefined
+  ) =>
+    permission.derive(parentRules, {
+      label: `${role.name} sub-agent at depth ${depth}`,
+      allow: allowedTools,
+      deny: deny === undefined ? childDenied : [...childDenied, ...deny],
+      postures: depth >= config.maxDepth ? [...role.postures].filter((p) => p !== "spawn") : role.postures,
+      writeScope: role.writeScope
+    })
+
+  const childBudgets = (budgets: Partial<Budgets> | undefined): Budgets => ({
+    maxSteps: config.childMaxSteps ?? config.maxSteps,
+    ...budgets
+  })
+
   const create = Effect.fn("Session.create")(function*(options: CreateOptions = {}) {
     const role = yield* Roles.forRequest(options.role ?? "general", options.allowedTools)
+    const model = options.model ?? models.defaultModel
+    const languageModel = yield* models.resolve(model)
     const rules = permission.derive(permission.root, {
       label: `${role.name} agent`,
       allow: options.allowedTools,
@@ -205,25 +341,83 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       postures: config.maxDepth < 1 ? [...role.postures].filter((p) => p !== "spawn") : role.postures,
       writeScope: role.writeScope
     })
-    const state = register(undefined, role, rules, options.model ?? config.model, options.systemPrompt ?? role.prompt, undefined)
+    const state = register({
+      parent: undefined,
+      depth: 0,
+      role,
+      rules,
+      model,
+      languageModel,
+      system: yield* systemFor(role, 0, options.systemPrompt ?? role.prompt),
+      messages: [],
+      description: undefined,
+      budgets: { maxSteps: config.maxSteps }
+    })
     yield* publish(state, { type: "spawned" })
     return info(state)
   })
 
-  const createChild = Effect.fn("Session.createChild")(function*(parentId: string, options: ChildOptions) {
-    const parent = yield* lookup(parentId)
-    const depth = parent.depth + 1
+  const createChild = Effect.fn("Session.createChild")(function*(parentId: string | undefined, options: ChildOptions) {
+    const parent = parentId === undefined ? undefined : yield* lookup(parentId)
+    const depth = parent === undefined ? 1 : parent.depth + 1
     const role = options.role
-    const mayNotSpawn = depth >= config.maxDepth
-    const rules = permission.derive(parent.rules, {
-      label: `${role.name} sub-agent at depth ${depth}`,
-      allow: options.allowedTools,
-      deny: options.deny === undefined ? childDenied : [...childDenied, ...options.deny],
-      postures: mayNotSpawn ? [...role.postures].filter((p) => p !== "spawn") : role.postures,
-      writeScope: role.writeScope
+    const model = options.model ?? parent?.model ?? models.defaultModel
+    const languageModel = model === parent?.model ? parent.languageModel : yield* models.resolve(model)
+    const rules = childRules(parent?.rules ?? permission.root, depth, role, options.allowedTools, options.deny)
+    const fork = options.forkContext === true && parent !== undefined
+    // A fork starts with the parent's last request, byte-identical (same message objects),
+    // then says it is a fork and who it is now; the task follows as the prompt.
+    const system = fork ? parent.system : yield* systemFor(role, depth, role.prompt)
+    const messages: Array<Prompt.Message> = fork
+      ? [
+        ...parent.messages.slice(0, parent.lastRequestLength),
+        userMessage(
+          `${forkMarker} You are a forked sub-agent: the conversation above is your parent's, shared for context. ` +
+            "Do not continue the parent's work; do only the task that follows."
+        ),
+        userMessage(
+          `${Roles.header(role.name, depth)}\nWorkspace: ${workspace.root}\n\n${role.prompt}`
+        )
+      ]
+      : []
+    const state = register({
+      parent,
+      depth,
+      role,
+      rules,
+      model,
+      languageModel,
+      system,
+      messages,
+      description: options.description,
+      budgets: childBudgets(options.budgets)
     })
-    const state = register(parent, role, rules, options.model ?? parent.model, role.prompt, options.description)
     yield* publish(state, { type: "spawned" })
+    return info(state)
+  })
+
+  const restore = Effect.fn("Session.restore")(function*(options: RestoreOptions) {
+    const existing = sessions.get(options.id)
+    if (existing !== undefined) return info(existing)
+    const parent = options.parentId === undefined ? undefined : sessions.get(options.parentId)
+    const [first, ...rest] = options.transcript
+    const role = options.role
+    const system = first?.role === "system" ? first : yield* systemFor(role, options.depth, role.prompt)
+    const rules = childRules(parent?.rules ?? permission.root, options.depth, role, options.allowedTools, undefined)
+    const state = register({
+      id: options.id,
+      parent,
+      depth: options.depth,
+      role,
+      rules,
+      model: options.model,
+      languageModel: yield* models.resolve(options.model),
+      system,
+      messages: first?.role === "system" ? rest : [...options.transcript],
+      description: options.description,
+      budgets: childBudgets(options.budgets)
+    })
+    state.lastRequestLength = state.messages.length
     return info(state)
   })
 
@@ -234,71 +428,155 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     }
   }
 
+  const rootOf = (state: SessionState): SessionState => {
+    let node = state
+    while (node.parent !== undefined) node = node.parent
+    return node
+  }
+
+  const checkTokens = (state: SessionState, own: Usage.Usage): Effect.Effect<void, BudgetExceeded> => {
+    const { maxTokens, treeMaxTokens } = state.budgets
+    if (maxTokens !== undefined && Usage.total(own) > maxTokens) {
+      return Effect.fail(new BudgetExceeded({ sessionId: state.id, budget: "max_tokens", limit: maxTokens }))
+    }
+    if (treeMaxTokens !== undefined && Usage.total(rootOf(state).treeUsage) > treeMaxTokens) {
+      return Effect.fail(new BudgetExceeded({ sessionId: state.id, budget: "tree_max_tokens", limit: treeMaxTokens }))
+    }
+    return Effect.void
+  }
+
+  const retryEvent = (state: SessionState) => (attempt: number, reason: string, delayMs: number) =>
+    publish(state, { type: "retry", reason: `attempt ${attempt} failed (${reason}); retrying in ${Math.round(delayMs)} ms` })
+
+  // One model call in its own fiber, so a delivery with `interrupt` can cancel just this step.
+  const step = (state: SessionState) =>
+    Effect.gen(function*() {
+      state.lastRequestLength = state.messages.length
+      const request = Prompt.fromMessages([state.system, ...state.messages])
+      const fiber = yield* Effect.forkChild(
+        callModel(state.languageModel, request, state.view.toolkit, config, retryEvent(state)),
+        { startImmediately: true }
+      )
+      state.modelCall = fiber
+      const exit = yield* Fiber.await(fiber)
+      state.modelCall = undefined
+      if (Exit.isSuccess(exit)) return Option.some(exit.value)
+      if (state.stepInterrupted && Cause.hasInterruptsOnly(exit.cause)) {
+        state.stepInterrupted = false
+        return Option.none()
+      }
+      return yield* Effect.failCause(exit.cause)
+    })
+
   const loop = (state: SessionState) =>
     Effect.gen(function*() {
       const startSteps = state.steps
       const startToolCalls = state.toolCalls
       const own = Usage.zero()
-      const maxSteps = state.depth > 0 ? config.childMaxSteps ?? config.maxSteps : config.maxSteps
+      const { maxSteps } = state.budgets
       while (true) {
+        while (state.inbox.length > 0) state.messages.push(userMessage(state.inbox.shift()!))
         if (state.steps - startSteps >= maxSteps) {
-          return yield* new StepBudgetExceeded({ sessionId: state.id, maxSteps })
+          return yield* new BudgetExceeded({ sessionId: state.id, budget: "max_steps", limit: maxSteps })
         }
-        const request = Prompt.fromMessages([state.system, ...state.messages])
-        const response = yield* callModel(
-          model,
-          request,
-          state.view.toolkit,
-          config,
-          (attempt, reason, delayMs) =>
-            publish(state, { type: "retry", reason: `attempt ${attempt} failed (${reason}); retrying in ${Math.round(delayMs)} ms` })
-        )
-        const turn = resolveTurn(response)
+        const response = yield* step(state)
+        if (Option.isNone(response)) continue
+        const turn = resolveTurn(response.value)
         state.steps++
         addUsage(state, turn.usage)
         Usage.add(own, turn.usage)
         state.messages.push(turn.assistant)
         yield* publish(state, { type: "step" })
-        if (turn.toolCalls.length === 0) {
-          return {
-            sessionId: state.id,
-            text: turn.text,
-            steps: state.steps - startSteps,
-            toolCalls: state.toolCalls - startToolCalls,
-            usage: Usage.snapshot(own)
-          } satisfies PromptResult
+        yield* checkTokens(state, own)
+        if (turn.toolCalls.length > 0) {
+          state.messages.push(yield* runTools(deps, state, turn.toolCalls))
+          continue
         }
-        state.messages.push(yield* runTools(deps, state, turn.toolCalls))
+        if (state.inbox.length > 0) continue
+        const more = yield* hooks.beforeFinish(state.id)
+        if (more !== undefined) {
+          state.messages.push(userMessage(more))
+          continue
+        }
+        return {
+          sessionId: state.id,
+          text: turn.text,
+          steps: state.steps - startSteps,
+          toolCalls: state.toolCalls - startToolCalls,
+          usage: Usage.snapshot(own)
+        } satisfies PromptResult
       }
     })
+
+  const withWallBudget = (state: SessionState) => <A, E, R>(effect: Effect.Effect<A, E, R>) => {
+    const limit = state.budgets.maxWallSecs
+    return limit === undefined ? effect : effect.pipe(
+      Effect.timeoutOrElse({
+        duration: Duration.seconds(limit),
+        orElse: () => Effect.fail(new BudgetExceeded({ sessionId: state.id, budget: "max_wall_secs", limit }))
+      })
+    )
+  }
 
   const prompt = Effect.fn("Session.prompt")(function*(sessionId: string, message: string) {
     const state = yield* lookup(sessionId)
     if (state.busy) return yield* new SessionBusy({ sessionId })
     state.busy = true
-    state.messages.push(Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: message })] }))
+    state.cancelReason = undefined
+    closeDanglingCalls(state)
+    state.messages.push(userMessage(message))
     yield* publish(state, { type: "started" })
-    return yield* loop(state).pipe(
+    return yield* Effect.gen(function*() {
+      state.scope = yield* Effect.scope
+      return yield* loop(state)
+    }).pipe(
+      Effect.scoped,
+      withWallBudget(state),
       Effect.onExit((exit) => {
         state.busy = false
+        state.scope = undefined
+        state.modelCall = undefined
         if (exit._tag === "Success") return publish(state, { type: "completed" })
-        return Cause.hasInterruptsOnly(exit.cause)
-          ? publish(state, { type: "interrupted", reason: "interrupted" })
-          : publish(state, { type: "failed", reason: describeFailure(exit.cause) })
+        if (Cause.hasInterruptsOnly(exit.cause)) {
+          return state.cancelReason === undefined
+            ? publish(state, { type: "interrupted", reason: "interrupted" })
+            : publish(state, { type: "cancelled", reason: state.cancelReason })
+        }
+        return publish(state, { type: "failed", reason: describeFailure(exit.cause) })
       })
     )
+  })
+
+  const deliver = Effect.fn("Session.deliver")(function*(sessionId: string, message: string, interrupt: boolean) {
+    const state = yield* lookup(sessionId)
+    state.inbox.push(message)
+    const call = state.modelCall
+    if (interrupt && call !== undefined) {
+      state.stepInterrupted = true
+      yield* Fiber.interrupt(call)
+    }
   })
 
   return Session.of({
     create,
     createChild,
+    restore,
     prompt,
+    deliver,
+    markCancelled: (sessionId, reason) =>
+      Effect.sync(() => {
+        const state = sessions.get(sessionId)
+        if (state !== undefined) state.cancelReason = reason
+      }),
+    scopeOf: (sessionId) => Option.fromNullishOr(sessions.get(sessionId)?.scope),
     transcript: (sessionId) => Effect.map(lookup(sessionId), (state) => [state.system, ...state.messages]),
-    info: (sessionId) => Effect.map(lookup(sessionId), info)
+    info: (sessionId) => Effect.map(lookup(sessionId), info),
+    dispose: (sessionId) => Effect.sync(() => void sessions.delete(sessionId)),
+    setHooks: (next) => Effect.sync(() => void (hooks = next))
   })
 })
 
-/** Session options from `FibrilConfig` (`[agent]`, `[subagents] max_depth / max_steps`, `model`). */
+/** Session options from `FibrilConfig` (`[agent]`, `[subagents] max_depth / max_steps`). */
 export const optionsFrom = (settings: FibrilConfig.Settings): Partial<Options> => ({
   maxSteps: settings.agent.maxSteps,
   apiTimeoutSecs: settings.agent.apiTimeoutSecs,
@@ -306,12 +584,11 @@ export const optionsFrom = (settings: FibrilConfig.Settings): Partial<Options> =
   retryBaseMs: settings.agent.retryBaseMs,
   retryMaxMs: settings.agent.retryMaxMs,
   maxDepth: settings.subagents.maxDepth,
-  childMaxSteps: settings.subagents.maxSteps,
-  ...(settings.model === undefined ? {} : { model: settings.model })
+  childMaxSteps: settings.subagents.maxSteps
 })
 
-/** Sessions over the LanguageModel, tools, permissions, events and workspace in context. */
+/** Sessions over the models, tools, permissions, events and workspace in context. */
 export const layer = (
   options: Partial<Options> = {}
-): Layer.Layer<Session, never, LanguageModel.LanguageModel | ToolRegistry | Permission | AgentEvents | Workspace> =>
+): Layer.Layer<Session, never, Models | ToolRegistry | Permission | AgentEvents | Workspace> =>
   Layer.effect(Session, make(options))

@@ -4,20 +4,22 @@ import { NodeServices } from "@effect/platform-node"
 import { ScriptedModel } from "@fibril/testkit"
 import { Context, Effect, FileSystem, Layer, Path } from "effect"
 import * as Fibril from "../src/Fibril.ts"
+import type * as Models from "../src/Models.ts"
 import type * as Session from "../src/Session.ts"
 
-type Services = Layer.Success<ReturnType<typeof Fibril.layer>>
+type Services = Fibril.Services | Models.Models
 
 /** Builds the core services over `script` in a new temp workspace; returns them and the root. */
 export const setup = Effect.fn("test.setup")(function*(
   script: ScriptedModel.ScriptInput,
-  session: Partial<Session.Options> = {}
+  session: Partial<Session.Options> = {},
+  extra: Omit<Partial<Fibril.Options>, "cwd" | "session"> & { readonly root?: string } = {}
 ) {
   const fs = yield* FileSystem.FileSystem
   const path = yield* Path.Path
-  const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+  const root = extra.root ?? (yield* fs.realPath(yield* fs.makeTempDirectoryScoped()))
   const context = yield* Layer.build(
-    Fibril.layer({ cwd: root, session }).pipe(Layer.provide(ScriptedModel.layer(script)))
+    Fibril.layer({ ...extra, cwd: root, session }).pipe(Layer.provide(ScriptedModel.layer(script)))
   )
   const get = <I extends Services, S>(tag: Context.Key<I, S>): S => Context.get(context, tag)
   return { fs, path, root, context, get }

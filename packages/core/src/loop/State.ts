@@ -2,11 +2,20 @@
  * The mutable state of one session, owned by the Session service and handed to the loop
  * steps. Plain fields, because the loop touches them on every step of every agent.
  */
-import type { Prompt } from "effect/ai"
+import type { Fiber, Scope } from "effect"
+import type { LanguageModel, Prompt } from "effect/ai"
 import type { AgentSnapshot } from "../AgentEvents.ts"
 import type * as Permission from "../Permission.ts"
 import type { ToolView } from "../ToolRegistry.ts"
 import type { MutableUsage } from "../Usage.ts"
+
+/** Limits on one prompt run of a session; the tree budget is checked against the root's usage. */
+export interface Budgets {
+  readonly maxSteps: number
+  readonly maxTokens?: number | undefined
+  readonly maxWallSecs?: number | undefined
+  readonly treeMaxTokens?: number | undefined
+}
 
 export interface SessionState {
   readonly id: string
@@ -14,20 +23,34 @@ export interface SessionState {
   readonly depth: number
   readonly role: string
   readonly model: string
+  readonly languageModel: LanguageModel.LanguageModel
   /** A short label from the spawner (the `task` description), for progress views. */
   readonly description: string | undefined
   readonly system: Prompt.SystemMessage
   readonly messages: Array<Prompt.Message>
   readonly rules: Permission.Rules
   readonly view: ToolView
+  readonly budgets: Budgets
   /** This session's own model usage. */
   readonly usage: MutableUsage
   /** Its own usage plus every descendant's. */
   readonly treeUsage: MutableUsage
+  /** Messages waiting to be delivered before the next model step. */
+  readonly inbox: Array<string>
   steps: number
   toolCalls: number
   lastTool: string | undefined
   busy: boolean
+  /** How many messages the last model request carried (the prefix a fork copies). */
+  lastRequestLength: number
+  /** The in-flight model call, while there is one. */
+  modelCall: Fiber.Fiber<unknown, unknown> | undefined
+  /** Set when a delivery interrupted the in-flight model call on purpose. */
+  stepInterrupted: boolean
+  /** The scope of the running prompt: background children are forked into it. */
+  scope: Scope.Scope | undefined
+  /** Set before the run is interrupted on purpose: it ends `cancelled` with this reason. */
+  cancelReason: string | undefined
 }
 
 export const snapshot = (state: SessionState): AgentSnapshot => ({

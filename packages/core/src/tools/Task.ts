@@ -1,17 +1,18 @@
 /**
  * The `task` tool: delegate to a sub-agent in the foreground.
  *
- * Creates a child session (role posture, `task` and `todowrite` denied, spawning denied
- * below max_depth), runs `Session.prompt` on it in the calling fiber — so interrupting the
- * parent interrupts the child — and returns only the parsed result. The child's transcript
- * never enters the parent's history. A child that fails (step budget, model errors) is a
- * `failed` result the parent's model can act on, not a failure of the parent.
+ * Goes through the SubAgentManager (the cap, the record, events): a child session with the
+ * role's posture, `task` and `todowrite` denied and spawning denied below max_depth, run in
+ * a fiber of the calling tool call — so interrupting the parent interrupts the child — and
+ * only the parsed result returned. The child's transcript never enters the parent's history.
+ * A child that fails (step budget, model errors) is a `failed` result the parent's model can
+ * act on, not a failure of the parent; a cap or an unknown role is a tool error.
  */
-import { Clock, Effect, Layer, Schema } from "effect"
+import { Effect, Layer, Schema } from "effect"
 import { text } from "../internal/resource.ts"
-import * as OutputContract from "../OutputContract.ts"
+import type * as OutputContract from "../OutputContract.ts"
 import * as Roles from "../Roles.ts"
-import { Session } from "../Session.ts"
+import { type AgentView, SubAgentManager } from "../SubAgentManager.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 
 export const TaskParameters = Schema.Struct({
@@ -28,7 +29,7 @@ export const TaskParameters = Schema.Struct({
 export interface TaskResult {
   readonly agent_id: string
   readonly description: string
-  readonly status: "completed" | "failed"
+  readonly status: "completed" | "failed" | "cancelled"
   readonly summary: string
   readonly sections: OutputContract.Sections
   readonly contract_violations: ReadonlyArray<string>
@@ -47,46 +48,32 @@ export const definition = ToolRegistry.define({
   parameters: TaskParameters,
   posture: "spawn",
   handler: Effect.fn("tool.task")(function*(params, context) {
-    const session = yield* Session
-    const role = yield* Roles.forRequest(params.subagent_type ?? "general", params.allowed_tools)
-    const child = yield* session.createChild(context.sessionId, {
-      role,
+    const manager = yield* SubAgentManager
+    const agent = yield* manager.run(context.sessionId, {
+      prompt: params.prompt,
       description: params.description,
+      role: params.subagent_type ?? "general",
       allowedTools: params.allowed_tools
     })
-    const started = yield* Clock.currentTimeMillis
-    const outcome = yield* Effect.result(session.prompt(child.id, params.prompt))
-    const finished = yield* Clock.currentTimeMillis
-    const after = yield* session.info(child.id)
-    const common = {
-      agent_id: child.id,
-      description: params.description,
-      tool_calls: after.toolCalls,
-      steps: after.steps,
-      tokens: after.treeUsage,
-      duration_ms: finished - started,
-      model: child.model
-    }
-    if (outcome._tag === "Failure") {
-      return {
-        ...common,
-        status: "failed",
-        summary: outcome.failure.message,
-        sections: emptySections,
-        contract_violations: []
-      } satisfies TaskResult
-    }
-    const parsed = OutputContract.parse(outcome.success.text)
-    return {
-      ...common,
-      status: "completed",
-      summary: OutputContract.summaryOf(parsed, outcome.success.text),
-      sections: parsed.sections,
-      contract_violations: parsed.violations.map((violation) => violation.message)
-    } satisfies TaskResult
+    return taskResult(agent)
   })
 })
 
-/** Registers `task`; needs the Session it delegates through. */
-export const layer: Layer.Layer<never, ToolRegistry.DuplicateTool, ToolRegistry.ToolRegistry | Session> = Layer
+/** The `task` result of a finished agent record. */
+export const taskResult = (agent: AgentView): TaskResult => ({
+  agent_id: agent.agent_id,
+  description: agent.description,
+  status: agent.status === "completed" ? "completed" : agent.status === "cancelled" ? "cancelled" : "failed",
+  summary: agent.outcome?.summary ?? agent.reason ?? "",
+  sections: agent.outcome?.sections ?? emptySections,
+  contract_violations: agent.outcome?.contract_violations ?? [],
+  tool_calls: agent.tool_calls,
+  steps: agent.steps,
+  tokens: agent.tokens,
+  duration_ms: agent.started_at !== undefined && agent.finished_at !== undefined ? agent.finished_at - agent.started_at : 0,
+  model: agent.model
+})
+
+/** Registers `task`; needs the SubAgentManager it delegates through. */
+export const layer: Layer.Layer<never, ToolRegistry.DuplicateTool, ToolRegistry.ToolRegistry | SubAgentManager> = Layer
   .effectDiscard(ToolRegistry.ToolRegistry.use((registry) => registry.register(definition)))

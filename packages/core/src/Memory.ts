@@ -1,0 +1,136 @@
+/**
+ * Memory — notes an agent keeps across runs, in `<workspace>/.fibril/memory.md`.
+ *
+ * The file is a plain Markdown list a person can read and edit: `remember` appends one
+ * bullet per note, and `section` renders the file for the system prompt of later sessions.
+ * A note is always one line (whitespace runs, newlines included, become one space) and at
+ * most `maxNoteChars` characters, so one note can never break the list or flood a prompt.
+ * Appends are serialised by a semaphore, so concurrent `remember` calls never interleave.
+ *
+ * @example
+ * const memory = Memory.layer().pipe(Layer.provide([Workspace.layer(cwd), NodeServices.layer]))
+ * const program = Memory.Memory.use((m) => m.remember("tests run with `npm test`"))
+ */
+import { Context, Effect, FileSystem, Layer, Path, Schema, Semaphore } from "effect"
+import { Workspace } from "./Workspace.ts"
+
+/** Longest note kept, in characters (code points); longer notes end in "…". */
+export const maxNoteChars = 500
+
+/** Where the memory file lives, relative to the workspace root. */
+export const defaultPath = ".fibril/memory.md"
+
+export class MemoryError extends Schema.TaggedError<MemoryError>()("MemoryError", {
+  reason: Schema.String
+}) {
+  override get message() {
+    return `memory: ${this.reason}`
+  }
+}
+
+export class Memory extends Context.Service<Memory, {
+  /** Absolute path of the memory file. */
+  readonly path: string
+  /** The file's content ("" when it does not exist yet). */
+  readonly read: Effect.Effect<string, MemoryError>
+  /** Appends `note` as one bullet ("- <note>\n"); returns the bullet written, without the newline. */
+  readonly remember: (note: string) => Effect.Effect<string, MemoryError>
+  /** The system-prompt section with the file's notes; "" when there are none. */
+  readonly section: Effect.Effect<string, MemoryError>
+}>()("@fibril/core/Memory") {}
+
+/** A note made one line and capped; `note` is "" when nothing but whitespace was given. */
+export const normalize = (note: string): { readonly note: string; readonly truncated: boolean } => {
+  const line = note.replace(/\s+/g, " ").trim()
+  const chars = Array.from(line)
+  return chars.length <= maxNoteChars
+    ? { note: line, truncated: false }
+    : { note: chars.slice(0, maxNoteChars - 1).join("").trimEnd() + "…", truncated: true }
+}
+
+/** The prompt section for the file's `content` ("" when it holds nothing). */
+export const formatSection = (content: string, shownPath: string = defaultPath): string => {
+  const notes = content.trim()
+  return notes === "" ? "" : `## Memory\n\nNotes remembered in earlier work (from ${shownPath}):\n\n${notes}`
+}
+
+/** How the notes are stored: read all, append text. */
+interface Storage {
+  readonly load: Effect.Effect<string, MemoryError>
+  readonly append: (text: string) => Effect.Effect<void, MemoryError>
+}
+
+const fromStorage = Effect.fnUntraced(function*(path: string, shownPath: string, storage: Storage) {
+  const lock = yield* Semaphore.make(1)
+
+  const remember = Effect.fn("Memory.remember")(function*(given: string) {
+    const { note } = normalize(given)
+    if (note === "") {
+      return yield* new MemoryError({ reason: "the note is empty; give one line of text worth remembering" })
+    }
+    const bullet = `- ${note}`
+    // Under the lock: the current content decides whether a newline is missing (a hand edit
+    // may have left none), and no other append can land between this read and the write.
+    yield* lock.withPermit(Effect.gen(function*() {
+      const content = yield* storage.load
+      const separator = content === "" || content.endsWith("\n") ? "" : "\n"
+      yield* storage.append(`${separator}${bullet}\n`)
+    }))
+    return bullet
+  })
+
+  const read = storage.load.pipe(Effect.withSpan("Memory.read"))
+
+  return Memory.of({
+    path,
+    read,
+    remember,
+    section: read.pipe(
+      Effect.map((content) => formatSection(content, shownPath)),
+      Effect.withSpan("Memory.section")
+    )
+  })
+})
+
+/** The memory file at `options.path` (relative to the workspace root), or `.fibril/memory.md`. */
+export const make = Effect.fn("Memory.make")(function*(options: { readonly path?: string | undefined } = {}) {
+  const fs = yield* FileSystem.FileSystem
+  const path = yield* Path.Path
+  const workspace = yield* Workspace
+  const file = path.resolve(workspace.root, options.path ?? defaultPath)
+  const shown = workspace.containsLexically(file) ? workspace.relative(file) : file
+
+  const load = fs.readFileString(file).pipe(
+    Effect.catch((error) =>
+      error.reason._tag === "NotFound"
+        ? Effect.succeed("")
+        : Effect.fail(new MemoryError({ reason: `cannot read ${shown}: ${error.message}` }))
+    )
+  )
+
+  const append = (text: string) =>
+    fs.makeDirectory(path.dirname(file), { recursive: true }).pipe(
+      Effect.andThen(fs.writeFileString(file, text, { flag: "a" })),
+      Effect.mapError((error) => new MemoryError({ reason: `cannot write ${shown}: ${error.message}` }))
+    )
+
+  return yield* fromStorage(file, shown, { load, append })
+})
+
+/** Memory kept in a string, starting from `initial`; nothing touches the disk. */
+export const makeMemory = (initial = ""): Effect.Effect<Memory["Service"]> =>
+  Effect.suspend(() => {
+    let content = initial
+    return fromStorage(`/${defaultPath}`, defaultPath, {
+      load: Effect.sync(() => content),
+      append: (text) => Effect.sync(() => void (content += text))
+    })
+  })
+
+/** The workspace's memory file (`<root>/.fibril/memory.md` unless `options.path` says otherwise). */
+export const layer = (
+  options: { readonly path?: string | undefined } = {}
+): Layer.Layer<Memory, never, Workspace | FileSystem.FileSystem | Path.Path> => Layer.effect(Memory, make(options))
+
+/** An empty in-memory store per build, for tests. */
+export const layerMemory: Layer.Layer<Memory> = Layer.effect(Memory, makeMemory())

@@ -1,0 +1,657 @@
+/**
+ * SubAgentManager — every sub-agent's lifecycle, under one cap.
+ *
+ * Both ways in go through here: `task` (foreground: the caller waits) and `agent_spawn`
+ * (background: the caller goes on and collects the result later). The manager resolves the
+ * role and the model (refusing unknown ones before anything exists), admits the agent under
+ * a Semaphore (only running agents hold a permit), creates the child session, records the
+ * agent in the SubAgentStore, and runs it as a fiber:
+ *
+ * - a background child is forked into its parent's running prompt scope, so interrupting
+ *   or cancelling the parent interrupts every descendant; a `detached` one lives in the
+ *   manager's scope and survives its parent;
+ * - a parent whose model answers while its background children run waits for them and gets
+ *   their results as a new message (the Session `beforeFinish` hook);
+ * - a watchdog cancels agents that make no progress for `heartbeat_timeout_secs`.
+ *
+ * Lifecycle: pending -> running -> completed | failed(reason) | cancelled(reason) |
+ * interrupted(reason), exactly one terminal state per run.
+ */
+import { Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, Scope, Semaphore } from "effect"
+import { Prompt } from "effect/ai"
+import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
+import type * as FibrilConfig from "./FibrilConfig.ts"
+import { Models, type UnknownModel } from "./Models.ts"
+import * as OutputContract from "./OutputContract.ts"
+import * as Roles from "./Roles.ts"
+import { type Budgets, describeFailure, Session, type SessionNotFound } from "./Session.ts"
+import { isTerminal, type Status, type SubAgentRecord } from "./SubAgentRecord.ts"
+import { SubAgentStore } from "./SubAgentStore.ts"
+
+export interface Options {
+  readonly maxConcurrent: number
+  readonly admission: "reject" | "queue"
+  readonly heartbeatTimeoutSecs: number
+  /** Per-agent and per-tree budgets of sub-agents. */
+  readonly budgets: Partial<Budgets>
+  /** Model per role: `[subagents] *_model` and `[subagents.models]`. */
+  readonly defaultModel?: string | undefined
+  readonly roleModels: Readonly<Record<string, string>>
+}
+
+export const defaults: Options = {
+  maxConcurrent: 10,
+  admission: "reject",
+  heartbeatTimeoutSecs: 300,
+  budgets: {},
+  roleModels: {}
+}
+
+export interface SpawnRequest {
+  readonly prompt: string
+  readonly description?: string | undefined
+  readonly role?: string | undefined
+  readonly model?: string | undefined
+  readonly detached?: boolean | undefined
+  readonly forkContext?: boolean | undefined
+  readonly allowedTools?: ReadonlyArray<string> | undefined
+}
+
+export class CapReached extends Schema.TaggedError<CapReached>()("CapReached", {
+  max: Schema.Int,
+  running: Schema.Int
+}) {
+  override get message() {
+    return `sub-agent cap reached (max ${this.max}, running ${this.running}): nothing was spawned. ` +
+      "Wait for a running agent to finish (agent_wait) or cancel one (agent_cancel), then try again."
+  }
+}
+
+export class AgentNotFound extends Schema.TaggedError<AgentNotFound>()("AgentNotFound", { agentId: Schema.String }) {
+  override get message() {
+    return `no sub-agent with id "${this.agentId}"; agent_list shows the known ones`
+  }
+}
+
+export class NotResumable extends Schema.TaggedError<NotResumable>()("NotResumable", {
+  agentId: Schema.String,
+  status: Schema.String
+}) {
+  override get message() {
+    return `sub-agent ${this.agentId} is ${this.status}; only a finished agent (completed, failed, cancelled or interrupted) can be resumed`
+  }
+}
+
+export type SpawnError = Roles.UnknownRole | Roles.InvalidRoleRequest | UnknownModel | CapReached | SessionNotFound
+
+/** A record as shown to callers: the stored fields plus whether it predates this process. */
+export type AgentView = SubAgentRecord & { readonly from_prior_session: boolean }
+
+export interface WaitResult {
+  readonly timed_out: boolean
+  readonly completed: ReadonlyArray<AgentView>
+  readonly pending: ReadonlyArray<string>
+}
+
+export interface InputResult {
+  readonly delivered: boolean
+  readonly reason?: string | undefined
+  readonly agent: AgentView
+}
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] }
+
+interface Entry {
+  record: Mutable<SubAgentRecord>
+  readonly parentSessionId: string | undefined
+  fiber: Fiber.Fiber<unknown, unknown> | undefined
+  done: Deferred.Deferred<void>
+  cancelReason: string | undefined
+  /** Its session's prompt is running (as opposed to waiting for a permit). */
+  started: boolean
+  lastProgress: number
+  /** Transcript messages already appended to the store. */
+  persisted: number
+}
+
+export const restartReason = "Interrupted by process restart"
+
+const roleModelKey: Partial<Record<Roles.RoleName, keyof FibrilConfig.SubagentSettings>> = {
+  general: "workerModel",
+  implementer: "workerModel",
+  tool_agent: "workerModel",
+  explore: "explorerModel",
+  plan: "awaiterModel",
+  review: "reviewModel",
+  custom: "customModel"
+}
+
+/** Model per role from settings: `[subagents.models]` wins over the `*_model` keys. */
+export const roleModelsFrom = (settings: FibrilConfig.SubagentSettings): Record<string, string> => {
+  const out: Record<string, string> = {}
+  for (const role of Roles.roleNames) {
+    const key = roleModelKey[role]
+    const value = key === undefined ? undefined : settings[key]
+    if (typeof value === "string") out[role] = value
+  }
+  for (const [name, model] of Object.entries(settings.models)) out[Roles.canonical(name) ?? name] = model
+  return out
+}
+
+export const optionsFrom = (settings: FibrilConfig.Settings): Options => ({
+  maxConcurrent: settings.subagents.maxConcurrent,
+  admission: settings.subagents.admission,
+  heartbeatTimeoutSecs: settings.subagents.heartbeatTimeoutSecs,
+  budgets: {
+    ...(settings.subagents.maxSteps === undefined ? {} : { maxSteps: settings.subagents.maxSteps }),
+    maxTokens: settings.subagents.maxTokens,
+    maxWallSecs: settings.subagents.maxWallSecs,
+    treeMaxTokens: settings.subagents.treeMaxTokens
+  },
+  defaultModel: settings.subagents.defaultModel,
+  roleModels: roleModelsFrom(settings.subagents)
+})
+
+export class SubAgentManager extends Context.Service<SubAgentManager, {
+  readonly bootId: string
+  readonly options: Options
+  /** Starts a background agent and returns at once. */
+  readonly spawn: (parentSessionId: string | undefined, request: SpawnRequest) => Effect.Effect<AgentView, SpawnError>
+  /** Starts an agent and waits for it in the caller's fiber (the `task` tool). */
+  readonly run: (parentSessionId: string | undefined, request: SpawnRequest) => Effect.Effect<AgentView, SpawnError>
+  readonly wait: (
+    ids: ReadonlyArray<string>,
+    options: { readonly mode: "any" | "all"; readonly timeoutMs?: number | undefined }
+  ) => Effect.Effect<WaitResult, AgentNotFound>
+  readonly result: (
+    id: string,
+    options: { readonly block: boolean; readonly timeoutMs?: number | undefined }
+  ) => Effect.Effect<AgentView, AgentNotFound>
+  readonly cancel: (id: string, reason?: string) => Effect.Effect<AgentView, AgentNotFound>
+  readonly list: (options: {
+    readonly includeArchived: boolean
+    readonly parentSessionId?: string | undefined
+  }) => Effect.Effect<ReadonlyArray<AgentView>>
+  readonly sendInput: (id: string, message: string, interrupt: boolean) => Effect.Effect<InputResult, AgentNotFound>
+  readonly resume: (
+    callerSessionId: string | undefined,
+    id: string,
+    message?: string
+  ) => Effect.Effect<AgentView, AgentNotFound | NotResumable | CapReached | UnknownModel | Roles.UnknownRole>
+  readonly assign: (
+    id: string,
+    update: { readonly objective?: string | undefined; readonly role?: string | undefined; readonly message?: string | undefined }
+  ) => Effect.Effect<InputResult, AgentNotFound | Roles.UnknownRole>
+  /** Running agents (holding a permit) right now. */
+  readonly running: Effect.Effect<number>
+}>()("@fibril/core/SubAgentManager") {}
+
+const randomBootId = () => Math.random().toString(36).slice(2, 10)
+
+export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial<Options> = {}) {
+  const config: Options = { ...defaults, ...options }
+  const session = yield* Session
+  const models = yield* Models
+  const store = yield* SubAgentStore
+  const events = yield* AgentEvents
+  const managerScope = yield* Effect.scope
+  const bootId = randomBootId()
+  const semaphore = yield* Semaphore.make(config.maxConcurrent)
+  const entries = new Map<string, Entry>()
+  /** Background, non-detached children by the session that spawned them. */
+  const childrenOf = new Map<string, Set<string>>()
+  let runningCount = 0
+
+  // Records left running or pending by an earlier process were interrupted by its end.
+  const loadedAt = yield* Clock.currentTimeMillis
+  for (const stored of yield* store.all) {
+    const record: Mutable<SubAgentRecord> = { ...stored }
+    if (!isTerminal(record.status)) {
+      record.status = "interrupted"
+      record.reason = restartReason
+      record.finished_at = loadedAt
+      yield* store.put(record)
+    }
+    const done = yield* Deferred.make<void>()
+    yield* Deferred.succeed(done, undefined)
+    entries.set(record.agent_id, {
+      record,
+      parentSessionId: record.parent_id,
+      fiber: undefined,
+      done,
+      cancelReason: undefined,
+      started: false,
+      lastProgress: loadedAt,
+      persisted: Number.POSITIVE_INFINITY
+    })
+  }
+
+  const view = (record: SubAgentRecord): AgentView => ({
+    ...record,
+    from_prior_session: record.session_boot_id !== bootId
+  })
+
+  const lookup = (id: string): Effect.Effect<Entry, AgentNotFound> => {
+    const entry = entries.get(id)
+    return entry === undefined ? Effect.fail(new AgentNotFound({ agentId: id })) : Effect.succeed(entry)
+  }
+
+  const modelFor = (role: Roles.RoleSpec, explicit: string | undefined, parentModel: string | undefined) =>
+    explicit ?? config.roleModels[role.name] ?? config.defaultModel ?? parentModel ?? models.defaultModel
+
+  const persistTranscript = (entry: Entry) =>
+    Effect.gen(function*() {
+      const transcript = yield* Effect.orElseSucceed(session.transcript(entry.record.agent_id), () => [])
+      if (transcript.length <= entry.persisted) return
+      const fresh = transcript.slice(Math.max(0, entry.persisted))
+      entry.persisted = transcript.length
+      const encoded = yield* Effect.orDie(Schema.encodeUnknownEffect(Schema.Array(Prompt.Message))(fresh))
+      yield* Effect.ignore(store.appendTranscript(entry.record.transcript_handle, encoded))
+    })
+
+  const syncFromSession = (entry: Entry) =>
+    Effect.map(Effect.option(session.info(entry.record.agent_id)), (found) => {
+      if (Option.isNone(found)) return
+      const info = found.value
+      entry.record.steps = info.steps
+      entry.record.tool_calls = info.toolCalls
+      if (info.lastTool !== undefined) entry.record.last_tool = info.lastTool
+      entry.record.tokens = info.treeUsage
+    })
+
+  const finish = (entry: Entry, exit: Exit.Exit<{ readonly text: string }, unknown>) =>
+    Effect.gen(function*() {
+      const record = entry.record
+      if (isTerminal(record.status)) return
+      yield* syncFromSession(entry)
+      record.finished_at = yield* Clock.currentTimeMillis
+      if (Exit.isSuccess(exit)) {
+        const parsed = OutputContract.parse(exit.value.text)
+        record.status = "completed"
+        delete record.reason
+        record.outcome = {
+          text: exit.value.text,
+          summary: OutputContract.summaryOf(parsed, exit.value.text),
+          sections: parsed.sections,
+          contract_violations: parsed.violations.map((v) => v.message)
+        }
+      } else if (exit.cause.reasons.length > 0 && exit.cause.reasons.every((r) => r._tag === "Interrupt")) {
+        record.status = entry.cancelReason === undefined ? "interrupted" : "cancelled"
+        record.reason = entry.cancelReason ?? "Interrupted: its parent was interrupted or the runtime shut down"
+        // An agent that never started its prompt has no session events: say it here.
+        if (!entry.started) {
+          const info = yield* Effect.option(session.info(record.agent_id))
+          if (Option.isSome(info)) {
+            yield* events.publish({
+              type: record.status,
+              reason: record.reason,
+              at: record.finished_at,
+              agent: {
+                agentId: record.agent_id,
+                parentId: record.parent_id,
+                depth: record.depth,
+                role: record.role,
+                model: record.model,
+                description: record.description,
+                step: 0,
+                toolCalls: 0,
+                lastTool: undefined,
+                usage: record.tokens
+              }
+            })
+          }
+        }
+      } else {
+        record.status = "failed"
+        record.reason = describeFailure(exit.cause)
+      }
+      yield* persistTranscript(entry)
+      yield* store.put(record)
+      yield* Deferred.succeed(entry.done, undefined)
+    })
+
+  // The agent's run: (wait for a permit,) run the session's prompt, record the outcome.
+  const runAgent = (entry: Entry, message: string, holdsPermit: boolean) => {
+    const body = Effect.gen(function*() {
+      runningCount++
+      entry.record.status = "running"
+      entry.record.started_at = yield* Clock.currentTimeMillis
+      entry.lastProgress = entry.record.started_at
+      entry.started = true
+      yield* store.put(entry.record)
+      return yield* session.prompt(entry.record.agent_id, message)
+    }).pipe(Effect.ensuring(Effect.sync(() => void (entry.started && runningCount--))))
+    const admitted = holdsPermit ? Effect.ensuring(body, semaphore.release(1)) : semaphore.withPermits(1)(body)
+    return admitted.pipe(Effect.onExit((exit) => finish(entry, exit)))
+  }
+
+  const admit = (): Effect.Effect<boolean, CapReached> =>
+    config.admission === "queue"
+      ? Effect.succeed(false)
+      : Effect.flatMap(semaphore.takeIfAvailable(1), (taken) =>
+        taken
+          ? Effect.succeed(true)
+          : Effect.fail(new CapReached({ max: config.maxConcurrent, running: runningCount })))
+
+  const start = Effect.fn("SubAgentManager.start")(function*(
+    parentSessionId: string | undefined,
+    request: SpawnRequest,
+    foreground: boolean
+  ) {
+    const role = yield* Roles.forRequest(request.role ?? "general", request.allowedTools)
+    const parent = parentSessionId === undefined ? undefined : yield* session.info(parentSessionId)
+    const model = modelFor(role, request.model, parent?.model)
+    yield* models.resolve(model)
+    const holdsPermit = yield* admit()
+    const created = yield* session.createChild(parentSessionId, {
+      role,
+      description: request.description,
+      model,
+      allowedTools: request.allowedTools,
+      forkContext: request.forkContext,
+      budgets: config.budgets
+    }).pipe(Effect.onError(() => holdsPermit ? semaphore.release(1) : Effect.void))
+    const now = yield* Clock.currentTimeMillis
+    const detached = request.detached === true && !foreground
+    const record: Mutable<SubAgentRecord> = {
+      agent_id: created.id,
+      ...(parentSessionId === undefined ? {} : { parent_id: parentSessionId }),
+      depth: created.depth,
+      role: role.name,
+      model,
+      description: request.description ?? request.prompt.slice(0, 60),
+      objective: request.prompt,
+      status: "pending",
+      detached,
+      fork_context: request.forkContext === true,
+      session_boot_id: bootId,
+      created_at: now,
+      steps: 0,
+      tool_calls: 0,
+      tokens: { input: 0, output: 0, cached: 0 },
+      transcript_handle: `${created.id}.jsonl`
+    }
+    const entry: Entry = {
+      record,
+      parentSessionId,
+      fiber: undefined,
+      done: yield* Deferred.make<void>(),
+      cancelReason: undefined,
+      started: false,
+      lastProgress: now,
+      persisted: 0
+    }
+    entries.set(record.agent_id, entry)
+    yield* store.put(record)
+    const run = runAgent(entry, request.prompt, holdsPermit)
+    if (foreground) {
+      entry.fiber = yield* Effect.forkChild(run, { startImmediately: true })
+    } else {
+      const scope = detached || parentSessionId === undefined
+        ? managerScope
+        : Option.getOrElse(session.scopeOf(parentSessionId), () => managerScope)
+      if (!detached && parentSessionId !== undefined) {
+        const set = childrenOf.get(parentSessionId) ?? new Set<string>()
+        set.add(record.agent_id)
+        childrenOf.set(parentSessionId, set)
+      }
+      entry.fiber = yield* Effect.forkIn(run, scope, { startImmediately: true })
+    }
+    return entry
+  })
+
+  const spawn = Effect.fn("SubAgentManager.spawn")(function*(parentSessionId: string | undefined, request: SpawnRequest) {
+    return view((yield* start(parentSessionId, request, false)).record)
+  })
+
+  const run = Effect.fn("SubAgentManager.run")(function*(parentSessionId: string | undefined, request: SpawnRequest) {
+    const entry = yield* start(parentSessionId, request, true)
+    yield* Fiber.await(entry.fiber!)
+    return view(entry.record)
+  })
+
+  const waitFor = (targets: ReadonlyArray<Entry>, mode: "any" | "all", timeoutMs: number | undefined) => {
+    const open = targets.filter((e) => !isTerminal(e.record.status))
+    if (open.length === 0) return Effect.succeed(false)
+    const waiting = mode === "any"
+      ? Effect.raceAll(open.map((e) => Deferred.await(e.done)))
+      : Effect.forEach(open, (e) => Deferred.await(e.done), { concurrency: "unbounded", discard: true })
+    return timeoutMs === undefined
+      ? Effect.as(waiting, false)
+      : Effect.map(Effect.timeoutOption(waiting, Duration.millis(timeoutMs)), Option.isNone)
+  }
+
+  const wait = Effect.fn("SubAgentManager.wait")(function*(
+    ids: ReadonlyArray<string>,
+    options: { readonly mode: "any" | "all"; readonly timeoutMs?: number | undefined }
+  ) {
+    const targets = yield* Effect.forEach(ids, lookup)
+    const timedOut = yield* waitFor(targets, options.mode, options.timeoutMs)
+    return {
+      timed_out: timedOut,
+      completed: targets.filter((e) => isTerminal(e.record.status)).map((e) => view(e.record)),
+      pending: targets.filter((e) => !isTerminal(e.record.status)).map((e) => e.record.agent_id)
+    } satisfies WaitResult
+  })
+
+  const result = Effect.fn("SubAgentManager.result")(function*(
+    id: string,
+    options: { readonly block: boolean; readonly timeoutMs?: number | undefined }
+  ) {
+    const entry = yield* lookup(id)
+    if (options.block) yield* waitFor([entry], "all", options.timeoutMs)
+    if (!isTerminal(entry.record.status)) yield* syncFromSession(entry)
+    return view(entry.record)
+  })
+
+  // The reason is set before the interruption so the run ends `cancelled`, not `interrupted`.
+  const markCancelled = (entry: Entry, reason: string) => {
+    entry.cancelReason = reason
+    return session.markCancelled(entry.record.agent_id, reason)
+  }
+
+  const markDescendants = (sessionId: string, reason: string): Effect.Effect<void> =>
+    Effect.forEach(childrenOf.get(sessionId) ?? [], (child) => {
+      const entry = entries.get(child)
+      if (entry === undefined || isTerminal(entry.record.status) || entry.record.detached) return Effect.void
+      return Effect.andThen(markCancelled(entry, reason), markDescendants(child, reason))
+    }, { discard: true })
+
+  const cancel = Effect.fn("SubAgentManager.cancel")(function*(id: string, reason = "Cancelled by request") {
+    const entry = yield* lookup(id)
+    if (isTerminal(entry.record.status) || entry.fiber === undefined) return view(entry.record)
+    yield* markCancelled(entry, reason)
+    yield* markDescendants(id, `Cancelled because its parent ${id} was cancelled`)
+    yield* Fiber.interrupt(entry.fiber)
+    yield* Deferred.await(entry.done)
+    return view(entry.record)
+  })
+
+  const list = Effect.fn("SubAgentManager.list")(function*(options: {
+    readonly includeArchived: boolean
+    readonly parentSessionId?: string | undefined
+  }) {
+    const out: Array<AgentView> = []
+    for (const entry of entries.values()) {
+      const record = entry.record
+      if (options.parentSessionId !== undefined && record.parent_id !== options.parentSessionId) continue
+      const current = record.session_boot_id === bootId || !isTerminal(record.status)
+      if (current || options.includeArchived) {
+        if (!isTerminal(record.status)) yield* syncFromSession(entry)
+        out.push(view(record))
+      }
+    }
+    return out
+  })
+
+  const sendInput = Effect.fn("SubAgentManager.sendInput")(function*(id: string, message: string, interrupt: boolean) {
+    const entry = yield* lookup(id)
+    if (entry.record.status !== "running" && entry.record.status !== "pending") {
+      return {
+        delivered: false,
+        reason: `agent ${id} is ${entry.record.status}; nothing is running to receive input (agent_resume continues it)`,
+        agent: view(entry.record)
+      } satisfies InputResult
+    }
+    yield* Effect.orDie(session.deliver(id, message, interrupt))
+    entry.lastProgress = yield* Clock.currentTimeMillis
+    return { delivered: true, agent: view(entry.record) } satisfies InputResult
+  })
+
+  const resume = Effect.fn("SubAgentManager.resume")(function*(
+    callerSessionId: string | undefined,
+    id: string,
+    message?: string
+  ) {
+    const entry = yield* lookup(id)
+    const record = entry.record
+    const status: Status = record.status
+    if (!isTerminal(status)) return yield* new NotResumable({ agentId: id, status })
+    const role = yield* Roles.resolve(record.role)
+    // After a restart the session is gone: rebuild it from its transcript.
+    if (Option.isNone(yield* Effect.option(session.info(id)))) {
+      const raw = yield* Effect.orElseSucceed(store.readTranscript(record.transcript_handle), () => [])
+      const transcript = yield* Effect.orElseSucceed(
+        Schema.decodeUnknownEffect(Schema.Array(Prompt.Message))(raw),
+        () => [] as ReadonlyArray<Prompt.Message>
+      )
+      yield* session.restore({
+        id,
+        parentId: record.parent_id,
+        depth: record.depth,
+        role,
+        model: record.model,
+        description: record.description,
+        transcript,
+        budgets: config.budgets
+      })
+      entry.persisted = transcript.length
+    }
+    const holdsPermit = yield* admit()
+    const previous = `${status}${record.reason === undefined ? "" : `: ${record.reason}`}`
+    record.status = "pending"
+    delete record.reason
+    delete record.finished_at
+    delete record.outcome
+    record.session_boot_id = bootId
+    entry.cancelReason = undefined
+    entry.started = false
+    entry.done = yield* Deferred.make<void>()
+    yield* store.put(record)
+    const run = runAgent(
+      entry,
+      message ?? `Continue where you left off. Your previous run ended ${previous}.`,
+      holdsPermit
+    )
+    const scope = callerSessionId === undefined || record.detached
+      ? managerScope
+      : Option.getOrElse(session.scopeOf(callerSessionId), () => managerScope)
+    entry.fiber = yield* Effect.forkIn(run, scope, { startImmediately: true })
+    return view(record)
+  })
+
+  const assign = Effect.fn("SubAgentManager.assign")(function*(
+    id: string,
+    update: { readonly objective?: string | undefined; readonly role?: string | undefined; readonly message?: string | undefined }
+  ) {
+    const entry = yield* lookup(id)
+    const role = update.role === undefined ? undefined : yield* Roles.resolve(update.role)
+    if (update.objective !== undefined) entry.record.objective = update.objective
+    if (role !== undefined) entry.record.role = role.name
+    yield* store.put(entry.record)
+    const note = [
+      "Your assignment was updated by your parent.",
+      update.objective === undefined ? undefined : `Objective: ${update.objective}`,
+      role === undefined ? undefined : `Role: ${role.name} — ${role.description}`,
+      update.message
+    ].filter((line) => line !== undefined).join("\n")
+    return yield* sendInput(id, note, false)
+  })
+
+  // Session hooks: progress and transcripts, and the wait for background children.
+  yield* session.setHooks({
+    onEvent: (event: AgentEvent) => {
+      const entry = entries.get(event.agent.agentId)
+      if (entry === undefined) return Effect.void
+      entry.lastProgress = event.at
+      return event.type === "step" ? persistTranscript(entry) : Effect.void
+    },
+    beforeFinish: (sessionId) => {
+      const open = [...(childrenOf.get(sessionId) ?? [])]
+        .map((id) => entries.get(id)!)
+        .filter((entry) => !isTerminal(entry.record.status))
+      if (open.length === 0) return Effect.succeed(undefined)
+      return Effect.forEach(open, (entry) => Deferred.await(entry.done), { discard: true }).pipe(
+        Effect.map(() =>
+          "Your background sub-agents were still running when you answered; they have now finished. " +
+          "Their results:\n" +
+          JSON.stringify(open.map((entry) => agentResultForModel(view(entry.record))), null, 2) +
+          "\nTake them into account, then give your final answer."
+        )
+      )
+    }
+  })
+
+  // Liveness: no progress for heartbeat_timeout_secs -> cancelled. A model call in flight
+  // is progress (its own timeout bounds it), reported as a tick.
+  const heartbeatMs = config.heartbeatTimeoutSecs * 1000
+  const checkEvery = Duration.millis(Math.max(1000, Math.min(30_000, heartbeatMs / 4)))
+  const watchdog = Effect.gen(function*() {
+    const now = yield* Clock.currentTimeMillis
+    for (const entry of entries.values()) {
+      if (entry.record.status !== "running" || now - entry.lastProgress < heartbeatMs) continue
+      const info = yield* Effect.option(session.info(entry.record.agent_id))
+      if (Option.isSome(info) && info.value.waitingOnModel) {
+        entry.lastProgress = now
+        continue
+      }
+      yield* Effect.forkIn(
+        cancel(entry.record.agent_id, `Auto-cancelled after ${config.heartbeatTimeoutSecs}s without sub-agent progress.`),
+        managerScope
+      )
+    }
+  })
+  yield* Effect.forkIn(Effect.repeat(watchdog, Schedule.spaced(checkEvery)), managerScope)
+
+  yield* Scope.addFinalizer(managerScope, store.flush.pipe(Effect.ignore))
+
+  return SubAgentManager.of({
+    bootId,
+    options: config,
+    spawn,
+    run,
+    wait,
+    result,
+    cancel,
+    list,
+    sendInput,
+    resume,
+    assign,
+    running: Effect.sync(() => runningCount)
+  })
+})
+
+/** What a model sees of an agent: the record without bookkeeping, the outcome flattened. */
+export const agentResultForModel = (agent: AgentView) => ({
+  agent_id: agent.agent_id,
+  description: agent.description,
+  role: agent.role,
+  status: agent.status,
+  ...(agent.reason === undefined ? {} : { reason: agent.reason }),
+  summary: agent.outcome?.summary ?? "",
+  sections: agent.outcome?.sections,
+  contract_violations: agent.outcome?.contract_violations ?? [],
+  steps: agent.steps,
+  tool_calls: agent.tool_calls,
+  tokens: agent.tokens,
+  duration_ms: agent.started_at !== undefined && agent.finished_at !== undefined
+    ? agent.finished_at - agent.started_at
+    : undefined,
+  model: agent.model,
+  ...(agent.from_prior_session ? { from_prior_session: true } : {})
+})
+
+export const layer = (
+  options: Partial<Options> = {}
+): Layer.Layer<SubAgentManager, never, Session | Models | SubAgentStore | AgentEvents> =>
+  Layer.effect(SubAgentManager, make(options))

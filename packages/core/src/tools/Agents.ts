@@ -1,0 +1,318 @@
+/**
+ * The background sub-agent tools (DeepSeek TUI style): `agent_spawn` returns an id at once;
+ * the parent goes on and later uses `agent_wait`, `agent_result`, `agent_cancel`,
+ * `agent_list`, `agent_send_input`, `agent_resume` and `agent_assign`. `agent_open`,
+ * `agent_eval` and `agent_close` are accepted as the newer names of spawn, result+input and
+ * cancel. Common parameter spellings are accepted (`id`/`agent_id`, `message`/`input`,
+ * `type`/`agent_type`/`subagent_type`, `fork_context`/`inherit_context`), because models
+ * trained on other harnesses use them.
+ */
+import { Effect, Layer, Schema } from "effect"
+import { text } from "../internal/resource.ts"
+import * as Roles from "../Roles.ts"
+import { agentResultForModel, type AgentView, SubAgentManager } from "../SubAgentManager.ts"
+import * as ToolRegistry from "../ToolRegistry.ts"
+
+const optionalString = (description: string) => Schema.optionalKey(Schema.String.annotate({ description }))
+const optionalBoolean = (description: string) => Schema.optionalKey(Schema.Boolean.annotate({ description }))
+const optionalInt = (description: string) =>
+  Schema.optionalKey(Schema.Int.pipe(Schema.check(Schema.isGreaterThanOrEqualTo(0))).annotate({ description }))
+
+const idFields = {
+  agent_id: optionalString("The sub-agent's id (from agent_spawn or agent_list)"),
+  id: optionalString("Alias of agent_id")
+}
+const messageFields = (what: string) => ({
+  message: optionalString(what),
+  input: optionalString("Alias of message")
+})
+const typeFields = {
+  subagent_type: optionalString(`The role (default general): ${Roles.acceptedNames}`),
+  type: optionalString("Alias of subagent_type"),
+  agent_type: optionalString("Alias of subagent_type")
+}
+
+/** The first of `keys` present in `params`, or a failure saying what is required. */
+const pick = (tool: string, params: Readonly<Record<string, unknown>>, keys: ReadonlyArray<string>) => {
+  for (const key of keys) {
+    const value = params[key]
+    if (typeof value === "string" && value !== "") return Effect.succeed(value)
+  }
+  return Effect.fail(
+    new ToolRegistry.ToolFailure({
+      tool,
+      reason: `"${keys[0]}" is required${keys.length > 1 ? ` (also accepted as ${keys.slice(1).join(", ")})` : ""}`
+    })
+  )
+}
+
+const pickOptional = (params: Readonly<Record<string, unknown>>, keys: ReadonlyArray<string>): string | undefined => {
+  for (const key of keys) {
+    const value = params[key]
+    if (typeof value === "string" && value !== "") return value
+  }
+  return undefined
+}
+
+const spawned = (agent: AgentView) => ({
+  agent_id: agent.agent_id,
+  status: agent.status,
+  role: agent.role,
+  model: agent.model,
+  description: agent.description,
+  detached: agent.detached
+})
+
+export const SpawnParameters = Schema.Struct({
+  prompt: optionalString("The full, self-contained task for the sub-agent"),
+  ...messageFields("Alias of prompt"),
+  objective: optionalString("Alias of prompt"),
+  description: optionalString("A 3-8 word label for the agent"),
+  ...typeFields,
+  model: optionalString("A model id for this agent (default: per role from configuration)"),
+  detached: optionalBoolean("Keep running after this agent finishes or is cancelled (default false)"),
+  fork_context: optionalBoolean("Start from a copy of this conversation (default false: the prompt only)"),
+  inherit_context: optionalBoolean("Alias of fork_context"),
+  allowed_tools: Schema.optionalKey(Schema.Array(Schema.String).annotate({ description: "For custom agents: the tools they may use" }))
+})
+
+const spawnHandler = (name: string) =>
+  Effect.fn(`tool.${name}`)(function*(params: typeof SpawnParameters.Type, context: ToolRegistry.ToolCallContext) {
+    const manager = yield* SubAgentManager
+    const prompt = yield* pick(name, params, ["prompt", "message", "input", "objective"])
+    const agent = yield* manager.spawn(context.sessionId, {
+      prompt,
+      description: params.description,
+      role: pickOptional(params, ["subagent_type", "type", "agent_type"]),
+      model: params.model,
+      detached: params.detached,
+      forkContext: params.fork_context ?? params.inherit_context,
+      allowedTools: params.allowed_tools
+    })
+    return spawned(agent)
+  })
+
+export const spawn = ToolRegistry.define({
+  name: "agent_spawn",
+  description: text("./agent_spawn.md", import.meta.url),
+  parameters: SpawnParameters,
+  posture: "spawn",
+  handler: spawnHandler("agent_spawn")
+})
+
+export const open = ToolRegistry.define({
+  name: "agent_open",
+  description: "The newer name of agent_spawn: start a background sub-agent and return its id at once.",
+  parameters: SpawnParameters,
+  posture: "spawn",
+  handler: spawnHandler("agent_open")
+})
+
+export const WaitParameters = Schema.Struct({
+  ids: Schema.optionalKey(Schema.Array(Schema.String).annotate({ description: "The agents to wait for" })),
+  ...idFields,
+  wait_mode: Schema.optionalKey(
+    Schema.Literals(["any", "all"]).annotate({ description: "any: return when one finishes (default); all: when all have" })
+  ),
+  timeout_ms: optionalInt("Return after this long even if they are still running (default: wait)")
+})
+
+export const wait = ToolRegistry.define({
+  name: "agent_wait",
+  description: "Wait for background sub-agents to finish. Returns the finished ones (with their results) and the ids still running; with no ids, waits for the agents you spawned.",
+  parameters: WaitParameters,
+  posture: "spawn",
+  handler: Effect.fn("tool.agent_wait")(function*(params, context) {
+    const manager = yield* SubAgentManager
+    const single = pickOptional(params, ["agent_id", "id"])
+    const ids = params.ids ?? (single === undefined ? undefined : [single])
+    const targets = ids ?? (yield* manager.list({ includeArchived: false, parentSessionId: context.sessionId }))
+      .filter((agent) => agent.status === "running" || agent.status === "pending")
+      .map((agent) => agent.agent_id)
+    const result = yield* manager.wait(targets, { mode: params.wait_mode ?? "any", timeoutMs: params.timeout_ms })
+    return {
+      timed_out: result.timed_out,
+      completed: result.completed.map(agentResultForModel),
+      still_running: result.pending
+    }
+  })
+})
+
+const ResultParameters = Schema.Struct({
+  ...idFields,
+  block: optionalBoolean("Wait until the agent has finished (default false: return its current state)"),
+  timeout_ms: optionalInt("With block: give up waiting after this long")
+})
+
+export const result = ToolRegistry.define({
+  name: "agent_result",
+  description: "The state or result of a sub-agent: status, summary, the five sections, usage. With block: true, waits for it to finish first.",
+  parameters: ResultParameters,
+  posture: "spawn",
+  handler: Effect.fn("tool.agent_result")(function*(params) {
+    const manager = yield* SubAgentManager
+    const id = yield* pick("agent_result", params, ["agent_id", "id"])
+    return agentResultForModel(yield* manager.result(id, { block: params.block ?? false, timeoutMs: params.timeout_ms }))
+  })
+})
+
+const CancelParameters = Schema.Struct({ ...idFields, reason: optionalString("Why (recorded)") })
+
+const cancelHandler = (name: string) =>
+  Effect.fn(`tool.${name}`)(function*(params: typeof CancelParameters.Type) {
+    const manager = yield* SubAgentManager
+    const id = yield* pick(name, params, ["agent_id", "id"])
+    return agentResultForModel(yield* manager.cancel(id, params.reason ?? `Cancelled by its parent (${name})`))
+  })
+
+export const cancel = ToolRegistry.define({
+  name: "agent_cancel",
+  description: "Cancel a running sub-agent and everything it started (detached agents excepted).",
+  parameters: CancelParameters,
+  posture: "spawn",
+  handler: cancelHandler("agent_cancel")
+})
+
+export const close = ToolRegistry.define({
+  name: "agent_close",
+  description: "The newer name of agent_cancel.",
+  parameters: CancelParameters,
+  posture: "spawn",
+  handler: cancelHandler("agent_close")
+})
+
+export const list = ToolRegistry.define({
+  name: "agent_list",
+  description: "List sub-agents of this run (and any still running). With include_archived: true, also those of earlier runs, flagged from_prior_session.",
+  parameters: Schema.Struct({ include_archived: optionalBoolean("Include finished agents of earlier runs") }),
+  posture: "spawn",
+  handler: Effect.fn("tool.agent_list")(function*(params) {
+    const manager = yield* SubAgentManager
+    const agents = yield* manager.list({ includeArchived: params.include_archived ?? false })
+    return agents.map((agent) => ({
+      agent_id: agent.agent_id,
+      parent_id: agent.parent_id,
+      description: agent.description,
+      role: agent.role,
+      status: agent.status,
+      ...(agent.reason === undefined ? {} : { reason: agent.reason }),
+      steps: agent.steps,
+      tool_calls: agent.tool_calls,
+      ...(agent.from_prior_session ? { from_prior_session: true } : {})
+    }))
+  })
+})
+
+const InputParameters = Schema.Struct({
+  ...idFields,
+  ...messageFields("The message to deliver"),
+  interrupt: optionalBoolean("Cancel the agent's current model step and deliver now (default: before its next step)")
+})
+
+export const sendInput = ToolRegistry.define({
+  name: "agent_send_input",
+  description: "Send a message to a running sub-agent; it is delivered before its next model step (interrupt: true delivers now). To a finished agent it returns delivered: false with the reason.",
+  parameters: InputParameters,
+  posture: "spawn",
+  handler: Effect.fn("tool.agent_send_input")(function*(params) {
+    const manager = yield* SubAgentManager
+    const id = yield* pick("agent_send_input", params, ["agent_id", "id"])
+    const message = yield* pick("agent_send_input", params, ["message", "input"])
+    const outcome = yield* manager.sendInput(id, message, params.interrupt ?? false)
+    return { delivered: outcome.delivered, reason: outcome.reason, agent: agentResultForModel(outcome.agent) }
+  })
+})
+
+const EvalParameters = Schema.Struct({
+  ...idFields,
+  ...messageFields("A message to deliver first (optional)"),
+  block: optionalBoolean("Wait until the agent has finished (default false)"),
+  timeout_ms: optionalInt("With block: give up waiting after this long")
+})
+
+export const evaluate = ToolRegistry.define({
+  name: "agent_eval",
+  description: "The newer name of agent_send_input + agent_result: optionally deliver a message, then return the agent's state or result.",
+  parameters: EvalParameters,
+  posture: "spawn",
+  handler: Effect.fn("tool.agent_eval")(function*(params) {
+    const manager = yield* SubAgentManager
+    const id = yield* pick("agent_eval", params, ["agent_id", "id"])
+    const message = pickOptional(params, ["message", "input"])
+    const delivered = message === undefined ? undefined : yield* manager.sendInput(id, message, false)
+    const agent = yield* manager.result(id, { block: params.block ?? false, timeoutMs: params.timeout_ms })
+    return {
+      ...(delivered === undefined ? {} : { delivered: delivered.delivered, reason: delivered.reason }),
+      ...agentResultForModel(agent)
+    }
+  })
+})
+
+export const resume = ToolRegistry.define({
+  name: "agent_resume",
+  description: "Continue a finished (interrupted, cancelled, failed or completed) sub-agent from its transcript, optionally with a new message. Runs in the background like agent_spawn.",
+  parameters: Schema.Struct({ ...idFields, ...messageFields("What to do next (default: continue)") }),
+  posture: "spawn",
+  handler: Effect.fn("tool.agent_resume")(function*(params, context) {
+    const manager = yield* SubAgentManager
+    const id = yield* pick("agent_resume", params, ["agent_id", "id"])
+    return spawned(yield* manager.resume(context.sessionId, id, pickOptional(params, ["message", "input"])))
+  })
+})
+
+export const assign = ToolRegistry.define({
+  name: "agent_assign",
+  description: "Update a sub-agent's objective and/or role and deliver a note about it (delivered before its next step).",
+  parameters: Schema.Struct({
+    ...idFields,
+    objective: optionalString("The new objective"),
+    role: optionalString("The new role"),
+    ...typeFields,
+    ...messageFields("A note to deliver with the update")
+  }),
+  posture: "spawn",
+  handler: Effect.fn("tool.agent_assign")(function*(params) {
+    const manager = yield* SubAgentManager
+    const id = yield* pick("agent_assign", params, ["agent_id", "id"])
+    const outcome = yield* manager.assign(id, {
+      objective: params.objective,
+      role: pickOptional(params, ["role", "subagent_type", "type", "agent_type"]),
+      message: pickOptional(params, ["message", "input"])
+    })
+    return { delivered: outcome.delivered, reason: outcome.reason, agent: agentResultForModel(outcome.agent) }
+  })
+})
+
+export const names = [
+  "agent_spawn",
+  "agent_open",
+  "agent_wait",
+  "agent_result",
+  "agent_cancel",
+  "agent_close",
+  "agent_list",
+  "agent_send_input",
+  "agent_eval",
+  "agent_resume",
+  "agent_assign"
+] as const
+
+/** Registers the agent_* tools; they need the SubAgentManager. */
+export const layer: Layer.Layer<never, ToolRegistry.DuplicateTool, ToolRegistry.ToolRegistry | SubAgentManager> = Layer
+  .effectDiscard(
+    ToolRegistry.ToolRegistry.use((registry) =>
+      Effect.all([
+        registry.register(spawn),
+        registry.register(open),
+        registry.register(wait),
+        registry.register(result),
+        registry.register(cancel),
+        registry.register(close),
+        registry.register(list),
+        registry.register(sendInput),
+        registry.register(evaluate),
+        registry.register(resume),
+        registry.register(assign)
+      ], { discard: true })
+    )
+  )

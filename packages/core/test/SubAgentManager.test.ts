@@ -1,0 +1,367 @@
+import { assert, describe, it } from "@effect/vitest"
+import type { ScriptedModel } from "@fibril/testkit"
+import { Deferred, Effect, Fiber, PubSub } from "effect"
+import type { Prompt } from "effect/ai"
+import { TestClock } from "effect/testing"
+import { AgentEvents } from "../src/AgentEvents.ts"
+import { Session } from "../src/Session.ts"
+import { SubAgentManager } from "../src/SubAgentManager.ts"
+import type { SubAgentRecord } from "../src/SubAgentRecord.ts"
+import { SubAgentStore } from "../src/SubAgentStore.ts"
+import { provideNode, report, setup } from "./support.ts"
+
+/** A model whose children answer only when the test says so (per prompt). */
+const controlled = Effect.gen(function*() {
+  const gates = new Map<string, Deferred.Deferred<ScriptedModel.Turn>>()
+  const gate = (prompt: string) => {
+    let found = gates.get(prompt)
+    if (found === undefined) {
+      found = Deferred.makeUnsafe<ScriptedModel.Turn>()
+      gates.set(prompt, found)
+    }
+    return found
+  }
+  const script: ScriptedModel.ScriptInput = {
+    rules: [
+      { match: { depth: 0 }, turns: [{ hang: true }] },
+      { respond: (c) => Deferred.await(gate(c.prompt)) }
+    ]
+  }
+  const answer = (prompt: string, turn: ScriptedModel.Turn) => Deferred.succeed(gate(prompt), turn)
+  return { script, answer }
+})
+
+const toolResults = (messages: ReadonlyArray<Prompt.Message>) =>
+  messages.flatMap((m) => m.role === "tool" ? m.content.flatMap((p) => p.type === "tool-result" ? [p] : []) : [])
+
+describe("SubAgentManager", () => {
+  it.effect("at the cap an 11th spawn fails naming the cap and running count, and creates nothing", () =>
+    Effect.gen(function*() {
+      const { script, answer } = yield* controlled
+      const { get } = yield* setup(script, {}, { subagents: { maxConcurrent: 10 } })
+      const manager = get(SubAgentManager)
+      const store = get(SubAgentStore)
+      for (let i = 0; i < 10; i++) yield* manager.spawn(undefined, { prompt: `job-${i}` })
+      assert.strictEqual(yield* manager.running, 10)
+      const error = yield* Effect.flip(manager.spawn(undefined, { prompt: "job-10" }))
+      assert.strictEqual(error._tag, "CapReached")
+      assert.include(error.message, "max 10")
+      assert.include(error.message, "running 10")
+      assert.strictEqual((yield* store.all).length, 10)
+      assert.strictEqual((yield* manager.list({ includeArchived: true })).length, 10)
+      // One finishes: a spawn is admitted again.
+      yield* answer("job-0", { text: report("done") })
+      yield* manager.wait([(yield* manager.list({ includeArchived: false }))[0]!.agent_id], { mode: "all" })
+      const next = yield* manager.spawn(undefined, { prompt: "job-10" })
+      assert.strictEqual(next.status, "running")
+    }).pipe(provideNode))
+
+  it.effect("with admission = queue, the 11th is pending and starts when one finishes", () =>
+    Effect.gen(function*() {
+      const { script, answer } = yield* controlled
+      const { get } = yield* setup(script, {}, { subagents: { maxConcurrent: 10, admission: "queue" } })
+      const manager = get(SubAgentManager)
+      const first = yield* manager.spawn(undefined, { prompt: "job-0" })
+      for (let i = 1; i < 10; i++) yield* manager.spawn(undefined, { prompt: `job-${i}` })
+      const queued = yield* manager.spawn(undefined, { prompt: "job-10" })
+      assert.strictEqual(queued.status, "pending")
+      assert.strictEqual((yield* manager.result(queued.agent_id, { block: false })).status, "pending")
+      yield* answer("job-0", { text: report("done") })
+      yield* manager.wait([first.agent_id], { mode: "all" })
+      yield* Effect.yieldNow
+      assert.strictEqual((yield* manager.result(queued.agent_id, { block: false })).status, "running")
+      assert.strictEqual(yield* manager.running, 10)
+      yield* answer("job-10", { text: report("queued one done") })
+      const done = yield* manager.result(queued.agent_id, { block: true })
+      assert.strictEqual(done.status, "completed")
+      assert.strictEqual(done.outcome?.summary, "queued one done")
+    }).pipe(provideNode))
+
+  it.effect("send_input to a completed agent is not delivered; to a running one it is read before its next step", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({
+        rules: [{
+          respond: (c) =>
+            c.turn === 0
+              ? { tool_calls: [{ name: "list_dir", args: {} }] }
+              : { text: report(`saw: ${c.messages.filter((m) => m.role === "user").length} user messages`) }
+        }]
+      })
+      const manager = get(SubAgentManager)
+      const agent = yield* manager.spawn(undefined, { prompt: "look" })
+      const sent = yield* manager.sendInput(agent.agent_id, "also check docs", false)
+      assert.isTrue(sent.delivered)
+      const done = yield* manager.result(agent.agent_id, { block: true })
+      assert.strictEqual(done.outcome?.summary, "saw: 2 user messages")
+      const late = yield* manager.sendInput(agent.agent_id, "too late", false)
+      assert.isFalse(late.delivered)
+      assert.include(late.reason!, "is completed")
+      assert.strictEqual(late.agent.status, "completed")
+    }).pipe(provideNode))
+
+  it.effect("detached children survive their parent's cancellation; non-detached grandchildren do not", () =>
+    Effect.gen(function*() {
+      const { script } = yield* controlled
+      const { get } = yield* setup(
+        {
+          rules: [
+            {
+              match: { prompt: "parent" },
+              turns: [
+                {
+                  tool_calls: [
+                    { name: "agent_spawn", args: { prompt: "child-attached", subagent_type: "general" } },
+                    { name: "agent_spawn", args: { prompt: "child-detached", detached: true } }
+                  ]
+                },
+                { hang: true }
+              ]
+            },
+            {
+              match: { prompt: "child-attached" },
+              turns: [{ tool_calls: [{ name: "agent_spawn", args: { prompt: "grandchild" } }] }, { hang: true }]
+            },
+            ...script.rules
+          ]
+        },
+        { maxDepth: 3 }
+      )
+      const manager = get(SubAgentManager)
+      const parent = yield* manager.spawn(undefined, { prompt: "parent" })
+      // wait until the three descendants exist
+      for (let i = 0; i < 100 && (yield* manager.list({ includeArchived: false })).length < 4; i++) {
+        yield* Effect.yieldNow
+      }
+      const all = yield* manager.list({ includeArchived: false })
+      const byObjective = (o: string) => all.find((a) => a.objective === o)!
+      assert.strictEqual(all.length, 4)
+      yield* manager.cancel(parent.agent_id, "stop")
+      const after = (o: string) => manager.result(byObjective(o).agent_id, { block: false })
+      assert.strictEqual((yield* manager.result(parent.agent_id, { block: false })).status, "cancelled")
+      assert.strictEqual((yield* after("child-attached")).status, "cancelled")
+      assert.strictEqual((yield* after("grandchild")).status, "cancelled")
+      assert.include((yield* after("grandchild")).reason!, "parent")
+      assert.strictEqual((yield* after("child-detached")).status, "running")
+    }).pipe(provideNode))
+
+  it.effect("a parent that answers while background children run waits and gets their results first", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({
+        rules: [
+          {
+            match: { depth: 0 },
+            respond: (c) =>
+              c.turn === 0
+                ? { tool_calls: [{ name: "agent_spawn", args: { prompt: "slow child" } }] }
+                : c.turn === 1
+                ? { text: "answering early" }
+                : {
+                  text: `final after ${
+                    c.messages.filter((m) => m.role === "user" && JSON.stringify(m.content).includes("slow result")).length
+                  } child report`
+                }
+          },
+          { match: { prompt: "slow child" }, turns: [{ delay_ms: 5000, text: report("slow result") }] }
+        ]
+      })
+      const session = get(Session)
+      const root = yield* session.create()
+      const fiber = yield* Effect.forkChild(session.prompt(root.id, "go"))
+      yield* TestClock.adjust("5 seconds")
+      const answer = yield* Fiber.join(fiber)
+      assert.strictEqual(answer.text, "final after 1 child report")
+    }).pipe(provideNode))
+
+  it.effect("fork_context: the child's first request begins with the parent's request, byte for byte", () =>
+    Effect.gen(function*() {
+      const requests = new Map<string, ReadonlyArray<Prompt.Message>>()
+      const { get } = yield* setup({
+        rules: [
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              if (c.turn === 0) requests.set("parent", c.messages)
+              return c.turn === 0
+                ? { tool_calls: [{ name: "agent_spawn", args: { prompt: "forked task", fork_context: true, type: "explore" } }] }
+                : c.turn === 1
+                ? { tool_calls: [{ name: "agent_wait", args: {} }] }
+                : { text: "done" }
+            }
+          },
+          {
+            respond: (c) => {
+              if (c.turn === 0) requests.set("child", c.messages)
+              return { text: report(`child role ${c.role}`) }
+            }
+          }
+        ]
+      })
+      const session = get(Session)
+      const root = yield* session.create()
+      yield* session.prompt(root.id, "hello parent")
+      const parent = requests.get("parent")!
+      const child = requests.get("child")!
+      const encode = (ms: ReadonlyArray<Prompt.Message>) => ms.map((m) => JSON.stringify(m))
+      assert.deepStrictEqual(encode(child.slice(0, parent.length)), encode(parent))
+      const rest = child.slice(parent.length).map((m) => JSON.stringify(m))
+      assert.include(rest[0]!, "[fork]")
+      assert.include(rest[1]!, "Fibril agent: role=explore depth=1")
+      assert.include(rest[2]!, "forked task")
+      const list = yield* get(SubAgentManager).list({ includeArchived: false })
+      assert.strictEqual(list[0]!.outcome?.summary, "child role explore")
+    }).pipe(provideNode))
+
+  it.effect("without fork_context the child sees its role prompt and task only", () =>
+    Effect.gen(function*() {
+      let seen: ReadonlyArray<Prompt.Message> = []
+      const { get } = yield* setup({
+        rules: [{ respond: (c) => ((seen = c.messages), { text: report("ok") }) }]
+      })
+      const manager = get(SubAgentManager)
+      const agent = yield* manager.spawn(undefined, { prompt: "just this", role: "review" })
+      yield* manager.wait([agent.agent_id], { mode: "all" })
+      assert.deepStrictEqual(seen.map((m) => m.role), ["system", "user"])
+      assert.include(JSON.stringify(seen[0]), "Fibril agent: role=review depth=1")
+    }).pipe(provideNode))
+
+  it.effect("heartbeat: a silent agent is auto-cancelled and frees its permit; one inside a slow model call is not", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup(
+        {
+          rules: [
+            { match: { prompt: "silent" }, turns: [{ tool_calls: [{ name: "shell", args: { command: "sleep 1000", timeout_ms: 3_600_000 } }] }] },
+            { match: { prompt: "thinking" }, turns: [{ delay_ms: 200_000, text: report("thought hard") }] }
+          ]
+        },
+        { apiTimeoutSecs: 600 },
+        { subagents: { maxConcurrent: 2, heartbeatTimeoutSecs: 60 }, tools: { shellTimeoutSecs: 3600 } }
+      )
+      const manager = get(SubAgentManager)
+      const silent = yield* manager.spawn(undefined, { prompt: "silent" })
+      const thinking = yield* manager.spawn(undefined, { prompt: "thinking" })
+      yield* TestClock.adjust("61 seconds")
+      yield* TestClock.adjust("15 seconds")
+      const cancelled = yield* manager.result(silent.agent_id, { block: true })
+      assert.strictEqual(cancelled.status, "cancelled")
+      assert.strictEqual(cancelled.reason, "Auto-cancelled after 60s without sub-agent progress.")
+      assert.strictEqual((yield* manager.result(thinking.agent_id, { block: false })).status, "running")
+      assert.strictEqual(yield* manager.running, 1, "the silent agent's permit is free")
+      yield* TestClock.adjust("200 seconds")
+      assert.strictEqual((yield* manager.result(thinking.agent_id, { block: true })).status, "completed")
+    }).pipe(provideNode))
+
+  it.effect("resume continues an interrupted agent from its transcript", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({
+        rules: [{
+          respond: (c) =>
+            JSON.stringify(c.messages.at(-1)).includes("carry on")
+              ? { text: report(`resumed with ${c.toolResults.length} earlier tool result(s) and ${c.turn} turns before`) }
+              : c.turn === 0
+              ? { tool_calls: [{ name: "list_dir", args: {} }] }
+              : { hang: true }
+        }]
+      })
+      const manager = get(SubAgentManager)
+      const agent = yield* manager.spawn(undefined, { prompt: "work" })
+      const session = get(Session)
+      for (let i = 0; i < 100 && (yield* session.transcript(agent.agent_id)).length < 4; i++) {
+        yield* Effect.yieldNow
+      }
+      yield* manager.cancel(agent.agent_id, "pause")
+      assert.strictEqual((yield* manager.result(agent.agent_id, { block: false })).status, "cancelled")
+      yield* manager.resume(undefined, agent.agent_id, "carry on")
+      const done = yield* manager.result(agent.agent_id, { block: true })
+      assert.strictEqual(done.status, "completed")
+      assert.strictEqual(done.outcome?.summary, "resumed with 1 earlier tool result(s) and 1 turns before")
+    }).pipe(provideNode))
+
+  it.effect("restart: a running record becomes interrupted, flagged from a prior session, hidden unless archived", () =>
+    Effect.gen(function*() {
+      const { fs, path } = yield* setup({ rules: [] })
+      const dir = yield* fs.makeTempDirectoryScoped()
+      const stateDir = path.join(dir, ".fibril", "state")
+      const old: SubAgentRecord = {
+        agent_id: "agent_old1",
+        depth: 1,
+        role: "explore",
+        model: "default",
+        description: "left running",
+        objective: "x",
+        status: "running",
+        detached: false,
+        fork_context: false,
+        session_boot_id: "previous",
+        created_at: 1,
+        started_at: 2,
+        steps: 3,
+        tool_calls: 1,
+        tokens: { input: 10, output: 5, cached: 0 },
+        transcript_handle: "agent_old1.jsonl"
+      }
+      yield* fs.makeDirectory(stateDir, { recursive: true })
+      yield* fs.writeFileString(path.join(stateDir, "subagents.v1.json"), JSON.stringify({ version: 1, records: [old] }))
+      const { get } = yield* setup({ rules: [] }, {}, { root: dir, store: "file" })
+      const manager = get(SubAgentManager)
+      assert.deepStrictEqual(yield* manager.list({ includeArchived: false }), [])
+      const archived = yield* manager.list({ includeArchived: true })
+      assert.strictEqual(archived.length, 1)
+      assert.strictEqual(archived[0]!.status, "interrupted")
+      assert.strictEqual(archived[0]!.reason, "Interrupted by process restart")
+      assert.isTrue(archived[0]!.from_prior_session)
+    }).pipe(provideNode))
+
+  it.effect("task goes through the manager: recorded, counted against the cap, structured result", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup(
+        {
+          rules: [
+            { match: { role: "explore" }, turns: [{ text: report("explored") }] },
+            {
+              match: { depth: 0 },
+              turns: [
+                {
+                  tool_calls: [
+                    { name: "task", args: { description: "a", prompt: "one", subagent_type: "explore" } },
+                    { name: "task", args: { description: "b", prompt: "two", subagent_type: "explore" } }
+                  ]
+                },
+                { text: "done" }
+              ]
+            }
+          ]
+        },
+        {},
+        { subagents: { maxConcurrent: 1 } }
+      )
+      const session = get(Session)
+      const root = yield* session.create()
+      yield* session.prompt(root.id, "go")
+      const results = toolResults(yield* session.transcript(root.id))
+      // One of the two parallel tasks got the permit; the other was refused by the cap.
+      assert.deepStrictEqual(results.map((r) => r.isFailure).sort(), [false, true])
+      const refused = results.find((r) => r.isFailure)!.result as { error: string; message: string }
+      assert.strictEqual(refused.error, "CapReached")
+      assert.include(refused.message, "max 1")
+      const records = yield* get(SubAgentManager).list({ includeArchived: true })
+      assert.strictEqual(records.length, 1)
+      assert.strictEqual(records[0]!.status, "completed")
+    }).pipe(provideNode))
+
+  it.effect("each agent has exactly one terminal event", () =>
+    Effect.gen(function*() {
+      const { script, answer } = yield* controlled
+      const { get } = yield* setup(script)
+      const subscription = yield* get(AgentEvents).subscribe
+      const manager = get(SubAgentManager)
+      const a = yield* manager.spawn(undefined, { prompt: "a" })
+      const b = yield* manager.spawn(undefined, { prompt: "b" })
+      yield* answer("a", { text: report("ok") })
+      yield* manager.cancel(b.agent_id)
+      yield* manager.wait([a.agent_id, b.agent_id], { mode: "all" })
+      yield* manager.cancel(a.agent_id)
+      const events = yield* PubSub.takeAll(subscription)
+      const terminal = events.filter((e) => ["completed", "failed", "cancelled", "interrupted"].includes(e.type))
+      assert.deepStrictEqual(terminal.map((e) => [e.agent.agentId, e.type]).sort(), [[a.agent_id, "completed"], [b.agent_id, "cancelled"]].sort())
+    }).pipe(provideNode))
+})
