@@ -69,7 +69,7 @@ type Platform = FileSystem.FileSystem | Path.Path | ChildProcessSpawner.ChildPro
 
 const storeLayer = (options: Options) => {
   const store = options.store ?? "memory"
-  if (store === "memory") return SubAgentStore.layerMemory
+  if (store === "memory") return Layer.fresh(SubAgentStore.layerMemory)
   const dir = store === "file" ? `${options.cwd}/.fibril/state` : store.dir
   return SubAgentStore.layerFile({ dir })
 }

@@ -167,7 +167,7 @@ describe("SubAgentManager", () => {
       const session = get(Session)
       const root = yield* session.create()
       const fiber = yield* Effect.forkChild(session.prompt(root.id, "go"))
-      yield* TestClock.adjust("5 seconds")
+      for (let i = 0; i < 20 && fiber.pollUnsafe() === undefined; i++) yield* TestClock.adjust("1 second")
       const answer = yield* Fiber.join(fiber)
       assert.strictEqual(answer.text, "final after 1 child report")
     }).pipe(provideNode))
