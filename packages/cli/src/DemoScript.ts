@@ -86,7 +86,9 @@ const reviewer = (conversation: Conversation): Turn => {
     return { tool_calls: [{ name: "grep", args: { pattern: "\\bTODO\\b|\\bFIXME\\b", include: "**/*.ts", max_matches: 5 } }] }
   }
   const found = conversation.toolResults[0]
-  const hits = found === undefined || found.isFailure ? [] : firstLines(found.result, 5)
+  const hits = found === undefined || found.isFailure || String(found.result).startsWith("No matches")
+    ? []
+    : firstLines(found.result, 5)
   return {
     text: report(
       `The three reports are consistent and each quotes real tool output. A scan for unfinished-work markers found ${

@@ -17,7 +17,7 @@ describe("fibril demo", () => {
       // the explorers really ran their tools here: the README and this package were found
       assert.include(stdout, "read_file:      1\t# Fibril")
       assert.include(stdout, "evidence: - glob: package.json")
-      assert.include(stdout, "evidence: - grep: packages/core/src/tools/Task.ts")
+      assert.include(stdout, "evidence: - grep: packages/core/src/SubAgentManager.ts")
       assert.include(stdout, "Final answer")
       assert.match(stdout, /Totals: 5 agents, \d+ tool calls, \d+ input \+ \d+ output tokens/)
       assert.include(stdout, "Model: scripted.")
