@@ -412,7 +412,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
 
   const waitFor = (targets: ReadonlyArray<Entry>, mode: "any" | "all", timeoutMs: number | undefined) => {
     const open = targets.filter((e) => !isTerminal(e.record.status))
-    if (open.length === 0) return Effect.succeed(false)
+    if (open.length === 0 || (mode === "any" && open.length < targets.length)) return Effect.succeed(false)
     const waiting = mode === "any"
       ? Effect.raceAll(open.map((e) => Deferred.await(e.done)))
       : Effect.forEach(open, (e) => Deferred.await(e.done), { concurrency: "unbounded", discard: true })
