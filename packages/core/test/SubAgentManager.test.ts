@@ -99,6 +99,32 @@ describe("SubAgentManager", () => {
       assert.strictEqual(late.agent.status, "completed")
     }).pipe(provideNode))
 
+  it.effect("send_input with interrupt cancels the model step in flight and delivers at once", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup(
+        {
+          rules: [{
+            respond: (c) =>
+              JSON.stringify(c.messages.at(-1)).includes("urgent: stop")
+                ? { text: report("switched to the urgent request") }
+                : { delay_ms: 100_000, text: report("finished the slow way") }
+          }]
+        },
+        { apiTimeoutSecs: 600 }
+      )
+      const manager = get(SubAgentManager)
+      const session = get(Session)
+      const agent = yield* manager.spawn(undefined, { prompt: "slow work" })
+      for (let i = 0; i < 50 && !(yield* session.info(agent.agent_id)).waitingOnModel; i++) yield* Effect.yieldNow
+      assert.isTrue((yield* session.info(agent.agent_id)).waitingOnModel)
+      const sent = yield* manager.sendInput(agent.agent_id, "urgent: stop", true)
+      assert.isTrue(sent.delivered)
+      // No clock movement: the slow call was cancelled, the message delivered, the next step answered.
+      const done = yield* manager.result(agent.agent_id, { block: true })
+      assert.strictEqual(done.outcome?.summary, "switched to the urgent request")
+      assert.strictEqual(done.steps, 1)
+    }).pipe(provideNode))
+
   it.effect("detached children survive their parent's cancellation; non-detached grandchildren do not", () =>
     Effect.gen(function*() {
       const { script } = yield* controlled
