@@ -17,7 +17,7 @@
  * Lifecycle: pending -> running -> completed | failed(reason) | cancelled(reason) |
  * interrupted(reason), exactly one terminal state per run.
  */
-import { Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, Scope, Semaphore } from "effect"
+import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, Scope, Semaphore } from "effect"
 import { Prompt } from "effect/ai"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
@@ -275,7 +275,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
           sections: parsed.sections,
           contract_violations: parsed.violations.map((v) => v.message)
         }
-      } else if (exit.cause.reasons.length > 0 && exit.cause.reasons.every((r) => r._tag === "Interrupt")) {
+      } else if (Cause.hasInterruptsOnly(exit.cause)) {
         record.status = entry.cancelReason === undefined ? "interrupted" : "cancelled"
         record.reason = entry.cancelReason ?? "Interrupted: its parent was interrupted or the runtime shut down"
         // An agent that never started its prompt has no session events: say it here.
@@ -305,7 +305,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         record.status = "failed"
         record.reason = describeFailure(exit.cause)
       }
-      yield* persistTranscript(entry)
+      if (store.durable) yield* persistTranscript(entry)
       yield* store.put(record)
       yield* Deferred.succeed(entry.done, undefined)
     })
@@ -574,7 +574,9 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       const entry = entries.get(event.agent.agentId)
       if (entry === undefined) return Effect.void
       entry.lastProgress = event.at
-      return event.type === "step" ? persistTranscript(entry) : Effect.void
+      // A durable store gets the transcript as it grows, so a crash loses at most a step;
+      // an in-memory one only at the end of a run (it would not survive a crash anyway).
+      return event.type === "step" && store.durable ? persistTranscript(entry) : Effect.void
     },
     beforeFinish: (sessionId) => {
       const open = [...(childrenOf.get(sessionId) ?? [])]

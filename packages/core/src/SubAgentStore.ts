@@ -43,6 +43,8 @@ export class SubAgentStore extends Context.Service<SubAgentStore, {
   readonly readTranscript: (handle: string) => Effect.Effect<ReadonlyArray<unknown>, StoreError>
   /** Problems found when loading (e.g. a corrupt file moved aside), for the caller to log or show. */
   readonly warnings: ReadonlyArray<string>
+  /** True when records outlive the process (the file store): transcripts are then appended as they grow. */
+  readonly durable: boolean
 }>()("@fibril/core/SubAgentStore") {}
 
 export interface Limits {
@@ -185,6 +187,8 @@ const parseTranscript = (path: string, text: string): Effect.Effect<ReadonlyArra
 
 /** Where the store's bytes go: the file system, or memory. */
 interface Backend {
+  /** Survives the process: worth writing transcripts as they grow. */
+  readonly durable: boolean
   /** Replaces the persisted records with `json` (atomically). */
   readonly persist: (json: string) => Effect.Effect<void, StoreError>
   readonly append: (handle: string, text: string) => Effect.Effect<void, StoreError>
@@ -279,7 +283,7 @@ const make = Effect.fnUntraced(function*(backend: Backend, loaded: Loaded, optio
 
   const put = Effect.fnUntraced(function*(record: SubAgentRecord) {
     // The type cannot say "integer"; a record that breaks the schema would be lost at the next load.
-    const valid: boolean = isValidRecord(record)
+    const valid: boolean = !backend.durable || isValidRecord(record)
     if (!valid) {
       yield* Effect.logWarning(
         `sub-agent record ${record.agent_id} does not match the SubAgentRecord schema; it will be dropped when loaded`
@@ -314,7 +318,8 @@ const make = Effect.fnUntraced(function*(backend: Backend, loaded: Loaded, optio
     flush,
     appendTranscript,
     readTranscript,
-    warnings: loaded.warnings
+    warnings: loaded.warnings,
+    durable: backend.durable
   })
 })
 
@@ -519,7 +524,7 @@ export const makeFile = Effect.fn("SubAgentStore.makeFile")(function*(options: F
 
   const loaded = yield* load
   yield* Effect.forEach(loaded.warnings, (warning) => Effect.logWarning(warning), { discard: true })
-  return yield* make({ persist, append, read, remove }, loaded, options)
+  return yield* make({ durable: true, persist, append, read, remove }, loaded, options)
 })
 
 /**
@@ -541,6 +546,7 @@ export const layerFile = (options: FileOptions): Layer.Layer<SubAgentStore, Stor
 export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(options: Limits = {}) {
   const transcripts = new Map<string, Array<string>>()
   const backend: Backend = {
+    durable: false,
     persist: () => Effect.void,
     append: (handle, text) =>
       Effect.sync(() => {

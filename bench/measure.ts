@@ -1,0 +1,91 @@
+/**
+ * One measurement in this (fresh) process: `node bench/measure.ts <workload> <K> <cap|none> <store>`.
+ * Prints one JSON line with the figures and whether every count checked out.
+ */
+import { performance } from "node:perf_hooks"
+import * as Adapter from "./peer-adapter.ts"
+import { makeScript } from "./script.ts"
+
+const [workload = "w1", kArg = "10", capArg = "none", storeArg = "memory"] = process.argv.slice(2)
+const K = Number(kArg)
+const cap = capArg === "none" ? null : Number(capArg)
+const store = storeArg === "file" ? "file" : "memory"
+
+let peakRss = process.memoryUsage().rss
+const sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage().rss)), 5)
+const cpu = () => {
+  const u = process.cpuUsage()
+  return (u.user + u.system) / 1000
+}
+
+const w1 = async () => {
+  const M = 3
+  for (let i = 0; i < 3; i++) {
+    const warm = makeScript({ K: 10, M, blocking: false })
+    await Adapter.runW1({ K: 10, M, cap, s: warm, store })
+    await Adapter.dispose(warm)
+  }
+  const s = makeScript({ K, M, blocking: false })
+  const cpu0 = cpu()
+  const t0 = performance.now()
+  const { final } = await Adapter.runW1({ K, M, cap, s, store })
+  const wall = performance.now() - t0
+  const cpuMs = cpu() - cpu0
+  peakRss = Math.max(peakRss, process.memoryUsage().rss)
+  const c = s.counts
+  const ok = final === `final: received ${K} summaries` && c.summaries === K && c.parentCalls === 2 &&
+    c.childCalls === K * (M + 1) && c.lookups === K * M && c.badPayloads === 0
+  await Adapter.dispose(s)
+  return { workload: "W1", K, M, cap, store, ok, wall_ms: wall, cpu_ms: cpuMs, peak_rss_mib: peakRss / 2 ** 20, us_per_subagent: (wall * 1000) / K, counts: c }
+}
+
+const w2 = async () => {
+  const M = 3
+  const s = makeScript({ K, M, blocking: true })
+  const controller = new AbortController()
+  const run = Adapter.runW2({ K, M, signal: controller.signal, s, store })
+  const settled = run.then(() => "resolved", () => "rejected")
+  await s.allInLookup
+  const t0 = performance.now()
+  s.markAborted()
+  controller.abort()
+  const how = await settled
+  const abortToSettled = performance.now() - t0
+  await new Promise((resolve) => setTimeout(resolve, 1000))
+  const c = s.counts
+  await Adapter.dispose(s)
+  clearInterval(sampler)
+  // Does the process exit on its own? Nothing of ours may keep the event loop alive.
+  const handles = (process as unknown as { getActiveResourcesInfo(): Array<string> }).getActiveResourcesInfo()
+    .filter((kind) => kind !== "TTYWrap" && kind !== "PipeWrap")
+  return {
+    workload: "W2", K, M, cap: null, store, ok: how === "rejected" && c.childrenInLookup === K,
+    abort_to_settled_ms: abortToSettled, leaked_lookups: c.lookupsPending, timers_armed: c.timersArmed,
+    model_calls_after_abort: c.callsAfterAbort, exits_on_its_own: handles.length === 0, open_handles: handles
+  }
+}
+
+const w3 = async () => {
+  const s = makeScript({ K: 1, M: 1, blocking: false })
+  const times: Array<number> = []
+  let ok = true
+  for (let i = 0; i < 2050; i++) {
+    const t0 = performance.now()
+    const { final } = await Adapter.runW3({ K: 1, M: 1, s, store })
+    const t = performance.now() - t0
+    if (final !== "final: received 1 summaries") ok = false
+    if (i >= 50) times.push(t * 1000)
+  }
+  times.sort((a, b) => a - b)
+  const c = s.counts
+  ok = ok && c.parentCalls === 2 * 2050 && c.childCalls === 2 * 2050 && c.lookups === 2050 && c.badPayloads === 0
+  await Adapter.dispose(s)
+  return {
+    workload: "W3", K: 1, M: 1, store, ok,
+    median_us: times[Math.floor(times.length / 2)]!, p99_us: times[Math.floor(times.length * 0.99)]!
+  }
+}
+
+const result = workload === "w2" ? await w2() : workload === "w3" ? await w3() : await w1()
+clearInterval(sampler)
+process.stdout.write(JSON.stringify(result) + "\n")

@@ -1,0 +1,66 @@
+/**
+ * `npm run bench` (`-- --quick` for K = 10, 100 and fewer repetitions): W1, W2 and W3 of
+ * shared/BENCH.md on Fibril's real path, each measurement in a fresh process, medians of the
+ * repetitions, every count verified. Prints a table and writes bench/results.json.
+ */
+import { execFileSync } from "node:child_process"
+import { writeFileSync } from "node:fs"
+import { fileURLToPath } from "node:url"
+
+const quick = process.argv.includes("--quick")
+const reps = quick ? 3 : 5
+const ks = quick ? [10, 100] : [10, 100, 1000]
+const measure = fileURLToPath(new URL("./measure.ts", import.meta.url))
+
+type Row = Record<string, unknown> & { readonly ok: boolean }
+
+const once = (args: ReadonlyArray<string>): Row =>
+  JSON.parse(execFileSync(process.execPath, [measure, ...args], { encoding: "utf8", maxBuffer: 1 << 24 }).trim()) as Row
+
+const median = (values: ReadonlyArray<number>) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!
+
+const run = (label: string, args: ReadonlyArray<string>, fields: ReadonlyArray<string>) => {
+  const rows = Array.from({ length: reps }, () => once(args))
+  const ok = rows.every((row) => row.ok)
+  const figures: Record<string, number> = {}
+  for (const field of fields) figures[field] = median(rows.map((row) => Number(row[field])))
+  const extra = rows[0]!
+  return { label, args, ok, reps, ...figures, sample: extra }
+}
+
+const results: Array<ReturnType<typeof run>> = []
+const show = (r: ReturnType<typeof run>) => {
+  results.push(r)
+  const figures = Object.entries(r)
+    .filter(([k]) => !["label", "args", "ok", "reps", "sample"].includes(k))
+    .map(([k, v]) => `${k}=${typeof v === "number" ? (Number.isInteger(v) ? v : v.toFixed(1)) : String(v)}`)
+    .join("  ")
+  console.log(`${r.ok ? "ok  " : "FAIL"} ${r.label.padEnd(34)} ${figures}`)
+}
+
+console.log(`Fibril orchestration benchmark (${quick ? "quick" : "full"}; medians of ${reps} fresh processes)`)
+for (const store of ["memory", "file"]) {
+  for (const cap of ["none", "10"]) {
+    for (const K of ks) {
+      if (store === "file" && cap === "10" && K !== ks.at(-1)) continue
+      show(run(`W1 K=${K} cap=${cap} store=${store}`, ["w1", String(K), cap, store], [
+        "us_per_subagent",
+        "wall_ms",
+        "cpu_ms",
+        "peak_rss_mib"
+      ]))
+    }
+  }
+}
+show(run("W2 K=100 store=memory", ["w2", "100", "none", "memory"], [
+  "abort_to_settled_ms",
+  "leaked_lookups",
+  "timers_armed",
+  "model_calls_after_abort"
+]))
+show(run("W3 store=memory", ["w3", "1", "none", "memory"], ["median_us", "p99_us"]))
+
+const out = fileURLToPath(new URL("./results.json", import.meta.url))
+writeFileSync(out, JSON.stringify({ date: new Date().toISOString(), node: process.version, quick, results }, null, 2))
+console.log(`wrote ${out}`)
+if (!results.every((r) => r.ok)) process.exitCode = 1

@@ -1,0 +1,171 @@
+/**
+ * OpenAiClient — the official `openai` SDK, wrapped once, at the edge.
+ *
+ * Everything else in this package talks to the server through this service's Effects and
+ * Streams: each call is interruptible (interruption aborts the HTTP request) and fails only
+ * with an `AiError` (see OpenAiError). The SDK's own retries are turned off because the agent
+ * loop retries, with backoff, per-attempt timeouts and `Retry-After`; retrying in both
+ * places would multiply attempts and hide rate limits from the runtime.
+ *
+ * It works with any server that speaks the Chat Completions API: OpenAI, DeepSeek, vLLM,
+ * Ollama, OpenRouter — set `baseURL`.
+ */
+import { Config, Context, Effect, Layer, Option, Redacted, Stream } from "effect"
+import type { AiError } from "effect/ai"
+import OpenAI from "openai"
+import type {
+  ChatCompletion,
+  ChatCompletionChunk,
+  ChatCompletionCreateParamsNonStreaming,
+  ChatCompletionCreateParamsStreaming
+} from "openai/resources/chat/completions"
+import * as OpenAiError from "./OpenAiError.ts"
+
+/** Where OpenAI's API lives; the default when no base URL is configured. */
+export const defaultBaseURL = "https://api.openai.com/v1"
+
+export interface Options {
+  /** Kept `Redacted` until the SDK is constructed; never logged. */
+  readonly apiKey: Redacted.Redacted<string>
+  /** Base URL including the version prefix, e.g. `http://localhost:8000/v1`. */
+  readonly baseURL?: string | undefined
+  /** Extra headers sent with every request (e.g. OpenRouter's `HTTP-Referer`). */
+  readonly headers?: Readonly<Record<string, string>> | undefined
+  /** The SDK's per-request timeout in milliseconds (its default is 10 minutes). */
+  readonly timeoutMs?: number | undefined
+}
+
+export class OpenAiClient extends Context.Service<OpenAiClient, {
+  /** The base URL requests go to (no trailing slash). */
+  readonly baseURL: string
+  /** `POST /chat/completions`, non-streaming. */
+  readonly createCompletion: (body: ChatCompletionCreateParamsNonStreaming) => Effect.Effect<ChatCompletion, AiError.AiError>
+  /**
+   * `POST /chat/completions` with `stream: true`: the parsed SSE chunks. The request is
+   * aborted when the stream ends early, fails or is interrupted.
+   */
+  readonly streamCompletion: (body: ChatCompletionCreateParamsStreaming) => Stream.Stream<ChatCompletionChunk, AiError.AiError>
+  /** `GET /models`: the ids the server serves. */
+  readonly listModels: Effect.Effect<ReadonlyArray<string>, AiError.AiError>
+  /**
+   * Any other SDK call, with the interruption signal and the same error mapping. The SDK
+   * client itself is not part of the service so that logging the service cannot print the key.
+   */
+  readonly use: <A>(method: string, f: (sdk: OpenAI, signal: AbortSignal) => Promise<A>) => Effect.Effect<A, AiError.AiError>
+}>()("@fibril/openai/OpenAiClient") {}
+
+const trimSlash = (url: string) => url.replace(/\/+$/, "")
+
+const isObject = (u: unknown): u is object => typeof u === "object" && u !== null
+
+// The SDK returns whatever the body parsed to (or the raw text for a non-JSON content type);
+// anything without `choices` cannot be read as a completion.
+const hasChoices = (u: unknown): boolean => isObject(u) && "choices" in u && Array.isArray(u.choices)
+
+const modelIds = (page: unknown): ReadonlyArray<string> | undefined => {
+  if (!isObject(page) || !("data" in page) || !Array.isArray(page.data)) return undefined
+  const ids: Array<string> = []
+  for (const entry of page.data) {
+    if (isObject(entry) && "id" in entry && typeof entry.id === "string") ids.push(entry.id)
+  }
+  return ids
+}
+
+/** Builds the client. Construction does no I/O. */
+export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =>
+  Effect.sync(() => {
+    const baseURL = trimSlash(options.baseURL ?? defaultBaseURL)
+    const sdk = new OpenAI({
+      apiKey: Redacted.value(options.apiKey),
+      baseURL,
+      // Explicit nulls: otherwise the SDK reads OPENAI_ORG_ID / OPENAI_PROJECT_ID / … from
+      // process.env behind the configuration's back.
+      organization: null,
+      project: null,
+      adminAPIKey: null,
+      webhookSecret: null,
+      maxRetries: 0,
+      ...(options.timeoutMs === undefined ? {} : { timeout: options.timeoutMs }),
+      ...(options.headers === undefined ? {} : { defaultHeaders: { ...options.headers } })
+    })
+    const completionsURL = { method: "POST", url: `${baseURL}/chat/completions` }
+    const modelsURL = { method: "GET", url: `${baseURL}/models` }
+
+    const createCompletion = (body: ChatCompletionCreateParamsNonStreaming) =>
+      Effect.tryPromise({
+        // The signal is aborted when the fiber is interrupted: the HTTP request is cancelled.
+        try: (signal) => sdk.chat.completions.create(body, { signal }),
+        catch: (cause) => cause
+      }).pipe(
+        Effect.catch(OpenAiError.fail("generateText", completionsURL)),
+        Effect.flatMap((completion) =>
+          hasChoices(completion) ? Effect.succeed(completion) : Effect.fail(
+            OpenAiError.make(
+              "generateText",
+              OpenAiError.invalidResponse(`${completionsURL.url} answered without choices`)
+            )
+          )
+        )
+      )
+
+    const streamCompletion = (body: ChatCompletionCreateParamsStreaming) =>
+      Stream.unwrap(Effect.gen(function*() {
+        // Our own controller, aborted when the stream's scope closes (end, failure or
+        // interruption): it cancels the request while connecting and while reading the body.
+        const controller = new AbortController()
+        yield* Effect.addFinalizer(() => Effect.sync(() => controller.abort()))
+        const chunks = yield* Effect.tryPromise({
+          try: () => sdk.chat.completions.create(body, { signal: controller.signal }),
+          catch: (cause) => cause
+        }).pipe(Effect.catch(OpenAiError.fail("streamText", completionsURL)))
+        return Stream.fromAsyncIterable(chunks, (cause) => cause).pipe(
+          Stream.catch((cause) => Stream.fromEffect(OpenAiError.fail("streamText", completionsURL)(cause)))
+        )
+      }))
+
+    const listModels = Effect.tryPromise({
+      try: (signal) => sdk.models.list({ signal }),
+      catch: (cause) => cause
+    }).pipe(
+      Effect.catch(OpenAiError.fail("listModels", modelsURL)),
+      Effect.flatMap((page) => {
+        const ids = modelIds(page)
+        return ids === undefined
+          ? Effect.fail(OpenAiError.make("listModels", OpenAiError.invalidResponse(`${modelsURL.url} did not list models`)))
+          : Effect.succeed(ids)
+      })
+    )
+
+    const use = <A>(method: string, f: (sdk: OpenAI, signal: AbortSignal) => Promise<A>) =>
+      Effect.tryPromise({ try: (signal) => f(sdk, signal), catch: (cause) => cause }).pipe(
+        Effect.catch(OpenAiError.fail(method, { method: "SDK", url: baseURL }))
+      )
+
+    return OpenAiClient.of({ baseURL, createCompletion, streamCompletion, listModels, use })
+  })
+
+/**
+ * The client for explicit options.
+ *
+ * @example
+ * ```ts
+ * OpenAiClient.layer({ apiKey: Redacted.make("sk-…"), baseURL: "https://api.deepseek.com/v1" })
+ * ```
+ */
+export const layer = (options: Options): Layer.Layer<OpenAiClient> => Layer.effect(OpenAiClient, make(options))
+
+/**
+ * The client from configuration: `OPENAI_API_KEY` (required, read as `Redacted`) and
+ * `OPENAI_BASE_URL` (optional; OpenAI's API by default). Headers and timeout come from code.
+ */
+export const layerConfig = (
+  options: Omit<Options, "apiKey" | "baseURL"> = {}
+): Layer.Layer<OpenAiClient, Config.ConfigError> =>
+  Layer.effect(
+    OpenAiClient,
+    Effect.gen(function*() {
+      const apiKey = yield* Config.Redacted("OPENAI_API_KEY")
+      const baseURL = yield* Config.option(Config.String("OPENAI_BASE_URL"))
+      return yield* make({ ...options, apiKey, baseURL: Option.getOrUndefined(baseURL) })
+    })
+  )
