@@ -107,7 +107,7 @@ interface Entry {
   fiber: Fiber.Fiber<unknown, unknown> | undefined
   done: Deferred.Deferred<void>
   cancelReason: string | undefined
-  /** Its session's prompt is running (as opposed to waiting for a permit). */
+  /** Its session published `started` for this run (and so publishes its terminal event). */
   started: boolean
   lastProgress: number
   /** Transcript messages already appended to the store. */
@@ -312,15 +312,18 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
 
   // The agent's run: (wait for a permit,) run the session's prompt, record the outcome.
   const runAgent = (entry: Entry, message: string, holdsPermit: boolean) => {
+    let counted = false
     const body = Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      // Counted and marked running in one synchronous step, so an interruption cannot split them.
       runningCount++
+      counted = true
       entry.record.status = "running"
-      entry.record.started_at = yield* Clock.currentTimeMillis
-      entry.lastProgress = entry.record.started_at
-      entry.started = true
+      entry.record.started_at = now
+      entry.lastProgress = now
       yield* store.put(entry.record)
       return yield* session.prompt(entry.record.agent_id, message)
-    }).pipe(Effect.ensuring(Effect.sync(() => void (entry.started && runningCount--))))
+    }).pipe(Effect.ensuring(Effect.sync(() => void (counted && runningCount--))))
     const admitted = holdsPermit ? Effect.ensuring(body, semaphore.release(1)) : semaphore.withPermits(1)(body)
     return admitted.pipe(Effect.onExit((exit) => finish(entry, exit)))
   }
@@ -574,6 +577,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       const entry = entries.get(event.agent.agentId)
       if (entry === undefined) return Effect.void
       entry.lastProgress = event.at
+      // The session published `started`: it will publish this run's terminal event too.
+      if (event.type === "started") entry.started = true
       // A durable store gets the transcript as it grows, so a crash loses at most a step;
       // an in-memory one only at the end of a run (it would not survive a crash anyway).
       return event.type === "step" && store.durable ? persistTranscript(entry) : Effect.void
