@@ -6,19 +6,14 @@
  * answers. The tree of agents is printed as it progresses, then the parsed results and
  * the totals. The model is the ScriptedModel, and the output says so.
  */
-import { type AgentEvent, AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
+import { AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
 import * as Session from "@fibril/core/Session"
 import type { TaskResult } from "@fibril/core/tools/Task"
 import { Clock, Effect, Fiber, PubSub } from "effect"
 import * as DemoScript from "./DemoScript.ts"
+import * as Output from "./Output.ts"
 import * as TreeView from "./TreeView.ts"
 
-export interface Output {
-  /** Writes one line. */
-  readonly line: (text: string) => Effect.Effect<void>
-  /** Replaces the last `previous` lines with `lines` (a live view on a terminal). */
-  readonly redraw?: ((previous: number, lines: ReadonlyArray<string>) => Effect.Effect<void>) | undefined
-}
 
 const taskResults = (messages: ReadonlyArray<Session.TranscriptMessage>): Array<TaskResult> =>
   messages.flatMap((message) =>
@@ -29,10 +24,10 @@ const taskResults = (messages: ReadonlyArray<Session.TranscriptMessage>): Array<
       : []
   )
 
-export const run = Effect.fn("fibril.demo")(function*(output: Output, cwd: string) {
+export const run = Effect.fn("fibril.demo")(function*(output: Output.Output, cwd: string) {
   const session = yield* Session.Session
   const events = yield* AgentEvents
-  const view = TreeView.empty()
+  const { view, show } = Output.follower(output, false)
   const subscription = yield* events.subscribe
 
   yield* output.line("Fibril demo — the model is SCRIPTED (ScriptedModel from @fibril/testkit), not an LLM.")
@@ -43,18 +38,6 @@ export const run = Effect.fn("fibril.demo")(function*(output: Output, cwd: strin
   const root = yield* session.create({ role: "general" })
   const fiber = yield* Effect.forkChild(session.prompt(root.id, DemoScript.rootPrompt))
 
-  let drawn = 0
-  const show = (event: AgentEvent) => {
-    TreeView.apply(view, event)
-    if (output.redraw !== undefined) {
-      const lines = TreeView.render(view)
-      const previous = drawn
-      drawn = lines.length
-      return output.redraw(previous, lines)
-    }
-    const line = TreeView.progressLine(view, event)
-    return line === undefined ? Effect.void : output.line(line)
-  }
   while (true) {
     const event = yield* PubSub.take(subscription)
     yield* show(event)

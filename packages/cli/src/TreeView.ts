@@ -125,6 +125,8 @@ export const progressLine = (view: View, event: AgentEvent): string | undefined 
       return `${indent}  → ${node.role} [${node.id}] ${event.tool}`
     case "step":
       return undefined
+    case "tool_result":
+      return event.isFailure === true ? `${indent}  ✗ ${node.role} [${node.id}] ${event.tool}: ${event.reason ?? "failed"}` : undefined
     case "retry":
       return `${indent}  ↻ ${node.role} [${node.id}] ${event.reason ?? "retrying"}`
     default:

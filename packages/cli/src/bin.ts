@@ -1,6 +1,18 @@
 #!/usr/bin/env node
 // The `fibril` executable. Node >= 22.19 runs this TypeScript file directly.
 import { NodeRuntime } from "@effect/platform-node"
+import { Cause, Effect, Exit } from "effect"
 import * as Cli from "./Cli.ts"
 
-NodeRuntime.runMain(Cli.run(process.argv.slice(2)))
+NodeRuntime.runMain(
+  Effect.flatMap(Cli.main(process.argv.slice(2), Cli.processEnvironment()), (code) =>
+    Effect.sync(() => {
+      process.exitCode = code
+    })),
+  {
+    // Ctrl-C interrupts the run: it cancels the agent tree and prints what was cancelled;
+    // that ends the root agent as cancelled, which is exit code 1.
+    teardown: (exit, onExit) =>
+      onExit(Exit.isSuccess(exit) ? Number(process.exitCode ?? 0) : Cause.hasInterruptsOnly(exit.cause) ? 1 : 2)
+  }
+)

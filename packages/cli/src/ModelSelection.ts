@@ -1,0 +1,80 @@
+/**
+ * Which model a `fibril` command runs on.
+ *
+ * Precedence: flags (`--model`, `--base-url`) > environment (`OPENAI_API_KEY`,
+ * `OPENAI_BASE_URL`, `FIBRIL_MODEL`) > project `.fibril/config.toml` > `~/.fibril/config.toml`
+ * > defaults (FibrilConfig already merged the last four for `model`). `scripted:<file>`
+ * selects the ScriptedModel with a JSON script; anything else is an OpenAI-compatible
+ * endpoint, which needs an API key.
+ */
+import type * as FibrilConfig from "@fibril/core/FibrilConfig"
+import * as Models from "@fibril/core/Models"
+import { OpenAiClient, OpenAiModels } from "@fibril/openai"
+import { ScriptedModel } from "@fibril/testkit"
+import { Effect, type FileSystem, Layer, Redacted, Schema } from "effect"
+import * as path from "node:path"
+
+export const defaultModel = "gpt-4.1-mini"
+
+/** A mistake in how fibril was invoked or configured (exit code 2). */
+export class UsageError extends Schema.TaggedError<UsageError>()("UsageError", { problem: Schema.String }) {
+  override get message() {
+    return this.problem
+  }
+}
+
+export const missingKey = new UsageError({
+  problem: "No model to run on: OPENAI_API_KEY is not set.\n" +
+    "  Set OPENAI_API_KEY (and OPENAI_BASE_URL for DeepSeek, vLLM, Ollama or OpenRouter; FIBRIL_MODEL or --model for the model id),\n" +
+    "  or run on a scripted model: --model scripted:<script.json> (see docs/script-format.md)."
+})
+
+export type Selection =
+  | { readonly kind: "scripted"; readonly file: string; readonly label: string }
+  | {
+    readonly kind: "openai"
+    readonly model: string
+    readonly baseURL: string | undefined
+    readonly apiKey: Redacted.Redacted<string>
+  }
+
+export interface Input {
+  readonly model?: string | undefined
+  readonly baseUrl?: string | undefined
+  readonly env: Readonly<Record<string, string | undefined>>
+  readonly settings: FibrilConfig.Settings
+  readonly cwd: string
+}
+
+export const select = (input: Input): Effect.Effect<Selection, UsageError> => {
+  const model = input.model ?? input.settings.model
+  if (model !== undefined && model.startsWith("scripted:")) {
+    const file = model.slice("scripted:".length)
+    if (file === "") return Effect.fail(new UsageError({ problem: "--model scripted:<file> needs a script file" }))
+    return Effect.succeed({ kind: "scripted", file: path.resolve(input.cwd, file), label: model })
+  }
+  const key = input.env["OPENAI_API_KEY"]
+  if (key === undefined || key === "") return Effect.fail(missingKey)
+  return Effect.succeed({
+    kind: "openai",
+    model: model ?? defaultModel,
+    baseURL: input.baseUrl ?? input.env["OPENAI_BASE_URL"],
+    apiKey: Redacted.make(key)
+  })
+}
+
+/** The model catalog for a selection. */
+export const layer = (
+  selection: Selection
+): Layer.Layer<Models.Models, ScriptedModel.ScriptFileError, FileSystem.FileSystem> =>
+  selection.kind === "scripted"
+    ? Models.fromLanguageModel(selection.label).pipe(Layer.provide(ScriptedModel.layerFile(selection.file)))
+    : OpenAiModels.layer({ defaultModel: selection.model }).pipe(
+      Layer.provide(OpenAiClient.layer({ apiKey: selection.apiKey, baseURL: selection.baseURL }))
+    )
+
+/** What `fibril config` shows about the model (never the key). */
+export const describe = (selection: Selection): string =>
+  selection.kind === "scripted"
+    ? `scripted model (${selection.file})`
+    : `${selection.model} at ${selection.baseURL ?? OpenAiClient.defaultBaseURL} (OPENAI_API_KEY set)`
