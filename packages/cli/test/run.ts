@@ -10,12 +10,14 @@ const text = (stream: Stream.Stream<Uint8Array, unknown>) => stream.pipe(Stream.
 
 export const fibril = Effect.fn("test.fibril")(function*(
   args: ReadonlyArray<string>,
-  options: { readonly cwd?: string; readonly env?: Record<string, string> } = {}
+  options: { readonly cwd?: string; readonly env?: Record<string, string | undefined> } = {}
 ) {
   const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
   const handle = yield* spawner.spawn(ChildProcess.make(process.execPath, [bin, ...args], {
     cwd: options.cwd ?? repoRoot,
-    ...(options.env ? { env: options.env, extendEnv: true } : {})
+    // No API key from the developer's shell leaks into a test.
+    env: { OPENAI_API_KEY: undefined, OPENAI_BASE_URL: undefined, FIBRIL_MODEL: undefined, ...options.env },
+    extendEnv: true
   }))
   const [stdout, stderr, exitCode] = yield* Effect.all(
     [text(handle.stdout), text(handle.stderr), handle.exitCode],

@@ -1,0 +1,139 @@
+import { NodeServices } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, FileSystem, Path } from "effect"
+import { fibril } from "./run.ts"
+
+const report = (summary: string) =>
+  `SUMMARY:\n${summary}\n\nCHANGES:\nnone\n\nEVIDENCE:\nlisted\n\nRISKS:\nnone\n\nBLOCKERS:\nnone`
+
+const fanOut = {
+  rules: [
+    {
+      match: { role: "explore" },
+      turns: [{ tool_calls: [{ name: "list_dir", args: {} }] }, { text: report("listed the workspace") }]
+    },
+    {
+      match: { depth: 0 },
+      turns: [
+        {
+          tool_calls: [
+            { name: "task", args: { description: "left", prompt: "look left", subagent_type: "explore" } },
+            { name: "task", args: { description: "right", prompt: "look right", subagent_type: "explorer" } }
+          ]
+        },
+        { text: "Both sides explored." }
+      ]
+    }
+  ]
+}
+
+/** A temp workspace holding `script.json`. */
+const workspace = (script: unknown) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const dir = yield* fs.makeTempDirectoryScoped()
+    yield* fs.writeFileString(path.join(dir, "script.json"), JSON.stringify(script))
+    yield* fs.writeFileString(path.join(dir, "notes.txt"), "hello\n")
+    return { dir, fs, path }
+  })
+
+describe("fibril run", () => {
+  it.live("without a key or a scripted model: exit 2 and says exactly what to set", () =>
+    Effect.gen(function*() {
+      const { dir } = yield* workspace(fanOut)
+      const { exitCode, stderr } = yield* fibril(["run", "hello"], { cwd: dir })
+      assert.strictEqual(exitCode, 2)
+      assert.include(stderr, "OPENAI_API_KEY is not set")
+      assert.include(stderr, "--model scripted:<script.json>")
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.live("a scripted fan-out of task calls, end to end: tree, answer, totals, exit 0", () =>
+    Effect.gen(function*() {
+      const { dir } = yield* workspace(fanOut)
+      const { exitCode, stdout, stderr } = yield* fibril(["run", "explore both sides", "--model", "scripted:script.json"], {
+        cwd: dir
+      })
+      assert.strictEqual(exitCode, 0, stderr)
+      assert.match(stdout, /✓ explore "left" \[agent_\w+\] completed/)
+      assert.match(stdout, /✓ explore "right" \[agent_\w+\] completed/)
+      assert.include(stdout, "Answer\n  Both sides explored.")
+      assert.match(stdout, /Totals: 3 agents, 4 tool calls/)
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.live("--json: one parseable event per line, children carry their parent's id, then the final line", () =>
+    Effect.gen(function*() {
+      const { dir } = yield* workspace(fanOut)
+      const { exitCode, stdout } = yield* fibril(["run", "go", "--model", "scripted:script.json", "--json"], { cwd: dir })
+      assert.strictEqual(exitCode, 0)
+      const events = stdout.trim().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>)
+      const final = events.at(-1)!
+      assert.strictEqual(final["type"], "final")
+      assert.strictEqual(final["status"], "completed")
+      assert.strictEqual(final["text"], "Both sides explored.")
+      const root = final["agent_id"]
+      const children = events.filter((e) => e["type"] === "spawned" && e["depth"] === 1)
+      assert.strictEqual(children.length, 2)
+      for (const child of children) assert.strictEqual(child["parent_id"], root)
+      assert.isTrue(events.some((e) => e["type"] === "tool_call" && e["tool"] === "list_dir"))
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.live("a root agent that fails: exit 1 and the reason", () =>
+    Effect.gen(function*() {
+      const { dir } = yield* workspace({ rules: [{ turns: [{ error: { kind: "fatal", message: "model refused" } }] }] })
+      const { exitCode, stdout } = yield* fibril(["run", "go", "--model", "scripted:script.json"], { cwd: dir })
+      assert.strictEqual(exitCode, 1)
+      assert.include(stdout, "The root agent failed:")
+      assert.include(stdout, "model refused")
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.live("usage errors exit 2: a bad flag value, an unknown role, a missing script", () =>
+    Effect.gen(function*() {
+      const { dir } = yield* workspace(fanOut)
+      const cap = yield* fibril(["run", "go", "--model", "scripted:script.json", "--max-concurrent", "99"], { cwd: dir })
+      assert.strictEqual(cap.exitCode, 2)
+      const role = yield* fibril(["run", "go", "--model", "scripted:script.json", "--role", "wizard"], { cwd: dir })
+      assert.strictEqual(role.exitCode, 2)
+      assert.include(role.stderr, "unknown sub-agent type \"wizard\"")
+      const missing = yield* fibril(["run", "go", "--model", "scripted:nope.json"], { cwd: dir })
+      assert.strictEqual(missing.exitCode, 2)
+      assert.include(missing.stderr, "nope.json")
+    }).pipe(Effect.provide(NodeServices.layer)))
+})
+
+describe("fibril agents and config", () => {
+  it.live("after a run, agents list --all / show / transcript read the persisted records", () =>
+    Effect.gen(function*() {
+      const { dir } = yield* workspace(fanOut)
+      yield* fibril(["run", "go", "--model", "scripted:script.json"], { cwd: dir })
+      const running = yield* fibril(["agents", "list"], { cwd: dir })
+      assert.include(running.stdout, "No sub-agent is running")
+      const all = yield* fibril(["agents", "list", "--all", "--json"], { cwd: dir })
+      const records = JSON.parse(all.stdout) as Array<{ agent_id: string; status: string; role: string }>
+      assert.deepStrictEqual(records.map((r) => [r.status, r.role]), [["completed", "explore"], ["completed", "explore"]])
+      const shown = yield* fibril(["agents", "show", records[0]!.agent_id], { cwd: dir })
+      assert.include(shown.stdout, "\"summary\": \"listed the workspace\"")
+      const transcript = yield* fibril(["agents", "transcript", records[0]!.agent_id], { cwd: dir })
+      assert.include(transcript.stdout, "[system]")
+      assert.include(transcript.stdout, "→ list_dir")
+      assert.include(transcript.stdout, "notes.txt")
+      const unknown = yield* fibril(["agents", "show", "agent_nope"], { cwd: dir })
+      assert.strictEqual(unknown.exitCode, 2)
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.live("config prints the effective values, marks clamped ones, and never the key", () =>
+    Effect.gen(function*() {
+      const { dir, fs, path } = yield* workspace(fanOut)
+      yield* fs.makeDirectory(path.join(dir, ".fibril"))
+      yield* fs.writeFileString(path.join(dir, ".fibril", "config.toml"), "[subagents]\nmax_concurrent = 50\n")
+      const { exitCode, stdout } = yield* fibril(["config"], {
+        cwd: dir,
+        env: { OPENAI_API_KEY: "sk-very-secret", FIBRIL_AGENT_MAX_STEPS: "7" }
+      })
+      assert.strictEqual(exitCode, 0)
+      assert.include(stdout, "max_concurrent = 20   # clamped: 50 given, 20 used")
+      assert.include(stdout, "max_steps = 7")
+      assert.include(stdout, "gpt-4.1-mini at https://api.openai.com/v1 (OPENAI_API_KEY set)")
+      assert.notInclude(stdout, "sk-very-secret")
+    }).pipe(Effect.provide(NodeServices.layer)))
+})
