@@ -85,6 +85,9 @@ export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =
       adminAPIKey: null,
       webhookSecret: null,
       maxRetries: 0,
+      // Failures come back as AiErrors; the SDK's own console logging would only write into
+      // the CLI's live view (an explicit level also overrides OPENAI_LOG from the environment).
+      logLevel: "off",
       ...(options.timeoutMs === undefined ? {} : { timeout: options.timeoutMs }),
       ...(options.headers === undefined ? {} : { defaultHeaders: { ...options.headers } })
     })

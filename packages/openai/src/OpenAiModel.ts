@@ -445,7 +445,7 @@ export const makeWith = (client: OpenAiClient["Service"], options: Options): Eff
   const generateText = Effect.fn("OpenAiModel.generateText")(function*(provider: LanguageModel.ProviderOptions) {
     annotateRequest(provider.span, options.model)
     const body = yield* requestBody(options, provider)
-    const completion = yield* client.createCompletion({ ...body, stream: false })
+    const completion = yield* client.createCompletion(body)
     const parts = fromCompletion(completion)
     Telemetry.addGenAIAnnotations(provider.span, {
       response: { id: completion.id, model: completion.model },

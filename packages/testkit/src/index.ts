@@ -1,6 +1,8 @@
 /**
  * @fibril/testkit — test doubles for Fibril: the ScriptedModel (a `LanguageModel` driven by a
- * script) and the script format it plays.
+ * script), the script format it plays, and a fake OpenAI-compatible HTTP server answering
+ * from the same scripts.
  */
 export * as ScriptedModel from "./ScriptedModel.ts"
 export * as Script from "./Script.ts"
+export * as FakeOpenAiServer from "./FakeOpenAiServer.ts"
