@@ -1,12 +1,14 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
+import { FakeOpenAiServer, type ScriptedModel } from "@fibril/testkit"
 import { Effect, FileSystem, Path } from "effect"
+import * as Http from "node:http"
 import { fibril } from "./run.ts"
 
 const report = (summary: string) =>
   `SUMMARY:\n${summary}\n\nCHANGES:\nnone\n\nEVIDENCE:\nlisted\n\nRISKS:\nnone\n\nBLOCKERS:\nnone`
 
-const fanOut = {
+const fanOut: ScriptedModel.ScriptInput = {
   rules: [
     {
       match: { role: "explore" },
@@ -135,5 +137,71 @@ describe("fibril agents and config", () => {
       assert.include(stdout, "max_steps = 7")
       assert.include(stdout, "gpt-4.1-mini at https://api.openai.com/v1 (OPENAI_API_KEY set)")
       assert.notInclude(stdout, "sk-very-secret")
+    }).pipe(Effect.provide(NodeServices.layer)))
+})
+
+describe("fibril run against an OpenAI-compatible endpoint (the fake server)", () => {
+  it.live("--base-url: a fan-out of task calls over real HTTP, text and --json", () =>
+    Effect.gen(function*() {
+      const server = yield* FakeOpenAiServer.start({ script: fanOut, models: ["fake-model"] })
+      const { dir } = yield* workspace(fanOut)
+      const env = { OPENAI_API_KEY: "sk-test" }
+      const text = yield* fibril(["run", "explore", "--model", "fake-model", "--base-url", server.url], { cwd: dir, env })
+      assert.strictEqual(text.exitCode, 0, text.stderr)
+      assert.include(text.stdout, "Answer\n  Both sides explored.")
+      assert.match(text.stdout, /Totals: 3 agents, 4 tool calls, \d+ input/)
+      assert.include(text.stdout, "model fake-model")
+      const json = yield* fibril(["run", "explore", "--model", "fake-model", "--base-url", server.url, "--json"], {
+        cwd: dir,
+        env
+      })
+      assert.strictEqual(json.exitCode, 0, json.stderr)
+      const events = json.stdout.trim().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>)
+      const root = events.at(-1)!["agent_id"]
+      assert.deepStrictEqual(
+        events.filter((e) => e["type"] === "completed" && e["depth"] === 1).map((e) => e["parent_id"]),
+        [root, root]
+      )
+      assert.strictEqual(events.at(-1)!["text"], "Both sides explored.")
+      // An id the server does not list is refused before anything runs.
+      const unknown = yield* fibril(["run", "x", "--model", "gpt-imaginary", "--base-url", server.url], { cwd: dir, env })
+      assert.strictEqual(unknown.exitCode, 2)
+      assert.include(unknown.stderr, "unknown model \"gpt-imaginary\"; accepted: fake-model")
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.live("--otlp exports spans for agents, model calls and tool calls", () =>
+    Effect.gen(function*() {
+      const bodies: Array<string> = []
+      const collector = yield* Effect.acquireRelease(
+        Effect.promise(() =>
+          new Promise<Http.Server>((resolve) => {
+            const server = Http.createServer((req, res) => {
+              let body = ""
+              req.on("data", (chunk) => (body += String(chunk)))
+              req.on("end", () => {
+                bodies.push(body)
+                res.writeHead(200, { "content-type": "application/json" }).end("{}")
+              })
+            })
+            server.listen(0, "127.0.0.1", () => resolve(server))
+          })
+        ),
+        (server) => Effect.promise(() => new Promise<void>((resolve) => server.close(() => resolve())))
+      )
+      const port = (collector.address() as { port: number }).port
+      const { dir } = yield* workspace(fanOut)
+      const run = yield* fibril([
+        "run",
+        "go",
+        "--model",
+        "scripted:script.json",
+        "--otlp",
+        `http://127.0.0.1:${port}/v1/traces`
+      ], { cwd: dir })
+      assert.strictEqual(run.exitCode, 0, run.stderr)
+      const names = new Set([...bodies.join("\n").matchAll(/"name":"([^"]+)"/g)].map((m) => m[1]))
+      for (const name of ["Session.prompt", "SubAgentManager.run", "LanguageModel.generateText", "tool.list_dir", "tool.task"]) {
+        assert.isTrue(names.has(name), `span ${name} in ${[...names].join(", ")}`)
+      }
     }).pipe(Effect.provide(NodeServices.layer)))
 })
