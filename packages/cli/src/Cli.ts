@@ -12,7 +12,7 @@ import * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as Session from "@fibril/core/Session"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import { ScriptedModel } from "@fibril/testkit"
-import { Console, Context, Effect, Layer, Option, Ref, Schema } from "effect"
+import { Console, Context, Effect, Layer, Logger, Option, Ref, Schema } from "effect"
 import { Argument, CliError, Command, Flag } from "effect/cli"
 import { FetchHttpClient } from "effect/http"
 import { OtlpSerialization, OtlpTracer } from "effect/observability"
@@ -22,6 +22,7 @@ import * as AgentsCommand from "./AgentsCommand.ts"
 import * as ConfigCommand from "./ConfigCommand.ts"
 import * as Demo from "./Demo.ts"
 import * as DemoScript from "./DemoScript.ts"
+import * as McpCommand from "./McpCommand.ts"
 import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
 import * as Run from "./Run.ts"
@@ -210,7 +211,7 @@ export const config = Command.make(
 
 export const fibril = Command.make("fibril").pipe(
   Command.withDescription("Fibril: an Effect-native sub-agent runtime"),
-  Command.withSubcommands([run, demo, agents, config])
+  Command.withSubcommands([run, demo, agents, config, McpCommand.make(ProcessEnvironment, version)])
 )
 
 const usageErrors = new Set([
@@ -241,6 +242,8 @@ export const main = (argv: ReadonlyArray<string>, environment: Environment) =>
     yield* Console.error(`fibril: ${error instanceof Error ? error.message : String(error)}`)
     return usageErrors.has(tag) ? 2 : 1
   }).pipe(
+    // stdout carries answers, JSON events and (for `mcp`) JSON-RPC: logs go to stderr.
+    Effect.provideService(Logger.LogToStderr, true),
     Effect.provideService(ProcessEnvironment, environment),
     Effect.provide(NodeServices.layer),
     Effect.scoped

@@ -20,9 +20,10 @@
  * )
  * ```
  */
-import { type FileSystem, Layer, type Path } from "effect"
+import { Effect, type FileSystem, Layer, type Path } from "effect"
 import type { LanguageModel } from "effect/ai"
 import type { ChildProcessSpawner } from "effect/process"
+import * as AgentDefinitions from "./AgentDefinitions.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import * as BuiltinTools from "./BuiltinTools.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
@@ -67,6 +68,14 @@ export type Services =
 
 type Platform = FileSystem.FileSystem | Path.Path | ChildProcessSpawner.ChildProcessSpawner
 
+const loadAgents = (cwd: string) =>
+  Effect.gen(function*() {
+    const loaded = yield* AgentDefinitions.load(cwd)
+    for (const problem of loaded.problems) yield* Effect.logWarning(problem.message)
+    for (const warning of loaded.warnings) yield* Effect.logWarning(warning)
+    return loaded.definitions
+  })
+
 const storeLayer = (options: Options) => {
   const store = options.store ?? "memory"
   if (store === "memory") return Layer.fresh(SubAgentStore.layerMemory)
@@ -88,7 +97,10 @@ export const layerWithModels = (
     Memory.layer()
   ).pipe(Layer.provideMerge(workspace))
   const session = Session.layer(options.session).pipe(Layer.provideMerge(base))
-  const manager = SubAgentManager.layer(options.subagents).pipe(Layer.provideMerge(session))
+  // Agent types defined in markdown files under the workspace; bad files are logged, the rest load.
+  const manager = Layer.unwrap(
+    Effect.map(loadAgents(options.cwd), (agents) => SubAgentManager.layer({ ...options.subagents, agents }))
+  ).pipe(Layer.provideMerge(session))
   return Layer.mergeAll(
     BuiltinTools.layer(options.tools),
     TaskTool.layer,

@@ -36,7 +36,8 @@ export const aliases: Readonly<Record<RoleName, ReadonlyArray<string>>> = {
 }
 
 export interface RoleSpec {
-  readonly name: RoleName
+  /** A built-in role name, or the name of an agent definition (AgentDefinitions). */
+  readonly name: string
   readonly description: string
   readonly postures: ReadonlySet<Posture>
   /** Workspace-relative prefixes this role may write under; absent: wherever its parent may. */
@@ -94,10 +95,15 @@ export const acceptedNames: string = roleNames
 
 export class UnknownRole extends Schema.TaggedError<UnknownRole>()("UnknownRole", {
   name: Schema.String,
-  accepted: Schema.Array(Schema.String)
+  accepted: Schema.Array(Schema.String),
+  /** Agents defined in markdown files, also accepted. */
+  custom: Schema.optionalKey(Schema.Array(Schema.String))
 }) {
   override get message() {
-    return `unknown sub-agent type "${this.name}". Accepted (case-insensitive): ${acceptedNames}`
+    const custom = this.custom === undefined || this.custom.length === 0
+      ? ""
+      : `; agents defined in .fibril/agents, .claude/agents or .opencode/agent: ${this.custom.join(", ")}`
+    return `unknown sub-agent type "${this.name}". Accepted (case-insensitive): ${acceptedNames}${custom}`
   }
 }
 

@@ -20,6 +20,7 @@
 import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, Scope, Semaphore } from "effect"
 import { Prompt } from "effect/ai"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
+import * as AgentDefinitions from "./AgentDefinitions.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import { Models, type UnknownModel } from "./Models.ts"
 import * as OutputContract from "./OutputContract.ts"
@@ -37,6 +38,8 @@ export interface Options {
   /** Model per role: `[subagents] *_model` and `[subagents.models]`. */
   readonly defaultModel?: string | undefined
   readonly roleModels: Readonly<Record<string, string>>
+  /** Agent types defined in markdown files, usable as `subagent_type`. */
+  readonly agents?: ReadonlyArray<AgentDefinitions.AgentDefinition> | undefined
 }
 
 export const defaults: Options = {
@@ -177,11 +180,14 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
     callerSessionId: string | undefined,
     id: string,
     message?: string
-  ) => Effect.Effect<AgentView, AgentNotFound | NotResumable | CapReached | UnknownModel | Roles.UnknownRole>
+  ) => Effect.Effect<
+    AgentView,
+    AgentNotFound | NotResumable | CapReached | UnknownModel | Roles.UnknownRole | Roles.InvalidRoleRequest
+  >
   readonly assign: (
     id: string,
     update: { readonly objective?: string | undefined; readonly role?: string | undefined; readonly message?: string | undefined }
-  ) => Effect.Effect<InputResult, AgentNotFound | Roles.UnknownRole>
+  ) => Effect.Effect<InputResult, AgentNotFound | Roles.UnknownRole | Roles.InvalidRoleRequest>
   /** Running agents (holding a permit) right now. */
   readonly running: Effect.Effect<number>
 }>()("@fibril/core/SubAgentManager") {}
@@ -238,6 +244,36 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
 
   const modelFor = (role: Roles.RoleSpec, explicit: string | undefined, parentModel: string | undefined) =>
     explicit ?? config.roleModels[role.name] ?? config.defaultModel ?? parentModel ?? models.defaultModel
+
+  const definitions = config.agents ?? []
+  const customNames = definitions.filter((d) => d.usableAsSubagent).map((d) => d.name)
+
+  /** A built-in role, or an agent defined in markdown (its base role's posture, its own prompt and tools). */
+  const resolveRole = (name: string, allowedTools: ReadonlyArray<string> | undefined) =>
+    Roles.forRequest(name, allowedTools).pipe(
+      Effect.map((role) => ({ role, allowedTools, deny: undefined, model: undefined, maxSteps: undefined })),
+      Effect.catchTag("UnknownRole", (error) => {
+        const definition = AgentDefinitions.find(definitions, name)
+        if (definition === undefined) {
+          return Effect.fail(new Roles.UnknownRole({ name, accepted: error.accepted, custom: customNames }))
+        }
+        const base = Roles.roles[definition.baseRole]
+        const role: Roles.RoleSpec = {
+          ...base,
+          name: definition.name,
+          description: definition.description,
+          needsAllowedTools: false,
+          prompt: `${definition.prompt}\n\n${Roles.outputContract}`
+        }
+        return Effect.succeed({
+          role,
+          allowedTools: allowedTools ?? definition.allowedTools,
+          deny: definition.deniedTools.length === 0 ? undefined : definition.deniedTools,
+          model: definition.model,
+          maxSteps: definition.maxSteps
+        })
+      })
+    )
 
   const persistTranscript = (entry: Entry) =>
     Effect.gen(function*() {
@@ -341,18 +377,20 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     request: SpawnRequest,
     foreground: boolean
   ) {
-    const role = yield* Roles.forRequest(request.role ?? "general", request.allowedTools)
+    const resolved = yield* resolveRole(request.role ?? "general", request.allowedTools)
+    const role = resolved.role
     const parent = parentSessionId === undefined ? undefined : yield* session.info(parentSessionId)
-    const model = modelFor(role, request.model, parent?.model)
+    const model = modelFor(role, request.model ?? resolved.model, parent?.model)
     yield* models.resolve(model)
     const holdsPermit = yield* admit()
     const created = yield* session.createChild(parentSessionId, {
       role,
       description: request.description,
       model,
-      allowedTools: request.allowedTools,
+      allowedTools: resolved.allowedTools,
+      deny: resolved.deny,
       forkContext: request.forkContext,
-      budgets: config.budgets
+      budgets: resolved.maxSteps === undefined ? config.budgets : { ...config.budgets, maxSteps: resolved.maxSteps }
     }).pipe(Effect.onError(() => holdsPermit ? semaphore.release(1) : Effect.void))
     const now = yield* Clock.currentTimeMillis
     const detached = request.detached === true && !foreground
@@ -510,7 +548,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const record = entry.record
     const status: Status = record.status
     if (!isTerminal(status)) return yield* new NotResumable({ agentId: id, status })
-    const role = yield* Roles.resolve(record.role)
+    const { role } = yield* resolveRole(record.role, undefined)
     // After a restart the session is gone: rebuild it from its transcript.
     if (Option.isNone(yield* Effect.option(session.info(id)))) {
       const raw = yield* Effect.orElseSucceed(store.readTranscript(record.transcript_handle), () => [])
@@ -558,7 +596,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     update: { readonly objective?: string | undefined; readonly role?: string | undefined; readonly message?: string | undefined }
   ) {
     const entry = yield* lookup(id)
-    const role = update.role === undefined ? undefined : yield* Roles.resolve(update.role)
+    const role = update.role === undefined ? undefined : (yield* resolveRole(update.role, ["*"])).role
     if (update.objective !== undefined) entry.record.objective = update.objective
     if (role !== undefined) entry.record.role = role.name
     yield* store.put(entry.record)

@@ -5,6 +5,7 @@
  * FibrilConfig; the built-in tools and `task`; roles and the output contract. `Fibril.layer`
  * composes them; an application adds a `LanguageModel` and the platform services.
  */
+export * as AgentDefinitions from "./AgentDefinitions.ts"
 export * as AgentEvents from "./AgentEvents.ts"
 export * as BuiltinTools from "./BuiltinTools.ts"
 export * as AgentTools from "./tools/Agents.ts"

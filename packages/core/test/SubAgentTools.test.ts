@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { ScriptedModel } from "@fibril/testkit"
-import { Context, Effect, Fiber, Layer } from "effect"
+import { Context, Effect, Fiber, FileSystem, Layer, Path } from "effect"
 import type { Prompt } from "effect/ai"
 import { TestClock } from "effect/testing"
 import * as Fibril from "../src/Fibril.ts"
@@ -232,5 +232,71 @@ describe("memory", () => {
       assert.strictEqual(yield* fs.readFileString(path.join(root, ".fibril", "memory.md")), "- The tests use the ScriptedModel\n")
       assert.include(childSystem, "## Memory")
       assert.include(childSystem, "- The tests use the ScriptedModel")
+    }).pipe(provideNode))
+})
+
+describe("agents defined in markdown", () => {
+  it.effect("a .fibril/agents and a .claude/agents definition are usable as subagent_type; bad files do not stop the rest", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      const dir = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      yield* fs.makeDirectory(path.join(dir, ".fibril", "agents"), { recursive: true })
+      yield* fs.makeDirectory(path.join(dir, ".claude", "agents"), { recursive: true })
+      yield* fs.writeFileString(
+        path.join(dir, ".fibril", "agents", "scout.md"),
+        "---\nname: scout\ndescription: Finds files fast\nrole: explore\ntools: [glob, read_file]\n---\nYou are Scout. Find files.\n"
+      )
+      yield* fs.writeFileString(
+        path.join(dir, ".claude", "agents", "linter.md"),
+        "---\nname: linter\ndescription: Checks style\ntools: Read, Grep\n---\nYou lint code.\n"
+      )
+      yield* fs.writeFileString(path.join(dir, ".claude", "agents", "broken.md"), "no frontmatter here\n")
+      const seen = new Map<string, { system: string }>()
+      const { get } = yield* setup(
+        {
+          rules: [
+            {
+              match: { depth: 1 },
+              respond: (c) => {
+                seen.set(c.role ?? "", { system: c.system })
+                return c.turn === 0
+                  ? { tool_calls: [{ name: "write_file", args: { path: "x.txt", content: "x" } }] }
+                  : { text: report(`${c.role} done`) }
+              }
+            },
+            {
+              match: { depth: 0 },
+              turns: [
+                {
+                  tool_calls: [
+                    { name: "task", args: { description: "s", prompt: "scout it", subagent_type: "Scout" } },
+                    { name: "task", args: { description: "l", prompt: "lint it", subagent_type: "linter" } },
+                    { name: "task", args: { description: "w", prompt: "x", subagent_type: "wizard" } }
+                  ]
+                },
+                { text: "done" }
+              ]
+            }
+          ]
+        },
+        {},
+        { root: dir }
+      )
+      const session = get(Session)
+      const root = yield* session.create()
+      yield* session.prompt(root.id, "go")
+      const [scout, linter, wizard] = toolResults(yield* session.transcript(root.id))
+      assert.strictEqual(resultOf<{ summary: string }>(scout!).summary, "scout done")
+      assert.strictEqual(resultOf<{ summary: string }>(linter!).summary, "linter done")
+      assert.include(seen.get("scout")!.system, "You are Scout. Find files.")
+      assert.include(seen.get("scout")!.system, "SUMMARY:")
+      assert.include(seen.get("linter")!.system, "You lint code.")
+      // Their tools are restricted to what their files allow: write_file was refused to both.
+      const scoutCalls = toolResults(yield* session.transcript(resultOf<{ agent_id: string }>(scout!).agent_id))
+      assert.isTrue(scoutCalls[0]!.isFailure)
+      assert.include(resultOf<{ message: string }>(scoutCalls[0]!).message, "not among the tools allowed")
+      assert.isTrue(wizard!.isFailure)
+      assert.include(resultOf<{ message: string }>(wizard!).message, "agents defined in .fibril/agents, .claude/agents or .opencode/agent: scout, linter")
     }).pipe(provideNode))
 })
