@@ -109,7 +109,11 @@ export const run = Command.make(
     const code = yield* Run.run(
       { prompt: flags.prompt, role: Option.getOrUndefined(flags.role), json: flags.json },
       Output.console(environment.tty && !flags.json)
-    ).pipe(Effect.provide(Layer.mergeAll(core, tracing(flags.otlp))))
+    ).pipe(Effect.provide(Layer.mergeAll(
+      core,
+      // The flag, or the standard OpenTelemetry variable.
+      tracing(Option.orElse(flags.otlp, () => Option.fromNullishOr(environment.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"])))
+    )))
     yield* setExit(code)
   })
 ).pipe(Command.withDescription("Run one agent (and its sub-agents) on a prompt"))
