@@ -1,0 +1,178 @@
+/**
+ * The `fibril mcp` server: Fibril's sub-agent tools (`task` and the `agent_*` tools of
+ * `TaskToolkit`) served over stdio with Effect's `McpServer`, so any MCP client (Claude Code,
+ * opencode, Cursor, the MCP Inspector) gets sub-agents without switching harness.
+ *
+ * What the server adds to the toolkit:
+ * - progress: while a `task` runs, each event of its agent tree (steps, tool calls, spawned
+ *   children, the end) is sent as `notifications/progress` when the request carried a
+ *   `_meta.progressToken`;
+ * - cancellation: McpServer interrupts a request's handler on `notifications/cancelled`;
+ *   the `task` handler then cancels its agent and the agent's descendants, which are
+ *   recorded as cancelled "by the MCP client";
+ * - shutdown: when the server stops (stdin closed, or a signal), every running agent that
+ *   is not detached is cancelled before the manager closes, so its record says why.
+ *
+ * stdout carries JSON-RPC only; logs go to stderr (`Logger.LogToStderr`, set by the caller).
+ */
+import { type AgentEvent, AgentEvents } from "@fibril/core/AgentEvents"
+import type { AgentView } from "@fibril/core/SubAgentManager"
+import { SubAgentManager } from "@fibril/core/SubAgentManager"
+import * as TaskToolkit from "@fibril/core/TaskToolkit"
+import { Cause, Deferred, Effect, Exit, Fiber, Layer, Option, PubSub, Stdio, Stream } from "effect"
+import { McpProtocol, McpSchema, McpServer } from "effect/ai"
+
+export const cancelReason = "Cancelled by the MCP client"
+export const shutdownReason = "Cancelled: the fibril mcp server shut down"
+
+/** Every protocol revision current clients speak; the client's own is chosen. */
+export const protocols = [
+  McpProtocol.v2025_11_25,
+  McpProtocol.v2025_06_18,
+  McpProtocol.v2025_03_26,
+  McpProtocol.v2024_11_05
+] as const
+
+type ProgressToken = string | number
+
+const tokenOf = (meta: unknown): ProgressToken | undefined => {
+  if (typeof meta !== "object" || meta === null || !("progressToken" in meta)) return undefined
+  const token = meta.progressToken
+  return typeof token === "string" || typeof token === "number" ? token : undefined
+}
+
+/**
+ * The progress token of the request being handled, if its client sent one: the request's
+ * `_meta` (McpServerClient, on the stateful protocol revisions served here), else the
+ * request context's metadata (stateless revisions).
+ */
+const currentProgressToken = Effect.gen(function*() {
+  const client = yield* Effect.serviceOption(McpSchema.McpServerClient)
+  if (Option.isSome(client)) return tokenOf(client.value.requestMetadata)
+  const context = yield* Effect.serviceOption(McpSchema.McpRequestContext)
+  return Option.isSome(context) ? tokenOf(context.value.requestMetadata) : undefined
+})
+
+const label = (event: AgentEvent) =>
+  `${event.agent.role}${event.agent.description === undefined ? "" : ` "${event.agent.description}"`} [${event.agent.agentId}]`
+
+/** One line per event, for the client's progress display. */
+export const describe = (event: AgentEvent): string => {
+  const who = label(event)
+  switch (event.type) {
+    case "spawned":
+      return `${who} spawned (depth ${event.agent.depth})`
+    case "started":
+      return `${who} started`
+    case "step":
+      return `${who} step ${event.agent.step}`
+    case "retry":
+      return `${who} retrying: ${event.reason ?? "model error"}`
+    case "tool_call":
+      return `${who} → ${event.tool ?? "tool"}`
+    case "tool_result":
+      return `${who} ← ${event.tool ?? "tool"}${event.isFailure === true ? " (failed)" : ""}`
+    default:
+      return `${who} ${event.type}${event.reason === undefined ? "" : `: ${event.reason}`}`
+  }
+}
+
+/**
+ * Beside a `task` call: forwards its agent tree's events as `notifications/progress`
+ * (progress counts events; there is no total) until the agent is finished, then reports
+ * what was published up to then and returns. Nothing without a progress token.
+ */
+export const reportProgress = (server: McpServer.McpServer["Service"], events: AgentEvents["Service"]) =>
+(agent: AgentView, finished: Effect.Effect<void>): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const progressToken = yield* currentProgressToken
+    if (progressToken === undefined) return
+    const subscription = yield* events.subscribe
+    const tree = new Set([agent.agent_id])
+    let progress = 0
+    const send = (message: string) => {
+      progress += 1
+      return server.notifications["notifications/progress"]({ progressToken, progress, message }).pipe(Effect.ignore)
+    }
+    const forward = (event: AgentEvent) => {
+      const { agentId, parentId } = event.agent
+      if (!tree.has(agentId) && (parentId === undefined || !tree.has(parentId))) return Effect.void
+      tree.add(agentId)
+      return send(describe(event))
+    }
+    yield* send(`${agent.role} "${agent.description}" [${agent.agent_id}] is ${agent.status}`)
+    const next = Effect.raceFirst(Effect.map(PubSub.take(subscription), Option.some), Effect.as(finished, Option.none()))
+    while (true) {
+      const event = yield* next
+      if (Option.isNone(event)) break
+      yield* forward(event.value)
+    }
+    // The agent's last events (its end) were published before its record became final.
+    const rest = yield* PubSub.takeUpTo(subscription, Number.MAX_SAFE_INTEGER)
+    yield* Effect.forEach(rest, forward, { discard: true })
+  }).pipe(Effect.scoped)
+
+/** The toolkit's handlers with MCP progress and the client's cancellation reason. */
+const handlers = Layer.unwrap(Effect.gen(function*() {
+  const server = yield* McpServer.McpServer
+  const events = yield* AgentEvents
+  return TaskToolkit.layerWith({ cancelReason, whileTaskRuns: reportProgress(server, events) })
+}))
+
+/** Registers `task` and the `agent_*` tools with the McpServer in context. */
+export const tools = McpServer.toolkit(TaskToolkit.mcpToolkit).pipe(Layer.provide(handlers))
+
+/** On shutdown: cancel every running agent that is not detached, with the reason recorded. */
+export const cancelOnShutdown = Layer.effectDiscard(Effect.gen(function*() {
+  const manager = yield* SubAgentManager
+  yield* Effect.addFinalizer(() =>
+    Effect.gen(function*() {
+      const agents = yield* manager.list({ includeArchived: false })
+      const open = agents.filter((a) => !a.detached && (a.status === "running" || a.status === "pending"))
+      if (open.length > 0) yield* Effect.logInfo(`fibril mcp: cancelling ${open.length} running agent(s) on shutdown`)
+      yield* Effect.forEach(open, (a) => Effect.ignore(manager.cancel(a.agent_id, shutdownReason)), { discard: true })
+    })
+  )
+}))
+
+/** The stdio server; needs the core services (`Fibril.layerWithModels`) and `Stdio`. */
+export const layerStdio = (options: { readonly version: string }) =>
+  Layer.merge(
+    McpServer.layerStdio({
+      name: "fibril",
+      version: options.version,
+      description: "Fibril sub-agents: task (run one and wait) and agent_* (background agents)",
+      instructions: "Use `task` to delegate a self-contained piece of work to a sub-agent and get its structured " +
+        "result. Use `agent_spawn` to start one in the background, then `agent_wait`/`agent_result` to collect it.",
+      protocols,
+      registrations: tools
+    }),
+    cancelOnShutdown
+  )
+
+/**
+ * Serves until stdin ends, then tears everything down (agents cancelled, records flushed).
+ *
+ * The stdio transport's own end-of-input handling interrupts the fiber that built it, which
+ * is a short-lived fiber once layers are built concurrently (`Layer.merge`): the server
+ * would outlive its client. So the end of stdin is watched here and ends the launch.
+ * Succeeds when stdin closes; fails if the layers cannot be built.
+ */
+export const serve = <E, R>(server: Layer.Layer<never, E, R>) =>
+  Effect.gen(function*() {
+    const stdio = yield* Stdio.Stdio
+    const closed = yield* Deferred.make<void>()
+    const watched = Stdio.make({
+      args: stdio.args,
+      stdinIsTerminal: stdio.stdinIsTerminal,
+      stdoutIsTerminal: stdio.stdoutIsTerminal,
+      stderrIsTerminal: stdio.stderrIsTerminal,
+      stdout: (options) => stdio.stdout(options),
+      stderr: (options) => stdio.stderr(options),
+      stdin: stdio.stdin.pipe(Stream.onEnd(Deferred.succeed(closed, undefined)))
+    })
+    const launched = Layer.launch(server.pipe(Layer.provide(Layer.succeed(Stdio.Stdio, watched))))
+    const fiber = yield* Effect.forkChild(Effect.raceFirst(launched, Deferred.await(closed)))
+    const exit = yield* Fiber.await(fiber)
+    if (Exit.isFailure(exit) && !Cause.hasInterruptsOnly(exit.cause)) return yield* Effect.failCause(exit.cause)
+  })

@@ -1,0 +1,65 @@
+/**
+ * `fibril mcp`: runs the MCP server (Mcp.ts) on stdio, with the same configuration and model
+ * selection as `fibril run` (flags > environment > `.fibril/config.toml`; `--model
+ * scripted:<file>` for the ScriptedModel) and the file store in `<cwd>/.fibril/state`.
+ *
+ * Closing stdin is the normal end (exit 0): running agents are cancelled and the records
+ * flushed. Configuration errors surface before anything is served (exit 2, like `fibril run`).
+ *
+ * Built by `make(ProcessEnvironment)` rather than importing Cli.ts, which registers it.
+ */
+import * as Fibril from "@fibril/core/Fibril"
+import * as FibrilConfig from "@fibril/core/FibrilConfig"
+import * as Session from "@fibril/core/Session"
+import * as SubAgentManager from "@fibril/core/SubAgentManager"
+import { type Context, Effect, Layer, Logger, Option, Schema } from "effect"
+import { Command, Flag } from "effect/cli"
+import * as path from "node:path"
+import type { Environment } from "./Cli.ts"
+import * as Mcp from "./Mcp.ts"
+import * as ModelSelection from "./ModelSelection.ts"
+
+export const make = <I>(environment: Context.Key<I, Environment>, version: string) =>
+  Command.make(
+    "mcp",
+    {
+      model: Flag.String("model").pipe(
+        Flag.withDescription("Model id, or scripted:<file> for the ScriptedModel"),
+        Flag.optional
+      ),
+      baseUrl: Flag.String("base-url").pipe(Flag.withDescription("OpenAI-compatible endpoint (…/v1)"), Flag.optional),
+      maxConcurrent: Flag.Int("max-concurrent").pipe(
+        Flag.withSchema(Schema.Int.pipe(Schema.check(Schema.isBetween({ minimum: 1, maximum: 20 })))),
+        Flag.withDescription("Sub-agent concurrency cap, 1..20"),
+        Flag.optional
+      ),
+      cwd: Flag.String("cwd").pipe(Flag.withDescription("Workspace directory (default: the current one)"), Flag.optional)
+    },
+    Effect.fn("fibril.mcp.command")(function*(flags) {
+      const env = yield* environment
+      const cwd = path.resolve(env.cwd, Option.getOrElse(flags.cwd, () => "."))
+      const config = yield* FibrilConfig.load({ cwd, home: env.home, env: env.env })
+      const selection = yield* ModelSelection.select({
+        model: Option.getOrUndefined(flags.model),
+        baseUrl: Option.getOrUndefined(flags.baseUrl),
+        env: env.env,
+        settings: config.settings,
+        cwd
+      })
+      const subagents = SubAgentManager.optionsFrom(config.settings)
+      const core = Fibril.layerWithModels({
+        cwd,
+        store: "file",
+        session: Session.optionsFrom(config.settings),
+        subagents: Option.match(flags.maxConcurrent, {
+          onNone: () => subagents,
+          onSome: (maxConcurrent) => ({ ...subagents, maxConcurrent })
+        }),
+        tools: config.settings.tools,
+        deny: config.settings.permissions.deny
+      }).pipe(Layer.provideMerge(ModelSelection.layer(selection)))
+      const server = Mcp.layerStdio({ version }).pipe(Layer.provide(core))
+      yield* Effect.logInfo(`fibril mcp: serving on stdio (workspace ${cwd}, ${ModelSelection.describe(selection)})`)
+      yield* Mcp.serve(server)
+    }, Effect.provideService(Logger.LogToStderr, true))
+  ).pipe(Command.withDescription("Serve task and the agent_* tools over MCP (stdio) for Claude Code, opencode, Cursor, ..."))

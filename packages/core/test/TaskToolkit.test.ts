@@ -1,0 +1,85 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Context, Effect, Fiber, Layer, Stream } from "effect"
+import { Tool } from "effect/ai"
+import { SubAgentManager } from "../src/SubAgentManager.ts"
+import * as TaskToolkit from "../src/TaskToolkit.ts"
+import { provideNode, report, setup } from "./support.ts"
+
+const script = {
+  rules: [
+    { match: { prompt: "hang" }, turns: [{ hang: true as const }] },
+    { turns: [{ text: report("done") }], repeat_last: true }
+  ]
+}
+
+/** The toolkit's handlers over a fresh core; returns the built toolkit and the manager. */
+const withToolkit = (options: TaskToolkit.Options = {}) =>
+  Effect.gen(function*() {
+    const { context } = yield* setup(script)
+    const handlers = yield* Layer.build(TaskToolkit.layerWith(options).pipe(Layer.provide(Layer.succeedContext(context))))
+    const toolkit = yield* TaskToolkit.toolkit.pipe(Effect.provideContext(handlers))
+    return { toolkit, manager: Context.get(context, SubAgentManager) }
+  })
+
+describe("TaskToolkit", () => {
+  it("declares eight tools with object output schemas and explicit MCP hints", () => {
+    assert.sameMembers(TaskToolkit.names, [
+      "task",
+      "agent_spawn",
+      "agent_wait",
+      "agent_result",
+      "agent_cancel",
+      "agent_list",
+      "agent_send_input",
+      "agent_resume"
+    ])
+    const tools = TaskToolkit.toolkit.tools
+    assert.strictEqual(tools.task.failureMode, "return")
+    assert.strictEqual(TaskToolkit.mcpToolkit.tools.task.failureMode, "error")
+    assert.isFalse(Context.get(tools.task.annotations, Tool.Readonly))
+    assert.isTrue(Context.get(tools.agent_list.annotations, Tool.Readonly))
+    assert.isFalse(Context.get(tools.agent_result.annotations, Tool.Destructive))
+    assert.deepStrictEqual(Tool.getJsonSchema(tools.task).required, ["description", "prompt"])
+  })
+
+  it.live("task runs a sub-agent to its structured result", () =>
+    Effect.gen(function*() {
+      const { toolkit, manager } = yield* withToolkit()
+      const [out] = yield* Stream.runCollect(yield* toolkit.handle("task", { description: "d", prompt: "go" }))
+      assert.isFalse(out?.isFailure)
+      assert.deepInclude(out?.encodedResult as object, { status: "completed", summary: "done" })
+      const agents = yield* manager.list({ includeArchived: false })
+      assert.deepStrictEqual(agents.map((a) => [a.depth, a.status, a.parent_id]), [[1, "completed", undefined]])
+    }).pipe(provideNode))
+
+  it.live("failures are returned to the model as TaskToolError with the readable message", () =>
+    Effect.gen(function*() {
+      const { toolkit } = yield* withToolkit()
+      const [role] = yield* Stream.runCollect(
+        yield* toolkit.handle("task", { description: "d", prompt: "go", subagent_type: "wizard" })
+      )
+      assert.isTrue(role?.isFailure)
+      assert.deepInclude(role?.encodedResult as object, { _tag: "TaskToolError", tool: "task", kind: "UnknownRole" })
+      assert.include(String((role?.encodedResult as { message: string }).message), "Accepted (case-insensitive)")
+      const [missing] = yield* Stream.runCollect(yield* toolkit.handle("agent_result", { id: "agent_nope" }))
+      assert.deepInclude(missing?.encodedResult as object, { kind: "AgentNotFound" })
+    }).pipe(provideNode))
+
+  it.live("an interrupted task call cancels its agent (reason recorded); the hook sees the agent", () =>
+    Effect.gen(function*() {
+      const seen: Array<string> = []
+      const { toolkit, manager } = yield* withToolkit({
+        cancelReason: "stopped by the host",
+        whileTaskRuns: (agent) => Effect.sync(() => void seen.push(agent.agent_id))
+      })
+      const call = yield* Effect.forkChild(
+        Effect.flatMap(toolkit.handle("task", { description: "long", prompt: "hang" }), Stream.runCollect)
+      )
+      while ((yield* manager.list({ includeArchived: false })).length === 0) yield* Effect.sleep("5 millis")
+      yield* Fiber.interrupt(call)
+      const [agent] = yield* manager.list({ includeArchived: false })
+      assert.strictEqual(agent?.status, "cancelled")
+      assert.strictEqual(agent?.reason, "stopped by the host")
+      assert.deepStrictEqual(seen, [agent?.agent_id])
+    }).pipe(provideNode))
+})
