@@ -15,7 +15,7 @@
  *
  * stdout carries JSON-RPC only; logs go to stderr (`Logger.LogToStderr`, set by the caller).
  */
-import { type AgentEvent, AgentEvents } from "@fibril/core/AgentEvents"
+import { type AgentEvent, AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
 import type { AgentView } from "@fibril/core/SubAgentManager"
 import { SubAgentManager } from "@fibril/core/SubAgentManager"
 import * as TaskToolkit from "@fibril/core/TaskToolkit"
@@ -78,39 +78,46 @@ export const describe = (event: AgentEvent): string => {
 }
 
 /**
- * Beside a `task` call: forwards its agent tree's events as `notifications/progress`
- * (progress counts events; there is no total) until the agent is finished, then reports
- * what was published up to then and returns. Nothing without a progress token.
+ * For a `task` call whose request carried a progress token: subscribes to the agent events
+ * before the agent is spawned, then forwards its tree's events (steps, tool calls, spawned
+ * children, the end) as `notifications/progress` until the agent's own terminal event
+ * (progress counts events; there is no total). Nothing without a progress token.
  */
 export const reportProgress = (server: McpServer.McpServer["Service"], events: AgentEvents["Service"]) =>
-(agent: AgentView, finished: Effect.Effect<void>): Effect.Effect<void> =>
   Effect.gen(function*() {
     const progressToken = yield* currentProgressToken
-    if (progressToken === undefined) return
+    if (progressToken === undefined) return undefined
     const subscription = yield* events.subscribe
-    const tree = new Set([agent.agent_id])
-    let progress = 0
-    const send = (message: string) => {
-      progress += 1
-      return server.notifications["notifications/progress"]({ progressToken, progress, message }).pipe(Effect.ignore)
-    }
-    const forward = (event: AgentEvent) => {
-      const { agentId, parentId } = event.agent
-      if (!tree.has(agentId) && (parentId === undefined || !tree.has(parentId))) return Effect.void
-      tree.add(agentId)
-      return send(describe(event))
-    }
-    yield* send(`${agent.role} "${agent.description}" [${agent.agent_id}] is ${agent.status}`)
-    const next = Effect.raceFirst(Effect.map(PubSub.take(subscription), Option.some), Effect.as(finished, Option.none()))
-    while (true) {
-      const event = yield* next
-      if (Option.isNone(event)) break
-      yield* forward(event.value)
-    }
-    // The agent's last events (its end) were published before its record became final.
-    const rest = yield* PubSub.takeUpTo(subscription, Number.MAX_SAFE_INTEGER)
-    yield* Effect.forEach(rest, forward, { discard: true })
-  }).pipe(Effect.scoped)
+    return (agent: AgentView): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        const tree = new Set([agent.agent_id])
+        let progress = 0
+        const send = (message: string) => {
+          progress += 1
+          return server.notifications["notifications/progress"]({ progressToken, progress, message }).pipe(
+            Effect.ignore
+          )
+        }
+        const forward = (event: AgentEvent) => {
+          const { agentId, parentId } = event.agent
+          if (!tree.has(agentId) && (parentId === undefined || !tree.has(parentId))) return Effect.void
+          tree.add(agentId)
+          return send(describe(event))
+        }
+        yield* send(`${agent.role} "${agent.description}" [${agent.agent_id}] is ${agent.status}`)
+        // Until the agent's own terminal event, which every agent publishes before its record
+        // becomes final (the call bounds the wait anyway). No race of `take` against anything
+        // else: an interrupted take can lose the event it was just handed.
+        while (true) {
+          const event = yield* PubSub.take(subscription)
+          yield* forward(event)
+          if (event.agent.agentId === agent.agent_id && isTerminal(event.type)) break
+        }
+        // And what its descendants published up to then.
+        const rest = yield* PubSub.takeUpTo(subscription, Number.MAX_SAFE_INTEGER)
+        yield* Effect.forEach(rest, forward, { discard: true })
+      })
+  })
 
 /** The toolkit's handlers with MCP progress and the client's cancellation reason. */
 const handlers = Layer.unwrap(Effect.gen(function*() {

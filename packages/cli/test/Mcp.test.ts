@@ -54,6 +54,8 @@ const workspace = (config?: string) =>
     return { dir, records }
   })
 
+const wireOf = new WeakMap<Client, ReadonlyArray<Record<string, any>>>()
+
 /** `fibril mcp --model scripted:script.json` in `dir`, connected; closed with the scope. */
 const connect = (dir: string) =>
   Effect.acquireRelease(
@@ -68,6 +70,16 @@ const connect = (dir: string) =>
       })
       const client = new Client({ name: "fibril-test", version: "0.0.0" })
       await client.connect(transport)
+      // Every message the server sends, in wire order (the SDK runs progress handlers a
+      // microtask late and forgets a request's handler at its response, so a notification
+      // sent just before the response can be dropped by the client; the wire shows it).
+      const wire: Array<Record<string, any>> = []
+      const deliver = transport.onmessage
+      transport.onmessage = (message) => {
+        wire.push(message as Record<string, any>)
+        deliver?.(message)
+      }
+      wireOf.set(client, wire)
       return client
     }),
     (client) => Effect.promise(() => client.close())
@@ -278,7 +290,19 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
       assert.strictEqual(new Set(values).size, values.length)
       assert.isTrue(messages.some((m) => m.includes("→ list_dir")), messages.join("\n"))
       assert.isTrue(messages.some((m) => m.includes("step 2")), messages.join("\n"))
-      assert.match(messages.at(-1) ?? "", /completed$/)
+      // On the wire, the agent's end is the last progress notification, sent before the response.
+      const wire = wireOf.get(client) ?? []
+      const response = wire.findIndex((m) => m["id"] !== undefined && m["result"]?.structuredContent?.summary === "slow done")
+      const sent = wire.slice(0, response).filter((m) => m["method"] === "notifications/progress")
+        .map((m) => {
+          const { progressToken: _, ...progress } = m["params"] as Progress & { progressToken: unknown }
+          return progress
+        })
+      assert.isAbove(response, 0)
+      assert.match(sent.at(-1)?.message ?? "", /completed$/, sent.map((p) => p.message).join("\n"))
+      assert.isEmpty(wire.slice(response).filter((m) => m["method"] === "notifications/progress"))
+      // What the client handed to `onprogress` is what was sent, possibly without that last one.
+      assert.deepStrictEqual(progress.seen, sent.slice(0, progress.seen.length))
     }).pipe(Effect.provide(NodeServices.layer)))
 
   it.live("closing stdin shuts the server down and cancels its running agents (detached ones excepted)", () =>

@@ -59,7 +59,9 @@ export class AgentEvents extends Context.Service<AgentEvents, {
 export const make = Effect.gen(function*() {
   const pubsub = yield* PubSub.unbounded<AgentEvent>()
   return AgentEvents.of({
-    publish: (event) => Effect.asVoid(PubSub.publish(pubsub, event)),
+    // Unbounded: a publish always succeeds at once, so the synchronous form is the same
+    // operation without suspending (every agent publishes a dozen events per run).
+    publish: (event) => Effect.sync(() => void PubSub.publishUnsafe(pubsub, event)),
     subscribe: PubSub.subscribe(pubsub),
     stream: Stream.fromPubSub(pubsub)
   })

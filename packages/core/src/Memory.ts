@@ -7,6 +7,11 @@
  * most `maxNoteChars` characters, so one note can never break the list or flood a prompt.
  * Appends are serialised by a semaphore, so concurrent `remember` calls never interleave.
  *
+ * `section` reads the file every time (a new conversation sees a hand edit). Sub-agents use
+ * `inheritedSection` instead: the content this process last read or wrote, so spawning a
+ * thousand children does not read the file a thousand times; every `remember` of this
+ * process is in it.
+ *
  * @example
  * const memory = Memory.layer().pipe(Layer.provide([Workspace.layer(cwd), NodeServices.layer]))
  * const program = Memory.Memory.use((m) => m.remember("tests run with `npm test`"))
@@ -37,6 +42,12 @@ export class Memory extends Context.Service<Memory, {
   readonly remember: (note: string) => Effect.Effect<string, MemoryError>
   /** The system-prompt section with the file's notes; "" when there are none. */
   readonly section: Effect.Effect<string, MemoryError>
+  /**
+   * The section as this process last read or wrote the file (read now if it never was):
+   * what a sub-agent inherits. Notes remembered by this process are always in it; a hand
+   * edit shows up at the next `read` or `section`.
+   */
+  readonly inheritedSection: Effect.Effect<string, MemoryError>
 }>()("@fibril/core/Memory") {}
 
 /** A note made one line and capped; `note` is "" when nothing but whitespace was given. */
@@ -62,6 +73,14 @@ interface Storage {
 
 const fromStorage = Effect.fnUntraced(function*(path: string, shownPath: string, storage: Storage) {
   const lock = yield* Semaphore.make(1)
+  // The content last read or written, and its rendered section. `writes` counts appends, so
+  // a read that started before an append finished cannot put back the older content.
+  let known: { readonly content: string; readonly section: string } | undefined
+  let writes = 0
+  const remembered = (content: string) => {
+    known = { content, section: formatSection(content, shownPath) }
+    return known
+  }
 
   const remember = Effect.fn("Memory.remember")(function*(given: string) {
     const { note } = normalize(given)
@@ -74,20 +93,29 @@ const fromStorage = Effect.fnUntraced(function*(path: string, shownPath: string,
     yield* lock.withPermit(Effect.gen(function*() {
       const content = yield* storage.load
       const separator = content === "" || content.endsWith("\n") ? "" : "\n"
-      yield* storage.append(`${separator}${bullet}\n`)
+      const appended = `${separator}${bullet}\n`
+      yield* storage.append(appended)
+      writes++
+      remembered(content + appended)
     }))
     return bullet
   })
 
-  const read = storage.load.pipe(Effect.withSpan("Memory.read"))
+  const load = Effect.suspend(() => {
+    const before = writes
+    return Effect.map(storage.load, (content) =>
+      before === writes ? remembered(content) : { content, section: formatSection(content, shownPath) })
+  })
+
+  const read = load.pipe(Effect.map((loaded) => loaded.content), Effect.withSpan("Memory.read"))
 
   return Memory.of({
     path,
     read,
     remember,
-    section: read.pipe(
-      Effect.map((content) => formatSection(content, shownPath)),
-      Effect.withSpan("Memory.section")
+    section: load.pipe(Effect.map((loaded) => loaded.section), Effect.withSpan("Memory.section")),
+    inheritedSection: Effect.suspend(() =>
+      known === undefined ? Effect.map(load, (loaded) => loaded.section) : Effect.succeed(known.section)
     )
   })
 })

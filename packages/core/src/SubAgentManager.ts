@@ -192,6 +192,11 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
   readonly running: Effect.Effect<number>
 }>()("@fibril/core/SubAgentManager") {}
 
+/** Transcript messages as the store keeps them (JSON values), built once: a durable store encodes every step. */
+const TranscriptMessages = Schema.Array(Prompt.Message)
+const encodeTranscript = Schema.encodeUnknownEffect(TranscriptMessages)
+const decodeTranscript = Schema.decodeUnknownEffect(TranscriptMessages)
+
 const randomBootId = () => Math.random().toString(36).slice(2, 10)
 
 export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial<Options> = {}) {
@@ -281,7 +286,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       if (transcript.length <= entry.persisted) return
       const fresh = transcript.slice(Math.max(0, entry.persisted))
       entry.persisted = transcript.length
-      const encoded = yield* Effect.orDie(Schema.encodeUnknownEffect(Schema.Array(Prompt.Message))(fresh))
+      const encoded = yield* Effect.orDie(encodeTranscript(fresh))
       yield* Effect.ignore(store.appendTranscript(entry.record.transcript_handle, encoded))
     })
 
@@ -314,32 +319,33 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       } else if (Cause.hasInterruptsOnly(exit.cause)) {
         record.status = entry.cancelReason === undefined ? "interrupted" : "cancelled"
         record.reason = entry.cancelReason ?? "Interrupted: its parent was interrupted or the runtime shut down"
-        // An agent that never started its prompt has no session events: say it here.
-        if (!entry.started) {
-          const info = yield* Effect.option(session.info(record.agent_id))
-          if (Option.isSome(info)) {
-            yield* events.publish({
-              type: record.status,
-              reason: record.reason,
-              at: record.finished_at,
-              agent: {
-                agentId: record.agent_id,
-                parentId: record.parent_id,
-                depth: record.depth,
-                role: record.role,
-                model: record.model,
-                description: record.description,
-                step: 0,
-                toolCalls: 0,
-                lastTool: undefined,
-                usage: record.tokens
-              }
-            })
-          }
-        }
       } else {
         record.status = "failed"
         record.reason = describeFailure(exit.cause)
+      }
+      // An agent that never started its prompt has no session events: say it here, so every
+      // agent publishes exactly one terminal event.
+      if (!entry.started) {
+        const info = yield* Effect.option(session.info(record.agent_id))
+        if (Option.isSome(info)) {
+          yield* events.publish({
+            type: record.status,
+            reason: record.reason,
+            at: record.finished_at,
+            agent: {
+              agentId: record.agent_id,
+              parentId: record.parent_id,
+              depth: record.depth,
+              role: record.role,
+              model: record.model,
+              description: record.description,
+              step: 0,
+              toolCalls: 0,
+              lastTool: undefined,
+              usage: record.tokens
+            }
+          })
+        }
       }
       if (store.durable) yield* persistTranscript(entry)
       yield* store.put(record)
@@ -372,7 +378,9 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
           ? Effect.succeed(true)
           : Effect.fail(new CapReached({ max: config.maxConcurrent, running: runningCount })))
 
-  const start = Effect.fn("SubAgentManager.start")(function*(
+  // Internal to spawn and run, whose spans cover it; untraced because it runs once per
+  // sub-agent on the spawn path.
+  const start = Effect.fnUntraced(function*(
     parentSessionId: string | undefined,
     request: SpawnRequest,
     foreground: boolean
@@ -445,11 +453,12 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     return view((yield* start(parentSessionId, request, false)).record)
   })
 
-  const run = Effect.fn("SubAgentManager.run")(function*(parentSessionId: string | undefined, request: SpawnRequest) {
+  // Once per `task` call: a span without `Effect.fn`'s per-call stack capture (~3 µs).
+  const run = Effect.fnUntraced(function*(parentSessionId: string | undefined, request: SpawnRequest) {
     const entry = yield* start(parentSessionId, request, true)
     yield* Fiber.await(entry.fiber!)
     return view(entry.record)
-  })
+  }, Effect.withSpan("SubAgentManager.run"))
 
   const waitFor = (targets: ReadonlyArray<Entry>, mode: "any" | "all", timeoutMs: number | undefined) => {
     const open = targets.filter((e) => !isTerminal(e.record.status))
@@ -553,7 +562,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     if (Option.isNone(yield* Effect.option(session.info(id)))) {
       const raw = yield* Effect.orElseSucceed(store.readTranscript(record.transcript_handle), () => [])
       const transcript = yield* Effect.orElseSucceed(
-        Schema.decodeUnknownEffect(Schema.Array(Prompt.Message))(raw),
+        decodeTranscript(raw),
         () => [] as ReadonlyArray<Prompt.Message>
       )
       yield* session.restore({

@@ -189,8 +189,8 @@ const parseTranscript = (path: string, text: string): Effect.Effect<ReadonlyArra
 interface Backend {
   /** Survives the process: worth writing transcripts as they grow. */
   readonly durable: boolean
-  /** Replaces the persisted records with `json` (atomically). */
-  readonly persist: (json: string) => Effect.Effect<void, StoreError>
+  /** Replaces the persisted records with `json` (atomically); undefined when records are not persisted. */
+  readonly persist: ((json: string) => Effect.Effect<void, StoreError>) | undefined
   readonly append: (handle: string, text: string) => Effect.Effect<void, StoreError>
   /** The transcript's text, or undefined when it does not exist. */
   readonly read: (handle: string) => Effect.Effect<string | undefined, StoreError>
@@ -246,14 +246,20 @@ const make = Effect.fnUntraced(function*(backend: Backend, loaded: Loaded, optio
     if (!dirty) return
     dirty = false
     yield* evict
-    yield* backend.persist(serialize(entries.values())).pipe(
-      Effect.tapError(() => Effect.sync(() => void (dirty = true)))
-    )
+    // Serialising every record is the cost of a write: skipped when nothing is persisted.
+    if (backend.persist !== undefined) {
+      yield* backend.persist(serialize(entries.values())).pipe(
+        Effect.tapError(() => Effect.sync(() => void (dirty = true)))
+      )
+    }
     const removals = pendingRemovals.splice(0)
+    // The lock goes with the transcript, or the map would keep one per agent ever evicted.
     yield* Effect.forEach(removals, (handle) =>
-      checkHandle(handle).pipe(Effect.andThen(lockOf(handle).withPermits(1)(backend.remove(handle))), Effect.ignore), {
-      discard: true
-    })
+      checkHandle(handle).pipe(
+        Effect.andThen(lockOf(handle).withPermits(1)(backend.remove(handle))),
+        Effect.ignore,
+        Effect.ensuring(Effect.sync(() => void transcriptLocks.delete(handle)))
+      ), { discard: true })
   }))
 
   const flush = writeNow.pipe(Effect.withSpan("SubAgentStore.flush"))
@@ -360,10 +366,14 @@ export const makeFile = Effect.fn("SubAgentStore.makeFile")(function*(options: F
       Effect.tap(() => Effect.sync(() => void (dirReady = true)))
     )
   )
+  // Under a lock, so the first appends of a burst of new agents make the directory once.
+  const transcriptsDirLock = Semaphore.makeUnsafe(1)
   const ensureTranscriptsDir = Effect.suspend(() =>
-    transcriptsReady ? Effect.void : fs.makeDirectory(transcriptsDir, { recursive: true }).pipe(
-      Effect.tap(() => Effect.sync(() => void (transcriptsReady = true)))
-    )
+    transcriptsReady ? Effect.void : transcriptsDirLock.withPermits(1)(Effect.suspend(() =>
+      transcriptsReady ? Effect.void : fs.makeDirectory(transcriptsDir, { recursive: true }).pipe(
+        Effect.tap(() => Effect.sync(() => void (transcriptsReady = true)))
+      )
+    ))
   )
 
   // Best effort: makes the rename itself durable. Opening a directory fails on some platforms.
@@ -422,10 +432,8 @@ export const makeFile = Effect.fn("SubAgentStore.makeFile")(function*(options: F
         yield* repairTail(file)
         cleanTails.add(handle)
       }
-      yield* Effect.scoped(Effect.flatMap(
-        fs.open(file, { flag: "a" }),
-        (opened) => opened.writeAll(new TextEncoder().encode(text))
-      ))
+      // One call (open, write all, close): a durable store appends on every step of every agent.
+      yield* fs.writeFileString(file, text, { flag: "a" })
     }).pipe(
       Effect.tapError(() =>
         Effect.sync(() => {
@@ -547,7 +555,7 @@ export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(option
   const transcripts = new Map<string, Array<string>>()
   const backend: Backend = {
     durable: false,
-    persist: () => Effect.void,
+    persist: undefined,
     append: (handle, text) =>
       Effect.sync(() => {
         const chunks = transcripts.get(handle)

@@ -25,7 +25,7 @@
  * }).pipe(Effect.provide(TaskToolkit.layer)) // then Fibril.layer(...) for the SubAgentManager
  * ```
  */
-import { Deferred, Effect, Fiber, Layer, Schema } from "effect"
+import { Effect, Fiber, Layer, Schema, type Scope } from "effect"
 import { Tool, Toolkit } from "effect/ai"
 import { Outcome, Status, Tokens } from "./SubAgentRecord.ts"
 import { agentResultForModel, type AgentView, SubAgentManager } from "./SubAgentManager.ts"
@@ -260,12 +260,15 @@ export interface Options {
   /** Recorded on a `task` agent cancelled because its call was interrupted. */
   readonly cancelReason?: string | undefined
   /**
-   * Runs beside each `task` call once its agent exists (the MCP server sends progress
-   * notifications from here). `finished` completes when the agent's record is final; the
-   * call waits for the hook to return before it returns its result (at most 1 s), so what
-   * the hook reports comes first. An interrupted call interrupts the hook.
+   * A watcher for each `task` call (the MCP server sends progress notifications from here).
+   * It is run in the call's scope *before* the agent is spawned, so it can subscribe to
+   * `AgentEvents` without missing any, and returns what to run beside the call once the agent
+   * exists (or `undefined` for nothing). The call waits for that to return before it returns
+   * its result (at most 1 s), so what it reports comes first. An interrupted call interrupts it.
    */
-  readonly whileTaskRuns?: ((agent: AgentView, finished: Effect.Effect<void>) => Effect.Effect<void>) | undefined
+  readonly whileTaskRuns?:
+    | Effect.Effect<((agent: AgentView) => Effect.Effect<void>) | undefined, never, Scope.Scope>
+    | undefined
 }
 
 export const defaultCancelReason = "Cancelled: the task call was interrupted"
@@ -336,29 +339,27 @@ export const makeHandlers = Effect.fn("TaskToolkit.makeHandlers")(function*(opti
   const task = (params: typeof TaskTool.TaskParameters.Type) =>
     Effect.uninterruptibleMask((restore) =>
       Effect.gen(function*() {
+        const watch = whileTaskRuns === undefined ? undefined : yield* whileTaskRuns
         const agent = yield* manager.spawn(undefined, {
           prompt: params.prompt,
           description: params.description,
           role: params.subagent_type ?? "general",
           allowedTools: params.allowed_tools
         }).pipe(Effect.mapError(failWith("task")))
-        const finished = yield* Deferred.make<void>()
-        const watcher = whileTaskRuns === undefined ? undefined : yield* Effect.forkChild(
-          Effect.interruptible(whileTaskRuns(agent, Deferred.await(finished))),
-          { startImmediately: true }
-        )
+        const watcher = watch === undefined
+          ? undefined
+          : yield* Effect.forkChild(Effect.interruptible(watch(agent)), { startImmediately: true })
         const done = yield* restore(manager.result(agent.agent_id, { block: true })).pipe(
           Effect.mapError(failWith("task")),
           Effect.onInterrupt(() => Effect.ignore(manager.cancel(agent.agent_id, cancelReason)))
         )
         if (watcher !== undefined) {
-          yield* Deferred.succeed(finished, undefined)
           yield* restore(Fiber.await(watcher)).pipe(Effect.timeoutOption("1 second"), Effect.ignore)
           yield* Fiber.interrupt(watcher)
         }
         return TaskTool.taskResult(done)
       })
-    ).pipe(Effect.withSpan("TaskToolkit.task"))
+    ).pipe(Effect.scoped, Effect.withSpan("TaskToolkit.task"))
 
   return toolkit.of({
     task,

@@ -105,17 +105,31 @@ export class ToolRegistry extends Context.Service<ToolRegistry, {
   readonly register: <P extends Parameters, R>(tool: ToolDefinition<P, R>) => Effect.Effect<void, DuplicateTool, R>
   readonly get: (name: string) => Option.Option<RegisteredTool>
   readonly list: Effect.Effect<ReadonlyArray<RegisteredTool>>
-  /** The tools `rules` allow, cached per rule set until the registry changes. */
+  /** The tools `rules` allow, cached per rule set (and shared per set of tools) until the registry changes. */
   readonly view: (rules: Permission.Rules) => ToolView
 }>()("@fibril/core/ToolRegistry") {}
 
 export const make = Effect.sync(() => {
   const tools = new Map<string, RegisteredTool>()
   let views = new WeakMap<Permission.Rules, ToolView>()
+  // Every child derives new rules, but children of one role see the same tools: views are
+  // shared by the set of visible tools, so each such set gets one toolkit.
+  let viewsByTools = new Map<string, ToolView>()
 
   const register = Effect.fn("ToolRegistry.register")(function*<P extends Parameters, R>(tool: ToolDefinition<P, R>) {
     if (tools.has(tool.name)) return yield* new DuplicateTool({ name: tool.name })
     const context = yield* Effect.context<R>()
+    // The handler runs with the caller's context plus the captured one. Merging copies every
+    // service, so the result is kept per caller context: the calls of one session share it.
+    const merged = new WeakMap<Context.Context<never>, Context.Context<R>>()
+    const withCaptured = (caller: Context.Context<never>) => {
+      let found = merged.get(caller)
+      if (found === undefined) {
+        found = Context.merge(caller, context)
+        merged.set(caller, found)
+      }
+      return found
+    }
     const decode = Schema.decodeUnknownEffect(tool.parameters, { onExcessProperty: "error" })
     const paths = tool.paths
     tools.set(tool.name, {
@@ -126,19 +140,21 @@ export const make = Effect.sync(() => {
       aiTool: AiTool.make(tool.name, { description: tool.description, parameters: tool.parameters }),
       decode,
       paths: paths ? (params) => paths(params as P["Type"]) : noPaths,
-      handler: (params, ctx) => Effect.provideContext(tool.handler(params as P["Type"], ctx), context)
+      handler: (params, ctx) => Effect.updateContext(tool.handler(params as P["Type"], ctx), withCaptured)
     })
     views = new WeakMap()
+    viewsByTools = new Map()
   })
 
   const view = (rules: Permission.Rules): ToolView => {
     const cached = views.get(rules)
     if (cached) return cached
     const visible = [...tools.values()].filter((tool) => Permission.allowsTool(rules, tool.name, tool.posture))
-    const made: ToolView = {
-      tools: visible,
-      byName: new Map(visible.map((tool) => [tool.name, tool])),
-      toolkit: toToolkit(visible)
+    const key = JSON.stringify(visible.map((tool) => tool.name))
+    let made = viewsByTools.get(key)
+    if (made === undefined) {
+      made = { tools: visible, byName: new Map(visible.map((tool) => [tool.name, tool])), toolkit: toToolkit(visible) }
+      viewsByTools.set(key, made)
     }
     views.set(rules, made)
     return made

@@ -103,6 +103,23 @@ describe("Memory (file)", () => {
       )
     }).pipe(provide))
 
+  it.effect("inheritedSection: the content last read or written, with every note remembered since", () =>
+    Effect.gen(function*() {
+      const h = yield* setup()
+      // Never read yet: it reads the file.
+      yield* h.fs.makeDirectory(h.path.dirname(h.file), { recursive: true })
+      yield* h.fs.writeFileString(h.file, "- by hand\n")
+      assert.strictEqual(yield* h.memory.inheritedSection, Memory.formatSection("- by hand\n"))
+      // Later reads do not touch the file: a hand edit shows up at the next `section`.
+      yield* h.fs.writeFileString(h.file, "- edited\n")
+      assert.strictEqual(yield* h.memory.inheritedSection, Memory.formatSection("- by hand\n"))
+      assert.strictEqual(yield* h.memory.section, Memory.formatSection("- edited\n"))
+      assert.strictEqual(yield* h.memory.inheritedSection, Memory.formatSection("- edited\n"))
+      // A note remembered by this process is in it at once.
+      yield* h.memory.remember("from the agent")
+      assert.strictEqual(yield* h.memory.inheritedSection, Memory.formatSection("- edited\n- from the agent\n"))
+    }).pipe(provide))
+
   it.effect("20 concurrent remember calls give 20 intact lines", () =>
     Effect.gen(function*() {
       const h = yield* setup()

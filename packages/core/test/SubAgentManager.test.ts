@@ -342,7 +342,9 @@ describe("SubAgentManager", () => {
       const { get } = yield* setup(
         {
           rules: [
-            { match: { role: "explore" }, turns: [{ text: report("explored") }] },
+            // The child's model yields once, so the two tasks overlap: the second arrives while
+            // the first holds the only permit (a synchronous child would finish before it starts).
+            { match: { role: "explore" }, respond: () => Effect.as(Effect.yieldNow, { text: report("explored") }) },
             {
               match: { depth: 0 },
               turns: [

@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, Fiber, Layer, Stream } from "effect"
 import { Tool } from "effect/ai"
-import { SubAgentManager } from "../src/SubAgentManager.ts"
+import { type AgentView, SubAgentManager } from "../src/SubAgentManager.ts"
 import * as TaskToolkit from "../src/TaskToolkit.ts"
 import { provideNode, report, setup } from "./support.ts"
 
@@ -70,7 +70,7 @@ describe("TaskToolkit", () => {
       const seen: Array<string> = []
       const { toolkit, manager } = yield* withToolkit({
         cancelReason: "stopped by the host",
-        whileTaskRuns: (agent) => Effect.sync(() => void seen.push(agent.agent_id))
+        whileTaskRuns: Effect.succeed((agent: AgentView) => Effect.sync(() => void seen.push(agent.agent_id)))
       })
       const call = yield* Effect.forkChild(
         Effect.flatMap(toolkit.handle("task", { description: "long", prompt: "hang" }), Stream.runCollect)

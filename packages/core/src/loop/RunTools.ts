@@ -58,7 +58,9 @@ const parseArguments = (tool: RegisteredTool, params: unknown): Effect.Effect<un
 
 const runOne = (deps: RunToolsDeps, state: SessionState, call: ToolCall): Effect.Effect<Prompt.ToolResultPart> => {
   const publish = (event: Omit<AgentEvent, "agent" | "at">) =>
-    Effect.flatMap(Clock.currentTimeMillis, (at) => deps.events.publish({ ...event, agent: snapshot(state), at }))
+    Clock.clockWith((clock) =>
+      deps.events.publish({ ...event, agent: snapshot(state), at: clock.currentTimeMillisUnsafe() })
+    )
 
   const execute: Effect.Effect<unknown, ToolErrorLike> = Effect.gen(function*() {
     const tool = state.view.byName.get(call.name) ?? Option.getOrUndefined(deps.registry.get(call.name))

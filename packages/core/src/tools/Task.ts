@@ -47,7 +47,8 @@ export const definition = ToolRegistry.define({
   description: text("./task.md", import.meta.url),
   parameters: TaskParameters,
   posture: "spawn",
-  handler: Effect.fn("tool.task")(function*(params, context) {
+  // A span without `Effect.fn`'s per-call stack capture: this runs once per sub-agent.
+  handler: Effect.fnUntraced(function*(params, context) {
     const manager = yield* SubAgentManager
     const agent = yield* manager.run(context.sessionId, {
       prompt: params.prompt,
@@ -56,7 +57,7 @@ export const definition = ToolRegistry.define({
       allowedTools: params.allowed_tools
     })
     return taskResult(agent)
-  })
+  }, Effect.withSpan("tool.task"))
 })
 
 /** The `task` result of a finished agent record. */

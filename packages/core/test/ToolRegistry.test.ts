@@ -1,0 +1,58 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Context, Effect, Schema } from "effect"
+import * as Permission from "../src/Permission.ts"
+import * as ToolRegistry from "../src/ToolRegistry.ts"
+
+const Greeting = Context.Service<{ readonly text: string }>("test/Greeting")
+
+const context: ToolRegistry.ToolCallContext = { sessionId: "s", callId: "c", role: "general", depth: 0 }
+
+const tool = (name: string, posture: Permission.Posture) =>
+  ToolRegistry.define({
+    name,
+    description: `the ${name} tool`,
+    parameters: Schema.Struct({}),
+    posture,
+    handler: () => Effect.succeed(name)
+  })
+
+describe("ToolRegistry", () => {
+  it.effect("rule sets that allow the same tools share one view; a registration starts over", () =>
+    Effect.gen(function*() {
+      const registry = yield* ToolRegistry.make
+      yield* registry.register(tool("read", "read"))
+      yield* registry.register(tool("write", "write"))
+      const a = Permission.derive(Permission.allowAll, { label: "a", allow: ["read"] })
+      const b = Permission.derive(Permission.allowAll, { label: "b", postures: ["read"] })
+      const both = Permission.derive(Permission.allowAll, { label: "both" })
+      const viewA = registry.view(a)
+      assert.deepStrictEqual(viewA.tools.map((t) => t.name), ["read"])
+      assert.strictEqual(registry.view(b), viewA)
+      assert.strictEqual(registry.view(b).toolkit, viewA.toolkit)
+      assert.deepStrictEqual(registry.view(both).tools.map((t) => t.name), ["read", "write"])
+      yield* registry.register(tool("grep", "read"))
+      const after = registry.view(a)
+      assert.notStrictEqual(after, viewA)
+      assert.deepStrictEqual(registry.view(b).tools.map((t) => t.name), ["read", "grep"])
+    }))
+
+  it.effect("a handler runs with the services captured at registration, over the caller's", () =>
+    Effect.gen(function*() {
+      const registry = yield* ToolRegistry.make
+      yield* registry.register(ToolRegistry.define({
+        name: "greet",
+        description: "says the greeting",
+        parameters: Schema.Struct({}),
+        posture: "read",
+        handler: () => Greeting.useSync((g) => g.text)
+      })).pipe(Effect.provideService(Greeting, { text: "registered" }))
+      const greet = registry.get("greet")
+      assert.isTrue(greet._tag === "Some")
+      if (greet._tag !== "Some") return
+      const call = greet.value.handler({}, context)
+      // From the same caller context twice (the merged context is reused), and from another.
+      assert.strictEqual(yield* call, "registered")
+      assert.strictEqual(yield* call, "registered")
+      assert.strictEqual(yield* call.pipe(Effect.provideService(Greeting, { text: "caller" })), "registered")
+    }))
+})
