@@ -98,7 +98,7 @@ export const scriptModel = (s: Script): LanguageModel.LanguageModel => {
 
 const LookupParameters = Schema.Struct({ key: Schema.String })
 
-const lookupTool = (s: Script) =>
+export const lookupTool = (s: Script) =>
   Layer.effectDiscard(ToolRegistry.ToolRegistry.use((registry) =>
     registry.register(ToolRegistry.define({
       name: "lookup",
@@ -114,30 +114,37 @@ export type Store = "memory" | "file"
 
 const runtimes = new WeakMap<Script, Map<string, ManagedRuntime.ManagedRuntime<Session, unknown>>>()
 
+/** Fibril's layer for the script: the lookup tool, the standard services, the script's model. */
+export const layerFor = (
+  s: Script,
+  cap: number | null,
+  store: Store = "memory",
+  model: Layer.Layer<LanguageModel.LanguageModel> = Layer.succeed(LanguageModel.LanguageModel, scriptModel(s))
+) =>
+  lookupTool(s).pipe(
+    Layer.provideMerge(Fibril.layer({
+      cwd: mkdtempSync(join(tmpdir(), "fibril-bench-")),
+      store,
+      subagents: { maxConcurrent: cap ?? 1_000_000, admission: "queue" },
+      session: { maxSteps: 1000 }
+    })),
+    Layer.provide(model),
+    Layer.provide(NodeServices.layer)
+  )
+
 export const runtimeFor = (s: Script, cap: number | null, store: Store = "memory") => {
   const key = `${cap}:${store}`
   let byKey = runtimes.get(s)
   if (byKey === undefined) runtimes.set(s, (byKey = new Map()))
   let runtime = byKey.get(key)
   if (runtime === undefined) {
-    const cwd = mkdtempSync(join(tmpdir(), "fibril-bench-"))
-    const layer = lookupTool(s).pipe(
-      Layer.provideMerge(Fibril.layer({
-        cwd,
-        store,
-        subagents: { maxConcurrent: cap ?? 1_000_000, admission: "queue" },
-        session: { maxSteps: 1000 }
-      })),
-      Layer.provide(Layer.succeed(LanguageModel.LanguageModel, scriptModel(s))),
-      Layer.provide(NodeServices.layer)
-    )
-    runtime = ManagedRuntime.make(layer) as ManagedRuntime.ManagedRuntime<Session, unknown>
+    runtime = ManagedRuntime.make(layerFor(s, cap, store)) as ManagedRuntime.ManagedRuntime<Session, unknown>
     byKey.set(key, runtime)
   }
   return runtime
 }
 
-const parentRun = Effect.gen(function*() {
+export const parentRun = Effect.gen(function*() {
   const session = yield* Session
   // Tools allowed below are inherited as a ceiling: the children need `lookup`.
   const root = yield* session.create({ role: "general", allowedTools: ["task", "lookup"] })

@@ -60,7 +60,36 @@ show(run("W2 K=100 store=memory", ["w2", "100", "none", "memory"], [
 ]))
 show(run("W3 store=memory", ["w3", "1", "none", "memory"], ["median_us", "p99_us"]))
 
+// Beyond the peers' figures: persistence cost, the parent's context growth, fork prefix share.
+const perSubagent = (store: string) =>
+  Number((results.find((r) => r.label === `W1 K=${ks.at(-1)} cap=none store=${store}`) as Record<string, unknown>)[
+    "us_per_subagent"
+  ])
+const persistence = { K: ks.at(-1), file_minus_memory_us_per_subagent: perSubagent("file") - perSubagent("memory") }
+const context = JSON.parse(
+  execFileSync(process.execPath, [fileURLToPath(new URL("./context.ts", import.meta.url))], { encoding: "utf8" }).trim()
+) as { delegation: Record<string, number>; fork: Record<string, number> }
+const { delegation, fork } = context
+console.log(
+  `     persistence (file - memory store) at K=${persistence.K}: ${persistence.file_minus_memory_us_per_subagent.toFixed(1)} us per sub-agent`
+)
+console.log(
+  `     context growth per delegated task: the parent gains ${delegation["parent_bytes_added_per_task"]} B (~${
+    delegation["parent_tokens_added_per_task_est"]
+  } tokens); the child's whole conversation is ${delegation["child_conversation_bytes"]} B (~${
+    delegation["child_conversation_tokens_est"]
+  } tokens), ${delegation["child_to_parent_ratio"]!.toFixed(1)}x`
+)
+console.log(
+  `     fork_context: ${fork["identical_prefix_bytes"]} of the child's first ${fork["child_first_request_bytes"]} B (${
+    (fork["prefix_share"]! * 100).toFixed(1)
+  }%) are a byte-identical prefix of the parent's ${fork["parent_request_bytes"]} B request`
+)
+
 const out = fileURLToPath(new URL("./results.json", import.meta.url))
-writeFileSync(out, JSON.stringify({ date: new Date().toISOString(), node: process.version, quick, results }, null, 2))
+writeFileSync(
+  out,
+  JSON.stringify({ date: new Date().toISOString(), node: process.version, quick, results, persistence, context }, null, 2)
+)
 console.log(`wrote ${out}`)
 if (!results.every((r) => r.ok)) process.exitCode = 1
