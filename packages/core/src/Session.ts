@@ -16,6 +16,7 @@ import { Prompt } from "effect/ai"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Ids from "./Ids.ts"
+import { withSpan } from "./internal/span.ts"
 import { callModel, type ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
 import { resolveTurn } from "./loop/ResolveTurn.ts"
 import { runTools } from "./loop/RunTools.ts"
@@ -399,7 +400,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     })
     yield* publish(state, { type: "spawned" })
     return info(state)
-  }, Effect.withSpan("Session.createChild"))
+  }, withSpan("Session.createChild"))
 
   const restore = Effect.fn("Session.restore")(function*(options: RestoreOptions) {
     const existing = sessions.get(options.id)
@@ -532,26 +533,28 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     closeDanglingCalls(state)
     state.messages.push(userMessage(message))
     yield* publish(state, { type: "started" })
-    return yield* Effect.gen(function*() {
-      state.scope = yield* Effect.scope
-      return yield* loop(state)
-    }).pipe(
-      Effect.scoped,
+    // The run's scope (background children are forked into it) is closed by the same
+    // finalizer that publishes the terminal event, first: one finalizer to unwind, not two.
+    const scope = Scope.makeUnsafe()
+    state.scope = scope
+    return yield* loop(state).pipe(
       withWallBudget(state),
-      Effect.onExit((exit) => {
-        state.busy = false
-        state.scope = undefined
-        state.modelCall = undefined
-        if (exit._tag === "Success") return publish(state, { type: "completed" })
-        if (Cause.hasInterruptsOnly(exit.cause)) {
-          return state.cancelReason === undefined
-            ? publish(state, { type: "interrupted", reason: "interrupted" })
-            : publish(state, { type: "cancelled", reason: state.cancelReason })
-        }
-        return publish(state, { type: "failed", reason: describeFailure(exit.cause) })
-      })
+      Effect.onExit((exit) =>
+        Effect.andThen(Scope.close(scope, exit), () => {
+          state.busy = false
+          state.scope = undefined
+          state.modelCall = undefined
+          if (exit._tag === "Success") return publish(state, { type: "completed" })
+          if (Cause.hasInterruptsOnly(exit.cause)) {
+            return state.cancelReason === undefined
+              ? publish(state, { type: "interrupted", reason: "interrupted" })
+              : publish(state, { type: "cancelled", reason: state.cancelReason })
+          }
+          return publish(state, { type: "failed", reason: describeFailure(exit.cause) })
+        })
+      )
     )
-  }, Effect.withSpan("Session.prompt"))
+  }, withSpan("Session.prompt"))
 
   const deliver = Effect.fn("Session.deliver")(function*(sessionId: string, message: string, interrupt: boolean) {
     const state = yield* lookup(sessionId)

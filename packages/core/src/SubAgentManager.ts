@@ -22,6 +22,7 @@ import { Prompt } from "effect/ai"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import * as AgentDefinitions from "./AgentDefinitions.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
+import { withSpan } from "./internal/span.ts"
 import { Models, type UnknownModel } from "./Models.ts"
 import * as OutputContract from "./OutputContract.ts"
 import * as Roles from "./Roles.ts"
@@ -365,9 +366,17 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       entry.lastProgress = now
       yield* store.put(entry.record)
       return yield* session.prompt(entry.record.agent_id, message)
-    }).pipe(Effect.ensuring(Effect.sync(() => void (counted && runningCount--))))
-    const admitted = holdsPermit ? Effect.ensuring(body, semaphore.release(1)) : semaphore.withPermits(1)(body)
-    return admitted.pipe(Effect.onExit((exit) => finish(entry, exit)))
+    })
+    // One finalizer for the count, the permit taken at admission and the outcome: each
+    // finalizer is a step to unwind when the agent is interrupted.
+    const admitted = holdsPermit ? body : semaphore.withPermits(1)(body)
+    return Effect.onExit(admitted, (exit) => {
+      if (counted) {
+        counted = false
+        runningCount--
+      }
+      return holdsPermit ? Effect.andThen(semaphore.release(1), finish(entry, exit)) : finish(entry, exit)
+    })
   }
 
   const admit = (): Effect.Effect<boolean, CapReached> =>
@@ -458,7 +467,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const entry = yield* start(parentSessionId, request, true)
     yield* Fiber.await(entry.fiber!)
     return view(entry.record)
-  }, Effect.withSpan("SubAgentManager.run"))
+  }, withSpan("SubAgentManager.run"))
 
   const waitFor = (targets: ReadonlyArray<Entry>, mode: "any" | "all", timeoutMs: number | undefined) => {
     const open = targets.filter((e) => !isTerminal(e.record.status))

@@ -91,7 +91,11 @@ const knownKeys: ReadonlySet<string> = new Set(Object.keys(SubAgentRecord.fields
 /** A shallow copy with only the schema's keys: callers may pass a wider object (a view) or mutate theirs later. */
 const knownOnly = (record: SubAgentRecord): SubAgentRecord => {
   const { ...copy } = record
-  for (const key of Object.keys(copy)) if (!knownKeys.has(key)) Reflect.deleteProperty(copy, key)
+  // Deleting turns the copy into a slow dictionary object: only when there is a key to drop.
+  const keys = Object.keys(copy)
+  if (keys.some((key) => !knownKeys.has(key))) {
+    for (const key of keys) if (!knownKeys.has(key)) Reflect.deleteProperty(copy, key)
+  }
   return copy
 }
 

@@ -8,7 +8,7 @@
  * Views are the model-facing half of permissions; `Permission.decide` is re-checked when a
  * call is executed, so hiding a tool is never the only guard.
  */
-import { Context, Effect, Layer, Option, Schema } from "effect"
+import { Context, Effect, Layer, Option, References, Schema, Tracer } from "effect"
 import { Tool as AiTool, type Toolkit } from "effect/ai"
 import * as Permission from "./Permission.ts"
 
@@ -109,6 +109,10 @@ export class ToolRegistry extends Context.Service<ToolRegistry, {
   readonly view: (rules: Permission.Rules) => ToolView
 }>()("@fibril/core/ToolRegistry") {}
 
+const withoutCallSite = Context.omit(Tracer.ParentSpan, References.CurrentStackFrame)
+const capturable = <R>(context: Context.Context<R>): Context.Context<R> =>
+  withoutCallSite(context) as Context.Context<R>
+
 export const make = Effect.sync(() => {
   const tools = new Map<string, RegisteredTool>()
   let views = new WeakMap<Permission.Rules, ToolView>()
@@ -118,7 +122,10 @@ export const make = Effect.sync(() => {
 
   const register = Effect.fn("ToolRegistry.register")(function*<P extends Parameters, R>(tool: ToolDefinition<P, R>) {
     if (tools.has(tool.name)) return yield* new DuplicateTool({ name: tool.name })
-    const context = yield* Effect.context<R>()
+    // What the registration site says about *where* it ran is not the handler's to keep: its
+    // span (this `register` call's, long ended) would parent every call's spans, and its stack
+    // frame would annotate every cause passing through a call. Calls take both from the caller.
+    const context = capturable(yield* Effect.context<R>())
     // The handler runs with the caller's context plus the captured one. Merging copies every
     // service, so the result is kept per caller context: the calls of one session share it.
     const merged = new WeakMap<Context.Context<never>, Context.Context<R>>()

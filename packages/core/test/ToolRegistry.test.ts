@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Effect, Schema } from "effect"
+import { Context, Effect, Option, Schema, Tracer } from "effect"
 import * as Permission from "../src/Permission.ts"
 import * as ToolRegistry from "../src/ToolRegistry.ts"
 
@@ -54,5 +54,26 @@ describe("ToolRegistry", () => {
       assert.strictEqual(yield* call, "registered")
       assert.strictEqual(yield* call, "registered")
       assert.strictEqual(yield* call.pipe(Effect.provideService(Greeting, { text: "caller" })), "registered")
+    }))
+
+  it.effect("a handler's spans are children of the caller's span, not of the registration's", () =>
+    Effect.gen(function*() {
+      const registry = yield* ToolRegistry.make
+      yield* registry.register(ToolRegistry.define({
+        name: "traced",
+        description: "names its parent span",
+        parameters: Schema.Struct({}),
+        posture: "read",
+        handler: () =>
+          Effect.currentSpan.pipe(
+            Effect.map((span) => Option.match(span.parent, { onNone: () => "none", onSome: (p) => (p as Tracer.Span).name })),
+            Effect.orElseSucceed(() => "none"),
+            Effect.withSpan("tool.traced")
+          )
+      })).pipe(Effect.withSpan("registration"))
+      const traced = registry.get("traced")
+      assert.isTrue(traced._tag === "Some")
+      if (traced._tag !== "Some") return
+      assert.strictEqual(yield* traced.value.handler({}, context).pipe(Effect.withSpan("caller")), "caller")
     }))
 })

@@ -102,6 +102,10 @@ export const runTools = (
   calls: ReadonlyArray<ToolCall>
 ): Effect.Effect<Prompt.ToolMessage> =>
   Effect.map(
-    Effect.forEach(calls, (call) => runOne(deps, state, call), { concurrency: "unbounded" }),
+    // A single call runs in the loop's own fiber: forking one to run it alone would add a
+    // fiber to start, and to interrupt and unwind on cancellation, for nothing.
+    calls.length === 1
+      ? Effect.map(runOne(deps, state, calls[0]!), (part) => [part])
+      : Effect.forEach(calls, (call) => runOne(deps, state, call), { concurrency: "unbounded" }),
     (content) => Prompt.makeMessage("tool", { content })
   )

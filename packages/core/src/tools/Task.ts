@@ -10,6 +10,7 @@
  */
 import { Effect, Layer, Schema } from "effect"
 import { text } from "../internal/resource.ts"
+import { withSpan } from "../internal/span.ts"
 import type * as OutputContract from "../OutputContract.ts"
 import * as Roles from "../Roles.ts"
 import { type AgentView, SubAgentManager } from "../SubAgentManager.ts"
@@ -57,7 +58,7 @@ export const definition = ToolRegistry.define({
       allowedTools: params.allowed_tools
     })
     return taskResult(agent)
-  }, Effect.withSpan("tool.task"))
+  }, withSpan("tool.task"))
 })
 
 /** The `task` result of a finished agent record. */
