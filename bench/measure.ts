@@ -1,12 +1,13 @@
 /**
- * One measurement in this (fresh) process: `node bench/measure.ts <workload> <K> <cap|none> <store>`.
+ * One measurement in this (fresh) process:
+ * `node bench/measure.ts <workload> <K> <cap|none> <store> [fibril|floor]`.
  * Prints one JSON line with the figures and whether every count checked out.
  */
 import { performance } from "node:perf_hooks"
-import * as Adapter from "./peer-adapter.ts"
 import { makeScript } from "./script.ts"
 
-const [workload = "w1", kArg = "10", capArg = "none", storeArg = "memory"] = process.argv.slice(2)
+const [workload = "w1", kArg = "10", capArg = "none", storeArg = "memory", runtime = "fibril"] = process.argv.slice(2)
+const Adapter = runtime === "floor" ? await import("./floor.ts") : await import("./peer-adapter.ts")
 const K = Number(kArg)
 const cap = capArg === "none" ? null : Number(capArg)
 const store = storeArg === "file" ? "file" : "memory"
@@ -36,7 +37,7 @@ const w1 = async () => {
   const ok = final === `final: received ${K} summaries` && c.summaries === K && c.parentCalls === 2 &&
     c.childCalls === K * (M + 1) && c.lookups === K * M && c.badPayloads === 0
   await Adapter.dispose(s)
-  return { workload: "W1", K, M, cap, store, ok, wall_ms: wall, cpu_ms: cpuMs, peak_rss_mib: peakRss / 2 ** 20, us_per_subagent: (wall * 1000) / K, counts: c }
+  return { workload: "W1", runtime, K, M, cap, store, ok, wall_ms: wall, cpu_ms: cpuMs, peak_rss_mib: peakRss / 2 ** 20, us_per_subagent: (wall * 1000) / K, counts: c }
 }
 
 const w2 = async () => {
@@ -59,7 +60,7 @@ const w2 = async () => {
   const handles = (process as unknown as { getActiveResourcesInfo(): Array<string> }).getActiveResourcesInfo()
     .filter((kind) => kind !== "TTYWrap" && kind !== "PipeWrap")
   return {
-    workload: "W2", K, M, cap: null, store, ok: how === "rejected" && c.childrenInLookup === K,
+    workload: "W2", runtime, K, M, cap: null, store, ok: how === "rejected" && c.childrenInLookup === K,
     abort_to_settled_ms: abortToSettled, leaked_lookups: c.lookupsPending, timers_armed: c.timersArmed,
     model_calls_after_abort: c.callsAfterAbort, exits_on_its_own: handles.length === 0, open_handles: handles
   }
@@ -81,7 +82,7 @@ const w3 = async () => {
   ok = ok && c.parentCalls === 2 * 2050 && c.childCalls === 2 * 2050 && c.lookups === 2050 && c.badPayloads === 0
   await Adapter.dispose(s)
   return {
-    workload: "W3", K: 1, M: 1, store, ok,
+    workload: "W3", runtime, K: 1, M: 1, store, ok,
     median_us: times[Math.floor(times.length / 2)]!, p99_us: times[Math.floor(times.length * 0.99)]!
   }
 }

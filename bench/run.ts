@@ -19,11 +19,21 @@ const once = (args: ReadonlyArray<string>): Row =>
 
 const median = (values: ReadonlyArray<number>) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!
 
+const mustBeZero = new Set(["leaked_lookups", "timers_armed", "model_calls_after_abort"])
+
 const run = (label: string, args: ReadonlyArray<string>, fields: ReadonlyArray<string>) => {
   const rows = Array.from({ length: reps }, () => once(args))
   const ok = rows.every((row) => row.ok)
-  const figures: Record<string, number> = {}
-  for (const field of fields) figures[field] = median(rows.map((row) => Number(row[field])))
+  const figures: Record<string, number | boolean> = {}
+  for (const field of fields) {
+    const values = rows.map((row) => row[field])
+    // A leak in any repetition is a leak: counts that must be zero report the worst run, flags all runs.
+    figures[field] = typeof values[0] === "boolean"
+      ? values.every(Boolean)
+      : mustBeZero.has(field)
+      ? Math.max(...values.map(Number))
+      : median(values.map(Number))
+  }
   const extra = rows[0]!
   return { label, args, ok, reps, ...figures, sample: extra }
 }
@@ -39,33 +49,52 @@ const show = (r: ReturnType<typeof run>) => {
 }
 
 console.log(`Fibril orchestration benchmark (${quick ? "quick" : "full"}; medians of ${reps} fresh processes)`)
+const w1Fields = ["us_per_subagent", "wall_ms", "cpu_ms", "peak_rss_mib"]
+const w2Fields = ["abort_to_settled_ms", "leaked_lookups", "timers_armed", "model_calls_after_abort", "exits_on_its_own"]
+const w3Fields = ["median_us", "p99_us"]
+// The floor (a plain Promise loop on the same script) first: it says how fast this machine is right now.
+for (const cap of ["none", "10"]) {
+  for (const K of ks) show(run(`floor W1 K=${K} cap=${cap}`, ["w1", String(K), cap, "memory", "floor"], w1Fields))
+}
+show(run("floor W2 K=100", ["w2", "100", "none", "memory", "floor"], w2Fields))
+show(run("floor W3", ["w3", "1", "none", "memory", "floor"], w3Fields))
 for (const store of ["memory", "file"]) {
   for (const cap of ["none", "10"]) {
     for (const K of ks) {
       if (store === "file" && cap === "10" && K !== ks.at(-1)) continue
-      show(run(`W1 K=${K} cap=${cap} store=${store}`, ["w1", String(K), cap, store], [
-        "us_per_subagent",
-        "wall_ms",
-        "cpu_ms",
-        "peak_rss_mib"
-      ]))
+      show(run(`W1 K=${K} cap=${cap} store=${store}`, ["w1", String(K), cap, store], w1Fields))
     }
   }
 }
-show(run("W2 K=100 store=memory", ["w2", "100", "none", "memory"], [
-  "abort_to_settled_ms",
-  "leaked_lookups",
-  "timers_armed",
-  "model_calls_after_abort"
-]))
-show(run("W3 store=memory", ["w3", "1", "none", "memory"], ["median_us", "p99_us"]))
+show(run("W2 K=100 store=memory", ["w2", "100", "none", "memory"], w2Fields))
+show(run("W3 store=memory", ["w3", "1", "none", "memory"], w3Fields))
+
+const figure = (label: string, field: string) =>
+  Number((results.find((r) => r.label === label) as Record<string, unknown> | undefined)?.[field])
+const kMax = ks.at(-1)!
+const ratios = {
+  w1_us_per_subagent: figure(`W1 K=${kMax} cap=none store=memory`, "us_per_subagent") /
+    figure(`floor W1 K=${kMax} cap=none`, "us_per_subagent"),
+  w1_peak_rss: figure(`W1 K=${kMax} cap=none store=memory`, "peak_rss_mib") /
+    figure(`floor W1 K=${kMax} cap=none`, "peak_rss_mib"),
+  w2_abort_to_settled: figure("W2 K=100 store=memory", "abort_to_settled_ms") / figure("floor W2 K=100", "abort_to_settled_ms"),
+  w3_median: figure("W3 store=memory", "median_us") / figure("floor W3", "median_us"),
+  w3_p99: figure("W3 store=memory", "p99_us") / figure("floor W3", "p99_us")
+}
+const flatness = figure(`W1 K=${kMax} cap=none store=memory`, "us_per_subagent") /
+  figure(`W1 K=${ks.at(-2)} cap=none store=memory`, "us_per_subagent")
+console.log(
+  `     Fibril / floor, same run: W1 K=${kMax} ${ratios.w1_us_per_subagent.toFixed(1)}x per sub-agent, ${
+    ratios.w1_peak_rss.toFixed(1)
+  }x peak RSS; W2 ${ratios.w2_abort_to_settled.toFixed(1)}x; W3 ${ratios.w3_median.toFixed(1)}x median, ${
+    ratios.w3_p99.toFixed(1)
+  }x p99`
+)
+console.log(`     flatness: W1 per sub-agent at K=${kMax} is ${flatness.toFixed(2)}x K=${ks.at(-2)}'s (goal <= 1.5x)`)
 
 // Beyond the peers' figures: persistence cost, the parent's context growth, fork prefix share.
-const perSubagent = (store: string) =>
-  Number((results.find((r) => r.label === `W1 K=${ks.at(-1)} cap=none store=${store}`) as Record<string, unknown>)[
-    "us_per_subagent"
-  ])
-const persistence = { K: ks.at(-1), file_minus_memory_us_per_subagent: perSubagent("file") - perSubagent("memory") }
+const perSubagent = (store: string) => figure(`W1 K=${kMax} cap=none store=${store}`, "us_per_subagent")
+const persistence = { K: kMax, file_minus_memory_us_per_subagent: perSubagent("file") - perSubagent("memory") }
 const context = JSON.parse(
   execFileSync(process.execPath, [fileURLToPath(new URL("./context.ts", import.meta.url))], { encoding: "utf8" }).trim()
 ) as { delegation: Record<string, number>; fork: Record<string, number> }
@@ -89,7 +118,7 @@ console.log(
 const out = fileURLToPath(new URL("./results.json", import.meta.url))
 writeFileSync(
   out,
-  JSON.stringify({ date: new Date().toISOString(), node: process.version, quick, results, persistence, context }, null, 2)
+  JSON.stringify({ date: new Date().toISOString(), node: process.version, quick, results, ratios, flatness, persistence, context }, null, 2)
 )
 console.log(`wrote ${out}`)
 if (!results.every((r) => r.ok)) process.exitCode = 1

@@ -28,8 +28,8 @@ export interface Script {
   readonly K: number
   readonly M: number
   readonly counts: Counts
-  parentModel(input: { readonly toolResults: ReadonlyArray<string>; readonly signal?: AbortSignal }): ModelAnswer
-  childModel(input: { readonly prompt: string; readonly toolResults: ReadonlyArray<string>; readonly signal?: AbortSignal }): ModelAnswer
+  parentModel(input: { readonly toolResults: ReadonlyArray<string>; readonly signal?: AbortSignal | undefined }): ModelAnswer
+  childModel(input: { readonly prompt: string; readonly toolResults: ReadonlyArray<string>; readonly signal?: AbortSignal | undefined }): ModelAnswer
   lookup(args: { readonly key: string }, signal?: AbortSignal): Promise<string>
   /** W2: resolves when all K children are inside `lookup`. */
   readonly allInLookup: Promise<void>
