@@ -75,7 +75,7 @@ const explorer = (conversation: Conversation): Turn => {
   const lines = conversation.toolResults.reduce((n, r) => n + firstLines(r.result, 10_000).length, 0)
   return {
     text: report(
-      `${plan.description}: ran ${conversation.toolResults.length} tool calls (${lines} lines of output); the first lines are quoted below.`,
+      `${plan.description}: ran ${conversation.toolResults.length} tool call${conversation.toolResults.length === 1 ? "" : "s"} (${lines} line${lines === 1 ? "" : "s"} of output); the first lines are quoted below.`,
       evidence
     )
   }

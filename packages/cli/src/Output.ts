@@ -13,6 +13,9 @@ export interface Output {
   readonly redraw?: ((previous: number, lines: ReadonlyArray<string>) => Effect.Effect<void>) | undefined
 }
 
+/** `1 tool call`, `2 tool calls`. */
+export const count = (n: number, noun: string): string => `${n} ${noun}${n === 1 ? "" : "s"}`
+
 export const console = (tty: boolean): Output => ({
   line: (text) => Console.log(text),
   redraw: tty

@@ -66,7 +66,7 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
         for (const line of text.split("\n")) yield* output.line(`  ${line}`)
         yield* output.line("")
         yield* output.line(
-          `Totals: ${totals.agents} agents, ${toolCalls} tool calls, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${totals.duration_ms} ms, model ${info.model}.`
+          `Totals: ${Output.count(totals.agents, "agent")}, ${Output.count(toolCalls, "tool call")}, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${totals.duration_ms} ms, model ${info.model}.`
         )
       }
       return status === "completed" ? 0 : 1
