@@ -263,13 +263,34 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       ? Effect.succeed("")
       : Effect.orElseSucceed(inherited ? memory.value.inheritedSection : memory.value.section, () => "")
 
+  // Children of one role at one depth get the same system message: one shared (immutable)
+  // message instead of a new ~1 KB string per sub-agent, retained for as long as its session.
+  // Keyed by prompt, then section (strings whose hashes V8 caches), then role and depth;
+  // cleared when it grows (each changed memory section adds keys).
+  let systemCache = new Map<string, Map<string, Map<string, Prompt.SystemMessage>>>()
+  let systemCached = 0
   const systemFor = (role: Roles.RoleSpec, depth: number, prompt: string) =>
-    Effect.map(memorySection(depth > 0), (section) =>
-      Prompt.makeMessage("system", {
-        content: `${Roles.header(role.name, depth)}\nWorkspace: ${workspace.root}\n\n${prompt}${
-          section === "" ? "" : `\n\n${section}`
-        }`
-      }))
+    Effect.map(memorySection(depth > 0), (section) => {
+      let bySection = systemCache.get(prompt)
+      if (bySection === undefined) systemCache.set(prompt, bySection = new Map())
+      let byRole = bySection.get(section)
+      if (byRole === undefined) bySection.set(section, byRole = new Map())
+      const key = `${role.name}:${depth}`
+      let message = byRole.get(key)
+      if (message === undefined) {
+        message = Prompt.makeMessage("system", {
+          content: `${Roles.header(role.name, depth)}\nWorkspace: ${workspace.root}\n\n${prompt}${
+            section === "" ? "" : `\n\n${section}`
+          }`
+        })
+        if (++systemCached > 256) {
+          systemCache = new Map([[prompt, new Map([[section, byRole = new Map()]])]])
+          systemCached = 1
+        }
+        byRole.set(key, message)
+      }
+      return message
+    })
 
   const register = (init: {
     readonly id?: string | undefined
@@ -456,22 +477,27 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
 
   // One model call in its own fiber, so a delivery with `interrupt` can cancel just this step.
   const step = (state: SessionState) =>
-    Effect.gen(function*() {
+    Effect.suspend(() => {
       state.lastRequestLength = state.messages.length
       const request = Prompt.fromMessages([state.system, ...state.messages])
-      const fiber = yield* Effect.forkChild(
-        callModel(state.languageModel, request, state.view.toolkit, config, retryEvent(state)),
-        { startImmediately: true }
+      return Effect.flatMap(
+        Effect.forkChild(
+          callModel(state.languageModel, request, state.view.toolkit, config, retryEvent(state)),
+          { startImmediately: true }
+        ),
+        (fiber) => {
+          state.modelCall = fiber
+          return Effect.flatMap(Fiber.await(fiber), (exit) => {
+            state.modelCall = undefined
+            if (Exit.isSuccess(exit)) return Effect.succeed(Option.some(exit.value))
+            if (state.stepInterrupted && Cause.hasInterruptsOnly(exit.cause)) {
+              state.stepInterrupted = false
+              return Effect.succeed(Option.none())
+            }
+            return Effect.failCause(exit.cause)
+          })
+        }
       )
-      state.modelCall = fiber
-      const exit = yield* Fiber.await(fiber)
-      state.modelCall = undefined
-      if (Exit.isSuccess(exit)) return Option.some(exit.value)
-      if (state.stepInterrupted && Cause.hasInterruptsOnly(exit.cause)) {
-        state.stepInterrupted = false
-        return Option.none()
-      }
-      return yield* Effect.failCause(exit.cause)
     })
 
   const loop = (state: SessionState) =>

@@ -351,6 +351,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       if (store.durable) yield* persistTranscript(entry)
       yield* store.put(record)
       yield* Deferred.succeed(entry.done, undefined)
+      // A finished run's fiber (its context, spans, exit) is not kept for as long as the record.
+      entry.fiber = undefined
     })
 
   // The agent's run: (wait for a permit,) run the session's prompt, record the outcome.
@@ -377,6 +379,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       }
       return holdsPermit ? Effect.andThen(semaphore.release(1), finish(entry, exit)) : finish(entry, exit)
     })
+  }
+
+  // A run that finished while being forked (`finish` cleared the field already) is not kept.
+  const keepFiber = (entry: Entry, fiber: Fiber.Fiber<unknown, unknown>) => {
+    if (!isTerminal(entry.record.status)) entry.fiber = fiber
   }
 
   const admit = (): Effect.Effect<boolean, CapReached> =>
@@ -442,8 +449,9 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     entries.set(record.agent_id, entry)
     yield* store.put(record)
     const run = runAgent(entry, request.prompt, holdsPermit)
+    let fiber: Fiber.Fiber<unknown, unknown>
     if (foreground) {
-      entry.fiber = yield* Effect.forkChild(run, { startImmediately: true })
+      fiber = yield* Effect.forkChild(run, { startImmediately: true })
     } else {
       const scope = detached || parentSessionId === undefined
         ? managerScope
@@ -453,19 +461,20 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         set.add(record.agent_id)
         childrenOf.set(parentSessionId, set)
       }
-      entry.fiber = yield* Effect.forkIn(run, scope, { startImmediately: true })
+      fiber = yield* Effect.forkIn(run, scope, { startImmediately: true })
     }
-    return entry
+    keepFiber(entry, fiber)
+    return { entry, fiber }
   })
 
   const spawn = Effect.fn("SubAgentManager.spawn")(function*(parentSessionId: string | undefined, request: SpawnRequest) {
-    return view((yield* start(parentSessionId, request, false)).record)
+    return view((yield* start(parentSessionId, request, false)).entry.record)
   })
 
   // Once per `task` call: a span without `Effect.fn`'s per-call stack capture (~3 µs).
   const run = Effect.fnUntraced(function*(parentSessionId: string | undefined, request: SpawnRequest) {
-    const entry = yield* start(parentSessionId, request, true)
-    yield* Fiber.await(entry.fiber!)
+    const { entry, fiber } = yield* start(parentSessionId, request, true)
+    yield* Fiber.await(fiber)
     return view(entry.record)
   }, withSpan("SubAgentManager.run"))
 
@@ -605,7 +614,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const scope = callerSessionId === undefined || record.detached
       ? managerScope
       : Option.getOrElse(session.scopeOf(callerSessionId), () => managerScope)
-    entry.fiber = yield* Effect.forkIn(run, scope, { startImmediately: true })
+    keepFiber(entry, yield* Effect.forkIn(run, scope, { startImmediately: true }))
     return view(record)
   })
 

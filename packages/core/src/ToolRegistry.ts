@@ -8,7 +8,7 @@
  * Views are the model-facing half of permissions; `Permission.decide` is re-checked when a
  * call is executed, so hiding a tool is never the only guard.
  */
-import { Context, Effect, Layer, Option, References, Schema, Tracer } from "effect"
+import { Context, Effect, Layer, Option, References, Schema, type SchemaAST, Tracer } from "effect"
 import { Tool as AiTool, type Toolkit } from "effect/ai"
 import * as Permission from "./Permission.ts"
 
@@ -89,6 +89,48 @@ export interface ToolView {
 
 const noPaths = () => [] as ReadonlyArray<string>
 
+/** Types inside which `onExcessProperty` changes nothing: no objects, no transformations. */
+const isFlat = (ast: SchemaAST.AST): boolean => {
+  if (ast.encoding !== undefined) return false
+  switch (ast._tag) {
+    case "Arrays":
+      return ast.elements.every(isFlat) && ast.rest.every(isFlat)
+    case "Union":
+      return ast.types.every(isFlat)
+    case "Objects":
+    case "Declaration":
+    case "Suspend":
+      return false
+    default:
+      return true
+  }
+}
+
+/**
+ * Decodes arguments, failing on keys the schema does not declare. With that option Schema
+ * takes a slower generic path per call; for a flat struct (the usual tool parameters) the
+ * same check is done here and a clean input takes the default fast path, with the same
+ * result. Any input with an excess key still goes through the strict decoder, for its error.
+ */
+const strictDecoder = (parameters: Parameters): RegisteredTool["decode"] => {
+  const strict = Schema.decodeUnknownEffect(parameters, { onExcessProperty: "error" })
+  const ast = parameters.ast
+  if (
+    ast._tag !== "Objects" || ast.indexSignatures.length > 0 || ast.encoding !== undefined ||
+    !ast.propertySignatures.every((property) => isFlat(property.type))
+  ) return strict
+  const loose = Schema.decodeUnknownEffect(parameters)
+  const declared: ReadonlySet<PropertyKey> = new Set(ast.propertySignatures.map((property) => property.name))
+  const hasExcess = (input: unknown) => {
+    if (typeof input !== "object" || input === null || Array.isArray(input)) return true
+    for (const key of Reflect.ownKeys(input)) {
+      if (!declared.has(key) && Object.prototype.propertyIsEnumerable.call(input, key)) return true
+    }
+    return false
+  }
+  return (input) => hasExcess(input) ? strict(input) : loose(input)
+}
+
 const toToolkit = (tools: ReadonlyArray<RegisteredTool>): Toolkit.WithHandler<Record<string, AiTool.Any>> => {
   const record: Record<string, AiTool.Any> = {}
   for (const tool of tools) record[tool.name] = tool.aiTool
@@ -129,15 +171,27 @@ export const make = Effect.sync(() => {
     // The handler runs with the caller's context plus the captured one. Merging copies every
     // service, so the result is kept per caller context: the calls of one session share it.
     const merged = new WeakMap<Context.Context<never>, Context.Context<R>>()
+    // Every sub-agent's prompt span makes a new caller context, which usually holds most of the
+    // captured services already (same runtime): overlaying only the differing ones (the layer's
+    // Scope) gives the same services as `Context.merge` without copying both maps per agent.
+    const captured = Array.from(context.mapUnsafe, ([key, value]) => ({
+      key,
+      service: { key } as unknown as Context.Key<unknown, unknown>,
+      value
+    }))
     const withCaptured = (caller: Context.Context<never>) => {
       let found = merged.get(caller)
       if (found === undefined) {
-        found = Context.merge(caller, context)
+        let ctx = caller as Context.Context<R>
+        for (const { key, service, value } of captured) {
+          if (Context.getOrUndefined(ctx, service) !== value) ctx = Context.addUnsafe(ctx, key, value)
+        }
+        found = ctx
         merged.set(caller, found)
       }
       return found
     }
-    const decode = Schema.decodeUnknownEffect(tool.parameters, { onExcessProperty: "error" })
+    const decode = strictDecoder(tool.parameters)
     const paths = tool.paths
     tools.set(tool.name, {
       name: tool.name,

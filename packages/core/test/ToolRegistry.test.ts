@@ -76,4 +76,36 @@ describe("ToolRegistry", () => {
       if (traced._tag !== "Some") return
       assert.strictEqual(yield* traced.value.handler({}, context).pipe(Effect.withSpan("caller")), "caller")
     }))
+  it.effect("arguments decode as with onExcessProperty \"error\", for flat and nested parameters", () =>
+    Effect.gen(function*() {
+      const registry = yield* ToolRegistry.make
+      const flat = Schema.Struct({ path: Schema.String, limit: Schema.optionalKey(Schema.Int), tags: Schema.Array(Schema.String) })
+      const nested = Schema.Struct({ inner: Schema.Struct({ a: Schema.String }) })
+      yield* registry.register({ ...tool("flat", "read"), parameters: flat })
+      yield* registry.register({ ...tool("nested", "read"), parameters: nested })
+      const outcome = (effect: Effect.Effect<unknown, Schema.SchemaError>) =>
+        Effect.match(effect, { onFailure: (error) => `error: ${error.message}`, onSuccess: (value) => value })
+      const check = (name: string, parameters: ToolRegistry.Parameters, input: unknown) =>
+        Effect.gen(function*() {
+          const strict = Schema.decodeUnknownEffect(parameters, { onExcessProperty: "error" })
+          const decode = Option.getOrThrow(registry.get(name)).decode
+          assert.deepStrictEqual(yield* outcome(decode(input)), yield* outcome(strict(input)))
+        })
+      for (
+        const input of [
+          { path: "a", tags: [] },
+          { path: "a", limit: 3, tags: ["x"] },
+          { path: "a", tags: [], extra: 1 },
+          { path: 1, tags: [] },
+          { tags: [] },
+          { path: "a", limit: 1.5, tags: [] },
+          null,
+          [],
+          "a"
+        ]
+      ) yield* check("flat", flat, input)
+      for (const input of [{ inner: { a: "x" } }, { inner: { a: "x", extra: 1 } }, { inner: {} }]) {
+        yield* check("nested", nested, input)
+      }
+    }))
 })

@@ -56,45 +56,56 @@ const parseArguments = (tool: RegisteredTool, params: unknown): Effect.Effect<un
   return Effect.mapError(tool.decode(input), (error) => new InvalidArguments({ tool: tool.name, reason: error.message }))
 }
 
-const runOne = (deps: RunToolsDeps, state: SessionState, call: ToolCall): Effect.Effect<Prompt.ToolResultPart> => {
-  const publish = (event: Omit<AgentEvent, "agent" | "at">) =>
-    Clock.clockWith((clock) =>
-      deps.events.publish({ ...event, agent: snapshot(state), at: clock.currentTimeMillisUnsafe() })
-    )
+const publish = (deps: RunToolsDeps, state: SessionState, event: Omit<AgentEvent, "agent" | "at">) =>
+  Clock.clockWith((clock) =>
+    deps.events.publish({ ...event, agent: snapshot(state), at: clock.currentTimeMillisUnsafe() })
+  )
 
-  const execute: Effect.Effect<unknown, ToolErrorLike> = Effect.gen(function*() {
-    const tool = state.view.byName.get(call.name) ?? Option.getOrUndefined(deps.registry.get(call.name))
-    if (tool === undefined) {
-      return yield* new UnknownTool({ name: call.name, available: state.view.tools.map((t) => t.name) })
-    }
-    yield* deps.permission.check(state.rules, tool, [])
-    const params = yield* parseArguments(tool, call.params)
-    const paths = tool.paths(params)
-    if (paths.length > 0) yield* deps.permission.check(state.rules, tool, paths)
-    return yield* tool.handler(params, { sessionId: state.id, callId: call.id, role: state.role, depth: state.depth })
-  })
+// Combinators rather than generators: this runs for every tool call of every agent, and a
+// generator costs an iterator object and an extra step per `yield*`.
+const execute = (deps: RunToolsDeps, state: SessionState, call: ToolCall): Effect.Effect<unknown, ToolErrorLike> => {
+  const tool = state.view.byName.get(call.name) ?? Option.getOrUndefined(deps.registry.get(call.name))
+  if (tool === undefined) {
+    return Effect.fail(new UnknownTool({ name: call.name, available: state.view.tools.map((t) => t.name) }))
+  }
+  return Effect.flatMap(
+    deps.permission.check(state.rules, tool, []),
+    () =>
+      Effect.flatMap(parseArguments(tool, call.params), (params) => {
+        const run = () =>
+          tool.handler(params, { sessionId: state.id, callId: call.id, role: state.role, depth: state.depth })
+        const paths = tool.paths(params)
+        return paths.length > 0 ? Effect.andThen(deps.permission.check(state.rules, tool, paths), run) : run()
+      })
+  )
+}
 
-  return Effect.gen(function*() {
+const runOne = (deps: RunToolsDeps, state: SessionState, call: ToolCall): Effect.Effect<Prompt.ToolResultPart> =>
+  Effect.suspend(() => {
     state.toolCalls++
     state.lastTool = call.name
-    yield* publish({ type: "tool_call", tool: call.name })
-    const result = yield* Effect.result(execute)
-    const isFailure = result._tag === "Failure"
-    yield* publish({
-      type: "tool_result",
-      tool: call.name,
-      isFailure,
-      reason: isFailure ? result.failure.message : undefined
-    })
-    return Prompt.makePart("tool-result", {
-      id: call.id,
-      name: call.name,
-      isFailure,
-      result: isFailure ? failurePayload(result.failure) : result.success,
-      providerExecuted: false
-    })
+    return Effect.andThen(
+      publish(deps, state, { type: "tool_call", tool: call.name }),
+      Effect.flatMap(Effect.result(Effect.suspend(() => execute(deps, state, call))), (result) => {
+        const isFailure = result._tag === "Failure"
+        return Effect.as(
+          publish(deps, state, {
+            type: "tool_result",
+            tool: call.name,
+            isFailure,
+            reason: isFailure ? result.failure.message : undefined
+          }),
+          Prompt.makePart("tool-result", {
+            id: call.id,
+            name: call.name,
+            isFailure,
+            result: isFailure ? failurePayload(result.failure) : result.success,
+            providerExecuted: false
+          })
+        )
+      })
+    )
   })
-}
 
 export const runTools = (
   deps: RunToolsDeps,
