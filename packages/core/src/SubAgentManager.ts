@@ -353,7 +353,31 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       yield* Deferred.succeed(entry.done, undefined)
       // A finished run's fiber (its context, spans, exit) is not kept for as long as the record.
       entry.fiber = undefined
+      yield* forgetEvicted
     })
+
+  // The store evicts finished records (by age and by count); an agent it no longer holds is
+  // forgotten here too, with its session, or a long-lived process (an MCP server, an embedding
+  // harness) would keep every agent it ever ran. One pass each time the map has doubled since
+  // the last: amortised O(1) per agent, and at most about twice the store's records are kept.
+  let pruneAt = 256
+  const forgetEvicted = Effect.suspend(() => {
+    if (entries.size < pruneAt) return Effect.void
+    return Effect.andThen(
+      Effect.forEach(Array.from(entries), ([id, entry]) =>
+        isTerminal(entry.record.status)
+          ? Effect.flatMap(store.get(id), (stored) => {
+            if (Option.isSome(stored)) return Effect.void
+            entries.delete(id)
+            childrenOf.delete(id)
+            const siblings = entry.parentSessionId === undefined ? undefined : childrenOf.get(entry.parentSessionId)
+            if (siblings?.delete(id) === true && siblings.size === 0) childrenOf.delete(entry.parentSessionId!)
+            return session.dispose(id)
+          })
+          : Effect.void, { discard: true }),
+      Effect.sync(() => void (pruneAt = Math.max(256, entries.size * 2)))
+    )
+  })
 
   // The agent's run: (wait for a permit,) run the session's prompt, record the outcome.
   const runAgent = (entry: Entry, message: string, holdsPermit: boolean) => {

@@ -392,4 +392,34 @@ describe("SubAgentManager", () => {
       const terminal = events.filter((e) => ["completed", "failed", "cancelled", "interrupted"].includes(e.type))
       assert.deepStrictEqual(terminal.map((e) => [e.agent.agentId, e.type]).sort(), [[a.agent_id, "completed"], [b.agent_id, "cancelled"]].sort())
     }).pipe(provideNode))
+
+  it.effect("a long-lived manager forgets the agents its store evicted, sessions included", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: report("done") }], repeat_last: true }] })
+      const manager = get(SubAgentManager)
+      const session = get(Session)
+      const store = get(SubAgentStore)
+      const root = yield* session.create()
+      // The memory store keeps the newest 1000 finished records; run well past that.
+      const ids: Array<string> = []
+      for (let i = 0; i < 2600; i++) {
+        ids.push((yield* manager.run(root.id, { prompt: `p${i}`, role: "explore" })).agent_id)
+        if (i % 500 === 499) yield* store.flush
+      }
+      yield* store.flush
+      const kept = (yield* store.all).map((r) => r.agent_id)
+      assert.strictEqual(kept.length, 1000)
+      assert.deepStrictEqual(kept.sort(), ids.slice(-1000).sort())
+      // Evicted agents are gone from the manager and their sessions are released...
+      const oldest = ids[0]!
+      const error = yield* Effect.flip(manager.result(oldest, { block: false }))
+      assert.strictEqual(error._tag, "AgentNotFound")
+      assert.isTrue((yield* Effect.exit(session.info(oldest)))._tag === "Failure")
+      // ...while what the store holds is still listed, and bounded (about twice the store).
+      const listed = yield* manager.list({ includeArchived: true })
+      assert.isAtMost(listed.length, 2000)
+      const newest = ids.at(-1)!
+      assert.include(listed.map((a) => a.agent_id), newest)
+      assert.strictEqual((yield* session.info(newest)).id, newest)
+    }).pipe(provideNode))
 })
