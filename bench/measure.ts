@@ -1,6 +1,6 @@
 /**
  * One measurement in this (fresh) process:
- * `node bench/measure.ts <workload> <K> <cap|none> <store> [fibril|floor]`.
+ * `node bench/measure.ts <w1|w2|w2warm|w3> <K> <cap|none> <store> [fibril|floor]`.
  * Prints one JSON line with the figures and whether every count checked out.
  */
 import { performance } from "node:perf_hooks"
@@ -40,7 +40,8 @@ const w1 = async () => {
   return { workload: "W1", runtime, K, M, cap, store, ok, wall_ms: wall, cpu_ms: cpuMs, peak_rss_mib: peakRss / 2 ** 20, us_per_subagent: (wall * 1000) / K, counts: c }
 }
 
-const w2 = async () => {
+/** One W2 cycle: K children inside `lookup`, then the abort; resolves with the script and figures. */
+const cancelOnce = async () => {
   const M = 3
   const s = makeScript({ K, M, blocking: true })
   const controller = new AbortController()
@@ -51,7 +52,14 @@ const w2 = async () => {
   s.markAborted()
   controller.abort()
   const how = await settled
-  const abortToSettled = performance.now() - t0
+  return { s, M, how, abortToSettled: performance.now() - t0 }
+}
+
+// `w2` is BENCH.md's W2: the process's first cancellation. `w2warm` measures a second one, in
+// the same process after a first full cycle: what cancelling costs once the code is compiled.
+const w2 = async (warm: boolean) => {
+  if (warm) await Adapter.dispose((await cancelOnce()).s)
+  const { s, M, how, abortToSettled } = await cancelOnce()
   await new Promise((resolve) => setTimeout(resolve, 1000))
   const c = s.counts
   await Adapter.dispose(s)
@@ -60,7 +68,7 @@ const w2 = async () => {
   const handles = (process as unknown as { getActiveResourcesInfo(): Array<string> }).getActiveResourcesInfo()
     .filter((kind) => kind !== "TTYWrap" && kind !== "PipeWrap")
   return {
-    workload: "W2", runtime, K, M, cap: null, store, ok: how === "rejected" && c.childrenInLookup === K,
+    workload: warm ? "W2 warm" : "W2", runtime, K, M, cap: null, store, ok: how === "rejected" && c.childrenInLookup === K,
     abort_to_settled_ms: abortToSettled, leaked_lookups: c.lookupsPending, timers_armed: c.timersArmed,
     model_calls_after_abort: c.callsAfterAbort, exits_on_its_own: handles.length === 0, open_handles: handles
   }
@@ -87,6 +95,10 @@ const w3 = async () => {
   }
 }
 
-const result = workload === "w2" ? await w2() : workload === "w3" ? await w3() : await w1()
+const result = workload === "w2" || workload === "w2warm"
+  ? await w2(workload === "w2warm")
+  : workload === "w3"
+  ? await w3()
+  : await w1()
 clearInterval(sampler)
 process.stdout.write(JSON.stringify(result) + "\n")

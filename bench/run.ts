@@ -57,6 +57,7 @@ for (const cap of ["none", "10"]) {
   for (const K of ks) show(run(`floor W1 K=${K} cap=${cap}`, ["w1", String(K), cap, "memory", "floor"], w1Fields))
 }
 show(run("floor W2 K=100", ["w2", "100", "none", "memory", "floor"], w2Fields))
+show(run("floor W2 warm K=100", ["w2warm", "100", "none", "memory", "floor"], w2Fields))
 show(run("floor W3", ["w3", "1", "none", "memory", "floor"], w3Fields))
 for (const store of ["memory", "file"]) {
   for (const cap of ["none", "10"]) {
@@ -67,6 +68,8 @@ for (const store of ["memory", "file"]) {
   }
 }
 show(run("W2 K=100 store=memory", ["w2", "100", "none", "memory"], w2Fields))
+// Not in BENCH.md: a second cancellation in the same process, once the code is compiled.
+show(run("W2 warm K=100 store=memory", ["w2warm", "100", "none", "memory"], w2Fields))
 show(run("W3 store=memory", ["w3", "1", "none", "memory"], w3Fields))
 
 const figure = (label: string, field: string) =>
