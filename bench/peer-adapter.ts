@@ -10,11 +10,8 @@ import { NodeServices } from "@effect/platform-node"
 import * as Fibril from "@fibril/core/Fibril"
 import { Session } from "@fibril/core/Session"
 import * as ToolRegistry from "@fibril/core/ToolRegistry"
-import { Effect, Layer, ManagedRuntime, Schema } from "effect"
+import { Effect, FileSystem, Layer, ManagedRuntime, Schema } from "effect"
 import { LanguageModel, Prompt, Response } from "effect/ai"
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import type { ModelAnswer, Script } from "./script.ts"
 
 export const meta = {
@@ -114,23 +111,29 @@ export type Store = "memory" | "file"
 
 const runtimes = new WeakMap<Script, Map<string, ManagedRuntime.ManagedRuntime<Session, unknown>>>()
 
-/** Fibril's layer for the script: the lookup tool, the standard services, the script's model. */
+/**
+ * Fibril's layer for the script: the lookup tool, the standard services, the script's model,
+ * in a temporary workspace removed when the layer is released.
+ */
 export const layerFor = (
   s: Script,
   cap: number | null,
   store: Store = "memory",
   model: Layer.Layer<LanguageModel.LanguageModel> = Layer.succeed(LanguageModel.LanguageModel, scriptModel(s))
 ) =>
-  lookupTool(s).pipe(
-    Layer.provideMerge(Fibril.layer({
-      cwd: mkdtempSync(join(tmpdir(), "fibril-bench-")),
-      store,
-      subagents: { maxConcurrent: cap ?? 1_000_000, admission: "queue" },
-      session: { maxSteps: 1000 }
-    })),
-    Layer.provide(model),
-    Layer.provide(NodeServices.layer)
-  )
+  Layer.unwrap(Effect.map(
+    FileSystem.FileSystem.use((fs) => fs.makeTempDirectoryScoped({ prefix: "fibril-bench-" })),
+    (cwd) =>
+      lookupTool(s).pipe(
+        Layer.provideMerge(Fibril.layer({
+          cwd,
+          store,
+          subagents: { maxConcurrent: cap ?? 1_000_000, admission: "queue" },
+          session: { maxSteps: 1000 }
+        })),
+        Layer.provide(model)
+      )
+  )).pipe(Layer.provide(NodeServices.layer))
 
 export const runtimeFor = (s: Script, cap: number | null, store: Store = "memory") => {
   const key = `${cap}:${store}`

@@ -1,0 +1,60 @@
+// The benchmark's adapters run BENCH.md's script correctly: every count checks out. No timing
+// is asserted here (speed is measured by `npm run bench`, never in tests).
+import { assert, describe, it } from "@effect/vitest"
+import * as Floor from "./floor.ts"
+import * as Fibril from "./peer-adapter.ts"
+import { makeScript, type Script } from "./script.ts"
+
+const M = 3
+
+const fanOutChecks = (s: Script, K: number, final: string) => {
+  assert.strictEqual(final, `final: received ${K} summaries`)
+  assert.deepStrictEqual(
+    { summaries: s.counts.summaries, parentCalls: s.counts.parentCalls, childCalls: s.counts.childCalls, lookups: s.counts.lookups, badPayloads: s.counts.badPayloads },
+    { summaries: K, parentCalls: 2, childCalls: K * (M + 1), lookups: K * M, badPayloads: 0 }
+  )
+}
+
+const adapters = [["fibril (memory store)", Fibril, "memory"], ["fibril (file store)", Fibril, "file"], ["floor", Floor, "memory"]] as const
+
+describe("bench adapters", () => {
+  for (const [name, adapter, store] of adapters) {
+    it(`${name}: W1 fan-out, unbounded and capped at 10`, async () => {
+      for (const cap of [null, 10]) {
+        const s = makeScript({ K: 25, M, blocking: false })
+        const { final } = await adapter.runW1({ K: 25, M, cap, s, store })
+        fanOutChecks(s, 25, final)
+        await adapter.dispose(s)
+      }
+    })
+
+    it(`${name}: W2 cancellation leaves no lookup pending, no timer armed, no model call after`, async () => {
+      const K = 20
+      const s = makeScript({ K, M, blocking: true })
+      const controller = new AbortController()
+      const settled = adapter.runW2({ K, M, signal: controller.signal, s, store }).then(() => "resolved", () => "rejected")
+      await s.allInLookup
+      s.markAborted()
+      controller.abort()
+      assert.strictEqual(await settled, "rejected")
+      assert.deepStrictEqual(
+        { inLookup: s.counts.childrenInLookup, pending: s.counts.lookupsPending, timers: s.counts.timersArmed, after: s.counts.callsAfterAbort },
+        { inLookup: K, pending: 0, timers: 0, after: 0 }
+      )
+      await adapter.dispose(s)
+    })
+
+    it(`${name}: W3 round trips reuse the layers built for the script`, async () => {
+      const s = makeScript({ K: 1, M: 1, blocking: false })
+      for (let i = 0; i < 20; i++) {
+        const { final } = await adapter.runW3({ K: 1, M: 1, s, store })
+        assert.strictEqual(final, "final: received 1 summaries")
+      }
+      assert.deepStrictEqual(
+        { parentCalls: s.counts.parentCalls, childCalls: s.counts.childCalls, lookups: s.counts.lookups, badPayloads: s.counts.badPayloads },
+        { parentCalls: 40, childCalls: 40, lookups: 20, badPayloads: 0 }
+      )
+      await adapter.dispose(s)
+    })
+  }
+})
