@@ -76,6 +76,7 @@ describe("ToolRegistry", () => {
       if (traced._tag !== "Some") return
       assert.strictEqual(yield* traced.value.handler({}, context).pipe(Effect.withSpan("caller")), "caller")
     }))
+
   it.effect("arguments decode as with onExcessProperty \"error\", for flat and nested parameters", () =>
     Effect.gen(function*() {
       const registry = yield* ToolRegistry.make
@@ -108,4 +109,29 @@ describe("ToolRegistry", () => {
         yield* check("nested", nested, input)
       }
     }))
+
+  const Flat = Schema.Struct({ path: Schema.String, limit: Schema.optionalKey(Schema.Int), tags: Schema.Array(Schema.String) })
+  const Value = Schema.Union([Schema.String, Schema.Number, Schema.Boolean, Schema.Null, Schema.Array(Schema.String)])
+  const FlatInput = Schema.Struct({
+    path: Schema.optionalKey(Value),
+    limit: Schema.optionalKey(Value),
+    tags: Schema.optionalKey(Value),
+    extra: Schema.optionalKey(Value),
+    _: Schema.optionalKey(Value)
+  })
+
+  it.effect.prop(
+    "the fast decoder gives what the strict one gives, on random inputs (declared keys, wrong types, extra keys)",
+    { input: FlatInput },
+    ({ input }) =>
+      Effect.gen(function*() {
+        const registry = yield* ToolRegistry.make
+        yield* registry.register({ ...tool("flat", "read"), parameters: Flat })
+        const decode = Option.getOrThrow(registry.get("flat")).decode
+        const strict = Schema.decodeUnknownEffect(Flat, { onExcessProperty: "error" })
+        const outcome = (effect: Effect.Effect<unknown, Schema.SchemaError>) =>
+          Effect.match(effect, { onFailure: (error) => `error: ${error.message}`, onSuccess: (value) => value })
+        assert.deepStrictEqual(yield* outcome(decode(input)), yield* outcome(strict(input)))
+      })
+  )
 })
