@@ -75,17 +75,18 @@ show(run("W3 store=memory", ["w3", "1", "none", "memory"], w3Fields))
 const figure = (label: string, field: string) =>
   Number((results.find((r) => r.label === label) as Record<string, unknown> | undefined)?.[field])
 const kMax = ks.at(-1)!
+/** One row's figure over another's, from this run. */
+const ratio = (label: string, over: string, field: string) => figure(label, field) / figure(over, field)
+const w1 = `W1 K=${kMax} cap=none store=memory`
+const floorW1 = `floor W1 K=${kMax} cap=none`
 const ratios = {
-  w1_us_per_subagent: figure(`W1 K=${kMax} cap=none store=memory`, "us_per_subagent") /
-    figure(`floor W1 K=${kMax} cap=none`, "us_per_subagent"),
-  w1_peak_rss: figure(`W1 K=${kMax} cap=none store=memory`, "peak_rss_mib") /
-    figure(`floor W1 K=${kMax} cap=none`, "peak_rss_mib"),
-  w2_abort_to_settled: figure("W2 K=100 store=memory", "abort_to_settled_ms") / figure("floor W2 K=100", "abort_to_settled_ms"),
-  w3_median: figure("W3 store=memory", "median_us") / figure("floor W3", "median_us"),
-  w3_p99: figure("W3 store=memory", "p99_us") / figure("floor W3", "p99_us")
+  w1_us_per_subagent: ratio(w1, floorW1, "us_per_subagent"),
+  w1_peak_rss: ratio(w1, floorW1, "peak_rss_mib"),
+  w2_abort_to_settled: ratio("W2 K=100 store=memory", "floor W2 K=100", "abort_to_settled_ms"),
+  w3_median: ratio("W3 store=memory", "floor W3", "median_us"),
+  w3_p99: ratio("W3 store=memory", "floor W3", "p99_us")
 }
-const flatness = figure(`W1 K=${kMax} cap=none store=memory`, "us_per_subagent") /
-  figure(`W1 K=${ks.at(-2)} cap=none store=memory`, "us_per_subagent")
+const flatness = ratio(w1, `W1 K=${ks.at(-2)} cap=none store=memory`, "us_per_subagent")
 console.log(
   `     Fibril / floor, same run: W1 K=${kMax} ${ratios.w1_us_per_subagent.toFixed(1)}x per sub-agent, ${
     ratios.w1_peak_rss.toFixed(1)

@@ -168,15 +168,14 @@ export const make = Effect.sync(() => {
     // span (this `register` call's, long ended) would parent every call's spans, and its stack
     // frame would annotate every cause passing through a call. Calls take both from the caller.
     const context = capturable(yield* Effect.context<R>())
-    // The handler runs with the caller's context plus the captured one. Merging copies every
-    // service, so the result is kept per caller context: the calls of one session share it.
+    // The handler runs with the caller's context with the captured services over it (what
+    // `Context.merge(caller, captured)` gives). The caller's usually holds most of them already
+    // (same runtime), so only the differing ones (the layer's Scope) are added, not both maps
+    // copied; the result is kept per caller context, shared by the calls of one session.
     const merged = new WeakMap<Context.Context<never>, Context.Context<R>>()
-    // Every sub-agent's prompt span makes a new caller context, which usually holds most of the
-    // captured services already (same runtime): overlaying only the differing ones (the layer's
-    // Scope) gives the same services as `Context.merge` without copying both maps per agent.
     const captured = Array.from(context.mapUnsafe, ([key, value]) => ({
       key,
-      service: { key } as unknown as Context.Key<unknown, unknown>,
+      service: Context.Service<unknown>(key),
       value
     }))
     const withCaptured = (caller: Context.Context<never>) => {

@@ -16,6 +16,10 @@ const tool = (name: string, posture: Permission.Posture) =>
     handler: () => Effect.succeed(name)
   })
 
+/** A decoding's value, or its error message: what a tool call sees either way. */
+const outcome = (effect: Effect.Effect<unknown, Schema.SchemaError>) =>
+  Effect.match(effect, { onFailure: (error) => `error: ${error.message}`, onSuccess: (value) => value })
+
 describe("ToolRegistry", () => {
   it.effect("rule sets that allow the same tools share one view; a registration starts over", () =>
     Effect.gen(function*() {
@@ -84,8 +88,6 @@ describe("ToolRegistry", () => {
       const nested = Schema.Struct({ inner: Schema.Struct({ a: Schema.String }) })
       yield* registry.register({ ...tool("flat", "read"), parameters: flat })
       yield* registry.register({ ...tool("nested", "read"), parameters: nested })
-      const outcome = (effect: Effect.Effect<unknown, Schema.SchemaError>) =>
-        Effect.match(effect, { onFailure: (error) => `error: ${error.message}`, onSuccess: (value) => value })
       const check = (name: string, parameters: ToolRegistry.Parameters, input: unknown) =>
         Effect.gen(function*() {
           const strict = Schema.decodeUnknownEffect(parameters, { onExcessProperty: "error" })
@@ -129,8 +131,6 @@ describe("ToolRegistry", () => {
         yield* registry.register({ ...tool("flat", "read"), parameters: Flat })
         const decode = Option.getOrThrow(registry.get("flat")).decode
         const strict = Schema.decodeUnknownEffect(Flat, { onExcessProperty: "error" })
-        const outcome = (effect: Effect.Effect<unknown, Schema.SchemaError>) =>
-          Effect.match(effect, { onFailure: (error) => `error: ${error.message}`, onSuccess: (value) => value })
         assert.deepStrictEqual(yield* outcome(decode(input)), yield* outcome(strict(input)))
       })
   )
