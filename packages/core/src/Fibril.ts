@@ -49,8 +49,9 @@ export interface Options {
   /** Tools denied to every agent (`[permissions] deny`). */
   readonly deny?: ReadonlyArray<string> | undefined
   /**
-   * Where sub-agent records and transcripts live: "memory" (default), or "file" for
-   * `<cwd>/.fibril/state` (or an explicit directory).
+   * Where sub-agent records and transcripts live: "memory" (default), or "file" for the
+   * SQLite store shared by every process, `<cwd>/.fibril/state/fibril.db` (or in an explicit
+   * directory).
    */
   readonly store?: "memory" | "file" | { readonly dir: string } | undefined
 }
@@ -80,7 +81,7 @@ const storeLayer = (options: Options) => {
   const store = options.store ?? "memory"
   if (store === "memory") return Layer.fresh(SubAgentStore.layerMemory)
   const dir = store === "file" ? `${options.cwd}/.fibril/state` : store.dir
-  return SubAgentStore.layerFile({ dir })
+  return SubAgentStore.layerSqlite({ dir })
 }
 
 /** Every core service the agent loop needs, over a model catalog (`Models`) from context. */

@@ -31,6 +31,20 @@ export const Outcome = Schema.Struct({
 })
 export type Outcome = typeof Outcome.Type
 
+/** How one earlier run of an agent ended (kept when the agent is resumed). */
+export const PastRun = Schema.Struct({
+  status: Status,
+  reason: Schema.optionalKey(Schema.String),
+  started_at: Schema.optionalKey(Schema.Int),
+  finished_at: Schema.optionalKey(Schema.Int),
+  summary: Schema.optionalKey(Schema.String),
+  session_boot_id: Schema.String
+})
+export type PastRun = typeof PastRun.Type
+
+/** At most this many earlier runs are kept in `history`. */
+export const maxHistory = 20
+
 export const SubAgentRecord = Schema.Struct({
   agent_id: Schema.String,
   /** The spawning agent's id (a session id); absent for agents spawned from outside (MCP, toolkit). */
@@ -46,8 +60,11 @@ export const SubAgentRecord = Schema.Struct({
   reason: Schema.optionalKey(Schema.String),
   detached: Schema.Boolean,
   fork_context: Schema.Boolean,
-  /** The manager instance (process run) that created or last resumed the agent. */
+  /** The manager instance (process run) that created or last resumed the agent: its owner. */
   session_boot_id: Schema.String,
+  /** The owner's process id and host: with the owner's lease, how other processes tell whether it is alive. */
+  owner_pid: Schema.optionalKey(Schema.Int),
+  owner_host: Schema.optionalKey(Schema.String),
   /** Epoch milliseconds. */
   created_at: Schema.Int,
   started_at: Schema.optionalKey(Schema.Int),
@@ -57,7 +74,9 @@ export const SubAgentRecord = Schema.Struct({
   last_tool: Schema.optionalKey(Schema.String),
   tokens: Tokens,
   outcome: Schema.optionalKey(Outcome),
-  /** Where the transcript lives (a JSONL file name relative to the store's directory). */
-  transcript_handle: Schema.String
+  /** Where the transcript lives: the key of its messages in the store. */
+  transcript_handle: Schema.String,
+  /** Earlier runs of this agent (before each resume), oldest first, bounded: what each ended with. */
+  history: Schema.optionalKey(Schema.Array(PastRun))
 })
 export type SubAgentRecord = typeof SubAgentRecord.Type

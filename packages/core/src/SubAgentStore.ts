@@ -1,24 +1,34 @@
 /**
- * SubAgentStore — sub-agent records and transcripts that outlive the process.
+ * SubAgentStore — sub-agent records and transcripts, shared by every process on a workspace.
  *
- * Records are held in memory and persisted as one JSON file, `<dir>/subagents.v1.json`
- * (`{ "version": 1, "records": [...] }`), always replaced whole: the new content goes to a
- * temp file in the same directory, is fsynced, then renamed over the old one, so a crash at
- * any moment leaves either the old or the new file, never a mix. `put` is cheap (it marks the
- * store dirty); one writer fiber coalesces bursts into at most one write per `coalesceMs`,
- * and closing the layer's scope flushes what is left.
+ * The persistent store is one SQLite database, `<dir>/fibril.db` (Node's built-in
+ * `node:sqlite`, WAL mode): one row per agent, one row per transcript message, one row per
+ * process that owns agents (its lease), and a table of requests from one process to another.
+ * Any number of `fibril run` / `fibril mcp` processes can use one workspace at once: each
+ * writes only its own agents' rows, in transactions, so nothing is lost to a last writer.
  *
- * The loader never throws data away silently: a file that is not valid JSON or has the wrong
- * shape is moved aside (`.corrupt-<epoch-ms>`); a single invalid record is dropped after a
- * copy of the whole file is kept the same way. Fields this version does not know (written by
- * a newer Fibril) are kept per record and written back on every rewrite.
+ * Ownership. Each store instance is one *owner* (a boot id, the pid and the host). A record
+ * names the owner that runs it; the owner renews a lease while it has live agents. A record
+ * left `pending`/`running` becomes `interrupted` only when its owner is gone — the lease
+ * expired, or the pid is dead on this host — never because another process started
+ * (`reconcile`). Another process asks the owner to cancel or to take input through
+ * `request`; the owner reads its requests with `takeRequests`.
  *
- * Transcripts are JSONL files, `<dir>/transcripts/<handle>`, appended to and never rewritten.
- * Terminal records older than `evictAfterMs`, or beyond `maxRecords`, are dropped together
- * with their transcripts; pending and running records are never dropped.
+ * Writes are group-committed: `put` and `appendTranscript` queue their rows and the queue is
+ * committed in one transaction at the end of the current turn of the event loop (or at
+ * once by `flush` and before any read). `appendTranscript` returns only after its commit,
+ * so a message is durable before the loop makes its next model call; `put` does not wait.
+ * A commit survives `kill -9`; WAL keeps the file whole through any crash.
+ *
+ * Records keep the JSON fields this version does not know (written by a newer Fibril).
+ * Terminal records older than `evictAfterMs`, or beyond `maxRecords`, are dropped with
+ * their transcripts; pending and running ones never are. A `subagents.v1.json` state file
+ * from an earlier version is imported on first open, then renamed `.migrated`.
  */
-import { Clock, Context, Effect, FileSystem, Latch, Layer, Option, Path, PlatformError, Random, Result, Schema, Semaphore } from "effect"
-import { isTerminal, SubAgentRecord } from "./SubAgentRecord.ts"
+import { Clock, Context, Effect, FileSystem, Layer, Option, Path, Result, Schema } from "effect"
+import { hostname } from "node:os"
+import * as Sqlite from "./internal/sqlite.ts"
+import { isTerminal, type Status, SubAgentRecord } from "./SubAgentRecord.ts"
 
 export class StoreError extends Schema.TaggedError<StoreError>()("StoreError", {
   path: Schema.String,
@@ -29,126 +39,137 @@ export class StoreError extends Schema.TaggedError<StoreError>()("StoreError", {
   }
 }
 
+/** A process that owns agents. */
+export interface Owner {
+  readonly boot_id: string
+  readonly pid: number
+  readonly host: string
+}
+
+/** Whether the owner of a record is this store's process, another live one, or gone. */
+export type Liveness = "self" | "alive" | "gone"
+
+/** A request from another process to the owner of an agent. */
+export interface Request {
+  readonly id: number
+  readonly agent_id: string
+  readonly kind: "cancel" | "input"
+  /** The cancel reason, or the input message. */
+  readonly payload: string
+  /** The boot id of the process that asked. */
+  readonly from: string
+}
+
 export class SubAgentStore extends Context.Service<SubAgentStore, {
-  /** All records (as loaded at layer build, plus every put since, minus evictions). */
+  /** This process, as it is named in the records it owns. */
+  readonly owner: Owner
+  /** All records, as they are now (every process's). */
   readonly all: Effect.Effect<ReadonlyArray<SubAgentRecord>>
   readonly get: (agentId: string) => Effect.Effect<Option.Option<SubAgentRecord>>
-  /** Upsert. Cheap: updates memory and marks the store dirty; the write is coalesced. */
+  /** Upsert (this process owns the record). Queued for the next commit; does not wait for it. */
   readonly put: (record: SubAgentRecord) => Effect.Effect<void>
-  /** Writes pending changes now (also runs when the layer's scope closes). */
+  /** Commits what is queued now. */
   readonly flush: Effect.Effect<void, StoreError>
-  /** Appends values to a transcript (JSONL: one JSON value per line). */
+  /** Appends messages to a transcript; durable when it returns. */
   readonly appendTranscript: (handle: string, entries: ReadonlyArray<unknown>) => Effect.Effect<void, StoreError>
-  /** The values of a transcript; empty if there is none. A truncated last line is ignored. */
+  /** The messages of a transcript, in order; empty if there is none. */
   readonly readTranscript: (handle: string) => Effect.Effect<ReadonlyArray<unknown>, StoreError>
-  /** Problems found when loading (e.g. a corrupt file moved aside), for the caller to log or show. */
+  /** Problems found when opening (a corrupt file moved aside, a migration), to log or show. */
   readonly warnings: ReadonlyArray<string>
-  /** True when records outlive the process (the file store): transcripts are then appended as they grow. */
+  /** True when records outlive the process: transcripts are then written as they grow. */
   readonly durable: boolean
+  /** Is the owner with this boot id this process, alive, or gone? */
+  readonly liveness: (bootId: string) => Effect.Effect<Liveness>
+  /** Marks `pending`/`running` records whose owner is gone `interrupted`; returns them. */
+  readonly reconcile: Effect.Effect<ReadonlyArray<SubAgentRecord>>
+  /** Leaves a request for the owner of `agentId` (another process). */
+  readonly request: (
+    owner: string,
+    request: { readonly agent_id: string; readonly kind: Request["kind"]; readonly payload: string }
+  ) => Effect.Effect<void>
+  /** Takes (and removes) the requests addressed to this process; renews its lease. */
+  readonly takeRequests: Effect.Effect<ReadonlyArray<Request>>
+  /**
+   * Makes this process the owner of a finished agent, or of one whose owner is gone, so it
+   * can resume it. False when a live process still runs it.
+   */
+  readonly adopt: (agentId: string) => Effect.Effect<boolean>
 }>()("@fibril/core/SubAgentStore") {}
 
 export interface Limits {
-  /** Minimum time between two writes of the records file. Default 50. */
-  readonly coalesceMs?: number | undefined
   /** Terminal records whose `finished_at` is older than this are dropped. Default 7 days. */
   readonly evictAfterMs?: number | undefined
   /** Beyond this many records, the oldest terminal ones are dropped. Default 1000. */
   readonly maxRecords?: number | undefined
+  /** How long an owner's lease lasts without renewal. Default 15 s. */
+  readonly leaseMs?: number | undefined
 }
 
-export interface FileOptions extends Limits {
-  /** The state directory, e.g. `<cwd>/.fibril/state`; created on the first write. */
+export interface SqliteOptions extends Limits {
+  /** The state directory, e.g. `<cwd>/.fibril/state`; created if missing. */
   readonly dir: string
 }
 
 export const defaultLimits = {
-  coalesceMs: 50,
   evictAfterMs: 7 * 24 * 60 * 60 * 1000,
-  maxRecords: 1000
+  maxRecords: 1000,
+  leaseMs: 15_000
 } as const
 
-export const recordsFileName = "subagents.v1.json"
-export const transcriptsDirName = "transcripts"
-
-// ---------------------------------------------------------------------------
-// Records in memory
-// ---------------------------------------------------------------------------
+export const databaseFileName = "fibril.db"
+/** The state file of Fibril 0.1 (one JSON document), imported on first open. */
+export const legacyRecordsFileName = "subagents.v1.json"
+export const legacyTranscriptsDirName = "transcripts"
 
 interface ResolvedLimits {
-  readonly coalesceMs: number
   readonly evictAfterMs: number
   readonly maxRecords: number
+  readonly leaseMs: number
 }
 
-/** A record plus the fields of its JSON object that this version does not know. */
-interface Entry {
-  readonly record: SubAgentRecord
-  readonly extra: Readonly<Record<string, unknown>>
-}
+const resolve = (options: Limits): ResolvedLimits => ({
+  evictAfterMs: options.evictAfterMs ?? defaultLimits.evictAfterMs,
+  maxRecords: options.maxRecords ?? defaultLimits.maxRecords,
+  leaseMs: options.leaseMs ?? defaultLimits.leaseMs
+})
 
-const knownKeys: ReadonlySet<string> = new Set(Object.keys(SubAgentRecord.fields))
+const randomBootId = () => Math.random().toString(36).slice(2, 10)
 
-/** A shallow copy with only the schema's keys: callers may pass a wider object (a view) or mutate theirs later. */
-const knownOnly = (record: SubAgentRecord): SubAgentRecord => {
-  const { ...copy } = record
-  // Deleting turns the copy into a slow dictionary object: only when there is a key to drop.
-  const keys = Object.keys(copy)
-  if (keys.some((key) => !knownKeys.has(key))) {
-    for (const key of keys) if (!knownKeys.has(key)) Reflect.deleteProperty(copy, key)
+const thisOwner = (): Owner => ({ boot_id: randomBootId(), pid: process.pid, host: hostname() })
+
+/** Is `pid` a live process on this host? (EPERM: it exists, owned by someone else.) */
+const pidAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as { code?: unknown }).code === "EPERM"
   }
-  return copy
 }
 
-/** The unknown fields of a raw record; `fromEntries` so a `__proto__` key stays a plain field. */
-const unknownFields = (raw: object): Record<string, unknown> =>
-  Object.fromEntries(Object.entries(raw).filter(([key]) => !knownKeys.has(key)))
-
+const knownKeys: ReadonlyArray<string> = Object.keys(SubAgentRecord.fields)
 const isValidRecord = Schema.is(SubAgentRecord)
 const decodeRecord = Schema.decodeUnknownResult(SubAgentRecord)
 
-/** Known fields first, then the unknown ones; the two sets are disjoint. */
-const toJson = (entry: Entry): Record<string, unknown> => ({ ...entry.record, ...entry.extra })
-
-/** One record per line: compact, and still readable in a diff. */
-const serialize = (entries: Iterable<Entry>): string => {
-  const lines = Array.from(entries, (entry) => JSON.stringify(toJson(entry)))
-  return `{"version":1,"records":[${lines.length === 0 ? "" : `\n${lines.join(",\n")}\n`}]}\n`
+/** Only the schema's keys: callers may pass a wider object (a view). */
+const knownOnly = (record: SubAgentRecord): Record<string, unknown> => {
+  const out: Record<string, unknown> = {}
+  for (const key of knownKeys) {
+    const value = (record as Record<string, unknown>)[key]
+    if (value !== undefined) out[key] = value
+  }
+  return out
 }
 
-/** The records to drop at `now`: terminal ones past the age limit, then the oldest terminal ones over the count. */
-const evictionVictims = (
-  records: ReadonlyArray<SubAgentRecord>,
-  now: number,
-  limits: ResolvedLimits
-): ReadonlyArray<SubAgentRecord> => {
-  // A terminal record without finished_at (should not happen) ages from its creation.
-  const finishedAt = (r: SubAgentRecord) => r.finished_at ?? r.created_at
-  const aged = records.filter((r) => isTerminal(r.status) && now - finishedAt(r) > limits.evictAfterMs)
-  const agedIds = new Set(aged.map((r) => r.agent_id))
-  const left = records.filter((r) => !agedIds.has(r.agent_id))
-  const excess = left.length - limits.maxRecords
-  if (excess <= 0) return aged
-  const oldest = left
-    .filter((r) => isTerminal(r.status))
-    .sort((a, b) => finishedAt(a) - finishedAt(b))
-    .slice(0, excess)
-  return [...aged, ...oldest]
-}
-
-// ---------------------------------------------------------------------------
-// Transcripts
-// ---------------------------------------------------------------------------
-
-/** Handles are plain file names inside the transcripts directory, nothing that could point elsewhere. */
+/** Handles are opaque keys; still, nothing that could name a path elsewhere. */
 const checkHandle = (handle: string): Effect.Effect<void, StoreError> =>
-  handle === "" || handle === "." || handle.includes("/") || handle.includes("\\") || handle.includes("..") ||
-    handle.includes("\0")
+  handle === "" || handle.includes("/") || handle.includes("\\") || handle.includes("..") || handle.includes("\0")
     ? Effect.fail(
-      new StoreError({ path: handle, reason: "a transcript handle must be a plain file name (no '/', '\\' or '..')" })
+      new StoreError({ path: handle, reason: "a transcript handle must be a plain name (no '/', '\\' or '..')" })
     )
     : Effect.void
 
-const toLines = (handle: string, entries: ReadonlyArray<unknown>): Effect.Effect<string, StoreError> =>
+const toLines = (handle: string, entries: ReadonlyArray<unknown>): Effect.Effect<ReadonlyArray<string>, StoreError> =>
   Effect.forEach(entries, (entry, i) =>
     Effect.try({
       try: () => JSON.stringify(entry),
@@ -160,416 +181,675 @@ const toLines = (handle: string, entries: ReadonlyArray<unknown>): Effect.Effect
           ? Effect.succeed(line)
           : Effect.fail(new StoreError({ path: handle, reason: `entry ${i} has no JSON representation` }))
       )
-    )).pipe(Effect.map((lines) => lines.map((line) => `${line}\n`).join("")))
+    ))
 
-const parseJsonLine = Schema.decodeUnknownOption(Schema.fromJsonString(Schema.Unknown))
-
-/**
- * Parses JSONL. A last line that does not parse is a crash in the middle of an append and is
- * ignored; a bad line before it means the file is damaged, and is an error.
- */
-const parseTranscript = (path: string, text: string): Effect.Effect<ReadonlyArray<unknown>, StoreError> => {
-  const lines = text.split("\n")
-  let last = lines.length - 1
-  while (last >= 0 && lines[last]!.trim() === "") last--
-  const values: Array<unknown> = []
-  for (let i = 0; i <= last; i++) {
-    const line = lines[i]!
-    if (line.trim() === "") continue
-    const value = parseJsonLine(line)
-    if (Option.isSome(value)) values.push(value.value)
-    else if (i !== last) {
-      return Effect.fail(new StoreError({ path, reason: `line ${i + 1} of the transcript is not valid JSON` }))
-    }
+/** The known record in a stored JSON object, or undefined when it does not decode. */
+const fromJson = (json: unknown): SubAgentRecord | undefined => {
+  if (typeof json !== "string") return undefined
+  let raw: unknown
+  try {
+    raw = JSON.parse(json)
+  } catch {
+    return undefined
   }
-  return Effect.succeed(values)
+  const decoded = decodeRecord(raw)
+  if (Result.isFailure(decoded)) return undefined
+  // Decoding keeps only known keys; the stored row keeps the rest.
+  return decoded.success
 }
 
+const terminalList = "('completed','failed','cancelled','interrupted')"
+
+const schema = `
+CREATE TABLE IF NOT EXISTS fibril_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS fibril_agents (
+  agent_id TEXT PRIMARY KEY,
+  parent_id TEXT,
+  status TEXT NOT NULL,
+  owner_boot TEXT NOT NULL,
+  handle TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  finished_at INTEGER,
+  record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS fibril_agents_status ON fibril_agents (status, owner_boot);
+CREATE TABLE IF NOT EXISTS fibril_owners (
+  boot_id TEXT PRIMARY KEY,
+  pid INTEGER NOT NULL,
+  host TEXT NOT NULL,
+  started_at INTEGER NOT NULL,
+  lease_until INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fibril_transcripts (
+  id INTEGER PRIMARY KEY,
+  handle TEXT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS fibril_transcripts_handle ON fibril_transcripts (handle, id);
+CREATE TABLE IF NOT EXISTS fibril_requests (
+  id INTEGER PRIMARY KEY,
+  owner_boot TEXT NOT NULL,
+  agent_id TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  payload TEXT NOT NULL,
+  from_boot TEXT NOT NULL,
+  created_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS fibril_requests_owner ON fibril_requests (owner_boot, id);
+INSERT OR IGNORE INTO fibril_meta (key, value) VALUES ('schema_version', '1');
+`
+
+/** The schema version this Fibril reads and writes. */
+export const schemaVersion = 1
+
+export const goneReason = (owner: { readonly pid: number | undefined; readonly host: string | undefined }) =>
+  `Interrupted: the process that ran it (${
+    owner.pid === undefined ? "an unknown process" : `pid ${owner.pid}${owner.host === undefined ? "" : ` on ${owner.host}`}`
+  }) ended before it finished`
+
 // ---------------------------------------------------------------------------
-// The store over a backend
+// SQLite
 // ---------------------------------------------------------------------------
 
-/** Where the store's bytes go: the file system, or memory. */
-interface Backend {
-  /** Survives the process: worth writing transcripts as they grow. */
-  readonly durable: boolean
-  /** Replaces the persisted records with `json` (atomically); undefined when records are not persisted. */
-  readonly persist: ((json: string) => Effect.Effect<void, StoreError>) | undefined
-  readonly append: (handle: string, text: string) => Effect.Effect<void, StoreError>
-  /** The transcript's text, or undefined when it does not exist. */
-  readonly read: (handle: string) => Effect.Effect<string | undefined, StoreError>
-  /** Best effort. */
-  readonly remove: (handle: string) => Effect.Effect<void>
+type Op =
+  | { readonly kind: "put"; readonly record: SubAgentRecord; readonly now: number }
+  | { readonly kind: "append"; readonly handle: string; readonly lines: ReadonlyArray<string> }
+
+/** Test control of a SQLite store: `crash` makes it behave like a process killed at that moment. */
+export interface Control {
+  /** From now on nothing is written (queued writes are dropped, the lease is not renewed). */
+  readonly crash: Effect.Effect<void>
 }
 
-interface Loaded {
-  readonly entries: ReadonlyArray<Entry>
-  readonly warnings: ReadonlyArray<string>
-  /** The persisted file differs from what was loaded (a record was dropped) and should be rewritten. */
-  readonly rewrite: boolean
-}
-
-/** A failed background write is retried after this long (or at the next put/flush). */
-const retryAfter = "1 second"
-
-const make = Effect.fnUntraced(function*(backend: Backend, loaded: Loaded, options: Limits) {
-  const limits: ResolvedLimits = {
-    coalesceMs: options.coalesceMs ?? defaultLimits.coalesceMs,
-    evictAfterMs: options.evictAfterMs ?? defaultLimits.evictAfterMs,
-    maxRecords: options.maxRecords ?? defaultLimits.maxRecords
-  }
-  const entries = new Map<string, Entry>(loaded.entries.map((entry) => [entry.record.agent_id, entry]))
-  let dirty = loaded.rewrite
-  /** Transcripts of evicted records, deleted once the records file no longer lists them. */
-  const pendingRemovals: Array<string> = []
-  /** Open while there may be something to write; the writer waits on it. */
-  const wake = yield* Latch.make(false)
-  /** One write of the records file at a time (writer fiber and flush). */
-  const writeLock = yield* Semaphore.make(1)
-  /** Appends to one transcript are serialised; different transcripts proceed in parallel. */
-  const transcriptLocks = new Map<string, Semaphore.Semaphore>()
-  const lockOf = (handle: string) => {
-    const existing = transcriptLocks.get(handle)
-    if (existing !== undefined) return existing
-    const created = Semaphore.makeUnsafe(1)
-    transcriptLocks.set(handle, created)
-    return created
-  }
-
-  const evict = Effect.gen(function*() {
-    const now = yield* Clock.currentTimeMillis
-    const victims = evictionVictims(Array.from(entries.values(), (entry) => entry.record), now, limits)
-    for (const victim of victims) {
-      entries.delete(victim.agent_id)
-      pendingRemovals.push(victim.transcript_handle)
-    }
-    if (victims.length > 0) dirty = true
-  })
-
-  const writeNow = writeLock.withPermits(1)(Effect.gen(function*() {
-    if (!dirty) return
-    dirty = false
-    yield* evict
-    // Serialising every record is the cost of a write: skipped when nothing is persisted.
-    if (backend.persist !== undefined) {
-      yield* backend.persist(serialize(entries.values())).pipe(
-        Effect.tapError(() => Effect.sync(() => void (dirty = true)))
-      )
-    }
-    const removals = pendingRemovals.splice(0)
-    // The lock goes with the transcript, or the map would keep one per agent ever evicted.
-    yield* Effect.forEach(removals, (handle) =>
-      checkHandle(handle).pipe(
-        Effect.andThen(lockOf(handle).withPermits(1)(backend.remove(handle))),
-        Effect.ignore,
-        Effect.ensuring(Effect.sync(() => void transcriptLocks.delete(handle)))
-      ), { discard: true })
-  }))
-
-  const flush = writeNow.pipe(Effect.withSpan("SubAgentStore.flush"))
-
-  // The single writer: wait for a put, let the burst accumulate for coalesceMs, write once.
-  const writer = Effect.gen(function*() {
-    yield* wake.await
-    yield* wake.close
-    yield* Effect.sleep(limits.coalesceMs)
-    yield* writeNow.pipe(
-      Effect.catch((error) =>
-        Effect.logWarning(`${error.message}; retrying in ${retryAfter}`).pipe(
-          Effect.andThen(Effect.sleep(retryAfter)),
-          Effect.andThen(wake.open)
-        )
-      )
-    )
-  })
-
-  yield* evict
-  if (dirty) yield* wake.open
-  yield* Effect.forkScoped(Effect.forever(writer))
-  // Registered after the fork, so it runs before the writer is interrupted.
-  yield* Effect.addFinalizer(() =>
-    writeNow.pipe(Effect.catch((error) => Effect.logError(`sub-agent records not saved: ${error.message}`)))
-  )
-
-  const put = Effect.fnUntraced(function*(record: SubAgentRecord) {
-    // The type cannot say "integer"; a record that breaks the schema would be lost at the next load.
-    const valid: boolean = !backend.durable || isValidRecord(record)
-    if (!valid) {
-      yield* Effect.logWarning(
-        `sub-agent record ${record.agent_id} does not match the SubAgentRecord schema; it will be dropped when loaded`
-      )
-    }
-    const previous = entries.get(record.agent_id)
-    entries.set(record.agent_id, { record: knownOnly(record), extra: previous?.extra ?? {} })
-    dirty = true
-    wake.openUnsafe()
-  })
-
-  const appendTranscript = Effect.fn("SubAgentStore.appendTranscript")(function*(
-    handle: string,
-    values: ReadonlyArray<unknown>
-  ) {
-    yield* checkHandle(handle)
-    if (values.length === 0) return
-    const text = yield* toLines(handle, values)
-    yield* lockOf(handle).withPermits(1)(backend.append(handle, text))
-  })
-
-  const readTranscript = Effect.fn("SubAgentStore.readTranscript")(function*(handle: string) {
-    yield* checkHandle(handle)
-    const text = yield* lockOf(handle).withPermits(1)(backend.read(handle))
-    return text === undefined ? [] : yield* parseTranscript(handle, text)
-  })
-
-  return SubAgentStore.of({
-    all: Effect.sync(() => Array.from(entries.values(), (entry) => entry.record)),
-    get: (agentId) => Effect.sync(() => Option.fromNullishOr(entries.get(agentId)?.record)),
-    put,
-    flush,
-    appendTranscript,
-    readTranscript,
-    warnings: loaded.warnings,
-    durable: backend.durable
-  })
-})
-
-// ---------------------------------------------------------------------------
-// File backend
-// ---------------------------------------------------------------------------
-
-const RecordsFile = Schema.fromJsonString(Schema.Struct({
-  version: Schema.Literal(1),
-  records: Schema.Array(Schema.Unknown)
-}))
-const decodeRecordsFile = Schema.decodeUnknownResult(RecordsFile)
-const decodeAgentId = Schema.decodeUnknownOption(Schema.Struct({ agent_id: Schema.String }))
-
-const oneLine = (text: string) => text.replace(/\s*\n\s*/g, " ")
-
-const isNotFound = (error: PlatformError.PlatformError) => error.reason._tag === "NotFound"
-
-/** The platform error without its path (StoreError carries that): `rename failed (NotFound): …`. */
-const describe = ({ reason }: PlatformError.PlatformError): string =>
-  `${reason.method} failed (${reason._tag})${reason.description === undefined ? "" : `: ${reason.description}`}`
-
-/** The file store over `options.dir`. Needs a Scope: the writer fiber and the final flush live in it. */
-export const makeFile = Effect.fn("SubAgentStore.makeFile")(function*(options: FileOptions) {
+/** The SQLite store over `options.dir`. Needs a Scope: the database closes with it. */
+export const makeSqliteWithControl = Effect.fnUntraced(function*(options: SqliteOptions) {
   const fs = yield* FileSystem.FileSystem
   const path = yield* Path.Path
+  const limits = resolve(options)
   const dir = options.dir
-  const recordsPath = path.join(dir, recordsFileName)
-  const transcriptsDir = path.join(dir, transcriptsDirName)
-  const transcriptPath = (handle: string) => path.join(transcriptsDir, handle)
-  const failed = (file: string) => (error: PlatformError.PlatformError) =>
-    new StoreError({ path: file, reason: describe(error) })
+  const file = path.join(dir, databaseFileName)
+  const failed = (reason: unknown) => new StoreError({ path: file, reason: Sqlite.describe(reason) })
+  const warnings: Array<string> = []
 
-  let dirReady = false
-  let transcriptsReady = false
-  const ensureDir = Effect.suspend(() =>
-    dirReady ? Effect.void : fs.makeDirectory(dir, { recursive: true }).pipe(
-      Effect.tap(() => Effect.sync(() => void (dirReady = true)))
-    )
-  )
-  // Under a lock, so the first appends of a burst of new agents make the directory once.
-  const transcriptsDirLock = Semaphore.makeUnsafe(1)
-  const ensureTranscriptsDir = Effect.suspend(() =>
-    transcriptsReady ? Effect.void : transcriptsDirLock.withPermits(1)(Effect.suspend(() =>
-      transcriptsReady ? Effect.void : fs.makeDirectory(transcriptsDir, { recursive: true }).pipe(
-        Effect.tap(() => Effect.sync(() => void (transcriptsReady = true)))
-      )
-    ))
+  yield* fs.makeDirectory(dir, { recursive: true }).pipe(
+    Effect.mapError((error) => new StoreError({ path: dir, reason: error.message }))
   )
 
-  // Best effort: makes the rename itself durable. Opening a directory fails on some platforms.
-  const syncDir = Effect.scoped(Effect.flatMap(fs.open(dir, { flag: "r" }), (handle) => handle.sync)).pipe(
-    Effect.ignore
-  )
-
-  const persist = (json: string): Effect.Effect<void, StoreError> =>
-    Effect.gen(function*() {
-      const suffix = (yield* Random.nextInt).toString(36) + (yield* Random.nextInt).toString(36)
-      const tmp = `${recordsPath}.tmp-${suffix}`
-      yield* Effect.gen(function*() {
-        yield* ensureDir
-        yield* Effect.scoped(Effect.gen(function*() {
-          // "wx": never reuse (and so never truncate) a file another writer may be filling.
-          const file = yield* fs.open(tmp, { flag: "wx" })
-          yield* file.writeAll(new TextEncoder().encode(json))
-          yield* file.sync
-        }))
-        yield* fs.rename(tmp, recordsPath)
-        yield* syncDir
-      }).pipe(
-        Effect.tapError(() =>
-          Effect.sync(() => void (dirReady = false)).pipe(Effect.andThen(Effect.ignore(fs.remove(tmp))))
-        ),
-        Effect.mapError(failed(tmp))
-      )
-    })
-
-  /** Handles whose file is known to end with a newline (checked once per process). */
-  const cleanTails = new Set<string>()
-
-  // A crash in the middle of an append leaves a partial last line; the next append would glue
-  // its first line to it and turn it into a bad line in the middle. Cut the partial line first.
-  const repairTail = (file: string) =>
-    Effect.gen(function*() {
-      const size = yield* fs.stat(file).pipe(
-        Effect.map((info): bigint => info.size),
-        Effect.catchIf(isNotFound, () => Effect.succeed(0n))
-      )
-      if (size === 0n) return
-      const lastByte = yield* Effect.scoped(
-        Effect.flatMap(fs.open(file, { flag: "r" }), (opened) => opened.readAlloc(1, { position: size - 1n }))
-      )
-      if (Option.exists(lastByte, (byte) => byte[0] === 0x0a)) return
-      const bytes = yield* fs.readFile(file)
-      yield* Effect.logWarning(`transcript ${file} ends with a partial line (interrupted write); cutting it`)
-      yield* fs.truncate(file, bytes.lastIndexOf(0x0a) + 1)
-    })
-
-  const append = (handle: string, text: string): Effect.Effect<void, StoreError> => {
-    const file = transcriptPath(handle)
-    return Effect.gen(function*() {
-      yield* ensureTranscriptsDir
-      if (!cleanTails.has(handle)) {
-        yield* repairTail(file)
-        cleanTails.add(handle)
+  /** Opens the file and creates the tables; the schema version found, to check before use. */
+  const openDb = Effect.try({
+    try: () => {
+      const db = Sqlite.open(file)
+      try {
+        db.exec(schema)
+        return { db, version: Number(db.get("SELECT value FROM fibril_meta WHERE key = 'schema_version'")?.["value"]) }
+      } catch (cause) {
+        db.close()
+        throw cause
       }
-      // One call (open, write all, close): a durable store appends on every step of every agent.
-      yield* fs.writeFileString(file, text, { flag: "a" })
-    }).pipe(
-      Effect.tapError(() =>
-        Effect.sync(() => {
-          cleanTails.delete(handle)
-          transcriptsReady = false
+    },
+    catch: (cause) => cause
+  })
+
+  // A file that is not a database is moved aside (never overwritten), and a new one started.
+  const opened = yield* openDb.pipe(
+    Effect.catch((cause) => {
+      if (!Sqlite.isCorruption(cause)) return Effect.fail(failed(cause))
+      return Effect.gen(function*() {
+        const aside = `${file}.corrupt-${yield* Clock.currentTimeMillis}`
+        yield* fs.rename(file, aside).pipe(Effect.mapError((e) => new StoreError({ path: file, reason: e.message })))
+        for (const suffix of ["-wal", "-shm"]) yield* Effect.ignore(fs.remove(`${file}${suffix}`, { force: true }))
+        warnings.push(
+          `${file} is not a readable database (${Sqlite.describe(cause)}); moved it aside to ${aside} and started a new one`
+        )
+        return yield* Effect.mapError(openDb, failed)
+      })
+    })
+  )
+  const db = opened.db
+  if (opened.version !== schemaVersion) {
+    db.close()
+    return yield* new StoreError({
+      path: file,
+      reason: `schema version ${opened.version} is not the one this Fibril uses (${schemaVersion}); ` +
+        "the database was written by a different Fibril version"
+    })
+  }
+  yield* Effect.addFinalizer(() => Effect.sync(() => db.close()))
+
+  const owner = thisOwner()
+  let crashed = false
+  let leaseUntil = 0
+
+  // --- group commit ---------------------------------------------------------------------
+  let queue: Array<Op> = []
+  let waiters: Array<(error: StoreError | undefined) => void> = []
+  let scheduled = false
+  let terminalPuts = 0
+
+  const putSql = `INSERT INTO fibril_agents (agent_id, parent_id, status, owner_boot, handle, created_at, finished_at, record)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, json_patch('{}', ?8))
+    ON CONFLICT (agent_id) DO UPDATE SET parent_id = ?2, status = ?3, owner_boot = ?4, handle = ?5,
+      created_at = ?6, finished_at = ?7, record = json_patch(fibril_agents.record, ?8)`
+
+  /** Renews this owner's lease when a third of it has passed (inside the caller's transaction). */
+  const renewLease = (now: number) => {
+    if (leaseUntil - now > (limits.leaseMs * 2) / 3) return
+    leaseUntil = now + limits.leaseMs
+    db.run(
+      `INSERT INTO fibril_owners (boot_id, pid, host, started_at, lease_until) VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (boot_id) DO UPDATE SET lease_until = excluded.lease_until`,
+      owner.boot_id,
+      owner.pid,
+      owner.host,
+      now,
+      leaseUntil
+    )
+  }
+
+  const applyPut = (record: SubAgentRecord, now: number) => {
+    // Absent optional keys are sent as null, which json_patch removes: a field cleared here
+    // (a reason, on resume) is cleared in the row; fields this version does not know stay.
+    const patch = knownOnly(record)
+    for (const key of knownKeys) if (!(key in patch)) patch[key] = null
+    if (!isTerminal(record.status)) renewLease(now)
+    db.run(
+      putSql,
+      record.agent_id,
+      record.parent_id ?? null,
+      record.status,
+      record.session_boot_id,
+      record.transcript_handle,
+      record.created_at,
+      record.finished_at ?? null,
+      JSON.stringify(patch)
+    )
+    if (isTerminal(record.status)) terminalPuts++
+  }
+
+  const commit = (): StoreError | undefined => {
+    scheduled = false
+    const ops = queue
+    const resumes = waiters
+    queue = []
+    waiters = []
+    let error: StoreError | undefined
+    if (!crashed && ops.length > 0) {
+      try {
+        db.transaction(() => {
+          for (const op of ops) {
+            if (op.kind === "put") applyPut(op.record, op.now)
+            else for (const line of op.lines) db.run("INSERT INTO fibril_transcripts (handle, message) VALUES (?, ?)", op.handle, line)
+          }
         })
-      ),
-      Effect.mapError(failed(file))
-    )
-  }
-
-  const read = (handle: string): Effect.Effect<string | undefined, StoreError> => {
-    const file = transcriptPath(handle)
-    return fs.readFileString(file).pipe(
-      Effect.catchIf(isNotFound, () => Effect.succeed(undefined)),
-      Effect.mapError(failed(file))
-    )
-  }
-
-  const remove = (handle: string): Effect.Effect<void> =>
-    fs.remove(transcriptPath(handle), { force: true }).pipe(
-      Effect.ignore,
-      Effect.andThen(Effect.sync(() => void cleanTails.delete(handle)))
-    )
-
-  /** `<file>.corrupt-<epoch-ms>`, or with a counter if that exists already. */
-  const corruptPath = Effect.gen(function*() {
-    const base = `${recordsPath}.corrupt-${yield* Clock.currentTimeMillis}`
-    let candidate = base
-    for (let n = 1; yield* fs.exists(candidate).pipe(Effect.orElseSucceed(() => false)); n++) {
-      candidate = `${base}-${n}`
+      } catch (cause) {
+        error = failed(cause)
+      }
     }
-    return candidate
+    for (const resume of resumes) resume(error)
+    return error
+  }
+
+  const schedule = () => {
+    if (scheduled) return
+    scheduled = true
+    setImmediate(commit)
+  }
+
+  const flushNow = Effect.suspend(() => {
+    const error = queue.length === 0 ? undefined : commit()
+    return error === undefined ? Effect.void : Effect.fail(error)
   })
 
-  // Temp files of writes killed before their rename. Only those older than this process:
-  // a newer one may belong to another process writing right now.
-  const removeStaleTemps = Effect.gen(function*() {
-    const names = yield* fs.readDirectory(dir)
-    const prefix = `${recordsFileName}.tmp-`
-    yield* Effect.forEach(names.filter((name) => name.startsWith(prefix)), (name) => {
-      const file = path.join(dir, name)
-      return fs.stat(file).pipe(
-        Effect.flatMap((info) =>
-          Option.exists(info.mtime, (mtime) => mtime.getTime() < performance.timeOrigin)
-            ? fs.remove(file)
-            : Effect.void
-        ),
-        Effect.ignore
+  // --- eviction -------------------------------------------------------------------------
+  const evict = (now: number) => {
+    const victims: Array<Sqlite.Row> = [
+      ...db.all(
+        `SELECT agent_id, handle FROM fibril_agents WHERE status IN ${terminalList} AND COALESCE(finished_at, created_at) < ?`,
+        now - limits.evictAfterMs
       )
-    }, { discard: true })
-  }).pipe(Effect.ignore)
-
-  const load = Effect.gen(function*() {
-    yield* removeStaleTemps
-    const text = yield* fs.readFileString(recordsPath).pipe(
-      Effect.map(Option.some),
-      Effect.catchIf(isNotFound, () => Effect.succeed(Option.none<string>())),
-      Effect.mapError(failed(recordsPath))
-    )
-    if (Option.isNone(text)) return { entries: [], warnings: [], rewrite: false } satisfies Loaded
-
-    const file = decodeRecordsFile(text.value)
-    if (Result.isFailure(file)) {
-      const aside = yield* corruptPath
-      yield* fs.rename(recordsPath, aside).pipe(Effect.mapError(failed(recordsPath)))
-      const warning = `${recordsPath} is unreadable (${
-        oneLine(file.failure.message)
-      }); moved it aside to ${aside} and started with no sub-agent records`
-      return { entries: [], warnings: [warning], rewrite: false } satisfies Loaded
+    ]
+    const count = Number(db.get("SELECT COUNT(*) AS n FROM fibril_agents")?.["n"] ?? 0) - victims.length
+    if (count > limits.maxRecords) {
+      const aged = new Set(victims.map((row) => row["agent_id"]))
+      for (
+        const row of db.all(
+          `SELECT agent_id, handle FROM fibril_agents WHERE status IN ${terminalList}
+           ORDER BY COALESCE(finished_at, created_at) LIMIT ?`,
+          count - limits.maxRecords + aged.size
+        )
+      ) if (!aged.has(row["agent_id"])) victims.push(row)
     }
-
-    const entries: Array<Entry> = []
-    const dropped: Array<string> = []
-    file.success.records.forEach((raw, i) => {
-      const object = typeof raw === "object" && raw !== null ? raw : undefined
-      const decoded = decodeRecord(raw)
-      if (Result.isSuccess(decoded) && object !== undefined) {
-        entries.push({ record: decoded.success, extra: unknownFields(object) })
-      } else {
-        const id = Option.match(decodeAgentId(raw), { onNone: () => "", onSome: ({ agent_id }) => ` "${agent_id}"` })
-        const why = Result.isFailure(decoded) ? oneLine(decoded.failure.message) : "not an object"
-        dropped.push(`#${i}${id} (${why})`)
+    if (victims.length === 0) return
+    db.transaction(() => {
+      for (const row of victims) {
+        db.run("DELETE FROM fibril_agents WHERE agent_id = ?", row["agent_id"] as string)
+        db.run("DELETE FROM fibril_transcripts WHERE handle = ?", row["handle"] as string)
       }
     })
-    if (dropped.length === 0) return { entries, warnings: [], rewrite: false } satisfies Loaded
+  }
 
-    // Keep the original bytes before the next write replaces the file without these records.
-    const copy = yield* corruptPath
-    yield* fs.copyFile(recordsPath, copy).pipe(Effect.mapError(failed(recordsPath)))
-    const warning = `${recordsPath}: dropped ${dropped.length} invalid record(s): ${
-      dropped.join("; ")
-    }; the original file is kept as ${copy}`
-    return { entries, warnings: [warning], rewrite: true } satisfies Loaded
+  const put = (record: SubAgentRecord): Effect.Effect<void> =>
+    Clock.clockWith((clock) => {
+      if (crashed) return Effect.void
+      queue.push({ kind: "put", record, now: clock.currentTimeMillisUnsafe() })
+      schedule()
+      // Now and then, at a commit, old terminal records go.
+      if (terminalPuts >= 256) {
+        terminalPuts = 0
+        const now = clock.currentTimeMillisUnsafe()
+        return Effect.sync(() => {
+          commit()
+          try {
+            evict(now)
+          } catch {
+            // Eviction is housekeeping: a busy database retries it at the next round.
+          }
+        })
+      }
+      const id = record.agent_id
+      return isValidRecord(record) ? Effect.void : Effect.logWarning(
+        `sub-agent record ${id} does not match the SubAgentRecord schema; it will be dropped when read`
+      )
+    })
+
+  const appendTranscript = (handle: string, entries: ReadonlyArray<unknown>): Effect.Effect<void, StoreError> =>
+    entries.length === 0 ? checkHandle(handle) : Effect.flatMap(
+      Effect.andThen(checkHandle(handle), toLines(handle, entries)),
+      (lines) =>
+        crashed ? Effect.void : Effect.callback<void, StoreError>((resume) => {
+          queue.push({ kind: "append", handle, lines })
+          waiters.push((error) => resume(error === undefined ? Effect.void : Effect.fail(error)))
+          schedule()
+        })
+    )
+
+  const read = <A>(f: () => A): Effect.Effect<A, StoreError> =>
+    Effect.andThen(flushNow, Effect.try({ try: f, catch: failed }))
+
+  const readTranscript = (handle: string) =>
+    Effect.andThen(
+      checkHandle(handle),
+      read(() =>
+        db.all("SELECT message FROM fibril_transcripts WHERE handle = ? ORDER BY id", handle).flatMap((row) => {
+          try {
+            return [JSON.parse(String(row["message"])) as unknown]
+          } catch {
+            return []
+          }
+        })
+      )
+    )
+
+  const decodeRows = (rows: ReadonlyArray<Sqlite.Row>) =>
+    rows.flatMap((row) => {
+      const record = fromJson(row["record"])
+      return record === undefined ? [] : [record]
+    })
+
+  const all = read(() => decodeRows(db.all("SELECT record FROM fibril_agents ORDER BY created_at, agent_id"))).pipe(
+    Effect.catch((error) => Effect.as(Effect.logWarning(error.message), []))
+  )
+
+  const get = (agentId: string) =>
+    read(() => decodeRows(db.all("SELECT record FROM fibril_agents WHERE agent_id = ?", agentId))).pipe(
+      Effect.map((records) => Option.fromNullishOr(records[0])),
+      Effect.catch((error) => Effect.as(Effect.logWarning(error.message), Option.none()))
+    )
+
+  // --- ownership ------------------------------------------------------------------------
+  const ownerRow = (bootId: string) => db.get("SELECT pid, host, lease_until FROM fibril_owners WHERE boot_id = ?", bootId)
+
+  const livenessAt = (bootId: string, now: number): Liveness => {
+    if (bootId === owner.boot_id) return crashed ? "gone" : "self"
+    const row = ownerRow(bootId)
+    if (row === undefined) return "gone"
+    if (Number(row["lease_until"]) < now) return "gone"
+    if (row["host"] === owner.host && !pidAlive(Number(row["pid"]))) return "gone"
+    return "alive"
+  }
+
+  const liveness = (bootId: string) =>
+    Clock.clockWith((clock) =>
+      Effect.sync(() => {
+        try {
+          return livenessAt(bootId, clock.currentTimeMillisUnsafe())
+        } catch {
+          return "alive" as const // unknown: never declare an owner gone on a failed read
+        }
+      })
+    )
+
+  const reconcileAt = (now: number): ReadonlyArray<SubAgentRecord> => {
+    if (crashed) return []
+    commit()
+    return db.transaction(() => {
+      const rows = db.all(
+        `SELECT owner_boot, record FROM fibril_agents WHERE status IN ('pending','running') AND owner_boot != ?`,
+        owner.boot_id
+      )
+      const verdicts = new Map<string, Liveness>()
+      const changed: Array<SubAgentRecord> = []
+      for (const row of rows) {
+        const boot = String(row["owner_boot"])
+        let verdict = verdicts.get(boot)
+        if (verdict === undefined) verdicts.set(boot, verdict = livenessAt(boot, now))
+        if (verdict !== "gone") continue
+        const record = fromJson(row["record"])
+        if (record === undefined) continue
+        const ended: SubAgentRecord = {
+          ...record,
+          status: "interrupted",
+          reason: goneReason({ pid: record.owner_pid, host: record.owner_host }),
+          finished_at: now
+        }
+        applyPut(ended, now)
+        changed.push(ended)
+      }
+      for (const [boot, verdict] of verdicts) {
+        if (verdict === "gone") {
+          db.run("DELETE FROM fibril_owners WHERE boot_id = ?", boot)
+          db.run("DELETE FROM fibril_requests WHERE owner_boot = ?", boot)
+        }
+      }
+      return changed
+    })
+  }
+
+  const reconcile = Clock.clockWith((clock) =>
+    Effect.try({ try: () => reconcileAt(clock.currentTimeMillisUnsafe()), catch: failed }).pipe(
+      Effect.catch((error) => Effect.as(Effect.logWarning(error.message), []))
+    )
+  )
+
+  const request = (
+    target: string,
+    req: { readonly agent_id: string; readonly kind: Request["kind"]; readonly payload: string }
+  ) =>
+    Clock.clockWith((clock) =>
+      Effect.try({
+        try: () =>
+          void db.run(
+            "INSERT INTO fibril_requests (owner_boot, agent_id, kind, payload, from_boot, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            target,
+            req.agent_id,
+            req.kind,
+            req.payload,
+            owner.boot_id,
+            clock.currentTimeMillisUnsafe()
+          ),
+        catch: failed
+      }).pipe(Effect.catch((error) => Effect.logWarning(error.message)))
+    )
+
+  const takeRequests = Clock.clockWith((clock) =>
+    Effect.try({
+      try: (): ReadonlyArray<Request> => {
+        if (crashed) return []
+        const now = clock.currentTimeMillisUnsafe()
+        return db.transaction(() => {
+          renewLease(now)
+          const rows = db.all(
+            "DELETE FROM fibril_requests WHERE owner_boot = ? RETURNING id, agent_id, kind, payload, from_boot",
+            owner.boot_id
+          )
+          return rows.map((row) => ({
+            id: Number(row["id"]),
+            agent_id: String(row["agent_id"]),
+            kind: row["kind"] === "input" ? "input" as const : "cancel" as const,
+            payload: String(row["payload"]),
+            from: String(row["from_boot"])
+          })).sort((a, b) => a.id - b.id)
+        })
+      },
+      catch: failed
+    }).pipe(Effect.catch((error) => Effect.as(Effect.logWarning(error.message), [])))
+  )
+
+  const adopt = (agentId: string) =>
+    Clock.clockWith((clock) =>
+      Effect.try({
+        try: () => {
+          commit()
+          const now = clock.currentTimeMillisUnsafe()
+          return db.transaction(() => {
+            const row = db.get("SELECT owner_boot, status, record FROM fibril_agents WHERE agent_id = ?", agentId)
+            if (row === undefined) return false
+            const boot = String(row["owner_boot"])
+            const status = String(row["status"]) as Status
+            if (boot === owner.boot_id) return true
+            if (!isTerminal(status) && livenessAt(boot, now) !== "gone") return false
+            const record = fromJson(row["record"])
+            if (record === undefined) return false
+            applyPut({ ...record, session_boot_id: owner.boot_id, owner_pid: owner.pid, owner_host: owner.host }, now)
+            return true
+          })
+        },
+        catch: failed
+      }).pipe(Effect.catch((error) => Effect.as(Effect.logWarning(error.message), false)))
+    )
+
+  // --- open: migrate, evict, and forget this owner on close -----------------------------
+  const now = yield* Clock.currentTimeMillis
+  warnings.push(...(yield* migrateLegacy(db, dir, now)))
+  yield* Effect.try({ try: () => evict(now), catch: failed }).pipe(Effect.ignore)
+  for (const warning of warnings) yield* Effect.logWarning(warning)
+
+  yield* Effect.addFinalizer(() =>
+    Effect.sync(() => {
+      if (crashed) return
+      commit()
+      try {
+        db.run("DELETE FROM fibril_owners WHERE boot_id = ?", owner.boot_id)
+      } catch {
+        // The lease expires by itself.
+      }
+    })
+  )
+
+  const store = SubAgentStore.of({
+    owner,
+    all,
+    get,
+    put,
+    flush: flushNow,
+    appendTranscript,
+    readTranscript,
+    warnings,
+    durable: true,
+    liveness,
+    reconcile,
+    request,
+    takeRequests,
+    adopt
   })
-
-  const loaded = yield* load
-  yield* Effect.forEach(loaded.warnings, (warning) => Effect.logWarning(warning), { discard: true })
-  return yield* make({ durable: true, persist, append, read, remove }, loaded, options)
+  const control: Control = {
+    crash: Effect.sync(() => {
+      crashed = true
+      queue = []
+      const resumes = waiters
+      waiters = []
+      // A killed process never answers: whoever waited on a write waits forever.
+      void resumes
+    })
+  }
+  return { store, control }
 })
 
+export const makeSqlite = (options: SqliteOptions) => Effect.map(makeSqliteWithControl(options), ({ store }) => store)
+
 /**
- * The store persisted under `options.dir`.
+ * The store shared by every process on the workspace, in `<dir>/fibril.db`.
  *
  * @example
  * ```ts
- * const StoreLive = SubAgentStore.layerFile({ dir: `${cwd}/.fibril/state` })
+ * const StoreLive = SubAgentStore.layerSqlite({ dir: `${cwd}/.fibril/state` })
  * ```
  */
-export const layerFile = (options: FileOptions): Layer.Layer<SubAgentStore, StoreError, FileSystem.FileSystem | Path.Path> =>
-  Layer.effect(SubAgentStore, makeFile(options))
+export const layerSqlite = (
+  options: SqliteOptions
+): Layer.Layer<SubAgentStore, StoreError, FileSystem.FileSystem | Path.Path> =>
+  Layer.effect(SubAgentStore, makeSqlite(options))
 
 // ---------------------------------------------------------------------------
-// Memory backend
+// Migration from subagents.v1.json
 // ---------------------------------------------------------------------------
 
-/** The same store (coalescing, eviction, JSONL transcripts) with nothing on disk. */
+const LegacyFile = Schema.fromJsonString(Schema.Struct({ version: Schema.Literal(1), records: Schema.Array(Schema.Unknown) }))
+const decodeLegacy = Schema.decodeUnknownResult(LegacyFile)
+
+/**
+ * Imports `subagents.v1.json` and its JSONL transcripts into the database, then renames them
+ * `.migrated`. Under the database's write lock, so two processes starting at once import once.
+ * Records it cannot read are reported; the file is kept either way.
+ */
+const migrateLegacy = (db: Sqlite.Database, dir: string, now: number) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const legacy = path.join(dir, legacyRecordsFileName)
+    if (!(yield* fs.exists(legacy).pipe(Effect.orElseSucceed(() => false)))) return []
+    const text = yield* fs.readFileString(legacy).pipe(Effect.option)
+    if (Option.isNone(text)) return [`${legacy} could not be read; it was left in place and not imported`]
+    const transcriptsDir = path.join(dir, legacyTranscriptsDirName)
+    const decoded = decodeLegacy(text.value)
+    const warnings: Array<string> = []
+    const records: Array<{ record: SubAgentRecord; raw: object }> = []
+    if (Result.isFailure(decoded)) {
+      warnings.push(`${legacy} is not a readable v1 state file; renamed it ${legacy}.corrupt and imported nothing`)
+    } else {
+      for (const raw of decoded.success.records) {
+        const record = decodeRecord(raw)
+        if (Result.isSuccess(record) && typeof raw === "object" && raw !== null) records.push({ record: record.success, raw })
+        else warnings.push(`${legacy}: a record could not be read and was not imported: ${JSON.stringify(raw).slice(0, 200)}`)
+      }
+    }
+    const transcripts = new Map<string, ReadonlyArray<string>>()
+    for (const { record } of records) {
+      const body = yield* fs.readFileString(path.join(transcriptsDir, record.transcript_handle)).pipe(Effect.option)
+      if (Option.isSome(body)) {
+        // A crash could cut the last line short: keep the lines that parse.
+        transcripts.set(
+          record.transcript_handle,
+          body.value.split("\n").filter((line) => {
+            if (line.trim() === "") return false
+            try {
+              JSON.parse(line)
+              return true
+            } catch {
+              return false
+            }
+          })
+        )
+      }
+    }
+    const imported = yield* Effect.try({
+      try: () =>
+        db.transaction(() => {
+          let count = 0
+          for (const { record, raw } of records) {
+            const live = !isTerminal(record.status)
+            const json = {
+              ...raw,
+              ...(live ? { status: "interrupted", reason: "Interrupted by process restart", finished_at: now } : {})
+            }
+            const inserted = db.run(
+              `INSERT INTO fibril_agents (agent_id, parent_id, status, owner_boot, handle, created_at, finished_at, record)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (agent_id) DO NOTHING`,
+              record.agent_id,
+              record.parent_id ?? null,
+              live ? "interrupted" : record.status,
+              record.session_boot_id,
+              record.transcript_handle,
+              record.created_at,
+              live ? now : record.finished_at ?? null,
+              JSON.stringify(json)
+            )
+            if (Number(inserted.changes) === 0) continue
+            count++
+            for (const line of transcripts.get(record.transcript_handle) ?? []) {
+              db.run("INSERT INTO fibril_transcripts (handle, message) VALUES (?, ?)", record.transcript_handle, line)
+            }
+          }
+          return count
+        }),
+      catch: (cause) => new StoreError({ path: legacy, reason: Sqlite.describe(cause) })
+    })
+    const suffix = Result.isFailure(decoded) ? ".corrupt" : ".migrated"
+    yield* fs.rename(legacy, `${legacy}${suffix}`).pipe(Effect.ignore)
+    if (yield* fs.exists(transcriptsDir).pipe(Effect.orElseSucceed(() => false))) {
+      yield* fs.rename(transcriptsDir, `${transcriptsDir}${suffix}`).pipe(Effect.ignore)
+    }
+    if (Result.isSuccess(decoded)) {
+      warnings.push(`imported ${imported} sub-agent record(s) from ${legacy} into ${databaseFileName}; the old file is kept as ${legacy}.migrated`)
+    }
+    return warnings
+  })
+
+// ---------------------------------------------------------------------------
+// Memory
+// ---------------------------------------------------------------------------
+
+/** The same store with nothing on disk: one process, one owner, nothing outlives it. */
 export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(options: Limits = {}) {
-  const transcripts = new Map<string, Array<string>>()
-  const backend: Backend = {
-    durable: false,
-    persist: undefined,
-    append: (handle, text) =>
-      Effect.sync(() => {
-        const chunks = transcripts.get(handle)
-        if (chunks === undefined) transcripts.set(handle, [text])
-        else chunks.push(text)
-      }),
-    read: (handle) => Effect.sync(() => transcripts.get(handle)?.join("")),
-    remove: (handle) => Effect.sync(() => void transcripts.delete(handle))
+  const limits = resolve(options)
+  const owner = thisOwner()
+  const records = new Map<string, SubAgentRecord>()
+  const transcripts = new Map<string, Array<unknown>>()
+  let terminalPuts = 0
+
+  const evict = (now: number) => {
+    const finishedAt = (r: SubAgentRecord) => r.finished_at ?? r.created_at
+    for (const record of records.values()) {
+      if (isTerminal(record.status) && now - finishedAt(record) > limits.evictAfterMs) {
+        records.delete(record.agent_id)
+        transcripts.delete(record.transcript_handle)
+      }
+    }
+    const excess = records.size - limits.maxRecords
+    if (excess <= 0) return
+    const oldest = [...records.values()].filter((r) => isTerminal(r.status)).sort((a, b) => finishedAt(a) - finishedAt(b))
+    for (const record of oldest.slice(0, excess)) {
+      records.delete(record.agent_id)
+      transcripts.delete(record.transcript_handle)
+    }
   }
-  return yield* make(backend, { entries: [], warnings: [], rewrite: false }, options)
+
+  return SubAgentStore.of({
+    owner,
+    all: Effect.sync(() => [...records.values()]),
+    get: (agentId) => Effect.sync(() => Option.fromNullishOr(records.get(agentId))),
+    put: (record) =>
+      Clock.clockWith((clock) =>
+        Effect.sync(() => {
+          records.set(record.agent_id, knownOnly(record) as SubAgentRecord)
+          if (isTerminal(record.status) && ++terminalPuts >= 64) {
+            terminalPuts = 0
+            evict(clock.currentTimeMillisUnsafe())
+          }
+        })
+      ),
+    flush: Clock.clockWith((clock) => Effect.sync(() => evict(clock.currentTimeMillisUnsafe()))),
+    appendTranscript: (handle, entries) =>
+      Effect.andThen(
+        checkHandle(handle),
+        Effect.sync(() => {
+          if (entries.length === 0) return
+          const existing = transcripts.get(handle)
+          // Copies through JSON, as a persistent store would.
+          const copies = entries.map((entry) => JSON.parse(JSON.stringify(entry)) as unknown)
+          if (existing === undefined) transcripts.set(handle, copies)
+          else existing.push(...copies)
+        })
+      ),
+    readTranscript: (handle) => Effect.andThen(checkHandle(handle), Effect.sync(() => [...(transcripts.get(handle) ?? [])])),
+    warnings: [],
+    durable: false,
+    liveness: (bootId) => Effect.succeed(bootId === owner.boot_id ? "self" : "gone"),
+    reconcile: Effect.succeed([]),
+    request: () => Effect.void,
+    takeRequests: Effect.succeed([]),
+    adopt: (agentId) => Effect.sync(() => records.has(agentId))
+  })
 })
 
 export const layerMemory: Layer.Layer<SubAgentStore> = Layer.effect(SubAgentStore, makeMemory())

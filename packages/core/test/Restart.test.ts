@@ -6,6 +6,7 @@ import type { ScriptedModel } from "@fibril/testkit"
 import { Effect, Fiber, FileSystem, Path, Schema, Stream } from "effect"
 import { Prompt } from "effect/ai"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
+import { DatabaseSync } from "node:sqlite"
 import { fileURLToPath } from "node:url"
 import { Session } from "../src/Session.ts"
 import { SubAgentManager } from "../src/SubAgentManager.ts"
@@ -71,15 +72,17 @@ describe("restart", () => {
           yield* Effect.sleep(`${20 + Math.floor(Math.random() * 180)} millis`)
           yield* handle.kill({ killSignal: "SIGKILL" })
         }))
-        // A new manager loads what the killed one left.
-        const raw = yield* fs.readFileString(path.join(root, ".fibril", "state", "subagents.v1.json"))
-        const parsed = JSON.parse(raw) as { readonly records: ReadonlyArray<{ readonly agent_id: string }> }
-        assert.isAbove(parsed.records.length, 0)
+        // Read the database as the killed process left it, then through a new manager.
+        const db = new DatabaseSync(path.join(root, ".fibril", "state", "fibril.db"))
+        const stored = Number(db.prepare("SELECT COUNT(*) AS n FROM fibril_agents").get()?.["n"])
+        db.close()
+        assert.isAbove(stored, 0)
         const { get } = yield* setup({ rules: [] }, {}, { root, store: "file" })
         const store = get(SubAgentStore)
         assert.deepStrictEqual(store.warnings, [], `run ${run}: ${store.warnings.join("; ")}`)
+        // The killed owner's pid is dead on this host: its live agents read interrupted at once.
         const records = yield* get(SubAgentManager).list({ includeArchived: true })
-        assert.strictEqual(records.length, parsed.records.length)
+        assert.strictEqual(records.length, stored)
         for (const record of records) {
           assert.include(["completed", "failed", "cancelled", "interrupted"], record.status)
           const transcript = yield* store.readTranscript(record.transcript_handle)
