@@ -1,13 +1,29 @@
 /**
  * Permission — what an agent may execute.
  *
- * A rule set allows tools by name (or all), denies tools by name, allows whole postures,
- * and scopes writes to path prefixes. `derive` computes a child's rules from its parent's
- * and can only narrow: every set is intersected, every deny list is united. `decide` is
- * called by the agent loop when a call is *executed* (not only when tools are listed), so a
- * model that names a hidden tool gets a denial it can read, and nothing runs.
+ * The algebra, as written rules (docs/security.md, "Permission rules"):
+ *
+ * 1. An agent's effective rules are the *meet* of its ceilings: its parent's effective rules,
+ *    its role's posture (and write scope), its agent definition's tools and denials, the
+ *    caller's `allowed_tools`, and the runtime's own policy (children never get `task` or
+ *    `todowrite`; nobody spawns at `max_depth`). Meeting intersects every allow set, posture
+ *    set and write scope and unites every deny set, so the order does not matter and the
+ *    result is within every ceiling (`effective`).
+ * 2. A call is allowed when its tool is not denied by name, is in the allow set, its posture
+ *    is allowed, and — for a tool that writes — every path it touches lies in the write scope.
+ *    A writing tool that names no path is denied under a scoped rule set.
+ * 3. `memory` is a write: `remember` appends to `.fibril/memory.md`, which later sessions read
+ *    in their system prompt. It needs the `write` posture as well as `memory`, and its file
+ *    must be in the write scope; a read-only role can never leave a note.
+ * 4. Rules only narrow during an agent's life: a reassignment meets the live rules with the new
+ *    role's ceiling, and one whose ceiling grants a posture, a write path or a named tool the
+ *    agent does not have is refused, with what it would add (`reassign`).
+ *
+ * `decideTool` (name and posture) is checked when a call arrives and `decide` (with paths)
+ * once its arguments are decoded, both when a call is *executed*, not only when tools are
+ * listed: a model that names a hidden tool gets a denial it can read, and nothing runs.
  */
-import { Context, Effect, Layer, Schema } from "effect"
+import { Context, Effect, Layer, Result, Schema } from "effect"
 import { Workspace } from "./Workspace.ts"
 
 /** What a tool may do; roles and permission rules allow or deny whole postures. */
@@ -24,11 +40,15 @@ export interface Rules {
   readonly allow: Scope<string>
   readonly deny: ReadonlySet<string>
   readonly postures: ReadonlySet<Posture>
-  /** Workspace-relative prefixes that `write` tools may touch. */
+  /** Workspace-relative prefixes that writing tools may touch. */
   readonly writeScope: Scope<string>
 }
 
-/** What a child asks for; anything it asks beyond its parent is ignored. */
+/**
+ * One ceiling on an agent's rules: what a child asks for, a role's posture, a definition's
+ * tools. Absent fields set no limit; anything asked beyond the rules it is applied to is
+ * ignored.
+ */
 export interface DeriveRequest {
   readonly label?: string | undefined
   readonly allow?: Iterable<string> | undefined
@@ -36,6 +56,7 @@ export interface DeriveRequest {
   readonly postures?: Iterable<Posture> | undefined
   readonly writeScope?: Iterable<string> | undefined
 }
+export type Ceiling = DeriveRequest
 
 export class PermissionDenied extends Schema.TaggedError<PermissionDenied>()("PermissionDenied", {
   tool: Schema.String,
@@ -43,6 +64,22 @@ export class PermissionDenied extends Schema.TaggedError<PermissionDenied>()("Pe
 }) {
   override get message() {
     return `permission denied for tool "${this.tool}": ${this.reason}. Nothing was executed.`
+  }
+}
+
+/** A reassignment that would give a running agent more than it has (rule 4). */
+export class PermissionWidening extends Schema.TaggedError<PermissionWidening>()("PermissionWidening", {
+  agentId: Schema.String,
+  /** The agent's role before, and the role asked for. */
+  from: Schema.String,
+  to: Schema.String,
+  /** What the new role would add, one entry per posture, path or tool. */
+  grants: Schema.Array(Schema.String)
+}) {
+  override get message() {
+    return `refused: assigning agent ${this.agentId} from ${this.from} to ${this.to} would widen its permissions ` +
+      `(${this.to} grants ${this.grants.join("; ")}, which it does not have). A running agent's permissions only ` +
+      `narrow: assign a role at most as permissive, or spawn a new agent with role ${this.to}. Nothing was changed.`
   }
 }
 
@@ -58,6 +95,13 @@ export const allowAll: Rules = {
   postures: new Set(postures),
   writeScope: "all"
 }
+
+/** Postures whose tools change files, and so are bound by the write scope (rule 3: memory is one). */
+export const writes = (posture: Posture): boolean => posture === "write" || posture === "memory"
+
+/** The postures a call of `posture` needs: `memory` needs `write` too (rule 3). */
+export const required = (posture: Posture): ReadonlyArray<Posture> =>
+  posture === "memory" ? ["memory", "write"] : [posture]
 
 export const normalizePrefix = (prefix: string): string => {
   const parts: Array<string> = []
@@ -97,7 +141,7 @@ const intersectScope = (parent: Scope<string>, request: Iterable<string> | undef
   return out
 }
 
-/** A child's rules: never more than its parent's. */
+/** A child's rules: never more than its parent's (the meet of `parent` and one ceiling). */
 export const derive = (parent: Rules, request: DeriveRequest): Rules => ({
   label: request.label ?? parent.label,
   allow: intersectNames(parent.allow, request.allow),
@@ -108,17 +152,90 @@ export const derive = (parent: Rules, request: DeriveRequest): Rules => ({
   writeScope: intersectScope(parent.writeScope, request.writeScope)
 })
 
+/** Two name lists as one ceiling: their intersection; `undefined` sets no limit. */
+export const meetNames = (
+  a: ReadonlyArray<string> | undefined,
+  b: ReadonlyArray<string> | undefined
+): ReadonlyArray<string> | undefined => a === undefined ? b : b === undefined ? a : a.filter((name) => b.includes(name))
+
+/** `rules` as a ceiling: deriving with it from any rules meets them with `rules`. */
+export const asCeiling = (rules: Rules): Ceiling => ({
+  allow: rules.allow === "all" ? undefined : rules.allow,
+  deny: rules.deny,
+  postures: rules.postures,
+  writeScope: rules.writeScope === "all" ? undefined : rules.writeScope
+})
+
+/** The meet of two rule sets (the label of the first). */
+export const intersect = (a: Rules, b: Rules): Rules => derive(a, asCeiling(b))
+
+/** Everything an agent is given, one ceiling per source (rule 1). */
+export interface Grant {
+  /** Who the rules are for, in denial messages ("review sub-agent at depth 1"). */
+  readonly label: string
+  /** The role's postures and write scope. */
+  readonly role: Ceiling
+  /** A markdown definition's `tools` (allow) and `denied_tools` (deny). */
+  readonly definition?: Ceiling | undefined
+  /** The caller's `allowed_tools`. */
+  readonly allowedTools?: ReadonlyArray<string> | undefined
+  /** The runtime's own limits: configuration denials, sub-agent denials, no spawning at max depth. */
+  readonly policy?: Ceiling | undefined
+}
+
+const ceilingsOf = (grant: Grant): ReadonlyArray<Ceiling> => [
+  grant.role,
+  grant.definition ?? {},
+  { allow: grant.allowedTools },
+  grant.policy ?? {}
+]
+
+/** An agent's effective rules under `parent`: the meet of the parent and every ceiling of `grant`. */
+export const effective = (parent: Rules, grant: Grant): Rules =>
+  ceilingsOf(grant).reduce(derive, { ...parent, label: grant.label })
+
+const postureAllowed = (rules: Rules, posture: Posture): boolean =>
+  required(posture).every((needed) => rules.postures.has(needed))
+
+/**
+ * What `target` allows that `current` does not, in postures and write paths; empty when
+ * `target` only narrows. Tool names are not compared: a reassignment meets them, so a role
+ * or definition can only remove names, never add them.
+ */
+export const widening = (current: Rules, target: Rules): ReadonlyArray<string> => {
+  const out: Array<string> = []
+  const extra = postures.filter((posture) => postureAllowed(target, posture) && !postureAllowed(current, posture))
+  if (extra.length > 0) out.push(`the ${extra.join(", ")} posture${extra.length > 1 ? "s" : ""}`)
+  const writing = postures.some((posture) => writes(posture) && postureAllowed(target, posture))
+  if (writing && current.writeScope !== "all") {
+    const within = [...current.writeScope].join(", ") || "nothing"
+    if (target.writeScope === "all") out.push(`writing anywhere (it may write only under ${within})`)
+    else {
+      const outside = [...target.writeScope].filter((prefix) => !inScope(current.writeScope, prefix))
+      if (outside.length > 0) out.push(`writing under ${outside.join(", ")} (it may write only under ${within})`)
+    }
+  }
+  return out
+}
+
+/**
+ * A running agent's rules after it is moved to another role (rule 4). The target is what
+ * the grant gives under `parent` (the rules a new agent with that role would get there); if
+ * it adds a posture or a write path to `current`, the list of what it adds, else the meet of
+ * `current` and the target.
+ */
+export const reassign = (current: Rules, parent: Rules, grant: Grant): Result.Result<Rules, ReadonlyArray<string>> => {
+  const target = effective(parent, grant)
+  const grants = widening(current, target)
+  return grants.length > 0 ? Result.fail(grants) : Result.succeed(derive(current, { ...asCeiling(target), label: grant.label }))
+}
+
 /** Name and posture only: what decides whether a tool is shown to the model. */
 export const allowsTool = (rules: Rules, name: string, posture: Posture): boolean =>
-  (rules.allow === "all" || rules.allow.has(name)) && !rules.deny.has(name) && rules.postures.has(posture)
+  (rules.allow === "all" || rules.allow.has(name)) && !rules.deny.has(name) && postureAllowed(rules, posture)
 
-/** The full decision for one call, with the reason a denied call gets. */
-export const decide = (
-  rules: Rules,
-  name: string,
-  posture: Posture,
-  paths: ReadonlyArray<string>
-): Decision => {
+/** The decision on a tool's name and posture, before its arguments (and paths) are known. */
+export const decideTool = (rules: Rules, name: string, posture: Posture): Decision => {
   if (rules.deny.has(name)) return { allowed: false, reason: `"${name}" is denied for the ${rules.label}` }
   if (rules.allow !== "all" && !rules.allow.has(name)) {
     return {
@@ -129,7 +246,25 @@ export const decide = (
   if (!rules.postures.has(posture)) {
     return { allowed: false, reason: `the ${rules.label} may not use ${posture} tools` }
   }
-  if (posture === "write" && rules.writeScope !== "all") {
+  if (!postureAllowed(rules, posture)) {
+    return {
+      allowed: false,
+      reason: `the ${rules.label} may not use ${posture} tools: ${posture} is a write, and it may not write`
+    }
+  }
+  return allowed
+}
+
+/** The full decision for one call, with the reason a denied call gets. */
+export const decide = (
+  rules: Rules,
+  name: string,
+  posture: Posture,
+  paths: ReadonlyArray<string>
+): Decision => {
+  const tool = decideTool(rules, name, posture)
+  if (!tool.allowed) return tool
+  if (writes(posture) && rules.writeScope !== "all") {
     const scope = [...rules.writeScope].join(", ") || "nothing"
     if (paths.length === 0) return { allowed: false, reason: `the ${rules.label} may write only under ${scope}` }
     for (const path of paths) {
@@ -157,7 +292,12 @@ export class Permission extends Context.Service<Permission, {
   /** The rules of a root agent: everything, less `[permissions] deny` from the configuration. */
   readonly root: Rules
   readonly derive: (parent: Rules, request: DeriveRequest) => Rules
-  /** Checks one call; paths are made workspace-relative first. */
+  /** Checks a call's tool name and posture, before its arguments are decoded. */
+  readonly checkTool: (
+    rules: Rules,
+    tool: { readonly name: string; readonly posture: Posture }
+  ) => Effect.Effect<void, PermissionDenied>
+  /** Checks one call with the paths it touches; paths are made workspace-relative first. */
   readonly check: (
     rules: Rules,
     tool: { readonly name: string; readonly posture: Posture },
@@ -165,16 +305,18 @@ export class Permission extends Context.Service<Permission, {
   ) => Effect.Effect<void, PermissionDenied>
 }>()("@fibril/core/Permission") {}
 
+const verdict = (tool: string, decision: Decision): Effect.Effect<void, PermissionDenied> =>
+  decision.allowed ? Effect.void : Effect.fail(new PermissionDenied({ tool, reason: decision.reason }))
+
 export const make = Effect.fn("Permission.make")(function*(options: { readonly deny?: ReadonlyArray<string> }) {
   const workspace = yield* Workspace
   const root = derive(allowAll, { deny: options.deny ?? [] })
   return Permission.of({
     root,
     derive,
-    check: (rules, tool, paths) => {
-      const decision = decide(rules, tool.name, tool.posture, paths.map(workspace.relativize))
-      return decision.allowed ? Effect.void : Effect.fail(new PermissionDenied({ tool: tool.name, reason: decision.reason }))
-    }
+    checkTool: (rules, tool) => verdict(tool.name, decideTool(rules, tool.name, tool.posture)),
+    check: (rules, tool, paths) =>
+      verdict(tool.name, decide(rules, tool.name, tool.posture, paths.map(workspace.relativize)))
   })
 })
 

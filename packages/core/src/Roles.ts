@@ -8,6 +8,7 @@
  */
 import { Effect, Schema } from "effect"
 import { text } from "./internal/resource.ts"
+import type * as Permission from "./Permission.ts"
 import { type Posture, postures } from "./Permission.ts"
 
 export const RoleName = Schema.Literals([
@@ -50,6 +51,9 @@ export interface RoleSpec {
 
 export const outputContract = text("./roles/output-contract.md", import.meta.url)
 
+/** Where the `plan` role may write its plan and todo artifacts (workspace-relative). */
+export const planDirectory = ".fibril/plans"
+
 const all = new Set(postures)
 const without = (...denied: ReadonlyArray<Posture>): ReadonlySet<Posture> =>
   new Set(postures.filter((posture) => !denied.includes(posture)))
@@ -68,21 +72,30 @@ const spec = (
   prompt: `${text(`./roles/${name}.md`, import.meta.url)}\n\n${outputContract}`
 })
 
+// Read-only roles have neither `write` nor `memory`: a note in memory.md reaches every later
+// agent's system prompt, so leaving one is a write (Permission, rule 3).
 export const roles: Readonly<Record<RoleName, RoleSpec>> = {
   general: spec("general", "General-purpose agent: reads, writes, runs commands, may delegate.", all),
-  explore: spec("explore", "Read-only exploration: finds and explains code; cannot write.", without("write")),
+  explore: spec("explore", "Read-only exploration: finds and explains code; cannot write.", without("write", "memory")),
   plan: spec(
     "plan",
-    "Read-only planning: produces a plan; writes only plan artifacts under .fibril/plans/.",
-    all,
-    { writeScope: [".fibril/plans"] }
+    "Read-only planning: produces a plan; writes only plan and todo artifacts under .fibril/plans/.",
+    without("memory"),
+    { writeScope: [planDirectory] }
   ),
-  review: spec("review", "Read-only review: no writes, no shell, cannot spawn.", without("write", "shell", "spawn")),
+  review: spec(
+    "review",
+    "Read-only review: no writes, no shell, cannot spawn.",
+    without("write", "memory", "shell", "spawn")
+  ),
   implementer: spec("implementer", "Implements a change: reads, writes, runs commands.", all),
-  verifier: spec("verifier", "Verifies claims by running tests and commands; no writes.", without("write")),
+  verifier: spec("verifier", "Verifies claims by running tests and commands; no writes.", without("write", "memory")),
   tool_agent: spec("tool_agent", "Fast executor of concrete operations; cannot spawn.", without("spawn")),
   custom: spec("custom", "Restricted to an explicit, non-empty allowed_tools list.", all, { needsAllowedTools: true })
 }
+
+/** A role's ceiling on an agent's rules: its postures and write scope (Permission, rule 1). */
+export const ceiling = (role: RoleSpec): Permission.Ceiling => ({ postures: role.postures, writeScope: role.writeScope })
 
 const byAlias: ReadonlyMap<string, RoleName> = new Map(
   roleNames.flatMap((name) => [[name, name] as const, ...aliases[name].map((alias) => [alias, name] as const)])

@@ -11,7 +11,7 @@
  * The loop runs in the caller's fiber inside a scope of its own: interrupting the caller
  * interrupts the model call, every running tool, and every child forked into that scope.
  */
-import { Cause, Clock, Context, Duration, Effect, Exit, Fiber, Layer, Option, Schema, Scope } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Exit, Fiber, Layer, Option, Result, Schema, Scope } from "effect"
 import { Prompt } from "effect/ai"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
@@ -23,7 +23,7 @@ import { runTools } from "./loop/RunTools.ts"
 import { type Budgets, type SessionState, snapshot } from "./loop/State.ts"
 import { Memory } from "./Memory.ts"
 import { Models, type UnknownModel } from "./Models.ts"
-import { Permission } from "./Permission.ts"
+import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
 import { ToolRegistry } from "./ToolRegistry.ts"
 import * as Usage from "./Usage.ts"
@@ -52,6 +52,36 @@ export const defaults: Options = {
 
 /** The tools a child never gets, whatever its role: it cannot delegate or own a todo list. */
 export const childDenied: ReadonlyArray<string> = ["task", "todowrite"]
+
+const withoutSpawn: ReadonlyArray<Permission.Posture> = Permission.postures.filter((posture) => posture !== "spawn")
+
+/** What an agent asks for besides its role: the caller's `allowed_tools`, a definition, extra denials. */
+export interface GrantOptions {
+  readonly allowedTools?: ReadonlyArray<string> | undefined
+  readonly definition?: Permission.Ceiling | undefined
+  readonly deny?: ReadonlyArray<string> | undefined
+}
+
+/**
+ * Everything an agent in `role` at `depth` is given (Permission, rule 1): its role's
+ * ceiling, its definition's, its caller's `allowed_tools`, and the runtime's policy —
+ * sub-agents never get `childDenied`, and nobody spawns at `maxDepth` and below.
+ */
+export const grantFor = (
+  depth: number,
+  maxDepth: number,
+  role: Roles.RoleSpec,
+  options: GrantOptions = {}
+): Permission.Grant => ({
+  label: depth === 0 ? `${role.name} agent` : `${role.name} sub-agent at depth ${depth}`,
+  role: Roles.ceiling(role),
+  definition: options.definition,
+  allowedTools: options.allowedTools,
+  policy: {
+    deny: depth === 0 ? options.deny : [...childDenied, ...(options.deny ?? [])],
+    postures: depth >= maxDepth ? withoutSpawn : undefined
+  }
+})
 
 /** The first user message of a forked child, after the parent's copied history. */
 export const forkMarker = "[fork]"
@@ -127,7 +157,10 @@ export interface ChildOptions {
   readonly description?: string | undefined
   /** An id the caller already validated; default the parent's model. */
   readonly model?: string | undefined
+  /** The caller's `allowed_tools`: a ceiling of its own, met with the definition's tools. */
   readonly allowedTools?: ReadonlyArray<string> | undefined
+  /** A markdown agent definition's tools and denials. */
+  readonly definition?: Permission.Ceiling | undefined
   readonly deny?: ReadonlyArray<string> | undefined
   /** Start from the parent's last request, byte-identical, so a prefix cache is reused. */
   readonly forkContext?: boolean | undefined
@@ -143,6 +176,7 @@ export interface RestoreOptions {
   readonly model: string
   readonly description?: string | undefined
   readonly allowedTools?: ReadonlyArray<string> | undefined
+  readonly definition?: Permission.Ceiling | undefined
   /** The transcript: the system message first, then the conversation. */
   readonly transcript: ReadonlyArray<Prompt.Message>
   readonly budgets?: Partial<Budgets> | undefined
@@ -182,6 +216,16 @@ export class Session extends Context.Service<Session, {
   /** The full conversation: the system message, then every message in order. */
   readonly transcript: (sessionId: string) => Effect.Effect<ReadonlyArray<Prompt.Message>, SessionNotFound>
   readonly info: (sessionId: string) => Effect.Effect<SessionInfo, SessionNotFound>
+  /**
+   * Moves a session to another role (`agent_assign`): its live rules become their meet with
+   * the role's ceiling, and so do its descendants'. The running loop sees them at its next
+   * tool call. Refused with `PermissionWidening` if the role would grant anything the
+   * session does not have; nothing changes then.
+   */
+  readonly reassign: (
+    sessionId: string,
+    options: { readonly role: Roles.RoleSpec; readonly definition?: Permission.Ceiling | undefined }
+  ) => Effect.Effect<SessionInfo, SessionNotFound | Permission.PermissionWidening>
   /** Forgets a finished session (its record and transcript live on elsewhere). */
   readonly dispose: (sessionId: string) => Effect.Effect<void>
   readonly setHooks: (hooks: Hooks) => Effect.Effect<void>
@@ -237,7 +281,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   const config: Options = { ...defaults, ...options }
   const models = yield* Models
   const registry = yield* ToolRegistry
-  const permission = yield* Permission
+  const permission = yield* Permission.Permission
   const events = yield* AgentEvents
   const workspace = yield* Workspace
   const memory = yield* Effect.serviceOption(Memory)
@@ -335,21 +379,6 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     return state
   }
 
-  const childRules = (
-    parentRules: SessionState["rules"],
-    depth: number,
-    role: Roles.RoleSpec,
-    allowedTools: ReadonlyArray<string> | undefined,
-    deny: ReadonlyArray<string> | undefined
-  ) =>
-    permission.derive(parentRules, {
-      label: `${role.name} sub-agent at depth ${depth}`,
-      allow: allowedTools,
-      deny: deny === undefined ? childDenied : [...childDenied, ...deny],
-      postures: depth >= config.maxDepth ? [...role.postures].filter((p) => p !== "spawn") : role.postures,
-      writeScope: role.writeScope
-    })
-
   const childBudgets = (budgets: Partial<Budgets> | undefined): Budgets => ({
     maxSteps: config.childMaxSteps ?? config.maxSteps,
     ...budgets
@@ -359,13 +388,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     const role = yield* Roles.forRequest(options.role ?? "general", options.allowedTools)
     const model = options.model ?? models.defaultModel
     const languageModel = yield* models.resolve(model)
-    const rules = permission.derive(permission.root, {
-      label: `${role.name} agent`,
-      allow: options.allowedTools,
-      deny: options.deny,
-      postures: config.maxDepth < 1 ? [...role.postures].filter((p) => p !== "spawn") : role.postures,
-      writeScope: role.writeScope
-    })
+    const rules = Permission.effective(permission.root, grantFor(0, config.maxDepth, role, options))
     const state = register({
       parent: undefined,
       depth: 0,
@@ -390,7 +413,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     const role = options.role
     const model = options.model ?? parent?.model ?? models.defaultModel
     const languageModel = model === parent?.model ? parent.languageModel : yield* models.resolve(model)
-    const rules = childRules(parent?.rules ?? permission.root, depth, role, options.allowedTools, options.deny)
+    const rules = Permission.effective(parent?.rules ?? permission.root, grantFor(depth, config.maxDepth, role, options))
     const fork = options.forkContext === true && parent !== undefined
     // A fork starts with the parent's last request, byte-identical (same message objects),
     // then says it is a fork and who it is now; the task follows as the prompt.
@@ -430,7 +453,10 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     const [first, ...rest] = options.transcript
     const role = options.role
     const system = first?.role === "system" ? first : yield* systemFor(role, options.depth, role.prompt)
-    const rules = childRules(parent?.rules ?? permission.root, options.depth, role, options.allowedTools, undefined)
+    const rules = Permission.effective(
+      parent?.rules ?? permission.root,
+      grantFor(options.depth, config.maxDepth, role, options)
+    )
     const state = register({
       id: options.id,
       parent,
@@ -582,6 +608,40 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     )
   }, withSpan("Session.prompt"))
 
+  const setRules = (state: SessionState, rules: Permission.Rules) => {
+    state.rules = rules
+    state.view = registry.view(rules)
+  }
+
+  const reassign = Effect.fn("Session.reassign")(function*(
+    sessionId: string,
+    options: { readonly role: Roles.RoleSpec; readonly definition?: Permission.Ceiling | undefined }
+  ) {
+    const state = yield* lookup(sessionId)
+    const grant = grantFor(state.depth, config.maxDepth, options.role, { definition: options.definition })
+    const next = Permission.reassign(state.rules, state.parent?.rules ?? permission.root, grant)
+    if (Result.isFailure(next)) {
+      return yield* new Permission.PermissionWidening({
+        agentId: sessionId,
+        from: state.role,
+        to: options.role.name,
+        grants: next.failure
+      })
+    }
+    setRules(state, next.success)
+    state.role = options.role.name
+    // Descendants never keep more than their parent: each meets its parent's new rules.
+    const narrowChildren = (parent: SessionState) => {
+      for (const child of sessions.values()) {
+        if (child.parent !== parent) continue
+        setRules(child, Permission.intersect(child.rules, parent.rules))
+        narrowChildren(child)
+      }
+    }
+    narrowChildren(state)
+    return info(state)
+  })
+
   const deliver = Effect.fn("Session.deliver")(function*(sessionId: string, message: string, interrupt: boolean) {
     const state = yield* lookup(sessionId)
     state.inbox.push(message)
@@ -606,6 +666,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     scopeOf: (sessionId) => Option.fromNullishOr(sessions.get(sessionId)?.scope),
     transcript: (sessionId) => Effect.map(lookup(sessionId), (state) => [state.system, ...state.messages]),
     info: (sessionId) => Effect.map(lookup(sessionId), info),
+    reassign,
     dispose: (sessionId) => Effect.sync(() => void sessions.delete(sessionId)),
     setHooks: (next) => Effect.sync(() => void (hooks = next))
   })
@@ -625,5 +686,5 @@ export const optionsFrom = (settings: FibrilConfig.Settings): Partial<Options> =
 /** Sessions over the models, tools, permissions, events and workspace in context. */
 export const layer = (
   options: Partial<Options> = {}
-): Layer.Layer<Session, never, Models | ToolRegistry | Permission | AgentEvents | Workspace> =>
+): Layer.Layer<Session, never, Models | ToolRegistry | Permission.Permission | AgentEvents | Workspace> =>
   Layer.effect(Session, make(options))

@@ -25,6 +25,7 @@ import type * as FibrilConfig from "./FibrilConfig.ts"
 import { withSpan } from "./internal/span.ts"
 import { Models, type UnknownModel } from "./Models.ts"
 import * as OutputContract from "./OutputContract.ts"
+import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
 import { type Budgets, describeFailure, Session, type SessionNotFound } from "./Session.ts"
 import { isTerminal, type Status, type SubAgentRecord } from "./SubAgentRecord.ts"
@@ -188,7 +189,10 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
   readonly assign: (
     id: string,
     update: { readonly objective?: string | undefined; readonly role?: string | undefined; readonly message?: string | undefined }
-  ) => Effect.Effect<InputResult, AgentNotFound | Roles.UnknownRole | Roles.InvalidRoleRequest>
+  ) => Effect.Effect<
+    InputResult,
+    AgentNotFound | Roles.UnknownRole | Roles.InvalidRoleRequest | Permission.PermissionWidening
+  >
   /** Running agents (holding a permit) right now. */
   readonly running: Effect.Effect<number>
 }>()("@fibril/core/SubAgentManager") {}
@@ -254,10 +258,20 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const definitions = config.agents ?? []
   const customNames = definitions.filter((d) => d.usableAsSubagent).map((d) => d.name)
 
-  /** A built-in role, or an agent defined in markdown (its base role's posture, its own prompt and tools). */
+  /**
+   * A built-in role, or an agent defined in markdown (its base role's posture, its own prompt,
+   * its tools as a ceiling of their own). The caller's `allowed_tools` stay a separate
+   * ceiling: they narrow a definition's tools, never replace them.
+   */
   const resolveRole = (name: string, allowedTools: ReadonlyArray<string> | undefined) =>
     Roles.forRequest(name, allowedTools).pipe(
-      Effect.map((role) => ({ role, allowedTools, deny: undefined, model: undefined, maxSteps: undefined })),
+      Effect.map((role) => ({
+        role,
+        allowedTools,
+        definition: undefined as Permission.Ceiling | undefined,
+        model: undefined as string | undefined,
+        maxSteps: undefined as number | undefined
+      })),
       Effect.catchTag("UnknownRole", (error) => {
         const definition = AgentDefinitions.find(definitions, name)
         if (definition === undefined) {
@@ -273,8 +287,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         }
         return Effect.succeed({
           role,
-          allowedTools: allowedTools ?? definition.allowedTools,
-          deny: definition.deniedTools.length === 0 ? undefined : definition.deniedTools,
+          allowedTools,
+          definition: { allow: definition.allowedTools, deny: definition.deniedTools },
           model: definition.model,
           maxSteps: definition.maxSteps
         })
@@ -436,7 +450,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       description: request.description,
       model,
       allowedTools: resolved.allowedTools,
-      deny: resolved.deny,
+      definition: resolved.definition,
       forkContext: request.forkContext,
       budgets: resolved.maxSteps === undefined ? config.budgets : { ...config.budgets, maxSteps: resolved.maxSteps }
     }).pipe(Effect.onError(() => holdsPermit ? semaphore.release(1) : Effect.void))
@@ -599,7 +613,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const record = entry.record
     const status: Status = record.status
     if (!isTerminal(status)) return yield* new NotResumable({ agentId: id, status })
-    const { role } = yield* resolveRole(record.role, undefined)
+    const { definition, role } = yield* resolveRole(record.role, undefined)
     // After a restart the session is gone: rebuild it from its transcript.
     if (Option.isNone(yield* Effect.option(session.info(id)))) {
       const raw = yield* Effect.orElseSucceed(store.readTranscript(record.transcript_handle), () => [])
@@ -612,6 +626,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         parentId: record.parent_id,
         depth: record.depth,
         role,
+        definition,
         model: record.model,
         description: record.description,
         transcript,
@@ -647,7 +662,36 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     update: { readonly objective?: string | undefined; readonly role?: string | undefined; readonly message?: string | undefined }
   ) {
     const entry = yield* lookup(id)
-    const role = update.role === undefined ? undefined : (yield* resolveRole(update.role, ["*"])).role
+    // A new role only narrows: a live agent's rules are re-derived at once (its loop sees
+    // them at its next tool call); a finished one is checked against its recorded role, which
+    // is what a resume derives its rules from. Either way a widening is refused, unchanged.
+    const resolved = update.role === undefined ? undefined : yield* resolveRole(update.role, ["*"])
+    const role = resolved?.role
+    if (resolved !== undefined) {
+      const target = { role: resolved.role, definition: resolved.definition }
+      const live = yield* session.reassign(id, target).pipe(
+        Effect.as(true),
+        Effect.catchTag("SessionNotFound", () => Effect.succeed(false))
+      )
+      if (!live) {
+        const current = yield* resolveRole(entry.record.role, ["*"])
+        const ceiling = (r: typeof resolved) =>
+          Permission.effective(Permission.allowAll, {
+            label: r.role.name,
+            role: Roles.ceiling(r.role),
+            definition: r.definition
+          })
+        const grants = Permission.widening(ceiling(current), ceiling(resolved))
+        if (grants.length > 0) {
+          return yield* new Permission.PermissionWidening({
+            agentId: id,
+            from: entry.record.role,
+            to: resolved.role.name,
+            grants
+          })
+        }
+      }
+    }
     if (update.objective !== undefined) entry.record.objective = update.objective
     if (role !== undefined) entry.record.role = role.name
     yield* store.put(entry.record)

@@ -4,9 +4,9 @@
  * For each call, in this order: find the tool (an unknown name lists the available ones),
  * check name and posture permissions, decode the arguments with the tool's Schema (a
  * string that is not JSON, or arguments that do not fit, become an `InvalidArguments`
- * result), check path scopes, then run the handler. Every failure — a denial, bad
- * arguments, a handler error — is a tool result the model reads; nothing here fails the
- * loop. Interrupting the session interrupts every running call.
+ * result), check again with the paths the call touches, then run the handler. Every
+ * failure — a denial, bad arguments, a handler error — is a tool result the model reads;
+ * nothing here fails the loop. Interrupting the session interrupts every running call.
  */
 import { Clock, Effect, Option, Schema } from "effect"
 import { Prompt } from "effect/ai"
@@ -68,15 +68,18 @@ const execute = (deps: RunToolsDeps, state: SessionState, call: ToolCall): Effec
   if (tool === undefined) {
     return Effect.fail(new UnknownTool({ name: call.name, available: state.view.tools.map((t) => t.name) }))
   }
+  // The rules are read at each check, not captured: an agent narrowed by `agent_assign`
+  // while this turn ran is held to its new rules. The full check (with the paths the call
+  // touches) runs for every call: a writing tool that names no path is denied under a
+  // write scope rather than let through.
   return Effect.flatMap(
-    deps.permission.check(state.rules, tool, []),
+    deps.permission.checkTool(state.rules, tool),
     () =>
-      Effect.flatMap(parseArguments(tool, call.params), (params) => {
-        const run = () =>
-          tool.handler(params, { sessionId: state.id, callId: call.id, role: state.role, depth: state.depth })
-        const paths = tool.paths(params)
-        return paths.length > 0 ? Effect.andThen(deps.permission.check(state.rules, tool, paths), run) : run()
-      })
+      Effect.flatMap(parseArguments(tool, call.params), (params) =>
+        Effect.andThen(
+          deps.permission.check(state.rules, tool, tool.paths(params)),
+          () => tool.handler(params, { sessionId: state.id, callId: call.id, role: state.role, depth: state.depth })
+        ))
   )
 }
 

@@ -21,15 +21,17 @@ export interface SessionState {
   readonly id: string
   readonly parent: SessionState | undefined
   readonly depth: number
-  readonly role: string
+  /** Changed only by a reassignment, which can only narrow `rules` (Session.reassign). */
+  role: string
   readonly model: string
   readonly languageModel: LanguageModel.LanguageModel
   /** A short label from the spawner (the `task` description), for progress views. */
   readonly description: string | undefined
   readonly system: Prompt.SystemMessage
   readonly messages: Array<Prompt.Message>
-  readonly rules: Permission.Rules
-  readonly view: ToolView
+  /** Read at every tool call, so a narrowing reaches the running loop at its next call. */
+  rules: Permission.Rules
+  view: ToolView
   readonly budgets: Budgets
   /** This session's own model usage. */
   readonly usage: MutableUsage

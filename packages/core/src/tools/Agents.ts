@@ -262,7 +262,7 @@ export const resume = ToolRegistry.define({
 
 export const assign = ToolRegistry.define({
   name: "agent_assign",
-  description: "Update a sub-agent's objective and/or role and deliver a note about it (delivered before its next step).",
+  description: "Update a sub-agent's objective and/or role and deliver a note about it (delivered before its next step). A new role only narrows what the agent may do, from its next tool call on; a role that would grant more (e.g. review to general) is refused and nothing changes.",
   parameters: Schema.Struct({
     ...idFields,
     objective: optionalString("The new objective"),

@@ -3,11 +3,14 @@
  *
  * The note is appended as one bullet to `.fibril/memory.md` (see `Memory`), whose content
  * later sessions see in their system prompt. The tool has its own posture, `memory`, so
- * permissions can allow or deny leaving notes independently of writing files.
+ * permissions can deny leaving notes without denying file writes; but a note reaches every
+ * later agent's prompt, so it is also a write (Permission, rule 3): it needs the `write`
+ * posture too, and the memory file must be inside the agent's write scope. Read-only roles
+ * can therefore never remember.
  */
 import { Effect, Layer, Schema } from "effect"
 import { text } from "../internal/resource.ts"
-import { Memory, maxNoteChars, normalize } from "../Memory.ts"
+import { defaultPath, Memory, maxNoteChars, normalize } from "../Memory.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 
 export const name = "remember"
@@ -19,20 +22,31 @@ export const Parameters = Schema.Struct({
 })
 export type Parameters = typeof Parameters.Type
 
-export const definition = ToolRegistry.define({
-  name,
-  description: text("./remember.md", import.meta.url),
-  parameters: Parameters,
-  posture: "memory",
-  handler: Effect.fn("tool.remember")(function*(params: Parameters) {
-    const memory = yield* Memory
-    const bullet = yield* memory.remember(params.note)
-    return normalize(params.note).truncated
-      ? `remembered (shortened to ${maxNoteChars} characters): ${bullet}`
-      : `remembered: ${bullet}`
+/** `remember` writing to the memory file at `file` (absolute, or relative to the workspace). */
+export const definitionFor = (file: string) =>
+  ToolRegistry.define({
+    name,
+    description: text("./remember.md", import.meta.url),
+    parameters: Parameters,
+    posture: "memory",
+    // The file a note lands in: checked against the write scope before the handler runs.
+    paths: () => [file],
+    handler: Effect.fn("tool.remember")(function*(params: Parameters) {
+      const memory = yield* Memory
+      const bullet = yield* memory.remember(params.note)
+      return normalize(params.note).truncated
+        ? `remembered (shortened to ${maxNoteChars} characters): ${bullet}`
+        : `remembered: ${bullet}`
+    })
   })
-})
 
-/** Registers `remember`; needs the Memory it writes to. */
+/** `remember` on the default memory file (`.fibril/memory.md`). */
+export const definition = definitionFor(defaultPath)
+
+/** Registers `remember` on the Memory in context (its file is what permissions check). */
 export const layer: Layer.Layer<never, ToolRegistry.DuplicateTool, ToolRegistry.ToolRegistry | Memory> = Layer
-  .effectDiscard(ToolRegistry.ToolRegistry.use((registry) => registry.register(definition)))
+  .effectDiscard(Effect.gen(function*() {
+    const memory = yield* Memory
+    const registry = yield* ToolRegistry.ToolRegistry
+    yield* registry.register(definitionFor(memory.path))
+  }))

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Fiber } from "effect"
 import { provide, setup } from "./harness.ts"
 
 describe("grep", () => {
@@ -67,7 +67,87 @@ describe("grep", () => {
       const error = yield* h.failure("grep", { pattern: "foo(" })
       assert.strictEqual(error._tag, "ToolFailure")
       assert.include(error.message, `invalid regular expression "foo("`)
-      assert.include(error.message, "Unterminated group")
+      assert.include(error.message, "missing closing )")
+    }).pipe(provide))
+
+  it.effect("patterns are RE2: classes, inline flags, \\x{...} and named groups work", () =>
+    Effect.gen(function*() {
+      const h = yield* setup()
+      yield* h.write("a.txt", "id: 42\nName: Ada\nsmile \u263A\n")
+      assert.strictEqual(yield* h.text("grep", { pattern: "^id: \\d+$" }), "a.txt:1: id: 42")
+      assert.strictEqual(yield* h.text("grep", { pattern: "(?i)name: (?P<who>\\w+)" }), "a.txt:2: Name: Ada")
+      assert.strictEqual(yield* h.text("grep", { pattern: "\\x{263A}" }), "a.txt:3: smile \u263A")
+    }).pipe(provide))
+
+  it.effect("backreferences, lookaround and \\u escapes are tool errors naming what RE2 lacks", () =>
+    Effect.gen(function*() {
+      const h = yield* setup()
+      yield* h.write("a.txt", "abab\n")
+      const cases: ReadonlyArray<readonly [string, string]> = [
+        ["(ab)\\1", "backreferences"],
+        ["(?<n>ab)\\k<n>", "backreferences"],
+        ["a(?=b)", "lookahead"],
+        ["a(?!c)", "lookahead"],
+        ["(?<=a)b", "lookbehind"],
+        ["(?<!c)b", "lookbehind"],
+        ["\\u0061", "\\uXXXX escapes are not supported; write \\x{XXXX}"]
+      ]
+      for (const [pattern, named] of cases) {
+        const error = yield* h.failure("grep", { pattern })
+        assert.strictEqual(error._tag, "ToolFailure", pattern)
+        assert.include(error.message, `unsupported regular expression syntax in "${pattern}"`)
+        assert.include(error.message, named)
+        assert.include(error.message, "RE2")
+      }
+    }).pipe(provide))
+
+  // With JavaScript's backtracking RegExp, this one line takes minutes (2^35 paths).
+  it.live("a catastrophic-backtracking pattern returns promptly", () =>
+    Effect.gen(function*() {
+      const h = yield* setup()
+      const line = `${"a".repeat(34)}b`
+      yield* h.write("evil.txt", `${line}\n${"a".repeat(35)}\n`)
+      const started = Date.now()
+      assert.strictEqual(yield* h.text("grep", { pattern: "(a+)+$" }), `evil.txt:2: ${"a".repeat(35)}`)
+      assert.isBelow(Date.now() - started, 1_000)
+    }).pipe(provide))
+
+  it.effect("a pattern over the length cap is a tool error, not a crash", () =>
+    Effect.gen(function*() {
+      const h = yield* setup()
+      yield* h.write("a.txt", "x\n")
+      const error = yield* h.failure("grep", { pattern: "a".repeat(100_000) })
+      assert.strictEqual(error._tag, "ToolFailure")
+      assert.include(error.message, "pattern is 100000 characters long; at most 1000 are accepted")
+      assert.strictEqual(yield* h.text("grep", { pattern: "x".repeat(1000) }), `No matches for /${"x".repeat(1000)}/ under .`)
+    }).pipe(provide))
+
+  it.live("a search over a large file yields to other fibers and can be interrupted", () =>
+    Effect.gen(function*() {
+      const h = yield* setup()
+      // 4 MiB of lines a backtracking engine would choke on; RE2 takes ~200 ms over them.
+      yield* h.write("big.txt", `${"a".repeat(34)}b\n`.repeat(120_000))
+      const ticks: Array<number> = []
+      const ticker = yield* Effect.forkChild(
+        Effect.forever(Effect.andThen(Effect.sleep("1 millis"), Effect.sync(() => ticks.push(Date.now()))))
+      )
+      const started = Date.now()
+      const out = yield* h.text("grep", { pattern: "(a+)+$|(x+x+)+y" })
+      const ended = Date.now()
+      yield* Fiber.interrupt(ticker)
+      assert.include(out, "No matches")
+      // The timer kept firing while grep worked: no stretch without a tick comes near the
+      // whole search (without yields inside the file, one gap would span nearly all of it).
+      const times = [started, ...ticks.filter((t) => t >= started && t <= ended), ended]
+      const longest = Math.max(...times.slice(1).map((t, i) => t - times[i]!))
+      assert.isBelow(longest, (ended - started) / 2, `longest gap ${longest} ms in a ${ended - started} ms search`)
+
+      // Interrupting a search in flight ends it promptly.
+      const fiber = yield* Effect.forkChild(h.text("grep", { pattern: "(a+)+$" }))
+      yield* Effect.sleep("20 millis")
+      const interrupted = Date.now()
+      yield* Fiber.interrupt(fiber)
+      assert.isBelow(Date.now() - interrupted, 1_000)
     }).pipe(provide))
 
   it.effect("a missing path fails", () =>
