@@ -1,15 +1,16 @@
 /**
- * `fibril agents list [--all] | show <id> | cancel <id> | resume <id> | transcript <id>` over
- * the records in `.fibril/state` (the file store).
+ * `fibril agents list [--all] [--json] | show <id> | cancel <id> | resume <id> | transcript <id>`
+ * over the store every process on the workspace shares (`.fibril/state/fibril.db`).
  *
- * `list`, `show` and `transcript` only read the files, so they are safe while another fibril
- * process works in the same directory. `cancel` and `resume` load a SubAgentManager, which
- * owns the state from then on: records left running by a process that ended read
- * `interrupted`; an agent is cancelled or resumed in this process.
+ * `list`, `show`, `transcript` and `cancel` open the store only (no model, no manager):
+ * records of processes that are gone are reconciled (they read `interrupted`) before
+ * anything is shown, and an agent another live process runs is cancelled by a request that
+ * process acts on. `resume` loads a manager, which takes the agent over and runs it here.
  */
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
-import { SubAgentRecord } from "@fibril/core/SubAgentRecord"
-import { Effect, FileSystem, Option, Path, Schema } from "effect"
+import { isTerminal, type SubAgentRecord } from "@fibril/core/SubAgentRecord"
+import * as SubAgentStore from "@fibril/core/SubAgentStore"
+import { Effect, FileSystem, Layer, Option, Path, Schema } from "effect"
 import { Prompt } from "effect/ai"
 import type * as Output from "./Output.ts"
 
@@ -18,64 +19,169 @@ export class AgentNotRecorded extends Schema.TaggedError<AgentNotRecorded>()("Ag
   dir: Schema.String
 }) {
   override get message() {
-    return `no sub-agent "${this.agentId}" is recorded in ${this.dir}; \`fibril agents list --all\` shows the recorded ones`
+    return `no agent "${this.agentId}" is recorded in ${this.dir}; \`fibril agents list --all\` shows the recorded ones`
   }
 }
 
-const decodeRecord = Schema.decodeUnknownOption(SubAgentRecord)
-const RecordsFile = Schema.fromJsonString(Schema.Struct({ records: Schema.Array(Schema.Unknown) }))
+/** Who runs (or ran) an agent, as seen from here. */
+export interface OwnerView {
+  readonly pid: number | null
+  readonly host: string | null
+  /** `alive`: another live process runs it (or ran it); `gone`: that process has ended. */
+  readonly state: "alive" | "gone"
+}
 
-/** The records on disk, read without loading a manager (nothing is written). */
-export const readRecords = Effect.fn("fibril.agents.read")(function*(stateDir: string) {
-  const fs = yield* FileSystem.FileSystem
-  const path = yield* Path.Path
-  const file = path.join(stateDir, "subagents.v1.json")
-  if (!(yield* fs.exists(file))) return [] as ReadonlyArray<SubAgentRecord>
-  const parsed = yield* Schema.decodeUnknownEffect(RecordsFile)(yield* fs.readFileString(file))
-  return parsed.records.flatMap((raw) => Option.toArray(decodeRecord(raw)))
+export interface TreeNode {
+  readonly agent: SubAgentRecord
+  readonly owner: OwnerView
+  readonly children: ReadonlyArray<TreeNode>
+}
+
+/** Runs `f` on the workspace's store; nothing is created when the workspace has none yet. */
+const withStore = <A, E, R>(
+  stateDir: string,
+  empty: A,
+  f: (store: SubAgentStore.SubAgentStore["Service"]) => Effect.Effect<A, E, R>
+) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const exists = (name: string) => fs.exists(path.join(stateDir, name)).pipe(Effect.orElseSucceed(() => false))
+    if (!(yield* exists(SubAgentStore.databaseFileName)) && !(yield* exists(SubAgentStore.legacyRecordsFileName))) {
+      return empty
+    }
+    return yield* SubAgentStore.SubAgentStore.use(f).pipe(
+      Effect.provide(SubAgentStore.layerSqlite({ dir: stateDir }).pipe(Layer.fresh))
+    )
+  })
+
+const ownerOf = (store: SubAgentStore.SubAgentStore["Service"], record: SubAgentRecord) =>
+  Effect.map(store.liveness(record.session_boot_id), (liveness): OwnerView => ({
+    pid: record.owner_pid ?? null,
+    host: record.owner_host ?? null,
+    state: liveness === "gone" ? "gone" : "alive"
+  }))
+
+/** Parent → children forests, oldest first; an agent whose parent is not listed is a root. */
+export const forest = (agents: ReadonlyArray<SubAgentRecord>, owners: ReadonlyMap<string, OwnerView>) => {
+  const ids = new Set(agents.map((agent) => agent.agent_id))
+  const byParent = new Map<string | undefined, Array<SubAgentRecord>>()
+  for (const agent of [...agents].sort((a, b) => a.created_at - b.created_at)) {
+    const parent = agent.parent_id !== undefined && ids.has(agent.parent_id) ? agent.parent_id : undefined
+    const siblings = byParent.get(parent) ?? []
+    siblings.push(agent)
+    byParent.set(parent, siblings)
+  }
+  const build = (agent: SubAgentRecord): TreeNode => ({
+    agent,
+    owner: owners.get(agent.agent_id) ?? { pid: null, host: null, state: "gone" },
+    children: (byParent.get(agent.agent_id) ?? []).map(build)
+  })
+  return (byParent.get(undefined) ?? []).map(build)
+}
+
+const time = (ms: number | undefined) => ms === undefined ? "" : `${new Date(ms).toISOString().slice(0, 19).replace("T", " ")}Z`
+
+const ownerText = (agent: SubAgentRecord, owner: OwnerView) => {
+  const who = owner.pid === null ? "unknown process" : `pid ${owner.pid}${owner.host === null ? "" : `@${owner.host}`}`
+  if (isTerminal(agent.status)) return who
+  return `${who}, ${owner.state === "alive" ? "another live process" : "gone"}`
+}
+
+/** One agent as a line of the tree. */
+export const nodeLine = (node: TreeNode): string => {
+  const { agent } = node
+  const times = agent.finished_at !== undefined
+    ? `${time(agent.started_at ?? agent.created_at)} → ${time(agent.finished_at)}`
+    : `since ${time(agent.started_at ?? agent.created_at)}`
+  return `${agent.agent_id}  ${agent.status.padEnd(11)} ${agent.role.padEnd(11)} ${agent.description}  [${times}; ${
+    ownerText(agent, node.owner)
+  }]${agent.reason === undefined ? "" : `  — ${agent.reason}`}`
+}
+
+export const renderForest = (roots: ReadonlyArray<TreeNode>): ReadonlyArray<string> => {
+  const lines: Array<string> = []
+  const walk = (node: TreeNode, prefix: string, last: boolean, top: boolean) => {
+    lines.push(top ? nodeLine(node) : `${prefix}${last ? "└─ " : "├─ "}${nodeLine(node)}`)
+    const next = top ? "" : `${prefix}${last ? "   " : "│  "}`
+    node.children.forEach((child, i) => walk(child, next, i === node.children.length - 1, false))
+  }
+  for (const root of roots) walk(root, "", true, true)
+  return lines
+}
+
+const nodeJson = (node: TreeNode): unknown => ({
+  ...node.agent,
+  owner: node.owner,
+  children: node.children.map(nodeJson)
 })
 
-const live = (record: SubAgentRecord): SubAgentManager.AgentView => ({ ...record, from_prior_session: true })
-
-const line = (agent: SubAgentManager.AgentView) =>
-  `${agent.agent_id}  ${agent.status.padEnd(11)} ${agent.role.padEnd(11)} ${agent.description}${
-    agent.reason === undefined ? "" : `  — ${agent.reason}`
-  }${agent.from_prior_session ? "  (earlier run)" : ""}`
-
-/** Without --all: agents still running or pending (in some process); with it, every record. */
+/**
+ * The agents as trees. Without `all`: every tree that still has a pending or running agent
+ * (in any process); with it, every recorded tree.
+ */
 export const list = Effect.fn("fibril.agents.list")(function*(
   stateDir: string,
   all: boolean,
   json: boolean,
   output: Output.Output
 ) {
-  const records = yield* readRecords(stateDir)
-  const agents = all ? records : records.filter((r) => r.status === "running" || r.status === "pending")
-  if (json) return yield* output.line(JSON.stringify(agents))
-  if (agents.length === 0) {
+  const roots = yield* withStore(stateDir, [] as ReadonlyArray<TreeNode>, (store) =>
+    Effect.gen(function*() {
+      yield* store.reconcile
+      const records = yield* store.all
+      const owners = new Map<string, OwnerView>()
+      for (const record of records) owners.set(record.agent_id, yield* ownerOf(store, record))
+      const trees = forest(records, owners)
+      const live = (node: TreeNode): boolean => !isTerminal(node.agent.status) || node.children.some(live)
+      return all ? trees : trees.filter(live)
+    }))
+  if (json) return yield* output.line(JSON.stringify(roots.map(nodeJson)))
+  if (roots.length === 0) {
     return yield* output.line(
-      all ? `No sub-agents recorded in ${stateDir}.` : "No sub-agent is running; --all shows every recorded one."
+      all ? `No agents recorded in ${stateDir}.` : "No agent is running; --all shows every recorded one."
     )
   }
-  for (const agent of agents) yield* output.line(line(live(agent)))
+  for (const line of renderForest(roots)) yield* output.line(line)
 })
 
-const find = (stateDir: string, id: string) =>
-  Effect.flatMap(readRecords(stateDir), (records) => {
-    const found = records.find((record) => record.agent_id === id)
-    return found === undefined ? Effect.fail(new AgentNotRecorded({ agentId: id, dir: stateDir })) : Effect.succeed(found)
-  })
+const find = (store: SubAgentStore.SubAgentStore["Service"], stateDir: string, id: string) =>
+  Effect.flatMap(
+    Effect.andThen(store.reconcile, store.get(id)),
+    Option.match({
+      onNone: () => Effect.fail(new AgentNotRecorded({ agentId: id, dir: stateDir })),
+      onSome: Effect.succeed
+    })
+  )
+
+const notRecorded = (stateDir: string, id: string) => Effect.fail(new AgentNotRecorded({ agentId: id, dir: stateDir }))
 
 export const show = Effect.fn("fibril.agents.show")(function*(stateDir: string, id: string, output: Output.Output) {
-  yield* output.line(JSON.stringify(yield* find(stateDir, id), null, 2))
+  const shown = yield* withStore(stateDir, undefined, (store) =>
+    Effect.flatMap(find(store, stateDir, id), (agent) =>
+      Effect.map(ownerOf(store, agent), (owner) => ({ ...agent, owner }))))
+  if (shown === undefined) return yield* notRecorded(stateDir, id)
+  yield* output.line(JSON.stringify(shown, null, 2))
 })
 
-export const cancel = Effect.fn("fibril.agents.cancel")(function*(id: string, output: Output.Output) {
-  const manager = yield* SubAgentManager.SubAgentManager
-  const agent = yield* manager.cancel(id, "Cancelled from the command line")
-  yield* output.line(line(agent))
+/** Cancels an agent wherever it runs: another live process is asked to (it acts within a second). */
+export const cancel = Effect.fn("fibril.agents.cancel")(function*(stateDir: string, id: string, output: Output.Output) {
+  const node = yield* withStore(stateDir, undefined, (store) =>
+    Effect.gen(function*() {
+      const agent = yield* find(store, stateDir, id)
+      const after = yield* SubAgentManager.requestCancel(agent, "Cancelled from the command line").pipe(
+        Effect.provideService(SubAgentStore.SubAgentStore, store)
+      )
+      return { agent: after, owner: yield* ownerOf(store, after), children: [] } satisfies TreeNode
+    }))
+  if (node === undefined) return yield* notRecorded(stateDir, id)
+  yield* output.line(nodeLine(node))
+  if (!isTerminal(node.agent.status)) {
+    yield* output.line(`  the process that runs it (pid ${node.agent.owner_pid ?? "unknown"}) has not acted on the request yet`)
+  }
 })
 
+/** Continues a finished agent here and waits for it; 0 when the resumed run completes, 1 otherwise. */
 export const resume = Effect.fn("fibril.agents.resume")(function*(
   id: string,
   message: string | undefined,
@@ -84,8 +190,13 @@ export const resume = Effect.fn("fibril.agents.resume")(function*(
   const manager = yield* SubAgentManager.SubAgentManager
   yield* manager.resume(undefined, id, message)
   const agent = yield* manager.result(id, { block: true })
-  yield* output.line(line(agent))
+  yield* output.line(nodeLine({ agent, owner: { pid: agent.owner_pid ?? null, host: agent.owner_host ?? null, state: "alive" }, children: [] }))
   if (agent.outcome !== undefined) for (const text of agent.outcome.text.split("\n")) yield* output.line(`  ${text}`)
+  const previous = agent.history?.at(-1)
+  if (agent.status !== "completed" && previous !== undefined) {
+    yield* output.line(`  its previous run (${previous.status}) is kept in the record's history: fibril agents show ${id}`)
+  }
+  return agent.status === "completed" ? 0 : 1
 })
 
 export const transcript = Effect.fn("fibril.agents.transcript")(function*(
@@ -93,16 +204,9 @@ export const transcript = Effect.fn("fibril.agents.transcript")(function*(
   id: string,
   output: Output.Output
 ) {
-  const fs = yield* FileSystem.FileSystem
-  const path = yield* Path.Path
-  const agent = yield* find(stateDir, id)
-  const file = path.join(stateDir, "transcripts", agent.transcript_handle)
-  const text = (yield* fs.exists(file)) ? yield* fs.readFileString(file) : ""
-  // A crash can cut the last line short: read what parses.
-  const raw = text.split("\n").flatMap((line) => {
-    if (line.trim() === "") return []
-    return Option.toArray(Schema.decodeUnknownOption(Schema.fromJsonString(Schema.Unknown))(line))
-  })
+  const raw = yield* withStore(stateDir, undefined, (store) =>
+    Effect.flatMap(find(store, stateDir, id), (agent) => store.readTranscript(agent.transcript_handle)))
+  if (raw === undefined) return yield* notRecorded(stateDir, id)
   const messages = yield* Schema.decodeUnknownEffect(Schema.Array(Prompt.Message))(raw)
   for (const message of messages) {
     const content = typeof message.content === "string"

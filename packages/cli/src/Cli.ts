@@ -81,6 +81,10 @@ export const run = Command.make(
     ),
     cwd: cwdFlag,
     json: jsonFlag,
+    waitDetached: Flag.Boolean("wait-detached").pipe(
+      Flag.withDescription("When the root agent is done, wait for detached agents still running (default: stop them)"),
+      Flag.withDefault(false)
+    ),
     otlp: Flag.String("otlp").pipe(Flag.withDescription("Export traces to this OTLP/HTTP endpoint (…/v1/traces)"), Flag.optional)
   },
   Effect.fn("fibril.run.command")(function*(flags) {
@@ -107,7 +111,12 @@ export const run = Command.make(
       deny: config.settings.permissions.deny
     }).pipe(Layer.provideMerge(ModelSelection.layer(selection)))
     const code = yield* Run.run(
-      { prompt: flags.prompt, role: Option.getOrUndefined(flags.role), json: flags.json },
+      {
+        prompt: flags.prompt,
+        role: Option.getOrUndefined(flags.role),
+        json: flags.json,
+        waitDetached: flags.waitDetached
+      },
       Output.console(environment.tty && !flags.json)
     ).pipe(Effect.provide(Layer.mergeAll(
       core,
@@ -160,10 +169,17 @@ export const agents = Command.make("agents").pipe(
   Command.withSubcommands([
     Command.make(
       "list",
-      { all: Flag.Boolean("all").pipe(Flag.withDefault(false)), json: jsonFlag, cwd: cwdFlag },
+      {
+        all: Flag.Boolean("all").pipe(
+          Flag.withDescription("Every recorded tree, finished ones included"),
+          Flag.withDefault(false)
+        ),
+        json: jsonFlag,
+        cwd: cwdFlag
+      },
       (flags) =>
         Effect.flatMap(resolveCwd(flags.cwd), (cwd) => AgentsCommand.list(stateDir(cwd), flags.all, flags.json, out))
-    ).pipe(Command.withDescription("Running agents; --all for every recorded one")),
+    ).pipe(Command.withDescription("Agent trees with a running agent (any process), times and owners; --all for every one")),
     Command.make(
       "show",
       { id: agentId, cwd: cwdFlag },
@@ -177,8 +193,8 @@ export const agents = Command.make("agents").pipe(
     Command.make(
       "cancel",
       { id: agentId, cwd: cwdFlag },
-      (flags) => Effect.flatMap(resolveCwd(flags.cwd), (cwd) => managed(cwd, AgentsCommand.cancel(flags.id, out)))
-    ).pipe(Command.withDescription("Cancel an agent (in this process; others' records are already final)")),
+      (flags) => Effect.flatMap(resolveCwd(flags.cwd), (cwd) => AgentsCommand.cancel(stateDir(cwd), flags.id, out))
+    ).pipe(Command.withDescription("Cancel an agent, in whichever process runs it (that process acts within a second)")),
     Command.make(
       "resume",
       {
@@ -188,8 +204,10 @@ export const agents = Command.make("agents").pipe(
       },
       (flags) =>
         Effect.flatMap(resolveCwd(flags.cwd), (cwd) =>
-          managed(cwd, AgentsCommand.resume(flags.id, Option.getOrUndefined(flags.message), out)))
-    ).pipe(Command.withDescription("Continue a finished agent from its transcript, and wait for it"))
+          managed(cwd, AgentsCommand.resume(flags.id, Option.getOrUndefined(flags.message), out))).pipe(
+            Effect.flatMap(setExit)
+          )
+    ).pipe(Command.withDescription("Continue a finished agent from its transcript, and wait for it (exit 1 unless it completes)"))
   ])
 )
 

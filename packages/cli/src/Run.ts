@@ -8,7 +8,9 @@
  * what was cancelled is printed.
  */
 import { type AgentEvent, AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
+import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
 import * as Session from "@fibril/core/Session"
+import { SubAgentManager } from "@fibril/core/SubAgentManager"
 import { Cause, Clock, Effect, Exit, Fiber, PubSub } from "effect"
 import * as Output from "./Output.ts"
 import * as TreeView from "./TreeView.ts"
@@ -17,26 +19,63 @@ export interface Options {
   readonly prompt: string
   readonly role: string | undefined
   readonly json: boolean
+  /** Wait for detached agents still running when the root finishes, instead of stopping them. */
+  readonly waitDetached: boolean
 }
+
+/** The reason a detached agent gets when `fibril run` ends before it does. */
+export const stoppedReason = (id: string) =>
+  `Stopped because fibril run ended while this detached agent ran; resume it with: fibril agents resume ${id}`
 
 export const run = Effect.fn("fibril.run")(function*(options: Options, output: Output.Output) {
   const session = yield* Session.Session
+  const manager = yield* SubAgentManager
   const events = yield* AgentEvents
   const subscription = yield* events.subscribe
   const follow = Output.follower(output, options.json)
-  const root = yield* session.create({ role: options.role })
+  // The root is recorded like every agent (`fibril agents show <id>`), without a sub-agent permit.
+  const { agent: root, fiber } = yield* manager.startRoot({
+    prompt: options.prompt,
+    role: options.role,
+    description: options.prompt.split("\n")[0]!.slice(0, 60)
+  })
   const started = yield* Clock.currentTimeMillis
-  const fiber = yield* Effect.forkChild(session.prompt(root.id, options.prompt), { startImmediately: true })
+  if (options.json) yield* output.line(JSON.stringify({ type: "root", agent_id: root.agent_id }))
+  else if (output.redraw === undefined) yield* output.line(`root agent ${root.agent_id}`)
 
   const drain = Effect.flatMap(
     PubSub.takeUpTo(subscription, Number.MAX_SAFE_INTEGER),
     (pending) => Effect.forEach(pending, follow.show, { discard: true })
   )
 
-  const summarise = (exit: Exit.Exit<Session.PromptResult, Session.PromptError>) =>
+  /**
+   * Detached agents this process still runs when the root is done: waited for with
+   * `--wait-detached`, otherwise stopped (their records say so and how to resume them).
+   * Either way the final tree shows what they really ended as.
+   */
+  const settleDetached = (wait: boolean) => Effect.gen(function*() {
+    const open = (yield* manager.list({ includeArchived: false }))
+      .filter((agent) => !agent.from_prior_session && !SubAgentRecord.isTerminal(agent.status) && agent.agent_id !== root.agent_id)
+    if (open.length === 0) return []
+    const ids = open.map((agent) => agent.agent_id)
+    if (wait) {
+      const waiting = yield* Effect.forkChild(manager.wait(ids, { mode: "all" }), { startImmediately: true })
+      while (true) {
+        const done = yield* Fiber.await(waiting).pipe(Effect.timeoutOption("100 millis"))
+        yield* drain
+        if (done._tag === "Some") break
+      }
+      return []
+    }
+    yield* Effect.forEach(ids, (id) => manager.cancel(id, stoppedReason(id)), { concurrency: "unbounded", discard: true })
+    yield* drain
+    return ids
+  })
+
+  const summarise = (exit: Exit.Exit<Session.PromptResult, Session.PromptError>, stopped: ReadonlyArray<string>) =>
     Effect.gen(function*() {
       const finished = yield* Clock.currentTimeMillis
-      const info = yield* Effect.orDie(session.info(root.id))
+      const info = yield* Effect.orDie(session.info(root.agent_id))
       const nodes = [...follow.view.nodes.values()]
       const toolCalls = nodes.reduce((n, node) => n + node.toolCalls, 0)
       const totals = {
@@ -53,20 +92,27 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
         : "failed"
       const text = Exit.isSuccess(exit) ? exit.value.text : Session.describeFailure(exit.cause)
       if (options.json) {
-        yield* output.line(JSON.stringify({ type: "final", agent_id: root.id, status, text, totals }))
+        yield* output.line(JSON.stringify({ type: "final", agent_id: root.agent_id, status, text, totals, stopped }))
       } else {
         if (status === "cancelled") {
-          const cancelled = nodes.filter((node) => node.status === "cancelled" || node.status === "interrupted")
+          const cancelled = nodes.filter((node) =>
+            (node.status === "cancelled" || node.status === "interrupted") && !stopped.includes(node.id)
+          )
           yield* output.line("")
           yield* output.line(`Cancelled ${cancelled.length} agent(s):`)
           for (const node of cancelled) yield* output.line(`  ${node.role} [${node.id}] ${node.description ?? ""}`.trimEnd())
+        }
+        if (stopped.length > 0) {
+          yield* output.line("")
+          yield* output.line(`Stopped ${stopped.length} detached agent(s) still running when the run ended; resume with:`)
+          for (const id of stopped) yield* output.line(`  fibril agents resume ${id}`)
         }
         yield* output.line("")
         yield* output.line(status === "completed" ? "Answer" : `The root agent ${status}:`)
         for (const line of text.split("\n")) yield* output.line(`  ${line}`)
         yield* output.line("")
         yield* output.line(
-          `Totals: ${Output.count(totals.agents, "agent")}, ${Output.count(toolCalls, "tool call")}, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${totals.duration_ms} ms, model ${info.model}.`
+          `Totals: ${Output.count(totals.agents, "agent")}, ${Output.count(toolCalls, "tool call")}, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${totals.duration_ms} ms, model ${info.model}. Root agent ${root.agent_id}.`
         )
       }
       return status === "completed" ? 0 : 1
@@ -76,16 +122,19 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
     while (true) {
       const event: AgentEvent = yield* PubSub.take(subscription)
       yield* follow.show(event)
-      if (event.agent.agentId === root.id && isTerminal(event.type)) break
+      if (event.agent.agentId === root.agent_id && isTerminal(event.type)) break
     }
-    return yield* summarise(yield* Fiber.await(fiber))
+    const exit = yield* Fiber.await(fiber)
+    return yield* summarise(exit, yield* settleDetached(options.waitDetached))
   }).pipe(
-    // Ctrl-C: stop the tree first (its finalizers kill processes), then say what stopped.
+    // Ctrl-C (or SIGTERM, SIGHUP): stop the tree first (its finalizers kill processes), then
+    // detached agents, then say what stopped.
     Effect.onInterrupt(() =>
       Effect.gen(function*() {
         const exit = yield* Fiber.interrupt(fiber).pipe(Effect.andThen(Fiber.await(fiber)))
+        const stopped = yield* settleDetached(false).pipe(Effect.orElseSucceed(() => []))
         yield* drain
-        yield* summarise(exit)
+        yield* summarise(exit, stopped)
       })
     )
   )

@@ -4,6 +4,10 @@ import { NodeRuntime } from "@effect/platform-node"
 import { Cause, Effect, Exit } from "effect"
 import * as Cli from "./Cli.ts"
 
+// A closed terminal (SIGHUP) stops the run like SIGTERM: the tree is cancelled and its shell
+// process groups are killed. The runtime listens for SIGTERM; this hands SIGHUP to it.
+process.on("SIGHUP", () => void process.emit("SIGTERM"))
+
 NodeRuntime.runMain(
   Effect.flatMap(Cli.main(process.argv.slice(2), Cli.processEnvironment()), (code) =>
     Effect.sync(() => {

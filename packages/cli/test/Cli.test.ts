@@ -109,10 +109,25 @@ describe("fibril agents and config", () => {
       const { dir } = yield* workspace(fanOut)
       yield* fibril(["run", "go", "--model", "scripted:script.json"], { cwd: dir })
       const running = yield* fibril(["agents", "list"], { cwd: dir })
-      assert.include(running.stdout, "No sub-agent is running")
+      assert.include(running.stdout, "No agent is running")
+      // The root of the run is recorded too; its two explorers are its children in the tree.
+      type Node = { agent_id: string; status: string; role: string; depth: number; children: Array<Node> }
       const all = yield* fibril(["agents", "list", "--all", "--json"], { cwd: dir })
-      const records = JSON.parse(all.stdout) as Array<{ agent_id: string; status: string; role: string }>
-      assert.deepStrictEqual(records.map((r) => [r.status, r.role]), [["completed", "explore"], ["completed", "explore"]])
+      const trees = JSON.parse(all.stdout) as Array<Node>
+      assert.deepStrictEqual(trees.map((r) => [r.status, r.role, r.depth]), [["completed", "general", 0]])
+      const records = trees[0]!.children
+      assert.deepStrictEqual(records.map((r) => [r.status, r.role, r.depth]), [["completed", "explore", 1], [
+        "completed",
+        "explore",
+        1
+      ]])
+      const text = yield* fibril(["agents", "list", "--all"], { cwd: dir })
+      const lines = text.stdout.trimEnd().split("\n")
+      assert.strictEqual(lines.length, 3)
+      assert.match(lines[0]!, new RegExp(`^${trees[0]!.agent_id}  completed +general`))
+      assert.match(lines[1]!, new RegExp(`^├─ ${records[0]!.agent_id}  completed +explore`))
+      assert.match(lines[2]!, new RegExp(`^└─ ${records[1]!.agent_id}  completed +explore`))
+      assert.include(lines[1]!, " → ")
       const shown = yield* fibril(["agents", "show", records[0]!.agent_id], { cwd: dir })
       assert.include(shown.stdout, "\"summary\": \"listed the workspace\"")
       const transcript = yield* fibril(["agents", "transcript", records[0]!.agent_id], { cwd: dir })

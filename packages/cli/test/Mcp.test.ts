@@ -1,4 +1,5 @@
 // `fibril mcp` as a real subprocess, driven by the official MCP SDK client over stdio.
+import { DatabaseSync } from "node:sqlite"
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import type { ScriptedModel } from "@fibril/testkit"
@@ -47,10 +48,16 @@ const workspace = (config?: string) =>
       yield* fs.makeDirectory(path.join(dir, ".fibril"), { recursive: true })
       yield* fs.writeFileString(path.join(dir, ".fibril", "config.toml"), config)
     }
-    const records = Effect.map(
-      fs.readFileString(path.join(dir, ".fibril", "state", "subagents.v1.json")),
-      (text) => (JSON.parse(text) as { records: Array<Record<string, unknown>> }).records
-    )
+    // The records as the server left them in the shared store, read straight from the database.
+    const records = Effect.sync(() => {
+      const db = new DatabaseSync(path.join(dir, ".fibril", "state", "fibril.db"))
+      try {
+        return db.prepare("SELECT record FROM fibril_agents").all()
+          .map((row) => JSON.parse(String(row["record"])) as Record<string, unknown>)
+      } finally {
+        db.close()
+      }
+    })
     return { dir, records }
   })
 

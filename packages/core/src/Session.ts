@@ -19,7 +19,7 @@ import * as Ids from "./Ids.ts"
 import { withSpan } from "./internal/span.ts"
 import { callModel, type ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
 import { resolveTurn } from "./loop/ResolveTurn.ts"
-import { runTools } from "./loop/RunTools.ts"
+import { runTools, type RunToolsDeps } from "./loop/RunTools.ts"
 import { type Budgets, type SessionState, snapshot } from "./loop/State.ts"
 import { Memory } from "./Memory.ts"
 import { Models, type UnknownModel } from "./Models.ts"
@@ -191,6 +191,11 @@ export interface Hooks {
    * (e.g. the results of background children it must see), or undefined to finish.
    */
   readonly beforeFinish: (sessionId: string) => Effect.Effect<string | undefined>
+  /**
+   * Called with every message added to a conversation — each tool result on its own, as it
+   * lands — before the loop goes on (a durable store writes it there). Absent: no cost.
+   */
+  readonly onMessage?: ((sessionId: string, message: Prompt.Message) => Effect.Effect<void>) | undefined
 }
 
 const noHooks: Hooks = { onEvent: () => Effect.void, beforeFinish: () => Effect.succeed(undefined) }
@@ -255,24 +260,37 @@ const info = (state: SessionState): SessionInfo => ({
 
 /**
  * A run interrupted while tools ran leaves tool calls without results; providers reject
- * such a history, so before a new prompt each dangling call gets a result saying so.
+ * such a history, so before a new prompt each call that has no result gets one saying so.
+ * Results that did land (kept as they landed) are not touched: only a call that really did
+ * not finish is reported as interrupted.
  */
-const closeDanglingCalls = (state: SessionState) => {
-  const last = state.messages.at(-1)
-  if (last?.role !== "assistant") return
-  const calls = last.content.filter((part) => part.type === "tool-call")
-  if (calls.length === 0) return
-  state.messages.push(Prompt.makeMessage("tool", {
-    content: calls.map((call) =>
-      Prompt.makePart("tool-result", {
-        id: call.id,
-        name: call.name,
-        isFailure: true,
-        result: { error: "Interrupted", message: "the run was interrupted before this call finished; its effects are unknown" },
-        providerExecuted: false
-      })
+const closeDanglingCalls = (state: SessionState): Prompt.ToolMessage | undefined => {
+  let at = state.messages.length - 1
+  while (at >= 0 && state.messages[at]!.role === "tool") at--
+  const last = state.messages[at]
+  if (last?.role !== "assistant") return undefined
+  const answered = new Set<string>()
+  for (const message of state.messages.slice(at + 1)) {
+    if (message.role !== "tool") continue
+    for (const part of message.content) if (part.type === "tool-result") answered.add(part.id)
+  }
+  const missing = last.content.filter((part) => part.type === "tool-call" && !answered.has(part.id))
+  if (missing.length === 0) return undefined
+  const message = Prompt.makeMessage("tool", {
+    content: missing.flatMap((call) =>
+      call.type === "tool-call"
+        ? [Prompt.makePart("tool-result", {
+          id: call.id,
+          name: call.name,
+          isFailure: true,
+          result: { error: "Interrupted", message: "the run was interrupted before this call finished; its effects are unknown" },
+          providerExecuted: false
+        })]
+        : []
     )
-  }))
+  })
+  state.messages.push(message)
+  return message
 }
 
 const userMessage = (text: string) => Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text })] })
@@ -286,8 +304,14 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   const workspace = yield* Workspace
   const memory = yield* Effect.serviceOption(Memory)
   const sessions = new Map<string, SessionState>()
-  const deps = { registry, permission, events }
   let hooks = noHooks
+  const deps: RunToolsDeps = { registry, permission, events, onResult: undefined }
+
+  /** Adds a message to the conversation and hands it to the `onMessage` hook. */
+  const addMessage = (state: SessionState, message: Prompt.Message): Effect.Effect<void> => {
+    state.messages.push(message)
+    return hooks.onMessage === undefined ? Effect.void : hooks.onMessage(state.id, message)
+  }
 
   const lookup = (sessionId: string): Effect.Effect<SessionState, SessionNotFound> => {
     const state = sessions.get(sessionId)
@@ -533,7 +557,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       const own = Usage.zero()
       const { maxSteps } = state.budgets
       while (true) {
-        while (state.inbox.length > 0) state.messages.push(userMessage(state.inbox.shift()!))
+        while (state.inbox.length > 0) yield* addMessage(state, userMessage(state.inbox.shift()!))
         if (state.steps - startSteps >= maxSteps) {
           return yield* new BudgetExceeded({ sessionId: state.id, budget: "max_steps", limit: maxSteps })
         }
@@ -543,17 +567,18 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
         state.steps++
         addUsage(state, turn.usage)
         Usage.add(own, turn.usage)
-        state.messages.push(turn.assistant)
+        yield* addMessage(state, turn.assistant)
         yield* publish(state, { type: "step" })
         yield* checkTokens(state, own)
         if (turn.toolCalls.length > 0) {
+          // Each result was handed to `onMessage` as it landed (deps.onResult): only kept here.
           state.messages.push(yield* runTools(deps, state, turn.toolCalls))
           continue
         }
         if (state.inbox.length > 0) continue
         const more = yield* hooks.beforeFinish(state.id)
         if (more !== undefined) {
-          state.messages.push(userMessage(more))
+          yield* addMessage(state, userMessage(more))
           continue
         }
         return {
@@ -582,8 +607,9 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     if (state.busy) return yield* new SessionBusy({ sessionId })
     state.busy = true
     state.cancelReason = undefined
-    closeDanglingCalls(state)
-    state.messages.push(userMessage(message))
+    const closed = closeDanglingCalls(state)
+    if (closed !== undefined && hooks.onMessage !== undefined) yield* hooks.onMessage(state.id, closed)
+    yield* addMessage(state, userMessage(message))
     yield* publish(state, { type: "started" })
     // The run's scope (background children are forked into it) is closed by the same
     // finalizer that publishes the terminal event, first: one finalizer to unwind, not two.
@@ -668,7 +694,14 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     info: (sessionId) => Effect.map(lookup(sessionId), info),
     reassign,
     dispose: (sessionId) => Effect.sync(() => void sessions.delete(sessionId)),
-    setHooks: (next) => Effect.sync(() => void (hooks = next))
+    setHooks: (next) =>
+      Effect.sync(() => {
+        hooks = next
+        const onMessage = next.onMessage
+        deps.onResult = onMessage === undefined
+          ? undefined
+          : (state, part) => onMessage(state.id, Prompt.makeMessage("tool", { content: [part] }))
+      })
   })
 })
 

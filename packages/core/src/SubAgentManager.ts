@@ -17,7 +17,7 @@
  * Lifecycle: pending -> running -> completed | failed(reason) | cancelled(reason) |
  * interrupted(reason), exactly one terminal state per run.
  */
-import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, Scope, Semaphore } from "effect"
+import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Latch, Layer, Option, Schedule, Schema, Scope, Semaphore } from "effect"
 import { Prompt } from "effect/ai"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import * as AgentDefinitions from "./AgentDefinitions.ts"
@@ -27,8 +27,15 @@ import { Models, type UnknownModel } from "./Models.ts"
 import * as OutputContract from "./OutputContract.ts"
 import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
-import { type Budgets, describeFailure, Session, type SessionNotFound } from "./Session.ts"
-import { isTerminal, type Status, type SubAgentRecord } from "./SubAgentRecord.ts"
+import {
+  type Budgets,
+  describeFailure,
+  type PromptError,
+  type PromptResult,
+  Session,
+  type SessionNotFound
+} from "./Session.ts"
+import { isTerminal, maxHistory, type Status, type SubAgentRecord } from "./SubAgentRecord.ts"
 import { SubAgentStore } from "./SubAgentStore.ts"
 
 export interface Options {
@@ -42,6 +49,8 @@ export interface Options {
   readonly roleModels: Readonly<Record<string, string>>
   /** Agent types defined in markdown files, usable as `subagent_type`. */
   readonly agents?: ReadonlyArray<AgentDefinitions.AgentDefinition> | undefined
+  /** Bound on each part of a child's result (summary, each section, the answer kept in the record) and on reasons. */
+  readonly maxResultChars?: number | undefined
 }
 
 export const defaults: Options = {
@@ -106,6 +115,9 @@ export interface InputResult {
 
 type Mutable<T> = { -readonly [K in keyof T]: T[K] }
 
+/** A run's sub-agent permit: taken at admission, to be waited for (queue), or none (a root agent). */
+type Permit = "held" | "wait" | "none"
+
 interface Entry {
   record: Mutable<SubAgentRecord>
   readonly parentSessionId: string | undefined
@@ -115,11 +127,25 @@ interface Entry {
   /** Its session published `started` for this run (and so publishes its terminal event). */
   started: boolean
   lastProgress: number
-  /** Transcript messages already appended to the store. */
-  persisted: number
 }
 
 export const restartReason = "Interrupted by process restart"
+
+/** Default bound on each part of a result a parent receives (summary, each section) and on stored reasons. */
+export const defaultMaxResultChars = 16_384
+
+/** `text` cut to `max` characters, marked when cut: the whole text stays in the transcript. */
+export const bound = (text: string, max: number): string => {
+  if (text.length <= max) return text
+  const low = text.charCodeAt(max)
+  const cut = low >= 0xdc00 && low <= 0xdfff ? max - 1 : max
+  return `${text.slice(0, cut)}\n[... cut: ${text.length - cut} more characters; the whole answer is in the agent's transcript]`
+}
+
+/** How often a process with live agents reads the requests other processes left for it. */
+const requestPollMs = 500
+/** How long a cancel of another process's agent waits for that process to act. */
+const foreignCancelWait = Duration.seconds(5)
 
 const roleModelKey: Partial<Record<Roles.RoleName, keyof FibrilConfig.SubagentSettings>> = {
   general: "workerModel",
@@ -162,6 +188,14 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
   readonly options: Options
   /** Starts a background agent and returns at once. */
   readonly spawn: (parentSessionId: string | undefined, request: SpawnRequest) => Effect.Effect<AgentView, SpawnError>
+  /**
+   * Starts the root agent of a tree (no parent, depth 0, no sub-agent permit) and records it
+   * like any other; the fiber runs its prompt.
+   */
+  readonly startRoot: (request: SpawnRequest) => Effect.Effect<
+    { readonly agent: AgentView; readonly fiber: Fiber.Fiber<PromptResult, PromptError> },
+    SpawnError
+  >
   /** Starts an agent and waits for it in the caller's fiber (the `task` tool). */
   readonly run: (parentSessionId: string | undefined, request: SpawnRequest) => Effect.Effect<AgentView, SpawnError>
   readonly wait: (
@@ -202,7 +236,17 @@ const TranscriptMessages = Schema.Array(Prompt.Message)
 const encodeTranscript = Schema.encodeUnknownEffect(TranscriptMessages)
 const decodeTranscript = Schema.decodeUnknownEffect(TranscriptMessages)
 
-const randomBootId = () => Math.random().toString(36).slice(2, 10)
+/** Consecutive tool messages as one: the store keeps each tool result as its own message, as it lands. */
+const mergeToolMessages = (messages: ReadonlyArray<Prompt.Message>): Array<Prompt.Message> => {
+  const out: Array<Prompt.Message> = []
+  for (const message of messages) {
+    const last = out.at(-1)
+    if (message.role === "tool" && last?.role === "tool") {
+      out[out.length - 1] = Prompt.makeMessage("tool", { content: [...last.content, ...message.content] })
+    } else out.push(message)
+  }
+  return out
+}
 
 export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial<Options> = {}) {
   const config: Options = { ...defaults, ...options }
@@ -211,36 +255,20 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const store = yield* SubAgentStore
   const events = yield* AgentEvents
   const managerScope = yield* Effect.scope
-  const bootId = randomBootId()
+  const bootId = store.owner.boot_id
+  const maxResultChars = config.maxResultChars ?? defaultMaxResultChars
   const semaphore = yield* Semaphore.make(config.maxConcurrent)
   const entries = new Map<string, Entry>()
   /** Background, non-detached children by the session that spawned them. */
   const childrenOf = new Map<string, Set<string>>()
   let runningCount = 0
 
-  // Records left running or pending by an earlier process were interrupted by its end.
-  const loadedAt = yield* Clock.currentTimeMillis
-  for (const stored of yield* store.all) {
-    const record: Mutable<SubAgentRecord> = { ...stored }
-    if (!isTerminal(record.status)) {
-      record.status = "interrupted"
-      record.reason = restartReason
-      record.finished_at = loadedAt
-      yield* store.put(record)
-    }
-    const done = yield* Deferred.make<void>()
-    yield* Deferred.succeed(done, undefined)
-    entries.set(record.agent_id, {
-      record,
-      parentSessionId: record.parent_id,
-      fiber: undefined,
-      done,
-      cancelReason: undefined,
-      started: false,
-      lastProgress: loadedAt,
-      persisted: Number.POSITIVE_INFINITY
-    })
-  }
+  // Agents of processes that ended without finishing them are interrupted; those of live
+  // processes are theirs. This process's own agents are those it starts or adopts.
+  yield* store.reconcile
+  /** Own agents not yet terminal: while there are any, requests from other processes are read. */
+  let liveCount = 0
+  const requestsWake = yield* Latch.make(false)
 
   const view = (record: SubAgentRecord): AgentView => ({
     ...record,
@@ -251,6 +279,24 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const entry = entries.get(id)
     return entry === undefined ? Effect.fail(new AgentNotFound({ agentId: id })) : Effect.succeed(entry)
   }
+
+  /** One of this process's agents, or the record of another process's (reconciled first). */
+  const lookupAny = (id: string): Effect.Effect<Entry | SubAgentRecord, AgentNotFound> => {
+    const entry = entries.get(id)
+    if (entry !== undefined) return Effect.succeed(entry)
+    return Effect.flatMap(store.reconcile, () =>
+      Effect.flatMap(store.get(id), (found) =>
+        Option.isSome(found) ? Effect.succeed(found.value) : Effect.fail(new AgentNotFound({ agentId: id }))))
+  }
+
+  const isEntry = (target: Entry | SubAgentRecord): target is Entry => "done" in target
+
+  const awaitForeign = (id: string): Effect.Effect<void> => Effect.provideService(untilTerminal(id), SubAgentStore, store)
+
+  const currentView = (target: Entry | SubAgentRecord): Effect.Effect<AgentView> =>
+    isEntry(target)
+      ? Effect.map(isTerminal(target.record.status) ? Effect.void : syncFromSession(target), () => view(target.record))
+      : Effect.map(store.get(target.agent_id), (found) => view(Option.getOrElse(found, () => target)))
 
   const modelFor = (role: Roles.RoleSpec, explicit: string | undefined, parentModel: string | undefined) =>
     explicit ?? config.roleModels[role.name] ?? config.defaultModel ?? parentModel ?? models.defaultModel
@@ -295,15 +341,19 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       })
     )
 
-  const persistTranscript = (entry: Entry) =>
-    Effect.gen(function*() {
-      const transcript = yield* Effect.orElseSucceed(session.transcript(entry.record.agent_id), () => [])
-      if (transcript.length <= entry.persisted) return
-      const fresh = transcript.slice(Math.max(0, entry.persisted))
-      entry.persisted = transcript.length
-      const encoded = yield* Effect.orDie(encodeTranscript(fresh))
-      yield* Effect.ignore(store.appendTranscript(entry.record.transcript_handle, encoded))
-    })
+  /** Appends messages to the agent's transcript in the store; durable when it returns. */
+  const appendMessages = (handle: string, messages: ReadonlyArray<Prompt.Message>) =>
+    Effect.flatMap(Effect.orDie(encodeTranscript(messages)), (encoded) =>
+      Effect.catch(store.appendTranscript(handle, encoded), (error) => Effect.logWarning(error.message)))
+
+  /** The conversation a new session starts with (system prompt, a fork's copied history), into the store. */
+  const persistStart = (entry: Entry) =>
+    store.durable
+      ? Effect.flatMap(
+        Effect.orElseSucceed(session.transcript(entry.record.agent_id), () => []),
+        (messages) => appendMessages(entry.record.transcript_handle, messages)
+      )
+      : Effect.void
 
   const syncFromSession = (entry: Entry) =>
     Effect.map(Effect.option(session.info(entry.record.agent_id)), (found) => {
@@ -322,21 +372,34 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       yield* syncFromSession(entry)
       record.finished_at = yield* Clock.currentTimeMillis
       if (Exit.isSuccess(exit)) {
-        const parsed = OutputContract.parse(exit.value.text)
+        // What the record keeps, and so what a parent receives, is bounded part by part; the
+        // whole answer is in the transcript.
+        const text = exit.value.text
+        const parsed = OutputContract.parse(text)
+        const sections = parsed.sections
         record.status = "completed"
         delete record.reason
         record.outcome = {
-          text: exit.value.text,
-          summary: OutputContract.summaryOf(parsed, exit.value.text),
-          sections: parsed.sections,
+          text: bound(text, maxResultChars),
+          summary: bound(OutputContract.summaryOf(parsed, text), maxResultChars),
+          sections: {
+            summary: bound(sections.summary, maxResultChars),
+            changes: bound(sections.changes, maxResultChars),
+            evidence: bound(sections.evidence, maxResultChars),
+            risks: bound(sections.risks, maxResultChars),
+            blockers: bound(sections.blockers, maxResultChars)
+          },
           contract_violations: parsed.violations.map((v) => v.message)
         }
       } else if (Cause.hasInterruptsOnly(exit.cause)) {
         record.status = entry.cancelReason === undefined ? "interrupted" : "cancelled"
-        record.reason = entry.cancelReason ?? "Interrupted: its parent was interrupted or the runtime shut down"
+        record.reason = bound(
+          entry.cancelReason ?? "Interrupted: its parent was interrupted or the runtime shut down",
+          maxResultChars
+        )
       } else {
         record.status = "failed"
-        record.reason = describeFailure(exit.cause)
+        record.reason = bound(describeFailure(exit.cause), maxResultChars)
       }
       // An agent that never started its prompt has no session events: say it here, so every
       // agent publishes exactly one terminal event.
@@ -362,8 +425,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
           })
         }
       }
-      if (store.durable) yield* persistTranscript(entry)
       yield* store.put(record)
+      liveCount--
       yield* Deferred.succeed(entry.done, undefined)
       // A finished run's fiber (its context, spans, exit) is not kept for as long as the record.
       entry.fiber = undefined
@@ -394,13 +457,15 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   })
 
   // The agent's run: (wait for a permit,) run the session's prompt, record the outcome.
-  const runAgent = (entry: Entry, message: string, holdsPermit: boolean) => {
+  const runAgent = (entry: Entry, message: string, permit: Permit) => {
     let counted = false
     const body = Effect.gen(function*() {
       const now = yield* Clock.currentTimeMillis
       // Counted and marked running in one synchronous step, so an interruption cannot split them.
-      runningCount++
-      counted = true
+      if (permit !== "none") {
+        runningCount++
+        counted = true
+      }
       entry.record.status = "running"
       entry.record.started_at = now
       entry.lastProgress = now
@@ -409,13 +474,13 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     })
     // One finalizer for the count, the permit taken at admission and the outcome: each
     // finalizer is a step to unwind when the agent is interrupted.
-    const admitted = holdsPermit ? body : semaphore.withPermits(1)(body)
+    const admitted = permit === "wait" ? semaphore.withPermits(1)(body) : body
     return Effect.onExit(admitted, (exit) => {
       if (counted) {
         counted = false
         runningCount--
       }
-      return holdsPermit ? Effect.andThen(semaphore.release(1), finish(entry, exit)) : finish(entry, exit)
+      return permit === "held" ? Effect.andThen(semaphore.release(1), finish(entry, exit)) : finish(entry, exit)
     })
   }
 
@@ -437,23 +502,30 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const start = Effect.fnUntraced(function*(
     parentSessionId: string | undefined,
     request: SpawnRequest,
-    foreground: boolean
+    mode: "background" | "foreground" | "root"
   ) {
+    const foreground = mode !== "background"
     const resolved = yield* resolveRole(request.role ?? "general", request.allowedTools)
     const role = resolved.role
     const parent = parentSessionId === undefined ? undefined : yield* session.info(parentSessionId)
     const model = modelFor(role, request.model ?? resolved.model, parent?.model)
     yield* models.resolve(model)
-    const holdsPermit = yield* admit()
-    const created = yield* session.createChild(parentSessionId, {
-      role,
-      description: request.description,
-      model,
-      allowedTools: resolved.allowedTools,
-      definition: resolved.definition,
-      forkContext: request.forkContext,
-      budgets: resolved.maxSteps === undefined ? config.budgets : { ...config.budgets, maxSteps: resolved.maxSteps }
-    }).pipe(Effect.onError(() => holdsPermit ? semaphore.release(1) : Effect.void))
+    // The root of a tree (`fibril run`'s agent) is recorded but holds no sub-agent permit.
+    const permit: Permit = mode === "root" ? "none" : (yield* admit()) ? "held" : "wait"
+    const released = permit === "held" ? semaphore.release(1) : Effect.void
+    const created = mode === "root"
+      ? yield* session.create({ role: role.name, model, allowedTools: request.allowedTools }).pipe(
+        Effect.catchTag("UnknownModel", (error) => Effect.die(error))
+      )
+      : yield* session.createChild(parentSessionId, {
+        role,
+        description: request.description,
+        model,
+        allowedTools: resolved.allowedTools,
+        definition: resolved.definition,
+        forkContext: request.forkContext,
+        budgets: resolved.maxSteps === undefined ? config.budgets : { ...config.budgets, maxSteps: resolved.maxSteps }
+      }).pipe(Effect.onError(() => released))
     const now = yield* Clock.currentTimeMillis
     const detached = request.detached === true && !foreground
     const record: Mutable<SubAgentRecord> = {
@@ -468,6 +540,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       detached,
       fork_context: request.forkContext === true,
       session_boot_id: bootId,
+      owner_pid: store.owner.pid,
+      owner_host: store.owner.host,
       created_at: now,
       steps: 0,
       tool_calls: 0,
@@ -481,13 +555,15 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       done: yield* Deferred.make<void>(),
       cancelReason: undefined,
       started: false,
-      lastProgress: now,
-      persisted: 0
+      lastProgress: now
     }
     entries.set(record.agent_id, entry)
+    liveCount++
+    requestsWake.openUnsafe()
     yield* store.put(record)
-    const run = runAgent(entry, request.prompt, holdsPermit)
-    let fiber: Fiber.Fiber<unknown, unknown>
+    yield* persistStart(entry)
+    const run = runAgent(entry, request.prompt, permit)
+    let fiber: Fiber.Fiber<PromptResult, PromptError>
     if (foreground) {
       fiber = yield* Effect.forkChild(run, { startImmediately: true })
     } else {
@@ -506,37 +582,50 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   })
 
   const spawn = Effect.fn("SubAgentManager.spawn")(function*(parentSessionId: string | undefined, request: SpawnRequest) {
-    return view((yield* start(parentSessionId, request, false)).entry.record)
+    return view((yield* start(parentSessionId, request, "background")).entry.record)
+  })
+
+  const startRoot = Effect.fn("SubAgentManager.startRoot")(function*(request: SpawnRequest) {
+    const { entry, fiber } = yield* start(undefined, request, "root")
+    return { agent: view(entry.record), fiber }
   })
 
   // Once per `task` call: a span without `Effect.fn`'s per-call stack capture (~3 µs).
   const run = Effect.fnUntraced(function*(parentSessionId: string | undefined, request: SpawnRequest) {
-    const { entry, fiber } = yield* start(parentSessionId, request, true)
+    const { entry, fiber } = yield* start(parentSessionId, request, "foreground")
     yield* Fiber.await(fiber)
     return view(entry.record)
   }, withSpan("SubAgentManager.run"))
 
-  const waitFor = (targets: ReadonlyArray<Entry>, mode: "any" | "all", timeoutMs: number | undefined) => {
-    const open = targets.filter((e) => !isTerminal(e.record.status))
-    if (open.length === 0 || (mode === "any" && open.length < targets.length)) return Effect.succeed(false)
-    const waiting = mode === "any"
-      ? Effect.raceAll(open.map((e) => Deferred.await(e.done)))
-      : Effect.forEach(open, (e) => Deferred.await(e.done), { concurrency: "unbounded", discard: true })
-    return timeoutMs === undefined
-      ? Effect.as(waiting, false)
-      : Effect.map(Effect.timeoutOption(waiting, Duration.millis(timeoutMs)), Option.isNone)
-  }
+  type Target = Entry | SubAgentRecord
+
+  const doneOf = (target: Target): Effect.Effect<void> =>
+    isEntry(target) ? Deferred.await(target.done) : awaitForeign(target.agent_id)
+
+  /** Waits for the targets (own agents, or another process's); true when the timeout came first. */
+  const waitFor = (targets: ReadonlyArray<Target>, mode: "any" | "all", timeoutMs: number | undefined) =>
+    Effect.flatMap(Effect.forEach(targets, currentView), (views) => {
+      const open = targets.filter((_, i) => !isTerminal(views[i]!.status))
+      if (open.length === 0 || (mode === "any" && open.length < targets.length)) return Effect.succeed(false)
+      const waiting = mode === "any"
+        ? Effect.raceAll(open.map(doneOf))
+        : Effect.forEach(open, doneOf, { concurrency: "unbounded", discard: true })
+      return timeoutMs === undefined
+        ? Effect.as(waiting, false)
+        : Effect.map(Effect.timeoutOption(waiting, Duration.millis(timeoutMs)), Option.isNone)
+    })
 
   const wait = Effect.fn("SubAgentManager.wait")(function*(
     ids: ReadonlyArray<string>,
     options: { readonly mode: "any" | "all"; readonly timeoutMs?: number | undefined }
   ) {
-    const targets = yield* Effect.forEach(ids, lookup)
+    const targets = yield* Effect.forEach(ids, lookupAny)
     const timedOut = yield* waitFor(targets, options.mode, options.timeoutMs)
+    const views = yield* Effect.forEach(targets, currentView)
     return {
       timed_out: timedOut,
-      completed: targets.filter((e) => isTerminal(e.record.status)).map((e) => view(e.record)),
-      pending: targets.filter((e) => !isTerminal(e.record.status)).map((e) => e.record.agent_id)
+      completed: views.filter((v) => isTerminal(v.status)),
+      pending: views.filter((v) => !isTerminal(v.status)).map((v) => v.agent_id)
     } satisfies WaitResult
   })
 
@@ -544,10 +633,9 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     id: string,
     options: { readonly block: boolean; readonly timeoutMs?: number | undefined }
   ) {
-    const entry = yield* lookup(id)
-    if (options.block) yield* waitFor([entry], "all", options.timeoutMs)
-    if (!isTerminal(entry.record.status)) yield* syncFromSession(entry)
-    return view(entry.record)
+    const target = yield* lookupAny(id)
+    if (options.block) yield* waitFor([target], "all", options.timeoutMs)
+    return yield* currentView(target)
   })
 
   // The reason is set before the interruption so the run ends `cancelled`, not `interrupted`.
@@ -563,8 +651,17 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       return Effect.andThen(markCancelled(entry, reason), markDescendants(child, reason))
     }, { discard: true })
 
+  /**
+   * Cancels another process's agent: a request its owner acts on within a second (it cancels
+   * the agent's tree there); waits a few seconds for the record to say so.
+   */
+  const cancelForeign = (record: SubAgentRecord, reason: string) =>
+    Effect.map(Effect.provideService(requestCancel(record, reason), SubAgentStore, store), view)
+
   const cancel = Effect.fn("SubAgentManager.cancel")(function*(id: string, reason = "Cancelled by request") {
-    const entry = yield* lookup(id)
+    const target = yield* lookupAny(id)
+    if (!isEntry(target)) return yield* cancelForeign(target, reason)
+    const entry = target
     if (isTerminal(entry.record.status) || entry.fiber === undefined) return view(entry.record)
     yield* markCancelled(entry, reason)
     yield* markDescendants(id, `Cancelled because its parent ${id} was cancelled`)
@@ -573,6 +670,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     return view(entry.record)
   })
 
+  /**
+   * This process's agents (current ones, or every one with `includeArchived`), and those of
+   * other processes sharing the store: the live ones, or every one with `includeArchived`.
+   * Records whose owner is gone are reconciled first.
+   */
   const list = Effect.fn("SubAgentManager.list")(function*(options: {
     readonly includeArchived: boolean
     readonly parentSessionId?: string | undefined
@@ -587,34 +689,81 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         out.push(view(record))
       }
     }
+    if (!store.durable) return out
+    yield* store.reconcile
+    for (const record of yield* store.all) {
+      if (entries.has(record.agent_id)) continue
+      if (options.parentSessionId !== undefined && record.parent_id !== options.parentSessionId) continue
+      if (options.includeArchived || !isTerminal(record.status)) out.push(view(record))
+    }
     return out
   })
 
   const sendInput = Effect.fn("SubAgentManager.sendInput")(function*(id: string, message: string, interrupt: boolean) {
-    const entry = yield* lookup(id)
-    if (entry.record.status !== "running" && entry.record.status !== "pending") {
+    const target = yield* lookupAny(id)
+    const status = isEntry(target) ? target.record.status : target.status
+    if (status !== "running" && status !== "pending") {
       return {
         delivered: false,
-        reason: `agent ${id} is ${entry.record.status}; nothing is running to receive input (agent_resume continues it)`,
-        agent: view(entry.record)
+        reason: `agent ${id} is ${status}; nothing is running to receive input (agent_resume continues it)`,
+        agent: yield* currentView(target)
+      } satisfies InputResult
+    }
+    if (!isEntry(target)) {
+      // Another process runs it: its owner delivers the message at its next request poll.
+      yield* store.request(target.session_boot_id, { agent_id: id, kind: "input", payload: message })
+      return {
+        delivered: true,
+        reason: `queued for the process that runs it (pid ${target.owner_pid ?? "unknown"}); it delivers it within a second`,
+        agent: view(target)
       } satisfies InputResult
     }
     yield* Effect.orDie(session.deliver(id, message, interrupt))
-    entry.lastProgress = yield* Clock.currentTimeMillis
-    return { delivered: true, agent: view(entry.record) } satisfies InputResult
+    target.lastProgress = yield* Clock.currentTimeMillis
+    return { delivered: true, agent: view(target.record) } satisfies InputResult
   })
+
+  /**
+   * Takes over another process's agent to resume it here: only once it is finished, or its
+   * owner is gone. Its record then names this process.
+   */
+  const adopt = (id: string) =>
+    Effect.gen(function*() {
+      const existing = entries.get(id)
+      if (existing !== undefined) return existing
+      const target = yield* lookupAny(id)
+      if (isEntry(target)) return target
+      if (!(yield* store.adopt(id))) {
+        return yield* new NotResumable({ agentId: id, status: `${target.status} in another live process (pid ${target.owner_pid ?? "unknown"})` })
+      }
+      const adopted = Option.getOrElse(yield* store.get(id), () => target)
+      const done = yield* Deferred.make<void>()
+      yield* Deferred.succeed(done, undefined)
+      const entry: Entry = {
+        record: { ...adopted },
+        parentSessionId: adopted.parent_id,
+        fiber: undefined,
+        done,
+        cancelReason: undefined,
+        started: false,
+        lastProgress: yield* Clock.currentTimeMillis
+      }
+      entries.set(id, entry)
+      return entry
+    })
 
   const resume = Effect.fn("SubAgentManager.resume")(function*(
     callerSessionId: string | undefined,
     id: string,
     message?: string
   ) {
-    const entry = yield* lookup(id)
+    const entry = yield* adopt(id)
     const record = entry.record
     const status: Status = record.status
     if (!isTerminal(status)) return yield* new NotResumable({ agentId: id, status })
     const { definition, role } = yield* resolveRole(record.role, undefined)
-    // After a restart the session is gone: rebuild it from its transcript.
+    // After a restart the session is gone: rebuild it from its transcript, where each tool
+    // result was written as it landed.
     if (Option.isNone(yield* Effect.option(session.info(id)))) {
       const raw = yield* Effect.orElseSucceed(store.readTranscript(record.transcript_handle), () => [])
       const transcript = yield* Effect.orElseSucceed(
@@ -629,26 +778,39 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         definition,
         model: record.model,
         description: record.description,
-        transcript,
+        transcript: mergeToolMessages(transcript),
         budgets: config.budgets
       })
-      entry.persisted = transcript.length
     }
-    const holdsPermit = yield* admit()
+    const permit: Permit = (yield* admit()) ? "held" : "wait"
     const previous = `${status}${record.reason === undefined ? "" : `: ${record.reason}`}`
+    // The run that ended is kept in the history: a resume that fails does not erase what the agent did before.
+    const past = {
+      status,
+      ...(record.reason === undefined ? {} : { reason: record.reason }),
+      ...(record.started_at === undefined ? {} : { started_at: record.started_at }),
+      ...(record.finished_at === undefined ? {} : { finished_at: record.finished_at }),
+      ...(record.outcome === undefined ? {} : { summary: record.outcome.summary }),
+      session_boot_id: record.session_boot_id
+    }
+    record.history = [...(record.history ?? []), past].slice(-maxHistory)
     record.status = "pending"
     delete record.reason
     delete record.finished_at
     delete record.outcome
     record.session_boot_id = bootId
+    record.owner_pid = store.owner.pid
+    record.owner_host = store.owner.host
     entry.cancelReason = undefined
     entry.started = false
     entry.done = yield* Deferred.make<void>()
+    liveCount++
+    requestsWake.openUnsafe()
     yield* store.put(record)
     const run = runAgent(
       entry,
       message ?? `Continue where you left off. Your previous run ended ${previous}.`,
-      holdsPermit
+      permit
     )
     const scope = callerSessionId === undefined || record.detached
       ? managerScope
@@ -712,10 +874,17 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       entry.lastProgress = event.at
       // The session published `started`: it will publish this run's terminal event too.
       if (event.type === "started") entry.started = true
-      // A durable store gets the transcript as it grows, so a crash loses at most a step;
-      // an in-memory one only at the end of a run (it would not survive a crash anyway).
-      return event.type === "step" && store.durable ? persistTranscript(entry) : Effect.void
+      return Effect.void
     },
+    // A durable store gets every message as it is added (each tool result as it lands),
+    // before the loop's next model call: a crash loses nothing that finished. An in-memory
+    // store would not survive a crash anyway, and the session holds the conversation.
+    onMessage: store.durable
+      ? (sessionId, message) => {
+        const entry = entries.get(sessionId)
+        return entry === undefined ? Effect.void : appendMessages(entry.record.transcript_handle, [message])
+      }
+      : undefined,
     beforeFinish: (sessionId) => {
       const open = [...(childrenOf.get(sessionId) ?? [])]
         .map((id) => entries.get(id)!)
@@ -753,12 +922,31 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   })
   yield* Effect.forkIn(Effect.repeat(watchdog, Schedule.spaced(checkEvery)), managerScope)
 
+  // Requests from other processes sharing the store (cancel, input), read while this process
+  // has live agents — and only then, so an idle process polls nothing. Reading them also
+  // renews this process's lease.
+  const serveRequests = Effect.gen(function*() {
+    yield* requestsWake.await
+    yield* requestsWake.close
+    while (liveCount > 0) {
+      for (const request of yield* store.takeRequests) {
+        if (!entries.has(request.agent_id)) continue
+        yield* request.kind === "cancel"
+          ? Effect.forkIn(cancel(request.agent_id, request.payload), managerScope)
+          : Effect.ignore(sendInput(request.agent_id, request.payload, false))
+      }
+      yield* Effect.sleep(Duration.millis(requestPollMs))
+    }
+  })
+  if (store.durable) yield* Effect.forkIn(Effect.forever(serveRequests), managerScope)
+
   yield* Scope.addFinalizer(managerScope, store.flush.pipe(Effect.ignore))
 
   return SubAgentManager.of({
     bootId,
     options: config,
     spawn,
+    startRoot,
     run,
     wait,
     result,
@@ -770,6 +958,37 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     running: Effect.sync(() => runningCount)
   })
 })
+
+/**
+ * Cancels an agent that another process runs, through the store: the owner acts on the
+ * request within a second (and cancels the agent's tree there). Waits up to a few seconds
+ * for the record to say so; an owner found gone makes the record `interrupted` instead.
+ * Needs no model and no manager (`fibril agents cancel`).
+ */
+export const requestCancel = (record: SubAgentRecord, reason: string) =>
+  Effect.gen(function*() {
+    const store = yield* SubAgentStore
+    const latest = () => Effect.map(store.get(record.agent_id), Option.getOrElse(() => record))
+    if (isTerminal(record.status)) return record
+    yield* store.reconcile
+    const now = yield* latest()
+    if (isTerminal(now.status)) return now
+    yield* store.request(now.session_boot_id, { agent_id: now.agent_id, kind: "cancel", payload: reason })
+    yield* untilTerminal(record.agent_id).pipe(Effect.timeoutOption(foreignCancelWait))
+    return yield* latest()
+  })
+
+/** Polls another process's agent in the store until it ends (or its owner is found gone). */
+const untilTerminal = (id: string) =>
+  Effect.gen(function*() {
+    const store = yield* SubAgentStore
+    while (true) {
+      yield* store.reconcile
+      const found = yield* store.get(id)
+      if (Option.isNone(found) || isTerminal(found.value.status)) return
+      yield* Effect.sleep(Duration.millis(requestPollMs / 2))
+    }
+  })
 
 /** What a model sees of an agent: the record without bookkeeping, the outcome flattened. */
 export const agentResultForModel = (agent: AgentView) => ({

@@ -20,6 +20,8 @@ export interface RunToolsDeps {
   readonly registry: ToolRegistry["Service"]
   readonly permission: Permission["Service"]
   readonly events: AgentEvents["Service"]
+  /** Called with each result as it lands, before the turn's other calls finish (a durable transcript). */
+  onResult: ((state: SessionState, part: Prompt.ToolResultPart) => Effect.Effect<void>) | undefined
 }
 
 export class UnknownTool extends Schema.TaggedError<UnknownTool>()("UnknownTool", {
@@ -78,12 +80,24 @@ const execute = (deps: RunToolsDeps, state: SessionState, call: ToolCall): Effec
       Effect.flatMap(parseArguments(tool, call.params), (params) =>
         Effect.andThen(
           deps.permission.check(state.rules, tool, tool.paths(params)),
-          () => tool.handler(params, { sessionId: state.id, callId: call.id, role: state.role, depth: state.depth })
+          () =>
+            tool.handler(params, {
+              sessionId: state.id,
+              callId: call.id,
+              role: state.role,
+              depth: state.depth,
+              rules: state.rules
+            })
         ))
   )
 }
 
-const runOne = (deps: RunToolsDeps, state: SessionState, call: ToolCall): Effect.Effect<Prompt.ToolResultPart> =>
+const runOne = (
+  deps: RunToolsDeps,
+  state: SessionState,
+  call: ToolCall,
+  landed: Array<Prompt.ToolResultPart> | undefined
+): Effect.Effect<Prompt.ToolResultPart> =>
   Effect.suspend(() => {
     state.toolCalls++
     state.lastTool = call.name
@@ -91,35 +105,56 @@ const runOne = (deps: RunToolsDeps, state: SessionState, call: ToolCall): Effect
       publish(deps, state, { type: "tool_call", tool: call.name }),
       Effect.flatMap(Effect.result(Effect.suspend(() => execute(deps, state, call))), (result) => {
         const isFailure = result._tag === "Failure"
-        return Effect.as(
-          publish(deps, state, {
-            type: "tool_result",
-            tool: call.name,
-            isFailure,
-            reason: isFailure ? result.failure.message : undefined
-          }),
-          Prompt.makePart("tool-result", {
-            id: call.id,
-            name: call.name,
-            isFailure,
-            result: isFailure ? failurePayload(result.failure) : result.success,
-            providerExecuted: false
-          })
-        )
+        const part = Prompt.makePart("tool-result", {
+          id: call.id,
+          name: call.name,
+          isFailure,
+          result: isFailure ? failurePayload(result.failure) : result.success,
+          providerExecuted: false
+        })
+        const published = publish(deps, state, {
+          type: "tool_result",
+          tool: call.name,
+          isFailure,
+          reason: isFailure ? result.failure.message : undefined
+        })
+        if (landed === undefined || deps.onResult === undefined) return Effect.as(published, part)
+        landed.push(part)
+        return Effect.as(Effect.andThen(published, deps.onResult(state, part)), part)
       })
     )
   })
 
-export const runTools = (
+const run = (
   deps: RunToolsDeps,
   state: SessionState,
-  calls: ReadonlyArray<ToolCall>
+  calls: ReadonlyArray<ToolCall>,
+  landed: Array<Prompt.ToolResultPart> | undefined
 ): Effect.Effect<Prompt.ToolMessage> =>
   Effect.map(
     // A single call runs in the loop's own fiber: forking one to run it alone would add a
     // fiber to start, and to interrupt and unwind on cancellation, for nothing.
     calls.length === 1
-      ? Effect.map(runOne(deps, state, calls[0]!), (part) => [part])
-      : Effect.forEach(calls, (call) => runOne(deps, state, call), { concurrency: "unbounded" }),
+      ? Effect.map(runOne(deps, state, calls[0]!, landed), (part) => [part])
+      : Effect.forEach(calls, (call) => runOne(deps, state, call, landed), { concurrency: "unbounded" }),
     (content) => Prompt.makeMessage("tool", { content })
   )
+
+/**
+ * The turn's results as one tool message. With `deps.onResult` (a durable transcript), each
+ * result is handed over as it lands, and if the turn is interrupted, the results that did
+ * land are kept in the conversation: a resumed run then reports as interrupted only the
+ * calls that really did not finish.
+ */
+export const runTools = (
+  deps: RunToolsDeps,
+  state: SessionState,
+  calls: ReadonlyArray<ToolCall>
+): Effect.Effect<Prompt.ToolMessage> => {
+  if (deps.onResult === undefined) return run(deps, state, calls, undefined)
+  const landed: Array<Prompt.ToolResultPart> = []
+  return Effect.onInterrupt(run(deps, state, calls, landed), () =>
+    Effect.sync(() => {
+      if (landed.length > 0) state.messages.push(Prompt.makeMessage("tool", { content: landed }))
+    }))
+}
