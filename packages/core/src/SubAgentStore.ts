@@ -545,12 +545,19 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
         applyPut(ended, now)
         changed.push(ended)
       }
+      // Owners with no live agents left (crashed idle, or exited) are judged too, so their
+      // rows and the requests no one will take do not pile up.
+      for (const row of db.all("SELECT boot_id FROM fibril_owners WHERE boot_id != ?", owner.boot_id)) {
+        const boot = String(row["boot_id"])
+        if (!verdicts.has(boot)) verdicts.set(boot, livenessAt(boot, now))
+      }
       for (const [boot, verdict] of verdicts) {
         if (verdict === "gone") {
           db.run("DELETE FROM fibril_owners WHERE boot_id = ?", boot)
           db.run("DELETE FROM fibril_requests WHERE owner_boot = ?", boot)
         }
       }
+      db.run("DELETE FROM fibril_requests WHERE owner_boot NOT IN (SELECT boot_id FROM fibril_owners)")
       return changed
     })
   }
@@ -830,16 +837,17 @@ export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(option
       ),
     flush: Clock.clockWith((clock) => Effect.sync(() => evict(clock.currentTimeMillisUnsafe()))),
     appendTranscript: (handle, entries) =>
-      Effect.andThen(
-        checkHandle(handle),
-        Effect.sync(() => {
-          if (entries.length === 0) return
-          const existing = transcripts.get(handle)
-          // Copies through JSON, as a persistent store would.
-          const copies = entries.map((entry) => JSON.parse(JSON.stringify(entry)) as unknown)
-          if (existing === undefined) transcripts.set(handle, copies)
-          else existing.push(...copies)
-        })
+      Effect.flatMap(
+        Effect.andThen(checkHandle(handle), toLines(handle, entries)),
+        (lines) =>
+          Effect.sync(() => {
+            if (lines.length === 0) return
+            const existing = transcripts.get(handle)
+            // Copies through JSON, as a persistent store would (and refuses what it would).
+            const copies = lines.map((line) => JSON.parse(line) as unknown)
+            if (existing === undefined) transcripts.set(handle, copies)
+            else existing.push(...copies)
+          })
       ),
     readTranscript: (handle) => Effect.andThen(checkHandle(handle), Effect.sync(() => [...(transcripts.get(handle) ?? [])])),
     warnings: [],

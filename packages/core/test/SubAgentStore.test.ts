@@ -1,13 +1,18 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Effect, Exit, FileSystem, Layer, Option, Path, Random, Result, Schema, Scope, Stream } from "effect"
+import { Clock, Context, Effect, Exit, FileSystem, Layer, Option, Path, Random, Result, Schema, Scope, Stream } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { TestClock } from "effect/testing"
+import { hostname } from "node:os"
+import { DatabaseSync, type SQLInputValue } from "node:sqlite"
 import { fileURLToPath } from "node:url"
-import { SubAgentRecord } from "../src/SubAgentRecord.ts"
+import { isTerminal, SubAgentRecord } from "../src/SubAgentRecord.ts"
 import * as SubAgentStore from "../src/SubAgentStore.ts"
 
+type Store = SubAgentStore.SubAgentStore["Service"]
+
 const day = 24 * 60 * 60 * 1000
+const never = Number.POSITIVE_INFINITY
 
 const sample = (agentId: string, overrides: Partial<SubAgentRecord> = {}): SubAgentRecord => ({
   agent_id: agentId,
@@ -24,477 +29,910 @@ const sample = (agentId: string, overrides: Partial<SubAgentRecord> = {}): SubAg
   steps: 0,
   tool_calls: 0,
   tokens: { input: 0, output: 0, cached: 0 },
-  transcript_handle: `${agentId}.jsonl`,
+  transcript_handle: agentId,
   ...overrides
 })
 
-type StoreLayer = Layer.Layer<SubAgentStore.SubAgentStore, SubAgentStore.StoreError, FileSystem.FileSystem | Path.Path>
-
-/** Builds a store in a scope of its own; `close` closes it (and so runs the final flush). */
-const open = Effect.fnUntraced(function*(layer: StoreLayer) {
-  const scope = yield* Scope.make()
-  const context = yield* Layer.buildWithScope(layer, scope)
-  return { store: Context.get(context, SubAgentStore.SubAgentStore), close: Scope.close(scope, Exit.void) }
-})
-
-/** Runs `f` on a store over `options` and closes it. */
-const withStore = <A, E, R>(
-  options: SubAgentStore.FileOptions,
-  f: (store: SubAgentStore.SubAgentStore["Service"]) => Effect.Effect<A, E, R>
-) =>
-  Effect.flatMap(Layer.build(SubAgentStore.layerFile(options)), (context) =>
-    f(Context.get(context, SubAgentStore.SubAgentStore))).pipe(Effect.scoped)
-
-/** A fresh state dir plus helpers to look at it. */
-const sandbox = Effect.gen(function*() {
-  const fs = yield* FileSystem.FileSystem
-  const path = yield* Path.Path
-  const dir = yield* fs.makeTempDirectoryScoped()
-  const recordsPath = path.join(dir, SubAgentStore.recordsFileName)
-  const transcriptPath = (handle: string) => path.join(dir, SubAgentStore.transcriptsDirName, handle)
-  const rawFile = Effect.map(fs.readFileString(recordsPath), (text): { version: unknown; records: Array<Record<string, unknown>> } => JSON.parse(text))
-  const listDir = Effect.map(fs.readDirectory(dir), (names) => [...names].sort())
-  return { fs, path, dir, recordsPath, transcriptPath, rawFile, listDir }
-})
-
-/** A FileSystem that counts renames: every write of the records file ends with exactly one. */
-const countingRenames = Effect.gen(function*() {
-  const fs = yield* FileSystem.FileSystem
-  let renames = 0
-  const layer = Layer.succeed(FileSystem.FileSystem, {
-    ...fs,
-    rename: (from: string, to: string) => Effect.andThen(Effect.sync(() => renames++), fs.rename(from, to))
+/** A record owned by `store`'s process, named the way the manager names its own. */
+const owned = (store: Store, agentId: string, overrides: Partial<SubAgentRecord> = {}): SubAgentRecord =>
+  sample(agentId, {
+    session_boot_id: store.owner.boot_id,
+    owner_pid: store.owner.pid,
+    owner_host: store.owner.host,
+    ...overrides
   })
-  return { layer, renames: () => renames }
-})
+
+/** `a` as it comes back from JSON: the generators produce -0 (a valid Int), and JSON has no negative zero. */
+const viaJson = <A>(a: A): A => JSON.parse(JSON.stringify(a))
 
 /** Prefixes keys so generated unknown fields never collide with the schema's fields. */
 const future = (fields: Readonly<Record<string, Schema.Json>>): Record<string, unknown> =>
   Object.fromEntries(Object.entries(fields).map(([key, value]) => [`x_future_${key}`, value]))
 
-const writeRecordsFile = (fs: FileSystem.FileSystem, file: string, records: ReadonlyArray<unknown>) =>
-  fs.writeFileString(file, JSON.stringify({ version: 1, records }))
-
 const failsWithStoreError = <A>(effect: Effect.Effect<A, SubAgentStore.StoreError>) =>
   Effect.map(Effect.result(effect), (result) => Result.isFailure(result) && result.failure._tag === "StoreError")
 
-const never = Number.POSITIVE_INFINITY
+/** A fresh state dir (removed with the test's scope). */
+const sandbox = Effect.gen(function*() {
+  const fs = yield* FileSystem.FileSystem
+  const path = yield* Path.Path
+  const dir = yield* fs.makeTempDirectoryScoped()
+  return { fs, path, dir, file: path.join(dir, SubAgentStore.databaseFileName) }
+})
 
-/** `a` as it comes back from JSON: the generators produce -0 (a valid Int), and JSON has no negative zero. */
-const viaJson = <A>(a: A): A => JSON.parse(JSON.stringify(a))
+/**
+ * Opens a SQLite store in a scope of its own (one "process"): `close` closes it as a clean
+ * exit would; `control.crash` makes it behave like a killed one. The test's scope closes it too.
+ */
+const open = Effect.fnUntraced(function*(options: SubAgentStore.SqliteOptions) {
+  const scope = yield* Scope.fork(yield* Scope.Scope)
+  const { store, control } = yield* SubAgentStore.makeSqliteWithControl(options).pipe(Scope.provide(scope))
+  return { store, control, close: Scope.close(scope, Exit.void) }
+})
+
+/** Runs `f` on a store over `options` and closes it. */
+const withStore = <A, E, R>(options: SubAgentStore.SqliteOptions, f: (store: Store) => Effect.Effect<A, E, R>) =>
+  Effect.scoped(Effect.flatMap(open(options), ({ store }) => f(store)))
+
+/** The database file through a connection of its own, as another process (or a newer Fibril) sees it. */
+const raw = (dir: string) =>
+  Effect.map(
+    Effect.acquireRelease(
+      Effect.sync(() => new DatabaseSync(`${dir}/${SubAgentStore.databaseFileName}`, { timeout: 5_000 })),
+      (db) => Effect.sync(() => db.close())
+    ),
+    (db) => ({
+      all: (sql: string, ...params: ReadonlyArray<SQLInputValue>) =>
+        db.prepare(sql).all(...params) as ReadonlyArray<Record<string, unknown>>,
+      run: (sql: string, ...params: ReadonlyArray<SQLInputValue>) => void db.prepare(sql).run(...params),
+      /** The stored JSON of a record, every field (parsed). */
+      record: (agentId: string): Record<string, unknown> | undefined => {
+        const row = db.prepare("SELECT record FROM fibril_agents WHERE agent_id = ?").get(agentId)
+        return row === undefined ? undefined : JSON.parse(String(row["record"]))
+      },
+      count: (sql: string, ...params: ReadonlyArray<SQLInputValue>) =>
+        Number(db.prepare(sql).get(...params)?.["n"])
+    })
+  )
+
+/** Runs `f` on a raw connection and closes it. */
+const withRaw = <A>(dir: string, f: (db: Effect.Success<ReturnType<typeof raw>>) => A) =>
+  Effect.scoped(Effect.map(raw(dir), f))
+
+const ids = (records: ReadonlyArray<SubAgentRecord>) => records.map((r) => r.agent_id).sort()
+
+/** The pid of a process that has exited (and been reaped): certainly not alive. */
+const deadPid = Effect.gen(function*() {
+  const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
+  const handle = yield* spawner.spawn(ChildProcess.make("true", []))
+  yield* handle.exitCode
+  return Number(handle.pid)
+}).pipe(Effect.scoped)
 
 describe("SubAgentStore", () => {
   describe("properties", () => {
-    it.effect.prop("any record round-trips through the file store", [SubAgentRecord], ([record]) =>
+    it.effect.prop("any record round-trips through the SQLite store, also across close and reopen", [SubAgentRecord], ([record]) =>
       Effect.gen(function*() {
         const { dir } = yield* sandbox
         // No eviction: generated records may be terminal with any finished_at.
         const options = { dir, evictAfterMs: never }
-        yield* withStore(options, (store) => Effect.andThen(store.put(record), store.flush))
+        yield* withStore(options, (store) =>
+          Effect.gen(function*() {
+            yield* store.put(record)
+            // No flush: a read sees this process's queued writes.
+            assert.deepStrictEqual(Option.getOrUndefined(yield* store.get(record.agent_id)), viaJson(record))
+          }))
         const [got, all] = yield* withStore(options, (store) => Effect.all([store.get(record.agent_id), store.all]))
         assert.deepStrictEqual(Option.getOrUndefined(got), viaJson(record))
         assert.deepStrictEqual(all, [viaJson(record)])
-      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), { arbitrary: { runs: 50 } })
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), { arbitrary: { runs: 40 } })
 
     it.effect.prop(
-      "unknown fields survive a rewrite",
+      "optional fields set then removed are gone; unknown fields (from a newer Fibril) survive later puts",
       [SubAgentRecord, Schema.Record(Schema.String, Schema.Json)],
       ([record, extra]) =>
         Effect.gen(function*() {
-          const { fs, recordsPath, dir, rawFile } = yield* sandbox
-          const unknown = future(extra)
-          yield* writeRecordsFile(fs, recordsPath, [{ ...record, ...unknown }])
+          const { dir } = yield* sandbox
           const options = { dir, evictAfterMs: never }
+          const db = yield* raw(dir)
+          const unknown = future(extra)
+          const full: SubAgentRecord = {
+            ...record,
+            parent_id: "parent",
+            reason: "a reason",
+            owner_pid: 7,
+            owner_host: "host",
+            started_at: 1,
+            finished_at: 2,
+            last_tool: "read",
+            outcome: {
+              text: "t",
+              summary: "s",
+              sections: { summary: "s", changes: "c", evidence: "e", risks: "r", blockers: "b" },
+              contract_violations: ["v"]
+            },
+            history: [{ status: "completed", session_boot_id: "earlier", reason: "r" }]
+          }
           const updated = { ...record, steps: record.steps + 1, objective: `${record.objective}!` }
           yield* withStore(options, (store) =>
             Effect.gen(function*() {
-              assert.deepStrictEqual(store.warnings, [])
+              yield* store.put(full)
+              yield* store.put(record)
+              assert.deepStrictEqual(Option.getOrUndefined(yield* store.get(record.agent_id)), viaJson(record))
+              assert.deepStrictEqual(db.record(record.agent_id), viaJson(record))
+
+              // A newer Fibril wrote fields this version does not know.
+              db.run(
+                "UPDATE fibril_agents SET record = ? WHERE agent_id = ?",
+                JSON.stringify({ ...record, ...unknown }),
+                record.agent_id
+              )
               // The service hands out known fields only.
               assert.deepStrictEqual(Option.getOrUndefined(yield* store.get(record.agent_id)), viaJson(record))
               yield* store.put(updated)
               yield* store.flush
+              assert.deepStrictEqual(db.record(record.agent_id), viaJson({ ...updated, ...unknown }))
             }))
-          const file = yield* rawFile
-          assert.deepStrictEqual(file.records, [viaJson({ ...updated, ...unknown })])
+          yield* withStore(options, (store) =>
+            Effect.map(store.get(record.agent_id), (got) => assert.deepStrictEqual(Option.getOrUndefined(got), viaJson(updated))))
+          assert.deepStrictEqual(db.record(record.agent_id), viaJson({ ...updated, ...unknown }))
         }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
-      { arbitrary: { runs: 50 } }
+      { arbitrary: { runs: 40 } }
+    )
+
+    it.effect.prop(
+      "reconcile interrupts a gone owner's pending/running record, naming its pid, and never changes a terminal one",
+      [SubAgentRecord],
+      ([generated]) =>
+        Effect.gen(function*() {
+          const { dir } = yield* sandbox
+          const options = { dir, evictAfterMs: never, leaseMs: 1000 }
+          const a = yield* open(options)
+          const b = yield* open(options)
+          const record: SubAgentRecord = {
+            ...generated,
+            session_boot_id: a.store.owner.boot_id,
+            owner_pid: a.store.owner.pid,
+            owner_host: a.store.owner.host
+          }
+          yield* a.store.put(record)
+          yield* a.store.flush
+          yield* a.control.crash
+          yield* TestClock.adjust(1001)
+          const now = yield* Clock.currentTimeMillis
+          const changed = yield* b.store.reconcile
+          const stored = Option.getOrUndefined(yield* b.store.get(record.agent_id))
+          if (isTerminal(record.status)) {
+            assert.deepStrictEqual(changed, [])
+            assert.deepStrictEqual(stored, viaJson(record))
+          } else {
+            const expected = viaJson({
+              ...record,
+              status: "interrupted" as const,
+              reason: SubAgentStore.goneReason({ pid: a.store.owner.pid, host: a.store.owner.host }),
+              finished_at: now
+            })
+            assert.include(expected.reason, `pid ${a.store.owner.pid}`)
+            assert.deepStrictEqual(viaJson(changed), [expected])
+            assert.deepStrictEqual(stored, expected)
+          }
+          // Settled: a second pass changes nothing.
+          assert.deepStrictEqual(yield* b.store.reconcile, [])
+        }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+      { arbitrary: { runs: 30 } }
     )
   })
 
-  describe("records file", () => {
-    it.effect("missing file: empty store, no file until something is written", () =>
+  describe("records", () => {
+    it.effect("an empty dir: empty store, no warnings; the store is durable", () =>
       Effect.gen(function*() {
-        const { dir, fs, recordsPath } = yield* sandbox
-        yield* withStore({ dir }, (store) =>
+        const { dir, path } = yield* sandbox
+        const state = path.join(dir, "nested", "state")
+        yield* withStore({ dir: state }, (store) =>
           Effect.gen(function*() {
             assert.deepStrictEqual(yield* store.all, [])
             assert.deepStrictEqual(store.warnings, [])
+            assert.isTrue(store.durable)
             assert.isTrue(Option.isNone(yield* store.get("nope")))
+            assert.strictEqual(store.owner.pid, process.pid)
+            assert.strictEqual(store.owner.host, hostname())
           }))
-        assert.isFalse(yield* fs.exists(recordsPath))
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
-    it.effect("a known field set and then removed is gone from the file, unknown fields stay", () =>
+    it.effect("a view with extra fields stores only the schema's; a `__proto__` key stays a plain field", () =>
       Effect.gen(function*() {
-        const { fs, recordsPath, dir, rawFile } = yield* sandbox
-        const record = sample("a", { reason: "was here" })
-        const nested = { x_future_plan: { steps: [1, 2, { deep: null }] }, __proto__x: 1 }
-        // `__proto__` as an own JSON key must stay a plain field, not become a prototype.
-        const raw = `{"version":1,"records":[${
-          JSON.stringify({ ...record, ...nested }).slice(0, -1)
-        },"__proto__":{"polluted":true}}]}`
-        yield* fs.writeFileString(recordsPath, raw)
-        yield* withStore({ dir }, (store) => {
-          const { reason: _reason, ...withoutReason } = record
-          // A view with an extra runtime field: the store keeps only schema fields from a put.
-          return Effect.andThen(store.put({ ...withoutReason, ...{ from_prior_session: true } }), store.flush)
-        })
-        const [written] = (yield* rawFile).records
-        assert.isDefined(written)
-        assert.isFalse("reason" in written!)
-        assert.isFalse("from_prior_session" in written!)
-        assert.deepStrictEqual(written!["x_future_plan"], nested.x_future_plan)
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        yield* withStore({ dir }, (store) =>
+          Effect.gen(function*() {
+            const record = sample("a", { reason: "was here" })
+            yield* store.put(record)
+            yield* store.flush
+            // `__proto__` as an own JSON key (written by something else) must not become a prototype.
+            const json = JSON.stringify({ ...record, x_future_plan: { steps: [1, 2, { deep: null }] } })
+            db.run("UPDATE fibril_agents SET record = ? WHERE agent_id = 'a'", `${json.slice(0, -1)},"__proto__":{"polluted":true}}`)
+            const { reason: _reason, ...withoutReason } = record
+            yield* store.put({ ...withoutReason, ...{ from_prior_session: true } })
+            const got = Option.getOrThrow(yield* store.get("a"))
+            assert.deepStrictEqual(got, withoutReason)
+            assert.strictEqual(Object.getPrototypeOf(got), Object.prototype)
+            assert.isUndefined((got as { polluted?: unknown }).polluted)
+          }))
+        const written = db.record("a")!
+        assert.isFalse("reason" in written)
+        assert.isFalse("from_prior_session" in written)
+        assert.deepStrictEqual(written["x_future_plan"], { steps: [1, 2, { deep: null }] })
         assert.deepStrictEqual(Object.getOwnPropertyDescriptor(written, "__proto__")?.value, { polluted: true })
-        assert.strictEqual(Object.getPrototypeOf(written), Object.prototype)
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
-    it.effect("coalescing: 1000 puts cause a handful of writes; closing the scope writes the last state", () =>
+    it.effect("a row that does not decode is left out of reads, not fatal", () =>
       Effect.gen(function*() {
-        const { dir, recordsPath, fs, rawFile } = yield* sandbox
-        const counting = yield* countingRenames
-        const { store, close } = yield* open(SubAgentStore.layerFile({ dir }).pipe(Layer.provide(counting.layer)))
-        const update = (i: number) => sample(`agent_${i % 100}`, { steps: i })
-
-        // A burst with no time passing: nothing is written yet.
-        for (let i = 0; i < 1000; i++) yield* store.put(update(i))
-        assert.strictEqual(counting.renames(), 0)
-        assert.isFalse(yield* fs.exists(recordsPath))
-        yield* TestClock.adjust("50 millis")
-        yield* store.flush // waits for the writer's write, if it is still in flight
-        assert.strictEqual(counting.renames(), 1)
-
-        // A burst spread over 100 ms (10 ms between groups of 100): at most one write per 50 ms.
-        for (let i = 0; i < 1000; i++) {
-          yield* store.put(update(i + 1000))
-          if (i % 100 === 99) yield* TestClock.adjust("10 millis")
-        }
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const { store } = yield* open({ dir })
+        yield* store.put(sample("good"))
+        yield* store.put(sample("bad"))
         yield* store.flush
-        const afterBurst = counting.renames()
-        assert.isAtLeast(afterBurst, 2)
-        assert.isAtMost(afterBurst, 4)
-        const flushed = yield* rawFile
-        assert.strictEqual(flushed.records.length, 100)
-        assert.deepStrictEqual(flushed.records.find((r) => r["agent_id"] === "agent_99")?.["steps"], 1999)
-
-        // Clean: a flush with nothing pending writes nothing.
-        yield* store.flush
-        assert.strictEqual(counting.renames(), afterBurst)
-
-        // Put, then close at once (no time passes, no explicit flush): the finalizer writes it.
-        yield* store.put(sample("last", { status: "completed", finished_at: 1 }))
-        yield* close
-        assert.strictEqual(counting.renames(), afterBurst + 1)
-        const closed = yield* rawFile
-        assert.strictEqual(closed.records.length, 101)
-        assert.deepStrictEqual(closed.records.at(-1)?.["agent_id"], "last")
+        db.run("UPDATE fibril_agents SET record = ? WHERE agent_id = 'bad'", JSON.stringify({ ...sample("bad"), steps: "many" }))
+        assert.deepStrictEqual(ids(yield* store.all), ["good"])
+        assert.isTrue(Option.isNone(yield* store.get("bad")))
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
-    it.effect("garbage or a wrong shape is moved aside, never overwritten; the next write starts a fresh file", () =>
+    it.effect("put is not awaited but committed at the end of the event loop turn", () =>
       Effect.gen(function*() {
-        const { dir, fs, recordsPath, listDir, rawFile, path } = yield* sandbox
-        const garbage = new Uint8Array([0x7b, 0xff, 0xfe, 0x00, 0x22, 0x0a, 0x80, 0x41])
-        const cases: ReadonlyArray<Uint8Array> = [
-          garbage,
-          new TextEncoder().encode(`{"version":1,"records":[{"agent_id":`), // truncated
-          new TextEncoder().encode(`{"version":2,"records":[]}`),
-          new TextEncoder().encode(`[1,2,3]`),
-          new TextEncoder().encode(`{"version":1,"records":{}}`)
-        ]
-        for (const [i, bytes] of cases.entries()) {
-          yield* TestClock.setTime(1000 + i)
-          yield* fs.writeFile(recordsPath, bytes)
-          const aside = path.join(dir, `${SubAgentStore.recordsFileName}.corrupt-${1000 + i}`)
-          yield* withStore({ dir }, (store) =>
-            Effect.gen(function*() {
-              assert.deepStrictEqual(yield* store.all, [])
-              assert.strictEqual(store.warnings.length, 1)
-              assert.include(store.warnings[0], "moved it aside")
-              assert.include(store.warnings[0], aside)
-              assert.isFalse(yield* fs.exists(recordsPath))
-              assert.deepStrictEqual(yield* fs.readFile(aside), bytes)
-              yield* store.put(sample(`fresh-${i}`))
-              yield* store.flush
-            }))
-          const fresh = yield* rawFile
-          assert.deepStrictEqual(fresh, { version: 1, records: [{ ...sample(`fresh-${i}`) }] })
-        }
-        assert.deepStrictEqual(
-          (yield* listDir).filter((name) => name.includes(".corrupt-")).length,
-          cases.length
-        )
-      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
-
-    it.effect("an invalid record is dropped with a warning, the rest is kept, the original is copied aside", () =>
-      Effect.gen(function*() {
-        const { dir, fs, recordsPath, rawFile, path } = yield* sandbox
-        yield* TestClock.setTime(5000)
-        const good = sample("good")
-        yield* writeRecordsFile(fs, recordsPath, [good, { ...sample("bad"), steps: "many" }, 42])
-        const original = yield* fs.readFile(recordsPath)
-        yield* withStore({ dir }, (store) =>
-          Effect.gen(function*() {
-            assert.deepStrictEqual(yield* store.all, [good])
-            assert.strictEqual(store.warnings.length, 1)
-            assert.include(store.warnings[0], "dropped 2 invalid record(s)")
-            assert.include(store.warnings[0], `"bad"`)
-            assert.deepStrictEqual(yield* fs.readFile(path.join(dir, `${SubAgentStore.recordsFileName}.corrupt-5000`)), original)
-          }))
-        // The file is rewritten without them (closing flushed), so the next load is clean.
-        assert.deepStrictEqual((yield* rawFile).records, [{ ...good }])
-        yield* withStore({ dir }, (store) => Effect.sync(() => assert.deepStrictEqual(store.warnings, [])))
-      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
-
-    it.effect("a failed write is a StoreError and stays pending; an unreadable records file fails the layer", () =>
-      Effect.gen(function*() {
-        const { dir, fs, path } = yield* sandbox
-        // The state dir does not exist at load (fine: empty store); then a file takes its place.
-        const state = path.join(dir, "state")
-        const { store, close } = yield* open(SubAgentStore.layerFile({ dir: state }))
-        yield* fs.writeFileString(state, "")
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const { store } = yield* open({ dir })
         yield* store.put(sample("a"))
-        assert.strictEqual((yield* Effect.flip(store.flush))._tag, "StoreError")
-        // Still dirty: the next flush tries again rather than reporting success.
-        assert.strictEqual((yield* Effect.flip(store.flush))._tag, "StoreError")
-        assert.isTrue(Option.isSome(yield* store.get("a")))
-        yield* close // the final flush fails too: logged, not raised
-
-        const unreadable = path.join(dir, "unreadable")
-        yield* fs.makeDirectory(path.join(unreadable, SubAgentStore.recordsFileName), { recursive: true })
-        const error = yield* Effect.flip(open(SubAgentStore.layerFile({ dir: unreadable })))
-        assert.strictEqual(error._tag, "StoreError")
-        assert.strictEqual(
-          error.message,
-          `sub-agent store: ${path.join(unreadable, SubAgentStore.recordsFileName)}: readFile failed (BadResource)`
-        )
-        assert.deepStrictEqual(yield* fs.readDirectory(unreadable), [SubAgentStore.recordsFileName])
-      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
-
-    it.effect("temp files of killed writes are ignored; those older than this process are removed", () =>
-      Effect.gen(function*() {
-        const { dir, fs, path, recordsPath, listDir } = yield* sandbox
-        const good = sample("good")
-        yield* writeRecordsFile(fs, recordsPath, [good])
-        const stale = path.join(dir, `${SubAgentStore.recordsFileName}.tmp-stale`)
-        const recent = path.join(dir, `${SubAgentStore.recordsFileName}.tmp-recent`)
-        yield* fs.writeFileString(stale, `{"version":1,"rec`)
-        yield* fs.utimes(stale, new Date("2000-01-01"), new Date("2000-01-01"))
-        yield* fs.writeFileString(recent, `garbage`)
-        yield* withStore({ dir }, (store) =>
-          Effect.gen(function*() {
-            assert.deepStrictEqual(yield* store.all, [good])
-            assert.deepStrictEqual(store.warnings, [])
-          }))
-        assert.deepStrictEqual(yield* listDir, [SubAgentStore.recordsFileName, path.basename(recent)])
+        yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+        assert.deepStrictEqual(db.record("a"), sample("a"))
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
   })
 
-  describe("eviction", () => {
-    it.effect("by age: terminal records past evictAfterMs go, with their transcripts; live ones never", () =>
+  describe("two processes on one workspace", () => {
+    it.effect("two opens of one dir are two owners that see each other's records; interleaved puts lose nothing", () =>
       Effect.gen(function*() {
-        const { dir, fs, transcriptPath, rawFile } = yield* sandbox
-        const now = 100 * day
-        yield* TestClock.setTime(now)
-        const records = [
-          sample("old-done", { status: "completed", finished_at: now - 8 * day }),
-          sample("old-cancelled", { status: "cancelled", finished_at: now - 7 * day - 1 }),
-          sample("recent-failed", { status: "failed", finished_at: now - 1 * day }),
-          sample("ancient-running", { status: "running", created_at: 0 }),
-          sample("ancient-pending", { status: "pending", created_at: 0, finished_at: 0 })
-        ]
-        yield* withStore({ dir }, (store) =>
-          Effect.gen(function*() {
-            for (const record of records) {
-              yield* store.put(record)
-              yield* store.appendTranscript(record.transcript_handle, [{ role: "user", content: record.agent_id }])
+        const { dir } = yield* sandbox
+        const a = yield* open({ dir })
+        const b = yield* open({ dir })
+        assert.notStrictEqual(a.store.owner.boot_id, b.store.owner.boot_id)
+
+        yield* a.store.put(owned(a.store, "from-a"))
+        yield* a.store.flush
+        assert.deepStrictEqual(Option.getOrUndefined(yield* b.store.get("from-a")), owned(a.store, "from-a"))
+
+        // Both write at once, each its own agents, each updating them; some rounds commit at
+        // once, others at the end of the turn, so the two connections' transactions interleave.
+        const rounds = 60
+        yield* Effect.forEach([a, b], ({ store }, k) =>
+          Effect.forEach(Array.from({ length: rounds }, (_, i) => i), (i) =>
+            Effect.gen(function*() {
+              const name = k === 0 ? "a" : "b"
+              yield* store.put(owned(store, `${name}-${i}`, { steps: 0 }))
+              if (i > 0) yield* store.put(owned(store, `${name}-${i - 1}`, { steps: 1, status: "completed", finished_at: i }))
+              if ((yield* Random.nextIntBetween(0, 3)) === 0) yield* store.flush
+              if ((yield* Random.nextIntBetween(0, 1)) === 0) yield* Effect.yieldNow
+            }), { discard: true }), { concurrency: "unbounded" })
+        // The last puts of each are still queued in their own "process" until its turn ends.
+        yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+        for (const { store } of [a, b]) {
+          const all = yield* store.all
+          assert.strictEqual(all.length, 2 * rounds + 1)
+          for (const name of ["a", "b"]) {
+            for (let i = 0; i < rounds; i++) {
+              const record = all.find((r) => r.agent_id === `${name}-${i}`)
+              assert.isDefined(record, `${name}-${i}`)
+              assert.strictEqual(record!.steps, i < rounds - 1 ? 1 : 0, `${name}-${i}`)
+              assert.strictEqual(record!.session_boot_id, (name === "a" ? a : b).store.owner.boot_id)
             }
-            // Eviction runs on write.
-            yield* store.flush
-            assert.deepStrictEqual(
-              (yield* store.all).map((r) => r.agent_id),
-              ["recent-failed", "ancient-running", "ancient-pending"]
-            )
-            assert.deepStrictEqual(yield* store.readTranscript("old-done.jsonl"), [])
-          }))
-        assert.isFalse(yield* fs.exists(transcriptPath("old-done.jsonl")))
-        assert.isFalse(yield* fs.exists(transcriptPath("old-cancelled.jsonl")))
-        assert.isTrue(yield* fs.exists(transcriptPath("recent-failed.jsonl")))
-        assert.deepStrictEqual((yield* rawFile).records.map((r) => r["agent_id"]), ["recent-failed", "ancient-running", "ancient-pending"])
-
-        // Eviction also runs at load: 7 days later the failed one has aged out too.
-        yield* TestClock.adjust(7 * day)
-        yield* withStore({ dir }, (store) =>
-          Effect.map(store.all, (all) => assert.deepStrictEqual(all.map((r) => r.agent_id), ["ancient-running", "ancient-pending"]))
-        )
-        assert.isFalse(yield* fs.exists(transcriptPath("recent-failed.jsonl")))
-        assert.isTrue(yield* fs.exists(transcriptPath("ancient-running.jsonl")))
-        assert.strictEqual((yield* rawFile).records.length, 2)
+          }
+        }
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
-
-    it.effect("by count: beyond maxRecords the oldest terminal records go; running ones stay even over the cap", () =>
-      Effect.gen(function*() {
-        const { dir, fs, transcriptPath } = yield* sandbox
-        yield* TestClock.setTime(1000)
-        yield* withStore({ dir, maxRecords: 5 }, (store) =>
-          Effect.gen(function*() {
-            for (const i of [1, 2, 3]) yield* store.put(sample(`run-${i}`, { status: "running" }))
-            // Put newest-first, so "oldest" has to come from finished_at and not from insertion order.
-            for (const i of [6, 5, 4, 3, 2, 1]) {
-              yield* store.put(sample(`done-${i}`, { status: "completed", finished_at: i }))
-              yield* store.appendTranscript(`done-${i}.jsonl`, [i])
-            }
-            yield* store.flush
-            assert.deepStrictEqual(
-              (yield* store.all).map((r) => r.agent_id).sort(),
-              ["done-5", "done-6", "run-1", "run-2", "run-3"]
-            )
-            assert.isFalse(yield* fs.exists(transcriptPath("done-1.jsonl")))
-            assert.isTrue(yield* fs.exists(transcriptPath("done-6.jsonl")))
-          }))
-        yield* withStore({ dir, maxRecords: 2 }, (store) =>
-          Effect.gen(function*() {
-            // At load: only terminal records can go; three running ones stay over a cap of 2.
-            assert.deepStrictEqual((yield* store.all).map((r) => r.agent_id).sort(), ["run-1", "run-2", "run-3"])
-          }))
-      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
-
-    it.effect("the memory store evicts the same way", () =>
-      Effect.gen(function*() {
-        yield* TestClock.setTime(30 * day)
-        const store = yield* SubAgentStore.makeMemory({ maxRecords: 3 })
-        yield* store.put(sample("aged", { status: "interrupted", finished_at: 1 }))
-        yield* store.appendTranscript("aged.jsonl", ["hello"])
-        for (const i of [1, 2, 3]) yield* store.put(sample(`done-${i}`, { status: "completed", finished_at: 29 * day + i }))
-        yield* store.put(sample("live", { status: "running" }))
-        // Eviction happens on the (coalesced) write, driven by the clock like the file store's.
-        assert.strictEqual((yield* store.all).length, 5)
-        yield* TestClock.adjust("50 millis")
-        yield* store.flush
-        assert.deepStrictEqual((yield* store.all).map((r) => r.agent_id).sort(), ["done-2", "done-3", "live"])
-        assert.deepStrictEqual(yield* store.readTranscript("aged.jsonl"), [])
-      }))
   })
 
-  const backends: ReadonlyArray<{ readonly name: string; readonly layer: (dir: string) => StoreLayer }> = [
-    { name: "file", layer: (dir) => SubAgentStore.layerFile({ dir }) },
-    { name: "memory", layer: () => SubAgentStore.layerMemory }
+  describe("ownership", () => {
+    const leaseMs = 1000
+
+    it.effect("a crashed owner's live records are interrupted only once its lease has expired", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        const doneRecord = owned(a.store, "done", { status: "completed", finished_at: 0 })
+        yield* a.store.put(owned(a.store, "running"))
+        yield* a.store.put(owned(a.store, "pending", { status: "pending" }))
+        yield* a.store.put(doneRecord)
+        yield* a.store.flush
+        assert.strictEqual(yield* a.store.liveness(a.store.owner.boot_id), "self")
+        assert.strictEqual(yield* b.store.liveness(a.store.owner.boot_id), "alive")
+
+        yield* a.control.crash
+        assert.strictEqual(yield* a.store.liveness(a.store.owner.boot_id), "gone")
+        // Its lease still holds (and its pid, this test's, is alive): nothing happens.
+        assert.deepStrictEqual(yield* b.store.reconcile, [])
+        yield* TestClock.adjust(leaseMs - 1)
+        assert.strictEqual(yield* b.store.liveness(a.store.owner.boot_id), "alive")
+        assert.deepStrictEqual(yield* b.store.reconcile, [])
+        assert.strictEqual(Option.getOrThrow(yield* b.store.get("running")).status, "running")
+
+        yield* TestClock.adjust(2)
+        assert.strictEqual(yield* b.store.liveness(a.store.owner.boot_id), "gone")
+        const changed = yield* b.store.reconcile
+        assert.deepStrictEqual(ids(changed), ["pending", "running"])
+        for (const id of ["pending", "running"]) {
+          const record = Option.getOrThrow(yield* b.store.get(id))
+          assert.strictEqual(record.status, "interrupted")
+          assert.strictEqual(record.finished_at, leaseMs + 1)
+          assert.include(record.reason, `pid ${process.pid}`)
+          assert.include(record.reason, hostname())
+          // Still named after the process that ran it.
+          assert.strictEqual(record.session_boot_id, a.store.owner.boot_id)
+        }
+        assert.deepStrictEqual(Option.getOrUndefined(yield* b.store.get("done")), doneRecord)
+        assert.deepStrictEqual(yield* b.store.reconcile, [])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("a live owner that keeps renewing its lease (takeRequests) is never reconciled", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        yield* a.store.put(owned(a.store, "long"))
+        yield* a.store.flush
+        // The lease is renewed once a third of it has passed, so an owner that calls at least
+        // every two thirds of a lease is always alive: the worst case first, then random gaps.
+        const worst = [333, 666, 333, 666]
+        let elapsed = 0
+        for (let i = 0; i < 40; i++) {
+          const step = worst[i] ?? (yield* Random.nextIntBetween(1, Math.floor((leaseMs * 2) / 3)))
+          elapsed += step
+          yield* TestClock.adjust(step)
+          assert.strictEqual(yield* b.store.liveness(a.store.owner.boot_id), "alive")
+          assert.deepStrictEqual(yield* b.store.reconcile, [], `after ${elapsed} ms`)
+          assert.deepStrictEqual(yield* a.store.takeRequests, [])
+        }
+        assert.isAbove(elapsed, 5 * leaseMs)
+        assert.strictEqual(Option.getOrThrow(yield* b.store.get("long")).status, "running")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("an owner that closed cleanly is gone at once; its live records are interrupted", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        yield* a.store.put(owned(a.store, "left-running"))
+        yield* a.close
+        assert.strictEqual(yield* b.store.liveness(a.store.owner.boot_id), "gone")
+        assert.deepStrictEqual(ids(yield* b.store.reconcile), ["left-running"])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("same host, dead pid: the owner is gone at once, without waiting for its lease", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const pid = yield* deadPid
+        const b = yield* open({ dir, leaseMs })
+        const db = yield* raw(dir)
+        const insertOwner = (boot: string, host: string) =>
+          db.run(
+            "INSERT INTO fibril_owners (boot_id, pid, host, started_at, lease_until) VALUES (?, ?, ?, 0, ?)",
+            boot,
+            pid,
+            host,
+            100 * day
+          )
+        insertOwner("dead-here", hostname())
+        // The same pid on another host cannot be checked: there only the lease counts.
+        insertOwner("elsewhere", "elsewhere.invalid")
+        for (const [id, boot, host] of [["mine", "dead-here", hostname()], ["theirs", "elsewhere", "elsewhere.invalid"]] as const) {
+          yield* b.store.put(sample(id, { session_boot_id: boot, owner_pid: pid, owner_host: host }))
+        }
+        yield* b.store.flush
+
+        assert.strictEqual(yield* b.store.liveness("dead-here"), "gone")
+        assert.strictEqual(yield* b.store.liveness("elsewhere"), "alive")
+        const changed = yield* b.store.reconcile
+        assert.deepStrictEqual(ids(changed), ["mine"])
+        assert.include(changed[0]!.reason, `pid ${pid} on ${hostname()}`)
+        assert.strictEqual(Option.getOrThrow(yield* b.store.get("theirs")).status, "running")
+        // The gone owner's row is cleared; the other stays.
+        const others = db.all("SELECT boot_id FROM fibril_owners WHERE boot_id != ?", b.store.owner.boot_id)
+        assert.deepStrictEqual(others.map((r) => r["boot_id"]), ["elsewhere"])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("requests: B asks A's process to cancel; A takes it exactly once, in order with other requests", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        yield* a.store.put(owned(a.store, "r"))
+        yield* a.store.flush
+        const target = a.store.owner.boot_id
+        yield* b.store.request(target, { agent_id: "r", kind: "cancel", payload: "stop it" })
+        yield* b.store.request(target, { agent_id: "r", kind: "input", payload: "and then this" })
+        yield* b.store.request("someone-else", { agent_id: "x", kind: "cancel", payload: "" })
+
+        assert.deepStrictEqual(yield* b.store.takeRequests, [])
+        const taken = yield* a.store.takeRequests
+        assert.deepStrictEqual(
+          taken.map(({ id: _id, ...request }) => request),
+          [
+            { agent_id: "r", kind: "cancel", payload: "stop it", from: b.store.owner.boot_id },
+            { agent_id: "r", kind: "input", payload: "and then this", from: b.store.owner.boot_id }
+          ]
+        )
+        assert.isBelow(taken[0]!.id, taken[1]!.id)
+        assert.deepStrictEqual(yield* a.store.takeRequests, [])
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_requests WHERE owner_boot = ?", target), 0)
+        // Another owner's requests are not A's.
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_requests WHERE owner_boot = 'someone-else'"), 1)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("requests to a gone owner are dropped by reconcile", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        yield* a.store.put(owned(a.store, "r"))
+        yield* a.store.flush
+        yield* a.control.crash
+        yield* b.store.request(a.store.owner.boot_id, { agent_id: "r", kind: "cancel", payload: "stop" })
+        const pending = () => db.count("SELECT COUNT(*) AS n FROM fibril_requests WHERE owner_boot = ?", a.store.owner.boot_id)
+        assert.deepStrictEqual(yield* b.store.reconcile, [])
+        assert.strictEqual(pending(), 1)
+        yield* TestClock.adjust(leaseMs + 1)
+        assert.deepStrictEqual(ids(yield* b.store.reconcile), ["r"])
+        assert.strictEqual(pending(), 0)
+
+        // The same for an owner that exited cleanly (no live records left to reconcile).
+        const c = yield* open({ dir, leaseMs })
+        yield* c.store.put(owned(c.store, "c-done", { status: "completed", finished_at: 1 }))
+        yield* c.close
+        yield* b.store.request(c.store.owner.boot_id, { agent_id: "c-done", kind: "input", payload: "late" })
+        yield* b.store.reconcile
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_requests"), 0)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("adopt: refused while a live owner runs the agent; granted for a finished one or a gone owner's", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        yield* a.store.put(owned(a.store, "running"))
+        yield* a.store.put(owned(a.store, "done", { status: "completed", finished_at: 0, reason: "kept" }))
+        yield* a.store.flush
+        const namesOwner = (record: SubAgentRecord, store: Store) => {
+          assert.strictEqual(record.session_boot_id, store.owner.boot_id)
+          assert.strictEqual(record.owner_pid, store.owner.pid)
+          assert.strictEqual(record.owner_host, store.owner.host)
+        }
+
+        assert.isFalse(yield* b.store.adopt("running"))
+        namesOwner(Option.getOrThrow(yield* b.store.get("running")), a.store)
+        assert.isFalse(yield* b.store.adopt("missing"))
+        assert.isTrue(yield* a.store.adopt("running")) // its own
+
+        assert.isTrue(yield* b.store.adopt("done"))
+        const adopted = Option.getOrThrow(yield* b.store.get("done"))
+        namesOwner(adopted, b.store)
+        // Only the owner changed.
+        assert.deepStrictEqual(adopted, owned(b.store, "done", { status: "completed", finished_at: 0, reason: "kept" }))
+        const column = db.all("SELECT owner_boot FROM fibril_agents WHERE agent_id = 'done'")[0]?.["owner_boot"]
+        assert.strictEqual(column, b.store.owner.boot_id)
+
+        // A crashed owner: refused while its lease holds, granted once it has expired.
+        yield* a.control.crash
+        assert.isFalse(yield* b.store.adopt("running"))
+        yield* TestClock.adjust(leaseMs + 1)
+        assert.isTrue(yield* b.store.adopt("running"))
+        namesOwner(Option.getOrThrow(yield* b.store.get("running")), b.store)
+        // Now B owns it, alive: a third process neither reconciles nor adopts it.
+        const c = yield* open({ dir, leaseMs })
+        assert.deepStrictEqual(yield* c.store.reconcile, [])
+        assert.isFalse(yield* c.store.adopt("running"))
+        assert.strictEqual(Option.getOrThrow(yield* c.store.get("running")).status, "running")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+  })
+
+  const backends: ReadonlyArray<{
+    readonly name: string
+    readonly make: (dir: string) => Effect.Effect<Store, SubAgentStore.StoreError, FileSystem.FileSystem | Path.Path | Scope.Scope>
+  }> = [
+    { name: "sqlite", make: (dir) => SubAgentStore.makeSqlite({ dir }) },
+    { name: "memory", make: () => SubAgentStore.makeMemory() }
   ]
 
   describe("transcripts", () => {
     for (const backend of backends) {
-      it.effect(`${backend.name}: append and read round-trip; unknown handles read as empty; bad handles refused`, () =>
+      it.effect(`${backend.name}: append and read round-trip in order; unknown handles read as empty; bad handles refused`, () =>
         Effect.gen(function*() {
           const { dir } = yield* sandbox
-          const { store } = yield* open(backend.layer(dir))
+          const store = yield* backend.make(dir)
           const first = [{ role: "user", content: "hi\nthere" }, "text", 42, null, [1, { a: true }]]
-          const second = [{ role: "assistant", content: "é ✓ 😀" }]
-          yield* store.appendTranscript("agent_x.jsonl", first)
-          yield* store.appendTranscript("agent_x.jsonl", [])
-          yield* store.appendTranscript("agent_x.jsonl", second)
-          assert.deepStrictEqual(yield* store.readTranscript("agent_x.jsonl"), [...first, ...second])
-          assert.deepStrictEqual(yield* store.readTranscript("agent_y.jsonl"), [])
+          const second = [{ role: "assistant", content: "é ✓ 😀 \u0000" }]
+          yield* store.appendTranscript("agent_x", first)
+          yield* store.appendTranscript("agent_x", [])
+          yield* store.appendTranscript("agent_x", second)
+          assert.deepStrictEqual(yield* store.readTranscript("agent_x"), [...first, ...second])
+          assert.deepStrictEqual(yield* store.readTranscript("agent_y"), [])
 
-          for (const handle of ["../escape.jsonl", "a/b.jsonl", "..", "", "x\\y"]) {
+          for (const handle of ["../escape", "a/b", "..", "", "x\\y", "nul\0"]) {
             assert.isTrue(yield* failsWithStoreError(store.appendTranscript(handle, [1])), handle)
             assert.isTrue(yield* failsWithStoreError(store.readTranscript(handle)), handle)
           }
-          // Not JSON: a StoreError, nothing written.
-          assert.isTrue(yield* failsWithStoreError(store.appendTranscript("agent_x.jsonl", [1n])))
-          assert.isTrue(yield* failsWithStoreError(store.appendTranscript("agent_x.jsonl", [undefined])))
-          assert.strictEqual((yield* store.readTranscript("agent_x.jsonl")).length, first.length + second.length)
+          // Not JSON: a StoreError, nothing written (not even the entries before it).
+          assert.isTrue(yield* failsWithStoreError(store.appendTranscript("agent_x", ["ok", 1n])))
+          assert.isTrue(yield* failsWithStoreError(store.appendTranscript("agent_x", [undefined])))
+          assert.strictEqual((yield* store.readTranscript("agent_x")).length, first.length + second.length)
         }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
-      it.effect(`${backend.name}: concurrent appends to one handle keep every line whole`, () =>
+      it.effect(`${backend.name}: concurrent appends to one handle keep every entry, each append's entries together`, () =>
         Effect.gen(function*() {
           const { dir } = yield* sandbox
-          const { store } = yield* open(backend.layer(dir))
-          const big = "x".repeat(20_000)
+          const store = yield* backend.make(dir)
+          const big = "x".repeat(5_000)
           yield* Effect.forEach(
-            Array.from({ length: 20 }, (_, i) => i),
+            Array.from({ length: 30 }, (_, i) => i),
             (i) =>
               Effect.all([
-                store.appendTranscript("shared.jsonl", Array.from({ length: 10 }, (_, j) => ({ i, j, big }))),
-                store.appendTranscript(`own-${i}.jsonl`, [i])
+                store.appendTranscript("shared", Array.from({ length: 10 }, (_, j) => ({ i, j, big }))),
+                store.appendTranscript(`own-${i}`, [i])
               ], { concurrency: 2 }),
             { concurrency: "unbounded" }
           )
-          const shared = yield* store.readTranscript("shared.jsonl")
-          assert.strictEqual(shared.length, 200)
-          assert.deepStrictEqual(yield* store.readTranscript("own-7.jsonl"), [7])
+          const shared = (yield* store.readTranscript("shared")) as ReadonlyArray<{ i: number; j: number; big: string }>
+          assert.strictEqual(shared.length, 300)
+          for (let k = 0; k < shared.length; k += 10) {
+            const batch = shared.slice(k, k + 10)
+            assert.deepStrictEqual(batch.map((e) => e.j), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+            assert.isTrue(batch.every((e) => e.i === batch[0]!.i && e.big === big))
+          }
+          assert.deepStrictEqual(new Set(shared.map((e) => e.i)).size, 30)
+          assert.deepStrictEqual(yield* store.readTranscript("own-7"), [7])
         }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
     }
 
-    it.effect("file: a truncated last line is ignored, a bad line in the middle is an error, the next append cuts the partial line", () =>
+    it.effect("sqlite: appendTranscript is durable when it returns (another connection sees it, no flush)", () =>
       Effect.gen(function*() {
-        const { dir, fs, transcriptPath, path } = yield* sandbox
-        yield* fs.makeDirectory(path.dirname(transcriptPath("a.jsonl")), { recursive: true })
-        yield* fs.writeFileString(transcriptPath("a.jsonl"), `{"n":1}\n{"n":2}\n{"n":3,"text":"cut he`)
-        yield* fs.writeFileString(transcriptPath("b.jsonl"), `{"n":1}\n{"n":2\n{"n":3}\n`)
-        yield* fs.writeFileString(transcriptPath("c.jsonl"), `{"n":1}\n\n{"n":2}\nnot json\n\n`)
-        const { store } = yield* open(SubAgentStore.layerFile({ dir }))
-        assert.deepStrictEqual(yield* store.readTranscript("a.jsonl"), [{ n: 1 }, { n: 2 }])
-        const bad = yield* Effect.flip(store.readTranscript("b.jsonl"))
-        assert.include(bad.message, "line 2")
-        // Blank lines are skipped; a bad final line is ignored even if a newline follows it.
-        assert.deepStrictEqual(yield* store.readTranscript("c.jsonl"), [{ n: 1 }, { n: 2 }])
-
-        yield* store.appendTranscript("a.jsonl", [{ n: 4 }])
-        assert.deepStrictEqual(yield* store.readTranscript("a.jsonl"), [{ n: 1 }, { n: 2 }, { n: 4 }])
-        assert.strictEqual(yield* fs.readFileString(transcriptPath("a.jsonl")), `{"n":1}\n{"n":2}\n{"n":4}\n`)
+        const { dir } = yield* sandbox
+        const { store } = yield* open({ dir })
+        const other = yield* open({ dir })
+        for (let n = 1; n <= 3; n++) {
+          yield* store.appendTranscript("h", [{ n }])
+          // Straight after it returns, with no turn of the event loop in between.
+          const rows = yield* withRaw(dir, (db) => db.all("SELECT message FROM fibril_transcripts WHERE handle = 'h' ORDER BY id"))
+          assert.deepStrictEqual(rows.map((row) => JSON.parse(String(row["message"]))), Array.from({ length: n }, (_, i) => ({ n: i + 1 })))
+        }
+        assert.deepStrictEqual(yield* other.store.readTranscript("h"), [{ n: 1 }, { n: 2 }, { n: 3 }])
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
   })
 
-  describe("crash safety", () => {
-    const fixture = fileURLToPath(new URL("./fixtures/store-writer.ts", import.meta.url))
-    const runs = 25
+  describe("eviction", () => {
+    const putAll = (store: Store, records: ReadonlyArray<SubAgentRecord>) =>
+      Effect.forEach(records, (record) =>
+        Effect.andThen(store.put(record), store.appendTranscript(record.transcript_handle, [record.agent_id])), { discard: true })
 
-    /** Starts the writer on `dir`, waits for its first write, SIGKILLs it 20-200 ms later. */
-    const killMidWrite = Effect.fnUntraced(function*(dir: string) {
+    it.effect("by age: terminal records past evictAfterMs go with their transcripts; live ones never", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const now = 100 * day
+        yield* TestClock.setTime(now)
+        const transcriptRows = (handle: string) =>
+          withRaw(dir, (db) => db.count("SELECT COUNT(*) AS n FROM fibril_transcripts WHERE handle = ?", handle))
+        yield* withStore({ dir }, (store) =>
+          putAll(store, [
+            sample("old-done", { status: "completed", finished_at: now - 8 * day }),
+            sample("old-cancelled", { status: "cancelled", finished_at: now - 7 * day - 1 }),
+            sample("recent-failed", { status: "failed", finished_at: now - 1 * day }),
+            sample("ancient-running", { status: "running", created_at: 0 }),
+            sample("ancient-pending", { status: "pending", created_at: 0, finished_at: 0 })
+          ]))
+        // Eviction runs at open.
+        yield* withStore({ dir }, (store) =>
+          Effect.gen(function*() {
+            assert.deepStrictEqual(ids(yield* store.all), ["ancient-pending", "ancient-running", "recent-failed"])
+            assert.deepStrictEqual(yield* store.readTranscript("old-done"), [])
+            assert.deepStrictEqual(yield* store.readTranscript("recent-failed"), ["recent-failed"])
+          }))
+        assert.strictEqual(yield* transcriptRows("old-cancelled"), 0)
+
+        // 7 days later the failed one has aged out too.
+        yield* TestClock.adjust(7 * day)
+        yield* withStore({ dir }, (store) =>
+          Effect.map(store.all, (all) => assert.deepStrictEqual(ids(all), ["ancient-pending", "ancient-running"])))
+        assert.strictEqual(yield* transcriptRows("recent-failed"), 0)
+        assert.strictEqual(yield* transcriptRows("ancient-running"), 1)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("by count: beyond maxRecords the oldest terminal records go; live ones stay even over the cap", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        yield* TestClock.setTime(1000)
+        yield* withStore({ dir }, (store) =>
+          putAll(store, [
+            ...[1, 2, 3].map((i) => sample(`run-${i}`, { status: "running" })),
+            // Newest first, so "oldest" has to come from finished_at and not from insertion order.
+            ...[6, 5, 4, 3, 2, 1].map((i) => sample(`done-${i}`, { status: "completed", finished_at: i }))
+          ]))
+        yield* withStore({ dir, maxRecords: 5 }, (store) =>
+          Effect.gen(function*() {
+            assert.deepStrictEqual(ids(yield* store.all), ["done-5", "done-6", "run-1", "run-2", "run-3"])
+            assert.deepStrictEqual(yield* store.readTranscript("done-1"), [])
+            assert.deepStrictEqual(yield* store.readTranscript("done-6"), ["done-6"])
+          }))
+        yield* withStore({ dir, maxRecords: 2 }, (store) =>
+          Effect.map(store.all, (all) => assert.deepStrictEqual(ids(all), ["run-1", "run-2", "run-3"])))
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("a long-running process evicts as it goes, not only at open", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const maxRecords = 10
+        const { store } = yield* open({ dir, maxRecords })
+        yield* store.put(sample("live", { status: "running" }))
+        const total = 800
+        for (let i = 0; i < total; i++) {
+          yield* store.put(sample(`done-${i}`, { status: "completed", finished_at: i }))
+          if (i % 10 === 9) yield* store.flush
+        }
+        const all = yield* store.all
+        assert.isBelow(all.length, total / 2, "records never evicted while the store is open")
+        assert.isTrue(all.some((r) => r.agent_id === "live"))
+        assert.isTrue(all.some((r) => r.agent_id === `done-${total - 1}`))
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("the memory store evicts the same way (by age and count, terminal only)", () =>
+      Effect.gen(function*() {
+        yield* TestClock.setTime(30 * day)
+        const store = yield* SubAgentStore.makeMemory({ maxRecords: 3 })
+        yield* store.put(sample("aged", { status: "interrupted", finished_at: 1 }))
+        yield* store.appendTranscript("aged", ["hello"])
+        yield* Effect.forEach([1, 2, 3, 4, 5], (i) => store.put(sample(`live-${i}`, { status: i % 2 === 0 ? "pending" : "running" })))
+        const total = 300
+        for (let i = 0; i < total; i++) {
+          yield* store.put(sample(`done-${i}`, { status: "completed", finished_at: 29 * day + i }))
+        }
+        const all = ids(yield* store.all)
+        assert.isFalse(all.includes("aged"))
+        assert.deepStrictEqual(yield* store.readTranscript("aged"), [])
+        for (let i = 1; i <= 5; i++) assert.isTrue(all.includes(`live-${i}`), `live-${i}`)
+        assert.isBelow(all.length, 100)
+        assert.isTrue(all.includes(`done-${total - 1}`))
+      }))
+  })
+
+  describe("opening", () => {
+    it.effect("a corrupt database file is moved aside, never overwritten; a new one is started", () =>
+      Effect.gen(function*() {
+        const { dir, fs, file } = yield* sandbox
+        const garbage = new Uint8Array(8192).map((_, i) => (i * 7919 + 13) % 251)
+        const header = new Uint8Array(8192)
+        header.set(new TextEncoder().encode("SQLite format 3\0"))
+        header.set(garbage.subarray(16, 8192), 16)
+        for (const [i, bytes] of [garbage, header].entries()) {
+          const time = 5000 + i
+          yield* TestClock.setTime(time)
+          yield* fs.writeFile(file, bytes)
+          const aside = `${file}.corrupt-${time}`
+          yield* withStore({ dir }, (store) =>
+            Effect.gen(function*() {
+              assert.strictEqual(store.warnings.length, 1, store.warnings.join("\n"))
+              assert.include(store.warnings[0], "moved it aside")
+              assert.include(store.warnings[0], aside)
+              assert.deepStrictEqual(yield* fs.readFile(aside), bytes)
+              assert.deepStrictEqual(yield* store.all, [])
+              yield* store.put(sample(`fresh-${i}`))
+              yield* store.appendTranscript(`fresh-${i}`, ["kept"])
+            }))
+          yield* withStore({ dir }, (store) =>
+            Effect.gen(function*() {
+              assert.deepStrictEqual(store.warnings, [])
+              assert.deepStrictEqual(yield* store.all, [sample(`fresh-${i}`)])
+              assert.deepStrictEqual(yield* store.readTranscript(`fresh-${i}`), ["kept"])
+            }))
+        }
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("a database of another schema version fails the layer with a StoreError naming it, untouched", () =>
+      Effect.gen(function*() {
+        const { dir, file } = yield* sandbox
+        yield* withStore({ dir }, (store) => Effect.andThen(store.put(sample("a")), store.flush))
+        yield* withRaw(dir, (db) => db.run("UPDATE fibril_meta SET value = '99' WHERE key = 'schema_version'"))
+        const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
+        assert.strictEqual(error._tag, "StoreError")
+        assert.strictEqual(error.path, file)
+        assert.include(error.message, "schema version 99")
+        assert.include(error.message, `(${SubAgentStore.schemaVersion})`)
+        // Nothing moved aside or rewritten: the other version's data is still there.
+        yield* withRaw(dir, (db) => {
+          assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_agents"), 1)
+          assert.strictEqual(db.all("SELECT value FROM fibril_meta WHERE key = 'schema_version'")[0]?.["value"], "99")
+        })
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("the layer provides the service and closes the database with its scope", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const scope = yield* Scope.make()
+        const context = yield* Layer.buildWithScope(SubAgentStore.layerSqlite({ dir }), scope)
+        const store = Context.get(context, SubAgentStore.SubAgentStore)
+        yield* store.put(sample("x", { session_boot_id: store.owner.boot_id }))
+        yield* Scope.close(scope, Exit.void)
+        // Closing committed the queued put and removed this process from the owners.
+        yield* withRaw(dir, (db) => {
+          assert.deepStrictEqual(db.record("x"), sample("x", { session_boot_id: store.owner.boot_id }))
+          assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_owners"), 0)
+        })
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+  })
+
+  describe("migration from subagents.v1.json", () => {
+    const legacy = Effect.fnUntraced(function*(dir: string) {
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      const records = [
+        { ...sample("done", { status: "completed", finished_at: 50, created_at: 10 }), x_future_note: { keep: [1, null] } },
+        sample("running", { status: "running", created_at: 20, started_at: 21 }),
+        sample("pending", { status: "pending", created_at: 30 })
+      ]
+      // The v1 format: one JSON document, one record per line.
+      yield* fs.writeFileString(
+        path.join(dir, SubAgentStore.legacyRecordsFileName),
+        `{"version":1,"records":[\n${records.map((r) => JSON.stringify(r)).join(",\n")}\n]}\n`
+      )
+      const transcripts = path.join(dir, SubAgentStore.legacyTranscriptsDirName)
+      yield* fs.makeDirectory(transcripts)
+      yield* fs.writeFileString(path.join(transcripts, "done"), `{"role":"user","content":"a"}\n{"role":"assistant","content":"b"}\n`)
+      // A crash cut the last line short.
+      yield* fs.writeFileString(path.join(transcripts, "running"), `{"role":"user","content":"c"}\n{"role":"assis`)
+
+    })
+
+    it.effect("every record imported (live ones interrupted), transcripts readable, the file renamed .migrated", () =>
+      Effect.gen(function*() {
+        const { dir, fs, path } = yield* sandbox
+        yield* TestClock.setTime(1000)
+        yield* legacy(dir)
+        const restart = "Interrupted by process restart"
+        yield* withStore({ dir }, (store) =>
+          Effect.gen(function*() {
+            assert.strictEqual(store.warnings.length, 1, store.warnings.join("\n"))
+            assert.include(store.warnings[0], "imported 3 sub-agent record(s)")
+            const all = yield* store.all
+            assert.deepStrictEqual(all, [
+              sample("done", { status: "completed", finished_at: 50, created_at: 10 }),
+              sample("running", { status: "interrupted", created_at: 20, started_at: 21, finished_at: 1000, reason: restart }),
+              sample("pending", { status: "interrupted", created_at: 30, finished_at: 1000, reason: restart })
+            ])
+            assert.deepStrictEqual(yield* store.readTranscript("done"), [
+              { role: "user", content: "a" },
+              { role: "assistant", content: "b" }
+            ])
+            assert.deepStrictEqual(yield* store.readTranscript("running"), [{ role: "user", content: "c" }])
+            assert.deepStrictEqual(yield* store.readTranscript("pending"), [])
+          }))
+        const listed = [...yield* fs.readDirectory(dir)].filter((name) => !name.startsWith(SubAgentStore.databaseFileName)).sort()
+        assert.deepStrictEqual(listed, [
+          `${SubAgentStore.legacyRecordsFileName}.migrated`,
+          `${SubAgentStore.legacyTranscriptsDirName}.migrated`
+        ])
+        // Unknown fields came along.
+        assert.deepStrictEqual((yield* withRaw(dir, (db) => db.record("done")))?.["x_future_note"], { keep: [1, null] })
+        // Once: the next open imports nothing and says nothing.
+        yield* withStore({ dir }, (store) =>
+          Effect.gen(function*() {
+            assert.deepStrictEqual(store.warnings, [])
+            assert.strictEqual((yield* store.all).length, 3)
+          }))
+        assert.isTrue(yield* fs.exists(path.join(dir, `${SubAgentStore.legacyTranscriptsDirName}.migrated`, "done")))
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("stores opening one legacy dir at once import each record (and its transcript) exactly once", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        yield* legacy(dir)
+        const opened = yield* Effect.all(Array.from({ length: 4 }, () => open({ dir })), { concurrency: "unbounded" })
+        const imported = opened.flatMap(({ store }) =>
+          store.warnings.flatMap((w) => {
+            const match = /imported (\d+) sub-agent/.exec(w)
+            return match === null ? [] : [Number(match[1])]
+          })
+        )
+        assert.strictEqual(imported.reduce((a, b) => a + b, 0), 3, opened.map(({ store }) => store.warnings.join("; ")).join("\n"))
+        for (const { store } of opened) {
+          assert.deepStrictEqual(ids(yield* store.all), ["done", "pending", "running"])
+          assert.strictEqual((yield* store.readTranscript("done")).length, 2)
+          assert.strictEqual((yield* store.readTranscript("running")).length, 1)
+        }
+        assert.strictEqual(yield* withRaw(dir, (db) => db.count("SELECT COUNT(*) AS n FROM fibril_transcripts")), 3)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+  })
+
+  describe("processes", () => {
+    const fixture = fileURLToPath(new URL("./fixtures/store-writer.ts", import.meta.url))
+
+    const spawnWriter = Effect.fnUntraced(function*(args: ReadonlyArray<string>) {
       const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
-      const handle = yield* spawner.spawn(ChildProcess.make(process.execPath, [fixture, dir]))
-      const first = yield* handle.stdout.pipe(Stream.decodeText(), Stream.splitLines, Stream.runHead)
-      assert.deepStrictEqual(first, Option.some("ready"), "the writer did not start")
-      yield* Effect.sleep(yield* Random.nextIntBetween(20, 200))
+      return yield* spawner.spawn(ChildProcess.make(process.execPath, [fixture, ...args]))
+    })
+
+    const firstLine = (handle: ChildProcessSpawner.ChildProcessHandle) =>
+      handle.stdout.pipe(Stream.decodeText(), Stream.splitLines, Stream.runHead)
+
+    /** Starts the crash writer on `dir`, waits for its first commit, SIGKILLs it 10-150 ms later. */
+    const killMidWrite = Effect.fnUntraced(function*(dir: string) {
+      const handle = yield* spawnWriter(["crash", dir])
+      assert.deepStrictEqual(yield* firstLine(handle), Option.some("ready"), "the writer did not start")
+      yield* Effect.sleep(yield* Random.nextIntBetween(10, 150))
       yield* handle.kill({ killSignal: "SIGKILL" })
-      return yield* Effect.exit(handle.exitCode)
+      yield* Effect.exit(handle.exitCode)
+      return Number(handle.pid)
     }, Effect.scoped)
 
-    it.live(`a writer SIGKILLed at a random moment leaves a complete, valid file (${runs} runs)`, () =>
+    const runs = 10
+
+    it.live(`a writer SIGKILLed at a random moment leaves a database that opens and whose records all decode (${runs} runs)`, () =>
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
-        const path = yield* Path.Path
-        const decodeFile = Schema.decodeUnknownEffect(Schema.fromJsonString(Schema.Struct({
-          version: Schema.Literal(1),
-          records: Schema.Array(SubAgentRecord)
-        })))
         const outcomes = yield* Effect.forEach(Array.from({ length: runs }, (_, i) => i), () =>
           Effect.gen(function*() {
             const dir = yield* fs.makeTempDirectoryScoped()
-            yield* killMidWrite(dir)
-            const file = yield* decodeFile(yield* fs.readFileString(path.join(dir, SubAgentStore.recordsFileName)))
-            // The store itself loads it without a warning.
-            const loaded = yield* withStore({ dir }, (store) => Effect.map(store.all, (all) => ({ all, warnings: store.warnings })))
-            assert.deepStrictEqual(loaded.warnings, [])
-            assert.strictEqual(loaded.all.length, file.records.length)
-            const temps = (yield* fs.readDirectory(dir)).filter((name) => name.includes(".tmp-")).length
-            return { puts: Math.max(...file.records.map((r) => r.steps)), temps }
+            const pid = yield* killMidWrite(dir)
+            const rows = yield* withRaw(dir, (db) => {
+              assert.deepStrictEqual(db.all("PRAGMA integrity_check").map((r) => r["integrity_check"]), ["ok"])
+              return {
+                agents: db.count("SELECT COUNT(*) AS n FROM fibril_agents"),
+                live: db.count("SELECT COUNT(*) AS n FROM fibril_agents WHERE status IN ('pending', 'running')"),
+                messages: db.count("SELECT COUNT(*) AS n FROM fibril_transcripts")
+              }
+            })
+            return yield* withStore({ dir }, (store) =>
+              Effect.gen(function*() {
+                assert.deepStrictEqual(store.warnings, [])
+                const all = yield* store.all
+                assert.strictEqual(all.length, rows.agents, "a stored record does not decode")
+                let messages = 0
+                for (const record of all) messages += (yield* store.readTranscript(record.transcript_handle)).length
+                assert.strictEqual(messages, rows.messages, "a transcript message does not parse")
+                // The writer's pid is dead on this host: its live records are interrupted at once.
+                const changed = yield* store.reconcile
+                assert.strictEqual(changed.length, rows.live)
+                for (const record of changed) assert.include(record.reason, `pid ${pid}`)
+                assert.isFalse((yield* store.all).some((r) => !isTerminal(r.status)))
+                return Math.max(...all.map((r) => r.steps))
+              }))
           }).pipe(Effect.scoped), { concurrency: 5 })
-        // The kills landed while writes were happening, not before the first one.
-        assert.isTrue(outcomes.some((o) => o.puts > 0))
-        yield* Effect.logInfo(
-          `crash runs: max put index ${Math.max(...outcomes.map((o) => o.puts))}, temp files left in ${
-            outcomes.filter((o) => o.temps > 0).length
-          }/${runs} dirs`
-        )
+        // The kills landed while commits were happening, not before the first one.
+        assert.isTrue(outcomes.some((steps) => steps > 0), `steps: ${outcomes.join(", ")}`)
       }).pipe(Effect.provide(NodeServices.layer)), 30_000)
+
+    it.live("writer processes on one workspace at once lose nothing", () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const writers = ["p", "q", "r"]
+        const n = 40
+        const exits = yield* Effect.forEach(writers, (id) =>
+          Effect.gen(function*() {
+            const handle = yield* spawnWriter(["count", dir, id, String(n)])
+            const line = yield* firstLine(handle)
+            return { line, code: yield* handle.exitCode }
+          }).pipe(Effect.scoped), { concurrency: "unbounded" })
+        assert.deepStrictEqual(exits.map((e) => [Option.getOrUndefined(e.line), Number(e.code)]), writers.map(() => ["done", 0]))
+        yield* withStore({ dir }, (store) =>
+          Effect.gen(function*() {
+            const all = yield* store.all
+            assert.strictEqual(all.length, writers.length * n)
+            assert.isTrue(all.every((r) => r.status === "completed"))
+            assert.strictEqual(new Set(all.map((r) => r.session_boot_id)).size, writers.length)
+            for (const id of writers) {
+              for (let i = 0; i < n; i++) assert.deepStrictEqual(yield* store.readTranscript(`${id}-${i}`), [{ from: id, i }])
+            }
+          }))
+        // Every writer exited cleanly: none is left among the owners.
+        assert.strictEqual(yield* withRaw(dir, (db) => db.count("SELECT COUNT(*) AS n FROM fibril_owners")), 0)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 30_000)
   })
 })
