@@ -8,7 +8,6 @@
  */
 import { NodeServices } from "@effect/platform-node"
 import * as Fibril from "@fibril/core/Fibril"
-import * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as Session from "@fibril/core/Session"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import { ScriptedModel } from "@fibril/testkit"
@@ -19,6 +18,7 @@ import { OtlpSerialization, OtlpTracer } from "effect/observability"
 import * as os from "node:os"
 import * as path from "node:path"
 import * as AgentsCommand from "./AgentsCommand.ts"
+import * as ConfigFlags from "./ConfigFlags.ts"
 import * as ConfigCommand from "./ConfigCommand.ts"
 import * as Demo from "./Demo.ts"
 import * as DemoScript from "./DemoScript.ts"
@@ -49,8 +49,7 @@ const jsonFlag = Flag.Boolean("json").pipe(Flag.withDescription("One JSON object
 const resolveCwd = (flag: Option.Option<string>) =>
   ProcessEnvironment.use((e) => Effect.succeed(path.resolve(e.cwd, Option.getOrElse(flag, () => "."))))
 
-const loadConfig = (cwd: string) =>
-  ProcessEnvironment.use((e) => FibrilConfig.load({ cwd, home: e.home, env: e.env }))
+const loadConfig = (cwd: string) => ProcessEnvironment.use((e) => ConfigFlags.load(e, cwd))
 
 const stateDir = (cwd: string) => path.join(cwd, ".fibril", "state")
 
@@ -233,13 +232,16 @@ export const config = Command.make(
 
 export const fibril = Command.make("fibril").pipe(
   Command.withDescription("Fibril: an Effect-native sub-agent runtime"),
-  Command.withSubcommands([run, demo, agents, config, McpCommand.make(ProcessEnvironment, version)])
+  Command.withSubcommands([run, demo, agents, config, McpCommand.make(ProcessEnvironment, version)]),
+  Command.withGlobalFlags([ConfigFlags.Strict])
 )
 
 const usageErrors = new Set([
   "UsageError",
   "ConfigInvalid",
   "ConfigFileError",
+  "ConfigUnknownKeys",
+  "ConfigUnknownTool",
   "UnknownRole",
   "InvalidRoleRequest",
   "UnknownModel",

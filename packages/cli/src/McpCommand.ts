@@ -9,13 +9,13 @@
  * Built by `make(ProcessEnvironment)` rather than importing Cli.ts, which registers it.
  */
 import * as Fibril from "@fibril/core/Fibril"
-import * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as Session from "@fibril/core/Session"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import { type Context, Effect, Layer, Logger, Option, Schema } from "effect"
 import { Command, Flag } from "effect/cli"
 import * as path from "node:path"
 import type { Environment } from "./Cli.ts"
+import * as ConfigFlags from "./ConfigFlags.ts"
 import * as Mcp from "./Mcp.ts"
 import * as ModelSelection from "./ModelSelection.ts"
 
@@ -38,7 +38,7 @@ export const make = <I>(environment: Context.Key<I, Environment>, version: strin
     Effect.fn("fibril.mcp.command")(function*(flags) {
       const env = yield* environment
       const cwd = path.resolve(env.cwd, Option.getOrElse(flags.cwd, () => "."))
-      const config = yield* FibrilConfig.load({ cwd, home: env.home, env: env.env })
+      const config = yield* ConfigFlags.load(env, cwd)
       const selection = yield* ModelSelection.select({
         model: Option.getOrUndefined(flags.model),
         baseUrl: Option.getOrUndefined(flags.baseUrl),

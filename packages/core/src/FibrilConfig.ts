@@ -8,12 +8,23 @@
  * `Config`; numeric limits are then clamped in code, and every clamped value is kept
  * in `clamped` so `fibril config` can show the user what was changed and why.
  *
+ * A configuration says what is wrong with it. A table or key that is not in
+ * {@link knownKeys} is an error naming the file, the line and the nearest valid name
+ * (`[permisions]`: did you mean `[permissions]`?); `strict = false` in a file,
+ * `FIBRIL_STRICT=false` or `--no-strict` turns these into {@link Resolved.warnings}. A value
+ * of the wrong type names the key and where it came from: the file and line, or the
+ * environment variable. A `[permissions] deny` entry that names no known tool is always
+ * an error (a denial that matches nothing denies nothing), with the Fibril name of a Claude
+ * Code or opencode tool (`Bash` -> `shell`) as the suggestion.
+ *
  * @since 0.1.0
  */
 import { Config, ConfigProvider, Context, Effect, FileSystem, Layer, Option, Record, Schema } from "effect"
 import * as os from "node:os"
 import * as path from "node:path"
 import * as Toml from "smol-toml"
+import { claudeTools, fibrilTools, opencodeTools } from "./AgentDefinitions.ts"
+import { nearest } from "./internal/suggest.ts"
 
 // ---------------------------------------------------------------------------
 // Settings
@@ -121,6 +132,8 @@ export interface Resolved {
   readonly clamped: ReadonlyArray<Clamped>
   /** Config files that existed and were read, highest precedence first. */
   readonly sources: ReadonlyArray<string>
+  /** Unknown tables and keys, when not strict (each as {@link describeUnknown} words it). */
+  readonly warnings: ReadonlyArray<string>
 }
 
 /**
@@ -188,14 +201,216 @@ export class ConfigInvalid extends Schema.TaggedError<ConfigInvalid>()("ConfigIn
   key: Schema.String,
   /** The environment variable for the same key, e.g. `"FIBRIL_AGENT_MAX_STEPS"`. */
   envVar: Schema.String,
+  /** Where the value came from: `"/repo/.fibril/config.toml, line 3"` or `"environment variable FIBRIL_…"`. */
+  source: Schema.String,
   /** What was wrong, from the underlying `ConfigError`. */
   problem: Schema.String,
   /** What the key accepts. */
   accepted: Schema.String
 }) {
   override get message(): string {
-    return `Invalid config value for ${this.key} (env ${this.envVar}): ${this.problem}. Accepted: ${this.accepted}`
+    return `Invalid config value for ${this.key} (${this.source}): ${this.problem}. Accepted: ${this.accepted}`
   }
+}
+
+/**
+ * A table or key a config file holds that Fibril does not know.
+ *
+ * @since 0.1.0
+ */
+export const UnknownKey = Schema.Struct({
+  file: Schema.String,
+  /** 1-based; absent when the key could not be found in the text. */
+  line: Schema.optionalKey(Schema.Int),
+  /** Dotted path, e.g. `"permisions"` or `"agent.max_step"`. */
+  key: Schema.String,
+  kind: Schema.Literals(["table", "key"]),
+  /** The nearest valid name, e.g. `"[permissions]"` or `"agent.max_steps"`. */
+  suggestion: Schema.optionalKey(Schema.String)
+})
+export type UnknownKey = typeof UnknownKey.Type
+
+/** `"/repo/.fibril/config.toml, line 1: unknown table [permisions]; did you mean [permissions]?"` */
+export const describeUnknown = (problem: UnknownKey): string => {
+  const where = problem.line === undefined ? problem.file : `${problem.file}, line ${problem.line}`
+  const what = problem.kind === "table" ? `unknown table [${problem.key}]` : `unknown key ${problem.key}`
+  return `${where}: ${what}${problem.suggestion === undefined ? "" : `; did you mean ${problem.suggestion}?`}`
+}
+
+/**
+ * Config files hold tables or keys Fibril does not know (strict mode).
+ *
+ * @since 0.1.0
+ */
+export class ConfigUnknownKeys extends Schema.TaggedError<ConfigUnknownKeys>()("ConfigUnknownKeys", {
+  problems: Schema.Array(UnknownKey)
+}) {
+  override get message(): string {
+    return `Unknown configuration (fix the names, or use --no-strict or strict = false to only warn):\n${
+      this.problems.map((problem) => `  ${describeUnknown(problem)}`).join("\n")
+    }`
+  }
+}
+
+/**
+ * `[permissions] deny` names tools that do not exist: such a denial would deny nothing.
+ *
+ * @since 0.1.0
+ */
+export class ConfigUnknownTool extends Schema.TaggedError<ConfigUnknownTool>()("ConfigUnknownTool", {
+  key: Schema.String,
+  source: Schema.String,
+  unknown: Schema.Array(Schema.Struct({ name: Schema.String, suggestion: Schema.optionalKey(Schema.String) })),
+  known: Schema.Array(Schema.String)
+}) {
+  override get message(): string {
+    const names = this.unknown.map((tool) =>
+      `"${tool.name}"${tool.suggestion === undefined ? "" : ` (did you mean "${tool.suggestion}"?)`}`
+    )
+    return `${this.key} (${this.source}) names ${names.length === 1 ? "an unknown tool" : "unknown tools"}: ${
+      names.join(", ")
+    }; a denial that matches no tool denies nothing. Known tools: ${this.known.join(", ")}`
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Known tables and keys
+// ---------------------------------------------------------------------------
+
+/**
+ * Every table and key a config file may hold, by dotted table path (`""` is the top level).
+ * A list names the table's keys; `"any"` accepts any key (a map such as
+ * `[subagents.models]`, role -> model); a `*` segment matches any one name (for per-name
+ * tables such as `"sandbox.roles.*"`). Anything else in a file is an unknown key. To add a
+ * section, add its entry here and read its keys in `readSettings`.
+ *
+ * @since 0.1.0
+ */
+export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> = {
+  "": ["model", "strict"],
+  agent: ["max_steps", "api_timeout_secs", "max_retries", "retry_base_ms", "retry_max_ms"],
+  subagents: [
+    "max_concurrent",
+    "max_depth",
+    "admission",
+    "heartbeat_timeout_secs",
+    "max_steps",
+    "max_tokens",
+    "max_wall_secs",
+    "tree_max_tokens",
+    "default_model",
+    "worker_model",
+    "explorer_model",
+    "awaiter_model",
+    "review_model",
+    "custom_model"
+  ],
+  "subagents.models": "any",
+  tools: ["shell_timeout_secs", "max_output_chars"],
+  permissions: ["deny"]
+}
+
+/** The registry entry for a table path, `*` segments matching any name. */
+const tableSpec = (table: string): ReadonlyArray<string> | "any" | undefined => {
+  const exact = knownKeys[table]
+  if (exact !== undefined) return exact
+  const segments = table.split(".")
+  for (const [pattern, spec] of Object.entries(knownKeys)) {
+    const parts = pattern.split(".")
+    if (parts.length === segments.length && parts.every((part, i) => part === "*" || part === segments[i])) return spec
+  }
+  return undefined
+}
+
+/** The tables directly inside `table`, as named in the registry. */
+const childTables = (table: string): ReadonlyArray<string> =>
+  Object.keys(knownKeys).flatMap((path) => {
+    if (path === "") return []
+    const parent = path.includes(".") ? path.slice(0, path.lastIndexOf(".")) : ""
+    return parent === table ? [path.slice(parent === "" ? 0 : parent.length + 1)] : []
+  }).filter((name) => name !== "*")
+
+const isTable = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof Date)
+
+const join = (table: string, key: string) => table === "" ? key : `${table}.${key}`
+
+/** What to suggest for an unknown `key` in `table`: a near name there, or the same key in another table. */
+const suggestFor = (table: string, key: string, kind: UnknownKey["kind"]): string | undefined => {
+  const spec = tableSpec(table)
+  const keys = Array.isArray(spec) ? spec : []
+  const tables = childTables(table)
+  const near = nearest(key, [...keys, ...tables])
+  if (near !== undefined) return tables.includes(near) ? `[${join(table, near)}]` : join(table, near)
+  if (kind === "key") {
+    const elsewhere = Object.entries(knownKeys).find(([, names]) => Array.isArray(names) && names.includes(key))
+    if (elsewhere !== undefined) return join(elsewhere[0], key)
+  }
+  return undefined
+}
+
+/** The tables and keys of a parsed file that {@link knownKeys} does not list. */
+const unknownKeys = (file: string, table: Toml.TomlTable, lines: ReadonlyMap<string, number>) => {
+  const problems: Array<UnknownKey> = []
+  const walk = (path: string, value: Record<string, unknown>) => {
+    const spec = tableSpec(path)
+    if (spec === "any") return
+    for (const [key, inner] of Object.entries(value)) {
+      const full = join(path, key)
+      if (isTable(inner) && tableSpec(full) !== undefined) walk(full, inner)
+      else if (spec === undefined || !spec.includes(key)) {
+        const kind = isTable(inner) ? "table" : "key"
+        const line = lines.get(full)
+        const suggestion = suggestFor(path, key, kind)
+        problems.push({
+          file,
+          key: full,
+          kind,
+          ...(line === undefined ? {} : { line }),
+          ...(suggestion === undefined ? {} : { suggestion })
+        })
+      }
+    }
+  }
+  walk("", table)
+  return problems
+}
+
+// A TOML key: bare, "basic" or 'literal', possibly dotted.
+const keyPart = String.raw`(?:"(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)`
+const keyLine = new RegExp(String.raw`^\s*(${keyPart}(?:\s*\.\s*${keyPart})*)\s*=`)
+const headerLine = new RegExp(String.raw`^\s*\[\[?\s*(${keyPart}(?:\s*\.\s*${keyPart})*)\s*\]\]?\s*(?:#.*)?$`)
+
+const segmentsOf = (dotted: string): Array<string> =>
+  [...dotted.matchAll(new RegExp(keyPart, "g"))].map(([part]) =>
+    part.startsWith("\"") ? part.slice(1, -1).replace(/\\(["\\])/g, "$1") : part.startsWith("'") ? part.slice(1, -1) : part
+  )
+
+/**
+ * The 1-based line where each table and key of a TOML text is first written, by dotted
+ * path. smol-toml reports no positions for values, so the text is scanned: table headers
+ * set the current table, `key =` lines (dotted keys too) add paths under it.
+ */
+export const keyLines = (text: string): ReadonlyMap<string, number> => {
+  const lines = new Map<string, number>()
+  let table: Array<string> = []
+  text.split(/\r?\n/).forEach((line, index) => {
+    const header = headerLine.exec(line)
+    if (header !== null) {
+      table = segmentsOf(header[1]!)
+      const path = table.join(".")
+      if (!lines.has(path)) lines.set(path, index + 1)
+      return
+    }
+    const key = keyLine.exec(line)
+    if (key === null) return
+    const parts = [...table, ...segmentsOf(key[1]!)]
+    for (let end = table.length + 1; end <= parts.length; end++) {
+      const path = parts.slice(0, end).join(".")
+      if (!lines.has(path)) lines.set(path, index + 1)
+    }
+  })
+  return lines
 }
 
 // ---------------------------------------------------------------------------
@@ -260,8 +475,11 @@ const makeProvider = (
     ConfigProvider.orElse(ConfigProvider.fromUnknown(user))
   )
 
-/** Reads every key through `Config`, then clamps. */
-const readSettings = Effect.fnUntraced(function*(provider: ConfigProvider.ConfigProvider) {
+/** Reads every key through `Config`, then clamps; `sourceOf` says where a bad value came from. */
+const readSettings = Effect.fnUntraced(function*(
+  provider: ConfigProvider.ConfigProvider,
+  sourceOf: (key: string) => string
+) {
   const read = <A>(key: string, accepted: string, make: (name: string) => Config.Config<A>) => {
     const segments = key.split(".")
     const config = segments.slice(0, -1).reduceRight(
@@ -277,6 +495,7 @@ const readSettings = Effect.fnUntraced(function*(provider: ConfigProvider.Config
           return yield* new ConfigInvalid({
             key,
             envVar: envVarOf(key),
+            source: sourceOf(key),
             problem: given?._tag === "Value" ? `got ${JSON.stringify(given.value)} (${expected})` : expected,
             accepted
           })
@@ -359,6 +578,13 @@ const tomlReason = (error: unknown): string =>
     ? `line ${error.line}, column ${error.column}: ${error.message}`
     : String(error)
 
+/** A config file as read: its path, text (for line numbers) and parsed table. */
+interface ConfigFile {
+  readonly path: string
+  readonly table: Toml.TomlTable
+  readonly lines: ReadonlyMap<string, number>
+}
+
 /** The parsed file, or `None` when it does not exist. */
 const readToml = Effect.fnUntraced(function*(fs: FileSystem.FileSystem, file: string) {
   const text = yield* fs.readFileString(file).pipe(
@@ -368,13 +594,43 @@ const readToml = Effect.fnUntraced(function*(fs: FileSystem.FileSystem, file: st
         ? Effect.succeedNone
         : Effect.fail(new ConfigFileError({ path: file, reason: error.message })))
   )
-  if (Option.isNone(text)) return Option.none<Toml.TomlTable>()
+  if (Option.isNone(text)) return Option.none<ConfigFile>()
   const table = yield* Effect.try({
     try: () => Toml.parse(text.value),
     catch: (error) => new ConfigFileError({ path: file, reason: tomlReason(error) })
   })
-  return Option.some<Toml.TomlTable>(table)
+  return Option.some<ConfigFile>({ path: file, table, lines: keyLines(text.value) })
 })
+
+/** The value at a dotted path of a parsed table, if any. */
+const valueAt = (table: Toml.TomlTable, key: string): unknown =>
+  key.split(".").reduce<unknown>((value, part) => isTable(value) ? value[part] : undefined, table)
+
+/** Where the value of `key` comes from: the environment variable, else the first file holding it. */
+const locate = (
+  env: Readonly<Record<string, string | undefined>>,
+  files: ReadonlyArray<ConfigFile>
+) =>
+(key: string): string => {
+  const variable = envVarOf(key)
+  const fromEnv = env[variable]
+  if (fromEnv !== undefined && fromEnv !== "") return `environment variable ${variable}`
+  const file = files.find((file) => valueAt(file.table, key) !== undefined)
+  if (file === undefined) return "defaults"
+  const line = file.lines.get(key)
+  return line === undefined ? file.path : `${file.path}, line ${line}`
+}
+
+/** `[permissions] deny` entries that name no known tool, each with the tool it probably means. */
+const unknownTools = (deny: ReadonlyArray<string>, known: ReadonlyArray<string>) =>
+  deny.filter((name) => !known.includes(name)).map((name) => {
+    const key = name.toLowerCase()
+    const foreign = Object.hasOwn(claudeTools, key) ? claudeTools[key] : Object.hasOwn(opencodeTools, key)
+      ? opencodeTools[key]
+      : undefined
+    const suggestion = foreign?.find((tool) => known.includes(tool)) ?? nearest(name, known)
+    return suggestion === undefined ? { name } : { name, suggestion }
+  })
 
 // ---------------------------------------------------------------------------
 // Constructors
@@ -390,12 +646,22 @@ export interface LoadOptions {
   readonly cwd: string
   readonly home: string
   readonly env: Readonly<Record<string, string | undefined>>
+  /**
+   * `false` (`--no-strict`): unknown tables and keys are warnings, not errors. Unset: the
+   * `strict` key decides (env `FIBRIL_STRICT`, then the files), default true.
+   */
+  readonly strict?: boolean | undefined
+  /** Tool names `[permissions] deny` may name; default every tool Fibril registers. */
+  readonly knownTools?: ReadonlyArray<string> | undefined
 }
 
 /**
  * Reads env, project file, user file and defaults into settings, clamping numeric
  * limits. Missing files are skipped; unreadable or malformed files fail with
- * `ConfigFileError`, wrongly typed values with `ConfigInvalid`.
+ * `ConfigFileError`, wrongly typed values with `ConfigInvalid` (naming the file and line,
+ * or the environment variable), unknown tables and keys with `ConfigUnknownKeys` (or
+ * become `warnings` when not strict), and a denial of an unknown tool with
+ * `ConfigUnknownTool`.
  *
  * @example
  * ```ts
@@ -410,15 +676,52 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
   const userFile = path.join(options.home, ".fibril", "config.toml")
   const project = yield* readToml(fs, projectFile)
   // When cwd is home, the same file is both; read it once.
-  const user = userFile === projectFile ? Option.none<Toml.TomlTable>() : yield* readToml(fs, userFile)
-  const provider = makeProvider(options.env, Option.getOrElse(project, () => ({})), Option.getOrElse(user, () => ({})))
-  const { settings, clamped } = yield* readSettings(provider)
-  const sources = [
-    ...Option.match(project, { onNone: () => [], onSome: () => [projectFile] }),
-    ...Option.match(user, { onNone: () => [], onSome: () => [userFile] })
-  ]
-  return { settings, clamped, sources } satisfies Resolved
+  const user = userFile === projectFile ? Option.none<ConfigFile>() : yield* readToml(fs, userFile)
+  const files = [...Option.toArray(project), ...Option.toArray(user)]
+  const provider = makeProvider(
+    options.env,
+    Option.getOrElse(Option.map(project, (file) => file.table), () => ({})),
+    Option.getOrElse(Option.map(user, (file) => file.table), () => ({}))
+  )
+  const sourceOf = locate(options.env, files)
+  // Strictness first: it decides whether what follows is an error or a warning.
+  const strictKey = yield* Config.Boolean("strict").pipe(Config.withDefault(true)).parse(provider).pipe(
+    Effect.catchTag("ConfigError", () =>
+      Effect.fail(
+        new ConfigInvalid({
+          key: "strict",
+          envVar: envVarOf("strict"),
+          source: sourceOf("strict"),
+          problem: "not true or false",
+          accepted: "true or false"
+        })
+      ))
+  )
+  const strict = options.strict ?? strictKey
+  const unknown = files.flatMap((file) => unknownKeys(file.path, file.table, file.lines))
+  if (strict && unknown.length > 0) return yield* new ConfigUnknownKeys({ problems: unknown })
+  const { settings, clamped } = yield* readSettings(provider, sourceOf)
+  const known = options.knownTools ?? fibrilTools
+  const unknownDenied = unknownTools(settings.permissions.deny, known)
+  if (unknownDenied.length > 0) {
+    return yield* new ConfigUnknownTool({
+      key: "permissions.deny",
+      source: sourceOf("permissions.deny"),
+      unknown: unknownDenied,
+      known
+    })
+  }
+  return { settings, clamped, sources: files.map((file) => file.path), warnings: unknown.map(describeUnknown) } satisfies
+    Resolved
 })
+
+/**
+ * Everything `load` can fail with: a file that cannot be read or parsed, a value of the
+ * wrong type, unknown tables or keys (strict), a denial of an unknown tool.
+ *
+ * @since 0.1.0
+ */
+export type LoadError = ConfigFileError | ConfigInvalid | ConfigUnknownKeys | ConfigUnknownTool
 
 /**
  * Overrides for {@link fromSettings}; each section is merged over its defaults.
@@ -448,7 +751,8 @@ export const fromSettings = (overrides: SettingsOverrides = {}): Resolved => ({
     permissions: { ...defaults.permissions, ...overrides.permissions }
   },
   clamped: [],
-  sources: []
+  sources: [],
+  warnings: []
 })
 
 /**
@@ -466,7 +770,7 @@ export const layerSettings = (overrides: SettingsOverrides = {}): Layer.Layer<Fi
  */
 export const layer = (
   options: LoadOptions
-): Layer.Layer<FibrilConfig, ConfigFileError | ConfigInvalid, FileSystem.FileSystem> =>
+): Layer.Layer<FibrilConfig, LoadError, FileSystem.FileSystem> =>
   Layer.effect(FibrilConfig, Effect.map(load(options), FibrilConfig.of))
 
 /**
@@ -480,5 +784,5 @@ export const layer = (
  *
  * @since 0.1.0
  */
-export const layerConfig: Layer.Layer<FibrilConfig, ConfigFileError | ConfigInvalid, FileSystem.FileSystem> =
+export const layerConfig: Layer.Layer<FibrilConfig, LoadError, FileSystem.FileSystem> =
   Layer.unwrap(Effect.sync(() => layer({ cwd: process.cwd(), home: os.homedir(), env: { ...process.env } })))

@@ -196,11 +196,11 @@ describe("FibrilConfig", () => {
       assert.deepStrictEqual(settings.permissions.deny, ["shell", "write_file"])
 
       const env = yield* load({
-        FIBRIL_PERMISSIONS_DENY: "shell,web_fetch",
+        FIBRIL_PERMISSIONS_DENY: "shell,edit_file",
         FIBRIL_SUBAGENTS_ADMISSION: "reject",
         FIBRIL_SUBAGENTS_MODELS: "explorer=gpt-explorer,worker=gpt-w2"
       })
-      assert.deepStrictEqual(env.settings.permissions.deny, ["shell", "web_fetch"])
+      assert.deepStrictEqual(env.settings.permissions.deny, ["shell", "edit_file"])
       assert.deepStrictEqual(env.settings.subagents.models, { explorer: "gpt-explorer", worker: "gpt-w2" })
       assert.strictEqual(env.settings.subagents.admission, "reject")
     }).pipe(Effect.provide(NodeServices.layer)))
@@ -294,4 +294,124 @@ describe("FibrilConfig", () => {
         }
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer))
   )
+})
+
+describe("FibrilConfig says what is wrong", () => {
+  it.effect("unknown tables and keys fail with each one's file, line and nearest valid name", () =>
+    Effect.gen(function*() {
+      const { cwd, home, load, write } = yield* sandbox
+      const projectFile = yield* write(
+        cwd,
+        [
+          `modle = "gpt"`,
+          `[permisions]`,
+          `deny = ["shell"]`,
+          `[agent]`,
+          `max_step = 3`,
+          `max_concurrent = 2`,
+          `[subagents.models]`,
+          `"any-role" = "free-form keys are fine here"`,
+          `[wibble]`,
+          `x = 1`
+        ].join("\n")
+      )
+      const userFile = yield* write(home, `[tools]\nshell_timeout = 5\n`)
+      const error = yield* Effect.flip(load())
+      assert.strictEqual(error._tag, "ConfigUnknownKeys")
+      if (error._tag !== "ConfigUnknownKeys") return
+      assert.deepStrictEqual(error.problems, [
+        { file: projectFile, line: 1, key: "modle", kind: "key", suggestion: "model" },
+        { file: projectFile, line: 2, key: "permisions", kind: "table", suggestion: "[permissions]" },
+        { file: projectFile, line: 5, key: "agent.max_step", kind: "key", suggestion: "agent.max_steps" },
+        { file: projectFile, line: 6, key: "agent.max_concurrent", kind: "key", suggestion: "subagents.max_concurrent" },
+        { file: projectFile, line: 9, key: "wibble", kind: "table" },
+        { file: userFile, line: 2, key: "tools.shell_timeout", kind: "key", suggestion: "tools.shell_timeout_secs" }
+      ])
+      assert.include(error.message, `${projectFile}, line 2: unknown table [permisions]; did you mean [permissions]?`)
+      assert.include(error.message, "--no-strict")
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.effect("not strict (the option, strict = false, FIBRIL_STRICT=false): the same problems are warnings", () =>
+    Effect.gen(function*() {
+      const { cwd, home, load, write } = yield* sandbox
+      const file = yield* write(cwd, `[permisions]\ndeny = ["shell"]\n[agent]\nmax_steps = 7\n`)
+      const byOption = yield* FibrilConfig.load({ cwd, home, env: {}, strict: false })
+      assert.deepStrictEqual(byOption.warnings, [
+        `${file}, line 1: unknown table [permisions]; did you mean [permissions]?`
+      ])
+      assert.strictEqual(byOption.settings.agent.maxSteps, 7)
+      // The misspelt table is not read: nothing is denied.
+      assert.deepStrictEqual(byOption.settings.permissions.deny, [])
+      const byEnv = yield* load({ FIBRIL_STRICT: "false" })
+      assert.strictEqual(byEnv.warnings.length, 1)
+      yield* write(cwd, `strict = false\n[permisions]\ndeny = ["shell"]\n`)
+      const byKey = yield* load()
+      assert.strictEqual(byKey.warnings.length, 1)
+      yield* write(cwd, `strict = 3\n`)
+      const bad = yield* Effect.flip(load())
+      assert.strictEqual(bad._tag, "ConfigInvalid")
+      assert.include(bad.message, `strict (${file}, line 1)`)
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.effect("a wrongly typed value names the file, the line and the key, not an unset variable", () =>
+    Effect.gen(function*() {
+      const { cwd, home, load, write } = yield* sandbox
+      yield* write(cwd, `model = "m"\n[agent]\nmax_retries = 2\n`)
+      const userFile = yield* write(home, `[agent]\n\n# the budget\nmax_steps = "ten"\n`)
+      const error = yield* Effect.flip(load())
+      assert.strictEqual(error._tag, "ConfigInvalid")
+      if (error._tag !== "ConfigInvalid") return
+      assert.strictEqual(error.source, `${userFile}, line 4`)
+      assert.include(error.message, `Invalid config value for agent.max_steps (${userFile}, line 4): got "ten"`)
+      assert.notInclude(error.message, "FIBRIL_AGENT_MAX_STEPS")
+      // From the environment, the variable is named.
+      const fromEnv = yield* Effect.flip(load({ FIBRIL_AGENT_MAX_STEPS: "lots" }))
+      assert.include(fromEnv.message, "(environment variable FIBRIL_AGENT_MAX_STEPS)")
+      // A dotted key at the top level is found too.
+      yield* write(home, `tools.shell_timeout_secs = true\n`)
+      const dotted = yield* Effect.flip(load())
+      assert.include(dotted.message, `tools.shell_timeout_secs (${userFile}, line 1)`)
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.effect("a denial of an unknown tool is an error listing the known tools, with Claude Code names mapped", () =>
+    Effect.gen(function*() {
+      const { cwd, load, write } = yield* sandbox
+      const file = yield* write(cwd, `[permissions]\ndeny = ["Bash", "write-file", "teleport", "grep"]\n`)
+      const error = yield* Effect.flip(load())
+      assert.strictEqual(error._tag, "ConfigUnknownTool")
+      if (error._tag !== "ConfigUnknownTool") return
+      assert.deepStrictEqual(error.unknown, [
+        { name: "Bash", suggestion: "shell" },
+        { name: "write-file", suggestion: "write_file" },
+        { name: "teleport" }
+      ])
+      assert.strictEqual(error.source, `${file}, line 2`)
+      assert.include(error.message, `"Bash" (did you mean "shell"?)`)
+      assert.include(error.message, "Known tools: read_file, list_dir, grep")
+      // Not downgraded by --no-strict: a denial that matches nothing would deny nothing.
+      const lax = yield* Effect.flip(load({ FIBRIL_STRICT: "false" }))
+      assert.strictEqual(lax._tag, "ConfigUnknownTool")
+      const env = yield* Effect.flip(load({ FIBRIL_PERMISSIONS_DENY: "Bash" }))
+      assert.include(env.message, "permissions.deny (environment variable FIBRIL_PERMISSIONS_DENY)")
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it("keyLines finds tables, keys, dotted and quoted keys", () => {
+    const lines = FibrilConfig.keyLines(
+      [
+        `# comment`,
+        `model = "m"`,
+        `agent.max_steps = 3`,
+        `[ subagents . models ]  # models`,
+        `"code-review" = "x"`,
+        `[[servers]]`,
+        `name = 'a'`
+      ].join("\n")
+    )
+    assert.strictEqual(lines.get("model"), 2)
+    assert.strictEqual(lines.get("agent"), 3)
+    assert.strictEqual(lines.get("agent.max_steps"), 3)
+    assert.strictEqual(lines.get("subagents.models"), 4)
+    assert.strictEqual(lines.get("subagents.models.code-review"), 5)
+    assert.strictEqual(lines.get("servers.name"), 7)
+  })
 })

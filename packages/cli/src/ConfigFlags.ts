@@ -1,0 +1,38 @@
+/**
+ * Loading the configuration for a command: `FibrilConfig.load` with the `--no-strict`
+ * global flag applied, and what was only a warning (an unknown key when not strict)
+ * written to stderr as a log line before the command goes on.
+ *
+ * `--no-strict` is a global flag (`fibril --no-strict run …` or `fibril run … --no-strict`)
+ * so every command that reads the configuration honours it the same way.
+ */
+import * as FibrilConfig from "@fibril/core/FibrilConfig"
+import { Effect } from "effect"
+import { Flag, GlobalFlag } from "effect/cli"
+
+/** `--strict` (default) / `--no-strict`: unknown config tables and keys are errors, or only warnings. */
+export const Strict = GlobalFlag.Setting("strict")({
+  flag: Flag.Boolean("strict").pipe(
+    Flag.withDescription(
+      "Unknown tables and keys in .fibril/config.toml are errors (default); --no-strict makes them warnings"
+    ),
+    Flag.withDefault(true)
+  )
+})
+
+/** The configuration for `cwd`; warnings are logged (stderr in the CLI). */
+export const load = Effect.fn("fibril.config.load")(function*(
+  environment: { readonly home: string; readonly env: Readonly<Record<string, string | undefined>> },
+  cwd: string
+) {
+  const strict = yield* Strict
+  const resolved = yield* FibrilConfig.load({
+    cwd,
+    home: environment.home,
+    env: environment.env,
+    // Only the negation is a command-line choice; otherwise the `strict` key decides.
+    ...(strict ? {} : { strict: false })
+  })
+  for (const warning of resolved.warnings) yield* Effect.logWarning(`config: ${warning}`)
+  return resolved
+})
