@@ -8,6 +8,7 @@
  */
 import { NodeServices } from "@effect/platform-node"
 import * as Fibril from "@fibril/core/Fibril"
+import { redactText } from "@fibril/core/Secrets"
 import * as Session from "@fibril/core/Session"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import { ScriptedModel } from "@fibril/testkit"
@@ -263,7 +264,8 @@ export const main = (argv: ReadonlyArray<string>, environment: Environment) =>
     const tag = typeof error === "object" && error !== null && "_tag" in error ? String(error._tag) : ""
     // effect/cli has already shown its own parsing errors, with the help text.
     if (CliError.isCliError(error)) return 2
-    yield* Console.error(`fibril: ${error instanceof Error ? error.message : String(error)}`)
+    // A URL in a message (a base URL with a key written into it) is shown without its secrets.
+    yield* Console.error(`fibril: ${redactText(error instanceof Error ? error.message : String(error))}`)
     return usageErrors.has(tag) ? 2 : 1
   }).pipe(
     // stdout carries answers, JSON events and (for `mcp`) JSON-RPC: logs go to stderr.

@@ -9,6 +9,7 @@
  */
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as Models from "@fibril/core/Models"
+import { hasUserinfo, redactUrl } from "@fibril/core/Secrets"
 import { OpenAiClient, OpenAiModels } from "@fibril/openai"
 import { ScriptedModel } from "@fibril/testkit"
 import { Effect, type FileSystem, Layer, Redacted, Schema } from "effect"
@@ -55,12 +56,17 @@ export const select = (input: Input): Effect.Effect<Selection, UsageError> => {
   }
   const key = input.env["OPENAI_API_KEY"]
   if (key === undefined || key === "") return Effect.fail(missingKey)
-  return Effect.succeed({
-    kind: "openai",
-    model: model ?? defaultModel,
-    baseURL: input.baseUrl ?? input.env["OPENAI_BASE_URL"],
-    apiKey: Redacted.make(key)
-  })
+  const baseURL = input.baseUrl ?? input.env["OPENAI_BASE_URL"]
+  // fetch refuses a URL with user:password@ in it; say so before any request, without the secret.
+  if (baseURL !== undefined && hasUserinfo(baseURL)) {
+    return Effect.fail(
+      new UsageError({
+        problem: `The base URL ${redactUrl(baseURL)} has credentials in it (user:password@), which HTTP clients ` +
+          "refuse to send. Remove them from the URL and put the API key in OPENAI_API_KEY."
+      })
+    )
+  }
+  return Effect.succeed({ kind: "openai", model: model ?? defaultModel, baseURL, apiKey: Redacted.make(key) })
 }
 
 /** The model catalog for a selection. */
@@ -73,8 +79,8 @@ export const layer = (
       Layer.provide(OpenAiClient.layer({ apiKey: selection.apiKey, baseURL: selection.baseURL }))
     )
 
-/** What `fibril config` shows about the model (never the key). */
+/** What `fibril config` and `fibril mcp` show about the model: never the key, nor one written into the URL. */
 export const describe = (selection: Selection): string =>
   selection.kind === "scripted"
     ? `scripted model (${selection.file})`
-    : `${selection.model} at ${selection.baseURL ?? OpenAiClient.defaultBaseURL} (OPENAI_API_KEY set)`
+    : `${selection.model} at ${redactUrl(selection.baseURL ?? OpenAiClient.defaultBaseURL)} (OPENAI_API_KEY set)`

@@ -25,6 +25,7 @@ import { Memory } from "./Memory.ts"
 import { Models, type UnknownModel } from "./Models.ts"
 import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
+import { redactText } from "./Secrets.ts"
 import { ToolRegistry } from "./ToolRegistry.ts"
 import * as Usage from "./Usage.ts"
 import { Workspace } from "./Workspace.ts"
@@ -236,10 +237,13 @@ export class Session extends Context.Service<Session, {
   readonly setHooks: (hooks: Hooks) => Effect.Effect<void>
 }>()("@fibril/core/Session") {}
 
-/** The message of a typed failure, or a short form of a defect. */
+/**
+ * The message of a typed failure, or a short form of a defect; URLs in it are redacted
+ * (Secrets), since it becomes a record's reason, an event, a `task` result and CLI output.
+ */
 export const describeFailure = (cause: Cause.Cause<unknown>): string => {
   const error = Cause.squash(cause)
-  return error instanceof Error ? error.message : String(error)
+  return redactText(error instanceof Error ? error.message : String(error))
 }
 
 const info = (state: SessionState): SessionInfo => ({

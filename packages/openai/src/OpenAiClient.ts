@@ -10,6 +10,7 @@
  * It works with any server that speaks the Chat Completions API: OpenAI, DeepSeek, vLLM,
  * Ollama, OpenRouter — set `baseURL`.
  */
+import { redactUrl } from "@fibril/core/Secrets"
 import { Config, Context, Effect, Layer, Option, Redacted, Stream } from "effect"
 import type { AiError } from "effect/ai"
 import OpenAI from "openai"
@@ -36,7 +37,10 @@ export interface Options {
 }
 
 export class OpenAiClient extends Context.Service<OpenAiClient, {
-  /** The base URL requests go to (no trailing slash). */
+  /**
+   * The base URL requests go to (no trailing slash), with any credentials in it (userinfo,
+   * `api_key=`…) redacted: safe to print. Only the SDK holds the URL as given.
+   */
   readonly baseURL: string
   /** `POST /chat/completions`, non-streaming. */
   readonly createCompletion: (body: ChatCompletionCreateParamsNonStreaming) => Effect.Effect<ChatCompletion, AiError.AiError>
@@ -91,8 +95,9 @@ export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =
       ...(options.timeoutMs === undefined ? {} : { timeout: options.timeoutMs }),
       ...(options.headers === undefined ? {} : { defaultHeaders: { ...options.headers } })
     })
-    const completionsURL = { method: "POST", url: `${baseURL}/chat/completions` }
-    const modelsURL = { method: "GET", url: `${baseURL}/models` }
+    const shownURL = redactUrl(baseURL)
+    const completionsURL = { method: "POST", url: `${shownURL}/chat/completions` }
+    const modelsURL = { method: "GET", url: `${shownURL}/models` }
 
     const createCompletion = (body: ChatCompletionCreateParamsNonStreaming) =>
       Effect.tryPromise({
@@ -141,10 +146,10 @@ export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =
 
     const use = <A>(method: string, f: (sdk: OpenAI, signal: AbortSignal) => Promise<A>) =>
       Effect.tryPromise({ try: (signal) => f(sdk, signal), catch: (cause) => cause }).pipe(
-        Effect.catch(OpenAiError.fail(method, { method: "SDK", url: baseURL }))
+        Effect.catch(OpenAiError.fail(method, { method: "SDK", url: shownURL }))
       )
 
-    return OpenAiClient.of({ baseURL, createCompletion, streamCompletion, listModels, use })
+    return OpenAiClient.of({ baseURL: shownURL, createCompletion, streamCompletion, listModels, use })
   })
 
 /**

@@ -15,7 +15,13 @@
  * | 401 / 403                                          | AuthenticationError     | no      |
  *
  * The SDK's own retries are off (see OpenAiClient), so every failure arrives here once.
+ *
+ * Every URL and message that goes into an error passes through `@fibril/core/Secrets`
+ * first: a key written into the base URL (`https://user:KEY@host/v1`) would otherwise be
+ * quoted by fetch's own error ("Request cannot be constructed from a URL that includes
+ * credentials: …") and reach logs, records and spans.
  */
+import { redactText, redactUrl } from "@fibril/core/Secrets"
 import { Clock, Duration, Effect } from "effect"
 import { AiError } from "effect/ai"
 import * as OpenAI from "openai"
@@ -81,7 +87,7 @@ const metadataOf = (error: OpenAI.APIError) => ({
 
 const describe = (error: OpenAI.APIError, request: RequestInfo): string => {
   const message = stringField(error.error, "message") ?? error.message
-  return `${request.method} ${request.url} → ${error.status ?? "stream"}: ${message}`
+  return redactText(`${request.method} ${request.url} → ${error.status ?? "stream"}: ${message}`)
 }
 
 const fromStatus = (error: OpenAI.APIError, status: number, request: RequestInfo, now: number): AiError.AiErrorReason => {
@@ -153,11 +159,19 @@ const causeMessage = (cause: unknown): string => {
     parts.push(current.message)
     current = current.cause
   }
-  return parts.length === 0 ? String(cause) : parts.join(": ")
+  return redactText(parts.length === 0 ? String(cause) : parts.join(": "))
 }
 
+// The underlying error is kept only as its name and redacted message: its own message (and
+// its cause's) may quote the URL with the credentials in it.
 const network = (request: RequestInfo, description: string, cause: unknown) =>
-  new AiError.NetworkError({ reason: "TransportError", method: request.method, url: request.url, description, cause })
+  new AiError.NetworkError({
+    reason: "TransportError",
+    method: request.method,
+    url: redactUrl(request.url),
+    description,
+    cause: { name: cause instanceof Error ? cause.name : typeof cause, message: causeMessage(cause) }
+  })
 
 /**
  * The reason for a failure thrown by the SDK (or by fetch underneath it). `now` (epoch
@@ -178,10 +192,14 @@ export const reasonOf = (cause: unknown, request: RequestInfo, now: number): AiE
   }
   // A garbled body is usually a proxy or a truncated response: worth one more try.
   if (cause instanceof SyntaxError) {
-    return new AiError.InvalidOutputError({ description: `the server's answer is not valid JSON: ${cause.message}` })
+    return new AiError.InvalidOutputError({
+      description: redactText(`the server's answer is not valid JSON: ${cause.message}`)
+    })
   }
   if (isTransportError(cause)) return network(request, `connection lost: ${causeMessage(cause)}`, cause)
-  return new AiError.UnknownError({ description: `${request.method} ${request.url} failed: ${causeMessage(cause)}` })
+  return new AiError.UnknownError({
+    description: redactText(`${request.method} ${request.url} failed: ${causeMessage(cause)}`)
+  })
 }
 
 /** A well-formed answer that is not what the API promises (no choices, no model list). */

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import type { FakeOpenAiServer } from "@fibril/testkit"
-import { Clock, Duration, Effect, Fiber, Redacted, Schedule, Stream } from "effect"
+import { Cause, Clock, Duration, Effect, Fiber, Redacted, Schedule, Stream } from "effect"
 import type { AiError, LanguageModel } from "effect/ai"
 import * as OpenAiClient from "../src/OpenAiClient.ts"
 import * as OpenAiError from "../src/OpenAiError.ts"
@@ -238,5 +238,24 @@ describe("interruption cancels the in-flight request", () => {
       assert.strictEqual(first.length, 2)
       yield* server.awaitClosed(1).pipe(Effect.timeout("5 seconds"))
       assert.strictEqual(yield* server.closed, 1)
+    }))
+})
+
+describe("OpenAiError: credentials in the base URL never reach an error", () => {
+  it.effect("a base URL with user:KEY@ and ?api_key=KEY: the client, its errors and their causes show ***", () =>
+    Effect.gen(function*() {
+      for (const baseURL of ["http://user:SECRETKEY@127.0.0.1:9/v1", "http://127.0.0.1:9/v1?api_key=SECRETKEY"]) {
+        const client = yield* OpenAiClient.make({ apiKey: Redacted.make("sk-test"), baseURL })
+        assert.notInclude(client.baseURL, "SECRETKEY")
+        const error = yield* Effect.flip(client.listModels)
+        const shown = [
+          error.message,
+          JSON.stringify(error.reason),
+          String(error.reason._tag === "NetworkError" ? JSON.stringify(error.reason.cause) : ""),
+          Cause.pretty(Cause.fail(error))
+        ].join("\n")
+        assert.include(shown, "127.0.0.1:9")
+        assert.notInclude(shown, "SECRETKEY")
+      }
     }))
 })
