@@ -66,6 +66,8 @@ export interface SubagentSettings {
   readonly maxWallSecs: number | undefined
   /** Token budget shared by a whole tree of sub-agents. */
   readonly treeMaxTokens: number | undefined
+  /** Bound on each part of a child's result (summary, each section) and on stored reasons, in characters. */
+  readonly maxResultChars: number
   readonly defaultModel: string | undefined
   readonly workerModel: string | undefined
   readonly explorerModel: string | undefined
@@ -97,6 +99,43 @@ export interface PermissionSettings {
 }
 
 /**
+ * How far a `shell` command may write (`[sandbox] mode`): `"read-only"` (the whole file
+ * system read-only, a private /tmp), `"workspace-write"` (the workspace writable, except
+ * `.git` and `.fibril`), or `"off"` (no sandbox). The mode is the most an agent's shell
+ * gets; an agent that may not write is read-only whatever it says.
+ *
+ * @since 0.1.0
+ */
+export type SandboxMode = "read-only" | "workspace-write" | "off"
+
+/**
+ * `[sandbox.roles.<role>]`: per-role overrides; an unset key falls back to `[sandbox]`.
+ *
+ * @since 0.1.0
+ */
+export interface SandboxRoleSettings {
+  readonly mode?: SandboxMode | undefined
+  readonly network?: boolean | undefined
+  readonly writablePaths?: ReadonlyArray<string> | undefined
+}
+
+/**
+ * `[sandbox]`: the operating-system sandbox of `shell` commands.
+ *
+ * @since 0.1.0
+ */
+export interface SandboxSettings {
+  readonly mode: SandboxMode
+  /** Network access (and Unix sockets) inside the sandbox. */
+  readonly network: boolean
+  /** Also writable inside the sandbox: absolute, or relative to the workspace. */
+  readonly writablePaths: ReadonlyArray<string>
+  /** The bubblewrap binary (a name looked up on PATH, or a path). */
+  readonly bwrapPath: string
+  readonly roles: Readonly<Record<string, SandboxRoleSettings>>
+}
+
+/**
  * The resolved settings, with camelCase names for the snake_case TOML keys.
  *
  * @since 0.1.0
@@ -108,6 +147,7 @@ export interface Settings {
   readonly subagents: SubagentSettings
   readonly tools: ToolSettings
   readonly permissions: PermissionSettings
+  readonly sandbox: SandboxSettings
 }
 
 /**
@@ -160,6 +200,7 @@ export const defaults: Settings = {
     maxTokens: undefined,
     maxWallSecs: undefined,
     treeMaxTokens: undefined,
+    maxResultChars: 16_384,
     defaultModel: undefined,
     workerModel: undefined,
     explorerModel: undefined,
@@ -169,7 +210,8 @@ export const defaults: Settings = {
     models: {}
   },
   tools: { shellTimeoutSecs: 120, maxOutputChars: 30_000 },
-  permissions: { deny: [] }
+  permissions: { deny: [] },
+  sandbox: { mode: "workspace-write", network: false, writablePaths: [], bwrapPath: "bwrap", roles: {} }
 }
 
 // ---------------------------------------------------------------------------
@@ -298,6 +340,7 @@ export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> 
     "max_tokens",
     "max_wall_secs",
     "tree_max_tokens",
+    "max_result_chars",
     "default_model",
     "worker_model",
     "explorer_model",
@@ -307,7 +350,10 @@ export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> 
   ],
   "subagents.models": "any",
   tools: ["shell_timeout_secs", "max_output_chars"],
-  permissions: ["deny"]
+  permissions: ["deny"],
+  sandbox: ["mode", "network", "writable_paths", "bwrap_path"],
+  "sandbox.roles": [],
+  "sandbox.roles.*": ["mode", "network", "writable_paths"]
 }
 
 /** The registry entry for a table path, `*` segments matching any name. */
@@ -431,6 +477,7 @@ const bounds = {
   "subagents.max_tokens": [1, Number.MAX_SAFE_INTEGER],
   "subagents.max_wall_secs": [1, 86_400],
   "subagents.tree_max_tokens": [1, Number.MAX_SAFE_INTEGER],
+  "subagents.max_result_chars": [256, 1_048_576],
   "tools.shell_timeout_secs": [1, 3600],
   "tools.max_output_chars": [1000, 1_000_000]
 } as const satisfies Record<string, readonly [number, number]>
@@ -474,6 +521,16 @@ const makeProvider = (
     ConfigProvider.orElse(ConfigProvider.fromUnknown(project)),
     ConfigProvider.orElse(ConfigProvider.fromUnknown(user))
   )
+
+const sandboxModes = ["read-only", "workspace-write", "off"] as const satisfies ReadonlyArray<SandboxMode>
+const sandboxModesAccepted = sandboxModes.map((mode) => `"${mode}"`).join(" | ")
+
+/** One `[sandbox.roles.<role>]` table as written (snake_case keys, every key optional). */
+const SandboxRoleTable = Schema.Struct({
+  mode: Schema.optionalKey(Schema.Literals(sandboxModes)),
+  network: Schema.optionalKey(Schema.Boolean),
+  writable_paths: Schema.optionalKey(Schema.Array(Schema.String))
+})
 
 /** Reads every key through `Config`, then clamps; `sourceOf` says where a bad value came from. */
 const readSettings = Effect.fnUntraced(function*(
@@ -546,6 +603,7 @@ const readSettings = Effect.fnUntraced(function*(
       maxTokens: optional("subagents.max_tokens"),
       maxWallSecs: optional("subagents.max_wall_secs"),
       treeMaxTokens: optional("subagents.tree_max_tokens"),
+      maxResultChars: required("subagents.max_result_chars", d.subagents.maxResultChars),
       defaultModel: yield* optionalString("subagents.default_model"),
       workerModel: yield* optionalString("subagents.worker_model"),
       explorerModel: yield* optionalString("subagents.explorer_model"),
@@ -567,6 +625,40 @@ const readSettings = Effect.fnUntraced(function*(
         "permissions.deny",
         "an array of tool names (comma-separated in the environment)",
         (name) => Config.Array(Schema.String, name).pipe(Config.withDefault(d.permissions.deny))
+      )
+    },
+    sandbox: {
+      mode: yield* read(
+        "sandbox.mode",
+        sandboxModesAccepted,
+        (name) => Config.Literals(sandboxModes, name).pipe(Config.withDefault(d.sandbox.mode))
+      ),
+      network: yield* read(
+        "sandbox.network",
+        "true or false",
+        (name) => Config.Boolean(name).pipe(Config.withDefault(d.sandbox.network))
+      ),
+      writablePaths: yield* read(
+        "sandbox.writable_paths",
+        "an array of paths, absolute or relative to the workspace (comma-separated in the environment)",
+        (name) => Config.Array(Schema.String, name).pipe(Config.withDefault(d.sandbox.writablePaths))
+      ),
+      bwrapPath: yield* read(
+        "sandbox.bwrap_path",
+        "a string: the bubblewrap binary, a name on PATH or a path",
+        (name) => Config.String(name).pipe(Config.withDefault(d.sandbox.bwrapPath))
+      ),
+      roles: Record.map(
+        yield* read(
+          "sandbox.roles",
+          `tables [sandbox.roles.<role>] with mode (${sandboxModesAccepted}), network (true or false) and writable_paths (an array of paths)`,
+          (name) => Config.schema(Schema.Record(Schema.String, SandboxRoleTable), name).pipe(Config.withDefault({}))
+        ),
+        (table): SandboxRoleSettings => ({
+          mode: table.mode,
+          network: table.network,
+          writablePaths: table.writable_paths
+        })
       )
     }
   }
@@ -734,6 +826,7 @@ export interface SettingsOverrides {
   readonly subagents?: Partial<SubagentSettings> | undefined
   readonly tools?: Partial<ToolSettings> | undefined
   readonly permissions?: Partial<PermissionSettings> | undefined
+  readonly sandbox?: Partial<SandboxSettings> | undefined
 }
 
 /**
@@ -748,7 +841,8 @@ export const fromSettings = (overrides: SettingsOverrides = {}): Resolved => ({
     agent: { ...defaults.agent, ...overrides.agent },
     subagents: { ...defaults.subagents, ...overrides.subagents },
     tools: { ...defaults.tools, ...overrides.tools },
-    permissions: { ...defaults.permissions, ...overrides.permissions }
+    permissions: { ...defaults.permissions, ...overrides.permissions },
+    sandbox: { ...defaults.sandbox, ...overrides.sandbox }
   },
   clamped: [],
   sources: [],

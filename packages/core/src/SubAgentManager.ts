@@ -35,7 +35,7 @@ import {
   Session,
   type SessionNotFound
 } from "./Session.ts"
-import { isTerminal, maxHistory, type Status, type SubAgentRecord } from "./SubAgentRecord.ts"
+import { isTerminal, maxHistory, resultSections, type Status, type SubAgentRecord } from "./SubAgentRecord.ts"
 import { SubAgentStore } from "./SubAgentStore.ts"
 
 export interface Options {
@@ -180,7 +180,8 @@ export const optionsFrom = (settings: FibrilConfig.Settings): Options => ({
     treeMaxTokens: settings.subagents.treeMaxTokens
   },
   defaultModel: settings.subagents.defaultModel,
-  roleModels: roleModelsFrom(settings.subagents)
+  roleModels: roleModelsFrom(settings.subagents),
+  maxResultChars: settings.subagents.maxResultChars
 })
 
 export class SubAgentManager extends Context.Service<SubAgentManager, {
@@ -546,7 +547,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       steps: 0,
       tool_calls: 0,
       tokens: { input: 0, output: 0, cached: 0 },
-      transcript_handle: `${created.id}.jsonl`
+      transcript_handle: `${created.id}.jsonl`,
+      permissions: Permission.toJson(created.rules)
     }
     const entry: Entry = {
       record,
@@ -776,6 +778,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         depth: record.depth,
         role,
         definition,
+        recorded: record.permissions === undefined ? undefined : Permission.ceilingFromJson(record.permissions),
         model: record.model,
         description: record.description,
         transcript: mergeToolMessages(transcript),
@@ -832,7 +835,10 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     if (resolved !== undefined) {
       const target = { role: resolved.role, definition: resolved.definition }
       const live = yield* session.reassign(id, target).pipe(
-        Effect.as(true),
+        Effect.map((info) => {
+          entry.record.permissions = Permission.toJson(info.rules)
+          return true
+        }),
         Effect.catchTag("SessionNotFound", () => Effect.succeed(false))
       )
       if (!live) {
@@ -998,7 +1004,7 @@ export const agentResultForModel = (agent: AgentView) => ({
   status: agent.status,
   ...(agent.reason === undefined ? {} : { reason: agent.reason }),
   summary: agent.outcome?.summary ?? "",
-  sections: agent.outcome?.sections,
+  sections: agent.outcome === undefined ? undefined : resultSections(agent.outcome.sections),
   contract_violations: agent.outcome?.contract_violations ?? [],
   steps: agent.steps,
   tool_calls: agent.tool_calls,

@@ -6,6 +6,7 @@
  * Fibril are kept on rewrite by the store; this schema lists the fields this version reads.
  */
 import { Schema } from "effect"
+import { RulesJson } from "./Permission.ts"
 
 export const Status = Schema.Literals(["pending", "running", "completed", "failed", "cancelled", "interrupted"])
 export type Status = typeof Status.Type
@@ -30,6 +31,25 @@ export const Outcome = Schema.Struct({
   contract_violations: Schema.Array(Schema.String)
 })
 export type Outcome = typeof Outcome.Type
+
+/**
+ * The sections as a parent receives them: without `summary`, which it gets once, as the
+ * result's own `summary` (a 10 MB summary is not sent twice).
+ */
+export const ResultSections = Schema.Struct({
+  changes: Schema.String,
+  evidence: Schema.String,
+  risks: Schema.String,
+  blockers: Schema.String
+})
+export type ResultSections = typeof ResultSections.Type
+
+export const resultSections = (sections: Outcome["sections"]): ResultSections => ({
+  changes: sections.changes,
+  evidence: sections.evidence,
+  risks: sections.risks,
+  blockers: sections.blockers
+})
 
 /** How one earlier run of an agent ended (kept when the agent is resumed). */
 export const PastRun = Schema.Struct({
@@ -77,6 +97,8 @@ export const SubAgentRecord = Schema.Struct({
   /** Where the transcript lives: the key of its messages in the store. */
   transcript_handle: Schema.String,
   /** Earlier runs of this agent (before each resume), oldest first, bounded: what each ended with. */
-  history: Schema.optionalKey(Schema.Array(PastRun))
+  history: Schema.optionalKey(Schema.Array(PastRun)),
+  /** Its effective permissions when spawned: a resume after a restart never gives it more. */
+  permissions: Schema.optionalKey(RulesJson)
 })
 export type SubAgentRecord = typeof SubAgentRecord.Type

@@ -27,7 +27,7 @@
  */
 import { Effect, Fiber, Layer, Schema, type Scope } from "effect"
 import { Tool, Toolkit } from "effect/ai"
-import { Outcome, Status, Tokens } from "./SubAgentRecord.ts"
+import { ResultSections, Status, Tokens } from "./SubAgentRecord.ts"
 import { agentResultForModel, type AgentView, SubAgentManager } from "./SubAgentManager.ts"
 import * as AgentTools from "./tools/Agents.ts"
 import * as TaskTool from "./tools/Task.ts"
@@ -36,7 +36,7 @@ import * as TaskTool from "./tools/Task.ts"
 // Output schemas (MCP output schemas must have an object root)
 // ---------------------------------------------------------------------------
 
-export const Sections = Outcome.fields.sections
+export const Sections = ResultSections
 
 /** What `task` returns: the parsed result of the finished agent (`TaskTool.taskResult`). */
 export const TaskResult = Schema.Struct({

@@ -198,7 +198,7 @@ describe("models per role", () => {
   it("role models from settings: [subagents.models] wins over the *_model keys", () => {
     const models = SubAgentManager.roleModelsFrom({
       maxConcurrent: 10, maxDepth: 1, admission: "reject", heartbeatTimeoutSecs: 300,
-      maxSteps: undefined, maxTokens: undefined, maxWallSecs: undefined, treeMaxTokens: undefined,
+      maxSteps: undefined, maxTokens: undefined, maxWallSecs: undefined, treeMaxTokens: undefined, maxResultChars: 16_384,
       defaultModel: "d", workerModel: "w", explorerModel: "e", awaiterModel: "a", reviewModel: "r", customModel: "c",
       models: { Explorer: "m-explore", verifier: "m-verify" }
     })

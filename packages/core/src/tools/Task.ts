@@ -11,7 +11,7 @@
 import { Effect, Layer, Schema } from "effect"
 import { text } from "../internal/resource.ts"
 import { withSpan } from "../internal/span.ts"
-import type * as OutputContract from "../OutputContract.ts"
+import { resultSections, type ResultSections } from "../SubAgentRecord.ts"
 import * as Roles from "../Roles.ts"
 import { type AgentView, SubAgentManager } from "../SubAgentManager.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
@@ -32,7 +32,8 @@ export interface TaskResult {
   readonly description: string
   readonly status: "completed" | "failed" | "cancelled"
   readonly summary: string
-  readonly sections: OutputContract.Sections
+  /** CHANGES, EVIDENCE, RISKS, BLOCKERS; SUMMARY is `summary`. */
+  readonly sections: ResultSections
   readonly contract_violations: ReadonlyArray<string>
   readonly tool_calls: number
   readonly steps: number
@@ -41,7 +42,7 @@ export interface TaskResult {
   readonly model: string
 }
 
-const emptySections: OutputContract.Sections = { summary: "", changes: "", evidence: "", risks: "", blockers: "" }
+const emptySections: ResultSections = { changes: "", evidence: "", risks: "", blockers: "" }
 
 export const definition = ToolRegistry.define({
   name: "task",
@@ -67,7 +68,7 @@ export const taskResult = (agent: AgentView): TaskResult => ({
   description: agent.description,
   status: agent.status === "completed" ? "completed" : agent.status === "cancelled" ? "cancelled" : "failed",
   summary: agent.outcome?.summary ?? agent.reason ?? "",
-  sections: agent.outcome?.sections ?? emptySections,
+  sections: agent.outcome === undefined ? emptySections : resultSections(agent.outcome.sections),
   contract_violations: agent.outcome?.contract_violations ?? [],
   tool_calls: agent.tool_calls,
   steps: agent.steps,
