@@ -106,7 +106,7 @@ describe("fibril run", () => {
 describe("fibril agents and config", () => {
   it.live("after a run, agents list --all / show / transcript read the persisted records", () =>
     Effect.gen(function*() {
-      const { dir } = yield* workspace(fanOut)
+      const { dir, fs, path } = yield* workspace(fanOut)
       yield* fibril(["run", "go", "--model", "scripted:script.json"], { cwd: dir })
       const running = yield* fibril(["agents", "list"], { cwd: dir })
       assert.include(running.stdout, "No agent is running")
@@ -136,6 +136,24 @@ describe("fibril agents and config", () => {
       assert.include(transcript.stdout, "notes.txt")
       const unknown = yield* fibril(["agents", "show", "agent_nope"], { cwd: dir })
       assert.strictEqual(unknown.exitCode, 2)
+
+      // A resume that fails exits 1 and keeps how the earlier run ended in the record's history.
+      yield* fs.writeFileString(
+        path.join(dir, "fail.json"),
+        JSON.stringify({ rules: [{ turns: [{ error: { kind: "fatal", message: "the model refused" } }] }] })
+      )
+      const resumed = yield* fibril(["agents", "resume", records[0]!.agent_id], {
+        cwd: dir,
+        env: { FIBRIL_MODEL: "scripted:fail.json" }
+      })
+      assert.strictEqual(resumed.exitCode, 1, resumed.stderr)
+      assert.include(resumed.stdout, "failed")
+      const after = JSON.parse((yield* fibril(["agents", "show", records[0]!.agent_id], { cwd: dir })).stdout) as {
+        status: string
+        history: Array<{ status: string; summary: string }>
+      }
+      assert.strictEqual(after.status, "failed")
+      assert.deepStrictEqual(after.history.map((run) => [run.status, run.summary]), [["completed", "listed the workspace"]])
     }).pipe(Effect.provide(NodeServices.layer)))
 
   it.live("config prints the effective values, marks clamped ones, and never the key", () =>
