@@ -230,6 +230,33 @@ export const reassign = (current: Rules, parent: Rules, grant: Grant): Result.Re
   return grants.length > 0 ? Result.fail(grants) : Result.succeed(derive(current, { ...asCeiling(target), label: grant.label }))
 }
 
+/**
+ * Effective rules as a record stores them (JSON), so an agent rebuilt after a restart (or
+ * adopted by another process) never gets more than it had, whatever its parent now is.
+ */
+export const RulesJson = Schema.Struct({
+  allow: Schema.Union([Schema.Literal("all"), Schema.Array(Schema.String)]),
+  deny: Schema.Array(Schema.String),
+  postures: Schema.Array(Posture),
+  write_scope: Schema.Union([Schema.Literal("all"), Schema.Array(Schema.String)])
+})
+export type RulesJson = typeof RulesJson.Type
+
+export const toJson = (rules: Rules): RulesJson => ({
+  allow: rules.allow === "all" ? "all" : [...rules.allow],
+  deny: [...rules.deny],
+  postures: [...rules.postures],
+  write_scope: rules.writeScope === "all" ? "all" : [...rules.writeScope]
+})
+
+/** Stored rules as a ceiling: deriving with it gives at most what was stored. */
+export const ceilingFromJson = (json: RulesJson): Ceiling => ({
+  allow: json.allow === "all" ? undefined : json.allow,
+  deny: json.deny,
+  postures: json.postures,
+  writeScope: json.write_scope === "all" ? undefined : json.write_scope
+})
+
 /** Name and posture only: what decides whether a tool is shown to the model. */
 export const allowsTool = (rules: Rules, name: string, posture: Posture): boolean =>
   (rules.allow === "all" || rules.allow.has(name)) && !rules.deny.has(name) && postureAllowed(rules, posture)

@@ -128,6 +128,8 @@ export interface SessionInfo {
   readonly running: boolean
   /** True while a model call is in flight (the model is working, not stuck). */
   readonly waitingOnModel: boolean
+  /** Its effective permissions now. */
+  readonly rules: Permission.Rules
 }
 
 export interface PromptResult {
@@ -178,6 +180,8 @@ export interface RestoreOptions {
   readonly description?: string | undefined
   readonly allowedTools?: ReadonlyArray<string> | undefined
   readonly definition?: Permission.Ceiling | undefined
+  /** The permissions it had when recorded: a restored agent never gets more (its parent may be gone). */
+  readonly recorded?: Permission.Ceiling | undefined
   /** The transcript: the system message first, then the conversation. */
   readonly transcript: ReadonlyArray<Prompt.Message>
   readonly budgets?: Partial<Budgets> | undefined
@@ -259,7 +263,8 @@ const info = (state: SessionState): SessionInfo => ({
   usage: Usage.snapshot(state.usage),
   treeUsage: Usage.snapshot(state.treeUsage),
   running: state.busy,
-  waitingOnModel: state.modelCall !== undefined
+  waitingOnModel: state.modelCall !== undefined,
+  rules: state.rules
 })
 
 /**
@@ -481,9 +486,9 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     const [first, ...rest] = options.transcript
     const role = options.role
     const system = first?.role === "system" ? first : yield* systemFor(role, options.depth, role.prompt)
-    const rules = Permission.effective(
-      parent?.rules ?? permission.root,
-      grantFor(options.depth, config.maxDepth, role, options)
+    const rules = Permission.derive(
+      Permission.effective(parent?.rules ?? permission.root, grantFor(options.depth, config.maxDepth, role, options)),
+      options.recorded ?? {}
     )
     const state = register({
       id: options.id,

@@ -283,3 +283,41 @@ describe("the plan role writes its plan, and nothing else", () => {
       assert.isFalse(yield* fs.exists(path.join(root, ".fibril", "memory.md")))
     }).pipe(provideNode))
 })
+
+describe("a restart does not give an agent back what its caller withheld", () => {
+  it.live("an agent spawned with allowed_tools [read_file], resumed by a new process, still cannot write", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      const script: ScriptedModel.ScriptInput = {
+        rules: [{
+          respond: (c) =>
+            !JSON.stringify(c.messages).includes("Continue where you left off")
+              ? { text: report("read only, as asked") }
+              : c.lastToolResults.length === 0
+              ? { tool_calls: [{ name: "write_file", args: { path: "after-restart.txt", content: "x" } }] }
+              : { text: report("tried to write") }
+        }]
+      }
+      // First process: the agent runs with its caller's limit and finishes.
+      const id = yield* Effect.scoped(Effect.gen(function*() {
+        const { get } = yield* setup(script, {}, { root, store: "file" })
+        const manager = get(SubAgentManager)
+        const agent = yield* manager.spawn(undefined, { prompt: "limited job", allowedTools: ["read_file"] })
+        yield* manager.result(agent.agent_id, { block: true })
+        return agent.agent_id
+      }))
+      // Second process: its session is rebuilt from the store; the limit comes back with it.
+      const { get } = yield* setup(script, {}, { root, store: "file" })
+      const manager = get(SubAgentManager)
+      yield* manager.resume(undefined, id)
+      const after = yield* manager.result(id, { block: true })
+      assert.strictEqual(after.status, "completed")
+      const results = resultsOf(yield* get(Session).transcript(id))
+      const write = results.at(-1)!
+      assert.strictEqual(write.name, "write_file")
+      assert.include(failure(write).message, "\"write_file\" is not among the tools allowed")
+      assert.isFalse(yield* fs.exists(path.join(root, "after-restart.txt")))
+    }).pipe(provideNode))
+})
