@@ -2,6 +2,7 @@ import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, FileSystem, Schema } from "effect"
 import * as path from "node:path"
+import * as Toml from "smol-toml"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
 
 /** A temp dir with `project/` (cwd) and `home/`; `write` puts a `.fibril/config.toml` into one of them. */
@@ -393,6 +394,23 @@ describe("FibrilConfig says what is wrong", () => {
       assert.strictEqual(lax._tag, "ConfigUnknownTool")
       const env = yield* Effect.flip(load({ FIBRIL_PERMISSIONS_DENY: "Bash" }))
       assert.include(env.message, "permissions.deny (environment variable FIBRIL_PERMISSIONS_DENY)")
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.effect("every setting can be written in a file: the key registry knows each field of Settings", () =>
+    Effect.gen(function*() {
+      const { cwd, load, write } = yield* sandbox
+      const snake = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)
+      // The defaults as a TOML document, unset values given a value of their type.
+      const asToml = (value: unknown, key: string): unknown => {
+        if (value === undefined) return key.endsWith("Model") || key === "model" ? "m" : 5
+        if (typeof value !== "object" || value === null || Array.isArray(value)) return value
+        const entries = Object.entries(value).map(([k, v]) => [snake(k), asToml(v, k)] as const)
+        return Object.fromEntries(key === "roles" ? [["explore", {}]] : entries)
+      }
+      const file = yield* write(cwd, Toml.stringify(asToml(FibrilConfig.defaults, "") as Record<string, unknown>))
+      const resolved = yield* load().pipe(Effect.catchTag("ConfigUnknownKeys", (error) => Effect.die(error.message)))
+      assert.deepStrictEqual(resolved.warnings, [])
+      assert.deepStrictEqual(resolved.sources, [file])
     }).pipe(Effect.provide(NodeServices.layer)))
 
   it("keyLines finds tables, keys, dotted and quoted keys", () => {
