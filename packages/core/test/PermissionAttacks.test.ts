@@ -253,7 +253,9 @@ describe("the plan role writes its plan, and nothing else", () => {
                   { name: "write_file", args: { path: "src/feature.ts", content: "export {}\n" } },
                   { name: "write_file", args: { path: ".fibril/plans/../../escape.md", content: "x" } },
                   { name: "edit_file", args: { path: "notes.txt", old_string: "hello", new_string: "bye" } },
-                  { name: "remember", args: { note: "plans live in .fibril/plans" } }
+                  { name: "remember", args: { note: "plans live in .fibril/plans" } },
+                  // A symlink inside the plan directory that leads back into the workspace.
+                  { name: "write_file", args: { path: ".fibril/plans/src-link/through.ts", content: "x" } }
                 ]
               },
               { text: report("planned") }
@@ -263,12 +265,17 @@ describe("the plan role writes its plan, and nothing else", () => {
         ]
       })
       yield* fs.writeFileString(path.join(root, "notes.txt"), "hello\n")
+      yield* fs.makeDirectory(path.join(root, "src"))
+      yield* fs.makeDirectory(path.join(root, ".fibril", "plans"), { recursive: true })
+      yield* fs.symlink(path.join(root, "src"), path.join(root, ".fibril", "plans", "src-link"))
       const session = get(Session)
       const parent = yield* session.create()
       yield* session.prompt(parent.id, "go")
       const task = toolResults(yield* session.transcript(parent.id))[0]!.result as { agent_id: string }
       const results = resultsOf(yield* session.transcript(task.agent_id))
-      assert.deepStrictEqual(results.map((r) => r.isFailure), [false, false, true, true, true, true])
+      assert.deepStrictEqual(results.map((r) => r.isFailure), [false, false, true, true, true, true, true])
+      assert.include(failure(results[6]!).message, "may write only under .fibril/plans, not \"src/through.ts\"")
+      assert.isFalse(yield* fs.exists(path.join(root, "src", "through.ts")))
       assert.strictEqual(
         yield* fs.readFileString(path.join(root, ".fibril", "plans", "feature.md")),
         "1. do it well\n"
