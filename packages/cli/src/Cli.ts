@@ -8,6 +8,7 @@
  */
 import { NodeServices } from "@effect/platform-node"
 import * as Fibril from "@fibril/core/Fibril"
+import * as Sandbox from "@fibril/core/Sandbox"
 import { redactText } from "@fibril/core/Secrets"
 import * as Session from "@fibril/core/Session"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
@@ -108,7 +109,8 @@ export const run = Command.make(
         onSome: (maxConcurrent) => ({ ...subagents, maxConcurrent })
       }),
       tools: config.settings.tools,
-      deny: config.settings.permissions.deny
+      deny: config.settings.permissions.deny,
+      sandbox: config.settings.sandbox
     }).pipe(Layer.provideMerge(ModelSelection.layer(selection)))
     const code = yield* Run.run(
       {
@@ -156,7 +158,8 @@ const managed = <A, E, R>(cwd: string, effect: Effect.Effect<A, E, R>) =>
           cwd,
           store: "file",
           session: Session.optionsFrom(config.settings),
-          subagents: SubAgentManager.optionsFrom(config.settings)
+          subagents: SubAgentManager.optionsFrom(config.settings),
+          sandbox: config.settings.sandbox
         }).pipe(Layer.provideMerge(ModelSelection.layer(selection)))
       )
     )
@@ -227,7 +230,8 @@ export const config = Command.make(
     const model = selection._tag === "Success"
       ? ModelSelection.describe(selection.success)
       : "none (set OPENAI_API_KEY, or --model scripted:<file>)"
-    yield* ConfigCommand.show(resolved, model, flags.json, out)
+    const sandbox = yield* Effect.flatMap(Sandbox.currentHost, (host) => Sandbox.probe(resolved.settings.sandbox, host))
+    yield* ConfigCommand.show(resolved, model, flags.json, out, sandbox)
   })
 ).pipe(Command.withDescription("The effective configuration, with clamped values marked"))
 

@@ -3,6 +3,7 @@
  * flags, with every clamped value marked, and the files that were read.
  */
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
+import * as Sandbox from "@fibril/core/Sandbox"
 import { Effect } from "effect"
 import type * as Output from "./Output.ts"
 
@@ -23,31 +24,58 @@ export const lines = (resolved: FibrilConfig.Resolved): Array<string> => {
     agent: settings.agent,
     subagents: settings.subagents,
     tools: settings.tools,
-    permissions: settings.permissions
+    permissions: settings.permissions,
+    sandbox: settings.sandbox
   })) {
     out.push("", `[${section}]`)
     for (const [key, v] of Object.entries(fields)) {
-      if (key === "models") continue
+      if (key === "models" || key === "roles") continue
       out.push(value(`${section}.${snake(key)}`, v))
     }
   }
   out.push("", "[subagents.models]")
   for (const [role, model] of Object.entries(settings.subagents.models)) out.push(`${role} = ${JSON.stringify(model)}`)
+  for (const [role, overrides] of Object.entries(settings.sandbox.roles)) {
+    out.push("", `[sandbox.roles.${role}]`)
+    for (const [key, v] of Object.entries(overrides)) if (v !== undefined) out.push(`${snake(key)} = ${JSON.stringify(v)}`)
+  }
   return out
 }
+
+/** Which sandbox `shell` commands get here, and what each built-in role's shell can do. */
+export const sandboxLines = (settings: FibrilConfig.SandboxSettings, status: Sandbox.Status): Array<string> => [
+  status.available
+    ? `# shell sandbox: bubblewrap (${status.path}); each role's shell:`
+    : `# shell sandbox: NONE available (${status.reason}); read-only roles get no shell, roles that may write ` +
+      "run shell commands UNCONFINED. Install bubblewrap to sandbox them. Each role's shell:",
+  ...Sandbox.describeRoles(settings, status).map(({ role, shell }) => `#   ${role}: ${shell}`)
+]
 
 export const show = Effect.fn("fibril.config")(function*(
   resolved: FibrilConfig.Resolved,
   model: string,
   json: boolean,
-  output: Output.Output
+  output: Output.Output,
+  sandbox?: Sandbox.Status
 ) {
   if (json) {
-    return yield* output.line(JSON.stringify({ ...resolved, model_selection: model }))
+    return yield* output.line(JSON.stringify({
+      ...resolved,
+      model_selection: model,
+      ...(sandbox === undefined
+        ? {}
+        : {
+          sandbox_status: sandbox,
+          sandbox_roles: Object.fromEntries(
+            Sandbox.describeRoles(resolved.settings.sandbox, sandbox).map(({ role, shell }) => [role, shell])
+          )
+        })
+    }))
   }
   yield* output.line(`# Effective configuration (sources, highest first: environment, ${
     resolved.sources.length === 0 ? "no config files" : resolved.sources.join(", ")
   }, defaults)`)
   yield* output.line(`# model selection: ${model}`)
+  if (sandbox !== undefined) for (const text of sandboxLines(resolved.settings.sandbox, sandbox)) yield* output.line(text)
   for (const text of lines(resolved)) yield* output.line(text)
 })

@@ -56,7 +56,8 @@ export const make = <I>(environment: Context.Key<I, Environment>, version: strin
           onSome: (maxConcurrent) => ({ ...subagents, maxConcurrent })
         }),
         tools: config.settings.tools,
-        deny: config.settings.permissions.deny
+        deny: config.settings.permissions.deny,
+        sandbox: config.settings.sandbox
       }).pipe(Layer.provideMerge(ModelSelection.layer(selection)))
       const server = Mcp.layerStdio({ version }).pipe(Layer.provide(core))
       yield* Effect.logInfo(`fibril mcp: serving on stdio (workspace ${cwd}, ${ModelSelection.describe(selection)})`)

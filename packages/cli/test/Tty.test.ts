@@ -4,6 +4,7 @@ import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, FileSystem, Path, Stream } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
+import { readdirSync, readFileSync } from "node:fs"
 import { bin } from "./run.ts"
 
 const tmux = (args: ReadonlyArray<string>) =>
@@ -23,11 +24,26 @@ const alive = (pid: number) => {
   }
 }
 
+/**
+ * Host pids of processes with `marker` among their arguments: the verifier's shell runs in
+ * a sandbox with its own pid namespace, where `$$` is not a host pid.
+ */
+const pidsWith = (marker: string): Array<number> =>
+  readdirSync("/proc").filter((entry) => /^\d+$/.test(entry)).flatMap((entry) => {
+    try {
+      return readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0").includes(marker) ? [Number(entry)] : []
+    } catch {
+      return []
+    }
+  })
+
+const marker = String(300_000 + Math.floor(Math.random() * 100_000))
+
 const script = {
   rules: [
     {
       match: { role: "verifier" },
-      turns: [{ tool_calls: [{ name: "shell", args: { command: "echo $$ > pid; exec sleep 300" } }] }, { text: "never" }]
+      turns: [{ tool_calls: [{ name: "shell", args: { command: `exec sleep ${marker}` } }] }, { text: "never" }]
     },
     {
       match: { depth: 0 },
@@ -50,12 +66,10 @@ describe("fibril run on a terminal", () => {
       const command = `cd ${dir} && env -u OPENAI_API_KEY ${process.execPath} ${bin} run 'check it' --model scripted:script.json; echo EXIT=$?; sleep 60`
       yield* tmux(["new-session", "-d", "-s", name, "-x", "160", "-y", "40", command])
       yield* Effect.addFinalizer(() => Effect.ignore(tmux(["kill-session", "-t", name])))
-      const pidFile = path.join(dir, "pid")
       let pid = 0
       for (let i = 0; i < 200 && pid === 0; i++) {
-        const text = yield* fs.readFileString(pidFile).pipe(Effect.orElseSucceed(() => ""))
-        if (text.trim() !== "") pid = Number(text.trim())
-        else yield* Effect.sleep("50 millis")
+        pid = pidsWith(marker)[0] ?? 0
+        if (pid === 0) yield* Effect.sleep("50 millis")
       }
       assert.isAbove(pid, 0, "the verifier's shell command started")
       yield* Effect.sleep("200 millis")

@@ -15,6 +15,7 @@
  */
 import { Effect, type FileSystem, Layer, type Path } from "effect"
 import type { ChildProcessSpawner } from "effect/process"
+import * as Sandbox from "./Sandbox.ts"
 import { type DuplicateTool, ToolRegistry } from "./ToolRegistry.ts"
 import * as EditFile from "./tools/EditFile.ts"
 import * as Glob from "./tools/Glob.ts"
@@ -54,9 +55,12 @@ export const definitions = (options: Options = defaults) =>
 /** The names of the built-in tools. */
 export const names: ReadonlyArray<string> = definitions().map((tool) => tool.name)
 
-/** Registers every built-in tool into the registry; their services are captured from the layer's context. */
+/**
+ * Registers every built-in tool into the registry; their services are captured from the
+ * layer's context. `shell` gets its own `Sandbox` under `options.sandbox` (`[sandbox]`).
+ */
 export const layer = (
-  options: Partial<Options> = {}
+  options: Partial<Options> & { readonly sandbox?: Partial<Sandbox.Options> | undefined } = {}
 ): Layer.Layer<
   never,
   DuplicateTool,
@@ -69,9 +73,10 @@ export const layer = (
 > =>
   Layer.effectDiscard(Effect.gen(function*() {
     const registry = yield* ToolRegistry
+    const { sandbox: _, ...limits } = options
     const [readFile, listDir, grep, glob, writeFile, editFile, shell, todoWrite, todoRead] = definitions({
       ...defaults,
-      ...options
+      ...limits
     })
     yield* registry.register(readFile)
     yield* registry.register(listDir)
@@ -82,4 +87,4 @@ export const layer = (
     yield* registry.register(shell)
     yield* registry.register(todoWrite)
     yield* registry.register(todoRead)
-  }))
+  })).pipe(Layer.provide(Sandbox.layer(options.sandbox)))

@@ -30,6 +30,7 @@ import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Memory from "./Memory.ts"
 import * as Models from "./Models.ts"
 import * as Permission from "./Permission.ts"
+import type * as Sandbox from "./Sandbox.ts"
 import * as Session from "./Session.ts"
 import * as SubAgentManager from "./SubAgentManager.ts"
 import * as SubAgentStore from "./SubAgentStore.ts"
@@ -48,6 +49,8 @@ export interface Options {
   readonly tools?: Partial<BuiltinTools.Options> | undefined
   /** Tools denied to every agent (`[permissions] deny`). */
   readonly deny?: ReadonlyArray<string> | undefined
+  /** The shell's operating-system sandbox (`[sandbox]`). */
+  readonly sandbox?: Partial<Sandbox.Options> | undefined
   /**
    * Where sub-agent records and transcripts live: "memory" (default), or "file" for the
    * SQLite store shared by every process, `<cwd>/.fibril/state/fibril.db` (or in an explicit
@@ -103,7 +106,7 @@ export const layerWithModels = (
     Effect.map(loadAgents(options.cwd), (agents) => SubAgentManager.layer({ ...options.subagents, agents }))
   ).pipe(Layer.provideMerge(session))
   return Layer.mergeAll(
-    BuiltinTools.layer(options.tools),
+    BuiltinTools.layer({ ...options.tools, sandbox: options.sandbox }),
     TaskTool.layer,
     AgentTools.layer,
     Remember.layer
@@ -133,5 +136,6 @@ export const layerFromSettings = (
     subagents: SubAgentManager.optionsFrom(settings),
     tools: settings.tools,
     deny: settings.permissions.deny,
+    sandbox: settings.sandbox,
     store: options.store
   })

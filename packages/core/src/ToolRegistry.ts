@@ -22,6 +22,12 @@ export interface ToolCallContext {
   readonly callId: string
   readonly role: string
   readonly depth: number
+  /**
+   * The agent's permission rules at the time of the call; `shell` sandboxes its commands by
+   * them. Absent when the caller is not an agent of the loop: such a caller gets no write
+   * access from tools that consult them.
+   */
+  readonly rules?: Permission.Rules | undefined
 }
 
 /** Any tagged failure with a readable message; the loop renders it for the model. */

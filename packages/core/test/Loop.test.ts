@@ -6,6 +6,7 @@ import { AgentEvents } from "../src/AgentEvents.ts"
 import { Session } from "../src/Session.ts"
 import type { TaskResult } from "../src/tools/Task.ts"
 import { alive, provideNode, report, setup } from "./support.ts"
+import { pidsWith } from "./tools/harness.ts"
 
 const toolResults = (messages: ReadonlyArray<Prompt.Message>) =>
   messages.flatMap((m) => m.role === "tool" ? m.content.flatMap((p) => p.type === "tool-result" ? [p] : []) : [])
@@ -150,11 +151,14 @@ describe("the agent loop", () => {
 
   it.live("interrupting the parent while a child runs a long shell command kills the process", () =>
     Effect.gen(function*() {
-      const { get, fs, path, root } = yield* setup({
+      // The verifier's shell is sandboxed (read-only, its own pid namespace): its process is
+      // found on the host by a unique argument rather than by `$$`.
+      const marker = String(400_000 + Math.floor(Math.random() * 100_000))
+      const { get } = yield* setup({
         rules: [
           {
             match: { role: "verifier" },
-            turns: [{ tool_calls: [{ name: "shell", args: { command: "echo $$ > pid; exec sleep 60" } }] }, {
+            turns: [{ tool_calls: [{ name: "shell", args: { command: `exec sleep ${marker}` } }] }, {
               text: report("slept")
             }]
           },
@@ -171,12 +175,10 @@ describe("the agent loop", () => {
       const subscription = yield* get(AgentEvents).subscribe
       const parent = yield* session.create()
       const fiber = yield* Effect.forkChild(session.prompt(parent.id, "go"))
-      const pidFile = path.join(root, "pid")
       let pid = 0
       for (let i = 0; i < 200 && pid === 0; i++) {
-        const text = yield* fs.readFileString(pidFile).pipe(Effect.orElseSucceed(() => ""))
-        if (text.trim() !== "") pid = Number(text.trim())
-        else yield* Effect.sleep("25 millis")
+        pid = pidsWith(marker)[0] ?? 0
+        if (pid === 0) yield* Effect.sleep("25 millis")
       }
       assert.isAbove(pid, 0, "the shell command started")
       assert.isTrue(alive(pid))

@@ -1,19 +1,25 @@
 /**
  * shell — run `sh -c <command>` in the workspace root and report what happened.
  *
+ * The command runs in the operating-system sandbox its agent's permissions call for
+ * (`Sandbox`): read-only for an agent that may not write, the workspace writable for one
+ * that may. An agent that may not write, where no sandbox works, gets a `SandboxUnavailable`
+ * result saying how to enable one, and nothing runs.
+ *
  * The process is spawned inside its own scope through `ChildProcessSpawner`, which puts
  * it in a fresh process group (`detached` defaults to true on POSIX): closing the scope,
  * whether the command finished, timed out or the calling fiber was interrupted, signals
- * the whole group (SIGTERM, then SIGKILL), so background grandchildren die with it.
+ * the whole group (SIGTERM, then SIGKILL), so background grandchildren die with it. In the
+ * sandbox, bubblewrap's pid namespace ends every process the command started, including
+ * those that left the group with `setsid`.
  * A non-zero exit is a normal result the model reads, not a failure; only a spawn that
  * cannot happen at all fails the call. Output is kept bounded while it streams (head and
  * tail), so a command that prints gigabytes cannot exhaust memory.
  */
 import { Duration, Effect, Fiber, Option, Schema, Stream } from "effect"
-import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { text } from "../internal/resource.ts"
+import * as Sandbox from "../Sandbox.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
-import { Workspace } from "../Workspace.ts"
 import { describe } from "./Common.ts"
 
 export const name = "shell"
@@ -21,8 +27,12 @@ export const name = "shell"
 export const maxTimeoutMs = 3_600_000
 /** After the shell exits, how long to wait for its pipes to drain (a background child may hold them). */
 const drainGrace = Duration.millis(500)
-/** Between SIGTERM and SIGKILL when the process group is stopped. */
-const forceKillAfter = Duration.seconds(2)
+/**
+ * Between SIGTERM and SIGKILL when the process group is stopped. Short, because an
+ * interrupted call (cancel, Ctrl-C) waits for it: a command that ignores SIGTERM still ends
+ * well within a second.
+ */
+const forceKillAfter = Duration.millis(500)
 
 const description = text("./shell.md", import.meta.url)
 
@@ -36,12 +46,17 @@ export const Parameters = Schema.Struct({
 })
 export type Parameters = typeof Parameters.Type
 
-/** What the model gets back. `exit_code` is null when the process was killed by a signal or timed out. */
+/**
+ * What the model gets back. `exit_code` is null when the process was killed by a signal or
+ * timed out (in the sandbox, a command killed by a signal reports 128 + the signal, as shells
+ * do). `sandbox` says where the command ran: "read-only", "workspace-write", or "none".
+ */
 export interface Result {
   readonly exit_code: number | null
   readonly stdout: string
   readonly stderr: string
   readonly timed_out: boolean
+  readonly sandbox: Sandbox.Confinement
 }
 
 export interface Options {
@@ -95,22 +110,27 @@ export const definition = (options: Options) =>
     description,
     parameters: Parameters,
     posture: "shell",
-    handler: Effect.fn("tool.shell")(function*(params: Parameters) {
-      const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
-      const workspace = yield* Workspace
+    handler: Effect.fn("tool.shell")(function*(params: Parameters, context: ToolRegistry.ToolCallContext) {
+      const sandbox = yield* Sandbox.Sandbox
+      const registry = yield* ToolRegistry.ToolRegistry
+      // The shell may write no more than the agent's own write tools may.
+      const writeTools = (yield* registry.list).flatMap((tool) => tool.posture === "write" ? [tool.name] : [])
+      const access: Sandbox.Access = context.rules === undefined
+        ? { _tag: "none" }
+        : Sandbox.accessOf(context.rules, writeTools)
+      const policy = sandbox.policy(context.role, context.rules?.label ?? `${context.role} agent`, access)
+      const launch = yield* sandbox.launch(policy, params.command, { stdin: "ignore", killSignal: "SIGTERM", forceKillAfter })
       const timeoutMs = Math.min(params.timeout_ms ?? options.shellTimeoutSecs * 1000, maxTimeoutMs)
       const stdout = makeCapture(options.maxOutputChars)
       const stderr = makeCapture(options.maxOutputChars)
 
       const run = Effect.gen(function*() {
-        const handle = yield* spawner.spawn(ChildProcess.make("sh", ["-c", params.command], {
-          cwd: workspace.root,
-          stdin: "ignore",
-          killSignal: "SIGTERM",
-          forceKillAfter
-        })).pipe(
+        const { handle } = yield* sandbox.spawn(launch).pipe(
           Effect.mapError((error) =>
-            new ToolRegistry.ToolFailure({ tool: name, reason: `could not start sh: ${describe(error)}` })
+            new ToolRegistry.ToolFailure({
+              tool: name,
+              reason: `could not start ${launch.sandbox === "none" ? "sh" : "the sandbox"}: ${describe(error)}`
+            })
           )
         )
         const drains = yield* Effect.forkChild(
@@ -130,7 +150,8 @@ export const definition = (options: Options) =>
         exit_code: Option.getOrNull(outcome),
         stdout: stdout.render(),
         stderr: stderr.render(),
-        timed_out: Option.isNone(outcome)
+        timed_out: Option.isNone(outcome),
+        sandbox: launch.sandbox
       }
       return result
     })

@@ -1,7 +1,12 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, FileSystem, Schedule } from "effect"
 import type * as Shell from "../../src/tools/Shell.ts"
-import { isAlive, provide, setup } from "./harness.ts"
+import { isAlive, provide, setup as setupSandboxed } from "./harness.ts"
+
+// Process handling without a sandbox: these tests read pids with `$$`, which inside the
+// sandbox's pid namespace are not host pids. Sandbox.test.ts runs the sandboxed shell.
+const setup = (options: Parameters<typeof setupSandboxed>[0] = {}) =>
+  setupSandboxed({ ...options, sandbox: { mode: "off" } })
 
 type Harness = Effect.Success<ReturnType<typeof setup>>
 
@@ -25,7 +30,8 @@ describe("shell", () => {
         exit_code: 0,
         stdout: `hello\n${h.root}\n`,
         stderr: "",
-        timed_out: false
+        timed_out: false,
+        sandbox: "none"
       })
     }).pipe(provide))
 
@@ -36,7 +42,8 @@ describe("shell", () => {
         exit_code: 3,
         stdout: "out\n",
         stderr: "oops\n",
-        timed_out: false
+        timed_out: false,
+        sandbox: "none"
       })
     }).pipe(provide))
 
@@ -81,7 +88,13 @@ describe("shell", () => {
       const started = Date.now()
       const result = yield* shell(h, { command: "echo $$ > pid; echo started; exec sleep 30", timeout_ms: 300 })
       assert.isBelow(Date.now() - started, 5_000)
-      assert.deepStrictEqual(result, { exit_code: null, stdout: "started\n", stderr: "", timed_out: true })
+      assert.deepStrictEqual(result, {
+        exit_code: null,
+        stdout: "started\n",
+        stderr: "",
+        timed_out: true,
+        sandbox: "none"
+      })
       const pid = yield* pidFrom(h, "pid")
       assert.isFalse(isAlive(pid), `process ${pid} still alive`)
     }).pipe(provide))

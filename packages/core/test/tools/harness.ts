@@ -4,16 +4,27 @@
 // the agent loop does (decode the JSON arguments, then run the handler).
 import { NodeServices } from "@effect/platform-node"
 import { Context, Effect, FileSystem, Layer, Option, Path, Schema } from "effect"
-import { readFileSync } from "node:fs"
+import { readdirSync, readFileSync } from "node:fs"
 import * as BuiltinTools from "../../src/BuiltinTools.ts"
+import * as Permission from "../../src/Permission.ts"
+import type * as Sandbox from "../../src/Sandbox.ts"
 import * as ToolRegistry from "../../src/ToolRegistry.ts"
 import * as Workspace from "../../src/Workspace.ts"
 
-export const context: ToolRegistry.ToolCallContext = { sessionId: "session-1", callId: "call-1", role: "build", depth: 0 }
+/** A root agent with every permission (so `shell`, when sandboxed, gets the workspace writable). */
+export const context: ToolRegistry.ToolCallContext = {
+  sessionId: "session-1",
+  callId: "call-1",
+  role: "build",
+  depth: 0,
+  rules: Permission.allowAll
+}
 
 export class NoSuchTool extends Schema.TaggedError<NoSuchTool>()("NoSuchTool", { name: Schema.String }) {}
 
-export const setup = Effect.fn("test.setup")(function*(options: Partial<BuiltinTools.Options> = {}) {
+export const setup = Effect.fn("test.setup")(function*(
+  options: Partial<BuiltinTools.Options> & { readonly sandbox?: Partial<Sandbox.Options> } = {}
+) {
   const fs = yield* FileSystem.FileSystem
   const path = yield* Path.Path
   const dir = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
@@ -73,4 +84,23 @@ export const isAlive = (pid: number): boolean => {
   } catch {
     return false
   }
+}
+
+/**
+ * Host pids of live processes whose command line contains `marker` as one argument, found
+ * through /proc: a sandboxed command's `$$` is a pid in its own namespace, not the host's.
+ */
+export const pidsWith = (marker: string): Array<number> => {
+  const found: Array<number> = []
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      if (readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0").includes(marker) && isAlive(Number(entry))) {
+        found.push(Number(entry))
+      }
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found
 }

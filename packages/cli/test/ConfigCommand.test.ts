@@ -1,0 +1,61 @@
+// `fibril config` says which shell sandbox is active and what each role's shell can do,
+// including the unconfined fallback where no sandbox works.
+import { NodeServices } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, FileSystem, Path } from "effect"
+import { fibril } from "./run.ts"
+
+const configIn = (toml: string) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const dir = yield* fs.makeTempDirectoryScoped()
+    yield* fs.makeDirectory(path.join(dir, ".fibril"))
+    yield* fs.writeFileString(path.join(dir, ".fibril", "config.toml"), toml)
+    return dir
+  })
+
+describe("fibril config: the shell sandbox", () => {
+  it.live("no sandbox: read-only roles get no shell, writers run unconfined, and it says so", () =>
+    Effect.gen(function*() {
+      const dir = yield* configIn(
+        `[sandbox]\nbwrap_path = "/nonexistent/bwrap"\nwritable_paths = ["cache"]\n\n[sandbox.roles.verifier]\nmode = "off"\n`
+      )
+      const { exitCode, stdout, stderr } = yield* fibril(["config"], { cwd: dir })
+      assert.strictEqual(exitCode, 0, stderr)
+      assert.include(stdout, "# shell sandbox: NONE available (/nonexistent/bwrap could not be started: not found)")
+      assert.include(stdout, "roles that may write run shell commands UNCONFINED")
+      assert.include(stdout, "#   explore: no shell (no sandbox available)")
+      assert.include(stdout, "#   implementer: unconfined (no sandbox available)")
+      assert.include(stdout, "#   verifier: unconfined (sandbox mode off)")
+      assert.include(stdout, "#   review: no shell (role)")
+      assert.include(stdout, `[sandbox]\nmode = "workspace-write"\nnetwork = false\nwritable_paths = ["cache"]`)
+      assert.include(stdout, `[sandbox.roles.verifier]\nmode = "off"`)
+
+      const json = yield* fibril(["config", "--json"], { cwd: dir })
+      const parsed = JSON.parse(json.stdout) as Record<string, any>
+      assert.isFalse(parsed["sandbox_status"].available)
+      assert.strictEqual(parsed["sandbox_roles"].explore, "no shell (no sandbox available)")
+      assert.strictEqual(parsed["settings"].sandbox.bwrapPath, "/nonexistent/bwrap")
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.live.skipIf(process.platform !== "linux")("with bubblewrap: each role's mode", () =>
+    Effect.gen(function*() {
+      const dir = yield* configIn(`[sandbox.roles.explore]\nnetwork = true\n`)
+      const { exitCode, stdout, stderr } = yield* fibril(["config"], { cwd: dir })
+      assert.strictEqual(exitCode, 0, stderr)
+      assert.include(stdout, "# shell sandbox: bubblewrap (bwrap)")
+      assert.include(stdout, "#   explore: read-only, network")
+      assert.include(stdout, "#   verifier: read-only, no network")
+      assert.include(stdout, "#   plan: read-only, no network, also writable: .fibril/plans")
+      assert.include(stdout, "#   implementer: workspace-write, no network")
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.live("a mode that is not one of the three is refused, naming the key and the accepted values", () =>
+    Effect.gen(function*() {
+      const bad = yield* fibril(["config"], { cwd: yield* configIn(`[sandbox.roles.explore]\nmode = "ro"\n`) })
+      assert.notStrictEqual(bad.exitCode, 0)
+      assert.include(bad.stderr, "sandbox.roles")
+      assert.include(bad.stderr, `"read-only" | "workspace-write" | "off"`)
+    }).pipe(Effect.provide(NodeServices.layer)))
+})

@@ -1,0 +1,509 @@
+/**
+ * Sandbox — the operating-system sandbox `shell` commands run in.
+ *
+ * Permissions decide which tools an agent may call; once `shell` is allowed, the command
+ * line can do anything its process can. So the shell's reach follows the agent's write
+ * permission through the kernel: an agent that may not write runs its commands with the
+ * whole file system read-only (a private `/tmp` is writable and gone after the call); an
+ * agent that may write gets the workspace writable, with `.git` and `.fibril` still
+ * read-only (hooks and config there run code, or widen permissions, outside the sandbox).
+ * Neither has network by default: a new network namespace (loopback only) and a seccomp
+ * filter against Unix sockets, which reach host daemons (Docker, D-Bus) past any mount.
+ *
+ * On Linux the sandbox is bubblewrap (`bwrap`), called directly: one small binary, a pid
+ * namespace whose pid 1 is the command, so every process it started (`setsid` and double
+ * forks included) dies with it, `--die-with-parent`, `--new-session`, and all capabilities
+ * dropped (as root, a kept `CAP_SYS_ADMIN` could remount the read-only binds). Whether it works here is probed
+ * once, by running `true` under the same flags, and cached for the life of the layer.
+ *
+ * Where no sandbox works, an agent that may not write gets no shell at all — a denial that
+ * says why and how to enable it — never an unconfined one. An agent that may write runs its
+ * commands unconfined, as it would without Fibril (`fibril config` says so).
+ */
+import {
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  FileSystem,
+  Layer,
+  Path,
+  type PlatformError,
+  Schema,
+  type Scope,
+  Stream
+} from "effect"
+import { ChildProcess, ChildProcessSpawner } from "effect/process"
+import type * as FibrilConfig from "./FibrilConfig.ts"
+import * as Permission from "./Permission.ts"
+import * as Roles from "./Roles.ts"
+import { Workspace } from "./Workspace.ts"
+
+/** How far a shell command may write: the whole file system read-only, the workspace writable, or no sandbox. */
+export type Mode = FibrilConfig.SandboxMode
+export const modes: ReadonlyArray<Mode> = ["read-only", "workspace-write", "off"]
+
+/** `[sandbox]` settings; see FibrilConfig. */
+export type Options = FibrilConfig.SandboxSettings
+
+export const defaults: Options = {
+  mode: "workspace-write",
+  network: false,
+  writablePaths: [],
+  bwrapPath: "bwrap",
+  roles: {}
+}
+
+/** Inside the workspace, read-only even where the workspace is writable (unless listed in `writable_paths`). */
+export const protectedPaths: ReadonlyArray<string> = [".git", ".fibril"]
+
+/** How much of the workspace an agent's permissions let it write. */
+export type Access =
+  | { readonly _tag: "none" }
+  | { readonly _tag: "all" }
+  | { readonly _tag: "under"; readonly prefixes: ReadonlyArray<string> }
+
+/**
+ * What the agent's own write tools may touch: nothing without the `write` posture or without
+ * any write tool allowed by name (an agent given `read_file` and `shell` only is read-only);
+ * otherwise its write scope. The shell never gets more than the agent's file tools.
+ */
+export const accessOf = (rules: Permission.Rules, writeTools: Iterable<string>): Access => {
+  let any = false
+  for (const tool of writeTools) {
+    if (Permission.allowsTool(rules, tool, "write")) {
+      any = true
+      break
+    }
+  }
+  if (!any) return { _tag: "none" }
+  return rules.writeScope === "all" ? { _tag: "all" } : { _tag: "under", prefixes: [...rules.writeScope] }
+}
+
+/** A role's access as its spec states it (for `fibril config`; a running agent's comes from its rules). */
+export const accessOfRole = (role: Roles.RoleSpec): Access =>
+  !role.postures.has("write")
+    ? { _tag: "none" }
+    : role.writeScope === undefined
+    ? { _tag: "all" }
+    : { _tag: "under", prefixes: role.writeScope }
+
+/** The sandbox of one agent's shell. */
+export interface Policy {
+  /** The agent's role (or definition) name, the key of `[sandbox.roles.<name>]`. */
+  readonly role: string
+  /** Who the agent is, for messages ("explore sub-agent at depth 1"). */
+  readonly label: string
+  readonly mode: Mode
+  readonly network: boolean
+  /**
+   * Writable besides what the mode opens: the agent's write scope when it may write only
+   * under some prefixes (workspace-relative), then the configured `writable_paths`.
+   */
+  readonly writable: ReadonlyArray<string>
+}
+
+/**
+ * The policy for an agent in `role` with `access`: the configured mode (the role's override,
+ * else `[sandbox] mode`) is the most the shell gets, and never more than the agent's
+ * permissions — an agent that may not write is read-only whatever the mode says. `off`
+ * runs commands without a sandbox, and is the only way to do so for a read-only agent.
+ */
+export const policyFor = (options: Options, role: string, label: string, access: Access): Policy => {
+  const override = options.roles[role] ?? {}
+  const configured = override.mode ?? options.mode
+  const network = override.network ?? options.network
+  const paths = override.writablePaths ?? options.writablePaths
+  if (configured === "off") return { role, label, mode: "off", network: true, writable: [] }
+  const mode: Mode = configured === "workspace-write" && access._tag === "all" ? "workspace-write" : "read-only"
+  const scoped = mode === "read-only" && configured !== "read-only" && access._tag === "under" ? access.prefixes : []
+  return { role, label, mode, network, writable: [...scoped, ...paths] }
+}
+
+/** Whether a sandbox works here. */
+export type Status =
+  | { readonly available: true; readonly kind: "bubblewrap"; readonly path: string }
+  | { readonly available: false; readonly reason: string }
+
+/** A read-only agent's shell, where no sandbox works: nothing runs. */
+export class SandboxUnavailable extends Schema.TaggedError<SandboxUnavailable>()("SandboxUnavailable", {
+  role: Schema.String,
+  label: Schema.String,
+  reason: Schema.String
+}) {
+  override get message() {
+    return `shell is not available to the ${this.label}: it may not write, so its commands run only inside a ` +
+      `read-only operating-system sandbox, and none works here (${this.reason}). Nothing was run. ` +
+      `To enable it, install bubblewrap (e.g. \`apt-get install bubblewrap\` or \`dnf install bubblewrap\`), ` +
+      `or run this role's commands without a sandbox by setting mode = "off" under [sandbox.roles.${this.role}] ` +
+      `in .fibril/config.toml. Meanwhile read_file, list_dir, grep and glob work.`
+  }
+}
+
+/** Where a command runs; "none": unconfined (mode `off`, or a writing agent where no sandbox works). */
+export type Confinement = "read-only" | "workspace-write" | "none"
+
+/** What a shell call runs, and under which sandbox. */
+export interface Launch {
+  readonly command: ChildProcess.Command
+  readonly sandbox: Confinement
+}
+
+/** A running command, and under which sandbox. */
+export interface Spawned {
+  readonly handle: ChildProcessSpawner.ChildProcessHandle
+  readonly sandbox: Confinement
+}
+
+export class Sandbox extends Context.Service<Sandbox, {
+  readonly options: Options
+  /** Whether the sandbox works here: probed on first use (it runs `true` inside one), then cached. */
+  readonly status: Effect.Effect<Status>
+  readonly policy: (role: string, label: string, access: Access) => Policy
+  /**
+   * The process for `sh -c script` in the workspace root under `policy`, with `extra`
+   * spawn options (kill signal, stdin). Fails for a read-only policy when no sandbox works.
+   */
+  readonly launch: (
+    policy: Policy,
+    script: string,
+    extra: ChildProcess.CommandOptions
+  ) => Effect.Effect<Launch, SandboxUnavailable>
+  /**
+   * Starts `launch`'s process in the current scope. Closing the scope stops it; for a
+   * sandboxed one, the scope closes only once every process of the sandbox is gone.
+   */
+  readonly spawn: (launch: Launch) => Effect.Effect<Spawned, PlatformError.PlatformError, Scope.Scope>
+}>()("@fibril/core/Sandbox") {}
+
+// ---------------------------------------------------------------------------
+// seccomp: no Unix sockets, no io_uring
+// ---------------------------------------------------------------------------
+
+const BPF_LD_W_ABS = 0x20
+const BPF_JEQ_K = 0x15
+const BPF_JGE_K = 0x35
+const BPF_RET_K = 0x06
+const SECCOMP_RET_ALLOW = 0x7fff0000
+const SECCOMP_RET_ERRNO_EPERM = 0x00050001
+const SECCOMP_RET_KILL_PROCESS = 0x80000000
+const AF_UNIX = 1
+/** Same number on x86_64 and aarch64: io_uring can open sockets without the `socket` syscall. */
+const NR_IO_URING_SETUP = 425
+const X32_SYSCALL_BIT = 0x40000000
+
+const architectures: Readonly<Record<string, { readonly audit: number; readonly socket: number; readonly x32: boolean }>> = {
+  x64: { audit: 0xc000003e, socket: 41, x32: true },
+  arm64: { audit: 0xc00000b7, socket: 198, x32: false }
+}
+
+/**
+ * A classic BPF seccomp program (bwrap `--seccomp`): `socket(AF_UNIX, ...)` and
+ * `io_uring_setup` fail with EPERM, x32 system calls too; a process of another architecture
+ * (a 32-bit binary) is killed rather than let through unfiltered. Other sockets are left to
+ * the network namespace. `undefined` on architectures without a table here.
+ */
+export const seccompFilter = (arch: string): Uint8Array | undefined => {
+  const table = architectures[arch]
+  if (table === undefined) return undefined
+  // [code, jump if true, jump if false, k]; jumps are relative to the next instruction.
+  const program: Array<readonly [number, number, number, number]> = [
+    [BPF_LD_W_ABS, 0, 0, 4], // 0: arch
+    [BPF_JEQ_K, 0, 8, table.audit], // 1: another arch -> 10 (kill)
+    [BPF_LD_W_ABS, 0, 0, 0], // 2: syscall number
+    [BPF_JGE_K, table.x32 ? 5 : 0, 0, table.x32 ? X32_SYSCALL_BIT : 0xffffffff], // 3: x32 -> 9 (deny)
+    [BPF_JEQ_K, 0, 2, table.socket], // 4: not socket -> 7
+    [BPF_LD_W_ABS, 0, 0, 16], // 5: args[0] (low half): the address family
+    [BPF_JEQ_K, 2, 1, AF_UNIX], // 6: AF_UNIX -> 9 (deny), else -> 8 (allow)
+    [BPF_JEQ_K, 1, 0, NR_IO_URING_SETUP], // 7: io_uring_setup -> 9 (deny)
+    [BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW], // 8
+    [BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO_EPERM], // 9
+    [BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS] // 10
+  ]
+  const bytes = new Uint8Array(program.length * 8)
+  const view = new DataView(bytes.buffer)
+  program.forEach(([code, jt, jf, k], i) => {
+    view.setUint16(i * 8, code, true)
+    view.setUint8(i * 8 + 2, jt)
+    view.setUint8(i * 8 + 3, jf)
+    view.setUint32(i * 8 + 4, k >>> 0, true)
+  })
+  return bytes
+}
+
+// ---------------------------------------------------------------------------
+// bubblewrap arguments
+// ---------------------------------------------------------------------------
+
+/** Everything `bwrapArgs` needs, with every path absolute and real. */
+export interface Layout {
+  readonly workspace: string
+  readonly mode: "read-only" | "workspace-write"
+  readonly network: boolean
+  /** Existing protected directories inside the workspace (made read-only again under workspace-write). */
+  readonly protected: ReadonlyArray<string>
+  /** Existing extra writable paths. */
+  readonly writable: ReadonlyArray<string>
+  /** Pass the seccomp program on fd 3. */
+  readonly seccomp: boolean
+  readonly script: string
+}
+
+const privateTmp = "/tmp"
+
+/**
+ * bubblewrap's arguments for `layout`. Mount order matters (later mounts cover earlier
+ * ones): the root read-only, fresh /dev and /proc, a private /tmp; when the workspace lies
+ * under /tmp, the real directory holding it comes back read-only (so `../x` from the
+ * workspace fails instead of landing in the private /tmp), then the workspace, the
+ * protected directories, and the writable extras.
+ */
+export const bwrapArgs = (layout: Layout): Array<string> => {
+  const args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", privateTmp]
+  const underTmp = layout.workspace === privateTmp || layout.workspace.startsWith(`${privateTmp}/`)
+  if (underTmp) {
+    const top = layout.workspace === privateTmp
+      ? privateTmp
+      : `${privateTmp}/${layout.workspace.slice(privateTmp.length + 1).split("/")[0]}`
+    args.push("--ro-bind", top, top)
+  }
+  if (layout.mode === "workspace-write") {
+    args.push("--bind", layout.workspace, layout.workspace)
+    for (const path of layout.protected) args.push("--ro-bind", path, path)
+  }
+  for (const path of layout.writable) args.push("--bind", path, path)
+  // The command is the namespace's pid 1 (no bwrap init in between): when it exits, the
+  // kernel kills every other process in the namespace before bwrap sees the exit, so the
+  // call never returns while a detached child still runs. With an init, bwrap reports the
+  // exit first and the namespace dies a moment later.
+  args.push("--unshare-all", "--as-pid-1")
+  if (layout.network) args.push("--share-net")
+  args.push("--cap-drop", "ALL", "--die-with-parent", "--new-session")
+  if (layout.seccomp) args.push("--seccomp", "3")
+  args.push("--info-fd", "4")
+  args.push("--setenv", "TMPDIR", privateTmp, "--chdir", layout.workspace, "--", "sh", "-c", layout.script)
+  return args
+}
+
+/** The probe's sandbox: the same isolation as a real call, running `true`. */
+const probeArgs = (seccomp: boolean): Array<string> => [
+  "--ro-bind",
+  "/",
+  "/",
+  "--dev",
+  "/dev",
+  "--proc",
+  "/proc",
+  "--tmpfs",
+  privateTmp,
+  "--unshare-all",
+  "--cap-drop",
+  "ALL",
+  "--die-with-parent",
+  "--new-session",
+  ...(seccomp ? ["--seccomp", "3"] : []),
+  "--",
+  "true"
+]
+
+const withSeccomp = (filter: Uint8Array | undefined, options: ChildProcess.CommandOptions): ChildProcess.CommandOptions =>
+  filter === undefined ? options : { ...options, additionalFds: { fd3: { type: "input", stream: Stream.make(filter) } } }
+
+/** fd 4: bubblewrap writes `{"child-pid": N}` there, the host pid of the sandbox's pid 1. */
+const withInfo = (options: ChildProcess.CommandOptions): ChildProcess.CommandOptions => ({
+  ...options,
+  additionalFds: { ...options.additionalFds, fd4: { type: "output" } }
+})
+
+const childPid = (info: string): number | undefined => {
+  const found = /"child-pid"\s*:\s*(\d+)/.exec(info)
+  return found === null ? undefined : Number(found[1])
+}
+
+/** Between SIGKILL to the sandbox's pid 1 and bubblewrap's exit: the kernel's teardown of the namespace. */
+const teardownGrace = Duration.seconds(2)
+
+const probeTimeout = Duration.seconds(10)
+
+export interface Host {
+  /** `process.platform`, passed in at the edge. */
+  readonly platform: string
+  /** `process.arch`, for the seccomp program. */
+  readonly arch: string
+}
+
+/** This process's platform and architecture (read at the edge, when a layer is built). */
+export const currentHost: Effect.Effect<Host> = Effect.sync(() => ({ platform: process.platform, arch: process.arch }))
+
+const unavailable = (reason: string): Status => ({ available: false, reason })
+
+/**
+ * Whether bubblewrap works here under `options`: runs `true` in a sandbox with the same
+ * isolation as a real call (seccomp program included). Never fails; the reason is in the status.
+ */
+export const probe = (options: Pick<Options, "bwrapPath">, host: Host): Effect.Effect<Status, never, ChildProcessSpawner.ChildProcessSpawner> =>
+  Effect.gen(function*() {
+    const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
+    const filter = seccompFilter(host.arch)
+    if (host.platform !== "linux") {
+      return unavailable(`no supported sandbox on ${host.platform} (Fibril uses bubblewrap, on Linux)`)
+    }
+    const run = Effect.gen(function*() {
+      const handle = yield* spawner.spawn(
+        ChildProcess.make(options.bwrapPath, probeArgs(filter !== undefined), withSeccomp(filter, {
+          stdin: "ignore",
+          stdout: "ignore"
+        }))
+      )
+      const [stderr, code] = yield* Effect.all(
+        [Stream.mkString(Stream.decodeText(handle.stderr)), handle.exitCode],
+        { concurrency: "unbounded" }
+      )
+      return { stderr, code: Number(code) }
+    }).pipe(Effect.scoped)
+    const outcome = yield* run.pipe(
+      Effect.timeoutOption(probeTimeout),
+      Effect.result
+    )
+    if (outcome._tag === "Failure") {
+      const error = outcome.failure
+      return unavailable(
+        `${options.bwrapPath} could not be started: ${error.reason._tag === "NotFound" ? "not found" : error.message}`
+      )
+    }
+    if (outcome.success._tag === "None") {
+      return unavailable(`${options.bwrapPath} did not finish within ${Duration.format(probeTimeout)}`)
+    }
+    const { code, stderr } = outcome.success.value
+    if (code !== 0) {
+      const said = stderr.trim().split("\n")[0] ?? ""
+      return unavailable(`${options.bwrapPath} failed (exit ${code}${said === "" ? "" : `: ${said}`})`)
+    }
+    const found: Status = { available: true, kind: "bubblewrap", path: options.bwrapPath }
+    return found
+  }).pipe(Effect.withSpan("Sandbox.probe"))
+
+export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: Host) {
+  const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
+  const fs = yield* FileSystem.FileSystem
+  const path = yield* Path.Path
+  const workspace = yield* Workspace
+  const filter = seccompFilter(host.arch)
+  const status = yield* Effect.cached(Effect.provideService(probe(options, host), ChildProcessSpawner.ChildProcessSpawner, spawner))
+
+  /** The real paths of those that exist; relative ones are workspace-relative and must stay inside it. */
+  const existing = (paths: ReadonlyArray<string>) =>
+    Effect.map(
+      Effect.forEach(paths, (given) =>
+        (path.isAbsolute(given) ? Effect.succeed(given) : workspace.resolve(given)).pipe(
+          Effect.flatMap((absolute) => fs.realPath(absolute)),
+          Effect.map((real) => [real]),
+          Effect.orElseSucceed((): Array<string> => [])
+        )),
+      (found) => found.flat()
+    )
+
+  const unconfined = (script: string, extra: ChildProcess.CommandOptions): Launch => ({
+    command: ChildProcess.make("sh", ["-c", script], { ...extra, cwd: workspace.root }),
+    sandbox: "none"
+  })
+
+  const launch = Effect.fn("Sandbox.launch")(function*(
+    policy: Policy,
+    script: string,
+    extra: ChildProcess.CommandOptions
+  ) {
+    if (policy.mode === "off") return unconfined(script, extra)
+    const found = yield* status
+    if (!found.available) {
+      if (policy.mode === "workspace-write") return unconfined(script, extra)
+      return yield* new SandboxUnavailable({ role: policy.role, label: policy.label, reason: found.reason })
+    }
+    const protectedDirs = policy.mode === "workspace-write" ? yield* existing(protectedPaths) : []
+    const writable = yield* existing(policy.writable)
+    // With network on, Unix sockets are allowed too: the filter is what "no network" adds.
+    const seccomp = policy.network ? undefined : filter
+    const args = bwrapArgs({
+      workspace: workspace.root,
+      mode: policy.mode,
+      network: policy.network,
+      protected: protectedDirs,
+      writable,
+      seccomp: seccomp !== undefined,
+      script
+    })
+    return {
+      command: ChildProcess.make(found.path, args, withInfo(withSeccomp(seccomp, { ...extra, cwd: workspace.root }))),
+      sandbox: policy.mode
+    } satisfies Launch
+  })
+
+  // The spawner stops a process by signalling its group: for bubblewrap that is the monitor
+  // process, whose death reaches the sandbox (`--die-with-parent`) a moment *after* the
+  // monitor is gone. So the sandbox's pid 1 is killed first: bubblewrap's wait for it ends
+  // only once the kernel has killed every process of the pid namespace, then bubblewrap
+  // exits, then the spawner's own finalizer finds nothing left to stop.
+  const spawn = (launch: Launch) =>
+    Effect.gen(function*() {
+      const handle = yield* spawner.spawn(launch.command)
+      if (launch.sandbox === "none") return { handle, sandbox: launch.sandbox } satisfies Spawned
+      const pid = yield* Deferred.make<number | undefined>()
+      yield* Stream.mkString(Stream.decodeText(handle.getOutputFd(4))).pipe(
+        Effect.map(childPid),
+        Effect.orElseSucceed(() => undefined),
+        Effect.flatMap((found) => Deferred.succeed(pid, found)),
+        Effect.forkScoped
+      )
+      yield* Effect.addFinalizer(() =>
+        Effect.gen(function*() {
+          const running = yield* handle.isRunning.pipe(Effect.orElseSucceed(() => false))
+          const inner = Deferred.isDoneUnsafe(pid) ? yield* Deferred.await(pid) : undefined
+          if (!running || inner === undefined) return
+          // While bubblewrap runs it has not reaped its child, so `inner` is still that child.
+          yield* Effect.sync(() => {
+            try {
+              process.kill(inner, "SIGKILL")
+            } catch {
+              // already gone
+            }
+          })
+          yield* handle.exitCode.pipe(Effect.timeoutOption(teardownGrace), Effect.ignore)
+        })
+      )
+      return { handle, sandbox: launch.sandbox } satisfies Spawned
+    })
+
+  return Sandbox.of({
+    options,
+    status,
+    policy: (role, label, access) => policyFor(options, role, label, access),
+    launch,
+    spawn
+  })
+})
+
+/** The sandbox under `options` (usually `[sandbox]` from FibrilConfig), for this host. */
+export const layer = (
+  options: Partial<Options> = {}
+): Layer.Layer<Sandbox, never, ChildProcessSpawner.ChildProcessSpawner | FileSystem.FileSystem | Path.Path | Workspace> =>
+  Layer.effect(Sandbox, Effect.flatMap(currentHost, (host) => make({ ...defaults, ...options }, host)))
+
+/** The effective shell of each built-in role under `options` and `status`, for `fibril config`. */
+export const describeRoles = (options: Options, status: Status): ReadonlyArray<{ readonly role: string; readonly shell: string }> =>
+  Roles.roleNames.flatMap((name) => {
+    const role = Roles.roles[name]
+    if (!role.postures.has("shell")) return [{ role: name, shell: "no shell (role)" }]
+    const policy = policyFor(options, name, name, accessOfRole(role))
+    if (policy.mode === "off") return [{ role: name, shell: "unconfined (sandbox mode off)" }]
+    if (!status.available) {
+      return [{
+        role: name,
+        shell: policy.mode === "read-only" ? "no shell (no sandbox available)" : "unconfined (no sandbox available)"
+      }]
+    }
+    const extras = policy.writable.length > 0 ? `, also writable: ${policy.writable.join(", ")}` : ""
+    const narrowed = role.needsAllowedTools && policy.mode === "workspace-write"
+      ? " (read-only unless its allowed_tools include a write tool)"
+      : ""
+    return [{ role: name, shell: `${policy.mode}${policy.network ? ", network" : ", no network"}${extras}${narrowed}` }]
+  })
