@@ -169,19 +169,24 @@ const checkHandle = (handle: string): Effect.Effect<void, StoreError> =>
     )
     : Effect.void
 
-const toLines = (handle: string, entries: ReadonlyArray<unknown>): Effect.Effect<ReadonlyArray<string>, StoreError> =>
-  Effect.forEach(entries, (entry, i) =>
-    Effect.try({
-      try: () => JSON.stringify(entry),
-      catch: (cause) => new StoreError({ path: handle, reason: `entry ${i} is not JSON-serialisable: ${String(cause)}` })
-    }).pipe(
-      Effect.flatMap((line) =>
-        // JSON.stringify returns undefined for undefined, functions and symbols.
-        typeof line === "string"
-          ? Effect.succeed(line)
-          : Effect.fail(new StoreError({ path: handle, reason: `entry ${i} has no JSON representation` }))
-      )
-    ))
+// A plain loop: this runs for every message of every agent on a durable store.
+const toLines = (handle: string, entries: ReadonlyArray<unknown>): Effect.Effect<ReadonlyArray<string>, StoreError> => {
+  const lines: Array<string> = []
+  for (let i = 0; i < entries.length; i++) {
+    let line: string | undefined
+    try {
+      line = JSON.stringify(entries[i])
+    } catch (cause) {
+      return Effect.fail(new StoreError({ path: handle, reason: `entry ${i} is not JSON-serialisable: ${String(cause)}` }))
+    }
+    // JSON.stringify returns undefined for undefined, functions and symbols.
+    if (typeof line !== "string") {
+      return Effect.fail(new StoreError({ path: handle, reason: `entry ${i} has no JSON representation` }))
+    }
+    lines.push(line)
+  }
+  return Effect.succeed(lines)
+}
 
 /** The known record in a stored JSON object, or undefined when it does not decode. */
 const fromJson = (json: unknown): SubAgentRecord | undefined => {
@@ -251,9 +256,11 @@ export const goneReason = (owner: { readonly pid: number | undefined; readonly h
 // SQLite
 // ---------------------------------------------------------------------------
 
-type Op =
-  | { readonly kind: "put"; readonly record: SubAgentRecord; readonly now: number }
-  | { readonly kind: "append"; readonly handle: string; readonly lines: ReadonlyArray<string> }
+/** Transcript lines waiting for the next commit. */
+interface Append {
+  readonly handle: string
+  readonly lines: ReadonlyArray<string>
+}
 
 /** Test control of a SQLite store: `crash` makes it behave like a process killed at that moment. */
 export interface Control {
@@ -321,15 +328,21 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
   let leaseUntil = 0
 
   // --- group commit ---------------------------------------------------------------------
-  let queue: Array<Op> = []
+  let queue: Array<Append> = []
+  /** Records waiting for the next commit: the last put of an agent in a turn is the one written. */
+  let puts = new Map<string, { readonly record: SubAgentRecord; readonly now: number }>()
   let waiters: Array<(error: StoreError | undefined) => void> = []
   let scheduled = false
   let terminalPuts = 0
 
-  const putSql = `INSERT INTO fibril_agents (agent_id, parent_id, status, owner_boot, handle, created_at, finished_at, record)
+  const upsert = `INSERT INTO fibril_agents (agent_id, parent_id, status, owner_boot, handle, created_at, finished_at, record)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, json_patch('{}', ?8))
     ON CONFLICT (agent_id) DO UPDATE SET parent_id = ?2, status = ?3, owner_boot = ?4, handle = ?5,
       created_at = ?6, finished_at = ?7, record = json_patch(fibril_agents.record, ?8)`
+  // An owner writes a row only while it is still that row's owner: once another process has
+  // found it gone (and interrupted its agent) or adopted the agent, a late write from it — a
+  // process that was stopped past its lease and woke up — changes nothing.
+  const ownerPut = `${upsert} WHERE fibril_agents.owner_boot = ?4`
 
   /** Renews this owner's lease when a third of it has passed (inside the caller's transaction). */
   const renewLease = (now: number) => {
@@ -346,18 +359,23 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     )
   }
 
-  const applyPut = (record: SubAgentRecord, now: number) => {
+  /**
+   * Writes a record. Without `takeover`, as its owner (see `ownerPut`); with it, whoever owns
+   * the row, which then names `takeover` as its owner column: reconcile leaves a tombstone
+   * there (`gone:<boot id>`), adopt the adopter.
+   */
+  const applyPut = (record: SubAgentRecord, now: number, takeover?: string) => {
     // Absent optional keys are sent as null, which json_patch removes: a field cleared here
     // (a reason, on resume) is cleared in the row; fields this version does not know stay.
     const patch = knownOnly(record)
     for (const key of knownKeys) if (!(key in patch)) patch[key] = null
-    if (!isTerminal(record.status)) renewLease(now)
+    if (takeover === undefined && !isTerminal(record.status)) renewLease(now)
     db.run(
-      putSql,
+      takeover === undefined ? ownerPut : upsert,
       record.agent_id,
       record.parent_id ?? null,
       record.status,
-      record.session_boot_id,
+      takeover ?? record.session_boot_id,
       record.transcript_handle,
       record.created_at,
       record.finished_at ?? null,
@@ -368,18 +386,20 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
 
   const commit = (): StoreError | undefined => {
     scheduled = false
-    const ops = queue
+    const appends = queue
+    const records = puts
     const resumes = waiters
     queue = []
+    puts = new Map()
     waiters = []
     let error: StoreError | undefined
-    if (!crashed && ops.length > 0) {
+    if (!crashed && (appends.length > 0 || records.size > 0)) {
       try {
         db.transaction(() => {
-          for (const op of ops) {
-            if (op.kind === "put") applyPut(op.record, op.now)
-            else for (const line of op.lines) db.run("INSERT INTO fibril_transcripts (handle, message) VALUES (?, ?)", op.handle, line)
+          for (const { handle, lines } of appends) {
+            for (const line of lines) db.run("INSERT INTO fibril_transcripts (handle, message) VALUES (?, ?)", handle, line)
           }
+          for (const { record, now } of records.values()) applyPut(record, now)
         })
       } catch (cause) {
         error = failed(cause)
@@ -396,7 +416,7 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
   }
 
   const flushNow = Effect.suspend(() => {
-    const error = queue.length === 0 ? undefined : commit()
+    const error = queue.length === 0 && puts.size === 0 ? undefined : commit()
     return error === undefined ? Effect.void : Effect.fail(error)
   })
 
@@ -431,7 +451,7 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
   const put = (record: SubAgentRecord): Effect.Effect<void> =>
     Clock.clockWith((clock) => {
       if (crashed) return Effect.void
-      queue.push({ kind: "put", record, now: clock.currentTimeMillisUnsafe() })
+      puts.set(record.agent_id, { record, now: clock.currentTimeMillisUnsafe() })
       schedule()
       // Now and then, at a commit, old terminal records go.
       if (terminalPuts >= 256) {
@@ -457,7 +477,7 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
       Effect.andThen(checkHandle(handle), toLines(handle, entries)),
       (lines) =>
         crashed ? Effect.void : Effect.callback<void, StoreError>((resume) => {
-          queue.push({ kind: "append", handle, lines })
+          queue.push({ handle, lines })
           waiters.push((error) => resume(error === undefined ? Effect.void : Effect.fail(error)))
           schedule()
         })
@@ -542,7 +562,7 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
           reason: goneReason({ pid: record.owner_pid, host: record.owner_host }),
           finished_at: now
         }
-        applyPut(ended, now)
+        applyPut(ended, now, `gone:${boot}`)
         changed.push(ended)
       }
       // Owners with no live agents left (crashed idle, or exited) are judged too, so their
@@ -624,10 +644,20 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
             const boot = String(row["owner_boot"])
             const status = String(row["status"]) as Status
             if (boot === owner.boot_id) return true
-            if (!isTerminal(status) && livenessAt(boot, now) !== "gone") return false
-            const record = fromJson(row["record"])
-            if (record === undefined) return false
-            applyPut({ ...record, session_boot_id: owner.boot_id, owner_pid: owner.pid, owner_host: owner.host }, now)
+            const live = !isTerminal(status)
+            if (live && livenessAt(boot, now) !== "gone") return false
+            const stored = fromJson(row["record"])
+            if (stored === undefined) return false
+            // An agent whose owner is gone ends `interrupted` here, in the same transaction:
+            // never adopted while still `running` (the manager resumes only finished agents).
+            const record: SubAgentRecord = live
+              ? { ...stored, status: "interrupted", reason: goneReason({ pid: stored.owner_pid, host: stored.owner_host }), finished_at: now }
+              : stored
+            applyPut(
+              { ...record, session_boot_id: owner.boot_id, owner_pid: owner.pid, owner_host: owner.host },
+              now,
+              owner.boot_id
+            )
             return true
           })
         },
@@ -673,6 +703,7 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     crash: Effect.sync(() => {
       crashed = true
       queue = []
+      puts = new Map()
       const resumes = waiters
       waiters = []
       // A killed process never answers: whoever waited on a write waits forever.

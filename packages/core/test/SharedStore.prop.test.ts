@@ -144,7 +144,11 @@ describe("SubAgentStore shared by processes (property)", () => {
         const rows = () =>
           new Map(
             (db.prepare("SELECT agent_id, status, owner_boot FROM fibril_agents").all() as Array<Record<string, unknown>>)
-              .map((row) => [String(row["agent_id"]), { status: String(row["status"]) as Status, owner: String(row["owner_boot"]) }])
+              // A reconciled row's owner column is a tombstone, `gone:<boot id>`, of its last owner.
+              .map((row) => [String(row["agent_id"]), {
+                status: String(row["status"]) as Status,
+                owner: String(row["owner_boot"]).replace(/^gone:/, "")
+              }])
           )
         const fail = (message: string): never => assert.fail(`${message}\nschedule:\n  ${trace.join("\n  ")}`)
 

@@ -494,6 +494,23 @@ describe("SubAgentStore", () => {
         assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_requests"), 0)
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
+    it.effect("an owner stopped past its lease (alive, but silent): its agent is interrupted, and its late writes change nothing", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        yield* a.store.put(owned(a.store, "sleeper"))
+        yield* a.store.flush
+        // A is suspended (Ctrl-Z, a sleeping laptop): no renewal; B finds the lease expired.
+        yield* TestClock.adjust(leaseMs + 1)
+        const [ended] = yield* b.store.reconcile
+        assert.strictEqual(ended?.status, "interrupted")
+        // A wakes up and finishes its agent: the interrupted record stays as B saw it.
+        yield* a.store.put(owned(a.store, "sleeper", { status: "completed", finished_at: 1 }))
+        yield* a.store.flush
+        assert.strictEqual(Option.getOrThrow(yield* b.store.get("sleeper")).status, "interrupted")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
     it.effect("adopt: refused while a live owner runs the agent; granted for a finished one or a gone owner's", () =>
       Effect.gen(function*() {
         const { dir } = yield* sandbox
@@ -522,17 +539,20 @@ describe("SubAgentStore", () => {
         const column = db.all("SELECT owner_boot FROM fibril_agents WHERE agent_id = 'done'")[0]?.["owner_boot"]
         assert.strictEqual(column, b.store.owner.boot_id)
 
-        // A crashed owner: refused while its lease holds, granted once it has expired.
+        // A crashed owner: refused while its lease holds, granted once it has expired — and the
+        // agent is interrupted in the same step, never adopted while it still reads running.
         yield* a.control.crash
         assert.isFalse(yield* b.store.adopt("running"))
         yield* TestClock.adjust(leaseMs + 1)
         assert.isTrue(yield* b.store.adopt("running"))
-        namesOwner(Option.getOrThrow(yield* b.store.get("running")), b.store)
-        // Now B owns it, alive: a third process neither reconciles nor adopts it.
+        const taken = Option.getOrThrow(yield* b.store.get("running"))
+        namesOwner(taken, b.store)
+        assert.strictEqual(taken.status, "interrupted")
+        assert.include(taken.reason, `pid ${a.store.owner.pid}`)
+        // The crashed owner's late writes change nothing: the row is no longer its own.
         const c = yield* open({ dir, leaseMs })
         assert.deepStrictEqual(yield* c.store.reconcile, [])
-        assert.isFalse(yield* c.store.adopt("running"))
-        assert.strictEqual(Option.getOrThrow(yield* c.store.get("running")).status, "running")
+        assert.strictEqual(Option.getOrThrow(yield* c.store.get("running")).status, "interrupted")
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
   })
 
