@@ -15,7 +15,7 @@ const fanOutChecks = (s: Script, K: number, final: string) => {
   )
 }
 
-const adapters = [["fibril (memory store)", Fibril, "memory"], ["fibril (file store)", Fibril, "file"], ["floor", Floor, "memory"]] as const
+const adapters = [["fibril (memory store)", Fibril, "memory"], ["fibril (SQLite store)", Fibril, "file"], ["floor", Floor, "memory"]] as const
 
 describe("bench adapters", () => {
   for (const [name, adapter, store] of adapters) {

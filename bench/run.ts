@@ -59,11 +59,13 @@ for (const cap of ["none", "10"]) {
 show(run("floor W2 K=100", ["w2", "100", "none", "memory", "floor"], w2Fields))
 show(run("floor W2 warm K=100", ["w2warm", "100", "none", "memory", "floor"], w2Fields))
 show(run("floor W3", ["w3", "1", "none", "memory", "floor"], w3Fields))
+/** "file" selects the persistent store, the shared SQLite database. */
+const storeName = (store: string) => store === "file" ? "sqlite" : store
 for (const store of ["memory", "file"]) {
   for (const cap of ["none", "10"]) {
     for (const K of ks) {
       if (store === "file" && cap === "10" && K !== ks.at(-1)) continue
-      show(run(`W1 K=${K} cap=${cap} store=${store}`, ["w1", String(K), cap, store], w1Fields))
+      show(run(`W1 K=${K} cap=${cap} store=${storeName(store)}`, ["w1", String(K), cap, store], w1Fields))
     }
   }
 }
@@ -97,14 +99,21 @@ console.log(
 console.log(`     flatness: W1 per sub-agent at K=${kMax} is ${flatness.toFixed(2)}x K=${ks.at(-2)}'s (goal <= 1.5x)`)
 
 // Beyond the peers' figures: persistence cost, the parent's context growth, fork prefix share.
-const perSubagent = (store: string) => figure(`W1 K=${kMax} cap=none store=${store}`, "us_per_subagent")
-const persistence = { K: kMax, file_minus_memory_us_per_subagent: perSubagent("file") - perSubagent("memory") }
+const w1Store = (store: string, field: string) => figure(`W1 K=${kMax} cap=none store=${store}`, field)
+const persistence = {
+  K: kMax,
+  sqlite_minus_memory_us_per_subagent: w1Store("sqlite", "us_per_subagent") - w1Store("memory", "us_per_subagent"),
+  sqlite_over_memory_per_subagent: w1Store("sqlite", "us_per_subagent") / w1Store("memory", "us_per_subagent"),
+  sqlite_over_memory_cpu: w1Store("sqlite", "cpu_ms") / w1Store("memory", "cpu_ms")
+}
 const context = JSON.parse(
   execFileSync(process.execPath, [fileURLToPath(new URL("./context.ts", import.meta.url))], { encoding: "utf8" }).trim()
 ) as { delegation: Record<string, number>; fork: Record<string, number> }
 const { delegation, fork } = context
 console.log(
-  `     persistence (file - memory store) at K=${persistence.K}: ${persistence.file_minus_memory_us_per_subagent.toFixed(1)} us per sub-agent`
+  `     persistence at K=${persistence.K}: the SQLite store costs ${persistence.sqlite_over_memory_per_subagent.toFixed(2)}x the memory store per sub-agent (+${
+    persistence.sqlite_minus_memory_us_per_subagent.toFixed(1)
+  } us; CPU ${persistence.sqlite_over_memory_cpu.toFixed(2)}x) (goal <= 1.5x)`
 )
 console.log(
   `     context growth per delegated task: the parent gains ${delegation["parent_bytes_added_per_task"]} B (~${
