@@ -1,0 +1,134 @@
+// How `fibril run` ends: detached agents still running are stopped (with the command that
+// resumes them) or waited for; SIGHUP (a closed terminal) stops the tree like SIGTERM.
+import { NodeServices } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, FileSystem, Path } from "effect"
+import { ChildProcess, ChildProcessSpawner } from "effect/process"
+import { readdirSync, readFileSync } from "node:fs"
+import { DatabaseSync } from "node:sqlite"
+import { bin, fibril } from "./run.ts"
+
+const report = (summary: string) =>
+  `SUMMARY:\n${summary}\n\nCHANGES:\nnone\n\nEVIDENCE:\nnone\n\nRISKS:\nnone\n\nBLOCKERS:\nnone`
+
+interface Row {
+  readonly agent_id: string
+  readonly status: string
+  readonly reason?: string
+  readonly detached: boolean
+  readonly depth: number
+}
+
+const records = (dir: string): ReadonlyArray<Row> => {
+  const db = new DatabaseSync(`${dir}/.fibril/state/fibril.db`)
+  try {
+    return db.prepare("SELECT record FROM fibril_agents").all().map((row) => JSON.parse(String(row["record"])) as Row)
+  } finally {
+    db.close()
+  }
+}
+
+/** Host pids of processes with `marker` among their arguments (a sandboxed shell has its own pid namespace). */
+const pidsWith = (marker: string): Array<number> =>
+  readdirSync("/proc").filter((entry) => /^\d+$/.test(entry)).flatMap((entry) => {
+    try {
+      return readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0").includes(marker) ? [Number(entry)] : []
+    } catch {
+      return []
+    }
+  })
+
+const workspace = (script: unknown) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const dir = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+    yield* fs.writeFileString(path.join(dir, "script.json"), JSON.stringify(script))
+    return dir
+  })
+
+/** The root starts one detached background agent, then answers at once. */
+const detachedScript = (child: unknown) => ({
+  rules: [
+    { match: { role: "explore" }, turns: [child] },
+    {
+      match: { depth: 0 },
+      turns: [
+        {
+          tool_calls: [{
+            name: "agent_spawn",
+            args: { prompt: "keep watching", description: "watcher", subagent_type: "explore", detached: true }
+          }]
+        },
+        { text: "Started a watcher." }
+      ]
+    }
+  ]
+})
+
+describe("the end of fibril run", () => {
+  it.live("a detached agent still running is stopped, recorded so, and the resume command is printed", () =>
+    Effect.gen(function*() {
+      const dir = yield* workspace(detachedScript({ hang: true }))
+      const run = yield* fibril(["run", "watch", "--model", "scripted:script.json"], { cwd: dir })
+      assert.strictEqual(run.exitCode, 0, run.stderr)
+      const watcher = records(dir).find((r) => r.detached)!
+      assert.strictEqual(watcher.status, "cancelled")
+      assert.include(watcher.reason, `fibril agents resume ${watcher.agent_id}`)
+      assert.include(run.stdout, "Stopped 1 detached agent(s) still running when the run ended; resume with:")
+      assert.include(run.stdout, `fibril agents resume ${watcher.agent_id}`)
+      // The last line of the log about it says it was cancelled, not running.
+      const about = run.stdout.split("\n").filter((line) => line.includes(`[${watcher.agent_id}]`))
+      assert.include(about.at(-1), "cancelled")
+    }).pipe(Effect.provide(NodeServices.layer)), 60_000)
+
+  it.live("--wait-detached waits for it to finish", () =>
+    Effect.gen(function*() {
+      const dir = yield* workspace(detachedScript({ text: report("watched"), delay_ms: 300 }))
+      const run = yield* fibril(["run", "watch", "--model", "scripted:script.json", "--wait-detached", "--json"], { cwd: dir })
+      assert.strictEqual(run.exitCode, 0, run.stderr)
+      const watcher = records(dir).find((r) => r.detached)!
+      assert.strictEqual(watcher.status, "completed")
+      const final = JSON.parse(run.stdout.trimEnd().split("\n").at(-1)!) as { type: string; stopped: Array<string> }
+      assert.strictEqual(final.type, "final")
+      assert.deepStrictEqual(final.stopped, [])
+    }).pipe(Effect.provide(NodeServices.layer)), 60_000)
+
+  it.live("SIGHUP (a closed terminal) cancels the tree and kills its shell processes", () =>
+    Effect.gen(function*() {
+      const marker = String(400_000 + Math.floor(Math.random() * 100_000))
+      const dir = yield* workspace({
+        rules: [
+          {
+            match: { role: "implementer" },
+            turns: [{ tool_calls: [{ name: "shell", args: { command: `exec sleep ${marker}` } }] }, { text: "never" }]
+          },
+          {
+            match: { depth: 0 },
+            turns: [{
+              tool_calls: [{ name: "task", args: { description: "slow", prompt: "run it", subagent_type: "implementer" } }]
+            }, { text: "never" }]
+          }
+        ]
+      })
+      const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
+      const handle = yield* spawner.spawn(
+        ChildProcess.make(process.execPath, [bin, "run", "go", "--model", "scripted:script.json"], {
+          cwd: dir,
+          env: { OPENAI_API_KEY: undefined },
+          extendEnv: true
+        })
+      )
+      let pids: Array<number> = []
+      for (let i = 0; i < 400 && pids.length === 0; i++) {
+        pids = pidsWith(marker)
+        if (pids.length === 0) yield* Effect.sleep("50 millis")
+      }
+      assert.isAbove(pids.length, 0, "the shell command started")
+      yield* handle.kill({ killSignal: "SIGHUP" })
+      const code = yield* handle.exitCode
+      assert.strictEqual(Number(code), 1)
+      assert.deepStrictEqual(pidsWith(marker), [], "the shell's process group was killed")
+      for (const row of records(dir)) assert.notInclude(["running", "pending"], row.status)
+    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
+})
