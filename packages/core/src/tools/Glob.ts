@@ -1,7 +1,7 @@
 /**
  * glob — find files by name pattern under a workspace directory.
  *
- * Matching is Node's `path.matchesGlob` (no hand-written glob engine); walking is `Walk`,
+ * Matching is `GlobPattern` (matchesGlob's syntax, linear time); walking is `Walk`,
  * so `.git`, `node_modules` and anything outside the workspace stay invisible. Results are
  * workspace-relative and sorted; the list is capped with a note so a too-broad pattern
  * tells the model to narrow it.
@@ -38,11 +38,12 @@ export const definition = ToolRegistry.define({
     const type = yield* typeOf(name, given, start)
     if (type === undefined) return yield* new ToolRegistry.ToolFailure({ tool: name, reason: `path not found: "${given}"` })
 
+    const glob = yield* Walk.glob(name, params.pattern)
     const found: Array<string> = []
     let capped = false
     yield* Walk.files(start, (entry) =>
       Effect.sync(() => {
-        if (!Walk.matches(params.pattern, entry)) return true
+        if (!Walk.matches(glob, entry)) return true
         if (found.length >= maxResults) {
           capped = true
           return false

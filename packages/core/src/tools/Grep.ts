@@ -113,6 +113,7 @@ export const definition = (limits: Limits) =>
       const fail = (reason: string) => new ToolRegistry.ToolFailure({ tool: name, reason })
 
       const regex = yield* compile(params.pattern, params.ignore_case === true)
+      const include = params.include === undefined ? undefined : yield* Walk.glob(name, params.include, "include")
       const given = params.path ?? "."
       const start = yield* workspace.resolve(given)
       const type = yield* typeOf(name, given, start)
@@ -127,7 +128,7 @@ export const definition = (limits: Limits) =>
 
       yield* Walk.files(start, (entry) =>
         Effect.gen(function*() {
-          if (params.include !== undefined && !Walk.matches(params.include, entry, { basename: true })) return true
+          if (include !== undefined && !Walk.matches(include, entry, { basename: true })) return true
           const info = yield* fs.stat(entry.absolute).pipe(Effect.orElseSucceed(() => undefined))
           if (info === undefined) return true
           if (Number(info.size) > maxFileBytes) {

@@ -8,9 +8,11 @@
  * sockets and devices are skipped: reading one could block forever. Unreadable
  * directories are skipped silently; the caller already checked the starting point.
  */
-import { Effect, FileSystem, Path } from "effect"
+import { Effect, FileSystem, Path, Result } from "effect"
 import { posix } from "node:path"
+import { ToolFailure } from "../ToolRegistry.ts"
 import { Workspace } from "../Workspace.ts"
+import * as GlobPattern from "./GlobPattern.ts"
 
 /** Directory names the walker never enters. */
 export const skippedDirectories: ReadonlySet<string> = new Set([".git", "node_modules"])
@@ -83,15 +85,31 @@ export const files = <E, R>(
     else if (info?.type === "File") yield* emit(start)
   })
 
+/** A glob compiled once per tool call (see `GlobPattern`); `basename` as in {@link matches}. */
+export interface Glob {
+  readonly matcher: GlobPattern.Matcher
+  readonly hasSlash: boolean
+}
+
 /**
- * Does `pattern` (a glob, Node's `path.matchesGlob` syntax) match the entry? It is tried
- * on the path relative to the walk's start and on the workspace-relative path, so both
- * `*.ts` under `src` and `src/*.ts` work; with `basename`, a pattern without `/` also
- * matches a file name anywhere (ripgrep's `--glob` convention, used by grep's `include`).
+ * Compiles a glob given to `tool` (a leading `./` is dropped); a refused pattern (extended
+ * glob, too long, too many alternatives) is a `ToolFailure` naming the reason.
  */
-export const matches = (pattern: string, entry: Entry, options: { readonly basename?: boolean } = {}): boolean => {
+export const glob = (tool: string, pattern: string, parameter = "pattern"): Effect.Effect<Glob, ToolFailure> => {
   const normalized = pattern.startsWith("./") ? pattern.slice(2) : pattern
-  if (posix.matchesGlob(entry.fromStart, normalized) || posix.matchesGlob(entry.relative, normalized)) return true
-  return options.basename === true && !normalized.includes("/") &&
-    posix.matchesGlob(posix.basename(entry.relative), normalized)
+  const compiled = GlobPattern.compile(normalized)
+  return Result.isSuccess(compiled)
+    ? Effect.succeed({ matcher: compiled.success, hasSlash: normalized.includes("/") })
+    : Effect.fail(new ToolFailure({ tool, reason: `${parameter} "${pattern}" is refused: ${compiled.failure}` }))
+}
+
+/**
+ * Does the glob match the entry? It is tried on the path relative to the walk's start and on
+ * the workspace-relative path, so both `*.ts` under `src` and `src/*.ts` work; with
+ * `basename`, a pattern without `/` also matches a file name anywhere (ripgrep's `--glob`
+ * convention, used by grep's `include`). Matching is linear in the path (`GlobPattern`).
+ */
+export const matches = (glob: Glob, entry: Entry, options: { readonly basename?: boolean } = {}): boolean => {
+  if (glob.matcher.test(entry.fromStart) || glob.matcher.test(entry.relative)) return true
+  return options.basename === true && !glob.hasSlash && glob.matcher.test(posix.basename(entry.relative))
 }

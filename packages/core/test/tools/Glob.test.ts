@@ -72,3 +72,24 @@ describe("glob", () => {
       assert.include(out.at(-1), `showing the first ${Glob.maxResults} matches`)
     }).pipe(provide))
 })
+
+describe("glob patterns a backtracking matcher chokes on", () => {
+  it.effect("a catastrophic pattern returns promptly; extended globs and long patterns are tool errors", () =>
+    Effect.gen(function*() {
+      const h = yield* setup()
+      yield* h.write(`${"a".repeat(200)}.txt`, "")
+      yield* h.write("a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/x.txt", "")
+      const started = Date.now()
+      // With path.matchesGlob, the first takes minutes per file name.
+      assert.strictEqual(yield* h.text("glob", { pattern: `${"*a".repeat(30)}*b` }), `No files match "${"*a".repeat(30)}*b" under .`)
+      assert.strictEqual(
+        yield* h.text("glob", { pattern: "**/a/**/a/**/a/**/a/**/a/**/a/**/y.txt" }),
+        `No files match "**/a/**/a/**/a/**/a/**/a/**/a/**/y.txt" under .`
+      )
+      assert.isBelow(Date.now() - started, 2_000)
+      const extended = yield* h.failure("glob", { pattern: "+(a|b).txt" })
+      assert.include(extended.message, `pattern "+(a|b).txt" is refused: extended glob syntax "+(...)" is not supported`)
+      const long = yield* h.failure("grep", { pattern: "x", include: "*".repeat(1001) })
+      assert.include(long.message, `include "${"*".repeat(1001)}" is refused: the pattern is 1001 characters long`)
+    }).pipe(provide))
+})
