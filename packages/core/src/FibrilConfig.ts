@@ -648,17 +648,19 @@ const readSettings = Effect.fnUntraced(function*(
         "a string: the bubblewrap binary, a name on PATH or a path",
         (name) => Config.String(name).pipe(Config.withDefault(d.sandbox.bwrapPath))
       ),
-      roles: Record.map(
-        yield* read(
-          "sandbox.roles",
-          `tables [sandbox.roles.<role>] with mode (${sandboxModesAccepted}), network (true or false) and writable_paths (an array of paths)`,
-          (name) => Config.schema(Schema.Record(Schema.String, SandboxRoleTable), name).pipe(Config.withDefault({}))
-        ),
-        (table): SandboxRoleSettings => ({
+      // Role names are case-insensitive (and FIBRIL_SANDBOX_ROLES_VERIFIER_MODE arrives as VERIFIER).
+      roles: Object.fromEntries(
+        Object.entries(
+          yield* read(
+            "sandbox.roles",
+            `tables [sandbox.roles.<role>] with mode (${sandboxModesAccepted}), network (true or false) and writable_paths (an array of paths)`,
+            (name) => Config.schema(Schema.Record(Schema.String, SandboxRoleTable), name).pipe(Config.withDefault({}))
+          )
+        ).map(([role, table]): [string, SandboxRoleSettings] => [role.toLowerCase(), {
           mode: table.mode,
           network: table.network,
           writablePaths: table.writable_paths
-        })
+        }])
       )
     }
   }

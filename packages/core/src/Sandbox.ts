@@ -110,7 +110,7 @@ export interface Policy {
  * runs commands without a sandbox, and is the only way to do so for a read-only agent.
  */
 export const policyFor = (options: Options, role: string, label: string, access: Access): Policy => {
-  const override = options.roles[role] ?? {}
+  const override = options.roles[role] ?? options.roles[role.toLowerCase()] ?? {}
   const configured = override.mode ?? options.mode
   const network = override.network ?? options.network
   const paths = override.writablePaths ?? options.writablePaths

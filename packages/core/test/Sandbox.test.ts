@@ -6,6 +6,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Schedule } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import * as net from "node:net"
+import * as FibrilConfig from "../src/FibrilConfig.ts"
 import * as Permission from "../src/Permission.ts"
 import * as Roles from "../src/Roles.ts"
 import * as Sandbox from "../src/Sandbox.ts"
@@ -155,6 +156,60 @@ describe("Sandbox policy", () => {
     assert.strictEqual(Sandbox.seccompFilter("arm64")?.length, 11 * 8)
     assert.isUndefined(Sandbox.seccompFilter("riscv64"))
   })
+})
+
+describe("[sandbox] configuration", () => {
+  it.live("is read from the project file, per role, and from the environment", () =>
+    Effect.gen(function*() {
+      const h = yield* setup()
+      yield* h.write(
+        ".fibril/config.toml",
+        [
+          "[sandbox]",
+          `mode = "read-only"`,
+          "network = true",
+          `writable_paths = ["cache", "/var/cache/x"]`,
+          `bwrap_path = "/opt/bwrap"`,
+          "",
+          "[sandbox.roles.verifier]",
+          `mode = "off"`,
+          "",
+          "[sandbox.roles.reader]",
+          "network = false",
+          `writable_paths = []`
+        ].join("\n")
+      )
+      const { settings } = yield* FibrilConfig.load({ cwd: h.root, home: h.outside, env: {} })
+      assert.deepStrictEqual(settings.sandbox, {
+        mode: "read-only",
+        network: true,
+        writablePaths: ["cache", "/var/cache/x"],
+        bwrapPath: "/opt/bwrap",
+        roles: {
+          verifier: { mode: "off", network: undefined, writablePaths: undefined },
+          reader: { mode: undefined, network: false, writablePaths: [] }
+        }
+      })
+      const env = yield* FibrilConfig.load({
+        cwd: h.outside,
+        home: h.outside,
+        env: {
+          FIBRIL_SANDBOX_MODE: "off",
+          FIBRIL_SANDBOX_NETWORK: "true",
+          FIBRIL_SANDBOX_WRITABLE_PATHS: "a,b",
+          FIBRIL_SANDBOX_ROLES_VERIFIER_MODE: "read-only"
+        }
+      })
+      assert.deepStrictEqual(
+        [env.settings.sandbox.mode, env.settings.sandbox.network, env.settings.sandbox.writablePaths],
+        ["off", true, ["a", "b"]]
+      )
+      // Role names are case-insensitive: the environment's VERIFIER is the verifier role.
+      assert.strictEqual(env.settings.sandbox.roles["verifier"]?.mode, "read-only")
+      assert.strictEqual(Sandbox.policyFor(env.settings.sandbox, "Verifier", "v", { _tag: "none" }).mode, "read-only")
+      const defaults = yield* FibrilConfig.load({ cwd: h.outside, home: h.outside, env: {} })
+      assert.deepStrictEqual(defaults.settings.sandbox, Sandbox.defaults)
+    }).pipe(provide))
 })
 
 const variants = [
