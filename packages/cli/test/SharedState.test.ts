@@ -4,7 +4,7 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import type { ScriptedModel } from "@fibril/testkit"
-import { Effect, Fiber, FileSystem, Path, Stream } from "effect"
+import { Deferred, Effect, FileSystem, Path, Stream } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { DatabaseSync } from "node:sqlite"
 import { bin, fibril } from "./run.ts"
@@ -115,17 +115,24 @@ describe("one workspace, several processes", () => {
             extendEnv: true
           })
         )
-        const started = yield* Effect.forkChild(
+        // Its stdout is read to the end: a reader that stopped early would close the pipe, and
+        // the process would die of EPIPE at its next event instead of by the test's signal.
+        const started = yield* Deferred.make<string>()
+        yield* Effect.forkScoped(
           handle.stdout.pipe(
             Stream.decodeText(),
             Stream.splitLines,
-            Stream.map((line) => JSON.parse(line) as { type: string; depth?: number; agent_id?: string }),
-            Stream.filter((event) => event.type === "started" && event.depth === 1),
-            Stream.runHead
+            Stream.runForEach((line) => {
+              const event = JSON.parse(line) as { type: string; depth?: number; agent_id?: string }
+              return event.type === "started" && event.depth === 1
+                ? Deferred.succeed(started, event.agent_id!)
+                : Effect.void
+            }),
+            Effect.ignore
           )
         )
-        const child = yield* Fiber.join(started).pipe(Effect.timeout("30 seconds"))
-        return { handle, childId: child._tag === "Some" ? child.value.agent_id! : "" }
+        const childId = yield* Deferred.await(started).pipe(Effect.timeout("30 seconds"))
+        return { handle, childId }
       })
       yield* Effect.scoped(Effect.gen(function*() {
         const doomed = yield* start
@@ -157,7 +164,8 @@ describe("one workspace, several processes", () => {
         assert.strictEqual(cancelled.exitCode, 0, cancelled.stderr)
         assert.include(cancelled.stdout, `${survivor.childId}  cancelled`)
         assert.include(cancelled.stdout, "Cancelled from the command line")
-        yield* survivor.handle.kill({ killSignal: "SIGTERM" })
+        // The survivor's root gets its child's cancellation as the task result and finishes.
+        assert.strictEqual(Number(yield* survivor.handle.exitCode.pipe(Effect.timeout("30 seconds"))), 0)
       }))
     }).pipe(Effect.provide(NodeServices.layer)), 90_000)
 })
