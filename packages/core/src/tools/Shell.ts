@@ -16,7 +16,7 @@
  * cannot happen at all fails the call. Output is kept bounded while it streams (head and
  * tail), so a command that prints gigabytes cannot exhaust memory.
  */
-import { Duration, Effect, Fiber, Option, Schema, Stream } from "effect"
+import { Duration, Effect, type Exit, Fiber, Option, Schema, Scope, Stream } from "effect"
 import { text } from "../internal/resource.ts"
 import * as Sandbox from "../Sandbox.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
@@ -32,7 +32,20 @@ const drainGrace = Duration.millis(500)
  * interrupted call (cancel, Ctrl-C) waits for it: a command that ignores SIGTERM still ends
  * well within a second.
  */
-const forceKillAfter = Duration.millis(500)
+const forceKillAfter = Duration.millis(400)
+/**
+ * How long a call waits for its process scope to close. After SIGKILL the spawner polls the
+ * process group until its members are *reaped*, which an init that reaps lazily can stretch
+ * to a second; the processes are already dead, so the call returns and that poll finishes
+ * in the background.
+ */
+const closeWithin = Duration.millis(700)
+
+const closeBounded = (scope: Scope.Closeable, exit: Exit.Exit<unknown, unknown>) =>
+  Effect.flatMap(
+    Effect.forkDetach(Scope.close(scope, exit)),
+    (closing) => Effect.ignore(Effect.timeoutOption(Fiber.await(closing), closeWithin))
+  )
 
 const description = text("./shell.md", import.meta.url)
 
@@ -124,7 +137,7 @@ export const definition = (options: Options) =>
       const stdout = makeCapture(options.maxOutputChars)
       const stderr = makeCapture(options.maxOutputChars)
 
-      const run = Effect.gen(function*() {
+      const body = Effect.gen(function*() {
         const { handle } = yield* sandbox.spawn(launch).pipe(
           Effect.mapError((error) =>
             new ToolRegistry.ToolFailure({
@@ -143,7 +156,12 @@ export const definition = (options: Options) =>
         )
         yield* Fiber.join(drains).pipe(Effect.timeoutOption(drainGrace))
         return exitCode
-      }).pipe(Effect.scoped) // closing the scope stops the process group, also on timeout/interrupt
+      })
+      // Closing the scope stops the process group (the sandbox), also on timeout/interrupt.
+      const run = Effect.flatMap(
+        Scope.make(),
+        (scope) => body.pipe(Scope.provide(scope), Effect.onExit((exit) => closeBounded(scope, exit)))
+      )
 
       const outcome = yield* run.pipe(Effect.timeoutOption(Duration.millis(timeoutMs)))
       const result: Result = {

@@ -117,6 +117,17 @@ describe("shell", () => {
       assert.isFalse(isAlive(pid), `process ${pid} still alive after interrupt`)
     }).pipe(provide))
 
+  it.live("a command that ignores SIGTERM is still gone within a second of an interruption", () =>
+    Effect.gen(function*() {
+      const h = yield* setup()
+      const fiber = yield* Effect.forkChild(shell(h, { command: "trap '' TERM; echo $$ > pid; while :; do sleep 0.05; done" }))
+      const pid = yield* pidFrom(h, "pid")
+      const started = Date.now()
+      yield* Fiber.interrupt(fiber)
+      assert.isBelow(Date.now() - started, 1_000, "interrupting took a second or more")
+      assert.isFalse(isAlive(pid), `process ${pid} still alive after interrupt`)
+    }).pipe(provide))
+
   it.live("interrupting the call kills grandchildren through the process group", () =>
     Effect.gen(function*() {
       const h = yield* setup()
