@@ -17,6 +17,7 @@ import { Console, Context, Effect, Layer, Logger, Option, Ref, Schema } from "ef
 import { Argument, CliError, Command, Flag } from "effect/cli"
 import { FetchHttpClient } from "effect/http"
 import { OtlpSerialization, OtlpTracer } from "effect/observability"
+import { readFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import * as AgentsCommand from "./AgentsCommand.ts"
@@ -29,7 +30,10 @@ import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
 import * as Run from "./Run.ts"
 
-export const version = "0.1.0"
+/** This package's version (package.json sits one level above both src/ and dist/). */
+export const version: string = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
+  readonly version: string
+}).version
 
 /** The process exit code the command chose. */
 export class ExitCode extends Context.Service<ExitCode, Ref.Ref<number>>()("@fibril/cli/ExitCode") {}

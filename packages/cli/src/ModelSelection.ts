@@ -69,12 +69,16 @@ export const select = (input: Input): Effect.Effect<Selection, UsageError> => {
   return Effect.succeed({ kind: "openai", model: model ?? defaultModel, baseURL, apiKey: Redacted.make(key) })
 }
 
-/** The model catalog for a selection. */
+/** The model catalog for a selection; an unreadable script is a usage error (exit 2). */
 export const layer = (
   selection: Selection
-): Layer.Layer<Models.Models, ScriptedModel.ScriptFileError, FileSystem.FileSystem> =>
+): Layer.Layer<Models.Models, UsageError, FileSystem.FileSystem> =>
   selection.kind === "scripted"
-    ? Models.fromLanguageModel(selection.label).pipe(Layer.provide(ScriptedModel.layerFile(selection.file)))
+    ? Models.fromLanguageModel(selection.label).pipe(
+      Layer.provide(ScriptedModel.layerFile(selection.file)),
+      Layer.catchTag("ScriptFileError", (error) =>
+        Layer.effect(Models.Models, Effect.fail(new UsageError({ problem: error.message }))))
+    )
     : OpenAiModels.layer({ defaultModel: selection.model }).pipe(
       Layer.provide(OpenAiClient.layer({ apiKey: selection.apiKey, baseURL: selection.baseURL }))
     )

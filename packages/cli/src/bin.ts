@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The `fibril` executable. Node >= 22.19 runs this TypeScript file directly.
+// The `fibril` executable (built to dist/bin.js; in the repository `npm run fibril` runs this source).
 import { NodeRuntime } from "@effect/platform-node"
 import { Cause, Effect, Exit } from "effect"
 import * as Cli from "./Cli.ts"
