@@ -44,6 +44,8 @@ export interface AgentEvent {
   readonly reason?: string | undefined
   /** For tool_result: did the call fail (including denials)? */
   readonly isFailure?: boolean | undefined
+  /** For a successful tool_result of a writing tool: the workspace paths it was given (as given). */
+  readonly changed?: ReadonlyArray<string> | undefined
 }
 
 export const isTerminal = (type: EventType): boolean =>

@@ -125,6 +125,8 @@ export interface SessionInfo {
   readonly lastTool: string | undefined
   readonly usage: Usage.Usage
   readonly treeUsage: Usage.Usage
+  /** Model steps of its tree whose usage the provider reported, and those Fibril estimated. */
+  readonly usageSteps: { readonly reported: number; readonly estimated: number }
   readonly running: boolean
   /** True while a model call is in flight (the model is working, not stuck). */
   readonly waitingOnModel: boolean
@@ -219,6 +221,11 @@ export class Session extends Context.Service<Session, {
   readonly prompt: (sessionId: string, message: string) => Effect.Effect<PromptResult, PromptError>
   /** Queues a message for the next model step; `interrupt` cancels the step in flight. */
   readonly deliver: (sessionId: string, message: string, interrupt: boolean) => Effect.Effect<void, SessionNotFound>
+  /**
+   * Takes the messages delivered to a session that its loop has not read yet (it ended first),
+   * so they can be recorded as undelivered instead of vanishing.
+   */
+  readonly takeUnread: (sessionId: string) => Effect.Effect<ReadonlyArray<string>>
   /** Marks the next interruption of this session's run as a cancellation with `reason`. */
   readonly markCancelled: (sessionId: string, reason: string) => Effect.Effect<void>
   /** The scope of the session's running prompt, if it is running. */
@@ -262,6 +269,7 @@ const info = (state: SessionState): SessionInfo => ({
   lastTool: state.lastTool,
   usage: Usage.snapshot(state.usage),
   treeUsage: Usage.snapshot(state.treeUsage),
+  usageSteps: { reported: state.usageSteps.reported, estimated: state.usageSteps.estimated },
   running: state.busy,
   waitingOnModel: state.modelCall !== undefined,
   rules: state.rules
@@ -314,7 +322,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   const memory = yield* Effect.serviceOption(Memory)
   const sessions = new Map<string, SessionState>()
   let hooks = noHooks
-  const deps: RunToolsDeps = { registry, permission, events, onResult: undefined }
+  const deps: RunToolsDeps = { registry, permission, events, onResult: undefined, onEvent: undefined }
 
   /** Adds a message to the conversation and hands it to the `onMessage` hook. */
   const addMessage = (state: SessionState, message: Prompt.Message): Effect.Effect<void> => {
@@ -397,6 +405,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       budgets: init.budgets,
       usage: Usage.zero(),
       treeUsage: Usage.zero(),
+      usageSteps: { reported: 0, estimated: 0 },
       inbox: [],
       steps: 0,
       toolCalls: 0,
@@ -507,10 +516,12 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     return info(state)
   })
 
-  const addUsage = (state: SessionState, usage: Usage.Usage) => {
+  const addUsage = (state: SessionState, usage: Usage.Usage, reported: boolean) => {
     Usage.add(state.usage, usage)
     for (let node: SessionState | undefined = state; node !== undefined; node = node.parent) {
       Usage.add(node.treeUsage, usage)
+      if (reported) node.usageSteps.reported++
+      else node.usageSteps.estimated++
     }
   }
 
@@ -574,8 +585,12 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
         if (Option.isNone(response)) continue
         const turn = resolveTurn(response.value)
         state.steps++
-        addUsage(state, turn.usage)
-        Usage.add(own, turn.usage)
+        // A provider that reports no usage gets an estimate, and the record says so.
+        const usage = turn.usageReported
+          ? turn.usage
+          : Usage.estimate([state.system, ...state.messages.slice(0, state.lastRequestLength)], turn.assistant)
+        addUsage(state, usage, turn.usageReported)
+        Usage.add(own, usage)
         yield* addMessage(state, turn.assistant)
         yield* publish(state, { type: "step" })
         yield* checkTokens(state, own)
@@ -693,6 +708,11 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     restore,
     prompt,
     deliver,
+    takeUnread: (sessionId) =>
+      Effect.sync(() => {
+        const state = sessions.get(sessionId)
+        return state === undefined || state.inbox.length === 0 ? [] : state.inbox.splice(0)
+      }),
     markCancelled: (sessionId, reason) =>
       Effect.sync(() => {
         const state = sessions.get(sessionId)
@@ -706,6 +726,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     setHooks: (next) =>
       Effect.sync(() => {
         hooks = next
+        deps.onEvent = next.onEvent
         const onMessage = next.onMessage
         deps.onResult = onMessage === undefined
           ? undefined

@@ -2,7 +2,7 @@
  * Token usage: input, output and cached input tokens. Accumulators are plain mutable
  * records because they are bumped on every model step of every agent.
  */
-import type { Response } from "effect/ai"
+import type { Prompt, Response } from "effect/ai"
 
 export interface Usage {
   readonly input: number
@@ -34,3 +34,35 @@ export const fromResponse = (usage: Response.Usage | undefined): Usage => ({
   output: usage?.outputTokens.total ?? 0,
   cached: usage?.inputTokens.cacheRead ?? 0
 })
+
+/** Characters of a message's content that a model reads (text, tool calls and results). */
+const messageChars = (message: Prompt.Message): number => {
+  if (typeof message.content === "string") return message.content.length
+  let chars = 0
+  for (const part of message.content) {
+    switch (part.type) {
+      case "text":
+      case "reasoning":
+        chars += part.text.length
+        break
+      case "tool-call":
+        chars += part.name.length + (JSON.stringify(part.params)?.length ?? 0)
+        break
+      case "tool-result":
+        chars += part.name.length + (JSON.stringify(part.result)?.length ?? 0)
+        break
+    }
+  }
+  return chars
+}
+
+/**
+ * An estimate of a model step's usage when the provider reported none: characters / 4 of
+ * the request (`messages`) and of the answer. Only used for such steps; the record then says
+ * its usage is `estimated`.
+ */
+export const estimate = (messages: ReadonlyArray<Prompt.Message>, answer: Prompt.Message): Usage => {
+  let input = 0
+  for (const message of messages) input += messageChars(message)
+  return { input: Math.ceil(input / 4), output: Math.ceil(messageChars(answer) / 4), cached: 0 }
+}

@@ -19,6 +19,8 @@ export interface Turn {
   readonly text: string
   readonly toolCalls: ReadonlyArray<ToolCall>
   readonly usage: Usage.Usage
+  /** Did the provider report this turn's usage (input or output tokens)? */
+  readonly usageReported: boolean
   readonly assistant: Prompt.AssistantMessage
 }
 
@@ -27,6 +29,7 @@ export const resolveTurn = (response: Response): Turn => {
   const toolCalls: Array<ToolCall> = []
   let text = ""
   let usage: Usage.Usage | undefined
+  let usageReported = false
   for (const part of response.content) {
     switch (part.type) {
       case "text":
@@ -48,6 +51,7 @@ export const resolveTurn = (response: Response): Turn => {
         break
       case "finish":
         usage = Usage.fromResponse(part.usage)
+        usageReported = part.usage.inputTokens.total !== undefined || part.usage.outputTokens.total !== undefined
         break
     }
   }
@@ -55,6 +59,7 @@ export const resolveTurn = (response: Response): Turn => {
     text,
     toolCalls,
     usage: usage ?? { input: 0, output: 0, cached: 0 },
+    usageReported,
     assistant: Prompt.makeMessage("assistant", { content })
   }
 }

@@ -22,6 +22,8 @@ export interface RunToolsDeps {
   readonly events: AgentEvents["Service"]
   /** Called with each result as it lands, before the turn's other calls finish (a durable transcript). */
   onResult: ((state: SessionState, part: Prompt.ToolResultPart) => Effect.Effect<void>) | undefined
+  /** Called with each event after it is published (the session's `onEvent` hook). */
+  onEvent: ((event: AgentEvent) => Effect.Effect<void>) | undefined
 }
 
 export class UnknownTool extends Schema.TaggedError<UnknownTool>()("UnknownTool", {
@@ -59,13 +61,20 @@ const parseArguments = (tool: RegisteredTool, params: unknown): Effect.Effect<un
 }
 
 const publish = (deps: RunToolsDeps, state: SessionState, event: Omit<AgentEvent, "agent" | "at">) =>
-  Clock.clockWith((clock) =>
-    deps.events.publish({ ...event, agent: snapshot(state), at: clock.currentTimeMillisUnsafe() })
-  )
+  Clock.clockWith((clock) => {
+    const full: AgentEvent = { ...event, agent: snapshot(state), at: clock.currentTimeMillisUnsafe() }
+    const onEvent = deps.onEvent
+    return onEvent === undefined ? deps.events.publish(full) : Effect.andThen(deps.events.publish(full), onEvent(full))
+  })
 
 // Combinators rather than generators: this runs for every tool call of every agent, and a
 // generator costs an iterator object and an extra step per `yield*`.
-const execute = (deps: RunToolsDeps, state: SessionState, call: ToolCall): Effect.Effect<unknown, ToolErrorLike> => {
+const execute = (
+  deps: RunToolsDeps,
+  state: SessionState,
+  call: ToolCall,
+  touched: { paths: ReadonlyArray<string> | undefined }
+): Effect.Effect<unknown, ToolErrorLike> => {
   const tool = state.view.byName.get(call.name) ?? Option.getOrUndefined(deps.registry.get(call.name))
   if (tool === undefined) {
     return Effect.fail(new UnknownTool({ name: call.name, available: state.view.tools.map((t) => t.name) }))
@@ -77,9 +86,12 @@ const execute = (deps: RunToolsDeps, state: SessionState, call: ToolCall): Effec
   return Effect.flatMap(
     deps.permission.checkTool(state.rules, tool),
     () =>
-      Effect.flatMap(parseArguments(tool, call.params), (params) =>
-        Effect.andThen(
-          deps.permission.check(state.rules, tool, tool.paths(params)),
+      Effect.flatMap(parseArguments(tool, call.params), (params) => {
+        const paths = tool.paths(params)
+        // What a writing tool changes, for the agent's record (artifact references).
+        if (tool.posture === "write" && paths.length > 0) touched.paths = paths
+        return Effect.andThen(
+          deps.permission.check(state.rules, tool, paths),
           () =>
             tool.handler(params, {
               sessionId: state.id,
@@ -88,7 +100,8 @@ const execute = (deps: RunToolsDeps, state: SessionState, call: ToolCall): Effec
               depth: state.depth,
               rules: state.rules
             })
-        ))
+        )
+      })
   )
 }
 
@@ -101,9 +114,10 @@ const runOne = (
   Effect.suspend(() => {
     state.toolCalls++
     state.lastTool = call.name
+    const touched: { paths: ReadonlyArray<string> | undefined } = { paths: undefined }
     return Effect.andThen(
       publish(deps, state, { type: "tool_call", tool: call.name }),
-      Effect.flatMap(Effect.result(Effect.suspend(() => execute(deps, state, call))), (result) => {
+      Effect.flatMap(Effect.result(Effect.suspend(() => execute(deps, state, call, touched))), (result) => {
         const isFailure = result._tag === "Failure"
         const part = Prompt.makePart("tool-result", {
           id: call.id,
@@ -116,7 +130,8 @@ const runOne = (
           type: "tool_result",
           tool: call.name,
           isFailure,
-          reason: isFailure ? result.failure.message : undefined
+          reason: isFailure ? result.failure.message : undefined,
+          changed: isFailure ? undefined : touched.paths
         })
         if (landed === undefined || deps.onResult === undefined) return Effect.as(published, part)
         landed.push(part)

@@ -37,6 +37,8 @@ export interface SessionState {
   readonly usage: MutableUsage
   /** Its own usage plus every descendant's. */
   readonly treeUsage: MutableUsage
+  /** Model steps of its tree whose usage the provider reported, and those estimated instead. */
+  readonly usageSteps: { reported: number; estimated: number }
   /** Messages waiting to be delivered before the next model step. */
   readonly inbox: Array<string>
   steps: number
