@@ -12,7 +12,8 @@
  * classes, `{a,b}` (nested, and across `/`). As in `matchesGlob`, `\` is a path separator,
  * not an escape (`[*]` matches a literal `*`). A wildcard never matches a name starting with
  * `.` unless the pattern segment spells the dot. Extended globs (`+(a|b)`) are refused with a
- * reason, as are patterns over {@link maxPatternChars}. A property test checks the agreement.
+ * reason, as are `..` segments and patterns over {@link maxPatternChars}. A property test
+ * checks the agreement.
  */
 import { Result } from "effect"
 import { RE2JS } from "re2js"
@@ -196,13 +197,16 @@ const splitSegments = (pattern: string): Array<string> => {
   return out
 }
 
+/** The pattern's parts as matchesGlob reads them: "" and "." in the middle are dropped (`a//b`, `a/./b`). */
+const normalizeParts = (parts: ReadonlyArray<string>): Array<string> =>
+  parts.filter((part, i) => !((part === "" || part === ".") && i > 0 && i < parts.length - 1))
+
 const compileOne = (pattern: string): Array<Segment> | Refused => {
   const segments: Array<Segment> = []
-  const parts = splitSegments(pattern)
-  for (const [index, part] of parts.entries()) {
-    // A leading or trailing "" (an absolute pattern, "dir/") or "." must be matched; in the
-    // middle ("a//b", "a/./b") they are dropped, as matchesGlob does.
-    if ((part === "" || part === ".") && index > 0 && index < parts.length - 1) continue
+  for (const part of normalizeParts(splitSegments(pattern))) {
+    if (part === "..") {
+      return new Refused(`".." is not supported in a glob (files are matched below the searched directory); change the path parameter instead`)
+    }
     if (part === "**") {
       if (segments.at(-1)?._tag !== "globstar") segments.push({ _tag: "globstar" })
       continue
