@@ -13,8 +13,10 @@
  * On Linux the sandbox is bubblewrap (`bwrap`), called directly: one small binary, a pid
  * namespace whose pid 1 is the command, so every process it started (`setsid` and double
  * forks included) dies with it, `--die-with-parent`, `--new-session`, and all capabilities
- * dropped (as root, a kept `CAP_SYS_ADMIN` could remount the read-only binds). Whether it works here is probed
- * once, by running `true` under the same flags, and cached for the life of the layer.
+ * dropped (as root, a kept `CAP_SYS_ADMIN` could remount the read-only binds). Whether it
+ * works here is probed once, by running `true` under the same flags, and cached for the life
+ * of the layer. (`@anthropic-ai/sandbox-runtime` wraps the same tool with network proxies;
+ * docs/security.md says why Fibril calls it directly.)
  *
  * Where no sandbox works, an agent that may not write gets no shell at all — a denial that
  * says why and how to enable it — never an unconfined one. An agent that may write runs its
@@ -41,7 +43,6 @@ import { Workspace } from "./Workspace.ts"
 
 /** How far a shell command may write: the whole file system read-only, the workspace writable, or no sandbox. */
 export type Mode = FibrilConfig.SandboxMode
-export const modes: ReadonlyArray<Mode> = ["read-only", "workspace-write", "off"]
 
 /** `[sandbox]` settings; see FibrilConfig. */
 export type Options = FibrilConfig.SandboxSettings
@@ -77,7 +78,9 @@ export const accessOf = (rules: Permission.Rules, writeTools: Iterable<string>):
     }
   }
   if (!any) return { _tag: "none" }
-  return rules.writeScope === "all" ? { _tag: "all" } : { _tag: "under", prefixes: [...rules.writeScope] }
+  return rules.writeScope === "all" || rules.writeScope.has("")
+    ? { _tag: "all" }
+    : { _tag: "under", prefixes: [...rules.writeScope] }
 }
 
 /** A role's access as its spec states it (for `fibril config`; a running agent's comes from its rules). */
