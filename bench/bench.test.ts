@@ -1,5 +1,8 @@
-// The benchmark's adapters run BENCH.md's script correctly: every count checks out. No timing
-// is asserted here (speed is measured by `npm run bench`, never in tests).
+// The benchmark's adapters run BENCH.md's script correctly: every count checks out. The script
+// keeps the shared harness's contract — the parent's tool is named `subagent`, and a summary
+// counts only when it is the whole tool result the parent's model receives — so these runs
+// are also the adapter's conformance test. No timing is asserted here (speed is measured by
+// `npm run bench`, never in tests).
 import { assert, describe, it } from "@effect/vitest"
 import * as Floor from "./floor.ts"
 import * as Fibril from "./peer-adapter.ts"

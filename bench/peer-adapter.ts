@@ -25,6 +25,15 @@ const headerPattern = /^Fibril agent: role=(\S+) depth=(\d+)/
 
 const textOf = (result: unknown) => typeof result === "string" ? result : JSON.stringify(result)
 
+/**
+ * What the harness's parent model receives for a sub-agent call: the child's summary text,
+ * as the harness checks (Fibril's `task` result carries it in `summary`).
+ */
+const summaryOf = (result: unknown): string =>
+  typeof result === "object" && result !== null && "summary" in result && typeof result.summary === "string"
+    ? result.summary
+    : textOf(result)
+
 /** What the script needs from a request: depth, the first user message, tool-result texts. */
 const readPrompt = (prompt: Prompt.Prompt) => {
   let depth = 0
@@ -37,7 +46,9 @@ const readPrompt = (prompt: Prompt.Prompt) => {
     } else if (message.role === "user" && first === undefined) {
       for (const part of message.content) if (part.type === "text") first = part.text
     } else if (message.role === "tool") {
-      for (const part of message.content) if (part.type === "tool-result") toolResults.push(textOf(part.result))
+      for (const part of message.content) {
+        if (part.type === "tool-result") toolResults.push(part.name === "task" ? summaryOf(part.result) : textOf(part.result))
+      }
     }
   }
   return { depth, prompt: first ?? "", toolResults }
@@ -58,8 +69,9 @@ const toParts = (answer: ModelAnswer, depth: number): Array<Response.Part<Record
   const parts: Array<unknown> = answer.calls.map((call) =>
     Response.makePart("tool-call", {
       id: call.id,
-      name: call.name,
-      // The parent's sub-agent calls become Fibril `task` calls for a lookup-only child.
+      // The parent's sub-agent calls (the harness names its tool `subagent`) become Fibril
+      // `task` calls for a lookup-only child.
+      name: depth === 0 ? "task" : call.name,
       params: depth === 0
         ? { description: call.args["prompt"], prompt: call.args["prompt"], subagent_type: "custom", allowed_tools: ["lookup"] }
         : call.args,

@@ -36,7 +36,8 @@ export interface Script {
   markAborted(): void
 }
 
-const summaryPattern = /summary<task-(\d+)>:\.*/
+/** A well-formed summary, exactly as the child wrote it: the whole tool result, 200 characters. */
+const summaryPattern = /^summary<task-(\d+)>:\.*$/
 
 export const makeScript = (options: { readonly K: number; readonly M: number; readonly blocking: boolean }): Script => {
   const { K, M, blocking } = options
@@ -55,7 +56,8 @@ export const makeScript = (options: { readonly K: number; readonly M: number; re
       if (aborted) counts.callsAfterAbort++
       if (toolResults.length === 0) {
         return {
-          calls: Array.from({ length: K }, (_, i) => ({ id: `call_sub_${i}`, name: "task", args: { prompt: `task-${i}` } }))
+          // The harness's name for the sub-agent tool; each adapter translates it.
+          calls: Array.from({ length: K }, (_, i) => ({ id: `call_sub_${i}`, name: "subagent", args: { prompt: `task-${i}` } }))
         }
       }
       const seen = new Set<string>()
