@@ -1,15 +1,20 @@
 /**
  * `fibril agents list [--all] [--json] | show <id> | cancel <id> | resume <id> | transcript <id>`
- * over the store every process on the workspace shares (`.fibril/state/fibril.db`).
+ * over the store every process on the workspace shares (`.fibril/state/fibril.db`). An agent
+ * is named by its id, its session name (`amber-heron`) or a run id; `transcript` also takes
+ * its transcript handle. `show` prints the agent's run receipt (Receipt.ts): its runs, event
+ * log, inputs, artifacts, provenance, and where to follow up or take over.
  *
  * `list`, `show`, `transcript` and `cancel` open the store only (no model, no manager):
  * records of processes that are gone are reconciled (they read `interrupted`) before
  * anything is shown, and an agent another live process runs is cancelled by a request that
  * process acts on. `resume` loads a manager, which takes the agent over and runs it here.
  */
+import * as Receipt from "@fibril/core/Receipt"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
-import { isTerminal, type SubAgentRecord } from "@fibril/core/SubAgentRecord"
+import { agentOfRunId, currentRunId, isTerminal, type SubAgentRecord } from "@fibril/core/SubAgentRecord"
 import * as SubAgentStore from "@fibril/core/SubAgentStore"
+import * as TranscriptView from "@fibril/core/TranscriptView"
 import { Effect, FileSystem, Layer, Option, Path, Schema } from "effect"
 import { Prompt } from "effect/ai"
 import type * as Output from "./Output.ts"
@@ -145,21 +150,46 @@ export const list = Effect.fn("fibril.agents.list")(function*(
   for (const line of renderForest(roots)) yield* output.line(line)
 })
 
+/** The agent named by an id, a session name (the most recent such), a run id or a transcript handle. */
 const find = (store: SubAgentStore.SubAgentStore["Service"], stateDir: string, id: string) =>
-  Effect.flatMap(
-    Effect.andThen(store.reconcile, store.get(id)),
-    Option.match({
-      onNone: () => Effect.fail(new AgentNotRecorded({ agentId: id, dir: stateDir })),
-      onSome: Effect.succeed
-    })
-  )
+  Effect.gen(function*() {
+    yield* store.reconcile
+    const direct = yield* store.get(id)
+    if (Option.isSome(direct)) return direct.value
+    const run = agentOfRunId(id)
+    let found: SubAgentRecord | undefined
+    for (const record of yield* store.all) {
+      const matches = record.agent_id === run || record.transcript_handle === id || Receipt.sessionName(record) === id
+      if (matches && (found === undefined || record.created_at >= found.created_at)) found = record
+    }
+    if (found === undefined) return yield* new AgentNotRecorded({ agentId: id, dir: stateDir })
+    return found
+  })
+
+/** The workspace of a state dir (`<workspace>/.fibril/state`). */
+const workspaceOf = (stateDir: string) => stateDir.replace(/\/\.fibril\/state\/?$/, "")
 
 const notRecorded = (stateDir: string, id: string) => Effect.fail(new AgentNotRecorded({ agentId: id, dir: stateDir }))
 
+/**
+ * The agent's record and its receipt as seen from here: runs, events, inputs, artifacts,
+ * usage and verification provenance, follow-up and takeover.
+ */
 export const show = Effect.fn("fibril.agents.show")(function*(stateDir: string, id: string, output: Output.Output) {
   const shown = yield* withStore(stateDir, undefined, (store) =>
     Effect.flatMap(find(store, stateDir, id), (agent) =>
-      Effect.map(ownerOf(store, agent), (owner) => ({ ...agent, owner }))))
+      Effect.map(store.liveness(agent.session_boot_id), (liveness) => {
+        const worker = Receipt.workerRecord(agent, {
+          workspace: workspaceOf(stateDir),
+          durable: true,
+          owner: liveness === "self" ? "alive" : liveness
+        })
+        return {
+          ...agent,
+          ...worker,
+          owner: { ...worker.owner, state: liveness === "gone" ? "gone" : "alive" }
+        }
+      })))
   if (shown === undefined) return yield* notRecorded(stateDir, id)
   yield* output.line(JSON.stringify(shown, null, 2))
 })
@@ -188,39 +218,62 @@ export const resume = Effect.fn("fibril.agents.resume")(function*(
   output: Output.Output
 ) {
   const manager = yield* SubAgentManager.SubAgentManager
-  yield* manager.resume(undefined, id, message)
-  const agent = yield* manager.result(id, { block: true })
+  const resumed = yield* manager.resume(undefined, id, message)
+  yield* output.line(`resuming ${resumed.agent_id} (${Receipt.sessionName(resumed)}) as run ${currentRunId(resumed)}`)
+  const agent = yield* manager.result(resumed.agent_id, { block: true })
   yield* output.line(nodeLine({ agent, owner: { pid: agent.owner_pid ?? null, host: agent.owner_host ?? null, state: "alive" }, children: [] }))
   if (agent.outcome !== undefined) for (const text of agent.outcome.text.split("\n")) yield* output.line(`  ${text}`)
-  const previous = agent.history?.at(-1)
+  const previous = agent.runs?.at(-2)
   if (agent.status !== "completed" && previous !== undefined) {
-    yield* output.line(`  its previous run (${previous.status}) is kept in the record's history: fibril agents show ${id}`)
+    yield* output.line(
+      `  its previous run ${previous.run_id} (${previous.status}) is kept in the record's runs: fibril agents show ${agent.agent_id}`
+    )
   }
   return agent.status === "completed" ? 0 : 1
 })
 
+/**
+ * An agent's transcript (by id, session name, run id or handle): every message, or with
+ * `offset` / `limit` one page of them, followed by where the next page starts.
+ */
 export const transcript = Effect.fn("fibril.agents.transcript")(function*(
   stateDir: string,
   id: string,
-  output: Output.Output
+  output: Output.Output,
+  page: { readonly offset?: number | undefined; readonly limit?: number | undefined } = {}
 ) {
-  const raw = yield* withStore(stateDir, undefined, (store) =>
-    Effect.flatMap(find(store, stateDir, id), (agent) => store.readTranscript(agent.transcript_handle)))
-  if (raw === undefined) return yield* notRecorded(stateDir, id)
-  const messages = yield* Schema.decodeUnknownEffect(Schema.Array(Prompt.Message))(raw)
-  for (const message of messages) {
-    const content = typeof message.content === "string"
-      ? message.content
-      : message.content.map((part) =>
-        part.type === "text"
-          ? part.text
-          : part.type === "tool-call"
-          ? `→ ${part.name} ${JSON.stringify(part.params)}`
-          : part.type === "tool-result"
-          ? `← ${part.name}${part.isFailure ? " (failed)" : ""} ${JSON.stringify(part.result).slice(0, 400)}`
-          : `[${part.type}]`
-      ).join("\n")
-    yield* output.line(`[${message.role}]`)
-    for (const text of content.split("\n")) yield* output.line(`  ${text}`)
+  const found = yield* withStore(stateDir, undefined, (store) =>
+    Effect.flatMap(find(store, stateDir, id), (agent) =>
+      Effect.map(store.readTranscript(agent.transcript_handle), (raw) => ({ agent, raw }))))
+  if (found === undefined) return yield* notRecorded(stateDir, id)
+  const messages = yield* Schema.decodeUnknownEffect(Schema.Array(Prompt.Message))(found.raw)
+  const paged = page.offset !== undefined || page.limit !== undefined
+  const pageAt = (offset: number | undefined) =>
+    TranscriptView.page(messages, {
+      handle: found.agent.transcript_handle,
+      agentId: found.agent.agent_id,
+      offset,
+      limit: paged ? page.limit : TranscriptView.maxLimit
+    })
+  let shown = pageAt(page.offset)
+  while (true) {
+    for (const message of shown.messages) {
+      yield* output.line(`[${message.role}] #${message.index}`)
+      for (const text of message.text.split("\n")) yield* output.line(`  ${text}`)
+      if (message.cut !== undefined) yield* output.line(`  [... ${message.cut} more characters]`)
+    }
+    // Without a page asked for, every page.
+    if (paged || shown.next_offset === undefined) break
+    shown = pageAt(shown.next_offset)
+  }
+  if (paged) {
+    const last = shown.messages.at(-1)
+    yield* output.line(
+      shown.messages.length === 0
+        ? `no messages from ${shown.offset} (${shown.total} in all)`
+        : `messages ${shown.offset}–${last!.index} of ${shown.total}${
+          shown.next_offset === undefined ? "" : `; next page: --offset ${shown.next_offset}`
+        }`
+    )
   }
 })

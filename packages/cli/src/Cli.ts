@@ -148,7 +148,8 @@ export const demo = Command.make(
   })
 ).pipe(Command.withDescription("A scripted scenario (ScriptedModel) with real tools on the current directory"))
 
-const agentId = Argument.String("id").pipe(Argument.withDescription("The agent id"))
+const agentId = Argument.String("id").pipe(Argument.withDescription("The agent id, its session name or a run id"))
+const nonNegative = Schema.Int.pipe(Schema.check(Schema.isGreaterThanOrEqualTo(0)))
 
 /** The manager over the file store, for the commands that act on agents. */
 const managed = <A, E, R>(cwd: string, effect: Effect.Effect<A, E, R>) =>
@@ -191,12 +192,30 @@ export const agents = Command.make("agents").pipe(
       "show",
       { id: agentId, cwd: cwdFlag },
       (flags) => Effect.flatMap(resolveCwd(flags.cwd), (cwd) => AgentsCommand.show(stateDir(cwd), flags.id, out))
-    ).pipe(Command.withDescription("One agent's record")),
+    ).pipe(Command.withDescription("One agent's record: its run receipt, with follow-up and takeover")),
     Command.make(
       "transcript",
-      { id: agentId, cwd: cwdFlag },
-      (flags) => Effect.flatMap(resolveCwd(flags.cwd), (cwd) => AgentsCommand.transcript(stateDir(cwd), flags.id, out))
-    ).pipe(Command.withDescription("One agent's transcript")),
+      {
+        id: agentId,
+        offset: Flag.Int("offset").pipe(
+          Flag.withSchema(nonNegative),
+          Flag.withDescription("The first message of a page (0 = the system prompt)"),
+          Flag.optional
+        ),
+        limit: Flag.Int("limit").pipe(
+          Flag.withSchema(nonNegative),
+          Flag.withDescription("Messages on a page (at most 100)"),
+          Flag.optional
+        ),
+        cwd: cwdFlag
+      },
+      (flags) =>
+        Effect.flatMap(resolveCwd(flags.cwd), (cwd) =>
+          AgentsCommand.transcript(stateDir(cwd), flags.id, out, {
+            offset: Option.getOrUndefined(flags.offset),
+            limit: Option.getOrUndefined(flags.limit)
+          }))
+    ).pipe(Command.withDescription("One agent's transcript (also by its transcript handle); --offset / --limit for a page")),
     Command.make(
       "cancel",
       { id: agentId, cwd: cwdFlag },

@@ -1,6 +1,6 @@
 /**
- * The `fibril mcp` server: Fibril's sub-agent tools (`task` and the `agent_*` tools of
- * `TaskToolkit`) served over stdio with Effect's `McpServer`, so any MCP client (Claude Code,
+ * The `fibril mcp` server: Fibril's sub-agent tools (`task`, the `agent_*` tools and
+ * `handle_read` of `TaskToolkit`, with their output schemas) served over stdio with Effect's `McpServer`, so any MCP client (Claude Code,
  * opencode, Cursor, the MCP Inspector) gets sub-agents without switching harness.
  *
  * What the server adds to the toolkit:
@@ -150,7 +150,9 @@ export const layerStdio = (options: { readonly version: string }) =>
       version: options.version,
       description: "Fibril sub-agents: task (run one and wait) and agent_* (background agents)",
       instructions: "Use `task` to delegate a self-contained piece of work to a sub-agent and get its structured " +
-        "result. Use `agent_spawn` to start one in the background, then `agent_wait`/`agent_result` to collect it.",
+        "result. Use `agent_spawn` (or `agent_open`) to start one in the background, then `agent_wait`/`agent_result` " +
+        "to collect it; `agent_eval` returns its run receipt (runs, events, artifacts, follow_up, takeover) and " +
+        "`handle_read` pages through its transcript. Agent tools accept an agent's session name in place of its id.",
       protocols,
       registrations: tools
     }),

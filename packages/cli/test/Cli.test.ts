@@ -137,7 +137,7 @@ describe("fibril agents and config", () => {
       const unknown = yield* fibril(["agents", "show", "agent_nope"], { cwd: dir })
       assert.strictEqual(unknown.exitCode, 2)
 
-      // A resume that fails exits 1 and keeps how the earlier run ended in the record's history.
+      // A resume that fails exits 1 and keeps how the earlier run ended in the record's runs.
       yield* fs.writeFileString(
         path.join(dir, "fail.json"),
         JSON.stringify({ rules: [{ turns: [{ error: { kind: "fatal", message: "the model refused" } }] }] })
@@ -150,10 +150,13 @@ describe("fibril agents and config", () => {
       assert.include(resumed.stdout, "failed")
       const after = JSON.parse((yield* fibril(["agents", "show", records[0]!.agent_id], { cwd: dir })).stdout) as {
         status: string
-        history: Array<{ status: string; summary: string }>
+        runs: Array<{ status: string; summary?: string }>
       }
       assert.strictEqual(after.status, "failed")
-      assert.deepStrictEqual(after.history.map((run) => [run.status, run.summary]), [["completed", "listed the workspace"]])
+      assert.deepStrictEqual(after.runs.map((run) => [run.status, run.summary]), [
+        ["completed", "listed the workspace"],
+        ["failed", undefined]
+      ])
     }).pipe(Effect.provide(NodeServices.layer)))
 
   it.live("config prints the effective values, marks clamped ones, and never the key", () =>

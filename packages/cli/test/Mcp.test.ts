@@ -71,8 +71,9 @@ const connect = (dir: string) =>
         command: process.execPath,
         args: [bin, "mcp", "--model", "scripted:script.json"],
         cwd: dir,
-        // No key or user config from the developer's machine.
-        env: { PATH: process.env["PATH"] ?? "", HOME: dir },
+        // No key or user config from the developer's machine; NODE_OPTIONS carries the test
+        // run's @fibril/source condition, so the server runs the sources, not a stale dist/.
+        env: { PATH: process.env["PATH"] ?? "", HOME: dir, NODE_OPTIONS: process.env["NODE_OPTIONS"] ?? "" },
         stderr: "pipe"
       })
       const client = new Client({ name: "fibril-test", version: "0.0.0" })
@@ -132,9 +133,13 @@ const progressLog = () => {
 const toolNames = [
   "task",
   "agent_spawn",
+  "agent_open",
   "agent_wait",
   "agent_result",
   "agent_cancel",
+  "agent_close",
+  "agent_eval",
+  "handle_read",
   "agent_list",
   "agent_send_input",
   "agent_resume"
@@ -167,6 +172,52 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
         assert.strictEqual(byName.get(name)!.annotations?.readOnlyHint, false, name)
       }
       assert.strictEqual(task.annotations?.openWorldHint, true)
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.live("agent_open, agent_eval (the run receipt, checked against its output schema) and handle_read, by session name", () =>
+    Effect.gen(function*() {
+      const { dir } = yield* workspace()
+      const client = yield* connect(dir)
+      const { tools } = yield* Effect.promise(() => client.listTools())
+      const evalTool = tools.find((t) => t.name === "agent_eval")!
+      assert.containsAllKeys(evalTool.outputSchema?.properties ?? {}, [
+        "run_id",
+        "session_name",
+        "events",
+        "artifacts",
+        "inputs",
+        "follow_up",
+        "takeover",
+        "usage",
+        "verification",
+        "worker_record"
+      ])
+      const opened = structured(yield* call(client, "agent_open", { prompt: "background work", description: "bg" }))
+      const name = String(opened["session_name"])
+      assert.match(name, /^[a-z]+-[a-z]+$/)
+      assert.strictEqual(opened["run_id"], `${opened["agent_id"]}-r1`)
+      // The SDK client validates structured content against the tool's output schema.
+      const done = structured(yield* call(client, "agent_eval", { agent_id: name, block: true, timeout_ms: 10_000 }))
+      assert.strictEqual(done["status"], "completed")
+      assert.strictEqual(done["agent_id"], opened["agent_id"])
+      assert.strictEqual(done["follow_up"]["tool"], "agent_resume")
+      assert.isTrue(done["takeover"]["available"])
+      assert.strictEqual(done["takeover"]["command"], `fibril agents resume ${opened["agent_id"]} --cwd ${dir}`)
+      assert.strictEqual(done["usage"]["status"], "reported")
+      assert.strictEqual(done["verification"]["status"], "self_report")
+      assert.deepStrictEqual(done["worker_record"]["follow_up"], done["follow_up"])
+      assert.deepStrictEqual(
+        (done["events"] as Array<{ type: string }>).map((e) => e.type),
+        ["spawned", "started", "completed"]
+      )
+      const late = structured(yield* call(client, "agent_eval", { agent_id: name, message: "one more thing" }))
+      assert.isFalse(late["delivered"])
+      assert.include(late["delivery_reason"], "is completed")
+      assert.strictEqual(late["inputs"][0]["preview"], "one more thing")
+      const page = structured(yield* call(client, "handle_read", { handle: done["transcript_handle"], limit: 1 }))
+      assert.strictEqual(page["messages"].length, 1)
+      assert.strictEqual(page["messages"][0]["role"], "system")
+      assert.strictEqual(page["next_offset"], 1)
     }).pipe(Effect.provide(NodeServices.layer)))
 
   it.live("tools/call task runs a sub-agent and returns its structured result", () =>

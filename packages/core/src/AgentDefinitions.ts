@@ -84,7 +84,7 @@ export const fibrilTools: ReadonlyArray<string> = [
   "read_file", "list_dir", "grep", "glob", "write_file", "edit_file",
   "shell", "todowrite", "todoread", "task", "remember", "agent_spawn",
   "agent_open", "agent_wait", "agent_result", "agent_cancel", "agent_close", "agent_list",
-  "agent_send_input", "agent_eval", "agent_resume", "agent_assign"
+  "agent_send_input", "agent_eval", "agent_resume", "agent_assign", "handle_read"
 ]
 
 /** Claude Code tool -> Fibril tools (keys lower-case; lookups ignore case). */

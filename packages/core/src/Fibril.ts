@@ -80,11 +80,24 @@ const loadAgents = (cwd: string) =>
     return loaded.definitions
   })
 
+const stateDirOf = (cwd: string) => `${cwd}/.fibril/state`
+
 const storeLayer = (options: Options) => {
   const store = options.store ?? "memory"
   if (store === "memory") return Layer.fresh(SubAgentStore.layerMemory)
-  const dir = store === "file" ? `${options.cwd}/.fibril/state` : store.dir
+  const dir = store === "file" ? stateDirOf(options.cwd) : store.dir
   return SubAgentStore.layerSqlite({ dir })
+}
+
+/**
+ * The workspace a person can take agents over in (`fibril agents resume <id> --cwd <it>`):
+ * only when the store is that workspace's `.fibril/state`, which is where `fibril agents` looks.
+ */
+const takeoverWorkspace = (options: Options): string | undefined => {
+  const store = options.store ?? "memory"
+  if (store === "memory") return undefined
+  if (store === "file") return options.cwd
+  return store.dir.replace(/\/+$/, "") === stateDirOf(options.cwd) ? options.cwd : undefined
 }
 
 /** Every core service the agent loop needs, over a model catalog (`Models`) from context. */
@@ -103,7 +116,10 @@ export const layerWithModels = (
   const session = Session.layer(options.session).pipe(Layer.provideMerge(base))
   // Agent types defined in markdown files under the workspace; bad files are logged, the rest load.
   const manager = Layer.unwrap(
-    Effect.map(loadAgents(options.cwd), (agents) => SubAgentManager.layer({ ...options.subagents, agents }))
+    Effect.map(
+      loadAgents(options.cwd),
+      (agents) => SubAgentManager.layer({ workspace: takeoverWorkspace(options), ...options.subagents, agents })
+    )
   ).pipe(Layer.provideMerge(session))
   return Layer.mergeAll(
     BuiltinTools.layer({ ...options.tools, sandbox: options.sandbox }),

@@ -15,13 +15,17 @@
  * - a watchdog cancels agents that make no progress for `heartbeat_timeout_secs`.
  *
  * Lifecycle: pending -> running -> completed | failed(reason) | cancelled(reason) |
- * interrupted(reason), exactly one terminal state per run.
+ * interrupted(reason), exactly one terminal state per run. Each record is the agent's run
+ * receipt (Receipt.ts): its runs, event log, inputs, artifacts and provenance, kept in memory
+ * as they happen and written with the record at its next status change. Every method that
+ * takes an agent id also takes its session name (or a run id).
  */
 import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Latch, Layer, Option, Schedule, Schema, Scope, Semaphore } from "effect"
 import { Prompt } from "effect/ai"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import * as AgentDefinitions from "./AgentDefinitions.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
+import * as Names from "./internal/names.ts"
 import { withSpan } from "./internal/span.ts"
 import { Models, type UnknownModel } from "./Models.ts"
 import * as OutputContract from "./OutputContract.ts"
@@ -35,8 +39,19 @@ import {
   Session,
   type SessionNotFound
 } from "./Session.ts"
-import { isTerminal, maxHistory, resultSections, type Status, type SubAgentRecord } from "./SubAgentRecord.ts"
+import * as Receipt from "./Receipt.ts"
+import {
+  agentOfRunId,
+  currentRunId,
+  type Input,
+  isTerminal,
+  resultSections,
+  type Status,
+  type SubAgentRecord
+} from "./SubAgentRecord.ts"
 import { SubAgentStore } from "./SubAgentStore.ts"
+import * as TranscriptView from "./TranscriptView.ts"
+import { Workspace } from "./Workspace.ts"
 
 export interface Options {
   readonly maxConcurrent: number
@@ -51,6 +66,12 @@ export interface Options {
   readonly agents?: ReadonlyArray<AgentDefinitions.AgentDefinition> | undefined
   /** Bound on each part of a child's result (summary, each section, the answer kept in the record) and on reasons. */
   readonly maxResultChars?: number | undefined
+  /**
+   * The workspace whose `.fibril/state` holds this manager's store: receipts then offer a
+   * person `fibril agents resume <id> --cwd <workspace>` to take an agent over. Undefined (the
+   * memory store, or a store elsewhere): receipts say why no local takeover is possible.
+   */
+  readonly workspace?: string | undefined
 }
 
 export const defaults: Options = {
@@ -69,6 +90,11 @@ export interface SpawnRequest {
   readonly detached?: boolean | undefined
   readonly forkContext?: boolean | undefined
   readonly allowedTools?: ReadonlyArray<string> | undefined
+  /**
+   * The agent (id or session name) this one checks: when it ends, its result is attached to
+   * that agent's record as a verification receipt (Receipt.fromVerifier).
+   */
+  readonly verifies?: string | undefined
 }
 
 export class CapReached extends Schema.TaggedError<CapReached>()("CapReached", {
@@ -96,7 +122,22 @@ export class NotResumable extends Schema.TaggedError<NotResumable>()("NotResumab
   }
 }
 
-export type SpawnError = Roles.UnknownRole | Roles.InvalidRoleRequest | UnknownModel | CapReached | SessionNotFound
+export class NotOwned extends Schema.TaggedError<NotOwned>()("NotOwned", {
+  agentId: Schema.String,
+  owner: Schema.String
+}) {
+  override get message() {
+    return `sub-agent ${this.agentId} is recorded by another process (${this.owner}); only the process that owns its record can change it`
+  }
+}
+
+export type SpawnError =
+  | Roles.UnknownRole
+  | Roles.InvalidRoleRequest
+  | UnknownModel
+  | CapReached
+  | SessionNotFound
+  | AgentNotFound
 
 /** A record as shown to callers: the stored fields plus whether it predates this process. */
 export type AgentView = SubAgentRecord & { readonly from_prior_session: boolean }
@@ -111,6 +152,19 @@ export interface InputResult {
   readonly delivered: boolean
   readonly reason?: string | undefined
   readonly agent: AgentView
+  /** The input as the agent's record keeps it (absent when another process owns the record). */
+  readonly input?: Input | undefined
+}
+
+/** Where a message sent to an agent came from (kept in the record's `inputs`). */
+export type InputVia = "agent_send_input" | "agent_eval" | "agent_assign" | "request" | "api"
+
+/** A check of an agent's work by a command, to attach to its record. */
+export interface CommandCheck {
+  readonly command: string
+  readonly exitCode: number
+  /** What it printed, or a note (kept as a bounded preview). */
+  readonly summary?: string | undefined
 }
 
 type Mutable<T> = { -readonly [K in keyof T]: T[K] }
@@ -127,6 +181,8 @@ interface Entry {
   /** Its session published `started` for this run (and so publishes its terminal event). */
   started: boolean
   lastProgress: number
+  /** The record's counters when the current run started: what the run alone did is the difference. */
+  runBase: Receipt.RunBase
 }
 
 export const restartReason = "Interrupted by process restart"
@@ -212,7 +268,13 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
     readonly includeArchived: boolean
     readonly parentSessionId?: string | undefined
   }) => Effect.Effect<ReadonlyArray<AgentView>>
-  readonly sendInput: (id: string, message: string, interrupt: boolean) => Effect.Effect<InputResult, AgentNotFound>
+  /** Delivers a message to a running agent; either way the record keeps it (preview, time, reason). */
+  readonly sendInput: (
+    id: string,
+    message: string,
+    interrupt: boolean,
+    via?: InputVia
+  ) => Effect.Effect<InputResult, AgentNotFound>
   readonly resume: (
     callerSessionId: string | undefined,
     id: string,
@@ -230,6 +292,17 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
   >
   /** Running agents (holding a permit) right now. */
   readonly running: Effect.Effect<number>
+  /** The agent id behind an id, a session name or a run id (`id` itself when nothing matches). */
+  readonly resolve: (id: string) => Effect.Effect<string>
+  /** A page of an agent's transcript, by its handle (or the agent's id or session name). */
+  readonly readTranscript: (
+    handle: string,
+    page: { readonly offset?: number | undefined; readonly limit?: number | undefined }
+  ) => Effect.Effect<TranscriptView.Page, AgentNotFound>
+  /** Attaches a command's exit code to the agent's record as a check of its current run. */
+  readonly attachVerification: (id: string, check: CommandCheck) => Effect.Effect<AgentView, AgentNotFound | NotOwned>
+  /** The worker record (the whole receipt, with follow-up and takeover) of an agent, as seen from here. */
+  readonly workerRecord: (agent: SubAgentRecord) => Effect.Effect<Receipt.WorkerRecord>
 }>()("@fibril/core/SubAgentManager") {}
 
 /** Transcript messages as the store keeps them (JSON values), built once: a durable store encodes every step. */
@@ -263,6 +336,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const models = yield* Models
   const store = yield* SubAgentStore
   const events = yield* AgentEvents
+  const workspace = yield* Effect.serviceOption(Workspace)
   const managerScope = yield* Effect.scope
   const bootId = store.owner.boot_id
   const maxResultChars = config.maxResultChars ?? defaultMaxResultChars
@@ -284,19 +358,64 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     from_prior_session: record.session_boot_id !== bootId
   })
 
-  const lookup = (id: string): Effect.Effect<Entry, AgentNotFound> => {
-    const entry = entries.get(id)
-    return entry === undefined ? Effect.fail(new AgentNotFound({ agentId: id })) : Effect.succeed(entry)
+  /** Session names of this process's agents. */
+  const names = new Map<string, string>()
+  const nameShape = /^[a-z]+-[a-z]+(?:-\d+)?$/
+
+  const named = (name: string | undefined, agentId: string) => {
+    if (name !== undefined && !names.has(name)) names.set(name, agentId)
   }
+
+  /**
+   * The agent id behind `id`: an id, a session name (this process's agents first, then the
+   * store's, the most recent one) or a run id. `id` itself when nothing matches.
+   */
+  const resolve = (id: string): Effect.Effect<string> => {
+    if (entries.has(id)) return Effect.succeed(id)
+    const local = names.get(id)
+    if (local !== undefined) return Effect.succeed(local)
+    const run = agentOfRunId(id)
+    if (run !== undefined && entries.has(run)) return Effect.succeed(run)
+    if (!store.durable || !(nameShape.test(id) || run !== undefined)) return Effect.succeed(id)
+    return Effect.map(store.all, (records) => {
+      let found: SubAgentRecord | undefined
+      for (const record of records) {
+        if (record.agent_id === id) return id
+        if (record.agent_id === run || Receipt.sessionName(record) === id) {
+          if (found === undefined || record.created_at >= found.created_at) found = record
+        }
+      }
+      return found?.agent_id ?? id
+    })
+  }
+
+  const lookup = (id: string): Effect.Effect<Entry, AgentNotFound> =>
+    Effect.flatMap(resolve(id), (agentId) => {
+      const entry = entries.get(agentId)
+      return entry === undefined ? Effect.fail(new AgentNotFound({ agentId: id })) : Effect.succeed(entry)
+    })
 
   /** One of this process's agents, or the record of another process's (reconciled first). */
   const lookupAny = (id: string): Effect.Effect<Entry | SubAgentRecord, AgentNotFound> => {
     const entry = entries.get(id)
     if (entry !== undefined) return Effect.succeed(entry)
-    return Effect.flatMap(store.reconcile, () =>
-      Effect.flatMap(store.get(id), (found) =>
-        Option.isSome(found) ? Effect.succeed(found.value) : Effect.fail(new AgentNotFound({ agentId: id }))))
+    return Effect.flatMap(resolve(id), (agentId): Effect.Effect<Entry | SubAgentRecord, AgentNotFound> => {
+      const local = entries.get(agentId)
+      if (local !== undefined) return Effect.succeed(local)
+      return Effect.flatMap(store.reconcile, () =>
+        Effect.flatMap(store.get(agentId), (found) =>
+          Option.isSome(found) ? Effect.succeed(found.value) : Effect.fail(new AgentNotFound({ agentId: id }))))
+    })
   }
+
+  /** Paths as receipts keep them: workspace-relative. */
+  const relativize = Option.isSome(workspace) ? workspace.value.relativize : (path: string) => path
+
+  const workerRecord = (record: SubAgentRecord): Effect.Effect<Receipt.WorkerRecord> =>
+    Effect.map(
+      record.session_boot_id === bootId ? Effect.succeed("self" as const) : store.liveness(record.session_boot_id),
+      (owner) => Receipt.workerRecord(record, { workspace: config.workspace, durable: store.durable, owner })
+    )
 
   const isEntry = (target: Entry | SubAgentRecord): target is Entry => "done" in target
 
@@ -374,6 +493,25 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       entry.record.tool_calls = info.toolCalls
       if (info.lastTool !== undefined) entry.record.last_tool = info.lastTool
       entry.record.tokens = info.treeUsage
+      entry.record.usage = Receipt.usage(info.usageSteps)
+    })
+
+  /**
+   * A verifier's result, as a receipt on the record of the agent it checked (when this process
+   * owns that record; another process's record keeps only the verifier's own `verifies`).
+   */
+  const attachVerifierResult = (verifier: SubAgentRecord) =>
+    Effect.gen(function*() {
+      const checked = verifier.verifies!
+      const target = entries.get(agentOfRunId(checked) ?? checked)
+      if (target === undefined) {
+        return yield* Effect.logWarning(
+          `verifier ${verifier.agent_id}: ${verifier.verifies} is not an agent of this process; its result stays in the verifier's record`
+        )
+      }
+      const now = yield* Clock.currentTimeMillis
+      Receipt.attach(target.record, Receipt.fromVerifier(verifier, checked, now))
+      yield* store.put(target.record)
     })
 
   const finish = (entry: Entry, exit: Exit.Exit<{ readonly text: string }, unknown>) =>
@@ -381,6 +519,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       const record = entry.record
       if (isTerminal(record.status)) return
       yield* syncFromSession(entry)
+      // Messages delivered that the run never read (it ended first) are recorded as such.
+      const unread = yield* session.takeUnread(record.agent_id)
       record.finished_at = yield* Clock.currentTimeMillis
       if (Exit.isSuccess(exit)) {
         // What the record keeps, and so what a parent receives, is bounded part by part; the
@@ -412,6 +552,13 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         record.status = "failed"
         record.reason = bound(describeFailure(exit.cause), maxResultChars)
       }
+      Receipt.unread(
+        record,
+        unread.length,
+        `the agent ended (${record.status}) before its next step read it; agent_resume with this message delivers it`,
+        record.finished_at
+      )
+      Receipt.finished(record, entry.runBase)
       // An agent that never started its prompt has no session events: say it here, so every
       // agent publishes exactly one terminal event.
       if (!entry.started) {
@@ -437,6 +584,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         }
       }
       yield* store.put(record)
+      if (record.verifies !== undefined) yield* attachVerifierResult(record)
       liveCount--
       yield* Deferred.succeed(entry.done, undefined)
       // A finished run's fiber (its context, spans, exit) is not kept for as long as the record.
@@ -457,6 +605,9 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
           ? Effect.flatMap(store.get(id), (stored) => {
             if (Option.isSome(stored)) return Effect.void
             entries.delete(id)
+            if (entry.record.session_name !== undefined && names.get(entry.record.session_name) === id) {
+              names.delete(entry.record.session_name)
+            }
             childrenOf.delete(id)
             const siblings = entry.parentSessionId === undefined ? undefined : childrenOf.get(entry.parentSessionId)
             if (siblings?.delete(id) === true && siblings.size === 0) childrenOf.delete(entry.parentSessionId!)
@@ -480,8 +631,12 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       entry.record.status = "running"
       entry.record.started_at = now
       entry.lastProgress = now
-      yield* store.put(entry.record)
-      return yield* session.prompt(entry.record.agent_id, message)
+      yield* syncFromSession(entry)
+      const record = entry.record
+      entry.runBase = { steps: record.steps, toolCalls: record.tool_calls, tokens: record.tokens }
+      Receipt.started(record, now)
+      yield* store.put(record)
+      return yield* session.prompt(record.agent_id, message)
     })
     // One finalizer for the count, the permit taken at admission and the outcome: each
     // finalizer is a step to unwind when the agent is interrupted.
@@ -521,6 +676,10 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const parent = parentSessionId === undefined ? undefined : yield* session.info(parentSessionId)
     const model = modelFor(role, request.model ?? resolved.model, parent?.model)
     yield* models.resolve(model)
+    // The run a verifier checks is the one current when it is spawned.
+    const verifies = request.verifies === undefined
+      ? undefined
+      : currentRunId(yield* Effect.map(lookupAny(request.verifies), (t) => isEntry(t) ? t.record : t))
     // The root of a tree (`fibril run`'s agent) is recorded but holds no sub-agent permit.
     const permit: Permit = mode === "root" ? "none" : (yield* admit()) ? "held" : "wait"
     const released = permit === "held" ? semaphore.release(1) : Effect.void
@@ -539,7 +698,18 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       }).pipe(Effect.onError(() => released))
     const now = yield* Clock.currentTimeMillis
     const detached = request.detached === true && !foreground
+    const sessionName = Names.unique(created.id, (name) => names.has(name))
     const record: Mutable<SubAgentRecord> = {
+      ...Receipt.initial({
+        agentId: created.id,
+        sessionName,
+        transcriptHandle: `${created.id}.jsonl`,
+        now,
+        bootId,
+        pid: store.owner.pid,
+        message: request.prompt,
+        detail: verifies === undefined ? undefined : `verifies ${verifies}`
+      }),
       agent_id: created.id,
       ...(parentSessionId === undefined ? {} : { parent_id: parentSessionId }),
       depth: created.depth,
@@ -558,6 +728,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       tool_calls: 0,
       tokens: { input: 0, output: 0, cached: 0 },
       transcript_handle: `${created.id}.jsonl`,
+      ...(verifies === undefined ? {} : { verifies }),
       permissions: Permission.toJson(created.rules)
     }
     const entry: Entry = {
@@ -567,9 +738,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       done: yield* Deferred.make<void>(),
       cancelReason: undefined,
       started: false,
-      lastProgress: now
+      lastProgress: now,
+      runBase: { steps: 0, toolCalls: 0, tokens: record.tokens }
     }
     entries.set(record.agent_id, entry)
+    names.set(sessionName, record.agent_id)
     liveCount++
     requestsWake.openUnsafe()
     yield* store.put(record)
@@ -711,28 +884,38 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     return out
   })
 
-  const sendInput = Effect.fn("SubAgentManager.sendInput")(function*(id: string, message: string, interrupt: boolean) {
+  const sendInput = Effect.fn("SubAgentManager.sendInput")(function*(
+    id: string,
+    message: string,
+    interrupt: boolean,
+    via: InputVia = "api"
+  ) {
     const target = yield* lookupAny(id)
+    const agentId = isEntry(target) ? target.record.agent_id : target.agent_id
     const status = isEntry(target) ? target.record.status : target.status
+    const now = yield* Clock.currentTimeMillis
     if (status !== "running" && status !== "pending") {
-      return {
-        delivered: false,
-        reason: `agent ${id} is ${status}; nothing is running to receive input (agent_resume continues it)`,
-        agent: yield* currentView(target)
-      } satisfies InputResult
+      const reason = `agent ${agentId} is ${status}; nothing is running to receive input (agent_resume continues it)`
+      if (!isEntry(target)) return { delivered: false, reason, agent: yield* currentView(target) } satisfies InputResult
+      // Kept in the record, so an instruction sent too late is not lost without a trace.
+      const input = Receipt.input(target.record, { now, message, delivered: false, reason, interrupt, via })
+      yield* store.put(target.record)
+      return { delivered: false, reason, agent: view(target.record), input } satisfies InputResult
     }
     if (!isEntry(target)) {
-      // Another process runs it: its owner delivers the message at its next request poll.
-      yield* store.request(target.session_boot_id, { agent_id: id, kind: "input", payload: message })
+      // Another process runs it: its owner delivers the message at its next request poll, and records it.
+      yield* store.request(target.session_boot_id, { agent_id: agentId, kind: "input", payload: message })
       return {
         delivered: true,
         reason: `queued for the process that runs it (pid ${target.owner_pid ?? "unknown"}); it delivers it within a second`,
         agent: view(target)
       } satisfies InputResult
     }
-    yield* Effect.orDie(session.deliver(id, message, interrupt))
-    target.lastProgress = yield* Clock.currentTimeMillis
-    return { delivered: true, agent: view(target.record) } satisfies InputResult
+    yield* Effect.orDie(session.deliver(agentId, message, interrupt))
+    target.lastProgress = now
+    // In memory only: the next put (its next status change) carries it.
+    const input = Receipt.input(target.record, { now, message, delivered: true, interrupt, via })
+    return { delivered: true, agent: view(target.record), input } satisfies InputResult
   })
 
   /**
@@ -745,10 +928,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       if (existing !== undefined) return existing
       const target = yield* lookupAny(id)
       if (isEntry(target)) return target
-      if (!(yield* store.adopt(id))) {
-        return yield* new NotResumable({ agentId: id, status: `${target.status} in another live process (pid ${target.owner_pid ?? "unknown"})` })
+      const agentId = target.agent_id
+      if (!(yield* store.adopt(agentId))) {
+        return yield* new NotResumable({ agentId, status: `${target.status} in another live process (pid ${target.owner_pid ?? "unknown"})` })
       }
-      const adopted = Option.getOrElse(yield* store.get(id), () => target)
+      const adopted = Option.getOrElse(yield* store.get(agentId), () => target)
       const done = yield* Deferred.make<void>()
       yield* Deferred.succeed(done, undefined)
       const entry: Entry = {
@@ -758,9 +942,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         done,
         cancelReason: undefined,
         started: false,
-        lastProgress: yield* Clock.currentTimeMillis
+        lastProgress: yield* Clock.currentTimeMillis,
+        runBase: { steps: adopted.steps, toolCalls: adopted.tool_calls, tokens: adopted.tokens }
       }
-      entries.set(id, entry)
+      entries.set(agentId, entry)
+      named(Receipt.sessionName(adopted), agentId)
       return entry
     })
 
@@ -771,19 +957,20 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   ) {
     const entry = yield* adopt(id)
     const record = entry.record
+    const agentId = record.agent_id
     const status: Status = record.status
-    if (!isTerminal(status)) return yield* new NotResumable({ agentId: id, status })
+    if (!isTerminal(status)) return yield* new NotResumable({ agentId, status })
     const { definition, role } = yield* resolveRole(record.role, undefined)
     // After a restart the session is gone: rebuild it from its transcript, where each tool
     // result was written as it landed.
-    if (Option.isNone(yield* Effect.option(session.info(id)))) {
+    if (Option.isNone(yield* Effect.option(session.info(agentId)))) {
       const raw = yield* Effect.orElseSucceed(store.readTranscript(record.transcript_handle), () => [])
       const transcript = yield* Effect.orElseSucceed(
         decodeTranscript(raw),
         () => [] as ReadonlyArray<Prompt.Message>
       )
       yield* session.restore({
-        id,
+        id: agentId,
         parentId: record.parent_id,
         depth: record.depth,
         role,
@@ -797,16 +984,9 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     }
     const permit: Permit = (yield* admit()) ? "held" : "wait"
     const previous = `${status}${record.reason === undefined ? "" : `: ${record.reason}`}`
-    // The run that ended is kept in the history: a resume that fails does not erase what the agent did before.
-    const past = {
-      status,
-      ...(record.reason === undefined ? {} : { reason: record.reason }),
-      ...(record.started_at === undefined ? {} : { started_at: record.started_at }),
-      ...(record.finished_at === undefined ? {} : { finished_at: record.finished_at }),
-      ...(record.outcome === undefined ? {} : { summary: record.outcome.summary }),
-      session_boot_id: record.session_boot_id
-    }
-    record.history = [...(record.history ?? []), past].slice(-maxHistory)
+    const prompt = message ?? `Continue where you left off. Your previous run ended ${previous}.`
+    // The run that ended stays in `runs`: a resume that fails does not erase what the agent did before.
+    Receipt.beginResume(record, { now: yield* Clock.currentTimeMillis, bootId, pid: store.owner.pid, message: prompt })
     record.status = "pending"
     delete record.reason
     delete record.finished_at
@@ -820,11 +1000,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     liveCount++
     requestsWake.openUnsafe()
     yield* store.put(record)
-    const run = runAgent(
-      entry,
-      message ?? `Continue where you left off. Your previous run ended ${previous}.`,
-      permit
-    )
+    const run = runAgent(entry, prompt, permit)
     const scope = callerSessionId === undefined || record.detached
       ? managerScope
       : Option.getOrElse(session.scopeOf(callerSessionId), () => managerScope)
@@ -844,7 +1020,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const role = resolved?.role
     if (resolved !== undefined) {
       const target = { role: resolved.role, definition: resolved.definition }
-      const live = yield* session.reassign(id, target).pipe(
+      const live = yield* session.reassign(entry.record.agent_id, target).pipe(
         Effect.map((info) => {
           entry.record.permissions = Permission.toJson(info.rules)
           return true
@@ -872,6 +1048,12 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     }
     if (update.objective !== undefined) entry.record.objective = update.objective
     if (role !== undefined) entry.record.role = role.name
+    Receipt.log(entry.record, {
+      at: yield* Clock.currentTimeMillis,
+      type: "assigned",
+      detail: [role === undefined ? undefined : `role ${role.name}`, update.objective === undefined ? undefined : `objective: ${update.objective}`]
+        .filter((part) => part !== undefined).join("; ") || "note"
+    })
     yield* store.put(entry.record)
     const note = [
       "Your assignment was updated by your parent.",
@@ -879,7 +1061,59 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       role === undefined ? undefined : `Role: ${role.name} — ${role.description}`,
       update.message
     ].filter((line) => line !== undefined).join("\n")
-    return yield* sendInput(id, note, false)
+    return yield* sendInput(entry.record.agent_id, note, false, "agent_assign")
+  })
+
+  /**
+   * A page of a transcript by its handle, or by the agent's id, session name or run id. A
+   * durable store holds every message as it landed; with the memory store, this process's
+   * session holds the conversation.
+   */
+  const readTranscript = Effect.fn("SubAgentManager.readTranscript")(function*(
+    handle: string,
+    page: { readonly offset?: number | undefined; readonly limit?: number | undefined }
+  ) {
+    const byHandle = handle.endsWith(".jsonl") ? handle.slice(0, -".jsonl".length) : handle
+    const target = yield* lookupAny(byHandle).pipe(
+      Effect.catchTag("AgentNotFound", () => Effect.fail(new AgentNotFound({ agentId: handle })))
+    )
+    const record = isEntry(target) ? target.record : target
+    const live = isEntry(target) ? yield* Effect.option(session.transcript(record.agent_id)) : Option.none()
+    const messages = store.durable || Option.isNone(live)
+      ? yield* Effect.orElseSucceed(
+        Effect.flatMap(store.readTranscript(record.transcript_handle), decodeTranscript),
+        () => [] as ReadonlyArray<Prompt.Message>
+      )
+      : live.value
+    return TranscriptView.page(messages, {
+      handle: record.transcript_handle,
+      agentId: record.agent_id,
+      offset: page.offset,
+      limit: page.limit
+    })
+  })
+
+  const attachVerification = Effect.fn("SubAgentManager.attachVerification")(function*(id: string, check: CommandCheck) {
+    const target = yield* lookupAny(id)
+    if (!isEntry(target)) {
+      return yield* new NotOwned({
+        agentId: target.agent_id,
+        owner: `pid ${target.owner_pid ?? "unknown"}${target.owner_host === undefined ? "" : ` on ${target.owner_host}`}`
+      })
+    }
+    const record = target.record
+    Receipt.attach(
+      record,
+      Receipt.fromCommand({
+        command: check.command,
+        exitCode: check.exitCode,
+        summary: check.summary,
+        runId: currentRunId(record),
+        now: yield* Clock.currentTimeMillis
+      })
+    )
+    yield* store.put(record)
+    return view(record)
   })
 
   // Session hooks: progress and transcripts, and the wait for background children.
@@ -890,6 +1124,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       entry.lastProgress = event.at
       // The session published `started`: it will publish this run's terminal event too.
       if (event.type === "started") entry.started = true
+      // Into the record in memory only: the next put carries it (no store write per tool call).
+      else if (event.type === "tool_result") Receipt.toolResult(entry.record, event, relativize)
       return Effect.void
     },
     // A durable store gets every message as it is added (each tool result as it lands),
@@ -949,7 +1185,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         if (!entries.has(request.agent_id)) continue
         yield* request.kind === "cancel"
           ? Effect.forkIn(cancel(request.agent_id, request.payload), managerScope)
-          : Effect.ignore(sendInput(request.agent_id, request.payload, false))
+          : Effect.ignore(sendInput(request.agent_id, request.payload, false, "request"))
       }
       yield* Effect.sleep(Duration.millis(requestPollMs))
     }
@@ -971,7 +1207,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     sendInput,
     resume,
     assign,
-    running: Effect.sync(() => runningCount)
+    running: Effect.sync(() => runningCount),
+    resolve,
+    readTranscript,
+    attachVerification,
+    workerRecord
   })
 })
 
@@ -1009,6 +1249,8 @@ const untilTerminal = (id: string) =>
 /** What a model sees of an agent: the record without bookkeeping, the outcome flattened. */
 export const agentResultForModel = (agent: AgentView) => ({
   agent_id: agent.agent_id,
+  session_name: Receipt.sessionName(agent),
+  run_id: currentRunId(agent),
   description: agent.description,
   role: agent.role,
   status: agent.status,

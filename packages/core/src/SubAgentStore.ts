@@ -28,7 +28,7 @@
 import { Clock, Context, Effect, FileSystem, Layer, Option, Path, Result, Schema } from "effect"
 import { hostname } from "node:os"
 import * as Sqlite from "./internal/sqlite.ts"
-import { isTerminal, type Status, SubAgentRecord } from "./SubAgentRecord.ts"
+import { isTerminal, migrate, retiredKeys, type Status, SubAgentRecord } from "./SubAgentRecord.ts"
 
 export class StoreError extends Schema.TaggedError<StoreError>()("StoreError", {
   path: Schema.String,
@@ -149,7 +149,9 @@ const pidAlive = (pid: number): boolean => {
 
 const knownKeys: ReadonlyArray<string> = Object.keys(SubAgentRecord.fields)
 const isValidRecord = Schema.is(SubAgentRecord)
-const decodeRecord = Schema.decodeUnknownResult(SubAgentRecord)
+const decodeKnown = Schema.decodeUnknownResult(SubAgentRecord)
+/** A stored record, migrated to the current format first (version 1 records have no `record_version`). */
+const decodeRecord = (raw: unknown) => decodeKnown(migrate(raw))
 
 /** Only the schema's keys: callers may pass a wider object (a view). */
 const knownOnly = (record: SubAgentRecord): Record<string, unknown> => {
@@ -369,6 +371,7 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     // (a reason, on resume) is cleared in the row; fields this version does not know stay.
     const patch = knownOnly(record)
     for (const key of knownKeys) if (!(key in patch)) patch[key] = null
+    for (const key of retiredKeys) patch[key] = null
     if (takeover === undefined && !isTerminal(record.status)) renewLease(now)
     db.run(
       takeover === undefined ? ownerPut : upsert,

@@ -3,8 +3,9 @@
  * their own model loop (`LanguageModel.generateText({ prompt, toolkit })`, `Chat`) and for
  * the `fibril mcp` server, which registers the same definitions with `McpServer`.
  *
- * The tools are `task` (run a sub-agent and wait for its result) and the background
- * `agent_*` tools. They reuse the parameter schemas and descriptions of the tools Fibril's
+ * The tools are `task` (run a sub-agent and wait for its result), the background
+ * `agent_*` tools (with `agent_open` / `agent_eval` / `agent_close`, the newer names; `agent_eval`
+ * returns the agent's run receipt) and `handle_read` (a transcript by its handle, paged). They reuse the parameter schemas and descriptions of the tools Fibril's
  * own agents get (tools/Task.ts, tools/Agents.ts), add output schemas and honest MCP hints,
  * and go through the `SubAgentManager`: the cap, the records, the events. Agents started
  * here have no parent session: they are depth-1 agents under the root permission rules,
@@ -27,10 +28,12 @@
  */
 import { Effect, Fiber, Layer, Schema, type Scope } from "effect"
 import { Tool, Toolkit } from "effect/ai"
-import { ResultSections, Status, Tokens } from "./SubAgentRecord.ts"
+import * as Receipt from "./Receipt.ts"
+import { Input, ResultSections, Status, Tokens } from "./SubAgentRecord.ts"
 import { agentResultForModel, type AgentView, SubAgentManager } from "./SubAgentManager.ts"
 import * as AgentTools from "./tools/Agents.ts"
 import * as TaskTool from "./tools/Task.ts"
+import * as TranscriptView from "./TranscriptView.ts"
 
 // ---------------------------------------------------------------------------
 // Output schemas (MCP output schemas must have an object root)
@@ -56,6 +59,10 @@ export const TaskResult = Schema.Struct({
 /** An agent's state or result as a model sees it (`agentResultForModel`). */
 export const AgentResult = Schema.Struct({
   agent_id: Schema.String,
+  /** Accepted by every agent tool in place of the id. */
+  session_name: Schema.String,
+  /** The current run: the first, or the latest resume. */
+  run_id: Schema.String,
   description: Schema.String,
   role: Schema.String,
   status: Status,
@@ -71,9 +78,11 @@ export const AgentResult = Schema.Struct({
   from_prior_session: Schema.optionalKey(Schema.Boolean)
 })
 
-/** What `agent_spawn` and `agent_resume` return at once. */
+/** What `agent_spawn` / `agent_open` and `agent_resume` return at once. */
 export const Spawned = Schema.Struct({
   agent_id: Schema.String,
+  session_name: Schema.String,
+  run_id: Schema.String,
   status: Status,
   role: Schema.String,
   model: Schema.String,
@@ -108,6 +117,25 @@ export const InputResult = Schema.Struct({
   reason: Schema.optionalKey(Schema.String),
   agent: AgentResult
 })
+
+/**
+ * What `agent_eval` returns: the agent's result, the delivery of the message it was given
+ * (if any), its run receipt at the top level, and the whole receipt as `worker_record`.
+ */
+export const EvalResult = Schema.Struct({
+  ...AgentResult.fields,
+  /** With a message: was it delivered (to a running agent, read before its next step)? */
+  delivered: Schema.optionalKey(Schema.Boolean),
+  /** Why not, or how (queued for another process). */
+  delivery_reason: Schema.optionalKey(Schema.String),
+  /** The input as the record keeps it. */
+  delivery: Schema.optionalKey(Input),
+  ...Receipt.receiptFields,
+  worker_record: Receipt.WorkerRecord
+})
+
+/** What `handle_read` returns: a page of a transcript. */
+export const TranscriptPage = TranscriptView.Page
 
 /**
  * Why a call failed, with the message a model or a person reads (`kind` is the tag of the
@@ -183,6 +211,16 @@ const define = <const Mode extends Tool.FailureMode>(failureMode: Mode) =>
       { title: "Start a background sub-agent", ...runsAgents }
     ),
     hinted(
+      Tool.make("agent_open", {
+        description: AgentTools.open.description,
+        parameters: AgentTools.SpawnParameters,
+        success: Spawned,
+        failure: TaskToolError,
+        failureMode
+      }),
+      { title: "Start a background sub-agent (newer name of agent_spawn)", ...runsAgents }
+    ),
+    hinted(
       Tool.make("agent_wait", {
         description: waitDescription,
         parameters: AgentTools.WaitParameters,
@@ -211,6 +249,36 @@ const define = <const Mode extends Tool.FailureMode>(failureMode: Mode) =>
         failureMode
       }),
       { title: "Cancel a sub-agent and its descendants", readOnly: false, destructive: true, idempotent: true, openWorld: false }
+    ),
+    hinted(
+      Tool.make("agent_close", {
+        description: AgentTools.close.description,
+        parameters: AgentTools.close.parameters,
+        success: AgentResult,
+        failure: TaskToolError,
+        failureMode
+      }),
+      { title: "Cancel a sub-agent (newer name of agent_cancel)", readOnly: false, destructive: true, idempotent: true, openWorld: false }
+    ),
+    hinted(
+      Tool.make("agent_eval", {
+        description: AgentTools.evaluate.description,
+        parameters: AgentTools.EvalParameters,
+        success: EvalResult,
+        failure: TaskToolError,
+        failureMode
+      }),
+      { title: "A sub-agent's state and run receipt (optionally deliver a message first)", readOnly: false, destructive: false, idempotent: false, openWorld: false }
+    ),
+    hinted(
+      Tool.make("handle_read", {
+        description: AgentTools.handleRead.description,
+        parameters: AgentTools.HandleReadParameters,
+        success: TranscriptPage,
+        failure: TaskToolError,
+        failureMode
+      }),
+      { title: "Read a sub-agent's transcript by handle, paged", ...reads }
     ),
     hinted(
       Tool.make("agent_list", {
@@ -306,14 +374,7 @@ const agentResult = (agent: AgentView): typeof AgentResult.Type => {
   }
 }
 
-const spawned = (agent: AgentView): typeof Spawned.Type => ({
-  agent_id: agent.agent_id,
-  status: agent.status,
-  role: agent.role,
-  model: agent.model,
-  description: agent.description,
-  detached: agent.detached
-})
+const spawned = (agent: AgentView): typeof Spawned.Type => AgentTools.spawned(agent)
 
 const summary = (agent: AgentView): typeof AgentSummary.Type => ({
   agent_id: agent.agent_id,
@@ -361,21 +422,38 @@ export const makeHandlers = Effect.fn("TaskToolkit.makeHandlers")(function*(opti
       })
     ).pipe(Effect.scoped, Effect.withSpan("TaskToolkit.task"))
 
+  const spawnAgent = Effect.fn("TaskToolkit.agent_spawn")(function*(
+    tool: string,
+    params: typeof AgentTools.SpawnParameters.Type
+  ) {
+    const prompt = yield* pick(tool, params, ["prompt", "message", "input", "objective"])
+    const agent = yield* manager.spawn(undefined, {
+      prompt,
+      description: params.description,
+      role: pickOptional(params, ["subagent_type", "type", "agent_type"]),
+      model: params.model,
+      detached: params.detached,
+      forkContext: params.fork_context ?? params.inherit_context,
+      allowedTools: params.allowed_tools,
+      verifies: params.verifies
+    }).pipe(Effect.mapError(failWith(tool)))
+    return spawned(agent)
+  })
+
+  const cancelAgent = Effect.fn("TaskToolkit.agent_cancel")(function*(
+    tool: string,
+    params: typeof AgentTools.cancel.parameters.Type
+  ) {
+    const id = yield* pick(tool, params, idKeys)
+    const agent = yield* manager.cancel(id, params.reason ?? `Cancelled by request (${tool})`)
+      .pipe(Effect.mapError(failWith(tool)))
+    return agentResult(agent)
+  })
+
   return toolkit.of({
     task,
-    agent_spawn: Effect.fn("TaskToolkit.agent_spawn")(function*(params) {
-      const prompt = yield* pick("agent_spawn", params, ["prompt", "message", "input", "objective"])
-      const agent = yield* manager.spawn(undefined, {
-        prompt,
-        description: params.description,
-        role: pickOptional(params, ["subagent_type", "type", "agent_type"]),
-        model: params.model,
-        detached: params.detached,
-        forkContext: params.fork_context ?? params.inherit_context,
-        allowedTools: params.allowed_tools
-      }).pipe(Effect.mapError(failWith("agent_spawn")))
-      return spawned(agent)
-    }),
+    agent_spawn: (params) => spawnAgent("agent_spawn", params),
+    agent_open: (params) => spawnAgent("agent_open", params),
     agent_wait: Effect.fn("TaskToolkit.agent_wait")(function*(params) {
       const single = pickOptional(params, idKeys)
       const ids = params.ids ?? (single === undefined ? undefined : [single])
@@ -396,11 +474,19 @@ export const makeHandlers = Effect.fn("TaskToolkit.makeHandlers")(function*(opti
         .pipe(Effect.mapError(failWith("agent_result")))
       return agentResult(agent)
     }),
-    agent_cancel: Effect.fn("TaskToolkit.agent_cancel")(function*(params) {
-      const id = yield* pick("agent_cancel", params, idKeys)
-      const agent = yield* manager.cancel(id, params.reason ?? "Cancelled by request (agent_cancel)")
-        .pipe(Effect.mapError(failWith("agent_cancel")))
-      return agentResult(agent)
+    agent_cancel: (params) => cancelAgent("agent_cancel", params),
+    agent_close: (params) => cancelAgent("agent_close", params),
+    agent_eval: Effect.fn("TaskToolkit.agent_eval")(function*(params) {
+      const id = yield* pick("agent_eval", params, idKeys)
+      return yield* AgentTools.runEval(params, id, pickOptional(params, messageKeys)).pipe(
+        Effect.provideService(SubAgentManager, manager),
+        Effect.mapError(failWith("agent_eval"))
+      )
+    }),
+    handle_read: Effect.fn("TaskToolkit.handle_read")(function*(params) {
+      const handle = yield* pick("handle_read", params, ["handle", ...idKeys])
+      return yield* manager.readTranscript(handle, { offset: params.offset, limit: params.limit })
+        .pipe(Effect.mapError(failWith("handle_read")))
     }),
     agent_list: Effect.fn("TaskToolkit.agent_list")(function*(params) {
       const agents = yield* manager.list({ includeArchived: params.include_archived ?? false })
@@ -409,7 +495,7 @@ export const makeHandlers = Effect.fn("TaskToolkit.makeHandlers")(function*(opti
     agent_send_input: Effect.fn("TaskToolkit.agent_send_input")(function*(params) {
       const id = yield* pick("agent_send_input", params, idKeys)
       const message = yield* pick("agent_send_input", params, messageKeys)
-      const outcome = yield* manager.sendInput(id, message, params.interrupt ?? false)
+      const outcome = yield* manager.sendInput(id, message, params.interrupt ?? false, "agent_send_input")
         .pipe(Effect.mapError(failWith("agent_send_input")))
       return {
         delivered: outcome.delivered,

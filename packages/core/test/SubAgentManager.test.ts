@@ -307,7 +307,8 @@ describe("SubAgentManager", () => {
       const { fs, path } = yield* setup({ rules: [] })
       const dir = yield* fs.makeTempDirectoryScoped()
       const stateDir = path.join(dir, ".fibril", "state")
-      const old: SubAgentRecord = {
+      // A version 1 record (no record_version), as Fibril 0.1 wrote it.
+      const old: Omit<SubAgentRecord, "record_version"> = {
         agent_id: "agent_old1",
         depth: 1,
         role: "explore",

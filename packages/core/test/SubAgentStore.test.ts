@@ -15,6 +15,7 @@ const day = 24 * 60 * 60 * 1000
 const never = Number.POSITIVE_INFINITY
 
 const sample = (agentId: string, overrides: Partial<SubAgentRecord> = {}): SubAgentRecord => ({
+  record_version: 2,
   agent_id: agentId,
   depth: 1,
   role: "worker",
@@ -151,7 +152,14 @@ describe("SubAgentStore", () => {
               sections: { summary: "s", changes: "c", evidence: "e", risks: "r", blockers: "b" },
               contract_violations: ["v"]
             },
-            history: [{ status: "completed", session_boot_id: "earlier", reason: "r" }]
+            runs: [{ run_id: "x-r1", kind: "spawn", status: "completed", session_boot_id: "earlier", reason: "r" }],
+            events: [{ at: 1, type: "spawned" }],
+            inputs: [{ at: 1, preview: "p", chars: 1, delivered: false, reason: "r" }],
+            artifacts: [{ kind: "file", ref: "a.ts" }],
+            usage: { status: "reported", reported_steps: 1, estimated_steps: 0 },
+            verification: { status: "verified", receipts: [{ kind: "command", verdict: "passed", at: 1, exit_code: 0 }] },
+            session_name: "amber-heron",
+            verifies: "y-r1"
           }
           const updated = { ...record, steps: record.steps + 1, objective: `${record.objective}!` }
           yield* withStore(options, (store) =>

@@ -22,13 +22,17 @@ const withToolkit = (options: TaskToolkit.Options = {}) =>
   })
 
 describe("TaskToolkit", () => {
-  it("declares eight tools with object output schemas and explicit MCP hints", () => {
+  it("declares twelve tools with object output schemas and explicit MCP hints", () => {
     assert.sameMembers(TaskToolkit.names, [
       "task",
       "agent_spawn",
+      "agent_open",
       "agent_wait",
       "agent_result",
       "agent_cancel",
+      "agent_close",
+      "agent_eval",
+      "handle_read",
       "agent_list",
       "agent_send_input",
       "agent_resume"

@@ -3,14 +3,18 @@
  * the parent goes on and later uses `agent_wait`, `agent_result`, `agent_cancel`,
  * `agent_list`, `agent_send_input`, `agent_resume` and `agent_assign`. `agent_open`,
  * `agent_eval` and `agent_close` are accepted as the newer names of spawn, result+input and
- * cancel. Common parameter spellings are accepted (`id`/`agent_id`, `message`/`input`,
- * `type`/`agent_type`/`subagent_type`, `fork_context`/`inherit_context`), because models
- * trained on other harnesses use them.
+ * cancel; `agent_eval` returns the agent's run receipt (Receipt.ts), and `handle_read` reads
+ * a transcript by its handle, a page at a time. Every tool takes an agent's session name in
+ * place of its id. Common parameter spellings are accepted (`id`/`agent_id`,
+ * `message`/`input`, `type`/`agent_type`/`subagent_type`, `fork_context`/`inherit_context`),
+ * because models trained on other harnesses use them.
  */
 import { Effect, Layer, Schema } from "effect"
 import { text } from "../internal/resource.ts"
+import * as Receipt from "../Receipt.ts"
 import * as Roles from "../Roles.ts"
-import { agentResultForModel, type AgentView, SubAgentManager } from "../SubAgentManager.ts"
+import { agentResultForModel, type AgentView, type InputResult, SubAgentManager } from "../SubAgentManager.ts"
+import { currentRunId } from "../SubAgentRecord.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 
 const optionalString = (description: string) => Schema.optionalKey(Schema.String.annotate({ description }))
@@ -19,7 +23,7 @@ const optionalInt = (description: string) =>
   Schema.optionalKey(Schema.Int.pipe(Schema.check(Schema.isGreaterThanOrEqualTo(0))).annotate({ description }))
 
 const idFields = {
-  agent_id: optionalString("The sub-agent's id (from agent_spawn or agent_list)"),
+  agent_id: optionalString("The sub-agent's id or session name (from agent_spawn or agent_list)"),
   id: optionalString("Alias of agent_id")
 }
 const messageFields = (what: string) => ({
@@ -54,8 +58,10 @@ const pickOptional = (params: Readonly<Record<string, unknown>>, keys: ReadonlyA
   return undefined
 }
 
-const spawned = (agent: AgentView) => ({
+export const spawned = (agent: AgentView) => ({
   agent_id: agent.agent_id,
+  session_name: Receipt.sessionName(agent),
+  run_id: currentRunId(agent),
   status: agent.status,
   role: agent.role,
   model: agent.model,
@@ -73,7 +79,8 @@ export const SpawnParameters = Schema.Struct({
   detached: optionalBoolean("Keep running after this agent finishes or is cancelled (default false)"),
   fork_context: optionalBoolean("Start from a copy of this conversation (default false: the prompt only)"),
   inherit_context: optionalBoolean("Alias of fork_context"),
-  allowed_tools: Schema.optionalKey(Schema.Array(Schema.String).annotate({ description: "For custom agents: the tools they may use" }))
+  allowed_tools: Schema.optionalKey(Schema.Array(Schema.String).annotate({ description: "For custom agents: the tools they may use" })),
+  verifies: optionalString("An agent (id or session name) whose current run this agent checks: its result is attached to that agent's record as verification")
 })
 
 const spawnHandler = (name: string) =>
@@ -87,7 +94,8 @@ const spawnHandler = (name: string) =>
       model: params.model,
       detached: params.detached,
       forkContext: params.fork_context ?? params.inherit_context,
-      allowedTools: params.allowed_tools
+      allowedTools: params.allowed_tools,
+      verifies: params.verifies
     })
     return spawned(agent)
   })
@@ -102,7 +110,7 @@ export const spawn = ToolRegistry.define({
 
 export const open = ToolRegistry.define({
   name: "agent_open",
-  description: "The newer name of agent_spawn: start a background sub-agent and return its id at once.",
+  description: "The newer name of agent_spawn: start a background sub-agent and return its id and a short session name at once (every agent tool accepts either).",
   parameters: SpawnParameters,
   posture: "spawn",
   handler: spawnHandler("agent_open")
@@ -218,33 +226,94 @@ export const sendInput = ToolRegistry.define({
     const manager = yield* SubAgentManager
     const id = yield* pick("agent_send_input", params, ["agent_id", "id"])
     const message = yield* pick("agent_send_input", params, ["message", "input"])
-    const outcome = yield* manager.sendInput(id, message, params.interrupt ?? false)
+    const outcome = yield* manager.sendInput(id, message, params.interrupt ?? false, "agent_send_input")
     return { delivered: outcome.delivered, reason: outcome.reason, agent: agentResultForModel(outcome.agent) }
   })
 })
 
-const EvalParameters = Schema.Struct({
+export const EvalParameters = Schema.Struct({
   ...idFields,
   ...messageFields("A message to deliver first (optional)"),
-  block: optionalBoolean("Wait until the agent has finished (default false)"),
+  interrupt: optionalBoolean("With message: cancel the agent's current model step and deliver now"),
+  block: optionalBoolean("Wait until the agent has finished (default false: return at once)"),
   timeout_ms: optionalInt("With block: give up waiting after this long")
+})
+
+/**
+ * What `agent_eval` returns: the result, the delivery of its message (if any), the receipt
+ * fields at the top level, and the whole receipt as `worker_record`.
+ */
+export const evaluation = (agent: AgentView, worker: Receipt.WorkerRecord, delivery: InputResult | undefined) => {
+  const { sections, duration_ms, ...result } = agentResultForModel(agent)
+  return {
+    ...(delivery === undefined ? {} : {
+      delivered: delivery.delivered,
+      ...(delivery.reason === undefined ? {} : { delivery_reason: delivery.reason }),
+      ...(delivery.input === undefined ? {} : { delivery: delivery.input })
+    }),
+    ...result,
+    ...(sections === undefined ? {} : { sections }),
+    ...(duration_ms === undefined ? {} : { duration_ms }),
+    session_name: worker.session_name,
+    run_id: worker.run_id,
+    runs: worker.runs,
+    ...(worker.runs_dropped === undefined ? {} : { runs_dropped: worker.runs_dropped }),
+    events: worker.events,
+    ...(worker.events_dropped === undefined ? {} : { events_dropped: worker.events_dropped }),
+    inputs: worker.inputs,
+    ...(worker.inputs_dropped === undefined ? {} : { inputs_dropped: worker.inputs_dropped }),
+    artifacts: worker.artifacts,
+    ...(worker.artifacts_dropped === undefined ? {} : { artifacts_dropped: worker.artifacts_dropped }),
+    transcript_handle: worker.transcript_handle,
+    usage: worker.usage,
+    verification: worker.verification,
+    follow_up: worker.follow_up,
+    takeover: worker.takeover,
+    worker_record: worker
+  }
+}
+
+/** agent_eval over the manager in context: deliver (optional), then the state (or wait), then the receipt. */
+export const runEval = Effect.fnUntraced(function*(
+  params: typeof EvalParameters.Type,
+  id: string,
+  message: string | undefined
+) {
+  const manager = yield* SubAgentManager
+  const delivery = message === undefined
+    ? undefined
+    : yield* manager.sendInput(id, message, params.interrupt ?? false, "agent_eval")
+  const agent = yield* manager.result(id, { block: params.block ?? false, timeoutMs: params.timeout_ms })
+  return evaluation(agent, yield* manager.workerRecord(agent), delivery)
 })
 
 export const evaluate = ToolRegistry.define({
   name: "agent_eval",
-  description: "The newer name of agent_send_input + agent_result: optionally deliver a message, then return the agent's state or result.",
+  description: text("./agent_eval.md", import.meta.url),
   parameters: EvalParameters,
   posture: "spawn",
   handler: Effect.fn("tool.agent_eval")(function*(params) {
-    const manager = yield* SubAgentManager
     const id = yield* pick("agent_eval", params, ["agent_id", "id"])
-    const message = pickOptional(params, ["message", "input"])
-    const delivered = message === undefined ? undefined : yield* manager.sendInput(id, message, false)
-    const agent = yield* manager.result(id, { block: params.block ?? false, timeoutMs: params.timeout_ms })
-    return {
-      ...(delivered === undefined ? {} : { delivered: delivered.delivered, reason: delivered.reason }),
-      ...agentResultForModel(agent)
-    }
+    return yield* runEval(params, id, pickOptional(params, ["message", "input"]))
+  })
+})
+
+export const HandleReadParameters = Schema.Struct({
+  handle: optionalString("A transcript handle (transcript_handle from agent_eval, agent_result or task), or an agent id or session name"),
+  ...idFields,
+  offset: optionalInt("The first message to read (0 = the system prompt; default 0)"),
+  limit: optionalInt("How many messages (default 20, at most 100)")
+})
+
+export const handleRead = ToolRegistry.define({
+  name: "handle_read",
+  description: text("./handle_read.md", import.meta.url),
+  parameters: HandleReadParameters,
+  posture: "read",
+  handler: Effect.fn("tool.handle_read")(function*(params) {
+    const manager = yield* SubAgentManager
+    const handle = yield* pick("handle_read", params, ["handle", "agent_id", "id"])
+    return yield* manager.readTranscript(handle, { offset: params.offset, limit: params.limit })
   })
 })
 
@@ -294,7 +363,8 @@ export const names = [
   "agent_send_input",
   "agent_eval",
   "agent_resume",
-  "agent_assign"
+  "agent_assign",
+  "handle_read"
 ] as const
 
 /** Registers the agent_* tools; they need the SubAgentManager. */
@@ -312,7 +382,8 @@ export const layer: Layer.Layer<never, ToolRegistry.DuplicateTool, ToolRegistry.
         registry.register(sendInput),
         registry.register(evaluate),
         registry.register(resume),
-        registry.register(assign)
+        registry.register(assign),
+        registry.register(handleRead)
       ], { discard: true })
     )
   )
