@@ -203,6 +203,8 @@ export interface Hooks {
    * lands — before the loop goes on (a durable store writes it there). Absent: no cost.
    */
   readonly onMessage?: ((sessionId: string, message: Prompt.Message) => Effect.Effect<void>) | undefined
+  /** Called before each model call: what `onMessage` was handed must be durable by then. */
+  readonly beforeModelCall?: ((sessionId: string) => Effect.Effect<void>) | undefined
 }
 
 const noHooks: Hooks = { onEvent: () => Effect.void, beforeFinish: () => Effect.succeed(undefined) }
@@ -581,6 +583,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
         if (state.steps - startSteps >= maxSteps) {
           return yield* new BudgetExceeded({ sessionId: state.id, budget: "max_steps", limit: maxSteps })
         }
+        if (hooks.beforeModelCall !== undefined) yield* hooks.beforeModelCall(state.id)
         const response = yield* step(state)
         if (Option.isNone(response)) continue
         const turn = resolveTurn(response.value)

@@ -27,6 +27,7 @@ import * as AgentDefinitions from "./AgentDefinitions.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Names from "./internal/names.ts"
 import { withSpan } from "./internal/span.ts"
+import * as Transcript from "./internal/transcript.ts"
 import { Models, type UnknownModel } from "./Models.ts"
 import * as OutputContract from "./OutputContract.ts"
 import * as Permission from "./Permission.ts"
@@ -305,30 +306,6 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
   readonly workerRecord: (agent: SubAgentRecord) => Effect.Effect<Receipt.WorkerRecord>
 }>()("@fibril/core/SubAgentManager") {}
 
-/** Transcript messages as the store keeps them (JSON values), built once: a durable store encodes every step. */
-const TranscriptMessages = Schema.Array(Prompt.Message)
-const encodeTranscript = Schema.encodeUnknownEffect(TranscriptMessages)
-const decodeTranscript = Schema.decodeUnknownEffect(TranscriptMessages)
-
-/**
- * Does the message carry binary data (a file part)? Only then does it need the Schema encoder
- * to become JSON: every other message is plain data that `JSON.stringify` writes as is and the
- * decoder reads back — at a fraction of the cost, on every message of every durable agent.
- */
-const hasBinary = (message: Prompt.Message): boolean =>
-  typeof message.content !== "string" && message.content.some((part) => part.type === "file")
-
-/** Consecutive tool messages as one: the store keeps each tool result as its own message, as it lands. */
-const mergeToolMessages = (messages: ReadonlyArray<Prompt.Message>): Array<Prompt.Message> => {
-  const out: Array<Prompt.Message> = []
-  for (const message of messages) {
-    const last = out.at(-1)
-    if (message.role === "tool" && last?.role === "tool") {
-      out[out.length - 1] = Prompt.makeMessage("tool", { content: [...last.content, ...message.content] })
-    } else out.push(message)
-  }
-  return out
-}
 
 export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial<Options> = {}) {
   const config: Options = { ...defaults, ...options }
@@ -469,11 +446,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       })
     )
 
-  /** Appends messages to the agent's transcript in the store; durable when it returns. */
-  const appendMessages = (handle: string, messages: ReadonlyArray<Prompt.Message>) =>
+  /** Queues messages for the agent's transcript in the store (committed at the end of this turn). */
+  const queueMessages = (handle: string, messages: ReadonlyArray<Prompt.Message>) =>
     Effect.flatMap(
-      messages.some(hasBinary) ? Effect.orDie(encodeTranscript(messages)) : Effect.succeed(messages),
-      (encoded) => Effect.catch(store.appendTranscript(handle, encoded), (error) => Effect.logWarning(error.message))
+      Transcript.encode(messages),
+      (encoded) => Effect.catch(store.queueTranscript(handle, encoded), (error) => Effect.logWarning(error.message))
     )
 
   /** The conversation a new session starts with (system prompt, a fork's copied history), into the store. */
@@ -481,7 +458,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     store.durable
       ? Effect.flatMap(
         Effect.orElseSucceed(session.transcript(entry.record.agent_id), () => []),
-        (messages) => appendMessages(entry.record.transcript_handle, messages)
+        (messages) => queueMessages(entry.record.transcript_handle, messages)
       )
       : Effect.void
 
@@ -966,7 +943,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     if (Option.isNone(yield* Effect.option(session.info(agentId)))) {
       const raw = yield* Effect.orElseSucceed(store.readTranscript(record.transcript_handle), () => [])
       const transcript = yield* Effect.orElseSucceed(
-        decodeTranscript(raw),
+        Transcript.decode(raw),
         () => [] as ReadonlyArray<Prompt.Message>
       )
       yield* session.restore({
@@ -978,7 +955,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         recorded: record.permissions === undefined ? undefined : Permission.ceilingFromJson(record.permissions),
         model: record.model,
         description: record.description,
-        transcript: mergeToolMessages(transcript),
+        transcript: Transcript.mergeToolMessages(transcript),
         budgets: config.budgets
       })
     }
@@ -1081,7 +1058,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const live = isEntry(target) ? yield* Effect.option(session.transcript(record.agent_id)) : Option.none()
     const messages = store.durable || Option.isNone(live)
       ? yield* Effect.orElseSucceed(
-        Effect.flatMap(store.readTranscript(record.transcript_handle), decodeTranscript),
+        Effect.flatMap(store.readTranscript(record.transcript_handle), Transcript.decode),
         () => [] as ReadonlyArray<Prompt.Message>
       )
       : live.value
@@ -1128,14 +1105,18 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       else if (event.type === "tool_result") Receipt.toolResult(entry.record, event, relativize)
       return Effect.void
     },
-    // A durable store gets every message as it is added (each tool result as it lands),
-    // before the loop's next model call: a crash loses nothing that finished. An in-memory
-    // store would not survive a crash anyway, and the session holds the conversation.
+    // A durable store gets every message as it is added (each tool result as it lands,
+    // committed at the end of that event-loop turn), and the loop's next model call waits for
+    // that commit: a crash loses nothing that finished. An in-memory store would not survive
+    // a crash anyway, and the session holds the conversation.
     onMessage: store.durable
       ? (sessionId, message) => {
         const entry = entries.get(sessionId)
-        return entry === undefined ? Effect.void : appendMessages(entry.record.transcript_handle, [message])
+        return entry === undefined ? Effect.void : queueMessages(entry.record.transcript_handle, [message])
       }
+      : undefined,
+    beforeModelCall: store.durable
+      ? () => Effect.catch(store.sync, (error) => Effect.logWarning(error.message))
       : undefined,
     beforeFinish: (sessionId) => {
       const open = [...(childrenOf.get(sessionId) ?? [])]

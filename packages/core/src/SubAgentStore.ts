@@ -72,6 +72,13 @@ export class SubAgentStore extends Context.Service<SubAgentStore, {
   readonly flush: Effect.Effect<void, StoreError>
   /** Appends messages to a transcript; durable when it returns. */
   readonly appendTranscript: (handle: string, entries: ReadonlyArray<unknown>) => Effect.Effect<void, StoreError>
+  /**
+   * Appends without waiting: the messages are committed at the end of this turn of the event
+   * loop, as `appendTranscript`'s would be; `sync` waits for that commit.
+   */
+  readonly queueTranscript: (handle: string, entries: ReadonlyArray<unknown>) => Effect.Effect<void, StoreError>
+  /** Waits until every transcript message queued so far is committed (a failed commit fails here). */
+  readonly sync: Effect.Effect<void, StoreError>
   /** The messages of a transcript, in order; empty if there is none. */
   readonly readTranscript: (handle: string) => Effect.Effect<ReadonlyArray<unknown>, StoreError>
   /** Problems found when opening (a corrupt file moved aside, a migration), to log or show. */
@@ -335,6 +342,8 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
   let puts = new Map<string, { readonly record: SubAgentRecord; readonly now: number }>()
   let waiters: Array<(error: StoreError | undefined) => void> = []
   let scheduled = false
+  /** A commit that failed with no one waiting on it: the next `sync` reports it. */
+  let unreported: StoreError | undefined
   let terminalPuts = 0
 
   const upsert = `INSERT INTO fibril_agents (agent_id, parent_id, status, owner_boot, handle, created_at, finished_at, record)
@@ -408,6 +417,7 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
         error = failed(cause)
       }
     }
+    if (error !== undefined && resumes.length === 0) unreported = error
     for (const resume of resumes) resume(error)
     return error
   }
@@ -469,22 +479,40 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
           }
         })
       }
+      // Checked once per run, at its end (the full check costs more than the write): a record
+      // that breaks the schema (a non-integer count, say) would be dropped when read.
       const id = record.agent_id
-      return isValidRecord(record) ? Effect.void : Effect.logWarning(
+      return !isTerminal(record.status) || isValidRecord(record) ? Effect.void : Effect.logWarning(
         `sub-agent record ${id} does not match the SubAgentRecord schema; it will be dropped when read`
       )
     })
 
-  const appendTranscript = (handle: string, entries: ReadonlyArray<unknown>): Effect.Effect<void, StoreError> =>
+  const queueTranscript = (handle: string, entries: ReadonlyArray<unknown>): Effect.Effect<void, StoreError> =>
     entries.length === 0 ? checkHandle(handle) : Effect.flatMap(
       Effect.andThen(checkHandle(handle), toLines(handle, entries)),
       (lines) =>
-        crashed ? Effect.void : Effect.callback<void, StoreError>((resume) => {
+        Effect.sync(() => {
+          if (crashed) return
           queue.push({ handle, lines })
-          waiters.push((error) => resume(error === undefined ? Effect.void : Effect.fail(error)))
           schedule()
         })
     )
+
+  const sync: Effect.Effect<void, StoreError> = Effect.suspend(() => {
+    if (unreported !== undefined) {
+      const error = unreported
+      unreported = undefined
+      return Effect.fail(error)
+    }
+    // A killed process never answers: whoever waits on it waits forever, as in real life.
+    if (queue.length === 0 && !crashed) return Effect.void
+    return Effect.callback<void, StoreError>((resume) => {
+      waiters.push((error) => resume(error === undefined ? Effect.void : Effect.fail(error)))
+    })
+  })
+
+  const appendTranscript = (handle: string, entries: ReadonlyArray<unknown>): Effect.Effect<void, StoreError> =>
+    entries.length === 0 ? checkHandle(handle) : Effect.andThen(queueTranscript(handle, entries), sync)
 
   const read = <A>(f: () => A): Effect.Effect<A, StoreError> =>
     Effect.andThen(flushNow, Effect.try({ try: f, catch: failed }))
@@ -693,6 +721,8 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     put,
     flush: flushNow,
     appendTranscript,
+    queueTranscript,
+    sync,
     readTranscript,
     warnings,
     durable: true,
@@ -855,6 +885,20 @@ export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(option
     }
   }
 
+  const append = (handle: string, entries: ReadonlyArray<unknown>) =>
+    Effect.flatMap(
+      Effect.andThen(checkHandle(handle), toLines(handle, entries)),
+      (lines) =>
+        Effect.sync(() => {
+          if (lines.length === 0) return
+          const existing = transcripts.get(handle)
+          // Copies through JSON, as a persistent store would (and refuses what it would).
+          const copies = lines.map((line) => JSON.parse(line) as unknown)
+          if (existing === undefined) transcripts.set(handle, copies)
+          else existing.push(...copies)
+        })
+    )
+
   return SubAgentStore.of({
     owner,
     all: Effect.sync(() => [...records.values()]),
@@ -870,19 +914,9 @@ export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(option
         })
       ),
     flush: Clock.clockWith((clock) => Effect.sync(() => evict(clock.currentTimeMillisUnsafe()))),
-    appendTranscript: (handle, entries) =>
-      Effect.flatMap(
-        Effect.andThen(checkHandle(handle), toLines(handle, entries)),
-        (lines) =>
-          Effect.sync(() => {
-            if (lines.length === 0) return
-            const existing = transcripts.get(handle)
-            // Copies through JSON, as a persistent store would (and refuses what it would).
-            const copies = lines.map((line) => JSON.parse(line) as unknown)
-            if (existing === undefined) transcripts.set(handle, copies)
-            else existing.push(...copies)
-          })
-      ),
+    appendTranscript: append,
+    queueTranscript: append,
+    sync: Effect.void,
     readTranscript: (handle) => Effect.andThen(checkHandle(handle), Effect.sync(() => [...(transcripts.get(handle) ?? [])])),
     warnings: [],
     durable: false,
