@@ -355,16 +355,30 @@ describe.skipIf(process.platform !== "linux")("shell with bubblewrap: network an
       ({ tcp, unix }) => Effect.promise(() => Promise.all([new Promise((r) => tcp.close(r)), new Promise((r) => unix.close(r))]))
     )
 
-  /** A node one-liner that connects and prints what it reads, or the error code. */
-  const connect = (target: string) =>
-    `'${process.execPath}' -e "require('net').connect(${target}).on('data', (d) => process.stdout.write(d)).on('error', (e) => { console.log(e.code); process.exit(3) })"`
+  /**
+   * A one-liner that connects (a port on 127.0.0.1, or a Unix socket path) and prints what it
+   * reads, or the error code. Debian's python3, not this test's node: the repository may live
+   * under /tmp, which a sandboxed command sees as its own empty /tmp.
+   */
+  const python = [
+    "import socket, sys, errno",
+    "t = sys.argv[1]",
+    "try:",
+    "  s = socket.socket(socket.AF_UNIX) if t.startswith('/') else socket.socket()",
+    "  s.connect(t if t.startswith('/') else ('127.0.0.1', int(t)))",
+    "  sys.stdout.write(s.recv(100).decode())",
+    "except OSError as e:",
+    "  print(errno.errorcode.get(e.errno, str(e.errno)))",
+    "  sys.exit(3)"
+  ].join("\n")
+  const connect = (target: string) => `/usr/bin/python3 -c "${python}" '${target}'`
 
   it.live("no network by default: host TCP and Unix sockets are unreachable; network = true opens both", () =>
     Effect.gen(function*() {
       const h = yield* setup()
       const { port, socketPath } = yield* servers(h)
-      const tcp = connect(String(port) + ", '127.0.0.1'")
-      const unix = connect(`'${socketPath}'`)
+      const tcp = connect(String(port))
+      const unix = connect(socketPath)
       const offTcp = yield* shell(h, "explore", tcp)
       assert.deepStrictEqual([offTcp.exit_code, offTcp.stdout], [3, "ECONNREFUSED\n"])
       const offUnix = yield* shell(h, "implementer", unix)
@@ -373,8 +387,8 @@ describe.skipIf(process.platform !== "linux")("shell with bubblewrap: network an
       // A socket under the private /tmp's real counterpart must be next to this workspace to be seen.
       const open = yield* setup({ sandbox: { network: true } })
       const near = yield* servers(open)
-      assert.strictEqual((yield* shell(open, "explore", connect(String(near.port) + ", '127.0.0.1'"))).stdout, "tcp-hello\n")
-      assert.strictEqual((yield* shell(open, "explore", connect(`'${near.socketPath}'`))).stdout, "unix-hello\n")
+      assert.strictEqual((yield* shell(open, "explore", connect(String(near.port)))).stdout, "tcp-hello\n")
+      assert.strictEqual((yield* shell(open, "explore", connect(near.socketPath))).stdout, "unix-hello\n")
     }).pipe(provide))
 
   it.live("writable_paths reopens a protected directory, and adds directories outside the workspace", () =>
