@@ -3,8 +3,9 @@
  * files and environment (read once), the model selection, the core layers on the file
  * store, tracing, and the Node platform services.
  *
- * Exit codes: 0 success; 1 the root agent failed or was cancelled (Ctrl-C); 2 a usage or
- * configuration error (the message says what to change).
+ * Exit codes: 0 success; 1 the root agent failed (or `doctor` found a problem); 2 a usage or
+ * configuration error (the message says what to change); 130 cancelled by Ctrl-C (143
+ * SIGTERM, 129 SIGHUP; bin.ts).
  */
 import { NodeServices } from "@effect/platform-node"
 import * as Fibril from "@fibril/core/Fibril"
@@ -13,10 +14,8 @@ import { redactText } from "@fibril/core/Secrets"
 import * as Session from "@fibril/core/Session"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import { ScriptedModel } from "@fibril/testkit"
-import { Console, Context, Effect, Layer, Logger, Option, Ref, Schema } from "effect"
-import { Argument, CliError, Command, Flag } from "effect/cli"
-import { FetchHttpClient } from "effect/http"
-import { OtlpSerialization, OtlpTracer } from "effect/observability"
+import { Console, Context, Effect, FileSystem, Layer, Logger, Option, Ref, Schema, Stdio, Stream } from "effect"
+import { Argument, CliError, CliOutput, Command, Flag } from "effect/cli"
 import { readFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -25,10 +24,15 @@ import * as ConfigFlags from "./ConfigFlags.ts"
 import * as ConfigCommand from "./ConfigCommand.ts"
 import * as Demo from "./Demo.ts"
 import * as DemoScript from "./DemoScript.ts"
+import * as Doctor from "./Doctor.ts"
+import * as Help from "./Help.ts"
+import * as Log from "./Log.ts"
 import * as McpCommand from "./McpCommand.ts"
 import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
 import * as Run from "./Run.ts"
+import * as Tracing from "./Tracing.ts"
+import * as Workspace from "./Workspace.ts"
 
 /** This package's version (package.json sits one level above both src/ and dist/). */
 export const version: string = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
@@ -46,38 +50,82 @@ export interface Environment {
   readonly home: string
   readonly cwd: string
   readonly tty: boolean
+  /** What interrupted the process, once a signal has (`Ctrl-C`, `SIGTERM`, …). */
+  readonly interruptedBy?: (() => string | undefined) | undefined
 }
 export class ProcessEnvironment extends Context.Service<ProcessEnvironment, Environment>()("@fibril/cli/Environment") {}
 
-const cwdFlag = Flag.String("cwd").pipe(Flag.withDescription("Workspace directory (default: the current one)"), Flag.optional)
+const cwdFlag = Flag.String("cwd").pipe(
+  Flag.withDescription("The workspace, an existing directory (default: the project around the current directory: the nearest one up with .fibril/ or .git)"),
+  Flag.optional
+)
 const jsonFlag = Flag.Boolean("json").pipe(Flag.withDescription("One JSON object per line"), Flag.withDefault(false))
+const modelFlag = Flag.String("model").pipe(
+  Flag.withDescription("Model id (default FIBRIL_MODEL, the config's model, gpt-4.1-mini), or scripted:<file> for the ScriptedModel"),
+  Flag.optional
+)
+const baseUrlFlag = Flag.String("base-url").pipe(
+  Flag.withDescription("OpenAI-compatible endpoint, …/v1 (default OPENAI_BASE_URL, else OpenAI)"),
+  Flag.optional
+)
 
-const resolveCwd = (flag: Option.Option<string>) =>
-  ProcessEnvironment.use((e) => Effect.succeed(path.resolve(e.cwd, Option.getOrElse(flag, () => "."))))
+const resolveCwd = (flag: Option.Option<string>) => ProcessEnvironment.use((e) => Workspace.resolve(flag, e))
 
 const loadConfig = (cwd: string) => ProcessEnvironment.use((e) => ConfigFlags.load(e, cwd))
 
 const stateDir = (cwd: string) => path.join(cwd, ".fibril", "state")
 
-const tracing = (url: Option.Option<string>) =>
-  Option.match(url, {
-    onNone: () => Layer.empty,
-    onSome: (endpoint) =>
-      OtlpTracer.layer({ url: endpoint, resource: { serviceName: "fibril" } }).pipe(
-        Layer.provide(OtlpSerialization.layerJson),
-        Layer.provide(FetchHttpClient.layer)
-      )
-  })
+const tracing = (url: Option.Option<string>) => Option.match(url, { onNone: () => Layer.empty, onSome: Tracing.layer })
+
+/**
+ * The prompt of `fibril run`: the argument, `-` (stdin) or `--prompt-file FILE` (`-`: stdin),
+ * exactly one of them, not empty. A file or stdin has no size limit (an argument does).
+ */
+const readPrompt = Effect.fn("fibril.run.prompt")(function*(
+  argument: Option.Option<string>,
+  file: Option.Option<string>,
+  /** Where the command was typed: the file is relative to it. */
+  invocationDir: string
+) {
+  const fail = (problem: string) => Effect.fail(new ModelSelection.UsageError({ problem }))
+  if (Option.isSome(argument) && Option.isSome(file)) {
+    return yield* fail("Give the prompt either as an argument or with --prompt-file, not both.")
+  }
+  const source = Option.isSome(file) ? file.value : Option.getOrUndefined(argument)
+  if (source === undefined) {
+    return yield* fail(
+      "No prompt. Give it as an argument (fibril run \"…\"), in a file (--prompt-file FILE), or on stdin (fibril run - < prompt.md)."
+    )
+  }
+  const fromStdin = source === "-"
+  const text = fromStdin
+    ? yield* Effect.flatMap(Stdio.Stdio, (stdio) => stdio.stdin.pipe(Stream.decodeText(), Stream.mkString)).pipe(
+      Effect.catch((error) => fail(`cannot read the prompt from stdin: ${error.message}`))
+    )
+    : Option.isSome(file)
+    ? yield* Effect.flatMap(FileSystem.FileSystem, (fs) => fs.readFileString(path.resolve(invocationDir, source))).pipe(
+      Effect.catch((error) => fail(`--prompt-file ${source}: cannot read it (${error.message})`))
+    )
+    : source
+  if (text.trim() === "") {
+    return yield* fail(`The prompt is empty${fromStdin ? " (nothing on stdin)" : Option.isSome(file) ? ` (${source})` : ""}: say what the agent should do.`)
+  }
+  return text
+})
 
 export const run = Command.make(
   "run",
   {
-    prompt: Argument.String("prompt").pipe(Argument.withDescription("What the root agent should do")),
-    model: Flag.String("model").pipe(
-      Flag.withDescription("Model id, or scripted:<file> for the ScriptedModel"),
+    prompt: Argument.String("prompt").pipe(
+      Argument.withDescription("What the root agent should do; - reads it from stdin"),
+      Argument.optional
+    ),
+    promptFile: Flag.String("prompt-file").pipe(
+      Flag.withDescription("Read the prompt from this file (- for stdin), instead of the argument"),
       Flag.optional
     ),
-    baseUrl: Flag.String("base-url").pipe(Flag.withDescription("OpenAI-compatible endpoint (…/v1)"), Flag.optional),
+    model: modelFlag,
+    baseUrl: baseUrlFlag,
     role: Flag.String("role").pipe(Flag.withDescription("Role of the root agent (default general)"), Flag.optional),
     maxConcurrent: Flag.Int("max-concurrent").pipe(
       Flag.withSchema(Schema.Int.pipe(Schema.check(Schema.isBetween({ minimum: 1, maximum: 20 })))),
@@ -95,13 +143,15 @@ export const run = Command.make(
   Effect.fn("fibril.run.command")(function*(flags) {
     const environment = yield* ProcessEnvironment
     const cwd = yield* resolveCwd(flags.cwd)
+    const prompt = yield* readPrompt(flags.prompt, flags.promptFile, environment.cwd)
     const config = yield* loadConfig(cwd)
     const selection = yield* ModelSelection.select({
       model: Option.getOrUndefined(flags.model),
       baseUrl: Option.getOrUndefined(flags.baseUrl),
       env: environment.env,
       settings: config.settings,
-      cwd
+      cwd,
+      invocationDir: environment.cwd
     })
     const subagents = SubAgentManager.optionsFrom(config.settings)
     const core = Fibril.layerWithModels({
@@ -118,10 +168,11 @@ export const run = Command.make(
     }).pipe(Layer.provideMerge(ModelSelection.layer(selection)))
     const code = yield* Run.run(
       {
-        prompt: flags.prompt,
+        prompt,
         role: Option.getOrUndefined(flags.role),
         json: flags.json,
-        waitDetached: flags.waitDetached
+        waitDetached: flags.waitDetached,
+        interruptedBy: environment.interruptedBy
       },
       Output.console(environment.tty && !flags.json)
     ).pipe(Effect.provide(Layer.mergeAll(
@@ -131,7 +182,15 @@ export const run = Command.make(
     )))
     yield* setExit(code)
   })
-).pipe(Command.withDescription("Run one agent (and its sub-agents) on a prompt"))
+).pipe(
+  Command.withDescription("Run one agent (and its sub-agents) on a prompt, drawing the tree of agents as they work"),
+  Command.withExamples([
+    { command: "fibril run \"Find the HTTP routes and summarise them\" --model deepseek-chat", description: "On a real model (OPENAI_API_KEY, OPENAI_BASE_URL)" },
+    { command: "fibril run --prompt-file task.md", description: "A long prompt from a file" },
+    { command: "git diff | fibril run - --role review", description: "The prompt from stdin" },
+    { command: "fibril run \"Explore\" --model scripted:script.json --json", description: "Offline on a scripted model, one JSON event per line" }
+  ])
+)
 
 export const demo = Command.make(
   "demo",
@@ -140,23 +199,37 @@ export const demo = Command.make(
     const environment = yield* ProcessEnvironment
     const cwd = yield* resolveCwd(flags.cwd)
     const config = yield* loadConfig(cwd)
+    // Paced like a real model on a terminal, so the tree is seen growing; at once otherwise.
+    const script = DemoScript.script({ paced: environment.tty })
     yield* Demo.run(Output.console(environment.tty), cwd).pipe(
-      Effect.provide(
-        Fibril.layerFromSettings(cwd, config.settings).pipe(Layer.provide(ScriptedModel.layer(DemoScript.script)))
-      )
+      Effect.provide(Fibril.layerFromSettings(cwd, config.settings).pipe(Layer.provide(ScriptedModel.layer(script))))
     )
   })
-).pipe(Command.withDescription("A scripted scenario (ScriptedModel) with real tools on the current directory"))
+).pipe(
+  Command.withDescription("A scripted scenario (ScriptedModel, no key, no network) with real tools on this project"),
+  Command.withExamples([{ command: "fibril demo", description: "Three explorers in parallel, then a reviewer, on this project's files" }])
+)
 
 const agentId = Argument.String("id").pipe(Argument.withDescription("The agent id, its session name or a run id"))
 const nonNegative = Schema.Int.pipe(Schema.check(Schema.isGreaterThanOrEqualTo(0)))
 
 /** The manager over the file store, for the commands that act on agents. */
-const managed = <A, E, R>(cwd: string, effect: Effect.Effect<A, E, R>) =>
+const managed = <A, E, R>(
+  cwd: string,
+  effect: Effect.Effect<A, E, R>,
+  flags: { readonly model: Option.Option<string>; readonly baseUrl: Option.Option<string> }
+) =>
   Effect.gen(function*() {
     const environment = yield* ProcessEnvironment
     const config = yield* loadConfig(cwd)
-    const selection = yield* ModelSelection.select({ env: environment.env, settings: config.settings, cwd })
+    const selection = yield* ModelSelection.select({
+      model: Option.getOrUndefined(flags.model),
+      baseUrl: Option.getOrUndefined(flags.baseUrl),
+      env: environment.env,
+      settings: config.settings,
+      cwd,
+      invocationDir: environment.cwd
+    })
     return yield* effect.pipe(
       Effect.provide(
         Fibril.layerWithModels({
@@ -173,7 +246,14 @@ const managed = <A, E, R>(cwd: string, effect: Effect.Effect<A, E, R>) =>
 const out = Output.console(false)
 
 export const agents = Command.make("agents").pipe(
-  Command.withDescription("Recorded sub-agents (.fibril/state)"),
+  Command.withDescription("The agents recorded in this workspace's store (.fibril/state), in any process"),
+  Command.withExamples([
+    { command: "fibril agents list --all", description: "Every recorded tree of agents" },
+    { command: "fibril agents show agent_x1k1" },
+    { command: "fibril agents transcript agent_x1k1" },
+    { command: "fibril agents cancel agent_x1k1", description: "Wherever it runs; no model or key needed" },
+    { command: "fibril agents resume agent_x1k1 \"Also check the tests\" --model deepseek-chat" }
+  ]),
   Command.withSubcommands([
     Command.make(
       "list",
@@ -225,12 +305,17 @@ export const agents = Command.make("agents").pipe(
       "resume",
       {
         id: agentId,
-        message: Argument.String("message").pipe(Argument.optional),
+        message: Argument.String("message").pipe(
+          Argument.withDescription("A message for the agent, added to its conversation before it goes on"),
+          Argument.optional
+        ),
+        model: modelFlag,
+        baseUrl: baseUrlFlag,
         cwd: cwdFlag
       },
       (flags) =>
         Effect.flatMap(resolveCwd(flags.cwd), (cwd) =>
-          managed(cwd, AgentsCommand.resume(flags.id, Option.getOrUndefined(flags.message), out))).pipe(
+          managed(cwd, AgentsCommand.resume(flags.id, Option.getOrUndefined(flags.message), out), flags)).pipe(
             Effect.flatMap(setExit)
           )
     ).pipe(Command.withDescription("Continue a finished agent from its transcript, and wait for it (exit 1 unless it completes)"))
@@ -239,7 +324,11 @@ export const agents = Command.make("agents").pipe(
 
 export const config = Command.make(
   "config",
-  { json: jsonFlag, cwd: cwdFlag, model: Flag.String("model").pipe(Flag.optional) },
+  {
+    json: jsonFlag,
+    cwd: cwdFlag,
+    model: Flag.String("model").pipe(Flag.withDescription("Show the model selection for this model id"), Flag.optional)
+  },
   Effect.fn("fibril.config.command")(function*(flags) {
     const environment = yield* ProcessEnvironment
     const cwd = yield* resolveCwd(flags.cwd)
@@ -248,7 +337,8 @@ export const config = Command.make(
       model: Option.getOrUndefined(flags.model),
       env: environment.env,
       settings: resolved.settings,
-      cwd
+      cwd,
+      invocationDir: environment.cwd
     }))
     const model = selection._tag === "Success"
       ? ModelSelection.describe(selection.success)
@@ -256,13 +346,103 @@ export const config = Command.make(
     const sandbox = yield* Effect.flatMap(Sandbox.currentHost, (host) => Sandbox.probe(resolved.settings.sandbox, host))
     yield* ConfigCommand.show(resolved, model, flags.json, out, sandbox)
   })
-).pipe(Command.withDescription("The effective configuration, with clamped values marked"))
+).pipe(
+  Command.withDescription("The effective configuration (files, environment, defaults), with clamped values marked"),
+  Command.withExamples([
+    { command: "fibril config", description: "As TOML, with the sources and the shell sandbox of each role" },
+    { command: "fibril config --json", description: "As JSON (snake_case keys, like the TOML)" }
+  ])
+)
+
+export const doctor = Command.make(
+  "doctor",
+  { model: modelFlag, baseUrl: baseUrlFlag, cwd: cwdFlag, json: jsonFlag },
+  Effect.fn("fibril.doctor.command")(function*(flags) {
+    const environment = yield* ProcessEnvironment
+    const checks = yield* Doctor.run({
+      environment,
+      cwdFlag: flags.cwd,
+      model: Option.getOrUndefined(flags.model),
+      baseUrl: Option.getOrUndefined(flags.baseUrl),
+      strict: yield* ConfigFlags.Strict,
+      nodeVersion: process.version
+    })
+    yield* setExit(yield* Doctor.report(checks, flags.json, out))
+  })
+).pipe(
+  Command.withDescription(
+    "Check what fibril needs here: Node, config files, the model (key present, endpoint reachable), the shell sandbox, the store"
+  ),
+  Command.withExamples([
+    { command: "fibril doctor", description: "Every check, with what to do about a failure" },
+    { command: "fibril doctor --model deepseek-chat --base-url https://api.deepseek.com/v1", description: "For another model" },
+    { command: "fibril doctor --json" }
+  ])
+)
+
+/**
+ * `fibril help [command…]` is `fibril [command…] --help`: `main` rewrites it before parsing
+ * (`rewriteHelp`). The command exists so that help lists it and accepts its arguments.
+ */
+export const help = Command.make(
+  "help",
+  {
+    command: Argument.String("command").pipe(
+      Argument.withDescription("The command to explain, e.g. run or agents resume"),
+      Argument.variadic()
+    )
+  },
+  () => Effect.void
+).pipe(
+  Command.withDescription("Help on fibril or on one command (the same as --help)"),
+  Command.withExamples([{ command: "fibril help run" }, { command: "fibril help agents resume" }])
+)
 
 export const fibril = Command.make("fibril").pipe(
-  Command.withDescription("Fibril: an Effect-native sub-agent runtime"),
-  Command.withSubcommands([run, demo, agents, config, McpCommand.make(ProcessEnvironment, version)]),
-  Command.withGlobalFlags([ConfigFlags.Strict])
+  Command.withDescription(
+    "Fibril: an Effect-native sub-agent runtime. A root agent hands focused tasks to sub-agents that work in " +
+      "clean contexts and return structured results; fibril runs them on this project's files."
+  ),
+  Command.withSubcommands([run, demo, agents, config, McpCommand.make(ProcessEnvironment, version), doctor, help]),
+  Command.withGlobalFlags([ConfigFlags.Strict]),
+  Command.withExamples([
+    { command: "fibril demo", description: "A scripted scenario: no key, no network, real tools on this project" },
+    { command: "fibril run \"Find the HTTP routes and summarise them\" --model gpt-4.1-mini", description: "With OPENAI_API_KEY set" },
+    { command: "fibril agents list --all", description: "What ran here" },
+    { command: "fibril mcp", description: "Sub-agents for Claude Code, opencode, Cursor (see docs/mcp.md)" },
+    { command: "fibril help run" }
+  ])
 )
+
+/** The commands `fibril help` explains, by parent. */
+const commandNames: Record<string, ReadonlyArray<string>> = {
+  "": ["run", "demo", "agents", "config", "mcp", "doctor", "help"],
+  agents: ["list", "show", "transcript", "cancel", "resume"]
+}
+
+/**
+ * `help [command…]` (after any leading flags) becomes `[command…] --help`; a command that
+ * does not exist is a usage error naming the ones that do.
+ */
+export const rewriteHelp = (argv: ReadonlyArray<string>): Effect.Effect<ReadonlyArray<string>, ModelSelection.UsageError> => {
+  const at = argv.findIndex((arg) => !arg.startsWith("-"))
+  if (at === -1 || argv[at] !== "help") return Effect.succeed(argv)
+  const path = argv.slice(at + 1).filter((arg) => !arg.startsWith("-"))
+  for (let i = 0; i < path.length; i++) {
+    const known = commandNames[path.slice(0, i).join(" ")]
+    if (known === undefined) break
+    if (!known.includes(path[i]!)) {
+      return Effect.fail(
+        new ModelSelection.UsageError({
+          problem: `unknown command "${[...path.slice(0, i), path[i]].join(" ")}"; the commands are: ${
+            known.map((name) => [...path.slice(0, i), name].join(" ")).join(", ")
+          }`
+        })
+      )
+    }
+  }
+  return Effect.succeed([...argv.slice(0, at), ...argv.slice(at + 1), "--help"])
+}
 
 const usageErrors = new Set([
   "UsageError",
@@ -284,7 +464,7 @@ export const main = (argv: ReadonlyArray<string>, environment: Environment) =>
   Effect.gen(function*() {
     const code = yield* Ref.make(0)
     const outcome = yield* Effect.result(
-      Command.runWith(fibril, { version })(argv).pipe(Effect.provideService(ExitCode, code))
+      Effect.flatMap(rewriteHelp(argv), Command.runWith(fibril, { version })).pipe(Effect.provideService(ExitCode, code))
     )
     if (outcome._tag === "Success") return yield* Ref.get(code)
     const error: unknown = outcome.failure
@@ -295,8 +475,11 @@ export const main = (argv: ReadonlyArray<string>, environment: Environment) =>
     yield* Console.error(`fibril: ${redactText(error instanceof Error ? error.message : String(error))}`)
     return usageErrors.has(tag) ? 2 : 1
   }).pipe(
-    // stdout carries answers, JSON events and (for `mcp`) JSON-RPC: logs go to stderr.
+    // stdout carries answers, JSON events and (for `mcp`) JSON-RPC: logs go to stderr, one
+    // line per event.
+    Effect.provide(Log.layer),
     Effect.provideService(Logger.LogToStderr, true),
+    Effect.provideService(CliOutput.Formatter, Help.formatter()),
     Effect.provideService(ProcessEnvironment, environment),
     Effect.provide(NodeServices.layer),
     Effect.scoped

@@ -9,6 +9,24 @@ import type * as Output from "./Output.ts"
 
 const snake = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)
 
+/** Tables whose keys are names a user chose (roles, agent types), kept as written. */
+const namedTables = new Set(["models", "roles", "sandbox_roles"])
+
+/**
+ * The JSON form: every key snake_case like the TOML keys and `FIBRIL_*` variables (the
+ * settings are camelCase in code), except the names under tables keyed by role or agent.
+ */
+export const snakeKeys = (value: unknown, keepKeys = false): unknown => {
+  if (Array.isArray(value)) return value.map((item) => snakeKeys(item))
+  if (typeof value !== "object" || value === null) return value
+  return Object.fromEntries(
+    Object.entries(value).map(([key, v]) => {
+      const name = keepKeys ? key : snake(key)
+      return [name, snakeKeys(v, !keepKeys && namedTables.has(name))]
+    })
+  )
+}
+
 /** `agent.max_steps = 50` lines, in TOML order, `undefined` values as comments. */
 export const lines = (resolved: FibrilConfig.Resolved): Array<string> => {
   const clamped = new Map(resolved.clamped.map((c) => [c.key, c]))
@@ -59,7 +77,7 @@ export const show = Effect.fn("fibril.config")(function*(
   sandbox?: Sandbox.Status
 ) {
   if (json) {
-    return yield* output.line(JSON.stringify({
+    return yield* output.line(JSON.stringify(snakeKeys({
       ...resolved,
       model_selection: model,
       ...(sandbox === undefined
@@ -70,7 +88,7 @@ export const show = Effect.fn("fibril.config")(function*(
             Sandbox.describeRoles(resolved.settings.sandbox, sandbox).map(({ role, shell }) => [role, shell])
           )
         })
-    }))
+    })))
   }
   yield* output.line(`# Effective configuration (sources, highest first: environment, ${
     resolved.sources.length === 0 ? "no config files" : resolved.sources.join(", ")

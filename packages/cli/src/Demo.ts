@@ -1,10 +1,11 @@
 /**
  * `fibril demo`: a scripted scenario with real tools on the real workspace.
  *
- * A root `general` agent sends three `explore` tasks in parallel (they really run
- * list_dir / glob / grep / read_file in the current directory), then a `review` task, then
- * answers. The tree of agents is printed as it progresses, then the parsed results and
- * the totals. The model is the ScriptedModel, and the output says so.
+ * A root `general` agent sends three `explore` tasks in parallel (they really run list_dir,
+ * glob and read_file in the workspace), then a `review` task (grep), then answers. The tree
+ * of agents is drawn as it grows (on a terminal the model's turns are paced like a real
+ * model's, about 6 s in all), then the final tree, the parsed results and the totals. The
+ * model is the ScriptedModel, and the output says so.
  */
 import { AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
 import * as Session from "@fibril/core/Session"
@@ -12,8 +13,6 @@ import type { TaskResult } from "@fibril/core/tools/Task"
 import { Clock, Effect, Fiber, PubSub } from "effect"
 import * as DemoScript from "./DemoScript.ts"
 import * as Output from "./Output.ts"
-import * as TreeView from "./TreeView.ts"
-
 
 const taskResults = (messages: ReadonlyArray<Session.TranscriptMessage>): Array<TaskResult> =>
   messages.flatMap((message) =>
@@ -27,16 +26,18 @@ const taskResults = (messages: ReadonlyArray<Session.TranscriptMessage>): Array<
 export const run = Effect.fn("fibril.demo")(function*(output: Output.Output, cwd: string) {
   const session = yield* Session.Session
   const events = yield* AgentEvents
-  const { view, show } = Output.follower(output, false)
+  const follow = Output.follower(output, false)
+  const { view, show } = follow
   const subscription = yield* events.subscribe
 
-  yield* output.line("Fibril demo — the model is SCRIPTED (ScriptedModel from @fibril/testkit), not an LLM.")
+  yield* output.line("Fibril demo: the model is SCRIPTED (the ScriptedModel), not an LLM.")
   yield* output.line(`The tools are real: they run on ${cwd}.`)
   yield* output.line("")
 
   const started = yield* Clock.currentTimeMillis
   const root = yield* session.create({ role: "general" })
   const fiber = yield* Effect.forkChild(session.prompt(root.id, DemoScript.rootPrompt))
+  const ticking = output.terminal === undefined ? undefined : yield* Effect.forkChild(Output.ticker(follow))
 
   while (true) {
     const event = yield* PubSub.take(subscription)
@@ -45,10 +46,8 @@ export const run = Effect.fn("fibril.demo")(function*(output: Output.Output, cwd
   }
   const answer = yield* Fiber.join(fiber)
   const finished = yield* Clock.currentTimeMillis
-
-  yield* output.line("")
-  yield* output.line("Agents")
-  for (const line of TreeView.render(view)) yield* output.line(`  ${line}`)
+  if (ticking !== undefined) yield* Fiber.interrupt(ticking)
+  yield* follow.finish("Agents")
 
   yield* output.line("")
   yield* output.line("Results (what the parent received: parsed sections, never the child transcripts)")

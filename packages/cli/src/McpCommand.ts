@@ -13,38 +13,45 @@ import * as Session from "@fibril/core/Session"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import { type Context, Effect, Layer, Logger, Option, Schema } from "effect"
 import { Command, Flag } from "effect/cli"
-import * as path from "node:path"
 import type { Environment } from "./Cli.ts"
 import * as ConfigFlags from "./ConfigFlags.ts"
 import * as Mcp from "./Mcp.ts"
 import * as ModelSelection from "./ModelSelection.ts"
+import * as Workspace from "./Workspace.ts"
 
 export const make = <I>(environment: Context.Key<I, Environment>, version: string) =>
   Command.make(
     "mcp",
     {
       model: Flag.String("model").pipe(
-        Flag.withDescription("Model id, or scripted:<file> for the ScriptedModel"),
+        Flag.withDescription("Model id (default FIBRIL_MODEL, the config's model, gpt-4.1-mini), or scripted:<file> for the ScriptedModel"),
         Flag.optional
       ),
-      baseUrl: Flag.String("base-url").pipe(Flag.withDescription("OpenAI-compatible endpoint (…/v1)"), Flag.optional),
+      baseUrl: Flag.String("base-url").pipe(
+        Flag.withDescription("OpenAI-compatible endpoint, …/v1 (default OPENAI_BASE_URL, else OpenAI)"),
+        Flag.optional
+      ),
       maxConcurrent: Flag.Int("max-concurrent").pipe(
         Flag.withSchema(Schema.Int.pipe(Schema.check(Schema.isBetween({ minimum: 1, maximum: 20 })))),
         Flag.withDescription("Sub-agent concurrency cap, 1..20"),
         Flag.optional
       ),
-      cwd: Flag.String("cwd").pipe(Flag.withDescription("Workspace directory (default: the current one)"), Flag.optional)
+      cwd: Flag.String("cwd").pipe(
+        Flag.withDescription("The workspace, an existing directory (default: the project around the directory the client starts the server in)"),
+        Flag.optional
+      )
     },
     Effect.fn("fibril.mcp.command")(function*(flags) {
       const env = yield* environment
-      const cwd = path.resolve(env.cwd, Option.getOrElse(flags.cwd, () => "."))
+      const cwd = yield* Workspace.resolve(flags.cwd, env)
       const config = yield* ConfigFlags.load(env, cwd)
       const selection = yield* ModelSelection.select({
         model: Option.getOrUndefined(flags.model),
         baseUrl: Option.getOrUndefined(flags.baseUrl),
         env: env.env,
         settings: config.settings,
-        cwd
+        cwd,
+        invocationDir: env.cwd
       })
       const subagents = SubAgentManager.optionsFrom(config.settings)
       const core = Fibril.layerWithModels({
@@ -63,4 +70,10 @@ export const make = <I>(environment: Context.Key<I, Environment>, version: strin
       yield* Effect.logInfo(`fibril mcp: serving on stdio (workspace ${cwd}, ${ModelSelection.describe(selection)})`)
       yield* Mcp.serve(server)
     }, Effect.provideService(Logger.LogToStderr, true))
-  ).pipe(Command.withDescription("Serve task and the agent_* tools over MCP (stdio) for Claude Code, opencode, Cursor, ..."))
+  ).pipe(
+    Command.withDescription("Serve task and the agent_* tools over MCP (stdio) for Claude Code, opencode, Cursor, ..."),
+    Command.withExamples([
+      { command: "claude mcp add fibril --transport stdio -e OPENAI_API_KEY=sk-… -- fibril mcp --model gpt-4.1-mini", description: "Register it with Claude Code (docs/mcp.md for opencode, Cursor, the Inspector)" },
+      { command: "fibril mcp --model scripted:script.json", description: "Offline, on a scripted model" }
+    ])
+  )

@@ -44,7 +44,10 @@ export interface Input {
   readonly baseUrl?: string | undefined
   readonly env: Readonly<Record<string, string | undefined>>
   readonly settings: FibrilConfig.Settings
+  /** The workspace: a script named in a config file is relative to it. */
   readonly cwd: string
+  /** Where the command was typed: a script named by `--model` is relative to it (default `cwd`). */
+  readonly invocationDir?: string | undefined
 }
 
 export const select = (input: Input): Effect.Effect<Selection, UsageError> => {
@@ -52,7 +55,8 @@ export const select = (input: Input): Effect.Effect<Selection, UsageError> => {
   if (model !== undefined && model.startsWith("scripted:")) {
     const file = model.slice("scripted:".length)
     if (file === "") return Effect.fail(new UsageError({ problem: "--model scripted:<file> needs a script file" }))
-    return Effect.succeed({ kind: "scripted", file: path.resolve(input.cwd, file), label: model })
+    const base = input.model !== undefined ? input.invocationDir ?? input.cwd : input.cwd
+    return Effect.succeed({ kind: "scripted", file: path.resolve(base, file), label: model })
   }
   const key = input.env["OPENAI_API_KEY"]
   if (key === undefined || key === "") return Effect.fail(missingKey)

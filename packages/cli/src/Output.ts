@@ -1,29 +1,42 @@
 /**
  * Where `run` and `demo` draw: a live tree redrawn in place on a terminal, one line per
  * change otherwise, or one JSON object per event with `--json`.
+ *
+ * The live tree is redrawn by screen rows: every row is cut to the terminal's width (so one
+ * line is one row), the frame is at most the screen's height, and the previous frame is
+ * erased by the rows it takes at the current width (a terminal that reflows on resize wraps
+ * the old rows). A ticker redraws it while agents run, for their elapsed times and spinners.
  */
 import type { AgentEvent } from "@fibril/core/AgentEvents"
-import { Console, Effect } from "effect"
+import { Clock, Console, Effect } from "effect"
 import * as TreeView from "./TreeView.ts"
+
+/** A terminal to draw on: its size now, and raw writes (escape sequences included). */
+export interface Terminal {
+  readonly columns: () => number
+  readonly rows: () => number
+  readonly write: (text: string) => Effect.Effect<void>
+}
 
 export interface Output {
   /** Writes one line. */
   readonly line: (text: string) => Effect.Effect<void>
-  /** Replaces the last `previous` lines with `lines` (a live view on a terminal). */
-  readonly redraw?: ((previous: number, lines: ReadonlyArray<string>) => Effect.Effect<void>) | undefined
+  /** Present when the output is a terminal that can show a live view. */
+  readonly terminal?: Terminal | undefined
 }
 
 /** `1 tool call`, `2 tool calls`. */
 export const count = (n: number, noun: string): string => `${n} ${noun}${n === 1 ? "" : "s"}`
 
+/** stdout; with a terminal when `tty`. */
 export const console = (tty: boolean): Output => ({
   line: (text) => Console.log(text),
-  redraw: tty
-    ? (previous, lines) =>
-      Effect.sync(() => {
-        const up = previous > 0 ? `\x1b[${previous}A\x1b[J` : ""
-        process.stdout.write(`${up}${lines.join("\n")}\n`)
-      })
+  terminal: tty
+    ? {
+      columns: () => process.stdout.columns || 80,
+      rows: () => process.stdout.rows || 24,
+      write: (text) => Effect.sync(() => void process.stdout.write(text))
+    }
     : undefined
 })
 
@@ -46,21 +59,104 @@ export const eventJson = (event: AgentEvent): string =>
     tokens: event.agent.usage
   })
 
-/** Folds events into a tree and shows them the way `output` can. */
-export const follower = (output: Output, json: boolean) => {
-  const view = TreeView.empty()
-  let drawn = 0
-  const show = (event: AgentEvent): Effect.Effect<void> => {
-    TreeView.apply(view, event)
-    if (json) return output.line(eventJson(event))
-    if (output.redraw !== undefined) {
-      const lines = TreeView.render(view)
-      const previous = drawn
-      drawn = lines.length
-      return output.redraw(previous, lines)
-    }
-    const line = TreeView.progressLine(view, event)
-    return line === undefined ? Effect.void : output.line(line)
-  }
-  return { view, show }
+/** How many screen rows `lines` take on a terminal `columns` wide. */
+export const screenRows = (lines: ReadonlyArray<string>, columns: number): number =>
+  lines.reduce((n, line) => n + Math.max(1, Math.ceil(TreeView.width(line) / Math.max(1, columns))), 0)
+
+/**
+ * The escape sequence that replaces a frame taking `previousRows` rows with `lines`: back to
+ * the first column (a ^C echoed by the terminal moved the cursor), up to the frame's first
+ * row, each line written over the old row and the rest of that row erased (EL), then the old
+ * rows below the new frame erased (ED). Never an erase of the whole screen from its top-left
+ * corner: terminals such as tmux (`scroll-on-clear`) push a cleared screen into the
+ * scrollback, which would leave a copy of every frame there.
+ */
+export const redrawSequence = (previousRows: number, lines: ReadonlyArray<string>): string =>
+  `\r${previousRows > 0 ? `\x1b[${previousRows}A` : ""}${lines.map((line) => `${line}\x1b[K\n`).join("")}${
+    previousRows > lines.length ? "\x1b[J" : ""
+  }`
+
+export interface Follower {
+  readonly view: TreeView.View
+  /** Folds an event in and shows it. */
+  readonly show: (event: AgentEvent) => Effect.Effect<void>
+  /** Redraws the live view (elapsed times, spinners) while an agent runs; nothing otherwise. */
+  readonly tick: Effect.Effect<void>
+  /**
+   * The final tree, printed once (not with `--json`): on a terminal it replaces the live
+   * view; otherwise it follows the log, under `header`.
+   */
+  readonly finish: (header: string) => Effect.Effect<void>
 }
+
+/** Folds events into a tree and shows them the way `output` can. */
+export const follower = (output: Output, json: boolean): Follower => {
+  const view = TreeView.empty()
+  const terminal = json ? undefined : output.terminal
+  let drawn: { readonly lines: ReadonlyArray<string> } | undefined
+  let finished = false
+  // Redraws are at most one per 50 ms of the clock: a burst of events (a fan-out of 20
+  // agents) is one frame, and the ticker draws what a skipped redraw left behind.
+  let drawnAt = Number.NEGATIVE_INFINITY
+  let dirty = false
+
+  const redraw = (lines: ReadonlyArray<string>, columns: number) =>
+    Effect.suspend(() => {
+      const previous = drawn === undefined ? 0 : screenRows(drawn.lines, columns)
+      drawn = { lines }
+      return terminal!.write(redrawSequence(previous, lines))
+    })
+
+  const draw = Effect.suspend(() => {
+    if (terminal === undefined || finished) return Effect.void
+    return Effect.flatMap(Clock.currentTimeMillis, (now) => {
+      drawnAt = now
+      dirty = false
+      const columns = terminal.columns()
+      // One column spare: a row exactly as wide as the screen wraps in some terminals.
+      return redraw(TreeView.frame(view, { now, columns: columns - 1, rows: terminal.rows() - 1 }), columns)
+    })
+  })
+
+  const show = (event: AgentEvent): Effect.Effect<void> =>
+    Effect.suspend(() => {
+      TreeView.apply(view, event)
+      if (json) return output.line(eventJson(event))
+      if (terminal !== undefined) {
+        return Effect.flatMap(Clock.currentTimeMillis, (now) => {
+          if (now - drawnAt >= 50) return draw
+          dirty = true
+          return Effect.void
+        })
+      }
+      const line = TreeView.progressLine(view, event)
+      return line === undefined ? Effect.void : output.line(line)
+    })
+
+  const tick = Effect.suspend(() =>
+    dirty || [...view.nodes.values()].some((node) => node.status === "running" || node.status === "pending")
+      ? draw
+      : Effect.void
+  )
+
+  const finish = (header: string) => Effect.gen(function*() {
+    if (json || finished) return
+    const now = yield* Clock.currentTimeMillis
+    if (terminal !== undefined) {
+      const columns = terminal.columns()
+      yield* redraw(TreeView.render(view, { now, columns: columns - 1 }), columns)
+      finished = true
+      return
+    }
+    finished = true
+    yield* output.line("")
+    yield* output.line(header)
+    for (const line of TreeView.render(view, { now })) yield* output.line(line)
+  })
+
+  return { view, show, tick, finish }
+}
+
+/** Runs `follower.tick` every 100 ms of the clock until interrupted. */
+export const ticker = (follower: Follower): Effect.Effect<never> =>
+  Effect.forever(Effect.andThen(Effect.sleep("100 millis"), follower.tick))

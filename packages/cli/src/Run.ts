@@ -2,10 +2,11 @@
  * `fibril run "<prompt>"`: one root agent on the workspace, its tree drawn as it works.
  *
  * On a terminal the tree is redrawn in place; with `--json` or without a terminal each event
- * is one line. The answer and the totals close the run. Exit code 0 when the root agent
- * completed, 1 when it failed or was cancelled. Ctrl-C interrupts the root: its whole tree is
- * cancelled (background agents, tool calls, shell process groups) before the summary of
- * what was cancelled is printed.
+ * is one line. The final tree, the answer and the totals close the run. Exit code 0 when the
+ * root agent completed, 1 when it failed. Ctrl-C (or SIGTERM, SIGHUP) interrupts the run: the
+ * root is cancelled with the reason (`cancelled by Ctrl-C`), and with it its whole tree
+ * (background agents, tool calls, shell process groups), before the summary of what was
+ * cancelled is printed; the process then exits 128 + the signal's number (bin.ts).
  */
 import { type AgentEvent, AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
@@ -21,6 +22,8 @@ export interface Options {
   readonly json: boolean
   /** Wait for detached agents still running when the root finishes, instead of stopping them. */
   readonly waitDetached: boolean
+  /** What interrupted the run, when it is interrupted (`Ctrl-C`, `SIGTERM`, …). */
+  readonly interruptedBy?: (() => string | undefined) | undefined
 }
 
 /** The reason a detached agent gets when `fibril run` ends before it does. */
@@ -39,9 +42,11 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
     role: options.role,
     description: options.prompt.split("\n")[0]!.slice(0, 60)
   })
+  TreeView.label(follow.view, root.agent_id, root.description)
   const started = yield* Clock.currentTimeMillis
   if (options.json) yield* output.line(JSON.stringify({ type: "root", agent_id: root.agent_id }))
-  else if (output.redraw === undefined) yield* output.line(`root agent ${root.agent_id}`)
+  else if (output.terminal === undefined) yield* output.line(`root agent ${root.agent_id}`)
+  if (output.terminal !== undefined && !options.json) yield* Effect.forkChild(Output.ticker(follow))
 
   const drain = Effect.flatMap(
     PubSub.takeUpTo(subscription, Number.MAX_SAFE_INTEGER),
@@ -72,8 +77,13 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
     return ids
   })
 
-  const summarise = (exit: Exit.Exit<Session.PromptResult, Session.PromptError>, stopped: ReadonlyArray<string>) =>
+  const summarise = (
+    exit: Exit.Exit<Session.PromptResult, Session.PromptError>,
+    stopped: ReadonlyArray<string>,
+    cancelledBy?: string
+  ) =>
     Effect.gen(function*() {
+      if (!options.json) yield* follow.finish("Agents")
       const finished = yield* Clock.currentTimeMillis
       const info = yield* Effect.orDie(session.info(root.agent_id))
       const nodes = [...follow.view.nodes.values()]
@@ -90,7 +100,11 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
         : Cause.hasInterruptsOnly(exit.cause)
         ? "cancelled"
         : "failed"
-      const text = Exit.isSuccess(exit) ? exit.value.text : Session.describeFailure(exit.cause)
+      const text = Exit.isSuccess(exit)
+        ? exit.value.text
+        : status === "cancelled" && cancelledBy !== undefined
+        ? `cancelled by ${cancelledBy}`
+        : Session.describeFailure(exit.cause)
       if (options.json) {
         yield* output.line(JSON.stringify({ type: "final", agent_id: root.agent_id, status, text, totals, stopped }))
       } else {
@@ -127,14 +141,16 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
     const exit = yield* Fiber.await(fiber)
     return yield* summarise(exit, yield* settleDetached(options.waitDetached))
   }).pipe(
-    // Ctrl-C (or SIGTERM, SIGHUP): stop the tree first (its finalizers kill processes), then
-    // detached agents, then say what stopped.
+    // Ctrl-C (or SIGTERM, SIGHUP): cancel the root, which stops its tree first (their
+    // finalizers kill processes), then detached agents, then say what stopped.
     Effect.onInterrupt(() =>
       Effect.gen(function*() {
+        const by = options.interruptedBy?.() ?? "a signal"
+        yield* manager.cancel(root.agent_id, `Cancelled by ${by}`).pipe(Effect.ignore)
         const exit = yield* Fiber.interrupt(fiber).pipe(Effect.andThen(Fiber.await(fiber)))
         const stopped = yield* settleDetached(false).pipe(Effect.orElseSucceed(() => []))
         yield* drain
-        yield* summarise(exit, stopped)
+        yield* summarise(exit, stopped, by)
       })
     )
   )

@@ -1,11 +1,26 @@
 /**
  * TreeView — the tree of agents, rebuilt from AgentEvents alone.
  *
- * `apply` folds one event into the view; `render` draws it (role, status, steps, tool
- * calls, tokens, the current tool); `progressLine` is the one-line form used when the
- * output is not a terminal. Pure functions, so tests and the demo share them.
+ * `apply` folds one event into the view; `render` draws it at a time and a width: per agent
+ * its role, description, id, status, elapsed time, steps, tool calls, tokens (its own, and
+ * its tree's when it has children) and what it is doing — the tool it runs, a spinner while
+ * it waits on its model, or the sub-agents it waits for. Every row is cut to the width.
+ * `progressLine` is the one-line form used when the output is not a terminal. Pure
+ * functions of the view and the time, so tests (TestClock) and the demo share them.
  */
 import type { AgentEvent, EventType } from "@fibril/core/AgentEvents"
+import { CliOutput } from "effect/cli"
+
+type Status = "pending" | "running" | "completed" | "failed" | "cancelled" | "interrupted"
+
+/** What a running agent is doing, inferred from its events. */
+export type Activity =
+  /** Its model call is in flight (after `started`, a retry, or the last result of a turn's tools). */
+  | "model"
+  /** Tool calls of the current turn have not all returned. */
+  | "tools"
+  /** Its model answered without tool calls: it is finishing, or waiting for its sub-agents. */
+  | "finishing"
 
 export interface Node {
   readonly id: string
@@ -13,22 +28,42 @@ export interface Node {
   readonly depth: number
   readonly role: string
   readonly description: string | undefined
-  status: "pending" | "running" | "completed" | "failed" | "cancelled" | "interrupted"
+  status: Status
   steps: number
   toolCalls: number
   lastTool: string | undefined
+  /** The tokens of the agent and its descendants, as its last event reported them. */
   tokens: { input: number; output: number; cached: number }
+  /** The agent's own tokens (input + output), fixed at its last event. */
+  ownTokens: number
   reason: string | undefined
+  /** When it was spawned, and when it ended (epoch ms of the events). */
+  readonly spawnedAt: number
+  endedAt: number | undefined
+  activity: Activity
+  /** Tool calls started and not yet returned. */
+  pendingTools: number
 }
 
 export interface View {
   readonly nodes: Map<string, Node>
   readonly order: Array<string>
+  /** Each agent's children, in spawn order. */
+  readonly children: Map<string, Array<Node>>
+  /** Descriptions known before an agent's first event (the root's, from its prompt). */
+  readonly labels: Map<string, string>
 }
 
-export const empty = (): View => ({ nodes: new Map(), order: [] })
+export const empty = (): View => ({ nodes: new Map(), order: [], children: new Map(), labels: new Map() })
 
-const statusOf = (type: EventType, current: Node["status"]): Node["status"] => {
+/** Gives an agent a description its events do not carry (the root agent's prompt). */
+export const label = (view: View, agentId: string, description: string): void => {
+  view.labels.set(agentId, description)
+}
+
+const terminal = (status: Status) => status !== "pending" && status !== "running"
+
+const statusOf = (type: EventType, current: Status): Status => {
   switch (type) {
     case "spawned":
       return "pending"
@@ -44,6 +79,10 @@ const statusOf = (type: EventType, current: Node["status"]): Node["status"] => {
   }
 }
 
+const total = (tokens: { readonly input: number; readonly output: number }) => tokens.input + tokens.output
+
+const childrenOf = (view: View, id: string): ReadonlyArray<Node> => view.children.get(id) ?? []
+
 export const apply = (view: View, event: AgentEvent): void => {
   const agent = event.agent
   let node = view.nodes.get(agent.agentId)
@@ -53,26 +92,94 @@ export const apply = (view: View, event: AgentEvent): void => {
       parentId: agent.parentId,
       depth: agent.depth,
       role: agent.role,
-      description: agent.description,
+      description: agent.description ?? view.labels.get(agent.agentId),
       status: "pending",
       steps: 0,
       toolCalls: 0,
       lastTool: undefined,
       tokens: { input: 0, output: 0, cached: 0 },
-      reason: undefined
+      ownTokens: 0,
+      reason: undefined,
+      spawnedAt: event.at,
+      endedAt: undefined,
+      activity: "model",
+      pendingTools: 0
     }
     view.nodes.set(agent.agentId, node)
     view.order.push(agent.agentId)
+    if (node.parentId !== undefined) {
+      const siblings = view.children.get(node.parentId) ?? []
+      siblings.push(node)
+      view.children.set(node.parentId, siblings)
+    }
   }
   node.status = statusOf(event.type, node.status)
   node.steps = agent.step
   node.toolCalls = agent.toolCalls
   node.lastTool = agent.lastTool
   node.tokens = { ...agent.usage }
-  if (event.reason !== undefined && event.type !== "retry") node.reason = event.reason
+  // The event's usage is the agent's tree: what its children have reported is theirs.
+  node.ownTokens = Math.max(0, total(agent.usage) - childrenOf(view, node.id).reduce((n, c) => n + total(c.tokens), 0))
+  switch (event.type) {
+    case "started":
+    case "retry":
+      node.activity = "model"
+      break
+    case "step":
+      node.activity = "finishing"
+      break
+    case "tool_call":
+      node.pendingTools += 1
+      node.activity = "tools"
+      break
+    case "tool_result":
+      node.pendingTools = Math.max(0, node.pendingTools - 1)
+      // The turn's last result is handed back to the model at once.
+      if (node.pendingTools === 0) node.activity = "model"
+      break
+    default:
+      break
+  }
+  if (terminal(node.status) && node.endedAt === undefined) node.endedAt = event.at
+  if (event.reason !== undefined && event.type !== "retry") node.reason = oneLine(event.reason)
 }
 
-const icon: Record<Node["status"], string> = {
+/** The tokens of a node's whole tree as the view knows them now (children update first). */
+const treeTokens = (view: View, node: Node): number =>
+  node.ownTokens + childrenOf(view, node.id).reduce((n, child) => n + treeTokens(view, child), 0)
+
+// ---------------------------------------------------------------------------------------
+// Formatting
+
+/** Control characters (newlines, escapes) never reach the terminal from a description or reason. */
+export const oneLine = (text: string): string =>
+  text.replace(/\s*[\r\n]+\s*/g, " ⏎ ").replace(/[\u0000-\u001f\u007f-\u009f]/g, " ")
+
+/** `950`, `1.2k`, `12k`, `3.4M`. */
+export const tokenCount = (n: number): string =>
+  n < 1000
+    ? String(n)
+    : n < 10_000
+    ? `${(n / 1000).toFixed(1)}k`
+    : n < 1_000_000
+    ? `${Math.round(n / 1000)}k`
+    : `${(n / 1_000_000).toFixed(1)}M`
+
+/** `0.4s`, `12s`, `3m05s`, `1h02m`. */
+export const elapsed = (ms: number): string => {
+  const s = Math.max(0, ms) / 1000
+  if (s < 10) return `${s.toFixed(1)}s`
+  if (s < 60) return `${Math.floor(s)}s`
+  const m = Math.floor(s / 60)
+  if (m < 60) return `${m}m${String(Math.floor(s % 60)).padStart(2, "0")}s`
+  return `${Math.floor(m / 60)}h${String(m % 60).padStart(2, "0")}m`
+}
+
+export const spinnerFrames = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"] as const
+/** The spinner turns one frame every 100 ms of the clock. */
+export const spinner = (now: number): string => spinnerFrames[Math.floor(now / 100) % spinnerFrames.length]!
+
+const icon: Record<Status, string> = {
   pending: "○",
   running: "●",
   completed: "✓",
@@ -81,18 +188,111 @@ const icon: Record<Node["status"], string> = {
   interrupted: "⊘"
 }
 
-const describe = (node: Node): string => {
-  const label = node.description === undefined ? "" : ` "${node.description}"`
-  const tool = node.status === "running" && node.lastTool !== undefined ? `  (${node.lastTool})` : ""
-  const cached = node.tokens.cached > 0 ? ` (${node.tokens.cached} cached)` : ""
-  const reason = node.reason !== undefined && node.status !== "completed" ? `  — ${node.reason}` : ""
-  return `${icon[node.status]} ${node.role}${label} [${node.id}] ${node.status}  steps ${node.steps}  tools ${node.toolCalls}  tokens ${
-    node.tokens.input + node.tokens.output
-  }${cached}${tool}${reason}`
+/**
+ * Characters one column wide and one code unit long each: ASCII, Latin, the arrows, shapes,
+ * box drawing and braille the tree is drawn with. A string of only these (the usual row) is
+ * measured by its length; anything else (CJK, emoji, combining marks) by grapheme.
+ */
+const narrow = /^[\u0020-\u007e\u00a0-\u024f\u2010-\u2027\u2030-\u205e\u2190-\u21ff\u2200-\u22ff\u23ce\u2500-\u25ff\u2713\u2717\u2800-\u28ff]*$/
+
+/** Display columns of `text` (a wide character counts 2). */
+export const width = (text: string): number => narrow.test(text) ? text.length : CliOutput.displayWidth(text)
+
+const segmenter = new Intl.Segmenter()
+
+/** `text` cut to at most `columns` display columns, ending with `…` when cut. */
+export const cut = (text: string, columns: number): string => {
+  if (width(text) <= columns) return text
+  if (columns <= 0) return ""
+  if (narrow.test(text)) return `${text.slice(0, columns - 1)}…`
+  let out = ""
+  let used = 0
+  for (const { segment } of segmenter.segment(text)) {
+    const w = width(segment)
+    if (used + w > columns - 1) break
+    out += segment
+    used += w
+  }
+  return `${out}…`
 }
 
-/** The whole tree, children under their parents in spawn order. */
-export const render = (view: View): Array<string> => {
+interface Parts {
+  readonly head: string
+  readonly description: string | undefined
+  /** Status and elapsed time. */
+  readonly state: string
+  readonly activity: string
+  readonly metrics: string
+  readonly id: string
+  readonly reason: string
+}
+
+const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
+  const running = node.status === "running"
+  const mark = live && running && node.activity === "model" ? spinner(now) : icon[node.status]
+  const children = childrenOf(view, node.id)
+  const tokens = children.length === 0
+    ? `tokens ${tokenCount(node.ownTokens)}`
+    : `tokens ${tokenCount(node.ownTokens)} own, ${tokenCount(treeTokens(view, node))} tree`
+  const cached = node.tokens.cached > 0 && children.length === 0 ? ` (${tokenCount(node.tokens.cached)} cached)` : ""
+  const waitingFor = children.filter((child) => !terminal(child.status)).length
+  const activity = !running
+    ? ""
+    : node.activity === "model"
+    ? "  waiting on model"
+    : node.activity === "tools"
+    ? `  (${node.lastTool ?? "tool"})${waitingFor > 0 ? ` waiting on ${waitingFor} sub-agent${waitingFor === 1 ? "" : "s"}` : ""}`
+    : waitingFor > 0
+    ? `  waiting on ${waitingFor} sub-agent${waitingFor === 1 ? "" : "s"}`
+    : ""
+  return {
+    head: `${mark} ${node.role}`,
+    description: node.description === undefined ? undefined : oneLine(node.description),
+    state: ` ${node.status} ${elapsed((node.endedAt ?? now) - node.spawnedAt)}`,
+    activity,
+    metrics: `  steps ${node.steps}  tools ${node.toolCalls}  ${tokens}${cached}`,
+    id: `  [${node.id}]`,
+    reason: node.reason !== undefined && node.status !== "completed" ? `  — ${node.reason}` : ""
+  }
+}
+
+/**
+ * One agent's row in at most `columns` columns. What gives way, in order: the reason, the
+ * id, the description's end (down to a dozen columns), the step/tool/token counts; only
+ * then is the row itself cut. Status, elapsed time and activity stay as long as anything.
+ */
+const fit = (prefix: string, p: Parts, columns: number): string => {
+  const compose = (keep: { readonly metrics: boolean; readonly id: boolean; readonly reason: boolean }, description: string | undefined) =>
+    `${prefix}${p.head}${description === undefined ? "" : ` "${description}"`}${p.state}${p.activity}${
+      keep.metrics ? p.metrics : ""
+    }${keep.id ? p.id : ""}${keep.reason ? p.reason : ""}`
+  const stages = [
+    { metrics: true, id: true, reason: true, shrink: false },
+    { metrics: true, id: true, reason: false, shrink: false },
+    { metrics: true, id: false, reason: false, shrink: true },
+    { metrics: false, id: false, reason: false, shrink: true }
+  ]
+  for (const stage of stages) {
+    const whole = compose(stage, p.description)
+    if (width(whole) <= columns) return whole
+    if (stage.shrink && p.description !== undefined) {
+      const room = columns - width(compose(stage, ""))
+      if (room >= 12) return compose(stage, cut(p.description, room))
+    }
+  }
+  return cut(compose({ metrics: false, id: false, reason: false }, undefined), columns)
+}
+
+export interface RenderOptions {
+  /** The clock now (epoch ms): elapsed times of running agents and the spinner. */
+  readonly now: number
+  /** Rows are cut to this many columns (no limit when absent). */
+  readonly columns?: number | undefined
+}
+
+/** The whole tree, children under their parents in spawn order, each row within `columns`. */
+export const render = (view: View, options: RenderOptions): Array<string> => {
+  const columns = options.columns ?? Number.POSITIVE_INFINITY
   const children = new Map<string | undefined, Array<Node>>()
   for (const id of view.order) {
     const node = view.nodes.get(id)!
@@ -107,7 +307,7 @@ export const render = (view: View): Array<string> => {
     list.forEach((node, index) => {
       const last = index === list.length - 1
       const branch = parent === undefined ? "" : last ? "└─ " : "├─ "
-      lines.push(`${prefix}${branch}${describe(node)}`)
+      lines.push(fit(`${prefix}${branch}`, parts(view, node, options.now, options.columns !== undefined), columns))
       walk(node.id, parent === undefined ? prefix : prefix + (last ? "   " : "│  "))
     })
   }
@@ -115,21 +315,39 @@ export const render = (view: View): Array<string> => {
   return lines
 }
 
-/** One line per lifecycle change or tool call, indented by depth (for logs and pipes). */
+/**
+ * The live frame: the tree within `rows` screen rows (a frame taller than the screen could
+ * not be redrawn in place), the agents that do not fit summed up on the last row.
+ */
+export const frame = (view: View, options: RenderOptions & { readonly rows: number }): Array<string> => {
+  const lines = render(view, options)
+  const room = Math.max(1, options.rows)
+  if (lines.length <= room) return lines
+  const shown = lines.slice(0, room - 1)
+  const hidden = lines.length - shown.length
+  const running = [...view.nodes.values()].filter((node) => node.status === "running").length
+  shown.push(cut(`… ${hidden} more agent${hidden === 1 ? "" : "s"} (${running} running)`, options.columns ?? Infinity))
+  return shown
+}
+
+/** One line per lifecycle change, tool call or retry, indented by depth (for logs and pipes). */
 export const progressLine = (view: View, event: AgentEvent): string | undefined => {
   const node = view.nodes.get(event.agent.agentId)
   if (node === undefined) return undefined
   const indent = "  ".repeat(node.depth)
+  const who = `${node.role} [${node.id}]`
   switch (event.type) {
     case "tool_call":
-      return `${indent}  → ${node.role} [${node.id}] ${event.tool}`
+      return `${indent}  → ${who} ${event.tool}`
     case "step":
       return undefined
     case "tool_result":
-      return event.isFailure === true ? `${indent}  ✗ ${node.role} [${node.id}] ${event.tool}: ${event.reason ?? "failed"}` : undefined
+      return event.isFailure === true ? `${indent}  ✗ ${who} ${event.tool}: ${oneLine(event.reason ?? "failed")}` : undefined
     case "retry":
-      return `${indent}  ↻ ${node.role} [${node.id}] ${event.reason ?? "retrying"}`
-    default:
-      return `${indent}${describe(node)}`
+      return `${indent}  ↻ ${who} ${oneLine(event.reason ?? "retrying")}`
+    default: {
+      const p = parts(view, node, event.at, false)
+      return `${indent}${p.head}${p.description === undefined ? "" : ` "${p.description}"`}${p.state}${p.metrics}${p.id}${p.reason}`
+    }
   }
 }

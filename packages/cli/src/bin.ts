@@ -4,19 +4,35 @@ import { NodeRuntime } from "@effect/platform-node"
 import { Cause, Effect, Exit } from "effect"
 import * as Cli from "./Cli.ts"
 
-// A closed terminal (SIGHUP) stops the run like SIGTERM: the tree is cancelled and its shell
-// process groups are killed. The runtime listens for SIGTERM; this hands SIGHUP to it.
-process.on("SIGHUP", () => void process.emit("SIGTERM"))
+// Ctrl-C, SIGTERM and SIGHUP interrupt the run (NodeRuntime listens for SIGINT and SIGTERM;
+// a closed terminal's SIGHUP is handed to it as SIGTERM): the tree is cancelled, its shell
+// process groups are killed, and the process exits 128 + the signal's number. The first
+// signal is remembered so that the run can say what cancelled it.
+const signals = { SIGINT: { code: 130, label: "Ctrl-C" }, SIGTERM: { code: 143, label: "SIGTERM" }, SIGHUP: { code: 129, label: "SIGHUP (the terminal closed)" } }
+let received: keyof typeof signals | undefined
+process.on("SIGINT", () => void (received ??= "SIGINT"))
+process.on("SIGTERM", () => void (received ??= "SIGTERM"))
+process.on("SIGHUP", () => {
+  received ??= "SIGHUP"
+  process.emit("SIGTERM")
+})
 
 NodeRuntime.runMain(
-  Effect.flatMap(Cli.main(process.argv.slice(2), Cli.processEnvironment()), (code) =>
-    Effect.sync(() => {
-      process.exitCode = code
-    })),
+  Effect.flatMap(
+    Cli.main(process.argv.slice(2), { ...Cli.processEnvironment(), interruptedBy: () => received && signals[received].label }),
+    (code) =>
+      Effect.sync(() => {
+        process.exitCode = code
+      })
+  ),
   {
-    // Ctrl-C interrupts the run: it cancels the agent tree and prints what was cancelled;
-    // that ends the root agent as cancelled, which is exit code 1.
     teardown: (exit, onExit) =>
-      onExit(Exit.isSuccess(exit) ? Number(process.exitCode ?? 0) : Cause.hasInterruptsOnly(exit.cause) ? 1 : 2)
+      onExit(
+        Exit.isSuccess(exit)
+          ? Number(process.exitCode ?? 0)
+          : Cause.hasInterruptsOnly(exit.cause)
+          ? signals[received ?? "SIGINT"].code
+          : 2
+      )
   }
 )

@@ -57,8 +57,10 @@ describe("fibril run", () => {
         cwd: dir
       })
       assert.strictEqual(exitCode, 0, stderr)
-      assert.match(stdout, /✓ explore "left" \[agent_\w+\] completed/)
-      assert.match(stdout, /✓ explore "right" \[agent_\w+\] completed/)
+      assert.match(stdout, /✓ explore "left" completed \d+\.\ds {2}steps 2 {2}tools 1 {2}tokens \d+ {2}\[agent_\w+\]/)
+      assert.match(stdout, /✓ explore "right" completed .*\[agent_\w+\]/)
+      // the final tree, once: the root's row with its own and its tree's tokens
+      assert.match(stdout, /\nAgents\n✓ general "explore both sides" completed .* tokens [\d.k]+ own, [\d.k]+ tree {2}\[agent_\w+\]\n├─ ✓ explore "left"/)
       assert.include(stdout, "Answer\n  Both sides explored.")
       assert.match(stdout, /Totals: 3 agents, 4 tool calls/)
     }).pipe(Effect.provide(NodeServices.layer)))

@@ -1,5 +1,5 @@
 // How `fibril run` ends: detached agents still running are stopped (with the command that
-// resumes them) or waited for; SIGHUP (a closed terminal) stops the tree like SIGTERM.
+// resumes them) or waited for; SIGHUP (a closed terminal) stops the tree like SIGTERM (exit 129).
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, FileSystem, Path } from "effect"
@@ -127,7 +127,7 @@ describe("the end of fibril run", () => {
       assert.isAbove(pids.length, 0, "the shell command started")
       yield* handle.kill({ killSignal: "SIGHUP" })
       const code = yield* handle.exitCode
-      assert.strictEqual(Number(code), 1)
+      assert.strictEqual(Number(code), 129, "128 + SIGHUP")
       assert.deepStrictEqual(pidsWith(marker), [], "the shell's process group was killed")
       for (const row of records(dir)) assert.notInclude(["running", "pending"], row.status)
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)

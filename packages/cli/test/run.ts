@@ -4,20 +4,23 @@ import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { fileURLToPath } from "node:url"
 
 export const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url))
+/** Node's flag that resolves the @fibril packages to their sources (see vitest.config.ts). */
+export const sourceCondition = "--conditions=@fibril/source"
 export const repoRoot = fileURLToPath(new URL("../../..", import.meta.url))
 
 const text = (stream: Stream.Stream<Uint8Array, unknown>) => stream.pipe(Stream.decodeText(), Stream.mkString)
 
 export const fibril = Effect.fn("test.fibril")(function*(
   args: ReadonlyArray<string>,
-  options: { readonly cwd?: string; readonly env?: Record<string, string | undefined> } = {}
+  options: { readonly cwd?: string; readonly env?: Record<string, string | undefined>; readonly stdin?: string } = {}
 ) {
   const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
-  const handle = yield* spawner.spawn(ChildProcess.make(process.execPath, [bin, ...args], {
+  const handle = yield* spawner.spawn(ChildProcess.make(process.execPath, [sourceCondition, bin, ...args], {
     cwd: options.cwd ?? repoRoot,
     // No API key from the developer's shell leaks into a test.
     env: { OPENAI_API_KEY: undefined, OPENAI_BASE_URL: undefined, FIBRIL_MODEL: undefined, ...options.env },
-    extendEnv: true
+    extendEnv: true,
+    ...(options.stdin === undefined ? {} : { stdin: Stream.make(new TextEncoder().encode(options.stdin)) })
   }))
   const [stdout, stderr, exitCode] = yield* Effect.all(
     [text(handle.stdout), text(handle.stderr), handle.exitCode],

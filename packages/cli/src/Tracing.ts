@@ -1,0 +1,47 @@
+/**
+ * `--otlp URL` (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT): spans exported with Effect's own OTLP
+ * exporter. An endpoint that cannot be reached, or that refuses the spans, is reported once
+ * (a warning on stderr naming the endpoint, its credentials hidden) and from then on the
+ * spans are dropped at once: the run neither slows down (the exporter would retry each batch
+ * for seconds, also at exit) nor says nothing.
+ */
+import { redactUrl } from "@fibril/core/Secrets"
+import { Effect, Layer } from "effect"
+import { FetchHttpClient, HttpClient, HttpClientResponse } from "effect/http"
+import { OtlpSerialization, OtlpTracer } from "effect/observability"
+
+/** The warning for an endpoint that failed, with why. */
+export const unreachable = (url: string, why: string) =>
+  `traces cannot be exported to ${redactUrl(url)} (${why}); the run goes on without them`
+
+/** The HTTP client of the exporter: after the first failure, every request is answered as if accepted. */
+const client = (url: string) =>
+  Layer.effect(
+    HttpClient.HttpClient,
+    Effect.gen(function*() {
+      const base = yield* HttpClient.HttpClient
+      let failed = false
+      const accepted = (request: Parameters<typeof HttpClientResponse.fromWeb>[0]) =>
+        HttpClientResponse.fromWeb(request, new Response(null, { status: 200 }))
+      const giveUp = (request: Parameters<typeof HttpClientResponse.fromWeb>[0], why: string) =>
+        Effect.as(failed ? Effect.void : Effect.logWarning(unreachable(url, why)), accepted(request)).pipe(
+          Effect.ensuring(Effect.sync(() => void (failed = true)))
+        )
+      return HttpClient.transform(base, (response, request) =>
+        failed
+          ? Effect.succeed(accepted(request))
+          : response.pipe(
+            Effect.flatMap((answer) =>
+              answer.status >= 400 ? giveUp(request, `it answered HTTP ${answer.status}`) : Effect.succeed(answer)
+            ),
+            Effect.catch((error) => giveUp(request, error.reason._tag === "TransportError" ? "unreachable" : error.message))
+          ))
+    })
+  ).pipe(Layer.provide(FetchHttpClient.layer))
+
+/** Span export to `url`. */
+export const layer = (url: string) =>
+  OtlpTracer.layer({ url, resource: { serviceName: "fibril" }, shutdownTimeout: "2 seconds" }).pipe(
+    Layer.provide(OtlpSerialization.layerJson),
+    Layer.provide(client(url))
+  )
