@@ -50,7 +50,7 @@ export type Draft = { -readonly [K in keyof SubAgentRecord]: SubAgentRecord[K] }
 // Changing a record
 // ---------------------------------------------------------------------------
 
-/** The receipt fields of a newly spawned agent: its first run (pending), `spawned`, its transcript. */
+/** The receipt fields of a newly spawned agent: its first run (pending), `spawned`, its transcript (as few objects as will do: this runs per spawn). */
 export const initial = (options: {
   readonly agentId: string
   readonly sessionName: string
@@ -80,11 +80,9 @@ export const initial = (options: {
       run_id: first,
       ...(options.detail === undefined ? {} : { detail: preview(options.detail) })
     }] satisfies ReadonlyArray<LogEventType>,
-    artifacts: [{ kind: "transcript", ref: options.transcriptHandle, run_id: first, at: options.now }] satisfies ReadonlyArray<
-      Artifact
-    >,
-    usage: { status: "unknown", reported_steps: 0, estimated_steps: 0 } satisfies UsageProvenance,
-    verification: { status: "self_report", receipts: [] } satisfies SubAgentRecord["verification"]
+    artifacts: [{ kind: "transcript", ref: options.transcriptHandle }] satisfies ReadonlyArray<Artifact>,
+    usage: { status: "unknown", reported_steps: 0, estimated_steps: 0 } satisfies UsageProvenance
+    // `verification` is absent until a check is attached: the receipt reads that as self_report.
   } as const
 }
 

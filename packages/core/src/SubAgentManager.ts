@@ -608,9 +608,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       entry.record.status = "running"
       entry.record.started_at = now
       entry.lastProgress = now
-      yield* syncFromSession(entry)
       const record = entry.record
-      entry.runBase = { steps: record.steps, toolCalls: record.tool_calls, tokens: record.tokens }
       Receipt.started(record, now)
       yield* store.put(record)
       return yield* session.prompt(record.agent_id, message)
@@ -959,6 +957,12 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         budgets: config.budgets
       })
     }
+    // What the session has counted so far (nothing, when restored): the new run adds to it.
+    const before = yield* Effect.option(session.info(agentId))
+    entry.runBase = Option.match(before, {
+      onNone: () => ({ steps: 0, toolCalls: 0, tokens: { input: 0, output: 0, cached: 0 } }),
+      onSome: (info) => ({ steps: info.steps, toolCalls: info.toolCalls, tokens: info.treeUsage })
+    })
     const permit: Permit = (yield* admit()) ? "held" : "wait"
     const previous = `${status}${record.reason === undefined ? "" : `: ${record.reason}`}`
     const prompt = message ?? `Continue where you left off. Your previous run ended ${previous}.`
