@@ -1250,6 +1250,7 @@ export const agentResultForModel = (agent: AgentView) => ({
     ? agent.finished_at - agent.started_at
     : undefined,
   model: agent.model,
+  transcript_handle: agent.transcript_handle,
   ...(agent.from_prior_session ? { from_prior_session: true } : {})
 })
 

@@ -53,7 +53,9 @@ export const TaskResult = Schema.Struct({
   steps: Schema.Int,
   tokens: Tokens,
   duration_ms: Schema.Int,
-  model: Schema.String
+  model: Schema.String,
+  /** Read it with `handle_read`, a page at a time. */
+  transcript_handle: Schema.String
 })
 
 /** An agent's state or result as a model sees it (`agentResultForModel`). */
@@ -75,6 +77,7 @@ export const AgentResult = Schema.Struct({
   tokens: Tokens,
   duration_ms: Schema.optionalKey(Schema.Int),
   model: Schema.String,
+  transcript_handle: Schema.String,
   from_prior_session: Schema.optionalKey(Schema.Boolean)
 })
 
@@ -98,6 +101,7 @@ export const WaitResult = Schema.Struct({
 
 export const AgentSummary = Schema.Struct({
   agent_id: Schema.String,
+  session_name: Schema.String,
   parent_id: Schema.optionalKey(Schema.String),
   depth: Schema.Int,
   description: Schema.String,
@@ -378,6 +382,7 @@ const spawned = (agent: AgentView): typeof Spawned.Type => AgentTools.spawned(ag
 
 const summary = (agent: AgentView): typeof AgentSummary.Type => ({
   agent_id: agent.agent_id,
+  session_name: Receipt.sessionName(agent),
   ...(agent.parent_id === undefined ? {} : { parent_id: agent.parent_id }),
   depth: agent.depth,
   description: agent.description,

@@ -418,6 +418,11 @@ describe("run receipts", () => {
       // The two waits by name (the third waits for whatever still runs).
       for (const value of byTool("agent_wait").slice(0, 2)) assert.isTrue(mentionsKid(value), JSON.stringify(value))
       assert.isTrue(byTool("agent_send_input")[0]!["delivered"])
+      assert.strictEqual(byTool("agent_result")[0]!["transcript_handle"], `${kid.agent_id}.jsonl`)
+      assert.deepStrictEqual(
+        (byTool("agent_list")[0] as unknown as Array<{ session_name: string }>).map((a) => a.session_name),
+        [kid.session_name]
+      )
       assert.deepStrictEqual(byTool("agent_wait")[0]!["completed"].map((a: { agent_id: string }) => a.agent_id), [kid.agent_id])
       assert.strictEqual(byTool("handle_read")[0]!["agent_id"], kid.agent_id)
       assert.strictEqual(byTool("handle_read")[0]!["messages"].length, 2)

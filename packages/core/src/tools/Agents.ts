@@ -199,6 +199,7 @@ export const list = ToolRegistry.define({
     const agents = yield* manager.list({ includeArchived: params.include_archived ?? false })
     return agents.map((agent) => ({
       agent_id: agent.agent_id,
+      session_name: Receipt.sessionName(agent),
       parent_id: agent.parent_id,
       description: agent.description,
       role: agent.role,

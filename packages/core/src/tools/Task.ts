@@ -40,6 +40,8 @@ export interface TaskResult {
   readonly tokens: { readonly input: number; readonly output: number; readonly cached: number }
   readonly duration_ms: number
   readonly model: string
+  /** The child's transcript, for `handle_read` (it never enters the parent's context by itself). */
+  readonly transcript_handle: string
 }
 
 const emptySections: ResultSections = { changes: "", evidence: "", risks: "", blockers: "" }
@@ -74,7 +76,8 @@ export const taskResult = (agent: AgentView): TaskResult => ({
   steps: agent.steps,
   tokens: agent.tokens,
   duration_ms: agent.started_at !== undefined && agent.finished_at !== undefined ? agent.finished_at - agent.started_at : 0,
-  model: agent.model
+  model: agent.model,
+  transcript_handle: agent.transcript_handle
 })
 
 /** Registers `task`; needs the SubAgentManager it delegates through. */
