@@ -10,16 +10,19 @@
  * - cancellation: McpServer interrupts a request's handler on `notifications/cancelled`;
  *   the `task` handler then cancels its agent and the agent's descendants, which are
  *   recorded as cancelled "by the MCP client";
- * - shutdown: when the server stops (stdin closed, or a signal), every running agent that
- *   is not detached is cancelled before the manager closes, so its record says why.
+ * - shutdown: when the server stops (stdin closed, or a signal), every running agent of this
+ *   process that is not detached is cancelled with one reason (`shutdownReason`) before the
+ *   requests in flight are interrupted and the manager closes, so its record says why;
+ * - the id parameters of the agent tools are `required` in their input schemas.
  *
  * stdout carries JSON-RPC only; logs go to stderr (`Logger.LogToStderr`, set by the caller).
  */
 import { type AgentEvent, AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
 import type { AgentView } from "@fibril/core/SubAgentManager"
 import { SubAgentManager } from "@fibril/core/SubAgentManager"
+import { SubAgentStore } from "@fibril/core/SubAgentStore"
 import * as TaskToolkit from "@fibril/core/TaskToolkit"
-import { Cause, Deferred, Effect, Exit, Fiber, Layer, Option, PubSub, Stdio, Stream } from "effect"
+import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, PubSub, Stdio, Stream } from "effect"
 import { McpProtocol, McpSchema, McpServer } from "effect/ai"
 
 export const cancelReason = "Cancelled by the MCP client"
@@ -126,20 +129,84 @@ const handlers = Layer.unwrap(Effect.gen(function*() {
   return TaskToolkit.layerWith({ cancelReason, whileTaskRuns: reportProgress(server, events) })
 }))
 
-/** Registers `task` and the `agent_*` tools with the McpServer in context. */
-export const tools = McpServer.toolkit(TaskToolkit.mcpToolkit).pipe(Layer.provide(handlers))
+/**
+ * The tools whose agent id the input schema marks `required`. Their Schema keeps `agent_id`
+ * optional beside its alias `id`, so that a call naming the agent `id` is still decoded; only
+ * the advertised JSON Schema says which name to use.
+ */
+export const requiredIds: Readonly<Record<string, ReadonlyArray<string>>> = {
+  agent_result: ["agent_id"],
+  agent_cancel: ["agent_id"],
+  agent_close: ["agent_id"],
+  agent_send_input: ["agent_id"],
+  agent_eval: ["agent_id"],
+  agent_resume: ["agent_id"]
+}
 
-/** On shutdown: cancel every running agent that is not detached, with the reason recorded. */
+/**
+ * The McpServer as the toolkit registers with it: a tool of `requiredIds` is registered
+ * with those parameters `required` in its input schema.
+ */
+const requiringIds = Layer.effect(
+  McpServer.McpServer,
+  Effect.map(McpServer.McpServer, (server) =>
+    McpServer.McpServer.of({
+      ...server,
+      addTool: (options) => {
+        const names = requiredIds[options.tool.name]
+        if (names === undefined) return server.addTool(options)
+        const inputSchema = options.tool.inputSchema
+        return server.addTool({
+          ...options,
+          tool: new McpSchema.Tool({
+            ...options.tool,
+            inputSchema: { ...inputSchema, required: [...new Set([...(inputSchema.required ?? []), ...names])] }
+          })
+        })
+      }
+    }))
+)
+
+/** Registers `task` and the `agent_*` tools with the McpServer in context. */
+export const tools = McpServer.toolkit(TaskToolkit.mcpToolkit).pipe(Layer.provide(handlers), Layer.provide(requiringIds))
+
+/**
+ * When the server stops: `serve` opens `stopping` (stdin closed, or a signal) and waits for
+ * `stopped` before it interrupts the server, so the agents are cancelled with the shutdown
+ * reason before the requests in flight are interrupted (a `task` interrupted first would
+ * record "Cancelled by the MCP client").
+ */
+export class Shutdown extends Context.Service<Shutdown, {
+  readonly stopping: Deferred.Deferred<void>
+  readonly stopped: Deferred.Deferred<void>
+  /** Opened once the server is up: before that there is nothing to cancel. */
+  readonly armed: Deferred.Deferred<void>
+}>()("@fibril/cli/Mcp/Shutdown") {}
+
+/**
+ * On shutdown: cancel every running agent of this process that is not detached, with the
+ * reason recorded (agents of other processes sharing the store are theirs).
+ */
 export const cancelOnShutdown = Layer.effectDiscard(Effect.gen(function*() {
   const manager = yield* SubAgentManager
-  yield* Effect.addFinalizer(() =>
-    Effect.gen(function*() {
-      const agents = yield* manager.list({ includeArchived: false })
-      const open = agents.filter((a) => !a.detached && (a.status === "running" || a.status === "pending"))
-      if (open.length > 0) yield* Effect.logInfo(`fibril mcp: cancelling ${open.length} running agent(s) on shutdown`)
-      yield* Effect.forEach(open, (a) => Effect.ignore(manager.cancel(a.agent_id, shutdownReason)), { discard: true })
+  const store = yield* SubAgentStore
+  const shutdown = yield* Shutdown
+  const cancelAll = Effect.gen(function*() {
+    const agents = yield* manager.list({ includeArchived: false })
+    const open = agents.filter((a) =>
+      !a.detached && a.session_boot_id === store.owner.boot_id && (a.status === "running" || a.status === "pending")
+    )
+    if (open.length > 0) yield* Effect.logInfo(`fibril mcp: cancelling ${open.length} running agent(s) on shutdown`)
+    yield* Effect.forEach(open, (a) => Effect.ignore(manager.cancel(a.agent_id, shutdownReason)), {
+      concurrency: "unbounded",
+      discard: true
     })
+  })
+  yield* Effect.forkScoped(
+    Deferred.await(shutdown.stopping).pipe(Effect.andThen(cancelAll), Effect.ensuring(Deferred.succeed(shutdown.stopped, undefined)))
   )
+  yield* Deferred.succeed(shutdown.armed, undefined)
+  yield* Effect.addFinalizer(() => cancelAll)
 }))
 
 /** The stdio server; needs the core services (`Fibril.layerWithModels`) and `Stdio`. */
@@ -164,12 +231,24 @@ export const layerStdio = (options: { readonly version: string }) =>
  *
  * The stdio transport's own end-of-input handling interrupts the fiber that built it, which
  * is a short-lived fiber once layers are built concurrently (`Layer.merge`): the server
- * would outlive its client. So the end of stdin is watched here and ends the launch.
- * Succeeds when stdin closes; fails if the layers cannot be built.
+ * would outlive its client. So the end of stdin is watched here and ends the launch, after
+ * the running agents are cancelled with the shutdown reason (`Shutdown`); an interruption (a
+ * signal) does the same. Succeeds when stdin closes; fails if the layers cannot be built.
  */
 export const serve = <E, R>(server: Layer.Layer<never, E, R>) =>
   Effect.gen(function*() {
     const stdio = yield* Stdio.Stdio
+    const shutdown = Shutdown.of({
+      stopping: yield* Deferred.make<void>(),
+      stopped: yield* Deferred.make<void>(),
+      armed: yield* Deferred.make<void>()
+    })
+    // Cancels the agents first (at most 10 s), when the server got as far as having any.
+    const stop = Effect.gen(function*() {
+      if (!(yield* Deferred.isDone(shutdown.armed))) return
+      yield* Deferred.succeed(shutdown.stopping, undefined)
+      yield* Deferred.await(shutdown.stopped).pipe(Effect.timeout("10 seconds"), Effect.ignore)
+    })
     const closed = yield* Deferred.make<void>()
     const watched = Stdio.make({
       args: stdio.args,
@@ -180,8 +259,10 @@ export const serve = <E, R>(server: Layer.Layer<never, E, R>) =>
       stderr: (options) => stdio.stderr(options),
       stdin: stdio.stdin.pipe(Stream.onEnd(Deferred.succeed(closed, undefined)))
     })
-    const launched = Layer.launch(server.pipe(Layer.provide(Layer.succeed(Stdio.Stdio, watched))))
-    const fiber = yield* Effect.forkChild(Effect.raceFirst(launched, Deferred.await(closed)))
-    const exit = yield* Fiber.await(fiber)
+    const launched = Layer.launch(
+      server.pipe(Layer.provide(Layer.mergeAll(Layer.succeed(Stdio.Stdio, watched), Layer.succeed(Shutdown, shutdown))))
+    )
+    const fiber = yield* Effect.forkChild(Effect.raceFirst(launched, Deferred.await(closed).pipe(Effect.andThen(stop))))
+    const exit = yield* Fiber.await(fiber).pipe(Effect.onInterrupt(() => stop))
     if (Exit.isFailure(exit) && !Cause.hasInterruptsOnly(exit.cause)) return yield* Effect.failCause(exit.cause)
   })

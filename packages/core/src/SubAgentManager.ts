@@ -318,6 +318,14 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const bootId = store.owner.boot_id
   const maxResultChars = config.maxResultChars ?? defaultMaxResultChars
   const semaphore = yield* Semaphore.make(config.maxConcurrent)
+  // Permits taken at admission (reject mode): an agent holds one from then on, also before its
+  // run has started and counted itself running (while its session and record are created), so
+  // the cap error reports the larger of the two: never "running 0" at a full cap.
+  let held = 0
+  const releaseHeld = Effect.suspend(() => {
+    held--
+    return semaphore.release(1)
+  })
   const entries = new Map<string, Entry>()
   /** Background, non-detached children by the session that spawned them. */
   const childrenOf = new Map<string, Set<string>>()
@@ -621,7 +629,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         counted = false
         runningCount--
       }
-      return permit === "held" ? Effect.andThen(semaphore.release(1), finish(entry, exit)) : finish(entry, exit)
+      return permit === "held" ? Effect.andThen(releaseHeld, finish(entry, exit)) : finish(entry, exit)
     })
   }
 
@@ -633,10 +641,12 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const admit = (): Effect.Effect<boolean, CapReached> =>
     config.admission === "queue"
       ? Effect.succeed(false)
-      : Effect.flatMap(semaphore.takeIfAvailable(1), (taken) =>
-        taken
+      : Effect.flatMap(semaphore.takeIfAvailable(1), (taken) => {
+        if (taken) held++
+        return taken
           ? Effect.succeed(true)
-          : Effect.fail(new CapReached({ max: config.maxConcurrent, running: runningCount })))
+          : Effect.fail(new CapReached({ max: config.maxConcurrent, running: Math.max(held, runningCount) }))
+      })
 
   // Internal to spawn and run, whose spans cover it; untraced because it runs once per
   // sub-agent on the spawn path.
@@ -657,7 +667,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       : currentRunId(yield* Effect.map(lookupAny(request.verifies), (t) => isEntry(t) ? t.record : t))
     // The root of a tree (`fibril run`'s agent) is recorded but holds no sub-agent permit.
     const permit: Permit = mode === "root" ? "none" : (yield* admit()) ? "held" : "wait"
-    const released = permit === "held" ? semaphore.release(1) : Effect.void
+    const released = permit === "held" ? releaseHeld : Effect.void
     const created = mode === "root"
       ? yield* session.create({ role: role.name, model, allowedTools: request.allowedTools }).pipe(
         Effect.catchTag("UnknownModel", (error) => Effect.die(error))
