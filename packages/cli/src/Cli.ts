@@ -60,6 +60,8 @@ const cwdFlag = Flag.String("cwd").pipe(
   Flag.optional
 )
 const jsonFlag = Flag.Boolean("json").pipe(Flag.withDescription("One JSON object per line"), Flag.withDefault(false))
+/** `--json` of the commands that print one JSON document. */
+const jsonDocumentFlag = Flag.Boolean("json").pipe(Flag.withDescription("Print it as JSON"), Flag.withDefault(false))
 const modelFlag = Flag.String("model").pipe(
   Flag.withDescription("Model id (default FIBRIL_MODEL, the config's model, gpt-4.1-mini), or scripted:<file> for the ScriptedModel"),
   Flag.optional
@@ -262,7 +264,7 @@ export const agents = Command.make("agents").pipe(
           Flag.withDescription("Every recorded tree, finished ones included"),
           Flag.withDefault(false)
         ),
-        json: jsonFlag,
+        json: jsonDocumentFlag,
         cwd: cwdFlag
       },
       (flags) =>
@@ -325,7 +327,7 @@ export const agents = Command.make("agents").pipe(
 export const config = Command.make(
   "config",
   {
-    json: jsonFlag,
+    json: jsonDocumentFlag,
     cwd: cwdFlag,
     model: Flag.String("model").pipe(Flag.withDescription("Show the model selection for this model id"), Flag.optional)
   },
@@ -356,7 +358,7 @@ export const config = Command.make(
 
 export const doctor = Command.make(
   "doctor",
-  { model: modelFlag, baseUrl: baseUrlFlag, cwd: cwdFlag, json: jsonFlag },
+  { model: modelFlag, baseUrl: baseUrlFlag, cwd: cwdFlag, json: jsonDocumentFlag },
   Effect.fn("fibril.doctor.command")(function*(flags) {
     const environment = yield* ProcessEnvironment
     const checks = yield* Doctor.run({
