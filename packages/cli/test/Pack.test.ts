@@ -88,7 +88,7 @@ describe("the packed packages", () => {
       assert.deepStrictEqual(listed.map((p) => p.name).sort(), packages.map((p) => `@fibril/${p}`).sort())
       for (const pack of listed) {
         const files = pack.files.map((f) => f.path)
-        assert.isTrue(files.every((f) => f === "package.json" || f.startsWith("dist/")), `${pack.name}: ${files.join(" ")}`)
+        assert.isTrue(files.every((f) => f === "package.json" || f.startsWith("dist/") || f === "bin/fibril.js"), `${pack.name}: ${files.join(" ")}`)
         assert.isFalse(files.some((f) => f.endsWith(".ts") && !f.endsWith(".d.ts")), `${pack.name} ships TypeScript sources`)
       }
       const core = listed.find((p) => p.name === "@fibril/core")!.files.map((f) => f.path)
