@@ -1,4 +1,13 @@
 #!/usr/bin/env node
 // The `fibril` executable: the build in dist/ (`npm run build`; `npm install` and `npm pack`
-// make it). A file of its own so that npm can link it before the build exists.
-import "../dist/bin.js"
+// make it). A file of its own so that npm can link it before the build exists, and so that
+// an older Node is told what to install instead of failing on a module it lacks.
+const [major, minor] = process.versions.node.split(".").map(Number)
+if (major < 22 || (major === 22 && minor < 19)) {
+  process.stderr.write(
+    `fibril: this is Node ${process.version}; fibril needs Node >= 22.19. ` +
+      "Install a newer Node, or put one first on PATH.\n"
+  )
+  process.exit(2)
+}
+await import("../dist/bin.js")
