@@ -36,7 +36,7 @@ describe("fibril config: the shell sandbox", () => {
       const parsed = JSON.parse(json.stdout) as Record<string, any>
       assert.isFalse(parsed["sandbox_status"].available)
       assert.strictEqual(parsed["sandbox_roles"].explore, "no shell (no sandbox available)")
-      assert.strictEqual(parsed["settings"].sandbox.bwrapPath, "/nonexistent/bwrap")
+      assert.strictEqual(parsed["settings"].sandbox.bwrap_path, "/nonexistent/bwrap")
     }).pipe(Effect.provide(NodeServices.layer)))
 
   it.live.skipIf(process.platform !== "linux")("with bubblewrap: each role's mode", () =>
