@@ -13,12 +13,22 @@ const M = 3
 const fanOutChecks = (s: Script, K: number, final: string) => {
   assert.strictEqual(final, `final: received ${K} summaries`)
   assert.deepStrictEqual(
-    { summaries: s.counts.summaries, parentCalls: s.counts.parentCalls, childCalls: s.counts.childCalls, lookups: s.counts.lookups, badPayloads: s.counts.badPayloads },
+    {
+      summaries: s.counts.summaries,
+      parentCalls: s.counts.parentCalls,
+      childCalls: s.counts.childCalls,
+      lookups: s.counts.lookups,
+      badPayloads: s.counts.badPayloads
+    },
     { summaries: K, parentCalls: 2, childCalls: K * (M + 1), lookups: K * M, badPayloads: 0 }
   )
 }
 
-const adapters = [["fibril (memory store)", Fibril, "memory"], ["fibril (SQLite store)", Fibril, "file"], ["floor", Floor, "memory"]] as const
+const adapters = [["fibril (memory store)", Fibril, "memory"], ["fibril (SQLite store)", Fibril, "file"], [
+  "floor",
+  Floor,
+  "memory"
+]] as const
 
 describe("bench adapters", () => {
   for (const [name, adapter, store] of adapters) {
@@ -35,13 +45,21 @@ describe("bench adapters", () => {
       const K = 20
       const s = makeScript({ K, M, blocking: true })
       const controller = new AbortController()
-      const settled = adapter.runW2({ K, M, signal: controller.signal, s, store }).then(() => "resolved", () => "rejected")
+      const settled = adapter.runW2({ K, M, signal: controller.signal, s, store }).then(
+        () => "resolved",
+        () => "rejected"
+      )
       await s.allInLookup
       s.markAborted()
       controller.abort()
       assert.strictEqual(await settled, "rejected")
       assert.deepStrictEqual(
-        { inLookup: s.counts.childrenInLookup, pending: s.counts.lookupsPending, timers: s.counts.timersArmed, after: s.counts.callsAfterAbort },
+        {
+          inLookup: s.counts.childrenInLookup,
+          pending: s.counts.lookupsPending,
+          timers: s.counts.timersArmed,
+          after: s.counts.callsAfterAbort
+        },
         { inLookup: K, pending: 0, timers: 0, after: 0 }
       )
       await adapter.dispose(s)
@@ -54,7 +72,12 @@ describe("bench adapters", () => {
         assert.strictEqual(final, "final: received 1 summaries")
       }
       assert.deepStrictEqual(
-        { parentCalls: s.counts.parentCalls, childCalls: s.counts.childCalls, lookups: s.counts.lookups, badPayloads: s.counts.badPayloads },
+        {
+          parentCalls: s.counts.parentCalls,
+          childCalls: s.counts.childCalls,
+          lookups: s.counts.lookups,
+          badPayloads: s.counts.badPayloads
+        },
         { parentCalls: 40, childCalls: 40, lookups: 20, badPayloads: 0 }
       )
       await adapter.dispose(s)

@@ -51,15 +51,23 @@ const delegation = async () => {
         return response
       })
   } as unknown as LanguageModel.LanguageModel
-  const runtime = ManagedRuntime.make(layerFor(s, null, "memory", Layer.succeed(LanguageModel.LanguageModel, recording)))
+  const runtime = ManagedRuntime.make(
+    layerFor(s, null, "memory", Layer.succeed(LanguageModel.LanguageModel, recording))
+  )
   const { final } = await runtime.runPromise(parentRun as Effect.Effect<{ final: string }, unknown, Session>)
   await runtime.dispose()
   const [first, second] = parentRequests
-  if (final !== `final: received ${K} summaries` || first === undefined || second === undefined || childLast.size !== K) {
-    throw new Error(`delegation run did not check out: ${final}, ${parentRequests.length} parent requests, ${childLast.size} children`)
+  if (
+    final !== `final: received ${K} summaries` || first === undefined || second === undefined || childLast.size !== K
+  ) {
+    throw new Error(
+      `delegation run did not check out: ${final}, ${parentRequests.length} parent requests, ${childLast.size} children`
+    )
   }
   const addedPerTask = (encode(second).length - encode(first).length) / K
-  const childBytes = median([...childLast.values()].map((c) => encode(c.messages).length + JSON.stringify(c.answer).length))
+  const childBytes = median(
+    [...childLast.values()].map((c) => encode(c.messages).length + JSON.stringify(c.answer).length)
+  )
   return {
     K,
     M,
@@ -88,7 +96,13 @@ const fork = async () => {
             return {
               tool_calls: [{
                 name: "agent_spawn",
-                args: { prompt: "task-0", description: "forked", fork_context: true, type: "custom", allowed_tools: ["lookup"] }
+                args: {
+                  prompt: "task-0",
+                  description: "forked",
+                  fork_context: true,
+                  type: "custom",
+                  allowed_tools: ["lookup"]
+                }
               }]
             }
           }

@@ -37,7 +37,20 @@ const w1 = async () => {
   const ok = final === `final: received ${K} summaries` && c.summaries === K && c.parentCalls === 2 &&
     c.childCalls === K * (M + 1) && c.lookups === K * M && c.badPayloads === 0
   await Adapter.dispose(s)
-  return { workload: "W1", runtime, K, M, cap, store, ok, wall_ms: wall, cpu_ms: cpuMs, peak_rss_mib: peakRss / 2 ** 20, us_per_subagent: (wall * 1000) / K, counts: c }
+  return {
+    workload: "W1",
+    runtime,
+    K,
+    M,
+    cap,
+    store,
+    ok,
+    wall_ms: wall,
+    cpu_ms: cpuMs,
+    peak_rss_mib: peakRss / 2 ** 20,
+    us_per_subagent: (wall * 1000) / K,
+    counts: c
+  }
 }
 
 /** One W2 cycle: K children inside `lookup`, then the abort; resolves with the script and figures. */
@@ -68,9 +81,19 @@ const w2 = async (warm: boolean) => {
   const handles = (process as unknown as { getActiveResourcesInfo(): Array<string> }).getActiveResourcesInfo()
     .filter((kind) => kind !== "TTYWrap" && kind !== "PipeWrap")
   return {
-    workload: warm ? "W2 warm" : "W2", runtime, K, M, cap: null, store, ok: how === "rejected" && c.childrenInLookup === K,
-    abort_to_settled_ms: abortToSettled, leaked_lookups: c.lookupsPending, timers_armed: c.timersArmed,
-    model_calls_after_abort: c.callsAfterAbort, exits_on_its_own: handles.length === 0, open_handles: handles
+    workload: warm ? "W2 warm" : "W2",
+    runtime,
+    K,
+    M,
+    cap: null,
+    store,
+    ok: how === "rejected" && c.childrenInLookup === K,
+    abort_to_settled_ms: abortToSettled,
+    leaked_lookups: c.lookupsPending,
+    timers_armed: c.timersArmed,
+    model_calls_after_abort: c.callsAfterAbort,
+    exits_on_its_own: handles.length === 0,
+    open_handles: handles
   }
 }
 
@@ -90,8 +113,14 @@ const w3 = async () => {
   ok = ok && c.parentCalls === 2 * 2050 && c.childCalls === 2 * 2050 && c.lookups === 2050 && c.badPayloads === 0
   await Adapter.dispose(s)
   return {
-    workload: "W3", runtime, K: 1, M: 1, store, ok,
-    median_us: times[Math.floor(times.length / 2)]!, p99_us: times[Math.floor(times.length * 0.99)]!
+    workload: "W3",
+    runtime,
+    K: 1,
+    M: 1,
+    store,
+    ok,
+    median_us: times[Math.floor(times.length / 2)]!,
+    p99_us: times[Math.floor(times.length * 0.99)]!
   }
 }
 

@@ -47,7 +47,9 @@ const readPrompt = (prompt: Prompt.Prompt) => {
       for (const part of message.content) if (part.type === "text") first = part.text
     } else if (message.role === "tool") {
       for (const part of message.content) {
-        if (part.type === "tool-result") toolResults.push(part.name === "task" ? summaryOf(part.result) : textOf(part.result))
+        if (part.type === "tool-result") {
+          toolResults.push(part.name === "task" ? summaryOf(part.result) : textOf(part.result))
+        }
       }
     }
   }
@@ -73,7 +75,12 @@ const toParts = (answer: ModelAnswer, depth: number): Array<Response.Part<Record
       // `task` calls for a lookup-only child.
       name: depth === 0 ? "task" : call.name,
       params: depth === 0
-        ? { description: call.args["prompt"], prompt: call.args["prompt"], subagent_type: "custom", allowed_tools: ["lookup"] }
+        ? {
+          description: call.args["prompt"],
+          prompt: call.args["prompt"],
+          subagent_type: "custom",
+          allowed_tools: ["lookup"]
+        }
         : call.args,
       providerExecuted: false
     })
@@ -150,7 +157,7 @@ export const layerFor = (
 export const runtimeFor = (s: Script, cap: number | null, store: Store = "memory") => {
   const key = `${cap}:${store}`
   let byKey = runtimes.get(s)
-  if (byKey === undefined) runtimes.set(s, (byKey = new Map()))
+  if (byKey === undefined) runtimes.set(s, byKey = new Map())
   let runtime = byKey.get(key)
   if (runtime === undefined) {
     runtime = ManagedRuntime.make(layerFor(s, cap, store)) as ManagedRuntime.ManagedRuntime<Session, unknown>
@@ -172,7 +179,9 @@ export async function runW1({ cap, s, store }: { K: number; M: number; cap: numb
   return runtimeFor(s, cap, store).runPromise(parentRun)
 }
 
-export async function runW2({ signal, s, store }: { K: number; M: number; signal: AbortSignal; s: Script; store?: Store }) {
+export async function runW2(
+  { signal, s, store }: { K: number; M: number; signal: AbortSignal; s: Script; store?: Store }
+) {
   return runtimeFor(s, null, store).runPromise(parentRun, { signal })
 }
 

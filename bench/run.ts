@@ -50,7 +50,13 @@ const show = (r: ReturnType<typeof run>) => {
 
 console.log(`Fibril orchestration benchmark (${quick ? "quick" : "full"}; medians of ${reps} fresh processes)`)
 const w1Fields = ["us_per_subagent", "wall_ms", "cpu_ms", "peak_rss_mib"]
-const w2Fields = ["abort_to_settled_ms", "leaked_lookups", "timers_armed", "model_calls_after_abort", "exits_on_its_own"]
+const w2Fields = [
+  "abort_to_settled_ms",
+  "leaked_lookups",
+  "timers_armed",
+  "model_calls_after_abort",
+  "exits_on_its_own"
+]
 const w3Fields = ["median_us", "p99_us"]
 // The floor (a plain Promise loop on the same script) first: it says how fast this machine is right now.
 for (const cap of ["none", "10"]) {
@@ -111,9 +117,11 @@ const context = JSON.parse(
 ) as { delegation: Record<string, number>; fork: Record<string, number> }
 const { delegation, fork } = context
 console.log(
-  `     persistence at K=${persistence.K}: the SQLite store costs ${persistence.sqlite_over_memory_per_subagent.toFixed(2)}x the memory store per sub-agent (+${
-    persistence.sqlite_minus_memory_us_per_subagent.toFixed(1)
-  } us; CPU ${persistence.sqlite_over_memory_cpu.toFixed(2)}x) (goal <= 1.5x)`
+  `     persistence at K=${persistence.K}: the SQLite store costs ${
+    persistence.sqlite_over_memory_per_subagent.toFixed(2)
+  }x the memory store per sub-agent (+${persistence.sqlite_minus_memory_us_per_subagent.toFixed(1)} us; CPU ${
+    persistence.sqlite_over_memory_cpu.toFixed(2)
+  }x) (goal <= 1.5x)`
 )
 console.log(
   `     context growth per delegated task: the parent gains ${delegation["parent_bytes_added_per_task"]} B (~${
@@ -131,7 +139,11 @@ console.log(
 const out = fileURLToPath(new URL("./results.json", import.meta.url))
 writeFileSync(
   out,
-  JSON.stringify({ date: new Date().toISOString(), node: process.version, quick, results, ratios, flatness, persistence, context }, null, 2)
+  JSON.stringify(
+    { date: new Date().toISOString(), node: process.version, quick, results, ratios, flatness, persistence, context },
+    null,
+    2
+  )
 )
 console.log(`wrote ${out}`)
 if (!results.every((r) => r.ok)) process.exitCode = 1

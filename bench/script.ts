@@ -28,8 +28,16 @@ export interface Script {
   readonly K: number
   readonly M: number
   readonly counts: Counts
-  parentModel(input: { readonly toolResults: ReadonlyArray<string>; readonly signal?: AbortSignal | undefined }): ModelAnswer
-  childModel(input: { readonly prompt: string; readonly toolResults: ReadonlyArray<string>; readonly signal?: AbortSignal | undefined }): ModelAnswer
+  parentModel(
+    input: { readonly toolResults: ReadonlyArray<string>; readonly signal?: AbortSignal | undefined }
+  ): ModelAnswer
+  childModel(
+    input: {
+      readonly prompt: string
+      readonly toolResults: ReadonlyArray<string>
+      readonly signal?: AbortSignal | undefined
+    }
+  ): ModelAnswer
   lookup(args: { readonly key: string }, signal?: AbortSignal): Promise<string>
   /** W2: resolves when all K children are inside `lookup`. */
   readonly allInLookup: Promise<void>
@@ -42,14 +50,24 @@ const summaryPattern = /^summary<task-(\d+)>:\.*$/
 export const makeScript = (options: { readonly K: number; readonly M: number; readonly blocking: boolean }): Script => {
   const { K, M, blocking } = options
   const counts: Counts = {
-    parentCalls: 0, childCalls: 0, lookups: 0, lookupsPending: 0, timersArmed: 0,
-    callsAfterAbort: 0, badPayloads: 0, summaries: 0, childrenInLookup: 0
+    parentCalls: 0,
+    childCalls: 0,
+    lookups: 0,
+    lookupsPending: 0,
+    timersArmed: 0,
+    callsAfterAbort: 0,
+    badPayloads: 0,
+    summaries: 0,
+    childrenInLookup: 0
   }
   let aborted = false
   let release: () => void = () => {}
   const allInLookup = new Promise<void>((resolve) => (release = resolve))
   return {
-    K, M, counts, allInLookup,
+    K,
+    M,
+    counts,
+    allInLookup,
     markAborted: () => void (aborted = true),
     parentModel({ toolResults }) {
       counts.parentCalls++
@@ -57,7 +75,10 @@ export const makeScript = (options: { readonly K: number; readonly M: number; re
       if (toolResults.length === 0) {
         return {
           // The harness's name for the sub-agent tool; each adapter translates it.
-          calls: Array.from({ length: K }, (_, i) => ({ id: `call_sub_${i}`, name: "subagent", args: { prompt: `task-${i}` } }))
+          calls: Array.from(
+            { length: K },
+            (_, i) => ({ id: `call_sub_${i}`, name: "subagent", args: { prompt: `task-${i}` } })
+          )
         }
       }
       const seen = new Set<string>()
@@ -73,7 +94,9 @@ export const makeScript = (options: { readonly K: number; readonly M: number; re
       if (aborted) counts.callsAfterAbort++
       for (const text of toolResults) if (text !== PAYLOAD) counts.badPayloads++
       const n = toolResults.length
-      if (n < M) return { calls: [{ id: `call_${prompt}_lookup_${n}`, name: "lookup", args: { key: `${prompt}/${n}` } }] }
+      if (n < M) {
+        return { calls: [{ id: `call_${prompt}_lookup_${n}`, name: "lookup", args: { key: `${prompt}/${n}` } }] }
+      }
       return { text: `summary<${prompt}>:`.padEnd(200, ".") }
     },
     lookup(_args, signal) {

@@ -33,7 +33,12 @@ const files = (dir: string): Array<string> =>
 
 const newestInput = (name: string): number => {
   const dir = join(root, "packages", name)
-  const inputs = [...files(join(dir, "src")), join(dir, "package.json"), join(dir, "tsconfig.build.json"), join(root, "tsconfig.json")]
+  const inputs = [
+    ...files(join(dir, "src")),
+    join(dir, "package.json"),
+    join(dir, "tsconfig.build.json"),
+    join(root, "tsconfig.json")
+  ]
   return Math.max(...inputs.map((file) => statSync(file).mtimeMs))
 }
 
@@ -66,7 +71,9 @@ const withLock = (f: () => void) => {
       break
     } catch {
       // A lock left by a build that died long ago is taken over.
-      if (existsSync(lock) && Date.now() - statSync(lock).mtimeMs > 120_000) rmSync(lock, { recursive: true, force: true })
+      if (existsSync(lock) && Date.now() - statSync(lock).mtimeMs > 120_000) {
+        rmSync(lock, { recursive: true, force: true })
+      }
       if (Date.now() > deadline) throw new Error(`fibril build: ${lock} is held by another build`)
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100)
     }

@@ -18,13 +18,21 @@ const script: ScriptedModel.ScriptInput = {
       match: { role: "explore" },
       turns: [
         { tool_calls: [{ name: "list_dir", args: {} }] },
-        { text: "SUMMARY:\nThe workspace has a README.\n\nCHANGES:\nnone\n\nEVIDENCE:\nlist_dir\n\nRISKS:\nnone\n\nBLOCKERS:\nnone" }
+        {
+          text:
+            "SUMMARY:\nThe workspace has a README.\n\nCHANGES:\nnone\n\nEVIDENCE:\nlist_dir\n\nRISKS:\nnone\n\nBLOCKERS:\nnone"
+        }
       ]
     },
     {
       respond: (c) =>
         c.turn === 0
-          ? { tool_calls: [{ name: "task", args: { description: "survey", prompt: "What is here?", subagent_type: "explore" } }] }
+          ? {
+            tool_calls: [{
+              name: "task",
+              args: { description: "survey", prompt: "What is here?", subagent_type: "explore" }
+            }]
+          }
           : { text: `My explorer reports: ${JSON.stringify(c.lastToolResults[0]?.result)}` }
     }
   ]

@@ -85,7 +85,8 @@ export const forest = (agents: ReadonlyArray<SubAgentRecord>, owners: ReadonlyMa
   return (byParent.get(undefined) ?? []).map(build)
 }
 
-const time = (ms: number | undefined) => ms === undefined ? "" : `${new Date(ms).toISOString().slice(0, 19).replace("T", " ")}Z`
+const time = (ms: number | undefined) =>
+  ms === undefined ? "" : `${new Date(ms).toISOString().slice(0, 19).replace("T", " ")}Z`
 
 const ownerText = (agent: SubAgentRecord, owner: OwnerView) => {
   const who = owner.pid === null ? "unknown process" : `pid ${owner.pid}${owner.host === null ? "" : `@${owner.host}`}`
@@ -176,20 +177,27 @@ const notRecorded = (stateDir: string, id: string) => Effect.fail(new AgentNotRe
  * usage and verification provenance, follow-up and takeover.
  */
 export const show = Effect.fn("fibril.agents.show")(function*(stateDir: string, id: string, output: Output.Output) {
-  const shown = yield* withStore(stateDir, undefined, (store) =>
-    Effect.flatMap(find(store, stateDir, id), (agent) =>
-      Effect.map(store.liveness(agent.session_boot_id), (liveness) => {
-        const worker = Receipt.workerRecord(agent, {
-          workspace: workspaceOf(stateDir),
-          durable: true,
-          owner: liveness === "self" ? "alive" : liveness
-        })
-        return {
-          ...agent,
-          ...worker,
-          owner: { ...worker.owner, state: liveness === "gone" ? "gone" : "alive" }
-        }
-      })))
+  const shown = yield* withStore(
+    stateDir,
+    undefined,
+    (store) =>
+      Effect.flatMap(
+        find(store, stateDir, id),
+        (agent) =>
+          Effect.map(store.liveness(agent.session_boot_id), (liveness) => {
+            const worker = Receipt.workerRecord(agent, {
+              workspace: workspaceOf(stateDir),
+              durable: true,
+              owner: liveness === "self" ? "alive" : liveness
+            })
+            return {
+              ...agent,
+              ...worker,
+              owner: { ...worker.owner, state: liveness === "gone" ? "gone" : "alive" }
+            }
+          })
+      )
+  )
   if (shown === undefined) return yield* notRecorded(stateDir, id)
   yield* output.line(JSON.stringify(shown, null, 2))
 })
@@ -207,7 +215,9 @@ export const cancel = Effect.fn("fibril.agents.cancel")(function*(stateDir: stri
   if (node === undefined) return yield* notRecorded(stateDir, id)
   yield* output.line(nodeLine(node))
   if (!isTerminal(node.agent.status)) {
-    yield* output.line(`  the process that runs it (pid ${node.agent.owner_pid ?? "unknown"}) has not acted on the request yet`)
+    yield* output.line(
+      `  the process that runs it (pid ${node.agent.owner_pid ?? "unknown"}) has not acted on the request yet`
+    )
   }
 })
 
@@ -221,8 +231,16 @@ export const resume = Effect.fn("fibril.agents.resume")(function*(
   const resumed = yield* manager.resume(undefined, id, message)
   yield* output.line(`resuming ${resumed.agent_id} (${Receipt.sessionName(resumed)}) as run ${currentRunId(resumed)}`)
   const agent = yield* manager.result(resumed.agent_id, { block: true })
-  yield* output.line(nodeLine({ agent, owner: { pid: agent.owner_pid ?? null, host: agent.owner_host ?? null, state: "alive" }, children: [] }))
-  if (agent.outcome !== undefined) for (const text of agent.outcome.text.split("\n")) yield* output.line(`  ${text}`)
+  yield* output.line(
+    nodeLine({
+      agent,
+      owner: { pid: agent.owner_pid ?? null, host: agent.owner_host ?? null, state: "alive" },
+      children: []
+    })
+  )
+  if (agent.outcome !== undefined) {
+    for (const text of agent.outcome.text.split("\n")) yield* output.line(`  ${text}`)
+  }
   const previous = agent.runs?.at(-2)
   if (agent.status !== "completed" && previous !== undefined) {
     yield* output.line(
@@ -242,9 +260,15 @@ export const transcript = Effect.fn("fibril.agents.transcript")(function*(
   output: Output.Output,
   page: { readonly offset?: number | undefined; readonly limit?: number | undefined } = {}
 ) {
-  const found = yield* withStore(stateDir, undefined, (store) =>
-    Effect.flatMap(find(store, stateDir, id), (agent) =>
-      Effect.map(store.readTranscript(agent.transcript_handle), (raw) => ({ agent, raw }))))
+  const found = yield* withStore(
+    stateDir,
+    undefined,
+    (store) =>
+      Effect.flatMap(
+        find(store, stateDir, id),
+        (agent) => Effect.map(store.readTranscript(agent.transcript_handle), (raw) => ({ agent, raw }))
+      )
+  )
   if (found === undefined) return yield* notRecorded(stateDir, id)
   const messages = yield* Schema.decodeUnknownEffect(Schema.Array(Prompt.Message))(found.raw)
   const paged = page.offset !== undefined || page.limit !== undefined

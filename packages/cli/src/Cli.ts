@@ -20,8 +20,8 @@ import { readFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import * as AgentsCommand from "./AgentsCommand.ts"
-import * as ConfigFlags from "./ConfigFlags.ts"
 import * as ConfigCommand from "./ConfigCommand.ts"
+import * as ConfigFlags from "./ConfigFlags.ts"
 import * as Demo from "./Demo.ts"
 import * as DemoScript from "./DemoScript.ts"
 import * as Doctor from "./Doctor.ts"
@@ -56,14 +56,18 @@ export interface Environment {
 export class ProcessEnvironment extends Context.Service<ProcessEnvironment, Environment>()("@fibril/cli/Environment") {}
 
 const cwdFlag = Flag.String("cwd").pipe(
-  Flag.withDescription("The workspace, an existing directory (default: the project around the current directory: the nearest one up with .fibril/ or .git)"),
+  Flag.withDescription(
+    "The workspace, an existing directory (default: the project around the current directory: the nearest one up with .fibril/ or .git)"
+  ),
   Flag.optional
 )
 const jsonFlag = Flag.Boolean("json").pipe(Flag.withDescription("One JSON object per line"), Flag.withDefault(false))
 /** `--json` of the commands that print one JSON document. */
 const jsonDocumentFlag = Flag.Boolean("json").pipe(Flag.withDescription("Print it as JSON"), Flag.withDefault(false))
 const modelFlag = Flag.String("model").pipe(
-  Flag.withDescription("Model id (default FIBRIL_MODEL, the config's model, gpt-4.1-mini), or scripted:<file> for the ScriptedModel"),
+  Flag.withDescription(
+    "Model id (default FIBRIL_MODEL, the config's model, gpt-4.1-mini), or scripted:<file> for the ScriptedModel"
+  ),
   Flag.optional
 )
 const baseUrlFlag = Flag.String("base-url").pipe(
@@ -110,7 +114,11 @@ const readPrompt = Effect.fn("fibril.run.prompt")(function*(
     )
     : source
   if (text.trim() === "") {
-    return yield* fail(`The prompt is empty${fromStdin ? " (nothing on stdin)" : Option.isSome(file) ? ` (${source})` : ""}: say what the agent should do.`)
+    return yield* fail(
+      `The prompt is empty${
+        fromStdin ? " (nothing on stdin)" : Option.isSome(file) ? ` (${source})` : ""
+      }: say what the agent should do.`
+    )
   }
   return text
 })
@@ -140,7 +148,10 @@ export const run = Command.make(
       Flag.withDescription("When the root agent is done, wait for detached agents still running (default: stop them)"),
       Flag.withDefault(false)
     ),
-    otlp: Flag.String("otlp").pipe(Flag.withDescription("Export traces to this OTLP/HTTP endpoint (…/v1/traces)"), Flag.optional)
+    otlp: Flag.String("otlp").pipe(
+      Flag.withDescription("Export traces to this OTLP/HTTP endpoint (…/v1/traces)"),
+      Flag.optional
+    )
   },
   Effect.fn("fibril.run.command")(function*(flags) {
     const environment = yield* ProcessEnvironment
@@ -180,17 +191,25 @@ export const run = Command.make(
     ).pipe(Effect.provide(Layer.mergeAll(
       core,
       // The flag, or the standard OpenTelemetry variable.
-      tracing(Option.orElse(flags.otlp, () => Option.fromNullishOr(environment.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"])))
+      tracing(
+        Option.orElse(flags.otlp, () => Option.fromNullishOr(environment.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]))
+      )
     )))
     yield* setExit(code)
   })
 ).pipe(
   Command.withDescription("Run one agent (and its sub-agents) on a prompt, drawing the tree of agents as they work"),
   Command.withExamples([
-    { command: "fibril run \"Find the HTTP routes and summarise them\" --model deepseek-chat", description: "On a real model (OPENAI_API_KEY, OPENAI_BASE_URL)" },
+    {
+      command: "fibril run \"Find the HTTP routes and summarise them\" --model deepseek-chat",
+      description: "On a real model (OPENAI_API_KEY, OPENAI_BASE_URL)"
+    },
     { command: "fibril run --prompt-file task.md", description: "A long prompt from a file" },
     { command: "git diff | fibril run - --role review", description: "The prompt from stdin" },
-    { command: "fibril run \"Explore\" --model scripted:script.json --json", description: "Offline on a scripted model, one JSON event per line" }
+    {
+      command: "fibril run \"Explore\" --model scripted:script.json --json",
+      description: "Offline on a scripted model, one JSON event per line"
+    }
   ])
 )
 
@@ -209,7 +228,10 @@ export const demo = Command.make(
   })
 ).pipe(
   Command.withDescription("A scripted scenario (ScriptedModel, no key, no network) with real tools on this project"),
-  Command.withExamples([{ command: "fibril demo", description: "Three explorers in parallel, then a reviewer, on this project's files" }])
+  Command.withExamples([{
+    command: "fibril demo",
+    description: "Three explorers in parallel, then a reviewer, on this project's files"
+  }])
 )
 
 const agentId = Argument.String("id").pipe(Argument.withDescription("The agent id, its session name or a run id"))
@@ -269,7 +291,9 @@ export const agents = Command.make("agents").pipe(
       },
       (flags) =>
         Effect.flatMap(resolveCwd(flags.cwd), (cwd) => AgentsCommand.list(stateDir(cwd), flags.all, flags.json, out))
-    ).pipe(Command.withDescription("Agent trees with a running agent (any process), times and owners; --all for every one")),
+    ).pipe(
+      Command.withDescription("Agent trees with a running agent (any process), times and owners; --all for every one")
+    ),
     Command.make(
       "show",
       { id: agentId, cwd: cwdFlag },
@@ -297,12 +321,16 @@ export const agents = Command.make("agents").pipe(
             offset: Option.getOrUndefined(flags.offset),
             limit: Option.getOrUndefined(flags.limit)
           }))
-    ).pipe(Command.withDescription("One agent's transcript (also by its transcript handle); --offset / --limit for a page")),
+    ).pipe(
+      Command.withDescription("One agent's transcript (also by its transcript handle); --offset / --limit for a page")
+    ),
     Command.make(
       "cancel",
       { id: agentId, cwd: cwdFlag },
       (flags) => Effect.flatMap(resolveCwd(flags.cwd), (cwd) => AgentsCommand.cancel(stateDir(cwd), flags.id, out))
-    ).pipe(Command.withDescription("Cancel an agent, in whichever process runs it (that process acts within a second)")),
+    ).pipe(
+      Command.withDescription("Cancel an agent, in whichever process runs it (that process acts within a second)")
+    ),
     Command.make(
       "resume",
       {
@@ -316,11 +344,17 @@ export const agents = Command.make("agents").pipe(
         cwd: cwdFlag
       },
       (flags) =>
-        Effect.flatMap(resolveCwd(flags.cwd), (cwd) =>
-          managed(cwd, AgentsCommand.resume(flags.id, Option.getOrUndefined(flags.message), out), flags)).pipe(
-            Effect.flatMap(setExit)
-          )
-    ).pipe(Command.withDescription("Continue a finished agent from its transcript, and wait for it (exit 1 unless it completes)"))
+        Effect.flatMap(
+          resolveCwd(flags.cwd),
+          (cwd) => managed(cwd, AgentsCommand.resume(flags.id, Option.getOrUndefined(flags.message), out), flags)
+        ).pipe(
+          Effect.flatMap(setExit)
+        )
+    ).pipe(
+      Command.withDescription(
+        "Continue a finished agent from its transcript, and wait for it (exit 1 unless it completes)"
+      )
+    )
   ])
 )
 
@@ -377,7 +411,10 @@ export const doctor = Command.make(
   ),
   Command.withExamples([
     { command: "fibril doctor", description: "Every check, with what to do about a failure" },
-    { command: "fibril doctor --model deepseek-chat --base-url https://api.deepseek.com/v1", description: "For another model" },
+    {
+      command: "fibril doctor --model deepseek-chat --base-url https://api.deepseek.com/v1",
+      description: "For another model"
+    },
     { command: "fibril doctor --json" }
   ])
 )
@@ -409,7 +446,10 @@ export const fibril = Command.make("fibril").pipe(
   Command.withGlobalFlags([ConfigFlags.Strict]),
   Command.withExamples([
     { command: "fibril demo", description: "A scripted scenario: no key, no network, real tools on this project" },
-    { command: "fibril run \"Find the HTTP routes and summarise them\" --model gpt-4.1-mini", description: "With OPENAI_API_KEY set" },
+    {
+      command: "fibril run \"Find the HTTP routes and summarise them\" --model gpt-4.1-mini",
+      description: "With OPENAI_API_KEY set"
+    },
     { command: "fibril agents list --all", description: "What ran here" },
     { command: "fibril mcp", description: "Sub-agents for Claude Code, opencode, Cursor (see docs/mcp.md)" },
     { command: "fibril help run" }
@@ -426,7 +466,9 @@ const commandNames: Record<string, ReadonlyArray<string>> = {
  * `help [command…]` (after any leading flags) becomes `[command…] --help`; a command that
  * does not exist is a usage error naming the ones that do.
  */
-export const rewriteHelp = (argv: ReadonlyArray<string>): Effect.Effect<ReadonlyArray<string>, ModelSelection.UsageError> => {
+export const rewriteHelp = (
+  argv: ReadonlyArray<string>
+): Effect.Effect<ReadonlyArray<string>, ModelSelection.UsageError> => {
   const at = argv.findIndex((arg) => !arg.startsWith("-"))
   if (at === -1 || argv[at] !== "help") return Effect.succeed(argv)
   const path = argv.slice(at + 1).filter((arg) => !arg.startsWith("-"))
@@ -466,7 +508,9 @@ export const main = (argv: ReadonlyArray<string>, environment: Environment) =>
   Effect.gen(function*() {
     const code = yield* Ref.make(0)
     const outcome = yield* Effect.result(
-      Effect.flatMap(rewriteHelp(argv), Command.runWith(fibril, { version })).pipe(Effect.provideService(ExitCode, code))
+      Effect.flatMap(rewriteHelp(argv), Command.runWith(fibril, { version })).pipe(
+        Effect.provideService(ExitCode, code)
+      )
     )
     if (outcome._tag === "Success") return yield* Ref.get(code)
     const error: unknown = outcome.failure

@@ -34,17 +34,21 @@ export const lines = (resolved: FibrilConfig.Resolved): Array<string> => {
   const value = (key: string, v: unknown) => {
     const mark = clamped.get(key)
     const note = mark === undefined ? "" : `   # clamped: ${mark.given} given, ${mark.used} used`
-    return v === undefined ? `# ${key.split(".").at(-1)} (unset)` : `${key.split(".").at(-1)} = ${JSON.stringify(v)}${note}`
+    return v === undefined
+      ? `# ${key.split(".").at(-1)} (unset)`
+      : `${key.split(".").at(-1)} = ${JSON.stringify(v)}${note}`
   }
   const settings = resolved.settings
   out.push(value("model", settings.model))
-  for (const [section, fields] of Object.entries({
-    agent: settings.agent,
-    subagents: settings.subagents,
-    tools: settings.tools,
-    permissions: settings.permissions,
-    sandbox: settings.sandbox
-  })) {
+  for (
+    const [section, fields] of Object.entries({
+      agent: settings.agent,
+      subagents: settings.subagents,
+      tools: settings.tools,
+      permissions: settings.permissions,
+      sandbox: settings.sandbox
+    })
+  ) {
     out.push("", `[${section}]`)
     for (const [key, v] of Object.entries(fields)) {
       if (key === "models" || key === "roles") continue
@@ -55,7 +59,9 @@ export const lines = (resolved: FibrilConfig.Resolved): Array<string> => {
   for (const [role, model] of Object.entries(settings.subagents.models)) out.push(`${role} = ${JSON.stringify(model)}`)
   for (const [role, overrides] of Object.entries(settings.sandbox.roles)) {
     out.push("", `[sandbox.roles.${role}]`)
-    for (const [key, v] of Object.entries(overrides)) if (v !== undefined) out.push(`${snake(key)} = ${JSON.stringify(v)}`)
+    for (const [key, v] of Object.entries(overrides)) {
+      if (v !== undefined) out.push(`${snake(key)} = ${JSON.stringify(v)}`)
+    }
   }
   return out
 }
@@ -90,10 +96,14 @@ export const show = Effect.fn("fibril.config")(function*(
         })
     })))
   }
-  yield* output.line(`# Effective configuration (sources, highest first: environment, ${
-    resolved.sources.length === 0 ? "no config files" : resolved.sources.join(", ")
-  }, defaults)`)
+  yield* output.line(
+    `# Effective configuration (sources, highest first: environment, ${
+      resolved.sources.length === 0 ? "no config files" : resolved.sources.join(", ")
+    }, defaults)`
+  )
   yield* output.line(`# model selection: ${model}`)
-  if (sandbox !== undefined) for (const text of sandboxLines(resolved.settings.sandbox, sandbox)) yield* output.line(text)
+  if (sandbox !== undefined) {
+    for (const text of sandboxLines(resolved.settings.sandbox, sandbox)) yield* output.line(text)
+  }
   for (const text of lines(resolved)) yield* output.line(text)
 })

@@ -52,7 +52,11 @@ export const run = Effect.fn("fibril.demo")(function*(output: Output.Output, cwd
   yield* output.line("")
   yield* output.line("Results (what the parent received: parsed sections, never the child transcripts)")
   for (const result of taskResults(yield* session.transcript(root.id))) {
-    yield* output.line(`  ${result.agent_id} "${result.description}" — ${result.status}, ${Output.count(result.steps, "step")}, ${Output.count(result.tool_calls, "tool call")}, ${result.tokens.input + result.tokens.output} tokens, ${result.duration_ms} ms`)
+    yield* output.line(
+      `  ${result.agent_id} "${result.description}" — ${result.status}, ${Output.count(result.steps, "step")}, ${
+        Output.count(result.tool_calls, "tool call")
+      }, ${result.tokens.input + result.tokens.output} tokens, ${result.duration_ms} ms`
+    )
     yield* output.line(`    summary:  ${result.summary}`)
     for (const line of result.sections.evidence.split("\n").slice(0, 4)) yield* output.line(`    evidence: ${line}`)
     if (result.contract_violations.length > 0) {
@@ -68,7 +72,11 @@ export const run = Effect.fn("fibril.demo")(function*(output: Output.Output, cwd
   const toolCalls = [...view.nodes.values()].reduce((n, node) => n + node.toolCalls, 0)
   yield* output.line("")
   yield* output.line(
-    `Totals: ${Output.count(view.nodes.size, "agent")}, ${Output.count(toolCalls, "tool call")}, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${finished - started} ms. Model: scripted.`
+    `Totals: ${Output.count(view.nodes.size, "agent")}, ${
+      Output.count(toolCalls, "tool call")
+    }, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${
+      finished - started
+    } ms. Model: scripted.`
   )
   return { answer, agents: view.nodes.size, toolCalls }
 })

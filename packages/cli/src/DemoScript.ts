@@ -19,30 +19,43 @@ interface Exploration {
   readonly prompt: string
   readonly calls: Arr.NonEmptyReadonlyArray<{ readonly name: string; readonly args: Record<string, unknown> }>
   /** The report, from the results of its calls. */
-  readonly report: (results: ReadonlyArray<ToolResult>) => { readonly summary: string; readonly evidence: Array<string> }
+  readonly report: (
+    results: ReadonlyArray<ToolResult>
+  ) => { readonly summary: string; readonly evidence: Array<string> }
   /** Model "thinking" time before the calls and before the report (paced demo). */
   readonly delays: readonly [number, number]
 }
 
-const manifests = "**/{package.json,pyproject.toml,setup.py,Cargo.toml,go.mod,pom.xml,build.gradle,Gemfile,composer.json,*.csproj}"
+const manifests =
+  "**/{package.json,pyproject.toml,setup.py,Cargo.toml,go.mod,pom.xml,build.gradle,Gemfile,composer.json,*.csproj}"
 const testFiles = "**/{*.test.*,*.spec.*,*_test.*,test_*.py}"
 
 const outputOf = (result: ToolResult | undefined): string =>
-  result === undefined || result.isFailure ? "" : typeof result.result === "string" ? result.result : JSON.stringify(result.result)
+  result === undefined || result.isFailure
+    ? ""
+    : typeof result.result === "string"
+    ? result.result
+    : JSON.stringify(result.result)
 
 const linesOf = (result: ToolResult | undefined): Array<string> =>
   outputOf(result).split("\n").map((line) => line.trimEnd()).filter((line) => line.trim() !== "")
 
 /** The files a glob returned (its notes and "No files match" left out). */
 const globbed = (result: ToolResult | undefined): Array<string> =>
-  linesOf(result).filter((line) => !line.startsWith("No files match") && !line.startsWith("[") && !line.startsWith("..."))
+  linesOf(result).filter((line) =>
+    !line.startsWith("No files match") && !line.startsWith("[") && !line.startsWith("...")
+  )
 
 /** `a, b, c and 4 more`. */
 const listed = (items: ReadonlyArray<string>, max: number): string => {
   if (items.length === 0) return "none"
   const shown = items.slice(0, max)
   const rest = items.length - shown.length
-  const head = rest > 0 ? shown.join(", ") : shown.length === 1 ? shown[0]! : `${shown.slice(0, -1).join(", ")} and ${shown.at(-1)}`
+  const head = rest > 0
+    ? shown.join(", ")
+    : shown.length === 1
+    ? shown[0]!
+    : `${shown.slice(0, -1).join(", ")} and ${shown.at(-1)}`
   return rest > 0 ? `${head} and ${rest} more` : head
 }
 
@@ -66,7 +79,9 @@ export const explorations: Arr.NonEmptyReadonlyArray<Exploration> = [
       const projects = globbed(found)
       return {
         summary: `The workspace has ${plural(names.length, "top-level entry", "top-level entries")}: ` +
-          `${plural(dirs.length, "directory", "directories")} (${listed(dirs, 6)}) and ${plural(files.length, "file")} (${listed(files, 6)}). ` +
+          `${plural(dirs.length, "directory", "directories")} (${listed(dirs, 6)}) and ${
+            plural(files.length, "file")
+          } (${listed(files, 6)}). ` +
           (projects.length === 0
             ? "No package manifest was found."
             : `It holds ${plural(projects.length, "package manifest")}: ${listed(projects, 5)}.`),
@@ -85,16 +100,27 @@ export const explorations: Arr.NonEmptyReadonlyArray<Exploration> = [
     report: ([found]) => {
       const tests = globbed(found)
       if (tests.length === 0) {
-        return { summary: "No test files were found (no *.test.*, *.spec.*, *_test.* or test_*.py file).", evidence: [`glob ${testFiles}: no match`] }
+        return {
+          summary: "No test files were found (no *.test.*, *.spec.*, *_test.* or test_*.py file).",
+          evidence: [`glob ${testFiles}: no match`]
+        }
       }
       const byDir = new Map<string, number>()
       for (const file of tests) byDir.set(dirOf(file), (byDir.get(dirOf(file)) ?? 0) + 1)
       const dirs = [...byDir.entries()].sort((a, b) => b[1] - a[1])
-      const style = tests.filter((f) => /\.test\./.test(f)).length >= tests.length / 2 ? "*.test.*" : "*.spec.* / test_*"
+      const style = tests.filter((f) => /\.test\./.test(f)).length >= tests.length / 2
+        ? "*.test.*"
+        : "*.spec.* / test_*"
       return {
-        summary: `There ${tests.length === 1 ? "is" : "are"} ${plural(tests.length, "test file")} in ${plural(dirs.length, "directory", "directories")}, ` +
+        summary:
+          `There ${tests.length === 1 ? "is" : "are"} ${plural(tests.length, "test file")} in ${
+            plural(dirs.length, "directory", "directories")
+          }, ` +
           `mostly ${listed(dirs.slice(0, 3).map(([dir, n]) => `${dir} (${n})`), 3)}; they are named ${style}.`,
-        evidence: [`glob ${testFiles}: ${plural(tests.length, "file")}`, ...tests.slice(0, 3).map((file) => `e.g. ${file}`)]
+        evidence: [
+          `glob ${testFiles}: ${plural(tests.length, "file")}`,
+          ...tests.slice(0, 3).map((file) => `e.g. ${file}`)
+        ]
       }
     }
   },
@@ -113,23 +139,36 @@ export const explorations: Arr.NonEmptyReadonlyArray<Exploration> = [
         return match === null ? [] : [{ n: Number(match[1]), text: match[2]! }]
       })
       if (numbered.length === 0) {
-        return { summary: "There is no README.md at the root of the workspace.", evidence: ["read_file README.md: not found"] }
+        return {
+          summary: "There is no README.md at the root of the workspace.",
+          evidence: ["read_file README.md: not found"]
+        }
       }
       const title = numbered.find((line) => line.text.startsWith("#"))
       // The opening paragraph: the first lines of prose, up to a blank line; its first sentence.
-      const start = numbered.findIndex((line) => line.text.trim() !== "" && !/^(#|```|<|!\[|\[!|[-*|>])/.test(line.text.trim()))
+      const start = numbered.findIndex((line) =>
+        line.text.trim() !== "" && !/^(#|```|<|!\[|\[!|[-*|>])/.test(line.text.trim())
+      )
       const end = numbered.findIndex((line, i) => i > start && line.text.trim() === "")
       const paragraph = start === -1 ? [] : numbered.slice(start, end === -1 ? undefined : end)
       const prose = paragraph.map((line) => line.text.trim()).join(" ")
       const sentence = /^.*?[.!?](\s|$)/.exec(prose)?.[0].trim() ?? prose
       const fence = numbered.findIndex((line) => line.text.startsWith("```"))
-      const command = fence === -1 ? undefined : numbered.slice(fence + 1).find((line) => line.text.trim() !== "" && !line.text.startsWith("```"))
+      const command = fence === -1
+        ? undefined
+        : numbered.slice(fence + 1).find((line) => line.text.trim() !== "" && !line.text.startsWith("```"))
       const shell = command?.text.replace(/\s+#.*$/, "").trim()
       return {
         summary: `The README${title === undefined ? "" : ` ("${title.text.replace(/^#+\s*/, "")}")`} opens: ` +
-          `${sentence === "" ? "(no opening paragraph)" : `"${sentence.length > 240 ? `${sentence.slice(0, 239)}…` : sentence}"`}` +
+          `${
+            sentence === ""
+              ? "(no opening paragraph)"
+              : `"${sentence.length > 240 ? `${sentence.slice(0, 239)}…` : sentence}"`
+          }` +
           `${shell === undefined ? "" : ` Its first command is \`${shell}\`.`}`,
-        evidence: [title, paragraph[0], command].flatMap((line) => line === undefined ? [] : [`README.md:${line.n}: ${line.text.trim()}`])
+        evidence: [title, paragraph[0], command].flatMap((line) =>
+          line === undefined ? [] : [`README.md:${line.n}: ${line.text.trim()}`]
+        )
       }
     }
   }
@@ -158,7 +197,10 @@ const pace = (paced: boolean, ms: number): { readonly delay_ms?: number } => pac
 const explorer = (paced: boolean) => (conversation: Conversation): Turn => {
   const plan = explorations.find((e) => conversation.prompt.startsWith(e.prompt)) ?? explorations[0]
   if (conversation.turn === 0) {
-    return { ...pace(paced, plan.delays[0]), tool_calls: Arr.map(plan.calls, (call) => ({ name: call.name, args: call.args })) }
+    return {
+      ...pace(paced, plan.delays[0]),
+      tool_calls: Arr.map(plan.calls, (call) => ({ name: call.name, args: call.args }))
+    }
   }
   const { summary, evidence } = plan.report(conversation.toolResults)
   return { ...pace(paced, plan.delays[1]), text: report(summary, evidence) }
@@ -179,7 +221,9 @@ const reviewer = (paced: boolean) => (conversation: Conversation): Turn => {
       "The three reports are consistent: each cites the tool output it is based on, and none contradicts another. " +
         (hits.length === 0
           ? "A scan for TODO/FIXME/XXX markers found none."
-          : `A scan for TODO/FIXME/XXX markers found ${plural(hits.length, "line")}${hits.length >= 20 ? " (stopped at 20)" : ""} in ${listed(files, 4)}.`),
+          : `A scan for TODO/FIXME/XXX markers found ${plural(hits.length, "line")}${
+            hits.length >= 20 ? " (stopped at 20)" : ""
+          } in ${listed(files, 4)}.`),
       hits.length === 0 ? [`grep ${markers}: no match`] : hits.slice(0, 3),
       "the review read the reports and scanned for markers; it did not run the tests"
     )
@@ -196,7 +240,8 @@ const parent = (paced: boolean) => (conversation: Conversation): Turn => {
     case 0:
       return {
         ...pace(paced, 700),
-        text: "I will look at the layout, the tests and the README in three parallel explorers, then have the findings reviewed.",
+        text:
+          "I will look at the layout, the tests and the README in three parallel explorers, then have the findings reviewed.",
         tool_calls: Arr.map(explorations, (e) => ({
           name: "task",
           args: { description: e.description, prompt: e.prompt, subagent_type: "explore" }
@@ -239,4 +284,5 @@ export const script = (options: { readonly paced: boolean }): ScriptedModel.Scri
   ]
 })
 
-export const rootPrompt = "Give me an overview of this project: its layout, its tests, what its README says, and anything unfinished."
+export const rootPrompt =
+  "Give me an overview of this project: its layout, its tests, what its README says, and anything unfinished."

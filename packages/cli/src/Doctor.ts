@@ -45,11 +45,19 @@ export const nodeCheck = (version: string): Check => {
   const ok = major > minimumNode[0] || (major === minimumNode[0] && minor >= minimumNode[1])
   return ok
     ? check("node", "ok", `${version} (fibril needs >= ${minimumNode.join(".")})`)
-    : check("node", "fail", `${version} is too old: fibril needs Node >= ${minimumNode.join(".")}; install a newer Node`)
+    : check(
+      "node",
+      "fail",
+      `${version} is too old: fibril needs Node >= ${minimumNode.join(".")}; install a newer Node`
+    )
 }
 
 export interface Input {
-  readonly environment: { readonly env: Readonly<Record<string, string | undefined>>; readonly home: string; readonly cwd: string }
+  readonly environment: {
+    readonly env: Readonly<Record<string, string | undefined>>
+    readonly home: string
+    readonly cwd: string
+  }
   readonly cwdFlag: Option.Option<string>
   readonly model: string | undefined
   readonly baseUrl: string | undefined
@@ -68,22 +76,38 @@ const endpointCheck = (selection: Extract<ModelSelection.Selection, { kind: "ope
     ).pipe(Effect.timeout("10 seconds"), Effect.result)
     if (Result.isFailure(answer)) {
       const error = answer.failure
-      const why = error._tag === "TimeoutError" ? "no answer in 10 s" : error.reason._tag === "TransportError" ? "unreachable" : error.message
-      return check("endpoint", "fail", `${shown}: ${redactText(why)}. Check OPENAI_BASE_URL / --base-url and the network.`)
+      const why = error._tag === "TimeoutError"
+        ? "no answer in 10 s"
+        : error.reason._tag === "TransportError"
+        ? "unreachable"
+        : error.message
+      return check(
+        "endpoint",
+        "fail",
+        `${shown}: ${redactText(why)}. Check OPENAI_BASE_URL / --base-url and the network.`
+      )
     }
     const response = answer.success
     if (response.status === 401 || response.status === 403) {
       return check("endpoint", "fail", `${shown} refused the key (HTTP ${response.status}): check OPENAI_API_KEY`)
     }
     if (response.status >= 400) {
-      return check("endpoint", "warn", `${shown} answered GET /models with HTTP ${response.status}; the model id cannot be checked`)
+      return check(
+        "endpoint",
+        "warn",
+        `${shown} answered GET /models with HTTP ${response.status}; the model id cannot be checked`
+      )
     }
     const body = yield* Effect.orElseSucceed(response.json, () => undefined)
     const ids = typeof body === "object" && body !== null && "data" in body && Array.isArray(body.data)
       ? body.data.flatMap((m: unknown) => typeof m === "object" && m !== null && "id" in m ? [String(m.id)] : [])
       : []
     if (ids.length > 0 && !ids.includes(selection.model)) {
-      return check("endpoint", "warn", `${shown} is reachable, but does not list ${selection.model} among its ${ids.length} models`)
+      return check(
+        "endpoint",
+        "warn",
+        `${shown} is reachable, but does not list ${selection.model} among its ${ids.length} models`
+      )
     }
     return check("endpoint", "ok", `${shown} is reachable${ids.length > 0 ? ` and lists ${selection.model}` : ""}`)
   }).pipe(Effect.provide(FetchHttpClient.layer))
@@ -103,7 +127,10 @@ const storeCheck = (dir: string) =>
       if (Option.isSome(info) && info.value.type !== "Directory") {
         return check("store", "fail", `${stateDir} cannot be created: ${parent} is not a directory`)
       }
-      const writable = yield* fs.access(parent, { writable: true }).pipe(Effect.as(true), Effect.orElseSucceed(() => false))
+      const writable = yield* fs.access(parent, { writable: true }).pipe(
+        Effect.as(true),
+        Effect.orElseSucceed(() => false)
+      )
       return writable
         ? check("store", "ok", `${stateDir} does not exist yet; the first run creates it (${parent} is writable)`)
         : check("store", "fail", `${stateDir} cannot be created: ${parent} is not writable`)
@@ -134,8 +161,14 @@ const storeCheck = (dir: string) =>
     const { others, warnings } = opened.success
     const shared = others.length === 0
       ? "no other live process runs agents on it"
-      : `shared with ${others.length} other live process${others.length === 1 ? "" : "es"} running agents: ${others.join(", ")}`
-    return check("store", warnings.length > 0 ? "warn" : "ok", `${database} is writable; ${shared}${warnings.length > 0 ? `; ${warnings.join("; ")}` : ""}`)
+      : `shared with ${others.length} other live process${others.length === 1 ? "" : "es"} running agents: ${
+        others.join(", ")
+      }`
+    return check(
+      "store",
+      warnings.length > 0 ? "warn" : "ok",
+      `${database} is writable; ${shared}${warnings.length > 0 ? `; ${warnings.join("; ")}` : ""}`
+    )
   })
 
 /** Every check, in order. */
@@ -146,7 +179,10 @@ export const run = Effect.fn("fibril.doctor")(function*(input: Input) {
 
   const where = yield* Effect.result(
     Option.isSome(input.cwdFlag)
-      ? Effect.map(Workspace.resolve(input.cwdFlag, input.environment), (dir): Workspace.Root => ({ dir, marker: undefined }))
+      ? Effect.map(
+        Workspace.resolve(input.cwdFlag, input.environment),
+        (dir): Workspace.Root => ({ dir, marker: undefined })
+      )
       : Workspace.locate(input.environment.cwd, input.environment.home)
   )
   if (Result.isFailure(where)) {
@@ -158,15 +194,24 @@ export const run = Effect.fn("fibril.doctor")(function*(input: Input) {
     "workspace",
     "ok",
     `${root.dir} (${
-      Option.isSome(input.cwdFlag) ? "--cwd" : root.marker === undefined ? "no .fibril/ or .git above: the current directory" : `it holds ${root.marker}`
+      Option.isSome(input.cwdFlag)
+        ? "--cwd"
+        : root.marker === undefined
+        ? "no .fibril/ or .git above: the current directory"
+        : `it holds ${root.marker}`
     })`
   ))
 
-  const files = [path.join(input.environment.home, ".fibril", "config.toml"), path.join(root.dir, ".fibril", "config.toml")]
+  const files = [
+    path.join(input.environment.home, ".fibril", "config.toml"),
+    path.join(root.dir, ".fibril", "config.toml")
+  ]
   const found: Array<string> = []
   for (const file of files) if (yield* Effect.orElseSucceed(fs.exists(file), () => false)) found.push(file)
   const setVariables = Object.keys(input.environment.env).filter((name) => name.startsWith("FIBRIL_")).sort()
-  const sources = `${found.length === 0 ? "no config file" : found.join(", ")}${setVariables.length === 0 ? "" : `; environment: ${setVariables.join(", ")}`}`
+  const sources = `${found.length === 0 ? "no config file" : found.join(", ")}${
+    setVariables.length === 0 ? "" : `; environment: ${setVariables.join(", ")}`
+  }`
   const loaded = yield* Effect.result(FibrilConfig.load({
     cwd: root.dir,
     home: input.environment.home,
@@ -181,7 +226,9 @@ export const run = Effect.fn("fibril.doctor")(function*(input: Input) {
       ...warnings,
       ...clamped.map((c) => `${c.key} = ${JSON.stringify(c.given)} is clamped to ${JSON.stringify(c.used)}`)
     ]
-    checks.push(check("config", notes.length > 0 ? "warn" : "ok", `${sources}${notes.length > 0 ? `: ${notes.join("; ")}` : ""}`))
+    checks.push(
+      check("config", notes.length > 0 ? "warn" : "ok", `${sources}${notes.length > 0 ? `: ${notes.join("; ")}` : ""}`)
+    )
   }
 
   const settings = Result.isSuccess(loaded) ? loaded.success.settings : FibrilConfig.defaults
@@ -229,24 +276,28 @@ export const run = Effect.fn("fibril.doctor")(function*(input: Input) {
 const mark: Record<Status, string> = { ok: "✓", warn: "!", fail: "✗", skip: "-" }
 
 /** Prints the checks (or their JSON); 0 when none failed, 1 otherwise. */
-export const report = Effect.fn("fibril.doctor.report")(function*(checks: ReadonlyArray<Check>, json: boolean, output: Output.Output) {
-  const failed = checks.filter((c) => c.status === "fail").length
-  const warned = checks.filter((c) => c.status === "warn").length
-  if (json) {
-    yield* output.line(JSON.stringify({ ok: failed === 0, checks }))
-  } else {
-    for (const c of checks) {
-      // A detail over several lines (a config error listing each unknown key) stays under its check.
-      const [first, ...rest] = c.detail.split("\n")
-      yield* output.line(`${mark[c.status]} ${c.name.padEnd(9)} ${first}`)
-      for (const line of rest) yield* output.line(`${" ".repeat(12)}${line.trim()}`)
+export const report = Effect.fn("fibril.doctor.report")(
+  function*(checks: ReadonlyArray<Check>, json: boolean, output: Output.Output) {
+    const failed = checks.filter((c) => c.status === "fail").length
+    const warned = checks.filter((c) => c.status === "warn").length
+    if (json) {
+      yield* output.line(JSON.stringify({ ok: failed === 0, checks }))
+    } else {
+      for (const c of checks) {
+        // A detail over several lines (a config error listing each unknown key) stays under its check.
+        const [first, ...rest] = c.detail.split("\n")
+        yield* output.line(`${mark[c.status]} ${c.name.padEnd(9)} ${first}`)
+        for (const line of rest) yield* output.line(`${" ".repeat(12)}${line.trim()}`)
+      }
+      yield* output.line("")
+      yield* output.line(
+        failed === 0
+          ? `No problem found${warned > 0 ? ` (${warned} warning${warned === 1 ? "" : "s"})` : ""}.`
+          : `${failed} problem${failed === 1 ? "" : "s"} found${
+            warned > 0 ? `, ${warned} warning${warned === 1 ? "" : "s"}` : ""
+          }.`
+      )
     }
-    yield* output.line("")
-    yield* output.line(
-      failed === 0
-        ? `No problem found${warned > 0 ? ` (${warned} warning${warned === 1 ? "" : "s"})` : ""}.`
-        : `${failed} problem${failed === 1 ? "" : "s"} found${warned > 0 ? `, ${warned} warning${warned === 1 ? "" : "s"}` : ""}.`
-    )
+    return failed === 0 ? 0 : 1
   }
-  return failed === 0 ? 0 : 1
-})
+)

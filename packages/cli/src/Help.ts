@@ -3,7 +3,7 @@
  * flags, subcommands, examples) followed by what it does not know about — the environment
  * variables a command reads and its exit codes.
  */
-import { type HelpDoc, CliOutput } from "effect/cli"
+import { CliOutput, type HelpDoc } from "effect/cli"
 
 interface Variable {
   readonly name: string
@@ -17,7 +17,10 @@ const model: ReadonlyArray<Variable> = [
 ]
 
 const config: ReadonlyArray<Variable> = [
-  { name: "FIBRIL_<TABLE>_<KEY>", meaning: "any configuration key, e.g. FIBRIL_SUBAGENTS_MAX_CONCURRENT=4 (docs/configuration.md)" },
+  {
+    name: "FIBRIL_<TABLE>_<KEY>",
+    meaning: "any configuration key, e.g. FIBRIL_SUBAGENTS_MAX_CONCURRENT=4 (docs/configuration.md)"
+  },
   { name: "FIBRIL_STRICT=false", meaning: "unknown configuration keys are warnings, not errors (like --no-strict)" }
 ]
 
@@ -25,7 +28,11 @@ const tracing: ReadonlyArray<Variable> = [
   { name: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", meaning: "export traces there (like --otlp)" }
 ]
 
-const usage = { code: 2, meaning: "a usage or configuration error (bad flag, missing directory, empty prompt, missing key, unreadable script or config)" }
+const usage = {
+  code: 2,
+  meaning:
+    "a usage or configuration error (bad flag, missing directory, empty prompt, missing key, unreadable script or config)"
+}
 
 interface Extra {
   readonly environment: ReadonlyArray<Variable>
@@ -69,7 +76,10 @@ const extras: Record<string, Extra> = {
   agents: { environment: config, exitCodes: [{ code: 0, meaning: "success" }, usage] },
   "agents list": { environment: [], exitCodes: [{ code: 0, meaning: "listed" }, usage] },
   "agents show": { environment: [], exitCodes: [{ code: 0, meaning: "shown" }, { code: 2, meaning: "no such agent" }] },
-  "agents transcript": { environment: [], exitCodes: [{ code: 0, meaning: "shown" }, { code: 2, meaning: "no such agent" }] },
+  "agents transcript": {
+    environment: [],
+    exitCodes: [{ code: 0, meaning: "shown" }, { code: 2, meaning: "no such agent" }]
+  },
   "agents cancel": {
     environment: [],
     exitCodes: [{ code: 0, meaning: "cancelled (or already finished)" }, { code: 2, meaning: "no such agent" }]
@@ -109,7 +119,10 @@ export const formatter = (options?: { readonly colors?: boolean | undefined }): 
     ...base,
     formatHelpDoc: (doc: HelpDoc.HelpDoc) =>
       // (effect/cli leaves no blank line between the subcommands and the examples.)
-      [base.formatHelpDoc(doc).replace(/([^\n])\n((?:\x1b\[1m)?EXAMPLES)/, "$1\n\n$2"), ...sections(doc.commandPath ?? ["fibril"])]
+      [
+        base.formatHelpDoc(doc).replace(/([^\n])\n((?:\x1b\[1m)?EXAMPLES)/, "$1\n\n$2"),
+        ...sections(doc.commandPath ?? ["fibril"])
+      ]
         .join("\n")
   }
 }

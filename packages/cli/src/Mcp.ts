@@ -57,7 +57,9 @@ const currentProgressToken = Effect.gen(function*() {
 })
 
 const label = (event: AgentEvent) =>
-  `${event.agent.role}${event.agent.description === undefined ? "" : ` "${event.agent.description}"`} [${event.agent.agentId}]`
+  `${event.agent.role}${
+    event.agent.description === undefined ? "" : ` "${event.agent.description}"`
+  } [${event.agent.agentId}]`
 
 /** One line per event, for the client's progress display. */
 export const describe = (event: AgentEvent): string => {
@@ -168,7 +170,10 @@ const requiringIds = Layer.effect(
 )
 
 /** Registers `task` and the `agent_*` tools with the McpServer in context. */
-export const tools = McpServer.toolkit(TaskToolkit.mcpToolkit).pipe(Layer.provide(handlers), Layer.provide(requiringIds))
+export const tools = McpServer.toolkit(TaskToolkit.mcpToolkit).pipe(
+  Layer.provide(handlers),
+  Layer.provide(requiringIds)
+)
 
 /**
  * When the server stops: `serve` opens `stopping` (stdin closed, or a signal) and waits for
@@ -203,7 +208,10 @@ export const cancelOnShutdown = Layer.effectDiscard(Effect.gen(function*() {
     })
   })
   yield* Effect.forkScoped(
-    Deferred.await(shutdown.stopping).pipe(Effect.andThen(cancelAll), Effect.ensuring(Deferred.succeed(shutdown.stopped, undefined)))
+    Deferred.await(shutdown.stopping).pipe(
+      Effect.andThen(cancelAll),
+      Effect.ensuring(Deferred.succeed(shutdown.stopped, undefined))
+    )
   )
   yield* Deferred.succeed(shutdown.armed, undefined)
   yield* Effect.addFinalizer(() => cancelAll)

@@ -24,7 +24,9 @@ export const make = <I>(environment: Context.Key<I, Environment>, version: strin
     "mcp",
     {
       model: Flag.String("model").pipe(
-        Flag.withDescription("Model id (default FIBRIL_MODEL, the config's model, gpt-4.1-mini), or scripted:<file> for the ScriptedModel"),
+        Flag.withDescription(
+          "Model id (default FIBRIL_MODEL, the config's model, gpt-4.1-mini), or scripted:<file> for the ScriptedModel"
+        ),
         Flag.optional
       ),
       baseUrl: Flag.String("base-url").pipe(
@@ -37,7 +39,9 @@ export const make = <I>(environment: Context.Key<I, Environment>, version: strin
         Flag.optional
       ),
       cwd: Flag.String("cwd").pipe(
-        Flag.withDescription("The workspace, an existing directory (default: the project around the directory the client starts the server in)"),
+        Flag.withDescription(
+          "The workspace, an existing directory (default: the project around the directory the client starts the server in)"
+        ),
         Flag.optional
       )
     },
@@ -73,7 +77,10 @@ export const make = <I>(environment: Context.Key<I, Environment>, version: strin
   ).pipe(
     Command.withDescription("Serve task and the agent_* tools over MCP (stdio) for Claude Code, opencode, Cursor, ..."),
     Command.withExamples([
-      { command: "claude mcp add fibril --transport stdio -e OPENAI_API_KEY=sk-… -- fibril mcp --model gpt-4.1-mini", description: "Register it with Claude Code (docs/mcp.md for opencode, Cursor, the Inspector)" },
+      {
+        command: "claude mcp add fibril --transport stdio -e OPENAI_API_KEY=sk-… -- fibril mcp --model gpt-4.1-mini",
+        description: "Register it with Claude Code (docs/mcp.md for opencode, Cursor, the Inspector)"
+      },
       { command: "fibril mcp --model scripted:script.json", description: "Offline, on a scripted model" }
     ])
   )

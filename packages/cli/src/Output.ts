@@ -139,20 +139,21 @@ export const follower = (output: Output, json: boolean): Follower => {
       : Effect.void
   )
 
-  const finish = (header: string) => Effect.gen(function*() {
-    if (json || finished) return
-    const now = yield* Clock.currentTimeMillis
-    if (terminal !== undefined) {
-      const columns = terminal.columns()
-      yield* redraw(TreeView.render(view, { now, columns: columns - 1 }), columns)
+  const finish = (header: string) =>
+    Effect.gen(function*() {
+      if (json || finished) return
+      const now = yield* Clock.currentTimeMillis
+      if (terminal !== undefined) {
+        const columns = terminal.columns()
+        yield* redraw(TreeView.render(view, { now, columns: columns - 1 }), columns)
+        finished = true
+        return
+      }
       finished = true
-      return
-    }
-    finished = true
-    yield* output.line("")
-    yield* output.line(header)
-    for (const line of TreeView.render(view, { now })) yield* output.line(line)
-  })
+      yield* output.line("")
+      yield* output.line(header)
+      for (const line of TreeView.render(view, { now })) yield* output.line(line)
+    })
 
   return { view, show, tick, finish }
 }

@@ -9,9 +9,9 @@
  * cancelled is printed; the process then exits 128 + the signal's number (bin.ts).
  */
 import { type AgentEvent, AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
-import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
 import * as Session from "@fibril/core/Session"
 import { SubAgentManager } from "@fibril/core/SubAgentManager"
+import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
 import { Cause, Clock, Effect, Exit, Fiber, PubSub } from "effect"
 import * as Output from "./Output.ts"
 import * as TreeView from "./TreeView.ts"
@@ -58,24 +58,30 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
    * `--wait-detached`, otherwise stopped (their records say so and how to resume them).
    * Either way the final tree shows what they really ended as.
    */
-  const settleDetached = (wait: boolean) => Effect.gen(function*() {
-    const open = (yield* manager.list({ includeArchived: false }))
-      .filter((agent) => !agent.from_prior_session && !SubAgentRecord.isTerminal(agent.status) && agent.agent_id !== root.agent_id)
-    if (open.length === 0) return []
-    const ids = open.map((agent) => agent.agent_id)
-    if (wait) {
-      const waiting = yield* Effect.forkChild(manager.wait(ids, { mode: "all" }), { startImmediately: true })
-      while (true) {
-        const done = yield* Fiber.await(waiting).pipe(Effect.timeoutOption("100 millis"))
-        yield* drain
-        if (done._tag === "Some") break
+  const settleDetached = (wait: boolean) =>
+    Effect.gen(function*() {
+      const open = (yield* manager.list({ includeArchived: false }))
+        .filter((agent) =>
+          !agent.from_prior_session && !SubAgentRecord.isTerminal(agent.status) && agent.agent_id !== root.agent_id
+        )
+      if (open.length === 0) return []
+      const ids = open.map((agent) => agent.agent_id)
+      if (wait) {
+        const waiting = yield* Effect.forkChild(manager.wait(ids, { mode: "all" }), { startImmediately: true })
+        while (true) {
+          const done = yield* Fiber.await(waiting).pipe(Effect.timeoutOption("100 millis"))
+          yield* drain
+          if (done._tag === "Some") break
+        }
+        return []
       }
-      return []
-    }
-    yield* Effect.forEach(ids, (id) => manager.cancel(id, stoppedReason(id)), { concurrency: "unbounded", discard: true })
-    yield* drain
-    return ids
-  })
+      yield* Effect.forEach(ids, (id) => manager.cancel(id, stoppedReason(id)), {
+        concurrency: "unbounded",
+        discard: true
+      })
+      yield* drain
+      return ids
+    })
 
   const summarise = (
     exit: Exit.Exit<Session.PromptResult, Session.PromptError>,
@@ -114,11 +120,15 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
           )
           yield* output.line("")
           yield* output.line(`Cancelled ${cancelled.length} agent(s):`)
-          for (const node of cancelled) yield* output.line(`  ${node.role} [${node.id}] ${node.description ?? ""}`.trimEnd())
+          for (const node of cancelled) {
+            yield* output.line(`  ${node.role} [${node.id}] ${node.description ?? ""}`.trimEnd())
+          }
         }
         if (stopped.length > 0) {
           yield* output.line("")
-          yield* output.line(`Stopped ${stopped.length} detached agent(s) still running when the run ended; resume with:`)
+          yield* output.line(
+            `Stopped ${stopped.length} detached agent(s) still running when the run ended; resume with:`
+          )
           for (const id of stopped) yield* output.line(`  fibril agents resume ${id}`)
         }
         yield* output.line("")
@@ -126,7 +136,9 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
         for (const line of text.split("\n")) yield* output.line(`  ${line}`)
         yield* output.line("")
         yield* output.line(
-          `Totals: ${Output.count(totals.agents, "agent")}, ${Output.count(toolCalls, "tool call")}, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${totals.duration_ms} ms, model ${info.model}. Root agent ${root.agent_id}.`
+          `Totals: ${Output.count(totals.agents, "agent")}, ${
+            Output.count(toolCalls, "tool call")
+          }, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${totals.duration_ms} ms, model ${info.model}. Root agent ${root.agent_id}.`
         )
       }
       return status === "completed" ? 0 : 1

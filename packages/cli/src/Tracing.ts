@@ -34,7 +34,9 @@ const client = (url: string) =>
             Effect.flatMap((answer) =>
               answer.status >= 400 ? giveUp(request, `it answered HTTP ${answer.status}`) : Effect.succeed(answer)
             ),
-            Effect.catch((error) => giveUp(request, error.reason._tag === "TransportError" ? "unreachable" : error.message))
+            Effect.catch((error) =>
+              giveUp(request, error.reason._tag === "TransportError" ? "unreachable" : error.message)
+            )
           ))
     })
   ).pipe(Layer.provide(FetchHttpClient.layer))

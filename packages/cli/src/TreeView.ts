@@ -193,7 +193,8 @@ const icon: Record<Status, string> = {
  * box drawing and braille the tree is drawn with. A string of only these (the usual row) is
  * measured by its length; anything else (CJK, emoji, combining marks) by grapheme.
  */
-const narrow = /^[\u0020-\u007e\u00a0-\u024f\u2010-\u2027\u2030-\u205e\u2190-\u21ff\u2200-\u22ff\u23ce\u2500-\u25ff\u2713\u2717\u2800-\u28ff]*$/
+const narrow =
+  /^[\u0020-\u007e\u00a0-\u024f\u2010-\u2027\u2030-\u205e\u2190-\u21ff\u2200-\u22ff\u23ce\u2500-\u25ff\u2713\u2717\u2800-\u28ff]*$/
 
 /** Display columns of `text` (a wide character counts 2). */
 export const width = (text: string): number => narrow.test(text) ? text.length : CliOutput.displayWidth(text)
@@ -241,7 +242,9 @@ const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
     : node.activity === "model"
     ? "  waiting on model"
     : node.activity === "tools"
-    ? `  (${node.lastTool ?? "tool"})${waitingFor > 0 ? ` waiting on ${waitingFor} sub-agent${waitingFor === 1 ? "" : "s"}` : ""}`
+    ? `  (${node.lastTool ?? "tool"})${
+      waitingFor > 0 ? ` waiting on ${waitingFor} sub-agent${waitingFor === 1 ? "" : "s"}` : ""
+    }`
     : waitingFor > 0
     ? `  waiting on ${waitingFor} sub-agent${waitingFor === 1 ? "" : "s"}`
     : ""
@@ -262,7 +265,10 @@ const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
  * then is the row itself cut. Status, elapsed time and activity stay as long as anything.
  */
 const fit = (prefix: string, p: Parts, columns: number): string => {
-  const compose = (keep: { readonly metrics: boolean; readonly id: boolean; readonly reason: boolean }, description: string | undefined) =>
+  const compose = (
+    keep: { readonly metrics: boolean; readonly id: boolean; readonly reason: boolean },
+    description: string | undefined
+  ) =>
     `${prefix}${p.head}${description === undefined ? "" : ` "${description}"`}${p.state}${p.activity}${
       keep.metrics ? p.metrics : ""
     }${keep.id ? p.id : ""}${keep.reason ? p.reason : ""}`
@@ -342,12 +348,16 @@ export const progressLine = (view: View, event: AgentEvent): string | undefined 
     case "step":
       return undefined
     case "tool_result":
-      return event.isFailure === true ? `${indent}  ✗ ${who} ${event.tool}: ${oneLine(event.reason ?? "failed")}` : undefined
+      return event.isFailure === true
+        ? `${indent}  ✗ ${who} ${event.tool}: ${oneLine(event.reason ?? "failed")}`
+        : undefined
     case "retry":
       return `${indent}  ↻ ${who} ${oneLine(event.reason ?? "retrying")}`
     default: {
       const p = parts(view, node, event.at, false)
-      return `${indent}${p.head}${p.description === undefined ? "" : ` "${p.description}"`}${p.state}${p.metrics}${p.id}${p.reason}`
+      return `${indent}${p.head}${
+        p.description === undefined ? "" : ` "${p.description}"`
+      }${p.state}${p.metrics}${p.id}${p.reason}`
     }
   }
 }

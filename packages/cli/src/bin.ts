@@ -8,7 +8,11 @@ import * as Cli from "./Cli.ts"
 // a closed terminal's SIGHUP is handed to it as SIGTERM): the tree is cancelled, its shell
 // process groups are killed, and the process exits 128 + the signal's number. The first
 // signal is remembered so that the run can say what cancelled it.
-const signals = { SIGINT: { code: 130, label: "Ctrl-C" }, SIGTERM: { code: 143, label: "SIGTERM" }, SIGHUP: { code: 129, label: "SIGHUP (the terminal closed)" } }
+const signals = {
+  SIGINT: { code: 130, label: "Ctrl-C" },
+  SIGTERM: { code: 143, label: "SIGTERM" },
+  SIGHUP: { code: 129, label: "SIGHUP (the terminal closed)" }
+}
 let received: keyof typeof signals | undefined
 process.on("SIGINT", () => void (received ??= "SIGINT"))
 process.on("SIGTERM", () => void (received ??= "SIGTERM"))
@@ -19,7 +23,10 @@ process.on("SIGHUP", () => {
 
 NodeRuntime.runMain(
   Effect.flatMap(
-    Cli.main(process.argv.slice(2), { ...Cli.processEnvironment(), interruptedBy: () => received && signals[received].label }),
+    Cli.main(process.argv.slice(2), {
+      ...Cli.processEnvironment(),
+      interruptedBy: () => received && signals[received].label
+    }),
     (code) =>
       Effect.sync(() => {
         process.exitCode = code

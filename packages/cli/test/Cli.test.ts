@@ -53,14 +53,22 @@ describe("fibril run", () => {
   it.live("a scripted fan-out of task calls, end to end: tree, answer, totals, exit 0", () =>
     Effect.gen(function*() {
       const { dir } = yield* workspace(fanOut)
-      const { exitCode, stdout, stderr } = yield* fibril(["run", "explore both sides", "--model", "scripted:script.json"], {
+      const { exitCode, stdout, stderr } = yield* fibril([
+        "run",
+        "explore both sides",
+        "--model",
+        "scripted:script.json"
+      ], {
         cwd: dir
       })
       assert.strictEqual(exitCode, 0, stderr)
       assert.match(stdout, /✓ explore "left" completed \d+\.\ds {2}steps 2 {2}tools 1 {2}tokens \d+ {2}\[agent_\w+\]/)
       assert.match(stdout, /✓ explore "right" completed .*\[agent_\w+\]/)
       // the final tree, once: the root's row with its own and its tree's tokens
-      assert.match(stdout, /\nAgents\n✓ general "explore both sides" completed .* tokens [\d.k]+ own, [\d.k]+ tree {2}\[agent_\w+\]\n├─ ✓ explore "left"/)
+      assert.match(
+        stdout,
+        /\nAgents\n✓ general "explore both sides" completed .* tokens [\d.k]+ own, [\d.k]+ tree {2}\[agent_\w+\]\n├─ ✓ explore "left"/
+      )
       assert.include(stdout, "Answer\n  Both sides explored.")
       assert.match(stdout, /Totals: 3 agents, 4 tool calls/)
     }).pipe(Effect.provide(NodeServices.layer)))
@@ -68,7 +76,9 @@ describe("fibril run", () => {
   it.live("--json: one parseable event per line, children carry their parent's id, then the final line", () =>
     Effect.gen(function*() {
       const { dir } = yield* workspace(fanOut)
-      const { exitCode, stdout } = yield* fibril(["run", "go", "--model", "scripted:script.json", "--json"], { cwd: dir })
+      const { exitCode, stdout } = yield* fibril(["run", "go", "--model", "scripted:script.json", "--json"], {
+        cwd: dir
+      })
       assert.strictEqual(exitCode, 0)
       const events = stdout.trim().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>)
       const final = events.at(-1)!
@@ -94,7 +104,9 @@ describe("fibril run", () => {
   it.live("usage errors exit 2: a bad flag value, an unknown role, a missing script", () =>
     Effect.gen(function*() {
       const { dir } = yield* workspace(fanOut)
-      const cap = yield* fibril(["run", "go", "--model", "scripted:script.json", "--max-concurrent", "99"], { cwd: dir })
+      const cap = yield* fibril(["run", "go", "--model", "scripted:script.json", "--max-concurrent", "99"], {
+        cwd: dir
+      })
       assert.strictEqual(cap.exitCode, 2)
       const role = yield* fibril(["run", "go", "--model", "scripted:script.json", "--role", "wizard"], { cwd: dir })
       assert.strictEqual(role.exitCode, 2)
@@ -184,7 +196,10 @@ describe("fibril run against an OpenAI-compatible endpoint (the fake server)", (
       const server = yield* FakeOpenAiServer.start({ script: fanOut, models: ["fake-model"] })
       const { dir } = yield* workspace(fanOut)
       const env = { OPENAI_API_KEY: "sk-test" }
-      const text = yield* fibril(["run", "explore", "--model", "fake-model", "--base-url", server.url], { cwd: dir, env })
+      const text = yield* fibril(["run", "explore", "--model", "fake-model", "--base-url", server.url], {
+        cwd: dir,
+        env
+      })
       assert.strictEqual(text.exitCode, 0, text.stderr)
       assert.include(text.stdout, "Answer\n  Both sides explored.")
       assert.match(text.stdout, /Totals: 3 agents, 4 tool calls, \d+ input/)
@@ -202,7 +217,10 @@ describe("fibril run against an OpenAI-compatible endpoint (the fake server)", (
       )
       assert.strictEqual(events.at(-1)!["text"], "Both sides explored.")
       // An id the server does not list is refused before anything runs.
-      const unknown = yield* fibril(["run", "x", "--model", "gpt-imaginary", "--base-url", server.url], { cwd: dir, env })
+      const unknown = yield* fibril(["run", "x", "--model", "gpt-imaginary", "--base-url", server.url], {
+        cwd: dir,
+        env
+      })
       assert.strictEqual(unknown.exitCode, 2)
       assert.include(unknown.stderr, "unknown model \"gpt-imaginary\"; accepted: fake-model")
     }).pipe(Effect.provide(NodeServices.layer)))
@@ -238,7 +256,15 @@ describe("fibril run against an OpenAI-compatible endpoint (the fake server)", (
       ], { cwd: dir })
       assert.strictEqual(run.exitCode, 0, run.stderr)
       const names = new Set([...bodies.join("\n").matchAll(/"name":"([^"]+)"/g)].map((m) => m[1]))
-      for (const name of ["Session.prompt", "SubAgentManager.run", "LanguageModel.generateText", "tool.list_dir", "tool.task"]) {
+      for (
+        const name of [
+          "Session.prompt",
+          "SubAgentManager.run",
+          "LanguageModel.generateText",
+          "tool.list_dir",
+          "tool.task"
+        ]
+      ) {
         assert.isTrue(names.has(name), `span ${name} in ${[...names].join(", ")}`)
       }
     }).pipe(Effect.provide(NodeServices.layer)))

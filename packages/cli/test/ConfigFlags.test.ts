@@ -40,7 +40,10 @@ describe("fibril and a wrong .fibril/config.toml", () => {
       const denied = yield* configured(`[permissions]\ndeny = ["Bash"]\n`)
       const run = yield* fibril(["run", "go", "--model", "scripted:none.json", "--no-strict"], { cwd: denied.dir })
       assert.strictEqual(run.exitCode, 2)
-      assert.include(run.stderr, `permissions.deny (${denied.file}, line 2) names an unknown tool: "Bash" (did you mean "shell"?)`)
+      assert.include(
+        run.stderr,
+        `permissions.deny (${denied.file}, line 2) names an unknown tool: "Bash" (did you mean "shell"?)`
+      )
       assert.include(run.stderr, "Known tools: read_file")
     }).pipe(Effect.provide(NodeServices.layer)))
 })

@@ -19,7 +19,10 @@ describe("fibril demo", () => {
       assert.match(stdout, /summary: {2}The workspace has \d+ top-level entries: \d+ directories \(.*packages/)
       assert.include(stdout, "packages/core/package.json")
       assert.match(stdout, /summary: {2}There are \d+ test files in \d+ directories, mostly packages\/core\/test/)
-      assert.include(stdout, `summary:  The README ("Fibril") opens: "An Effect-native sub-agent runtime for TypeScript."`)
+      assert.include(
+        stdout,
+        `summary:  The README ("Fibril") opens: "An Effect-native sub-agent runtime for TypeScript."`
+      )
       assert.include(stdout, "evidence: - README.md:1: # Fibril")
       assert.include(stdout, "Final answer")
       assert.match(stdout, /Totals: 5 agents, \d+ tool calls, \d+ input \+ \d+ output tokens/)

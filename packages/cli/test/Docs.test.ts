@@ -43,7 +43,9 @@ export const blocks = (file: string): Array<Block> => {
 
 /** The commands of a `sh` block: continuation lines joined, comments and blank lines left out. */
 export const commands = (text: string): Array<string> =>
-  text.replace(/\\\n\s*/g, " ").split("\n").map((line) => line.trim()).filter((line) => line !== "" && !line.startsWith("#"))
+  text.replace(/\\\n\s*/g, " ").split("\n").map((line) => line.trim()).filter((line) =>
+    line !== "" && !line.startsWith("#")
+  )
 
 const docs = ["docs/cli.md", "docs/mcp.md"]
 const all = docs.flatMap(blocks)
@@ -51,8 +53,16 @@ const key = "sk-docs-test"
 
 const script: ScriptedModel.ScriptInput = {
   rules: [
-    { match: { role: "explore" }, turns: [{ tool_calls: [{ name: "list_dir", args: {} }] }, { text: "SUMMARY:\nlisted\n\nCHANGES:\nnone\n\nEVIDENCE:\nlist_dir\n\nRISKS:\nnone\n\nBLOCKERS:\nnone" }] },
-    { turns: [{ tool_calls: [{ name: "list_dir", args: {} }] }, { text: "The project holds a README and a task." }], repeat_last: true }
+    {
+      match: { role: "explore" },
+      turns: [{ tool_calls: [{ name: "list_dir", args: {} }] }, {
+        text: "SUMMARY:\nlisted\n\nCHANGES:\nnone\n\nEVIDENCE:\nlist_dir\n\nRISKS:\nnone\n\nBLOCKERS:\nnone"
+      }]
+    },
+    {
+      turns: [{ tool_calls: [{ name: "list_dir", args: {} }] }, { text: "The project holds a README and a task." }],
+      repeat_last: true
+    }
   ]
 }
 
@@ -68,7 +78,10 @@ const project = Effect.gen(function*() {
   yield* fs.writeFileString(path.join(dir, "task.md"), "List the files of this project and say what they are for.\n")
   yield* fs.writeFileString(path.join(dir, "script.json"), JSON.stringify(script))
   // `fibril` as installed, but running these sources.
-  yield* fs.writeFileString(path.join(shims, "fibril"), `#!/bin/sh\nexec "${process.execPath}" ${sourceCondition} "${bin}" "$@"\n`)
+  yield* fs.writeFileString(
+    path.join(shims, "fibril"),
+    `#!/bin/sh\nexec "${process.execPath}" ${sourceCondition} "${bin}" "$@"\n`
+  )
   yield* fs.chmod(path.join(shims, "fibril"), 0o755)
   const server = yield* FakeOpenAiServer.start({ script, models: ["gpt-4.1-mini", "deepseek-chat"], apiKey: key })
   const env: Record<string, string> = {
@@ -78,7 +91,8 @@ const project = Effect.gen(function*() {
     OPENAI_BASE_URL: server.url,
     LANG: "C.UTF-8"
   }
-  const resolve = (command: string) => command.replaceAll("/opt/fibril", repoRoot.replace(/\/$/, "")).replaceAll("/path/to/project", dir)
+  const resolve = (command: string) =>
+    command.replaceAll("/opt/fibril", repoRoot.replace(/\/$/, "")).replaceAll("/path/to/project", dir)
   return { dir, env, resolve }
 })
 
@@ -94,10 +108,19 @@ const sh = (command: string, cwd: string, env: Record<string, string>) =>
   }).pipe(Effect.scoped)
 
 /** Starts a server the way an MCP client does and lists its tools. */
-const toolsOf = (server: { readonly command: string; readonly args: ReadonlyArray<string>; readonly env: Record<string, string> }, cwd: string) =>
+const toolsOf = (
+  server: { readonly command: string; readonly args: ReadonlyArray<string>; readonly env: Record<string, string> },
+  cwd: string
+) =>
   Effect.acquireUseRelease(
     Effect.sync(() =>
-      new StdioClientTransport({ command: server.command, args: [...server.args], env: server.env, cwd, stderr: "pipe" })
+      new StdioClientTransport({
+        command: server.command,
+        args: [...server.args],
+        env: server.env,
+        cwd,
+        stderr: "pipe"
+      })
     ),
     (transport) =>
       Effect.promise(async () => {
@@ -109,7 +132,8 @@ const toolsOf = (server: { readonly command: string; readonly args: ReadonlyArra
   )
 
 /** A command line that starts `fibril mcp` (served, not run to completion). */
-const isServer = (command: string) => /\bmcp\b/.test(command) && !/[<|;]/.test(command) && !/^(claude|npx)\b/.test(command)
+const isServer = (command: string) =>
+  /\bmcp\b/.test(command) && !/[<|;]/.test(command) && !/^(claude|npx)\b/.test(command)
 
 describe("the command lines of docs/cli.md and docs/mcp.md", () => {
   it("every sh block is run here, or says why not", () => {
@@ -138,12 +162,15 @@ describe("the command lines of docs/cli.md and docs/mcp.md", () => {
       )
       const ran = yield* Effect.forEach(lines, ({ file, command }) =>
         isServer(command)
-          ? Effect.map(toolsOf({ command: command.split(" ")[0]!, args: command.split(" ").slice(1), env }, dir), (tools) => ({
-            file,
-            command,
-            ok: tools.includes("task") && tools.includes("agent_spawn"),
-            output: tools.join(" ")
-          }))
+          ? Effect.map(
+            toolsOf({ command: command.split(" ")[0]!, args: command.split(" ").slice(1), env }, dir),
+            (tools) => ({
+              file,
+              command,
+              ok: tools.includes("task") && tools.includes("agent_spawn"),
+              output: tools.join(" ")
+            })
+          )
           : Effect.map(sh(command, dir, env), (result) => ({
             file,
             command,
@@ -168,10 +195,20 @@ describe("the command lines of docs/cli.md and docs/mcp.md", () => {
           mcp?: Record<string, { command: Array<string>; environment?: Record<string, string> }>
         }
         const expand = (vars: Record<string, string> | undefined) =>
-          Object.fromEntries(Object.entries(vars ?? {}).map(([name, value]) => [name, /OPENAI_API_KEY|sk-/.test(value) ? key : value]))
+          Object.fromEntries(
+            Object.entries(vars ?? {}).map(([name, value]) => [name, /OPENAI_API_KEY|sk-/.test(value) ? key : value])
+          )
         return [
-          ...Object.values(json.mcpServers ?? {}).map((server) => ({ command: server.command, args: server.args ?? [], vars: expand(server.env) })),
-          ...Object.values(json.mcp ?? {}).map((server) => ({ command: server.command[0]!, args: server.command.slice(1), vars: expand(server.environment) }))
+          ...Object.values(json.mcpServers ?? {}).map((server) => ({
+            command: server.command,
+            args: server.args ?? [],
+            vars: expand(server.env)
+          })),
+          ...Object.values(json.mcp ?? {}).map((server) => ({
+            command: server.command[0]!,
+            args: server.command.slice(1),
+            vars: expand(server.environment)
+          }))
         ]
       })
       // Claude Code's .mcp.json, opencode, Cursor.
@@ -179,7 +216,11 @@ describe("the command lines of docs/cli.md and docs/mcp.md", () => {
       for (const entry of entries) {
         assert.strictEqual(entry.vars["OPENAI_API_KEY"], key)
         const tools = yield* toolsOf({ command: entry.command, args: entry.args, env: { ...env, ...entry.vars } }, dir)
-        assert.includeMembers(tools, ["task", "agent_spawn", "agent_wait", "agent_result"], `${entry.command} ${entry.args.join(" ")}`)
+        assert.includeMembers(
+          tools,
+          ["task", "agent_spawn", "agent_wait", "agent_result"],
+          `${entry.command} ${entry.args.join(" ")}`
+        )
       }
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
 })

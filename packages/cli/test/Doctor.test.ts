@@ -66,53 +66,76 @@ describe("fibril doctor", () => {
     })
   })
 
-  it.live("healthy: every check passes, the store shared with a live fibril run, exit 0, the key not shown", () =>
-    Effect.gen(function*() {
-      const { dir, home, fs, path } = yield* project
-      const server = yield* FakeOpenAiServer.start({ script, models: ["gpt-4.1-mini", "other"], apiKey: key })
-      const env = { OPENAI_API_KEY: key, OPENAI_BASE_URL: server.url, HOME: home }
-      // Another process running an agent on the store: a fibril run whose model never answers.
-      yield* fs.writeFileString(path.join(dir, "hang.json"), JSON.stringify({ rules: [{ turns: [{ hang: true }] }] }))
-      const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
-      yield* spawner.spawn(ChildProcess.make(process.execPath, [sourceCondition, bin, "run", "wait", "--model", "scripted:hang.json"], {
-        cwd: dir,
-        env,
-        extendEnv: true
-      }))
-      const database = path.join(dir, ".fibril", "state", "fibril.db")
-      const owners = () => {
-        try {
-          const db = new DatabaseSync(database, { readOnly: true })
+  it.live(
+    "healthy: every check passes, the store shared with a live fibril run, exit 0, the key not shown",
+    () =>
+      Effect.gen(function*() {
+        const { dir, home, fs, path } = yield* project
+        const server = yield* FakeOpenAiServer.start({ script, models: ["gpt-4.1-mini", "other"], apiKey: key })
+        const env = { OPENAI_API_KEY: key, OPENAI_BASE_URL: server.url, HOME: home }
+        // Another process running an agent on the store: a fibril run whose model never answers.
+        yield* fs.writeFileString(path.join(dir, "hang.json"), JSON.stringify({ rules: [{ turns: [{ hang: true }] }] }))
+        const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
+        yield* spawner.spawn(
+          ChildProcess.make(process.execPath, [sourceCondition, bin, "run", "wait", "--model", "scripted:hang.json"], {
+            cwd: dir,
+            env,
+            extendEnv: true
+          })
+        )
+        const database = path.join(dir, ".fibril", "state", "fibril.db")
+        const owners = () => {
           try {
-            return db.prepare("SELECT count(*) AS n FROM fibril_owners").get()!["n"]
-          } finally {
-            db.close()
+            const db = new DatabaseSync(database, { readOnly: true })
+            try {
+              return db.prepare("SELECT count(*) AS n FROM fibril_owners").get()!["n"]
+            } finally {
+              db.close()
+            }
+          } catch {
+            return 0
           }
-        } catch {
-          return 0
         }
-      }
-      for (let i = 0; i < 300 && owners() === 0; i++) yield* Effect.sleep("50 millis")
-      yield* fs.makeDirectory(path.join(dir, "src"))
-      const { stdout, stderr, exitCode } = yield* fibril(["doctor"], { cwd: path.join(dir, "src"), env })
-      assert.strictEqual(exitCode, 0, stdout + stderr)
-      const checks = lines(stdout)
-      assert.match(checks["node"]!, /^✓ v\d+\.\d+\.\d+ \(fibril needs >= 22\.19\)$/)
-      assert.strictEqual(checks["workspace"], `✓ ${dir} (it holds .fibril)`, "found from src/")
-      assert.strictEqual(checks["config"], `✓ ${path.join(dir, ".fibril", "config.toml")}`)
-      assert.strictEqual(checks["model"], "✓ gpt-4.1-mini; OPENAI_API_KEY is set (not shown)")
-      assert.strictEqual(checks["endpoint"], `✓ ${server.url} is reachable and lists gpt-4.1-mini`)
-      assert.match(checks["sandbox"]!, /^[✓!] /)
-      assert.match(checks["store"]!, new RegExp(`^✓ ${dir}/\\.fibril/state/fibril\\.db is writable; shared with 1 other live process running agents: pid \\d+@`))
-      assert.strictEqual(checks["cluster"], "- not configured (agents run in this process; fibril has no cluster mode yet)")
-      assert.match(stdout, /No problem found/)
-      assert.notInclude(stdout + stderr, key)
-      const json = yield* fibril(["doctor", "--json"], { cwd: dir, env })
-      const parsed = JSON.parse(json.stdout) as { ok: boolean; checks: Array<{ name: string; status: string }> }
-      assert.isTrue(parsed.ok)
-      assert.deepStrictEqual(parsed.checks.map((c) => c.name), ["node", "workspace", "config", "model", "endpoint", "sandbox", "store", "cluster"])
-      assert.notInclude(json.stdout, key)
-    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
+        for (let i = 0; i < 300 && owners() === 0; i++) yield* Effect.sleep("50 millis")
+        yield* fs.makeDirectory(path.join(dir, "src"))
+        const { stdout, stderr, exitCode } = yield* fibril(["doctor"], { cwd: path.join(dir, "src"), env })
+        assert.strictEqual(exitCode, 0, stdout + stderr)
+        const checks = lines(stdout)
+        assert.match(checks["node"]!, /^✓ v\d+\.\d+\.\d+ \(fibril needs >= 22\.19\)$/)
+        assert.strictEqual(checks["workspace"], `✓ ${dir} (it holds .fibril)`, "found from src/")
+        assert.strictEqual(checks["config"], `✓ ${path.join(dir, ".fibril", "config.toml")}`)
+        assert.strictEqual(checks["model"], "✓ gpt-4.1-mini; OPENAI_API_KEY is set (not shown)")
+        assert.strictEqual(checks["endpoint"], `✓ ${server.url} is reachable and lists gpt-4.1-mini`)
+        assert.match(checks["sandbox"]!, /^[✓!] /)
+        assert.match(
+          checks["store"]!,
+          new RegExp(
+            `^✓ ${dir}/\\.fibril/state/fibril\\.db is writable; shared with 1 other live process running agents: pid \\d+@`
+          )
+        )
+        assert.strictEqual(
+          checks["cluster"],
+          "- not configured (agents run in this process; fibril has no cluster mode yet)"
+        )
+        assert.match(stdout, /No problem found/)
+        assert.notInclude(stdout + stderr, key)
+        const json = yield* fibril(["doctor", "--json"], { cwd: dir, env })
+        const parsed = JSON.parse(json.stdout) as { ok: boolean; checks: Array<{ name: string; status: string }> }
+        assert.isTrue(parsed.ok)
+        assert.deepStrictEqual(parsed.checks.map((c) => c.name), [
+          "node",
+          "workspace",
+          "config",
+          "model",
+          "endpoint",
+          "sandbox",
+          "store",
+          "cluster"
+        ])
+        assert.notInclude(json.stdout, key)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
 
   it.live("each failure it reports, with what to do: exit 1 (warnings alone: exit 0)", () =>
     Effect.gen(function*() {
@@ -137,17 +160,63 @@ describe("fibril doctor", () => {
       const badConfig = yield* make("bad-config", { ".fibril/config.toml": "[subagents]\nmax_concurent = 4\n" })
       const stateFile = yield* make("state-file", { ".fibril/state": "not a directory" })
       const corrupt = yield* make("corrupt", { ".fibril/state/fibril.db": "this is not a database" })
-      const noSandbox = yield* make("no-sandbox", { ".fibril/config.toml": "[sandbox]\nbwrap_path = \"/nonexistent/bwrap\"\n" })
+      const noSandbox = yield* make("no-sandbox", {
+        ".fibril/config.toml": "[sandbox]\nbwrap_path = \"/nonexistent/bwrap\"\n"
+      })
       const cases = [
-        { cwd: badConfig, env: withKey(listing.url), args: [], check: "config", says: /^✗ .*max_concurent.*max_concurrent/ },
-        { cwd: dir, env: { HOME: home }, args: [], check: "model", says: /^✗ No model to run on: OPENAI_API_KEY is not set\. Set OPENAI_API_KEY/ },
-        { cwd: dir, env: withKey(refusing.url), args: [], check: "endpoint", says: /^✗ http:\/\/.* refused the key \(HTTP 401\): check OPENAI_API_KEY$/ },
-        { cwd: dir, env: withKey(`http://127.0.0.1:${port}/v1`), args: [], check: "endpoint", says: /^✗ http:\/\/127\.0\.0\.1:\d+\/v1: unreachable\. Check OPENAI_BASE_URL/ },
-        { cwd: dir, env: { HOME: home }, args: ["--model", "scripted:broken.json"], check: "model", says: /^✗ cannot load the model script .*broken\.json: invalid JSON/ },
-        { cwd: stateFile, env: withKey(listing.url), args: [], check: "store", says: /state cannot be created: .*state is not a directory$/ },
-        { cwd: dir, env: { HOME: home }, args: ["--cwd", "missing"], check: "workspace", says: /^✗ --cwd .*missing: no such directory/ }
+        {
+          cwd: badConfig,
+          env: withKey(listing.url),
+          args: [],
+          check: "config",
+          says: /^✗ .*max_concurent.*max_concurrent/
+        },
+        {
+          cwd: dir,
+          env: { HOME: home },
+          args: [],
+          check: "model",
+          says: /^✗ No model to run on: OPENAI_API_KEY is not set\. Set OPENAI_API_KEY/
+        },
+        {
+          cwd: dir,
+          env: withKey(refusing.url),
+          args: [],
+          check: "endpoint",
+          says: /^✗ http:\/\/.* refused the key \(HTTP 401\): check OPENAI_API_KEY$/
+        },
+        {
+          cwd: dir,
+          env: withKey(`http://127.0.0.1:${port}/v1`),
+          args: [],
+          check: "endpoint",
+          says: /^✗ http:\/\/127\.0\.0\.1:\d+\/v1: unreachable\. Check OPENAI_BASE_URL/
+        },
+        {
+          cwd: dir,
+          env: { HOME: home },
+          args: ["--model", "scripted:broken.json"],
+          check: "model",
+          says: /^✗ cannot load the model script .*broken\.json: invalid JSON/
+        },
+        {
+          cwd: stateFile,
+          env: withKey(listing.url),
+          args: [],
+          check: "store",
+          says: /state cannot be created: .*state is not a directory$/
+        },
+        {
+          cwd: dir,
+          env: { HOME: home },
+          args: ["--cwd", "missing"],
+          check: "workspace",
+          says: /^✗ --cwd .*missing: no such directory/
+        }
       ]
-      const results = yield* Effect.forEach(cases, (c) => fibril(["doctor", ...c.args], { cwd: c.cwd, env: c.env }), { concurrency: 3 })
+      const results = yield* Effect.forEach(cases, (c) => fibril(["doctor", ...c.args], { cwd: c.cwd, env: c.env }), {
+        concurrency: 3
+      })
       results.forEach((result, i) => {
         const c = cases[i]!
         assert.strictEqual(result.exitCode, 1, `${c.check}: ${result.stdout}${result.stderr}`)
@@ -165,10 +234,19 @@ describe("fibril doctor", () => {
       ], { concurrency: "unbounded" })
       assert.strictEqual(sandbox.exitCode, 0, sandbox.stdout)
       assert.strictEqual(replaced.exitCode, 0, replaced.stdout)
-      assert.match(lines(replaced.stdout)["store"]!, /^! .*fibril\.db is writable; .*is not a readable database .*moved it aside/)
+      assert.match(
+        lines(replaced.stdout)["store"]!,
+        /^! .*fibril\.db is writable; .*is not a readable database .*moved it aside/
+      )
       assert.strictEqual(unlisted.exitCode, 0, unlisted.stdout)
-      assert.match(lines(unlisted.stdout)["endpoint"]!, /^! http:\/\/.* is reachable, but does not list gpt-4\.1-mini among its 1 models$/)
+      assert.match(
+        lines(unlisted.stdout)["endpoint"]!,
+        /^! http:\/\/.* is reachable, but does not list gpt-4\.1-mini among its 1 models$/
+      )
       assert.match(unlisted.stdout, /No problem found \(1 warning\)/)
-      assert.match(lines(sandbox.stdout)["sandbox"]!, /^! none \(.*\/nonexistent\/bwrap.*\): read-only roles get no shell.*Install bubblewrap/)
+      assert.match(
+        lines(sandbox.stdout)["sandbox"]!,
+        /^! none \(.*\/nonexistent\/bwrap.*\): read-only roles get no shell.*Install bubblewrap/
+      )
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 90_000)
 })

@@ -11,12 +11,15 @@ import * as Net from "node:net"
 import { DatabaseSync } from "node:sqlite"
 import { fibril } from "./run.ts"
 
-const report = (summary: string) => `SUMMARY:\n${summary}\n\nCHANGES:\nnone\n\nEVIDENCE:\nread\n\nRISKS:\nnone\n\nBLOCKERS:\nnone`
+const report = (summary: string) =>
+  `SUMMARY:\n${summary}\n\nCHANGES:\nnone\n\nEVIDENCE:\nread\n\nRISKS:\nnone\n\nBLOCKERS:\nnone`
 
 const script = {
   rules: [{
     match: { depth: 0 },
-    turns: [{ tool_calls: [{ name: "list_dir", args: {} }] }, { text: report("Listed it.") }, { text: "Resumed and done." }]
+    turns: [{ tool_calls: [{ name: "list_dir", args: {} }] }, { text: report("Listed it.") }, {
+      text: "Resumed and done."
+    }]
   }]
 }
 
@@ -73,7 +76,10 @@ describe("fibril inputs", () => {
         { args: ["run", "", ...scripted], says: "The prompt is empty: say what the agent should do." },
         { args: ["run", "  \n ", ...scripted], says: "The prompt is empty" },
         { args: ["run", ...scripted], says: "No prompt. Give it as an argument" },
-        { args: ["run", "hi", "--prompt-file", "blank.md", ...scripted], says: "either as an argument or with --prompt-file, not both" },
+        {
+          args: ["run", "hi", "--prompt-file", "blank.md", ...scripted],
+          says: "either as an argument or with --prompt-file, not both"
+        },
         { args: ["run", "--prompt-file", "missing.md", ...scripted], says: "--prompt-file missing.md: cannot read it" },
         { args: ["run", "--prompt-file", "blank.md", ...scripted], says: "The prompt is empty (blank.md)" }
       ]
@@ -122,7 +128,10 @@ describe("fibril inputs", () => {
         fibril(["run", "list it", "--model", "scripted:../../script.json"], { cwd: deep })
       ], { concurrency: "unbounded" })
       assert.strictEqual(config.exitCode, 0, config.stderr)
-      const parsed = JSON.parse(config.stdout) as { sources: Array<string>; settings: { subagents: { max_concurrent: number } } }
+      const parsed = JSON.parse(config.stdout) as {
+        sources: Array<string>
+        settings: { subagents: { max_concurrent: number } }
+      }
       assert.deepStrictEqual(parsed.sources.slice(0, 1), [path.join(dir, ".fibril", "config.toml")])
       assert.strictEqual(parsed.settings.subagents.max_concurrent, 3)
       assert.strictEqual(run.exitCode, 0, run.stderr)
@@ -143,17 +152,30 @@ describe("fibril inputs", () => {
         fibril(["help", "frobnicate"], { cwd: dir })
       ], { concurrency: 3 })
       assert.strictEqual(top.exitCode, 0)
-      for (const section of ["SUBCOMMANDS", "EXAMPLES", "ENVIRONMENT", "EXIT CODES", "help      Help on fibril"]) assert.include(top.stdout, section)
+      for (const section of ["SUBCOMMANDS", "EXAMPLES", "ENVIRONMENT", "EXIT CODES", "help      Help on fibril"]) {
+        assert.include(top.stdout, section)
+      }
       assert.strictEqual(run.exitCode, 0)
       assert.strictEqual(run.stdout, viaFlag.stdout)
-      for (const text of ["--prompt-file string", "git diff | fibril run - --role review", "OPENAI_API_KEY", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "130    cancelled by Ctrl-C"]) {
+      for (
+        const text of [
+          "--prompt-file string",
+          "git diff | fibril run - --role review",
+          "OPENAI_API_KEY",
+          "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+          "130    cancelled by Ctrl-C"
+        ]
+      ) {
         assert.include(run.stdout, text)
       }
       assert.strictEqual(resume.exitCode, 0)
       assert.include(resume.stdout, "--model string")
       assert.include(resume.stdout, "1      it did not")
       assert.strictEqual(unknown.exitCode, 2)
-      assert.include(unknown.stderr, `fibril: unknown command "frobnicate"; the commands are: run, demo, agents, config, mcp, doctor, help`)
+      assert.include(
+        unknown.stderr,
+        `fibril: unknown command "frobnicate"; the commands are: run, demo, agents, config, mcp, doctor, help`
+      )
       // Every flag says what it does.
       for (const result of [top, run, resume]) assert.notMatch(result.stdout, /^ {2}--[\w-]+( \w+)?\s*$/m)
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
@@ -177,7 +199,9 @@ describe("fibril inputs", () => {
       }
       walk(JSON.parse(stdout), false)
       assert.deepStrictEqual(keys.filter((key) => /[A-Z]/.test(key)), [])
-      for (const key of ["max_concurrent", "api_timeout_secs", "writable_paths", "sandbox_status", "model_selection"]) assert.include(keys, key)
+      for (
+        const key of ["max_concurrent", "api_timeout_secs", "writable_paths", "sandbox_status", "model_selection"]
+      ) assert.include(keys, key)
       // Names under a table keyed by role or agent stay as written.
       assert.include(stdout, `"models":{"myReviewer":"m1"}`)
       assert.include(stdout, `"clamped":[{"key":"subagents.max_concurrent","given":50,"used":20}]`)
@@ -206,12 +230,23 @@ describe("fibril inputs", () => {
       const { dir } = yield* project
       const port = yield* closedPort
       const started = Date.now()
-      const run = yield* fibril(["run", "list it", ...scripted, "--otlp", `http://user:secret@127.0.0.1:${port}/v1/traces`], { cwd: dir })
+      const run = yield* fibril([
+        "run",
+        "list it",
+        ...scripted,
+        "--otlp",
+        `http://user:secret@127.0.0.1:${port}/v1/traces`
+      ], { cwd: dir })
       const took = Date.now() - started
       assert.strictEqual(run.exitCode, 0, run.stderr)
       const warnings = run.stderr.split("\n").filter((line) => line.includes("traces cannot be exported"))
       assert.strictEqual(warnings.length, 1, run.stderr)
-      assert.match(warnings[0]!, new RegExp(`WARN traces cannot be exported to http://\\*\\*\\*@127\\.0\\.0\\.1:${port}/v1/traces \\(unreachable\\); the run goes on without them`))
+      assert.match(
+        warnings[0]!,
+        new RegExp(
+          `WARN traces cannot be exported to http://\\*\\*\\*@127\\.0\\.0\\.1:${port}/v1/traces \\(unreachable\\); the run goes on without them`
+        )
+      )
       assert.notInclude(run.stderr, "secret")
       // The exporter's retries (about 1 s each, also at exit) are not waited for.
       assert.isBelow(took, 15_000)
@@ -223,13 +258,20 @@ describe("fibril inputs", () => {
       const port = yield* closedPort
       const run = yield* fibril(["run", "hi"], {
         cwd: dir,
-        env: { OPENAI_API_KEY: "sk-test", OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`, FIBRIL_AGENT_MAX_RETRIES: "0" }
+        env: {
+          OPENAI_API_KEY: "sk-test",
+          OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`,
+          FIBRIL_AGENT_MAX_RETRIES: "0"
+        }
       })
       assert.strictEqual(run.exitCode, 1, run.stderr)
       const lines = run.stderr.trim().split("\n")
       const warning = lines.find((line) => line.includes("cannot list the models"))
       assert.isDefined(warning, run.stderr)
-      assert.match(warning!, /^\[\d\d:\d\d:\d\d\.\d{3}\] WARN cannot list the models .*\(reason: NetworkError, message: .* ⏎ /)
+      assert.match(
+        warning!,
+        /^\[\d\d:\d\d:\d\d\.\d{3}\] WARN cannot list the models .*\(reason: NetworkError, message: .* ⏎ /
+      )
       // Every stderr line is a log event or the error: none continues the one before.
       for (const line of lines) assert.match(line, /^(\[\d\d:\d\d:\d\d\.\d{3}\] [A-Z]+ |fibril: )/, line)
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))

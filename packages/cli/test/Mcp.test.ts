@@ -1,5 +1,4 @@
 // `fibril mcp` as a real subprocess, driven by the official MCP SDK client over stdio.
-import { DatabaseSync } from "node:sqlite"
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import type { ScriptedModel } from "@fibril/testkit"
@@ -8,6 +7,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import type { RequestOptions } from "@modelcontextprotocol/sdk/shared/protocol.js"
 import type { Progress } from "@modelcontextprotocol/sdk/types.js"
 import { Effect, Exit, Fiber, FileSystem, Path } from "effect"
+import { DatabaseSync } from "node:sqlite"
 import { bin } from "./run.ts"
 
 const report = (summary: string) =>
@@ -32,7 +32,11 @@ const script: ScriptedModel.ScriptInput = {
       ]
     },
     { name: "hang", match: { prompt: "hang" }, turns: [{ hang: true }] },
-    { name: "background", match: { prompt: "background" }, turns: [{ delay_ms: 200, text: report("background done") }] },
+    {
+      name: "background",
+      match: { prompt: "background" },
+      turns: [{ delay_ms: 200, text: report("background done") }]
+    },
     { name: "anyone else", turns: [{ text: report("all good") }], repeat_last: true }
   ]
 }
@@ -156,12 +160,27 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
       const byName = new Map(tools.map((t) => [t.name, t]))
       const task = byName.get("task")!
       assert.sameMembers(task.inputSchema.required ?? [], ["description", "prompt"])
-      assert.containsAllKeys(task.inputSchema.properties ?? {}, ["description", "prompt", "subagent_type", "allowed_tools"])
+      assert.containsAllKeys(task.inputSchema.properties ?? {}, [
+        "description",
+        "prompt",
+        "subagent_type",
+        "allowed_tools"
+      ])
       assert.include(JSON.stringify(task.inputSchema.properties?.["subagent_type"]), "explore")
       assert.strictEqual(task.outputSchema?.type, "object")
-      assert.containsAllKeys(task.outputSchema?.properties ?? {}, ["agent_id", "status", "summary", "sections", "tokens"])
+      assert.containsAllKeys(task.outputSchema?.properties ?? {}, [
+        "agent_id",
+        "status",
+        "summary",
+        "sections",
+        "tokens"
+      ])
       assert.include(task.description ?? "", "sub-agent")
-      assert.containsAllKeys(byName.get("agent_spawn")!.inputSchema.properties ?? {}, ["prompt", "subagent_type", "detached"])
+      assert.containsAllKeys(byName.get("agent_spawn")!.inputSchema.properties ?? {}, [
+        "prompt",
+        "subagent_type",
+        "detached"
+      ])
       assert.containsAllKeys(byName.get("agent_list")!.outputSchema?.properties ?? {}, ["agents"])
       for (const name of ["agent_list", "agent_result", "agent_wait"]) {
         const hints = byName.get(name)!.annotations
@@ -256,10 +275,13 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
       assert.strictEqual(result["status"], "completed")
       assert.strictEqual(result["summary"], "background done")
       const listed = structured(yield* call(client, "agent_list", {}))
-      assert.deepStrictEqual(listed["agents"].map((a: { agent_id: string; status: string }) => [a.agent_id, a.status]), [[
-        id,
-        "completed"
-      ]])
+      assert.deepStrictEqual(
+        listed["agents"].map((a: { agent_id: string; status: string }) => [a.agent_id, a.status]),
+        [[
+          id,
+          "completed"
+        ]]
+      )
     }).pipe(Effect.provide(NodeServices.layer)))
 
   it.live("a bad subagent_type is a tool error that lists the accepted roles; nothing is spawned", () =>
@@ -288,7 +310,10 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
       // Cancelling the holder frees the slot.
       const cancelled = structured(yield* call(client, "agent_cancel", { id: hanging["agent_id"] }))
       assert.strictEqual(cancelled["status"], "cancelled")
-      assert.strictEqual(structured(yield* call(client, "task", { description: "now", prompt: "hi" }))["status"], "completed")
+      assert.strictEqual(
+        structured(yield* call(client, "task", { description: "now", prompt: "hi" }))["status"],
+        "completed"
+      )
     }).pipe(Effect.provide(NodeServices.layer)))
 
   it.live("cancelling a running task from the client cancels its agent and descendants; the server stays healthy", () =>
@@ -324,7 +349,10 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
       assert.strictEqual(grandchild?.["status"], "cancelled")
       assert.include(grandchild?.["reason"] ?? "", `its parent ${root?.["agent_id"]} was cancelled`)
       // Still healthy: the next call works.
-      assert.strictEqual(structured(yield* call(client, "task", { description: "next", prompt: "hi" }))["status"], "completed")
+      assert.strictEqual(
+        structured(yield* call(client, "task", { description: "next", prompt: "hi" }))["status"],
+        "completed"
+      )
       // And the persisted record says cancelled too.
       yield* Effect.promise(() => client.close())
       const stored = (yield* records).find((r) => r["agent_id"] === root?.["agent_id"])
@@ -350,7 +378,9 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
       assert.isTrue(messages.some((m) => m.includes("step 2")), messages.join("\n"))
       // On the wire, the agent's end is the last progress notification, sent before the response.
       const wire = wireOf.get(client) ?? []
-      const response = wire.findIndex((m) => m["id"] !== undefined && m["result"]?.structuredContent?.summary === "slow done")
+      const response = wire.findIndex((m) =>
+        m["id"] !== undefined && m["result"]?.structuredContent?.summary === "slow done"
+      )
       const sent = wire.slice(0, response).filter((m) => m["method"] === "notifications/progress")
         .map((m) => {
           const { progressToken: _, ...progress } = m["params"] as Progress & { progressToken: unknown }
@@ -368,7 +398,9 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
       const { dir, records } = yield* workspace()
       const client = yield* connect(dir)
       const attached = structured(yield* call(client, "agent_spawn", { prompt: "hang", description: "attached" }))
-      const detached = structured(yield* call(client, "agent_spawn", { prompt: "hang", description: "detached", detached: true }))
+      const detached = structured(
+        yield* call(client, "agent_spawn", { prompt: "hang", description: "detached", detached: true })
+      )
       yield* Effect.promise(() => client.close())
       const stored = yield* records
       const byId = new Map(stored.map((r) => [r["agent_id"], r]))

@@ -87,7 +87,9 @@ describe("fibril agents: the run receipt", () => {
       assert.include(taken.stdout, "taken over and finished")
 
       // By run id: the same record, now with two runs.
-      const after = JSON.parse((yield* fibril(["agents", "show", `${watcher.agent_id}-r1`], { cwd: dir })).stdout) as Shown
+      const after = JSON.parse(
+        (yield* fibril(["agents", "show", `${watcher.agent_id}-r1`], { cwd: dir })).stdout
+      ) as Shown
       assert.strictEqual(after.status, "completed")
       assert.deepStrictEqual(after.runs.map((r) => [r.run_id, r.status]), [
         [`${watcher.agent_id}-r1`, "cancelled"],

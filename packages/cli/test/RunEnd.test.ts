@@ -67,25 +67,31 @@ const detachedScript = (child: unknown) => ({
 })
 
 describe("the end of fibril run", () => {
-  it.live("a detached agent still running is stopped, recorded so, and the resume command is printed", () =>
-    Effect.gen(function*() {
-      const dir = yield* workspace(detachedScript({ hang: true }))
-      const run = yield* fibril(["run", "watch", "--model", "scripted:script.json"], { cwd: dir })
-      assert.strictEqual(run.exitCode, 0, run.stderr)
-      const watcher = records(dir).find((r) => r.detached)!
-      assert.strictEqual(watcher.status, "cancelled")
-      assert.include(watcher.reason, `fibril agents resume ${watcher.agent_id}`)
-      assert.include(run.stdout, "Stopped 1 detached agent(s) still running when the run ended; resume with:")
-      assert.include(run.stdout, `fibril agents resume ${watcher.agent_id}`)
-      // The last line of the log about it says it was cancelled, not running.
-      const about = run.stdout.split("\n").filter((line) => line.includes(`[${watcher.agent_id}]`))
-      assert.include(about.at(-1), "cancelled")
-    }).pipe(Effect.provide(NodeServices.layer)), 60_000)
+  it.live(
+    "a detached agent still running is stopped, recorded so, and the resume command is printed",
+    () =>
+      Effect.gen(function*() {
+        const dir = yield* workspace(detachedScript({ hang: true }))
+        const run = yield* fibril(["run", "watch", "--model", "scripted:script.json"], { cwd: dir })
+        assert.strictEqual(run.exitCode, 0, run.stderr)
+        const watcher = records(dir).find((r) => r.detached)!
+        assert.strictEqual(watcher.status, "cancelled")
+        assert.include(watcher.reason, `fibril agents resume ${watcher.agent_id}`)
+        assert.include(run.stdout, "Stopped 1 detached agent(s) still running when the run ended; resume with:")
+        assert.include(run.stdout, `fibril agents resume ${watcher.agent_id}`)
+        // The last line of the log about it says it was cancelled, not running.
+        const about = run.stdout.split("\n").filter((line) => line.includes(`[${watcher.agent_id}]`))
+        assert.include(about.at(-1), "cancelled")
+      }).pipe(Effect.provide(NodeServices.layer)),
+    60_000
+  )
 
   it.live("--wait-detached waits for it to finish", () =>
     Effect.gen(function*() {
       const dir = yield* workspace(detachedScript({ text: report("watched"), delay_ms: 300 }))
-      const run = yield* fibril(["run", "watch", "--model", "scripted:script.json", "--wait-detached", "--json"], { cwd: dir })
+      const run = yield* fibril(["run", "watch", "--model", "scripted:script.json", "--wait-detached", "--json"], {
+        cwd: dir
+      })
       assert.strictEqual(run.exitCode, 0, run.stderr)
       const watcher = records(dir).find((r) => r.detached)!
       assert.strictEqual(watcher.status, "completed")
@@ -106,7 +112,10 @@ describe("the end of fibril run", () => {
           {
             match: { depth: 0 },
             turns: [{
-              tool_calls: [{ name: "task", args: { description: "slow", prompt: "run it", subagent_type: "implementer" } }]
+              tool_calls: [{
+                name: "task",
+                args: { description: "slow", prompt: "run it", subagent_type: "implementer" }
+              }]
             }, { text: "never" }]
           }
         ]

@@ -13,7 +13,15 @@ import * as TreeView from "../src/TreeView.ts"
 const event = (
   type: EventType,
   at: number,
-  agent: { id: string; parent?: string; role?: string; description?: string; step?: number; tools?: number; tokens?: number },
+  agent: {
+    id: string
+    parent?: string
+    role?: string
+    description?: string
+    step?: number
+    tools?: number
+    tokens?: number
+  },
   extra: Partial<AgentEvent> = {}
 ): AgentEvent => ({
   type,
@@ -43,17 +51,26 @@ describe("TreeView", () => {
     TreeView.apply(view, event("started", 0, child))
     const at = (now: number) => TreeView.render(view, { now, columns: 200 })[0]!
     // A spinner frame per 100 ms of the clock, and the time since it was spawned.
-    assert.strictEqual(at(1500), `⠴ explore "Map the repository layout" running 1.5s  waiting on model  steps 0  tools 0  tokens 0  [agent_c]`)
+    assert.strictEqual(
+      at(1500),
+      `⠴ explore "Map the repository layout" running 1.5s  waiting on model  steps 0  tools 0  tokens 0  [agent_c]`
+    )
     assert.strictEqual(at(1600).slice(0, 1), "⠦")
     assert.match(at(12_000), /running 12s {2}waiting on model/)
     assert.match(at(185_000), /running 3m05s {2}waiting on model/)
     TreeView.apply(view, event("step", 2000, { ...child, step: 1, tokens: 900 }))
     TreeView.apply(view, event("tool_call", 2000, { ...child, step: 1, tools: 1, tokens: 900 }, { tool: "grep" }))
-    assert.strictEqual(at(2500), `● explore "Map the repository layout" running 2.5s  (grep)  steps 1  tools 1  tokens 900  [agent_c]`)
+    assert.strictEqual(
+      at(2500),
+      `● explore "Map the repository layout" running 2.5s  (grep)  steps 1  tools 1  tokens 900  [agent_c]`
+    )
     TreeView.apply(view, event("tool_result", 2600, { ...child, step: 1, tools: 1, tokens: 900 }, { tool: "grep" }))
     assert.match(at(2700), /^⠧ explore .* running 2\.7s {2}waiting on model/)
     TreeView.apply(view, event("completed", 4000, { ...child, step: 2, tools: 1, tokens: 1500 }))
-    assert.strictEqual(at(99_000), `✓ explore "Map the repository layout" completed 4.0s  steps 2  tools 1  tokens 1.5k  [agent_c]`)
+    assert.strictEqual(
+      at(99_000),
+      `✓ explore "Map the repository layout" completed 4.0s  steps 2  tools 1  tokens 1.5k  [agent_c]`
+    )
   })
 
   it("tokens: a parent's own and its tree's; it waits on its sub-agents", () => {
@@ -65,8 +82,14 @@ describe("TreeView", () => {
     TreeView.apply(view, event("step", 900, { ...child, step: 1, tokens: 600 }))
     const rows = TreeView.render(view, { now: 1000, columns: 200 })
     // The root's tree counts the child's tokens as soon as the child reports them.
-    assert.strictEqual(rows[0], "● general running 1.0s  (task) waiting on 1 sub-agent  steps 1  tools 1  tokens 1.0k own, 1.6k tree  [agent_r]")
-    assert.match(rows[1]!, /^└─ ● explore "Map the repository layout" running 0\.9s {2}steps 1 {2}tools 0 {2}tokens 600/)
+    assert.strictEqual(
+      rows[0],
+      "● general running 1.0s  (task) waiting on 1 sub-agent  steps 1  tools 1  tokens 1.0k own, 1.6k tree  [agent_r]"
+    )
+    assert.match(
+      rows[1]!,
+      /^└─ ● explore "Map the repository layout" running 0\.9s {2}steps 1 {2}tools 0 {2}tokens 600/
+    )
     // The root's next event reports its tree (its own 1000 + the child's 600 + 400 more of its own).
     TreeView.apply(view, event("step", 1200, { ...root, step: 2, tools: 1, tokens: 2000 }))
     assert.match(TreeView.render(view, { now: 1200 })[0]!, /tokens 1\.4k own, 2\.0k tree/)
@@ -74,7 +97,10 @@ describe("TreeView", () => {
 
   it("rows are cut to the width: the id, then the description's end, then the counts give way", () => {
     const view = TreeView.empty()
-    const long = { ...child, description: "Survey every module under src/ and explain how the configuration loader works" }
+    const long = {
+      ...child,
+      description: "Survey every module under src/ and explain how the configuration loader works"
+    }
     TreeView.apply(view, event("spawned", 0, root))
     TreeView.apply(view, event("started", 0, root))
     TreeView.apply(view, event("spawned", 0, long))
@@ -97,7 +123,9 @@ describe("TreeView", () => {
   it("the live frame fits the screen's rows; the rest is summed up", () => {
     const view = TreeView.empty()
     TreeView.apply(view, event("started", 0, root))
-    for (let i = 0; i < 30; i++) TreeView.apply(view, event("started", 0, { id: `agent_${i}`, parent: "agent_r", description: `part ${i}` }))
+    for (let i = 0; i < 30; i++) {
+      TreeView.apply(view, event("started", 0, { id: `agent_${i}`, parent: "agent_r", description: `part ${i}` }))
+    }
     const frame = TreeView.frame(view, { now: 0, columns: 79, rows: 23 })
     assert.strictEqual(frame.length, 23)
     assert.strictEqual(frame.at(-1), "… 9 more agents (31 running)")
@@ -105,7 +133,9 @@ describe("TreeView", () => {
 
   it("without a terminal: one line per event, a multi-line reason on one line", () => {
     const view = TreeView.empty()
-    const failed = event("retry", 10, child, { reason: "attempt 1 failed (NetworkError: fetch failed\n\nCheck your network)" })
+    const failed = event("retry", 10, child, {
+      reason: "attempt 1 failed (NetworkError: fetch failed\n\nCheck your network)"
+    })
     TreeView.apply(view, event("started", 0, child))
     TreeView.apply(view, failed)
     assert.strictEqual(
@@ -122,7 +152,11 @@ describe("Output on a terminal", () => {
       writes,
       output: {
         line: (text: string) => Effect.sync(() => void writes.push(`${text}\n`)),
-        terminal: { columns: () => columns, rows: () => rows, write: (text: string) => Effect.sync(() => void writes.push(text)) }
+        terminal: {
+          columns: () => columns,
+          rows: () => rows,
+          write: (text: string) => Effect.sync(() => void writes.push(text))
+        }
       } satisfies Output.Output
     }
   }
@@ -152,7 +186,10 @@ describe("Output on a terminal", () => {
       yield* follow.finish("Agents")
       yield* Fiber.interrupt(ticking)
       const end = writes.at(-1)!
-      assert.match(end, /✓ explore "Map the repository lay…" completed 1\.3s {2}steps 1 {2}tools 0 {2}tokens 10\x1b\[K\n$/)
+      assert.match(
+        end,
+        /✓ explore "Map the repository lay…" completed 1\.3s {2}steps 1 {2}tools 0 {2}tokens 10\x1b\[K\n$/
+      )
       for (const row of end.split("\n")) assert.isAtMost(TreeView.width(row.replace(/\x1b\[\d*[A-Z]/g, "")), 79)
       // Nothing is drawn once the final tree is out.
       const count = writes.length

@@ -51,7 +51,12 @@ const script = {
     {
       match: { depth: 0 },
       turns: [
-        { tool_calls: [{ name: "task", args: { description: "long check", prompt: "run the slow check", subagent_type: "verifier" } }] },
+        {
+          tool_calls: [{
+            name: "task",
+            args: { description: "long check", prompt: "run the slow check", subagent_type: "verifier" }
+          }]
+        },
         { text: "never" }
       ]
     }
@@ -62,7 +67,8 @@ const script = {
 const session = (dir: string, args: string, size: { readonly x: number; readonly y: number }) =>
   Effect.gen(function*() {
     const name = `fibril-test-${process.pid}-${Date.now()}-${Math.floor(Math.random() * 1000)}`
-    const command = `cd ${dir} && env -u OPENAI_API_KEY ${process.execPath} ${sourceCondition} ${bin} run ${args}; echo EXIT=$?; sleep 60`
+    const command =
+      `cd ${dir} && env -u OPENAI_API_KEY ${process.execPath} ${sourceCondition} ${bin} run ${args}; echo EXIT=$?; sleep 60`
     yield* tmux(["new-session", "-d", "-s", name, "-x", String(size.x), "-y", String(size.y), command])
     yield* Effect.addFinalizer(() => Effect.ignore(tmux(["kill-session", "-t", name])))
     return name
@@ -86,14 +92,18 @@ const history = (name: string) => tmux(["capture-pane", "-p", "-J", "-S", "-", "
 const columnsOf = (line: string) => [...new Intl.Segmenter().segment(line)].length
 
 const report = "SUMMARY:\ndone\n\nCHANGES:\nnone\n\nEVIDENCE:\nlisted\n\nRISKS:\nnone\n\nBLOCKERS:\nnone"
-const long = "survey every module under src/ and explain how the configuration loader resolves overrides from environment variables and files, with examples"
+const long =
+  "survey every module under src/ and explain how the configuration loader resolves overrides from environment variables and files, with examples"
 
 /** A root that sends `n` explorers with long descriptions; every model turn takes a while. */
 const fanOut = (n: number, delays: readonly [number, number]) => ({
   rules: [
     {
       match: { role: "explore" },
-      turns: [{ delay_ms: delays[0], tool_calls: [{ name: "list_dir", args: {} }] }, { delay_ms: delays[1], text: report }]
+      turns: [{ delay_ms: delays[0], tool_calls: [{ name: "list_dir", args: {} }] }, {
+        delay_ms: delays[1],
+        text: report
+      }]
     },
     {
       match: { depth: 0 },
@@ -139,31 +149,48 @@ const assertOneTree = (all: string, columns: number, agents: number) => {
 }
 
 describe("fibril run on a terminal", () => {
-  it.live("80×24, more agents than rows: rows cut to the width, a frame of at most 23 rows, no stale frame in the scrollback", () =>
-    Effect.gen(function*() {
-      const dir = yield* workspaceWith(fanOut(25, [300, 600]), "[subagents]\nmax_concurrent = 20\nadmission = \"queue\"\n")
-      const name = yield* session(dir, "'survey the whole project, part by part' --model scripted:script.json", { x: 80, y: 24 })
-      const live = yield* screenWhen(name, (screen) => /part 19/.test(screen) || screen.includes("EXIT="))
-      const liveRows = live.split("\n").filter((line) => treeRow.test(line) || line.startsWith("… "))
-      assert.isAtMost(liveRows.length, 23, live)
-      assert.match(live, /… \d+ more agents? \(\d+ running\)/)
-      yield* screenWhen(name, (screen) => screen.includes("EXIT="))
-      assertOneTree(yield* history(name), 80, 26)
-    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
+  it.live(
+    "80×24, more agents than rows: rows cut to the width, a frame of at most 23 rows, no stale frame in the scrollback",
+    () =>
+      Effect.gen(function*() {
+        const dir = yield* workspaceWith(
+          fanOut(25, [300, 600]),
+          "[subagents]\nmax_concurrent = 20\nadmission = \"queue\"\n"
+        )
+        const name = yield* session(dir, "'survey the whole project, part by part' --model scripted:script.json", {
+          x: 80,
+          y: 24
+        })
+        const live = yield* screenWhen(name, (screen) => /part 19/.test(screen) || screen.includes("EXIT="))
+        const liveRows = live.split("\n").filter((line) => treeRow.test(line) || line.startsWith("… "))
+        assert.isAtMost(liveRows.length, 23, live)
+        assert.match(live, /… \d+ more agents? \(\d+ running\)/)
+        yield* screenWhen(name, (screen) => screen.includes("EXIT="))
+        assertOneTree(yield* history(name), 80, 26)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
 
-  it.live("120 columns, rows longer than that: cut to the width, no stale frame in the scrollback", () =>
-    Effect.gen(function*() {
-      const dir = yield* workspaceWith(fanOut(4, [400, 800]))
-      const name = yield* session(dir, `'${long} (the root)' --model scripted:script.json`, { x: 120, y: 40 })
-      const live = yield* screenWhen(name, (screen) => /waiting on model/.test(screen) && /part 3/.test(screen))
-      // While the explorers wait on their model: a spinner, an elapsed time, the description cut with …
-      assert.match(live, /├─ [⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] explore "part 0: survey every module under src\/.*…" running \d+\.\ds {2}waiting on model/)
-      assert.match(live, /^● general "survey every mod.*" running \d+\.\ds {2}\(task\) waiting on 4 sub-agents/m)
-      yield* screenWhen(name, (screen) => screen.includes("EXIT="))
-      const all = yield* history(name)
-      assertOneTree(all, 120, 5)
-      assert.match(all, /✓ general ".*" completed [\d.]+s {2}steps 2 {2}tools 4 {2}tokens [\d.k]+ own, [\d.k]+ tree/)
-    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
+  it.live(
+    "120 columns, rows longer than that: cut to the width, no stale frame in the scrollback",
+    () =>
+      Effect.gen(function*() {
+        const dir = yield* workspaceWith(fanOut(4, [400, 800]))
+        const name = yield* session(dir, `'${long} (the root)' --model scripted:script.json`, { x: 120, y: 40 })
+        const live = yield* screenWhen(name, (screen) => /waiting on model/.test(screen) && /part 3/.test(screen))
+        // While the explorers wait on their model: a spinner, an elapsed time, the description cut with …
+        assert.match(
+          live,
+          /├─ [⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] explore "part 0: survey every module under src\/.*…" running \d+\.\ds {2}waiting on model/
+        )
+        assert.match(live, /^● general "survey every mod.*" running \d+\.\ds {2}\(task\) waiting on 4 sub-agents/m)
+        yield* screenWhen(name, (screen) => screen.includes("EXIT="))
+        const all = yield* history(name)
+        assertOneTree(all, 120, 5)
+        assert.match(all, /✓ general ".*" completed [\d.]+s {2}steps 2 {2}tools 4 {2}tokens [\d.k]+ own, [\d.k]+ tree/)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
 
   it.live("a resize: the next frame is drawn at the new width, over the old one", () =>
     Effect.gen(function*() {
@@ -179,7 +206,9 @@ describe("fibril run on a terminal", () => {
       )
       const rows = screen.split("\n").filter((line) => line.trim() !== "")
       assert.strictEqual(rows.filter((row) => / general /.test(row)).length, 1, screen)
-      for (const i of [0, 1, 2, 3]) assert.strictEqual(rows.filter((row) => row.includes(`part ${i}:`)).length, 1, screen)
+      for (const i of [0, 1, 2, 3]) {
+        assert.strictEqual(rows.filter((row) => row.includes(`part ${i}:`)).length, 1, screen)
+      }
       for (const row of rows) assert.isTrue(treeRow.test(row), `not a row of the frame: ${row}`)
       yield* screenWhen(name, (s) => s.includes("EXIT="))
       const end = yield* tmux(["capture-pane", "-p", "-t", name])
@@ -187,26 +216,30 @@ describe("fibril run on a terminal", () => {
       assert.strictEqual(end.split("\n").filter((line) => treeRow.test(line) && / general /.test(line)).length, 1, end)
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
 
-  it.live("draws the live tree; Ctrl-C cancels the tree, leaves no child process, says so, exits 130", () =>
-    Effect.gen(function*() {
-      const dir = yield* workspaceWith(script)
-      const name = yield* session(dir, "'check it' --model scripted:script.json", { x: 160, y: 40 })
-      let pid = 0
-      for (let i = 0; i < 200 && pid === 0; i++) {
-        pid = pidsWith(marker)[0] ?? 0
-        if (pid === 0) yield* Effect.sleep("50 millis")
-      }
-      assert.isAbove(pid, 0, "the verifier's shell command started")
-      const live = yield* screenWhen(name, (screen) => screen.includes("(shell)"), 5_000)
-      assert.match(live, /● general "check it" running \d+\.\ds {2}\(task\) waiting on 1 sub-agent/)
-      assert.match(live, /└─ ● verifier "long check" running \d+\.\ds {2}\(shell\)/)
-      yield* tmux(["send-keys", "-t", name, "C-c"])
-      const screen = yield* screenWhen(name, (s) => s.includes("EXIT="), 5_000)
-      assert.include(screen, "EXIT=130")
-      assert.include(screen, "Cancelled 2 agent(s):")
-      assert.include(screen, "verifier [agent_")
-      assert.include(screen, "The root agent cancelled:\n  cancelled by Ctrl-C")
-      assert.match(screen, /⊘ general "check it" cancelled .* — Cancelled by Ctrl-C/)
-      assert.isFalse(alive(pid), "the sleep process was killed")
-    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 30_000)
+  it.live(
+    "draws the live tree; Ctrl-C cancels the tree, leaves no child process, says so, exits 130",
+    () =>
+      Effect.gen(function*() {
+        const dir = yield* workspaceWith(script)
+        const name = yield* session(dir, "'check it' --model scripted:script.json", { x: 160, y: 40 })
+        let pid = 0
+        for (let i = 0; i < 200 && pid === 0; i++) {
+          pid = pidsWith(marker)[0] ?? 0
+          if (pid === 0) yield* Effect.sleep("50 millis")
+        }
+        assert.isAbove(pid, 0, "the verifier's shell command started")
+        const live = yield* screenWhen(name, (screen) => screen.includes("(shell)"), 5_000)
+        assert.match(live, /● general "check it" running \d+\.\ds {2}\(task\) waiting on 1 sub-agent/)
+        assert.match(live, /└─ ● verifier "long check" running \d+\.\ds {2}\(shell\)/)
+        yield* tmux(["send-keys", "-t", name, "C-c"])
+        const screen = yield* screenWhen(name, (s) => s.includes("EXIT="), 5_000)
+        assert.include(screen, "EXIT=130")
+        assert.include(screen, "Cancelled 2 agent(s):")
+        assert.include(screen, "verifier [agent_")
+        assert.include(screen, "The root agent cancelled:\n  cancelled by Ctrl-C")
+        assert.match(screen, /⊘ general "check it" cancelled .* — Cancelled by Ctrl-C/)
+        assert.isFalse(alive(pid), "the sleep process was killed")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    30_000
+  )
 })

@@ -47,12 +47,16 @@ export const offlineLock = (
     for (const dep of Object.keys(deps)) {
       if (byName.has(dep)) continue
       const at = locate(from, dep)
-      if (at === undefined) throw new Error(`${dep} (needed by ${from || "the project"}) is not in the repository's lock`)
+      if (at === undefined) {
+        throw new Error(`${dep} (needed by ${from || "the project"}) is not in the repository's lock`)
+      }
       if (packages[at] !== undefined) continue
       const { dev: _dev, devOptional: _devOptional, peer: _peer, ...entry } = repoLock.packages[at]!
       packages[at] = entry
       const required = Object.fromEntries(
-        Object.entries(entry.peerDependencies ?? {}).filter(([name]) => entry.peerDependenciesMeta?.[name]?.optional !== true)
+        Object.entries(entry.peerDependencies ?? {}).filter(([name]) =>
+          entry.peerDependenciesMeta?.[name]?.optional !== true
+        )
       )
       visit(at, { ...entry.dependencies, ...required })
     }

@@ -76,28 +76,68 @@ export const directories: ReadonlyArray<{ readonly dir: string; readonly format:
 
 /** The base roles a definition may name (`custom` is what a definition itself is). */
 export const baseRoles: ReadonlyArray<RoleName> = [
-  "general", "explore", "plan", "review", "implementer", "verifier", "tool_agent"
+  "general",
+  "explore",
+  "plan",
+  "review",
+  "implementer",
+  "verifier",
+  "tool_agent"
 ]
 
 /** Every tool name Fibril registers (built-ins, delegation, memory). */
 export const fibrilTools: ReadonlyArray<string> = [
-  "read_file", "list_dir", "grep", "glob", "write_file", "edit_file",
-  "shell", "todowrite", "todoread", "task", "remember", "agent_spawn",
-  "agent_open", "agent_wait", "agent_result", "agent_cancel", "agent_close", "agent_list",
-  "agent_send_input", "agent_eval", "agent_resume", "agent_assign", "handle_read"
+  "read_file",
+  "list_dir",
+  "grep",
+  "glob",
+  "write_file",
+  "edit_file",
+  "shell",
+  "todowrite",
+  "todoread",
+  "task",
+  "remember",
+  "agent_spawn",
+  "agent_open",
+  "agent_wait",
+  "agent_result",
+  "agent_cancel",
+  "agent_close",
+  "agent_list",
+  "agent_send_input",
+  "agent_eval",
+  "agent_resume",
+  "agent_assign",
+  "handle_read"
 ]
 
 /** Claude Code tool -> Fibril tools (keys lower-case; lookups ignore case). */
 export const claudeTools: Readonly<Record<string, ReadonlyArray<string>>> = {
-  read: ["read_file"], write: ["write_file"], edit: ["edit_file"], multiedit: ["edit_file"],
-  bash: ["shell"], grep: ["grep"], glob: ["glob"], ls: ["list_dir"], todowrite: ["todowrite"],
-  task: ["task"], agent: ["task"]
+  read: ["read_file"],
+  write: ["write_file"],
+  edit: ["edit_file"],
+  multiedit: ["edit_file"],
+  bash: ["shell"],
+  grep: ["grep"],
+  glob: ["glob"],
+  ls: ["list_dir"],
+  todowrite: ["todowrite"],
+  task: ["task"],
+  agent: ["task"]
 }
 
 /** opencode tool (in `tools:`) -> Fibril tools. */
 export const opencodeTools: Readonly<Record<string, ReadonlyArray<string>>> = {
-  read: ["read_file"], write: ["write_file"], edit: ["edit_file"], bash: ["shell"], grep: ["grep"],
-  glob: ["glob"], list: ["list_dir"], todowrite: ["todowrite"], todoread: ["todoread"],
+  read: ["read_file"],
+  write: ["write_file"],
+  edit: ["edit_file"],
+  bash: ["shell"],
+  grep: ["grep"],
+  glob: ["glob"],
+  list: ["list_dir"],
+  todowrite: ["todowrite"],
+  todoread: ["todoread"],
   task: ["task"]
 }
 
@@ -109,12 +149,30 @@ const opencodePermissions: Readonly<Record<string, ReadonlyArray<string>>> = {
 
 /** Tools of the other harnesses that Fibril has no counterpart for. */
 const claudeWithoutEquivalent = new Set([
-  "webfetch", "websearch", "notebookedit", "notebookread", "bashoutput", "killbash",
-  "killshell", "slashcommand", "skill", "exitplanmode", "askuserquestion"
+  "webfetch",
+  "websearch",
+  "notebookedit",
+  "notebookread",
+  "bashoutput",
+  "killbash",
+  "killshell",
+  "slashcommand",
+  "skill",
+  "exitplanmode",
+  "askuserquestion"
 ])
 const opencodeWithoutEquivalent = new Set([
-  "webfetch", "websearch", "codesearch", "skill", "lsp", "patch",
-  "multiedit", "question", "batch", "external_directory", "doom_loop"
+  "webfetch",
+  "websearch",
+  "codesearch",
+  "skill",
+  "lsp",
+  "patch",
+  "multiedit",
+  "question",
+  "batch",
+  "external_directory",
+  "doom_loop"
 ])
 
 // ---------------------------------------------------------------------------
@@ -343,13 +401,15 @@ const suggestion = (name: string): string => {
 
 /** Fibril names, matched case-insensitively; `agent_*` patterns allowed. */
 const fibrilToolNames = (path: string, key: string, tools: string | ReadonlyArray<string>, warnings: Array<string>) =>
-  unique(splitTools(tools).flatMap((name) => {
-    const matches = name.includes("*")
-      ? fibrilTools.filter((tool) => globPattern(name).test(tool))
-      : fibrilTools.filter((tool) => tool === name.toLowerCase())
-    if (matches.length === 0) warnings.push(`${path}: ${key}: unknown tool "${name}"${suggestion(name)}; skipped`)
-    return matches
-  }))
+  unique(
+    splitTools(tools).flatMap((name) => {
+      const matches = name.includes("*")
+        ? fibrilTools.filter((tool) => globPattern(name).test(tool))
+        : fibrilTools.filter((tool) => tool === name.toLowerCase())
+      if (matches.length === 0) warnings.push(`${path}: ${key}: unknown tool "${name}"${suggestion(name)}; skipped`)
+      return matches
+    })
+  )
 
 /**
  * Claude Code names. In an allow list a `Tool(arguments)` restriction is dropped (Fibril
@@ -363,32 +423,34 @@ const claudeToolNames = (
   mode: "allow" | "deny",
   warnings: Array<string>
 ) =>
-  unique(splitTools(tools).flatMap((entry) => {
-    const restricted = /^([^(]+)\((.*)\)$/.exec(entry)
-    const name = (restricted?.[1] ?? entry).trim()
-    const mapped = lookup(claudeTools, name.toLowerCase())
-    if (mapped === undefined) {
-      const why = claudeWithoutEquivalent.has(name.toLowerCase())
-        ? "has no Fibril equivalent"
-        : name.startsWith("mcp__")
-        ? "is an MCP tool, which Fibril does not provide"
-        : "is not a known Claude Code tool"
-      warnings.push(`${path}: ${key}: "${entry}" ${why}; skipped`)
-      return []
-    }
-    if (restricted !== null) {
-      if (mode === "allow") {
-        warnings.push(
-          `${path}: ${key}: "${entry}" restricts ${name} to certain arguments, which Fibril cannot enforce; skipped`
-        )
+  unique(
+    splitTools(tools).flatMap((entry) => {
+      const restricted = /^([^(]+)\((.*)\)$/.exec(entry)
+      const name = (restricted?.[1] ?? entry).trim()
+      const mapped = lookup(claudeTools, name.toLowerCase())
+      if (mapped === undefined) {
+        const why = claudeWithoutEquivalent.has(name.toLowerCase())
+          ? "has no Fibril equivalent"
+          : name.startsWith("mcp__")
+          ? "is an MCP tool, which Fibril does not provide"
+          : "is not a known Claude Code tool"
+        warnings.push(`${path}: ${key}: "${entry}" ${why}; skipped`)
         return []
       }
-      warnings.push(
-        `${path}: ${key}: "${entry}" denies all of ${mapped.join(", ")} (argument patterns are not supported)`
-      )
-    }
-    return mapped
-  }))
+      if (restricted !== null) {
+        if (mode === "allow") {
+          warnings.push(
+            `${path}: ${key}: "${entry}" restricts ${name} to certain arguments, which Fibril cannot enforce; skipped`
+          )
+          return []
+        }
+        warnings.push(
+          `${path}: ${key}: "${entry}" denies all of ${mapped.join(", ")} (argument patterns are not supported)`
+        )
+      }
+      return mapped
+    })
+  )
 
 const matchingKeys = (key: string, table: Readonly<Record<string, unknown>>): ReadonlyArray<string> =>
   key.includes("*") ? Object.keys(table).filter((name) => globPattern(key).test(name)) : [key.toLowerCase()]
@@ -460,8 +522,7 @@ const opencodePolicy = (
       allowed.clear()
     } else for (const tool of mapped) allowed.set(tool, allow)
   }
-  const usable = (tool: string) =>
-    (enabled.get(tool) ?? enabledByDefault) && (allowed.get(tool) ?? allowedByDefault)
+  const usable = (tool: string) => (enabled.get(tool) ?? enabledByDefault) && (allowed.get(tool) ?? allowedByDefault)
   const closed = !enabledByDefault || !allowedByDefault
   return {
     allowed: closed ? opencodeReachable.filter(usable) : undefined,
@@ -566,17 +627,20 @@ const fromOpencode = (path: string, raw: Record<string, unknown>, prompt: string
  */
 export const parse = (path: string, text: string, format: Format): Result.Result<Parsed, AgentFileProblem> => {
   const warnings: Array<string> = []
-  const definition = Result.flatMap(splitFrontmatter(text), ({ body, yaml }) =>
-    Result.flatMap(readFrontmatter(path, yaml, warnings), (raw) => {
-      switch (format) {
-        case "fibril":
-          return fromFibril(path, raw, body, warnings)
-        case "claude":
-          return fromClaude(path, raw, body, warnings)
-        case "opencode":
-          return fromOpencode(path, raw, body, warnings)
-      }
-    }))
+  const definition = Result.flatMap(
+    splitFrontmatter(text),
+    ({ body, yaml }) =>
+      Result.flatMap(readFrontmatter(path, yaml, warnings), (raw) => {
+        switch (format) {
+          case "fibril":
+            return fromFibril(path, raw, body, warnings)
+          case "claude":
+            return fromClaude(path, raw, body, warnings)
+          case "opencode":
+            return fromOpencode(path, raw, body, warnings)
+        }
+      })
+  )
   return Result.mapBoth(definition, {
     onFailure: (reason) => new AgentFileProblem({ path, reason }),
     onSuccess: (definition) => ({ definition, warnings })

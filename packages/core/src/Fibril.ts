@@ -136,8 +136,7 @@ export const layer = (
   Services | Models.Models,
   ToolRegistry.DuplicateTool | SubAgentStore.StoreError,
   LanguageModel.LanguageModel | Platform
-> =>
-  layerWithModels(options).pipe(Layer.provideMerge(Models.fromLanguageModel(options.model)))
+> => layerWithModels(options).pipe(Layer.provideMerge(Models.fromLanguageModel(options.model)))
 
 /** The same, with every setting taken from a resolved `FibrilConfig`. */
 export const layerFromSettings = (

@@ -429,7 +429,11 @@ const headerLine = new RegExp(String.raw`^\s*\[\[?\s*(${keyPart}(?:\s*\.\s*${key
 
 const segmentsOf = (dotted: string): Array<string> =>
   [...dotted.matchAll(new RegExp(keyPart, "g"))].map(([part]) =>
-    part.startsWith("\"") ? part.slice(1, -1).replace(/\\(["\\])/g, "$1") : part.startsWith("'") ? part.slice(1, -1) : part
+    part.startsWith("\"")
+      ? part.slice(1, -1).replace(/\\(["\\])/g, "$1")
+      : part.startsWith("'")
+      ? part.slice(1, -1)
+      : part
   )
 
 /**
@@ -805,8 +809,12 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
       known
     })
   }
-  return { settings, clamped, sources: files.map((file) => file.path), warnings: unknown.map(describeUnknown) } satisfies
-    Resolved
+  return {
+    settings,
+    clamped,
+    sources: files.map((file) => file.path),
+    warnings: unknown.map(describeUnknown)
+  } satisfies Resolved
 })
 
 /**
@@ -880,5 +888,6 @@ export const layer = (
  *
  * @since 0.1.0
  */
-export const layerConfig: Layer.Layer<FibrilConfig, LoadError, FileSystem.FileSystem> =
-  Layer.unwrap(Effect.sync(() => layer({ cwd: process.cwd(), home: os.homedir(), env: { ...process.env } })))
+export const layerConfig: Layer.Layer<FibrilConfig, LoadError, FileSystem.FileSystem> = Layer.unwrap(
+  Effect.sync(() => layer({ cwd: process.cwd(), home: os.homedir(), env: { ...process.env } }))
+)

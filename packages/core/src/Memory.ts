@@ -103,8 +103,10 @@ const fromStorage = Effect.fnUntraced(function*(path: string, shownPath: string,
 
   const load = Effect.suspend(() => {
     const before = writes
-    return Effect.map(storage.load, (content) =>
-      before === writes ? remembered(content) : { content, section: formatSection(content, shownPath) })
+    return Effect.map(
+      storage.load,
+      (content) => before === writes ? remembered(content) : { content, section: formatSection(content, shownPath) }
+    )
   })
 
   const read = load.pipe(Effect.map((loaded) => loaded.content), Effect.withSpan("Memory.read"))

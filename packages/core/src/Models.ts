@@ -48,7 +48,9 @@ export const fromRecord = (
       available,
       resolve: (model) => {
         const found = models[model]
-        return found === undefined ? Effect.fail(new UnknownModel({ model, accepted: available })) : Effect.succeed(found)
+        return found === undefined
+          ? Effect.fail(new UnknownModel({ model, accepted: available }))
+          : Effect.succeed(found)
       }
     })
   )

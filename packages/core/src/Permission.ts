@@ -227,7 +227,9 @@ export const widening = (current: Rules, target: Rules): ReadonlyArray<string> =
 export const reassign = (current: Rules, parent: Rules, grant: Grant): Result.Result<Rules, ReadonlyArray<string>> => {
   const target = effective(parent, grant)
   const grants = widening(current, target)
-  return grants.length > 0 ? Result.fail(grants) : Result.succeed(derive(current, { ...asCeiling(target), label: grant.label }))
+  return grants.length > 0
+    ? Result.fail(grants)
+    : Result.succeed(derive(current, { ...asCeiling(target), label: grant.label }))
 }
 
 /**
@@ -267,7 +269,9 @@ export const decideTool = (rules: Rules, name: string, posture: Posture): Decisi
   if (rules.allow !== "all" && !rules.allow.has(name)) {
     return {
       allowed: false,
-      reason: `"${name}" is not among the tools allowed for the ${rules.label} (${[...rules.allow].join(", ") || "none"})`
+      reason: `"${name}" is not among the tools allowed for the ${rules.label} (${
+        [...rules.allow].join(", ") || "none"
+      })`
     }
   }
   if (!rules.postures.has(posture)) {
@@ -363,5 +367,6 @@ export const make = Effect.fn("Permission.make")(function*(options: { readonly d
 })
 
 /** Permissions rooted at `deny` (usually `[permissions] deny` from FibrilConfig). */
-export const layer = (options: { readonly deny?: ReadonlyArray<string> } = {}): Layer.Layer<Permission, never, Workspace> =>
-  Layer.effect(Permission, make(options))
+export const layer = (
+  options: { readonly deny?: ReadonlyArray<string> } = {}
+): Layer.Layer<Permission, never, Workspace> => Layer.effect(Permission, make(options))

@@ -88,7 +88,12 @@ export const initial = (options: {
 
 /** Appends to the event log with the current run's id; beyond the bound, tool calls go first. */
 export const log = (record: Draft, event: Omit<LogEventType, "run_id">): void => {
-  const next = append(record.events, { ...event, run_id: currentRunId(record) }, limits.events, (e) => e.type === "tool_call")
+  const next = append(
+    record.events,
+    { ...event, run_id: currentRunId(record) },
+    limits.events,
+    (e) => e.type === "tool_call"
+  )
   record.events = next.list
   if (next.dropped > 0) record.events_dropped = (record.events_dropped ?? 0) + next.dropped
 }
@@ -125,7 +130,10 @@ export const beginResume = (record: Draft, options: {
   log(record, { at: options.now, type: "resumed", detail: preview(options.message) })
   // A check of an earlier run says nothing about this one.
   if (record.verification !== undefined) {
-    record.verification = { ...record.verification, status: verificationStatus(record.verification.receipts, run.run_id) }
+    record.verification = {
+      ...record.verification,
+      status: verificationStatus(record.verification.receipts, run.run_id)
+    }
   }
 }
 
@@ -233,7 +241,12 @@ const artifact = (record: Draft, kind: Artifact["kind"], ref: string, tool: stri
     return
   }
   // The transcript reference is never the one to go.
-  const next = append(list, { kind, ref, tool, at, run_id: run, writes: 1 }, limits.artifacts, (a) => a.kind !== "transcript")
+  const next = append(
+    list,
+    { kind, ref, tool, at, run_id: run, writes: 1 },
+    limits.artifacts,
+    (a) => a.kind !== "transcript"
+  )
   record.artifacts = next.list
   if (next.dropped > 0) record.artifacts_dropped = (record.artifacts_dropped ?? 0) + next.dropped
 }
@@ -275,7 +288,9 @@ export const attach = (record: Draft, receipt: VerificationReceipt): void => {
     type: "verification",
     detail: preview(
       `${receipt.verdict} (${
-        receipt.kind === "agent" ? `verifier ${receipt.agent_id ?? "?"}` : `\`${receipt.command ?? "?"}\` exit ${receipt.exit_code ?? "?"}`
+        receipt.kind === "agent"
+          ? `verifier ${receipt.agent_id ?? "?"}`
+          : `\`${receipt.command ?? "?"}\` exit ${receipt.exit_code ?? "?"}`
       })`
     )
   })
@@ -418,7 +433,9 @@ export const takeover = (record: SubAgentRecord, viewer: Viewer): Takeover => {
   if (!isTerminal(record.status)) {
     const where = viewer.owner === "self"
       ? "this process"
-      : `another live process (pid ${record.owner_pid ?? "unknown"}${record.owner_host === undefined ? "" : ` on ${record.owner_host}`})`
+      : `another live process (pid ${record.owner_pid ?? "unknown"}${
+        record.owner_host === undefined ? "" : ` on ${record.owner_host}`
+      })`
     return {
       available: false,
       command,

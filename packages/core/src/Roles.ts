@@ -95,7 +95,10 @@ export const roles: Readonly<Record<RoleName, RoleSpec>> = {
 }
 
 /** A role's ceiling on an agent's rules: its postures and write scope (Permission, rule 1). */
-export const ceiling = (role: RoleSpec): Permission.Ceiling => ({ postures: role.postures, writeScope: role.writeScope })
+export const ceiling = (role: RoleSpec): Permission.Ceiling => ({
+  postures: role.postures,
+  writeScope: role.writeScope
+})
 
 const byAlias: ReadonlyMap<string, RoleName> = new Map(
   roleNames.flatMap((name) => [[name, name] as const, ...aliases[name].map((alias) => [alias, name] as const)])
@@ -145,12 +148,15 @@ export const forRequest = (
   name: string,
   allowedTools: ReadonlyArray<string> | undefined
 ): Effect.Effect<RoleSpec, UnknownRole | InvalidRoleRequest> =>
-  Effect.flatMap(resolve(name), (role) =>
-    role.needsAllowedTools && (allowedTools === undefined || allowedTools.length === 0)
-      ? Effect.fail(
-        new InvalidRoleRequest({ role: role.name, reason: "custom agents need a non-empty allowed_tools list" })
-      )
-      : Effect.succeed(role))
+  Effect.flatMap(
+    resolve(name),
+    (role) =>
+      role.needsAllowedTools && (allowedTools === undefined || allowedTools.length === 0)
+        ? Effect.fail(
+          new InvalidRoleRequest({ role: role.name, reason: "custom agents need a non-empty allowed_tools list" })
+        )
+        : Effect.succeed(role)
+  )
 
 /** The first line of every system prompt: who the agent is (machine-readable). */
 export const header = (role: string, depth: number): string => `Fibril agent: role=${role} depth=${depth}`

@@ -195,7 +195,9 @@ const AF_UNIX = 1
 const NR_IO_URING_SETUP = 425
 const X32_SYSCALL_BIT = 0x40000000
 
-const architectures: Readonly<Record<string, { readonly audit: number; readonly socket: number; readonly x32: boolean }>> = {
+const architectures: Readonly<
+  Record<string, { readonly audit: number; readonly socket: number; readonly x32: boolean }>
+> = {
   x64: { audit: 0xc000003e, socket: 41, x32: true },
   arm64: { audit: 0xc00000b7, socket: 198, x32: false }
 }
@@ -309,8 +311,13 @@ const probeArgs = (seccomp: boolean): Array<string> => [
   "true"
 ]
 
-const withSeccomp = (filter: Uint8Array | undefined, options: ChildProcess.CommandOptions): ChildProcess.CommandOptions =>
-  filter === undefined ? options : { ...options, additionalFds: { fd3: { type: "input", stream: Stream.make(filter) } } }
+const withSeccomp = (
+  filter: Uint8Array | undefined,
+  options: ChildProcess.CommandOptions
+): ChildProcess.CommandOptions =>
+  filter === undefined
+    ? options
+    : { ...options, additionalFds: { fd3: { type: "input", stream: Stream.make(filter) } } }
 
 /** fd 4: bubblewrap writes `{"child-pid": N}` there, the host pid of the sandbox's pid 1. */
 const withInfo = (options: ChildProcess.CommandOptions): ChildProcess.CommandOptions => ({
@@ -344,7 +351,10 @@ const unavailable = (reason: string): Status => ({ available: false, reason })
  * Whether bubblewrap works here under `options`: runs `true` in a sandbox with the same
  * isolation as a real call (seccomp program included). Never fails; the reason is in the status.
  */
-export const probe = (options: Pick<Options, "bwrapPath">, host: Host): Effect.Effect<Status, never, ChildProcessSpawner.ChildProcessSpawner> =>
+export const probe = (
+  options: Pick<Options, "bwrapPath">,
+  host: Host
+): Effect.Effect<Status, never, ChildProcessSpawner.ChildProcessSpawner> =>
   Effect.gen(function*() {
     const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
     const filter = seccompFilter(host.arch)
@@ -353,10 +363,14 @@ export const probe = (options: Pick<Options, "bwrapPath">, host: Host): Effect.E
     }
     const run = Effect.gen(function*() {
       const handle = yield* spawner.spawn(
-        ChildProcess.make(options.bwrapPath, probeArgs(filter !== undefined), withSeccomp(filter, {
-          stdin: "ignore",
-          stdout: "ignore"
-        }))
+        ChildProcess.make(
+          options.bwrapPath,
+          probeArgs(filter !== undefined),
+          withSeccomp(filter, {
+            stdin: "ignore",
+            stdout: "ignore"
+          })
+        )
       )
       const [stderr, code] = yield* Effect.all(
         [Stream.mkString(Stream.decodeText(handle.stderr)), handle.exitCode],
@@ -392,7 +406,9 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
   const path = yield* Path.Path
   const workspace = yield* Workspace
   const filter = seccompFilter(host.arch)
-  const status = yield* Effect.cached(Effect.provideService(probe(options, host), ChildProcessSpawner.ChildProcessSpawner, spawner))
+  const status = yield* Effect.cached(
+    Effect.provideService(probe(options, host), ChildProcessSpawner.ChildProcessSpawner, spawner)
+  )
 
   /** The real paths of those that exist; relative ones are workspace-relative and must stay inside it. */
   const existing = (paths: ReadonlyArray<string>) =>
@@ -488,11 +504,17 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
 /** The sandbox under `options` (usually `[sandbox]` from FibrilConfig), for this host. */
 export const layer = (
   options: Partial<Options> = {}
-): Layer.Layer<Sandbox, never, ChildProcessSpawner.ChildProcessSpawner | FileSystem.FileSystem | Path.Path | Workspace> =>
-  Layer.effect(Sandbox, Effect.flatMap(currentHost, (host) => make({ ...defaults, ...options }, host)))
+): Layer.Layer<
+  Sandbox,
+  never,
+  ChildProcessSpawner.ChildProcessSpawner | FileSystem.FileSystem | Path.Path | Workspace
+> => Layer.effect(Sandbox, Effect.flatMap(currentHost, (host) => make({ ...defaults, ...options }, host)))
 
 /** The effective shell of each built-in role under `options` and `status`, for `fibril config`. */
-export const describeRoles = (options: Options, status: Status): ReadonlyArray<{ readonly role: string; readonly shell: string }> =>
+export const describeRoles = (
+  options: Options,
+  status: Status
+): ReadonlyArray<{ readonly role: string; readonly shell: string }> =>
   Roles.roleNames.flatMap((name) => {
     const role = Roles.roles[name]
     if (!role.postures.has("shell")) return [{ role: name, shell: "no shell (role)" }]

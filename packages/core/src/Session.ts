@@ -302,7 +302,10 @@ const closeDanglingCalls = (state: SessionState): Prompt.ToolMessage | undefined
           id: call.id,
           name: call.name,
           isFailure: true,
-          result: { error: "Interrupted", message: "the run was interrupted before this call finished; its effects are unknown" },
+          result: {
+            error: "Interrupted",
+            message: "the run was interrupted before this call finished; its effects are unknown"
+          },
           providerExecuted: false
         })]
         : []
@@ -457,7 +460,10 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     const role = options.role
     const model = options.model ?? parent?.model ?? models.defaultModel
     const languageModel = model === parent?.model ? parent.languageModel : yield* models.resolve(model)
-    const rules = Permission.effective(parent?.rules ?? permission.root, grantFor(depth, config.maxDepth, role, options))
+    const rules = Permission.effective(
+      parent?.rules ?? permission.root,
+      grantFor(depth, config.maxDepth, role, options)
+    )
     const fork = options.forkContext === true && parent !== undefined
     // A fork starts with the parent's last request, byte-identical (same message objects),
     // then says it is a fork and who it is now; the task follows as the prompt.
@@ -545,7 +551,10 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   }
 
   const retryEvent = (state: SessionState) => (attempt: number, reason: string, delayMs: number) =>
-    publish(state, { type: "retry", reason: `attempt ${attempt} failed (${reason}); retrying in ${Math.round(delayMs)} ms` })
+    publish(state, {
+      type: "retry",
+      reason: `attempt ${attempt} failed (${reason}); retrying in ${Math.round(delayMs)} ms`
+    })
 
   // One model call in its own fiber, so a delivery with `interrupt` can cancel just this step.
   const step = (state: SessionState) =>

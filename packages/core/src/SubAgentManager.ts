@@ -20,10 +20,26 @@
  * as they happen and written with the record at its next status change. Every method that
  * takes an agent id also takes its session name (or a run id).
  */
-import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Latch, Layer, Option, Schedule, Schema, Scope, Semaphore } from "effect"
+import {
+  Cause,
+  Clock,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  Latch,
+  Layer,
+  Option,
+  Schedule,
+  Schema,
+  Scope,
+  Semaphore
+} from "effect"
 import { Prompt } from "effect/ai"
-import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import * as AgentDefinitions from "./AgentDefinitions.ts"
+import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Names from "./internal/names.ts"
 import { withSpan } from "./internal/span.ts"
@@ -31,6 +47,7 @@ import * as Transcript from "./internal/transcript.ts"
 import { Models, type UnknownModel } from "./Models.ts"
 import * as OutputContract from "./OutputContract.ts"
 import * as Permission from "./Permission.ts"
+import * as Receipt from "./Receipt.ts"
 import * as Roles from "./Roles.ts"
 import {
   type Budgets,
@@ -40,7 +57,6 @@ import {
   Session,
   type SessionNotFound
 } from "./Session.ts"
-import * as Receipt from "./Receipt.ts"
 import {
   agentOfRunId,
   currentRunId,
@@ -196,7 +212,9 @@ export const bound = (text: string, max: number): string => {
   if (text.length <= max) return text
   const low = text.charCodeAt(max)
   const cut = low >= 0xdc00 && low <= 0xdfff ? max - 1 : max
-  return `${text.slice(0, cut)}\n[... cut: ${text.length - cut} more characters; the whole answer is in the agent's transcript]`
+  return `${text.slice(0, cut)}\n[... cut: ${
+    text.length - cut
+  } more characters; the whole answer is in the agent's transcript]`
 }
 
 /** How often a process with live agents reads the requests other processes left for it. */
@@ -286,7 +304,11 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
   >
   readonly assign: (
     id: string,
-    update: { readonly objective?: string | undefined; readonly role?: string | undefined; readonly message?: string | undefined }
+    update: {
+      readonly objective?: string | undefined
+      readonly role?: string | undefined
+      readonly message?: string | undefined
+    }
   ) => Effect.Effect<
     InputResult,
     AgentNotFound | Roles.UnknownRole | Roles.InvalidRoleRequest | Permission.PermissionWidening
@@ -305,7 +327,6 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
   /** The worker record (the whole receipt, with follow-up and takeover) of an agent, as seen from here. */
   readonly workerRecord: (agent: SubAgentRecord) => Effect.Effect<Receipt.WorkerRecord>
 }>()("@fibril/core/SubAgentManager") {}
-
 
 export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial<Options> = {}) {
   const config: Options = { ...defaults, ...options }
@@ -387,9 +408,15 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     return Effect.flatMap(resolve(id), (agentId): Effect.Effect<Entry | SubAgentRecord, AgentNotFound> => {
       const local = entries.get(agentId)
       if (local !== undefined) return Effect.succeed(local)
-      return Effect.flatMap(store.reconcile, () =>
-        Effect.flatMap(store.get(agentId), (found) =>
-          Option.isSome(found) ? Effect.succeed(found.value) : Effect.fail(new AgentNotFound({ agentId: id }))))
+      return Effect.flatMap(
+        store.reconcile,
+        () =>
+          Effect.flatMap(
+            store.get(agentId),
+            (found) =>
+              Option.isSome(found) ? Effect.succeed(found.value) : Effect.fail(new AgentNotFound({ agentId: id }))
+          )
+      )
     })
   }
 
@@ -404,7 +431,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
 
   const isEntry = (target: Entry | SubAgentRecord): target is Entry => "done" in target
 
-  const awaitForeign = (id: string): Effect.Effect<void> => Effect.provideService(untilTerminal(id), SubAgentStore, store)
+  const awaitForeign = (id: string): Effect.Effect<void> =>
+    Effect.provideService(untilTerminal(id), SubAgentStore, store)
 
   const currentView = (target: Entry | SubAgentRecord): Effect.Effect<AgentView> =>
     isEntry(target)
@@ -751,9 +779,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     return { entry, fiber }
   })
 
-  const spawn = Effect.fn("SubAgentManager.spawn")(function*(parentSessionId: string | undefined, request: SpawnRequest) {
-    return view((yield* start(parentSessionId, request, "background")).entry.record)
-  })
+  const spawn = Effect.fn("SubAgentManager.spawn")(
+    function*(parentSessionId: string | undefined, request: SpawnRequest) {
+      return view((yield* start(parentSessionId, request, "background")).entry.record)
+    }
+  )
 
   const startRoot = Effect.fn("SubAgentManager.startRoot")(function*(request: SpawnRequest) {
     const { entry, fiber } = yield* start(undefined, request, "root")
@@ -892,7 +922,9 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       yield* store.request(target.session_boot_id, { agent_id: agentId, kind: "input", payload: message })
       return {
         delivered: true,
-        reason: `queued for the process that runs it (pid ${target.owner_pid ?? "unknown"}); it delivers it within a second`,
+        reason: `queued for the process that runs it (pid ${
+          target.owner_pid ?? "unknown"
+        }); it delivers it within a second`,
         agent: view(target)
       } satisfies InputResult
     }
@@ -915,7 +947,10 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       if (isEntry(target)) return target
       const agentId = target.agent_id
       if (!(yield* store.adopt(agentId))) {
-        return yield* new NotResumable({ agentId, status: `${target.status} in another live process (pid ${target.owner_pid ?? "unknown"})` })
+        return yield* new NotResumable({
+          agentId,
+          status: `${target.status} in another live process (pid ${target.owner_pid ?? "unknown"})`
+        })
       }
       const adopted = Option.getOrElse(yield* store.get(agentId), () => target)
       const done = yield* Deferred.make<void>()
@@ -1001,7 +1036,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
 
   const assign = Effect.fn("SubAgentManager.assign")(function*(
     id: string,
-    update: { readonly objective?: string | undefined; readonly role?: string | undefined; readonly message?: string | undefined }
+    update: {
+      readonly objective?: string | undefined
+      readonly role?: string | undefined
+      readonly message?: string | undefined
+    }
   ) {
     const entry = yield* lookup(id)
     // A new role only narrows: a live agent's rules are re-derived at once (its loop sees
@@ -1042,7 +1081,10 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     Receipt.log(entry.record, {
       at: yield* Clock.currentTimeMillis,
       type: "assigned",
-      detail: [role === undefined ? undefined : `role ${role.name}`, update.objective === undefined ? undefined : `objective: ${update.objective}`]
+      detail: [
+        role === undefined ? undefined : `role ${role.name}`,
+        update.objective === undefined ? undefined : `objective: ${update.objective}`
+      ]
         .filter((part) => part !== undefined).join("; ") || "note"
     })
     yield* store.put(entry.record)
@@ -1084,28 +1126,32 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     })
   })
 
-  const attachVerification = Effect.fn("SubAgentManager.attachVerification")(function*(id: string, check: CommandCheck) {
-    const target = yield* lookupAny(id)
-    if (!isEntry(target)) {
-      return yield* new NotOwned({
-        agentId: target.agent_id,
-        owner: `pid ${target.owner_pid ?? "unknown"}${target.owner_host === undefined ? "" : ` on ${target.owner_host}`}`
-      })
+  const attachVerification = Effect.fn("SubAgentManager.attachVerification")(
+    function*(id: string, check: CommandCheck) {
+      const target = yield* lookupAny(id)
+      if (!isEntry(target)) {
+        return yield* new NotOwned({
+          agentId: target.agent_id,
+          owner: `pid ${target.owner_pid ?? "unknown"}${
+            target.owner_host === undefined ? "" : ` on ${target.owner_host}`
+          }`
+        })
+      }
+      const record = target.record
+      Receipt.attach(
+        record,
+        Receipt.fromCommand({
+          command: check.command,
+          exitCode: check.exitCode,
+          summary: check.summary,
+          runId: currentRunId(record),
+          now: yield* Clock.currentTimeMillis
+        })
+      )
+      yield* store.put(record)
+      return view(record)
     }
-    const record = target.record
-    Receipt.attach(
-      record,
-      Receipt.fromCommand({
-        command: check.command,
-        exitCode: check.exitCode,
-        summary: check.summary,
-        runId: currentRunId(record),
-        now: yield* Clock.currentTimeMillis
-      })
-    )
-    yield* store.put(record)
-    return view(record)
-  })
+  )
 
   // Session hooks: progress and transcripts, and the wait for background children.
   yield* session.setHooks({
@@ -1162,7 +1208,10 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         continue
       }
       yield* Effect.forkIn(
-        cancel(entry.record.agent_id, `Auto-cancelled after ${config.heartbeatTimeoutSecs}s without sub-agent progress.`),
+        cancel(
+          entry.record.agent_id,
+          `Auto-cancelled after ${config.heartbeatTimeoutSecs}s without sub-agent progress.`
+        ),
         managerScope
       )
     }

@@ -324,8 +324,7 @@ export const append = <A>(
 export const currentRun = (record: SubAgentRecord): Run | undefined => record.runs?.at(-1)
 
 /** The current run's id; for a record without runs, its first run's. */
-export const currentRunId = (record: SubAgentRecord): string =>
-  currentRun(record)?.run_id ?? runId(record.agent_id, 1)
+export const currentRunId = (record: SubAgentRecord): string => currentRun(record)?.run_id ?? runId(record.agent_id, 1)
 
 /** What a set of verification receipts says about `runId`: the latest conclusive one wins. */
 export const verificationStatus = (receipts: ReadonlyArray<VerificationReceipt>, runId: string): VerificationStatus => {
@@ -344,7 +343,8 @@ export const verificationStatus = (receipts: ReadonlyArray<VerificationReceipt>,
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value)
 
-const int = (value: unknown): number | undefined => typeof value === "number" && Number.isInteger(value) ? value : undefined
+const int = (value: unknown): number | undefined =>
+  typeof value === "number" && Number.isInteger(value) ? value : undefined
 const str = (value: unknown): string | undefined => typeof value === "string" ? value : undefined
 const terminalTypes: ReadonlySet<unknown> = terminalStatuses
 
@@ -401,7 +401,9 @@ export const migrate = (raw: unknown): unknown => {
   const createdAt = int(raw["created_at"])
   if (createdAt !== undefined) events.push({ at: createdAt, type: "spawned", run_id: runId(agentId, 1), detail: note })
   const startedAt = int(raw["started_at"])
-  if (startedAt !== undefined) events.push({ at: startedAt, type: past.length === 0 ? "started" : "resumed", run_id: current, detail: note })
+  if (startedAt !== undefined) {
+    events.push({ at: startedAt, type: past.length === 0 ? "started" : "resumed", run_id: current, detail: note })
+  }
   const finishedAt = int(raw["finished_at"])
   if (finishedAt !== undefined && terminalTypes.has(status)) {
     events.push(defined({ at: finishedAt, type: status, run_id: current, detail: str(raw["reason"]) ?? note }))

@@ -186,7 +186,9 @@ const toLines = (handle: string, entries: ReadonlyArray<unknown>): Effect.Effect
     try {
       line = JSON.stringify(entries[i])
     } catch (cause) {
-      return Effect.fail(new StoreError({ path: handle, reason: `entry ${i} is not JSON-serialisable: ${String(cause)}` }))
+      return Effect.fail(
+        new StoreError({ path: handle, reason: `entry ${i} is not JSON-serialisable: ${String(cause)}` })
+      )
     }
     // JSON.stringify returns undefined for undefined, functions and symbols.
     if (typeof line !== "string") {
@@ -258,7 +260,9 @@ export const schemaVersion = 1
 
 export const goneReason = (owner: { readonly pid: number | undefined; readonly host: string | undefined }) =>
   `Interrupted: the process that ran it (${
-    owner.pid === undefined ? "an unknown process" : `pid ${owner.pid}${owner.host === undefined ? "" : ` on ${owner.host}`}`
+    owner.pid === undefined
+      ? "an unknown process"
+      : `pid ${owner.pid}${owner.host === undefined ? "" : ` on ${owner.host}`}`
   }) ended before it finished`
 
 // ---------------------------------------------------------------------------
@@ -315,7 +319,9 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
         yield* fs.rename(file, aside).pipe(Effect.mapError((e) => new StoreError({ path: file, reason: e.message })))
         for (const suffix of ["-wal", "-shm"]) yield* Effect.ignore(fs.remove(`${file}${suffix}`, { force: true }))
         warnings.push(
-          `${file} is not a readable database (${Sqlite.describe(cause)}); moved it aside to ${aside} and started a new one`
+          `${file} is not a readable database (${
+            Sqlite.describe(cause)
+          }); moved it aside to ${aside} and started a new one`
         )
         return yield* Effect.mapError(openDb, failed)
       })
@@ -346,7 +352,8 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
   let unreported: StoreError | undefined
   let terminalPuts = 0
 
-  const upsert = `INSERT INTO fibril_agents (agent_id, parent_id, status, owner_boot, handle, created_at, finished_at, record)
+  const upsert =
+    `INSERT INTO fibril_agents (agent_id, parent_id, status, owner_boot, handle, created_at, finished_at, record)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, json_patch('{}', ?8))
     ON CONFLICT (agent_id) DO UPDATE SET parent_id = ?2, status = ?3, owner_boot = ?4, handle = ?5,
       created_at = ?6, finished_at = ?7, record = json_patch(fibril_agents.record, ?8)`
@@ -409,7 +416,9 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
       try {
         db.transaction(() => {
           for (const { handle, lines } of appends) {
-            for (const line of lines) db.run("INSERT INTO fibril_transcripts (handle, message) VALUES (?, ?)", handle, line)
+            for (const line of lines) {
+              db.run("INSERT INTO fibril_transcripts (handle, message) VALUES (?, ?)", handle, line)
+            }
           }
           for (const { record, now } of records.values()) applyPut(record, now)
         })
@@ -548,7 +557,8 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     )
 
   // --- ownership ------------------------------------------------------------------------
-  const ownerRow = (bootId: string) => db.get("SELECT pid, host, lease_until FROM fibril_owners WHERE boot_id = ?", bootId)
+  const ownerRow = (bootId: string) =>
+    db.get("SELECT pid, host, lease_until FROM fibril_owners WHERE boot_id = ?", bootId)
 
   const livenessAt = (bootId: string, now: number): Liveness => {
     if (bootId === owner.boot_id) return crashed ? "gone" : "self"
@@ -682,7 +692,12 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
             // An agent whose owner is gone ends `interrupted` here, in the same transaction:
             // never adopted while still `running` (the manager resumes only finished agents).
             const record: SubAgentRecord = live
-              ? { ...stored, status: "interrupted", reason: goneReason({ pid: stored.owner_pid, host: stored.owner_host }), finished_at: now }
+              ? {
+                ...stored,
+                status: "interrupted",
+                reason: goneReason({ pid: stored.owner_pid, host: stored.owner_host }),
+                finished_at: now
+              }
               : stored
             applyPut(
               { ...record, session_boot_id: owner.boot_id, owner_pid: owner.pid, owner_host: owner.host },
@@ -765,7 +780,9 @@ export const layerSqlite = (
 // Migration from subagents.v1.json
 // ---------------------------------------------------------------------------
 
-const LegacyFile = Schema.fromJsonString(Schema.Struct({ version: Schema.Literal(1), records: Schema.Array(Schema.Unknown) }))
+const LegacyFile = Schema.fromJsonString(
+  Schema.Struct({ version: Schema.Literal(1), records: Schema.Array(Schema.Unknown) })
+)
 const decodeLegacy = Schema.decodeUnknownResult(LegacyFile)
 
 /**
@@ -790,8 +807,11 @@ const migrateLegacy = (db: Sqlite.Database, dir: string, now: number) =>
     } else {
       for (const raw of decoded.success.records) {
         const record = decodeRecord(raw)
-        if (Result.isSuccess(record) && typeof raw === "object" && raw !== null) records.push({ record: record.success, raw })
-        else warnings.push(`${legacy}: a record could not be read and was not imported: ${JSON.stringify(raw).slice(0, 200)}`)
+        if (Result.isSuccess(record) && typeof raw === "object" && raw !== null) {
+          records.push({ record: record.success, raw })
+        } else {warnings.push(
+            `${legacy}: a record could not be read and was not imported: ${JSON.stringify(raw).slice(0, 200)}`
+          )}
       }
     }
     const transcripts = new Map<string, ReadonlyArray<string>>()
@@ -802,7 +822,9 @@ const migrateLegacy = (db: Sqlite.Database, dir: string, now: number) =>
         transcripts.set(
           record.transcript_handle,
           body.value.split("\n").filter((line) => {
-            if (line.trim() === "") return false
+            if (line.trim() === "") {
+              return false
+            }
             try {
               JSON.parse(line)
               return true
@@ -851,7 +873,9 @@ const migrateLegacy = (db: Sqlite.Database, dir: string, now: number) =>
       yield* fs.rename(transcriptsDir, `${transcriptsDir}${suffix}`).pipe(Effect.ignore)
     }
     if (Result.isSuccess(decoded)) {
-      warnings.push(`imported ${imported} sub-agent record(s) from ${legacy} into ${databaseFileName}; the old file is kept as ${legacy}.migrated`)
+      warnings.push(
+        `imported ${imported} sub-agent record(s) from ${legacy} into ${databaseFileName}; the old file is kept as ${legacy}.migrated`
+      )
     }
     return warnings
   })
@@ -878,7 +902,9 @@ export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(option
     }
     const excess = records.size - limits.maxRecords
     if (excess <= 0) return
-    const oldest = [...records.values()].filter((r) => isTerminal(r.status)).sort((a, b) => finishedAt(a) - finishedAt(b))
+    const oldest = [...records.values()].filter((r) => isTerminal(r.status)).sort((a, b) =>
+      finishedAt(a) - finishedAt(b)
+    )
     for (const record of oldest.slice(0, excess)) {
       records.delete(record.agent_id)
       transcripts.delete(record.transcript_handle)
@@ -917,7 +943,8 @@ export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(option
     appendTranscript: append,
     queueTranscript: append,
     sync: Effect.void,
-    readTranscript: (handle) => Effect.andThen(checkHandle(handle), Effect.sync(() => [...(transcripts.get(handle) ?? [])])),
+    readTranscript: (handle) =>
+      Effect.andThen(checkHandle(handle), Effect.sync(() => [...(transcripts.get(handle) ?? [])])),
     warnings: [],
     durable: false,
     liveness: (bootId) => Effect.succeed(bootId === owner.boot_id ? "self" : "gone"),

@@ -29,8 +29,8 @@
 import { Effect, Fiber, Layer, Schema, type Scope } from "effect"
 import { Tool, Toolkit } from "effect/ai"
 import * as Receipt from "./Receipt.ts"
-import { Input, ResultSections, Status, Tokens } from "./SubAgentRecord.ts"
 import { agentResultForModel, type AgentView, SubAgentManager } from "./SubAgentManager.ts"
+import { Input, ResultSections, Status, Tokens } from "./SubAgentRecord.ts"
 import * as AgentTools from "./tools/Agents.ts"
 import * as TaskTool from "./tools/Task.ts"
 import * as TranscriptView from "./TranscriptView.ts"
@@ -252,7 +252,13 @@ const define = <const Mode extends Tool.FailureMode>(failureMode: Mode) =>
         failure: TaskToolError,
         failureMode
       }),
-      { title: "Cancel a sub-agent and its descendants", readOnly: false, destructive: true, idempotent: true, openWorld: false }
+      {
+        title: "Cancel a sub-agent and its descendants",
+        readOnly: false,
+        destructive: true,
+        idempotent: true,
+        openWorld: false
+      }
     ),
     hinted(
       Tool.make("agent_close", {
@@ -262,7 +268,13 @@ const define = <const Mode extends Tool.FailureMode>(failureMode: Mode) =>
         failure: TaskToolError,
         failureMode
       }),
-      { title: "Cancel a sub-agent (newer name of agent_cancel)", readOnly: false, destructive: true, idempotent: true, openWorld: false }
+      {
+        title: "Cancel a sub-agent (newer name of agent_cancel)",
+        readOnly: false,
+        destructive: true,
+        idempotent: true,
+        openWorld: false
+      }
     ),
     hinted(
       Tool.make("agent_eval", {
@@ -272,7 +284,13 @@ const define = <const Mode extends Tool.FailureMode>(failureMode: Mode) =>
         failure: TaskToolError,
         failureMode
       }),
-      { title: "A sub-agent's state and run receipt (optionally deliver a message first)", readOnly: false, destructive: false, idempotent: false, openWorld: false }
+      {
+        title: "A sub-agent's state and run receipt (optionally deliver a message first)",
+        readOnly: false,
+        destructive: false,
+        idempotent: false,
+        openWorld: false
+      }
     ),
     hinted(
       Tool.make("handle_read", {
@@ -302,7 +320,13 @@ const define = <const Mode extends Tool.FailureMode>(failureMode: Mode) =>
         failure: TaskToolError,
         failureMode
       }),
-      { title: "Send a message to a running sub-agent", readOnly: false, destructive: false, idempotent: false, openWorld: false }
+      {
+        title: "Send a message to a running sub-agent",
+        readOnly: false,
+        destructive: false,
+        idempotent: false,
+        openWorld: false
+      }
     ),
     hinted(
       Tool.make("agent_resume", {

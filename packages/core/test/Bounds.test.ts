@@ -32,7 +32,12 @@ describe("bounds", () => {
             match: { depth: 0 },
             respond: (c) => {
               if (c.toolResults.length === 0) {
-                return { tool_calls: [{ name: "task", args: { description: "big", prompt: "answer at length", subagent_type: "explore" } }] }
+                return {
+                  tool_calls: [{
+                    name: "task",
+                    args: { description: "big", prompt: "answer at length", subagent_type: "explore" }
+                  }]
+                }
               }
               parentFollowUp = c.messages
               return { text: "received" }

@@ -55,7 +55,12 @@ const ranges: ReadonlyArray<{
   { key: "subagents.max_concurrent", get: (s) => s.subagents.maxConcurrent, low: [0, 1], high: [21, 20] },
   { key: "subagents.max_depth", get: (s) => s.subagents.maxDepth, low: [-1, 0], high: [6, 5] },
   // Below 30 it is also raised to the default api timeout (120) + 30.
-  { key: "subagents.heartbeat_timeout_secs", get: (s) => s.subagents.heartbeatTimeoutSecs, low: [29, 150], high: [3601, 3600] },
+  {
+    key: "subagents.heartbeat_timeout_secs",
+    get: (s) => s.subagents.heartbeatTimeoutSecs,
+    low: [29, 150],
+    high: [3601, 3600]
+  },
   { key: "subagents.max_steps", get: (s) => s.subagents.maxSteps, low: [0, 1], high: [1001, 1000] },
   { key: "subagents.max_tokens", get: (s) => s.subagents.maxTokens, low: [0, 1] },
   { key: "subagents.max_wall_secs", get: (s) => s.subagents.maxWallSecs, low: [0, 1], high: [86_401, 86_400] },
@@ -82,7 +87,10 @@ describe("FibrilConfig", () => {
   it.effect("project file overrides user file, env overrides both", () =>
     Effect.gen(function*() {
       const { cwd, home, load, write } = yield* sandbox
-      const userFile = yield* write(home, `model = "user-model"\n[agent]\nmax_steps = 10\nmax_retries = 5\n[tools]\nshell_timeout_secs = 60\n`)
+      const userFile = yield* write(
+        home,
+        `model = "user-model"\n[agent]\nmax_steps = 10\nmax_retries = 5\n[tools]\nshell_timeout_secs = 60\n`
+      )
       const projectFile = yield* write(cwd, `model = "project-model"\n[agent]\nmax_steps = 20\nretry_base_ms = 500\n`)
 
       const files = yield* load()
@@ -129,7 +137,10 @@ describe("FibrilConfig", () => {
     Effect.gen(function*() {
       const { cwd, load, write } = yield* sandbox
       yield* write(cwd, tomlOf(Object.fromEntries(ranges.map(({ key, low }) => [key, low[1]]))))
-      const resolved = yield* load({ FIBRIL_SUBAGENTS_HEARTBEAT_TIMEOUT_SECS: "31", FIBRIL_AGENT_API_TIMEOUT_SECS: "1" })
+      const resolved = yield* load({
+        FIBRIL_SUBAGENTS_HEARTBEAT_TIMEOUT_SECS: "31",
+        FIBRIL_AGENT_API_TIMEOUT_SECS: "1"
+      })
       assert.deepStrictEqual(resolved.clamped, [])
       assert.strictEqual(resolved.settings.subagents.maxTokens, 1)
       assert.strictEqual(resolved.settings.subagents.heartbeatTimeoutSecs, 31)
@@ -267,12 +278,20 @@ describe("FibrilConfig", () => {
       const { clamped, settings, sources } = yield* FibrilConfig.FibrilConfig
       assert.strictEqual(settings.model, "m")
       assert.deepStrictEqual(settings.agent, { ...FibrilConfig.defaults.agent, maxSteps: 5000 })
-      assert.deepStrictEqual(settings.subagents, { ...FibrilConfig.defaults.subagents, admission: "queue", maxTokens: 10 })
+      assert.deepStrictEqual(settings.subagents, {
+        ...FibrilConfig.defaults.subagents,
+        admission: "queue",
+        maxTokens: 10
+      })
       assert.deepStrictEqual(settings.tools, FibrilConfig.defaults.tools)
       assert.deepStrictEqual([clamped, sources], [[], []])
     }).pipe(
       Effect.provide(
-        FibrilConfig.layerSettings({ model: "m", agent: { maxSteps: 5000 }, subagents: { admission: "queue", maxTokens: 10 } })
+        FibrilConfig.layerSettings({
+          model: "m",
+          agent: { maxSteps: 5000 },
+          subagents: { admission: "queue", maxTokens: 10 }
+        })
       )
     ))
 
@@ -324,7 +343,13 @@ describe("FibrilConfig says what is wrong", () => {
         { file: projectFile, line: 1, key: "modle", kind: "key", suggestion: "model" },
         { file: projectFile, line: 2, key: "permisions", kind: "table", suggestion: "[permissions]" },
         { file: projectFile, line: 5, key: "agent.max_step", kind: "key", suggestion: "agent.max_steps" },
-        { file: projectFile, line: 6, key: "agent.max_concurrent", kind: "key", suggestion: "subagents.max_concurrent" },
+        {
+          file: projectFile,
+          line: 6,
+          key: "agent.max_concurrent",
+          kind: "key",
+          suggestion: "subagents.max_concurrent"
+        },
         { file: projectFile, line: 9, key: "wibble", kind: "table" },
         { file: userFile, line: 2, key: "tools.shell_timeout", kind: "key", suggestion: "tools.shell_timeout_secs" }
       ])

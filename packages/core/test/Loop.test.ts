@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, PubSub } from "effect"
-import { TestClock } from "effect/testing"
 import type { Prompt } from "effect/ai"
+import { TestClock } from "effect/testing"
 import { AgentEvents } from "../src/AgentEvents.ts"
 import { Session } from "../src/Session.ts"
 import type { TaskResult } from "../src/tools/Task.ts"
@@ -11,7 +11,8 @@ import { pidsWith } from "./tools/harness.ts"
 const toolResults = (messages: ReadonlyArray<Prompt.Message>) =>
   messages.flatMap((m) => m.role === "tool" ? m.content.flatMap((p) => p.type === "tool-result" ? [p] : []) : [])
 
-const failureOf = (part: { readonly result: unknown }) => part.result as { readonly error: string; readonly message: string }
+const failureOf = (part: { readonly result: unknown }) =>
+  part.result as { readonly error: string; readonly message: string }
 
 describe("the agent loop", () => {
   it.effect("malformed tool arguments become tool-result errors the model corrects", () =>
@@ -94,7 +95,10 @@ describe("the agent loop", () => {
             { match: { prompt: "fatal" }, turns: [{ error: { kind: "fatal", message: "bad request" } }] },
             {
               match: { prompt: "rate limited" },
-              turns: [{ error: { kind: "retryable", message: "slow down", retry_after_ms: 20_000, times: 1 }, text: "ok" }]
+              turns: [{
+                error: { kind: "retryable", message: "slow down", retry_after_ms: 20_000, times: 1 },
+                text: "ok"
+              }]
             }
           ]
         },
@@ -165,7 +169,9 @@ describe("the agent loop", () => {
           {
             match: { depth: 0 },
             turns: [
-              { tool_calls: [{ name: "task", args: { description: "d", prompt: "run it", subagent_type: "verifier" } }] },
+              {
+                tool_calls: [{ name: "task", args: { description: "d", prompt: "run it", subagent_type: "verifier" } }]
+              },
               { text: "never" }
             ]
           }

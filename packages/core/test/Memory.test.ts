@@ -34,7 +34,10 @@ describe("Memory (file)", () => {
       const h = yield* setup()
       assert.strictEqual(h.memory.path, h.file)
       assert.strictEqual(yield* h.memory.remember("tests run with `npm test`"), "- tests run with `npm test`")
-      assert.strictEqual(yield* h.memory.remember("  the CLI lives in packages/cli  "), "- the CLI lives in packages/cli")
+      assert.strictEqual(
+        yield* h.memory.remember("  the CLI lives in packages/cli  "),
+        "- the CLI lives in packages/cli"
+      )
       const content = yield* h.fs.readFileString(h.file)
       assert.strictEqual(content, "- tests run with `npm test`\n- the CLI lives in packages/cli\n")
       assert.strictEqual(yield* h.memory.read, content)
@@ -167,7 +170,10 @@ describe("remember tool", () => {
         assert.strictEqual(tool.value.posture, "memory")
         assert.include(tool.value.description, ".fibril/memory.md")
       }
-      assert.strictEqual(yield* call(h.registry, { note: "build with\n`npm run build`" }), "remembered: - build with `npm run build`")
+      assert.strictEqual(
+        yield* call(h.registry, { note: "build with\n`npm run build`" }),
+        "remembered: - build with `npm run build`"
+      )
       assert.strictEqual(yield* h.fs.readFileString(h.file), "- build with `npm run build`\n")
     }).pipe(provide))
 

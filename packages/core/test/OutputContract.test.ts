@@ -69,7 +69,18 @@ describe("OutputContract.parse", () => {
   )
 
   it("mixes heading styles in one answer, with CRLF line endings", () => {
-    const text = ["## Summary", "did X", "**CHANGES:**", "a.ts", "1. Evidence", "ran it", "Risks -", "", "### BLOCKERS:", "none"]
+    const text = [
+      "## Summary",
+      "did X",
+      "**CHANGES:**",
+      "a.ts",
+      "1. Evidence",
+      "ran it",
+      "Risks -",
+      "",
+      "### BLOCKERS:",
+      "none"
+    ]
       .join("\r\n")
     const parsed = OutputContract.parse(text)
     assert.deepStrictEqual(parsed.sections, {
@@ -145,7 +156,9 @@ describe("OutputContract.parse", () => {
   })
 
   it("records one out_of_order violation however many sections are swapped", () => {
-    const parsed = OutputContract.parse("BLOCKERS:\nnone\nRISKS:\nnone\nEVIDENCE:\nran it\nCHANGES:\na.ts\nSUMMARY:\ndid X")
+    const parsed = OutputContract.parse(
+      "BLOCKERS:\nnone\nRISKS:\nnone\nEVIDENCE:\nran it\nCHANGES:\na.ts\nSUMMARY:\ndid X"
+    )
     assert.deepStrictEqual(kinds(parsed.violations), ["out_of_order:-"])
     assert.deepStrictEqual(parsed.sections, {
       summary: "did X",
@@ -196,7 +209,12 @@ describe("OutputContract.parse", () => {
 
   it("stays linear on pathological lines", () => {
     const long = " ".repeat(200_000)
-    const text = [`Summary${long}x`, `**${"*".repeat(200_000)}`, `1.${long}SUMMARY${long}:${long}`, `#${"_".repeat(200_000)}`]
+    const text = [
+      `Summary${long}x`,
+      `**${"*".repeat(200_000)}`,
+      `1.${long}SUMMARY${long}:${long}`,
+      `#${"_".repeat(200_000)}`
+    ]
       .join("\n")
     const parsed = OutputContract.parse(text)
     assert.deepStrictEqual(kinds(parsed.violations), [
@@ -210,7 +228,13 @@ describe("OutputContract.parse", () => {
 
 describe("OutputContract.render", () => {
   it("renders the canonical text", () => {
-    const text = OutputContract.render({ summary: " did X ", changes: "a.ts", evidence: "ran", risks: "", blockers: "none" })
+    const text = OutputContract.render({
+      summary: " did X ",
+      changes: "a.ts",
+      evidence: "ran",
+      risks: "",
+      blockers: "none"
+    })
     assert.strictEqual(text, "SUMMARY:\ndid X\n\nCHANGES:\na.ts\n\nEVIDENCE:\nran\n\nRISKS:\n\n\nBLOCKERS:\nnone")
   })
 })

@@ -103,7 +103,9 @@ describe("Permission", () => {
         const depth = assign.level % rules.length
         const current = rules[depth]!
         const parent = depth === 0 ? root : rules[depth - 1]!
-        const grant = Session.grantFor(depth, tree.maxDepth, Roles.roles[assign.role], { definition: assign.definition })
+        const grant = Session.grantFor(depth, tree.maxDepth, Roles.roles[assign.role], {
+          definition: assign.definition
+        })
         const next = Permission.reassign(current, parent, grant)
         if (Result.isFailure(next)) {
           assert.isAbove(next.failure.length, 0)
@@ -179,7 +181,10 @@ describe("Permission", () => {
       postures: ["read", "shell"]
     })
     const denied = Permission.decide(rules, "task", "spawn", [])
-    assert.deepStrictEqual(denied, { allowed: false, reason: "\"task\" is denied for the explore sub-agent at depth 1" })
+    assert.deepStrictEqual(denied, {
+      allowed: false,
+      reason: "\"task\" is denied for the explore sub-agent at depth 1"
+    })
     const posture = Permission.decide(rules, "write_file", "write", ["a"])
     assert.deepStrictEqual(posture, {
       allowed: false,
@@ -214,10 +219,13 @@ describe("Permission", () => {
     }
     const plan = Permission.effective(parent, Session.grantFor(1, 2, Roles.roles.plan))
     const implementer = Permission.reassign(plan, parent, Session.grantFor(1, 2, Roles.roles.implementer))
-    assert.deepStrictEqual(implementer, Result.fail([
-      "the memory posture",
-      "writing anywhere (it may write only under .fibril/plans)"
-    ]))
+    assert.deepStrictEqual(
+      implementer,
+      Result.fail([
+        "the memory posture",
+        "writing anywhere (it may write only under .fibril/plans)"
+      ])
+    )
   })
 
   it("write scopes: only inside the prefixes, never by a ../ detour", () => {

@@ -184,7 +184,10 @@ describe("agent_assign only narrows, and the running agent is held to it", () =>
       assert.isTrue(assign!.isFailure)
       assert.strictEqual(failure(assign!).error, "PermissionWidening")
       assert.include(failure(assign!).message, "would widen its permissions")
-      assert.include(failure(assign!).message, "general grants the write, shell, memory postures, which it does not have")
+      assert.include(
+        failure(assign!).message,
+        "general grants the write, shell, memory postures, which it does not have"
+      )
       const childId = (spawned!.result as { agent_id: string }).agent_id
       const [write] = resultsOf(yield* session.transcript(childId))
       assert.include(failure(write!).message, "the review sub-agent at depth 1 may not use write tools")
@@ -207,30 +210,41 @@ describe("a caller's allowed_tools narrow an agent definition's tools, never rep
         "---\ndescription: Reads files and reports\nrole: explore\ntools: read_file, grep\n---\nRead and report.\n"
       )
       yield* fs.writeFileString(path.join(root, "notes.txt"), "readable\n")
-      const { get } = yield* setup({
-        rules: [
-          {
-            match: { role: "reader" },
-            turns: [
-              {
-                tool_calls: [
-                  { name: "shell", args: { command: "echo ran > shell-ran.txt" } },
-                  { name: "write_file", args: { path: "written.txt", content: "x" } },
-                  { name: "read_file", args: { path: "notes.txt" } }
-                ]
-              },
-              { text: report("read") }
-            ]
-          },
-          rootRunning({ prompt: "read it", subagent_type: "reader", allowed_tools: ["shell", "write_file", "read_file"] })
-        ]
-      }, {}, { root })
+      const { get } = yield* setup(
+        {
+          rules: [
+            {
+              match: { role: "reader" },
+              turns: [
+                {
+                  tool_calls: [
+                    { name: "shell", args: { command: "echo ran > shell-ran.txt" } },
+                    { name: "write_file", args: { path: "written.txt", content: "x" } },
+                    { name: "read_file", args: { path: "notes.txt" } }
+                  ]
+                },
+                { text: report("read") }
+              ]
+            },
+            rootRunning({
+              prompt: "read it",
+              subagent_type: "reader",
+              allowed_tools: ["shell", "write_file", "read_file"]
+            })
+          ]
+        },
+        {},
+        { root }
+      )
       const session = get(Session)
       const parent = yield* session.create()
       yield* session.prompt(parent.id, "go")
       const task = toolResults(yield* session.transcript(parent.id))[0]!.result as { agent_id: string }
       const [shell, write, read] = resultsOf(yield* session.transcript(task.agent_id))
-      assert.include(failure(shell!).message, "\"shell\" is not among the tools allowed for the reader sub-agent at depth 1")
+      assert.include(
+        failure(shell!).message,
+        "\"shell\" is not among the tools allowed for the reader sub-agent at depth 1"
+      )
       assert.include(failure(write!).message, "\"write_file\" is not among the tools allowed")
       assert.isFalse(read!.isFailure)
       assert.isFalse(yield* fs.exists(path.join(root, "written.txt")))
@@ -246,10 +260,15 @@ describe("the plan role writes its plan, and nothing else", () => {
           {
             match: { role: "plan" },
             turns: [
-              { tool_calls: [{ name: "write_file", args: { path: ".fibril/plans/feature.md", content: "1. do it\n" } }] },
+              {
+                tool_calls: [{ name: "write_file", args: { path: ".fibril/plans/feature.md", content: "1. do it\n" } }]
+              },
               {
                 tool_calls: [
-                  { name: "edit_file", args: { path: ".fibril/plans/feature.md", old_string: "do it", new_string: "do it well" } },
+                  {
+                    name: "edit_file",
+                    args: { path: ".fibril/plans/feature.md", old_string: "do it", new_string: "do it well" }
+                  },
                   { name: "write_file", args: { path: "src/feature.ts", content: "export {}\n" } },
                   { name: "write_file", args: { path: ".fibril/plans/../../escape.md", content: "x" } },
                   { name: "edit_file", args: { path: "notes.txt", old_string: "hello", new_string: "bye" } },

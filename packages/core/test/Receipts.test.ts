@@ -11,15 +11,7 @@ import * as Names from "../src/internal/names.ts"
 import * as Receipt from "../src/Receipt.ts"
 import { Session } from "../src/Session.ts"
 import { SubAgentManager } from "../src/SubAgentManager.ts"
-import {
-  append,
-  EventType,
-  limits,
-  type LogEvent,
-  migrate,
-  Status,
-  SubAgentRecord
-} from "../src/SubAgentRecord.ts"
+import { append, EventType, limits, type LogEvent, migrate, Status, SubAgentRecord } from "../src/SubAgentRecord.ts"
 import * as SubAgentStore from "../src/SubAgentStore.ts"
 import * as AgentTools from "../src/tools/Agents.ts"
 import type * as TranscriptView from "../src/TranscriptView.ts"
@@ -105,14 +97,18 @@ describe("run receipts", () => {
 
   it.effect("input to a running agent is recorded delivered; to a finished one undelivered, with the reason", () =>
     Effect.gen(function*() {
-      const { get } = yield* setup({
-        rules: [{
-          respond: (c) =>
-            c.turn === 0
-              ? { tool_calls: [{ name: "list_dir", args: {} }] }
-              : { text: report(`saw ${c.messages.filter((m) => m.role === "user").length} user messages`) }
-        }]
-      }, {}, { store: "file" })
+      const { get } = yield* setup(
+        {
+          rules: [{
+            respond: (c) =>
+              c.turn === 0
+                ? { tool_calls: [{ name: "list_dir", args: {} }] }
+                : { text: report(`saw ${c.messages.filter((m) => m.role === "user").length} user messages`) }
+          }]
+        },
+        {},
+        { store: "file" }
+      )
       const manager = get(SubAgentManager)
       const store = get(SubAgentStore.SubAgentStore)
       const agent = yield* manager.spawn(undefined, { prompt: "look" })
@@ -125,7 +121,12 @@ describe("run receipts", () => {
       assert.isFalse(late.delivered)
       const inputs = late.agent.inputs ?? []
       assert.strictEqual(inputs.length, 2)
-      assert.deepInclude(inputs[0]!, { preview: "also check docs", chars: 15, delivered: true, via: "agent_send_input" })
+      assert.deepInclude(inputs[0]!, {
+        preview: "also check docs",
+        chars: 15,
+        delivered: true,
+        via: "agent_send_input"
+      })
       assert.isFalse(inputs[1]!.delivered)
       assert.strictEqual(inputs[1]!.chars, 509)
       assert.strictEqual(inputs[1]!.preview.length, limits.preview + 1) // cut, marked with "…"
@@ -203,7 +204,10 @@ describe("run receipts", () => {
       assert.isFalse(finished.follow_up.accepts_input)
       assert.isTrue(finished.takeover.available)
       assert.strictEqual(finished.takeover.command, `fibril agents resume ${running.agent_id} --cwd ${root}`)
-      assert.strictEqual(finished.takeover.transcript_command, `fibril agents transcript ${running.agent_id} --cwd ${root}`)
+      assert.strictEqual(
+        finished.takeover.transcript_command,
+        `fibril agents transcript ${running.agent_id} --cwd ${root}`
+      )
       assert.strictEqual(finished.takeover.transcript_handle, `${running.agent_id}.jsonl`)
       assert.strictEqual(finished.inputs[0]!.via, "agent_eval")
 
@@ -212,7 +216,9 @@ describe("run receipts", () => {
       let interrupted: string | undefined
       for (let i = 0; i < 50 && interrupted === undefined; i++) {
         yield* Effect.yieldNow
-        interrupted = (yield* manager.list({ includeArchived: false })).find((a) => a.objective === "hang in the foreground")
+        interrupted = (yield* manager.list({ includeArchived: false })).find((a) =>
+          a.objective === "hang in the foreground"
+        )
           ?.agent_id
       }
       yield* Fiber.interrupt(caller)
@@ -276,12 +282,15 @@ describe("run receipts", () => {
       assert.strictEqual(artifacts[1]!.tool, "edit_file")
       assert.strictEqual(artifacts[1]!.run_id, `${writer.agent_id}-r1`)
       const calls = done.events!.filter((e) => e.type === "tool_call")
-      assert.deepStrictEqual(calls.map((e) => [e.tool, e.failed ?? false]).sort(), [
-        ["edit_file", false],
-        ["write_file", false],
-        ["write_file", false],
-        ["write_file", true]
-      ].sort())
+      assert.deepStrictEqual(
+        calls.map((e) => [e.tool, e.failed ?? false]).sort(),
+        [
+          ["edit_file", false],
+          ["write_file", false],
+          ["write_file", false],
+          ["write_file", true]
+        ].sort()
+      )
       const planner = yield* manager.spawn(undefined, { prompt: "plan", role: "plan" })
       const planned = yield* manager.result(planner.agent_id, { block: true })
       assert.deepStrictEqual(planned.artifacts!.map((a) => [a.kind, a.ref]), [
@@ -299,7 +308,8 @@ describe("run receipts", () => {
           {
             match: { prompt: "check it fails" },
             turns: [{
-              text: "SUMMARY:\ntwo tests fail\n\nCHANGES:\nnone\n\nEVIDENCE:\nnpm test: 2 failed\n\nRISKS:\nnone\n\nBLOCKERS:\ntest/a.test.ts fails"
+              text:
+                "SUMMARY:\ntwo tests fail\n\nCHANGES:\nnone\n\nEVIDENCE:\nnpm test: 2 failed\n\nRISKS:\nnone\n\nBLOCKERS:\ntest/a.test.ts fails"
             }]
           }
         ]
@@ -309,7 +319,11 @@ describe("run receipts", () => {
       const claimed = yield* manager.result(impl.agent_id, { block: true })
       assert.strictEqual((yield* manager.workerRecord(claimed)).verification.status, "self_report")
 
-      const verifier = yield* manager.spawn(undefined, { prompt: "check it passes", role: "verifier", verifies: impl.session_name! })
+      const verifier = yield* manager.spawn(undefined, {
+        prompt: "check it passes",
+        role: "verifier",
+        verifies: impl.session_name!
+      })
       assert.strictEqual(verifier.verifies, `${impl.agent_id}-r1`)
       yield* manager.result(verifier.agent_id, { block: true })
       const checked = yield* manager.result(impl.agent_id, { block: false })
@@ -324,16 +338,29 @@ describe("run receipts", () => {
       })
       assert.strictEqual(checked.events!.at(-1)!.type, "verification")
 
-      const second = yield* manager.spawn(undefined, { prompt: "check it fails", role: "verifier", verifies: impl.agent_id })
+      const second = yield* manager.spawn(undefined, {
+        prompt: "check it fails",
+        role: "verifier",
+        verifies: impl.agent_id
+      })
       yield* manager.result(second.agent_id, { block: true })
       const disputed = yield* manager.result(impl.agent_id, { block: false })
       assert.strictEqual(disputed.verification!.status, "disputed")
       assert.include(disputed.verification!.receipts[1]!.summary!, "test/a.test.ts fails")
 
       // A command's exit code attached by the harness.
-      const passed = yield* manager.attachVerification(impl.agent_id, { command: "npm test", exitCode: 0, summary: "ok" })
+      const passed = yield* manager.attachVerification(impl.agent_id, {
+        command: "npm test",
+        exitCode: 0,
+        summary: "ok"
+      })
       assert.strictEqual(passed.verification!.status, "verified")
-      assert.deepInclude(passed.verification!.receipts[2]!, { kind: "command", command: "npm test", exit_code: 0, verdict: "passed" })
+      assert.deepInclude(passed.verification!.receipts[2]!, {
+        kind: "command",
+        command: "npm test",
+        exit_code: 0,
+        verdict: "passed"
+      })
 
       // A new run is a new claim: back to self_report, the receipts of the earlier run kept.
       yield* manager.resume(undefined, impl.agent_id, "implement more")
@@ -368,7 +395,12 @@ describe("run receipts", () => {
                     { name: "agent_list", args: {} }
                   ]
                 },
-                2: { tool_calls: [{ name: "agent_send_input", args: { agent_id: kid, message: "finish now", interrupt: true } }] },
+                2: {
+                  tool_calls: [{
+                    name: "agent_send_input",
+                    args: { agent_id: kid, message: "finish now", interrupt: true }
+                  }]
+                },
                 3: { tool_calls: [{ name: "agent_wait", args: { ids: [kid], wait_mode: "all" } }] },
                 4: {
                   tool_calls: [
@@ -408,9 +440,10 @@ describe("run receipts", () => {
       const results = toolResults(yield* session.transcript(root.id))
       const failures = results.filter((r) => r.isFailure)
       assert.deepStrictEqual(failures, [])
-      const kid = (results[0]!.result as { agent_id: string; session_name: string })
+      const kid = results[0]!.result as { agent_id: string; session_name: string }
       assert.match(kid.session_name, /^[a-z]+-[a-z]+$/)
-      const byTool = (name: string) => results.filter((r) => r.name === name).map((r) => r.result as Record<string, any>)
+      const byTool = (name: string) =>
+        results.filter((r) => r.name === name).map((r) => r.result as Record<string, any>)
       const mentionsKid = (value: Record<string, any>) => JSON.stringify(value).includes(kid.agent_id)
       for (const tool of ["agent_result", "agent_eval", "agent_assign", "agent_send_input", "agent_resume"]) {
         for (const value of byTool(tool)) assert.isTrue(mentionsKid(value), `${tool}: ${JSON.stringify(value)}`)
@@ -423,7 +456,9 @@ describe("run receipts", () => {
         (byTool("agent_list")[0] as unknown as Array<{ session_name: string }>).map((a) => a.session_name),
         [kid.session_name]
       )
-      assert.deepStrictEqual(byTool("agent_wait")[0]!["completed"].map((a: { agent_id: string }) => a.agent_id), [kid.agent_id])
+      assert.deepStrictEqual(byTool("agent_wait")[0]!["completed"].map((a: { agent_id: string }) => a.agent_id), [
+        kid.agent_id
+      ])
       assert.strictEqual(byTool("handle_read")[0]!["agent_id"], kid.agent_id)
       assert.strictEqual(byTool("handle_read")[0]!["messages"].length, 2)
       assert.strictEqual(byTool("agent_resume")[0]!["run_id"], `${kid.agent_id}-r2`)
@@ -446,7 +481,12 @@ describe("run receipts", () => {
         rules: [{
           respond: (c) =>
             c.turn < 30
-              ? { tool_calls: [{ name: c.turn === 0 ? "read_file" : "list_dir", args: c.turn === 0 ? { path: "big.txt" } : {} }] }
+              ? {
+                tool_calls: [{
+                  name: c.turn === 0 ? "read_file" : "list_dir",
+                  args: c.turn === 0 ? { path: "big.txt" } : {}
+                }]
+              }
               : { text: report("looked 30 times") }
         }]
       }
@@ -562,7 +602,9 @@ describe("receipt invariants", () => {
     }
   )
 
-  it.prop("any version 1 record migrates to a valid version 2 record with one run per past run, plus the current", [V1Record], ([old]) => {
+  it.prop("any version 1 record migrates to a valid version 2 record with one run per past run, plus the current", [
+    V1Record
+  ], ([old]) => {
     const migrated = migrate(JSON.parse(JSON.stringify(old)))
     assert.isTrue(isRecord(migrated), JSON.stringify(migrated))
     const record = migrated as SubAgentRecord
@@ -626,13 +668,21 @@ describe("receipt invariants", () => {
         ["agent_v1old-r2", "resume", "failed", "boom"],
         ["agent_v1old-r3", "resume", "completed", "found it"]
       ])
-      assert.deepStrictEqual(read.events!.map((e) => [e.type, e.at]), [["spawned", 10], ["resumed", 20], ["completed", 30]])
+      assert.deepStrictEqual(read.events!.map((e) => [e.type, e.at]), [["spawned", 10], ["resumed", 20], [
+        "completed",
+        30
+      ]])
       assert.deepStrictEqual(read.artifacts, [{ kind: "transcript", ref: "agent_v1old.jsonl" }])
       assert.strictEqual(read.usage!.status, "unknown")
-      assert.strictEqual(Receipt.workerRecord(read, { workspace: undefined, durable: true, owner: "self" }).run_id, "agent_v1old-r3")
+      assert.strictEqual(
+        Receipt.workerRecord(read, { workspace: undefined, durable: true, owner: "self" }).run_id,
+        "agent_v1old-r3"
+      )
       yield* store.put(read)
       yield* store.flush
-      const row = JSON.parse(String(db.prepare("SELECT record FROM fibril_agents WHERE agent_id = ?").get(v1.agent_id)!["record"]))
+      const row = JSON.parse(
+        String(db.prepare("SELECT record FROM fibril_agents WHERE agent_id = ?").get(v1.agent_id)!["record"])
+      )
       assert.notProperty(row, "history")
       assert.strictEqual(row["record_version"], 2)
       assert.strictEqual(row["x_future"], 1) // unknown fields are still kept

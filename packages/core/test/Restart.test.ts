@@ -37,7 +37,9 @@ describe("restart", () => {
         const session = get(Session)
         const agent = yield* manager.spawn(undefined, { prompt: "long job" })
         // Real file IO runs underneath: poll on the real clock until the second tool call is done.
-        for (let i = 0; i < 400 && (yield* session.transcript(agent.agent_id)).length < 6; i++) yield* Effect.sleep("5 millis")
+        for (let i = 0; i < 400 && (yield* session.transcript(agent.agent_id)).length < 6; i++) {
+          yield* Effect.sleep("5 millis")
+        }
         return agent.agent_id
       }))
       // Second "process": the record is interrupted; resume reads the transcript back.
@@ -52,42 +54,57 @@ describe("restart", () => {
       assert.strictEqual(after.outcome?.summary, "continued after 2 tool results")
       assert.isFalse(after.from_prior_session)
       const transcript = yield* get(Session).transcript(id)
-      assert.deepStrictEqual(transcript.map((m) => m.role).slice(0, 6), ["system", "user", "assistant", "tool", "assistant", "tool"])
+      assert.deepStrictEqual(transcript.map((m) => m.role).slice(0, 6), [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool"
+      ])
     }).pipe(provideNode))
 
-  it.live("SIGKILL of a process running the manager with the file store never leaves an unreadable state", () =>
-    Effect.gen(function*() {
-      const fs = yield* FileSystem.FileSystem
-      const path = yield* Path.Path
-      const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
-      const runs = 8
-      for (let run = 0; run < runs; run++) {
-        const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
-        yield* Effect.scoped(Effect.gen(function*() {
-          const handle = yield* spawner.spawn(ChildProcess.make(process.execPath, [runner, root], { cwd: root }))
-          const ready = yield* Effect.forkChild(
-            handle.stdout.pipe(Stream.decodeText(), Stream.takeUntil((text) => text.includes("ready")), Stream.runDrain)
-          )
-          yield* Fiber.join(ready).pipe(Effect.timeout("20 seconds"))
-          yield* Effect.sleep(`${20 + Math.floor(Math.random() * 180)} millis`)
-          yield* handle.kill({ killSignal: "SIGKILL" })
-        }))
-        // Read the database as the killed process left it, then through a new manager.
-        const db = new DatabaseSync(path.join(root, ".fibril", "state", "fibril.db"))
-        const stored = Number(db.prepare("SELECT COUNT(*) AS n FROM fibril_agents").get()?.["n"])
-        db.close()
-        assert.isAbove(stored, 0)
-        const { get } = yield* setup({ rules: [] }, {}, { root, store: "file" })
-        const store = get(SubAgentStore)
-        assert.deepStrictEqual(store.warnings, [], `run ${run}: ${store.warnings.join("; ")}`)
-        // The killed owner's pid is dead on this host: its live agents read interrupted at once.
-        const records = yield* get(SubAgentManager).list({ includeArchived: true })
-        assert.strictEqual(records.length, stored)
-        for (const record of records) {
-          assert.include(["completed", "failed", "cancelled", "interrupted"], record.status)
-          const transcript = yield* store.readTranscript(record.transcript_handle)
-          yield* Schema.decodeUnknownEffect(Schema.Array(Prompt.Message))(transcript)
+  it.live(
+    "SIGKILL of a process running the manager with the file store never leaves an unreadable state",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
+        const runs = 8
+        for (let run = 0; run < runs; run++) {
+          const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+          yield* Effect.scoped(Effect.gen(function*() {
+            const handle = yield* spawner.spawn(ChildProcess.make(process.execPath, [runner, root], { cwd: root }))
+            const ready = yield* Effect.forkChild(
+              handle.stdout.pipe(
+                Stream.decodeText(),
+                Stream.takeUntil((text) => text.includes("ready")),
+                Stream.runDrain
+              )
+            )
+            yield* Fiber.join(ready).pipe(Effect.timeout("20 seconds"))
+            yield* Effect.sleep(`${20 + Math.floor(Math.random() * 180)} millis`)
+            yield* handle.kill({ killSignal: "SIGKILL" })
+          }))
+          // Read the database as the killed process left it, then through a new manager.
+          const db = new DatabaseSync(path.join(root, ".fibril", "state", "fibril.db"))
+          const stored = Number(db.prepare("SELECT COUNT(*) AS n FROM fibril_agents").get()?.["n"])
+          db.close()
+          assert.isAbove(stored, 0)
+          const { get } = yield* setup({ rules: [] }, {}, { root, store: "file" })
+          const store = get(SubAgentStore)
+          assert.deepStrictEqual(store.warnings, [], `run ${run}: ${store.warnings.join("; ")}`)
+          // The killed owner's pid is dead on this host: its live agents read interrupted at once.
+          const records = yield* get(SubAgentManager).list({ includeArchived: true })
+          assert.strictEqual(records.length, stored)
+          for (const record of records) {
+            assert.include(["completed", "failed", "cancelled", "interrupted"], record.status)
+            const transcript = yield* store.readTranscript(record.transcript_handle)
+            yield* Schema.decodeUnknownEffect(Schema.Array(Prompt.Message))(transcript)
+          }
         }
-      }
-    }).pipe(Effect.provide(NodeServices.layer)), 60_000)
+      }).pipe(Effect.provide(NodeServices.layer)),
+    60_000
+  )
 })

@@ -21,14 +21,30 @@ describe("Roles", () => {
 
   it("the DESIGN aliases", () => {
     const table: Record<string, string> = {
-      worker: "general", "General-Purpose": "general", DEFAULT: "general",
-      Explorer: "explore", exploration: "explore",
-      planner: "plan", awaiter: "plan", planning: "plan",
-      "code-review": "review", code_review: "review", Reviewer: "review",
-      builder: "implementer", implement: "implementer", implementation: "implementer",
-      tester: "verifier", validator: "verifier", verification: "verifier", verify: "verifier",
-      fin: "tool_agent", "tool-agent": "tool_agent", toolagent: "tool_agent", executor: "tool_agent",
-      execution: "tool_agent", custom: "custom"
+      worker: "general",
+      "General-Purpose": "general",
+      DEFAULT: "general",
+      Explorer: "explore",
+      exploration: "explore",
+      planner: "plan",
+      awaiter: "plan",
+      planning: "plan",
+      "code-review": "review",
+      code_review: "review",
+      Reviewer: "review",
+      builder: "implementer",
+      implement: "implementer",
+      implementation: "implementer",
+      tester: "verifier",
+      validator: "verifier",
+      verification: "verifier",
+      verify: "verifier",
+      fin: "tool_agent",
+      "tool-agent": "tool_agent",
+      toolagent: "tool_agent",
+      executor: "tool_agent",
+      execution: "tool_agent",
+      custom: "custom"
     }
     for (const [alias, role] of Object.entries(table)) assert.strictEqual(Roles.canonical(alias), role, alias)
   })
@@ -58,7 +74,9 @@ describe("Roles", () => {
     }))
 
   it("postures: explore/plan/review/verifier cannot write freely; review has no shell or spawn", () => {
-    for (const name of ["explore", "review", "verifier"] as const) assert.isFalse(Roles.roles[name].postures.has("write"))
+    for (const name of ["explore", "review", "verifier"] as const) {
+      assert.isFalse(Roles.roles[name].postures.has("write"))
+    }
     assert.deepStrictEqual(Roles.roles.plan.writeScope, [".fibril/plans"])
     assert.isFalse(Roles.roles.review.postures.has("shell"))
     assert.isFalse(Roles.roles.review.postures.has("spawn"))

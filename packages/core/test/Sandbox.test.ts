@@ -24,7 +24,12 @@ const rulesOf = (role: Roles.RoleName): Permission.Rules =>
     writeScope: Roles.roles[role].writeScope
   })
 
-const as = (role: Roles.RoleName): ToolRegistry.ToolCallContext => ({ ...context, role, depth: 1, rules: rulesOf(role) })
+const as = (role: Roles.RoleName): ToolRegistry.ToolCallContext => ({
+  ...context,
+  role,
+  depth: 1,
+  rules: rulesOf(role)
+})
 
 const shell = (h: Harness, role: Roles.RoleName, command: string) =>
   Effect.map(h.call("shell", { command }, as(role)), (out) => out as Shell.Result)
@@ -83,7 +88,10 @@ describe("Sandbox policy", () => {
     assert.deepStrictEqual(Sandbox.accessOf(rulesOf("explore"), writeTools), { _tag: "none" })
     assert.deepStrictEqual(Sandbox.accessOf(rulesOf("verifier"), writeTools), { _tag: "none" })
     assert.deepStrictEqual(Sandbox.accessOf(rulesOf("implementer"), writeTools), { _tag: "all" })
-    assert.deepStrictEqual(Sandbox.accessOf(rulesOf("plan"), writeTools), { _tag: "under", prefixes: [".fibril/plans"] })
+    assert.deepStrictEqual(Sandbox.accessOf(rulesOf("plan"), writeTools), {
+      _tag: "under",
+      prefixes: [".fibril/plans"]
+    })
     // The write posture, but no write tool allowed by name (allowed_tools: read_file, shell).
     const narrowed = Permission.derive(Permission.allowAll, { allow: ["read_file", "shell"] })
     assert.deepStrictEqual(Sandbox.accessOf(narrowed, writeTools), { _tag: "none" })
@@ -128,7 +136,9 @@ describe("Sandbox policy", () => {
       script: "echo hi"
     })
     const text = args.join(" ")
-    for (const flag of ["--unshare-all --as-pid-1", "--cap-drop ALL", "--die-with-parent", "--new-session", "--seccomp 3"]) {
+    for (
+      const flag of ["--unshare-all --as-pid-1", "--cap-drop ALL", "--die-with-parent", "--new-session", "--seccomp 3"]
+    ) {
       assert.include(text, flag)
     }
     assert.notInclude(text, "--share-net")
@@ -352,7 +362,8 @@ describe.skipIf(process.platform !== "linux")("shell with bubblewrap: network an
         const address = tcp.address()
         return { tcp, unix, socketPath, port: typeof address === "object" && address !== null ? address.port : 0 }
       }),
-      ({ tcp, unix }) => Effect.promise(() => Promise.all([new Promise((r) => tcp.close(r)), new Promise((r) => unix.close(r))]))
+      ({ tcp, unix }) =>
+        Effect.promise(() => Promise.all([new Promise((r) => tcp.close(r)), new Promise((r) => unix.close(r))]))
     )
 
   /**
@@ -395,7 +406,11 @@ describe.skipIf(process.platform !== "linux")("shell with bubblewrap: network an
     Effect.gen(function*() {
       const h = yield* setup({ sandbox: { writablePaths: [".git"] } })
       yield* gitWorkspace(h)
-      const commit = yield* shell(h, "implementer", "git -c user.name=t -c user.email=t@e commit -qam two && git log --oneline | wc -l")
+      const commit = yield* shell(
+        h,
+        "implementer",
+        "git -c user.name=t -c user.email=t@e commit -qam two && git log --oneline | wc -l"
+      )
       assert.deepStrictEqual([commit.exit_code, commit.stdout.trim()], [0, "2"], commit.stderr)
 
       const cache = yield* setup({ sandbox: { roles: { verifier: { writablePaths: [] } } } })

@@ -60,7 +60,11 @@ describe("Session and the task tool", () => {
       const tasks = results.map((r) => r.result as TaskResult)
       assert.deepStrictEqual(tasks.map((t) => t.status), ["completed", "completed", "completed"])
       assert.deepStrictEqual(tasks.map((t) => t.summary), ["found alpha", "found beta", "found gamma"])
-      assert.deepStrictEqual(tasks.map((t) => t.sections.evidence), ["read alpha.txt", "read beta.txt", "read gamma.txt"])
+      assert.deepStrictEqual(tasks.map((t) => t.sections.evidence), [
+        "read alpha.txt",
+        "read beta.txt",
+        "read gamma.txt"
+      ])
       for (const task of tasks) {
         assert.strictEqual(task.tool_calls, 1)
         assert.strictEqual(task.model, "default")

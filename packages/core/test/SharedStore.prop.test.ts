@@ -29,7 +29,11 @@ const leaseMs = 3000
  * store given: the test keeps its crash control. Each process is built with a MemoMap of its
  * own, so two processes never share a layer instance (Effect 4 memoizes across provides).
  */
-const processLayer = (root: string, store: SubAgentStore.SubAgentStore["Service"], script: ScriptedModel.ScriptInput) => {
+const processLayer = (
+  root: string,
+  store: SubAgentStore.SubAgentStore["Service"],
+  script: ScriptedModel.ScriptInput
+) => {
   const base = Layer.mergeAll(
     ToolRegistry.layer,
     AgentEvents.layer,
@@ -114,7 +118,11 @@ describe("SubAgentStore shared by processes (property)", () => {
         const start = Effect.fnUntraced(function*() {
           const scope = yield* Scope.fork(runScope, "sequential")
           const { control, store } = yield* Scope.provide(SubAgentStore.makeSqliteWithControl({ dir, leaseMs }), scope)
-          const context = yield* Layer.buildWithMemoMap(processLayer(root, store, script), yield* Layer.makeMemoMap, scope)
+          const context = yield* Layer.buildWithMemoMap(
+            processLayer(root, store, script),
+            yield* Layer.makeMemoMap,
+            scope
+          )
           return {
             boot: store.owner.boot_id,
             scope,
@@ -143,7 +151,9 @@ describe("SubAgentStore shared by processes (property)", () => {
         )
         const rows = () =>
           new Map(
-            (db.prepare("SELECT agent_id, status, owner_boot FROM fibril_agents").all() as Array<Record<string, unknown>>)
+            (db.prepare("SELECT agent_id, status, owner_boot FROM fibril_agents").all() as Array<
+              Record<string, unknown>
+            >)
               // A reconciled row's owner column is a tombstone, `gone:<boot id>`, of its last owner.
               .map((row) => [String(row["agent_id"]), {
                 status: String(row["status"]) as Status,
@@ -246,9 +256,12 @@ describe("SubAgentStore shared by processes (property)", () => {
               const canceller = [slot, slots[1 - step.on]].find((p) => p !== undefined && p.boot !== agent.owner)
               if (canceller === undefined) break
               const before = expected.get(agent.id)!
-              const fiber = yield* Effect.forkChild(canceller.manager.cancel(agent.id, "cancelled from the other process"), {
-                startImmediately: true
-              })
+              const fiber = yield* Effect.forkChild(
+                canceller.manager.cancel(agent.id, "cancelled from the other process"),
+                {
+                  startImmediately: true
+                }
+              )
               for (let i = 0; i < 40 && fiber.pollUnsafe() === undefined; i++) {
                 yield* TestClock.adjust(250)
                 yield* settle
@@ -261,7 +274,9 @@ describe("SubAgentStore shared by processes (property)", () => {
               // the canceller's reconcile interrupts it.
               const after = isTerminal(before) ? before : liveOwners.has(agent.owner) ? "cancelled" : "interrupted"
               expected.set(agent.id, after)
-              if (returned !== after) fail(`cancel of ${agent.id} (was ${before}) returned ${returned}, expected ${after}`)
+              if (returned !== after) {
+                fail(`cancel of ${agent.id} (was ${before}) returned ${returned}, expected ${after}`)
+              }
               yield* settle
               yield* observe
               break
@@ -277,7 +292,9 @@ describe("SubAgentStore shared by processes (property)", () => {
                 const status = stored.get(a.id)!.status
                 statuses.set(a.id, status)
                 if (!isTerminal(status)) expected.set(a.id, "interrupted")
-                else if (status !== expected.get(a.id)) fail(`${a.id} is ${status} at the crash, expected ${expected.get(a.id)}`)
+                else if (status !== expected.get(a.id)) {
+                  fail(`${a.id} is ${status} at the crash, expected ${expected.get(a.id)}`)
+                }
               }
               crashed.set(slot.boot, { at, statuses })
               liveOwners.delete(slot.boot)
@@ -323,7 +340,9 @@ describe("SubAgentStore shared by processes (property)", () => {
         for (const agent of agents) {
           const row = stored.get(agent.id)
           if (row === undefined) fail(`${agent.id} was lost`)
-          if (row!.status !== expected.get(agent.id)) fail(`${agent.id} is ${row!.status}, expected ${expected.get(agent.id)}`)
+          if (row!.status !== expected.get(agent.id)) {
+            fail(`${agent.id} is ${row!.status}, expected ${expected.get(agent.id)}`)
+          }
           if (row!.owner !== agent.owner) fail(`${agent.id} changed owner`)
         }
         // Each live process reads the same states, for its own agents and the other's.

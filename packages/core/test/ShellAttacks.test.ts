@@ -93,7 +93,9 @@ const outcomes = Effect.fn("outcomes")(function*(session: Session["Service"], pa
   return byRole
 })
 
-const variants: ReadonlyArray<{ readonly name: string; readonly sandboxed: boolean; readonly sandbox: Partial<Sandbox.Options> }> = [
+const variants: ReadonlyArray<
+  { readonly name: string; readonly sandboxed: boolean; readonly sandbox: Partial<Sandbox.Options> }
+> = [
   { name: "with bubblewrap", sandboxed: true, sandbox: {} },
   { name: "without a sandbox", sandboxed: false, sandbox: { bwrapPath: "/nonexistent/fibril-test/bwrap" } }
 ]
@@ -101,129 +103,153 @@ const variants: ReadonlyArray<{ readonly name: string; readonly sandboxed: boole
 const attacks = ["git checkout -- v.txt", "echo pwned > w.txt", "touch ../outside.txt"]
 
 for (const variant of variants) {
-  describe.skipIf(variant.sandboxed && process.platform !== "linux")(`shell attacks by sub-agents ${variant.name}`, () => {
-    /** Every outcome is a refusal the model can read: a failed command, or (no sandbox) a denial. */
-    const refused = (outcomes: ReadonlyArray<Outcome> | undefined, role: string, count: number) => {
-      assert.strictEqual(outcomes?.length, count, role)
-      for (const outcome of outcomes ?? []) {
-        if (variant.sandboxed) {
-          assert.isTrue(outcome.ran, role)
-          if (outcome.ran) {
-            assert.strictEqual(outcome.result.sandbox, "read-only")
-            assert.notStrictEqual(outcome.result.exit_code, 0)
-            assert.match(outcome.result.stderr, /Read-only file system/)
-          }
-        } else {
-          assert.isFalse(outcome.ran, role)
-          if (!outcome.ran) {
-            assert.strictEqual(outcome.error, "SandboxUnavailable")
-            assert.include(outcome.message, `shell is not available to the ${role} sub-agent`)
-            assert.include(outcome.message, "install bubblewrap")
-            assert.include(outcome.message, `mode = "off" under [sandbox.roles.${role}]`)
+  describe.skipIf(variant.sandboxed && process.platform !== "linux")(
+    `shell attacks by sub-agents ${variant.name}`,
+    () => {
+      /** Every outcome is a refusal the model can read: a failed command, or (no sandbox) a denial. */
+      const refused = (outcomes: ReadonlyArray<Outcome> | undefined, role: string, count: number) => {
+        assert.strictEqual(outcomes?.length, count, role)
+        for (const outcome of outcomes ?? []) {
+          if (variant.sandboxed) {
+            assert.isTrue(outcome.ran, role)
+            if (outcome.ran) {
+              assert.strictEqual(outcome.result.sandbox, "read-only")
+              assert.notStrictEqual(outcome.result.exit_code, 0)
+              assert.match(outcome.result.stderr, /Read-only file system/)
+            }
+          } else {
+            assert.isFalse(outcome.ran, role)
+            if (!outcome.ran) {
+              assert.strictEqual(outcome.error, "SandboxUnavailable")
+              assert.include(outcome.message, `shell is not available to the ${role} sub-agent`)
+              assert.include(outcome.message, "install bubblewrap")
+              assert.include(outcome.message, `mode = "off" under [sandbox.roles.${role}]`)
+            }
           }
         }
       }
+
+      it.live("explore's git checkout, echo > file and touch ../outside, and verifier's rm, change nothing", () =>
+        Effect.gen(function*() {
+          const ws = yield* workspace
+          const { get } = yield* setup(
+            {
+              rules: [
+                child("explore", attacks),
+                child("verifier", ["rm -f v.txt", "rm -rf .git"]),
+                root("explore", "verifier")
+              ]
+            },
+            {},
+            { root: ws.root, sandbox: variant.sandbox }
+          )
+          const session = get(Session)
+          const parent = yield* session.create()
+          assert.strictEqual((yield* session.prompt(parent.id, "go")).text, "done")
+          const read = yield* outcomes(session, parent.id)
+          refused(read.get("explore"), "explore", 3)
+          refused(read.get("verifier"), "verifier", 2)
+          yield* ws.untouched
+        }).pipe(provideNode))
+
+      it.live("an implementer writes inside the workspace; outside it only where no sandbox exists", () =>
+        Effect.gen(function*() {
+          const ws = yield* workspace
+          const { get } = yield* setup(
+            { rules: [child("implementer", ["echo made > made.txt", "touch ../outside.txt"]), root("implementer")] },
+            {},
+            { root: ws.root, sandbox: variant.sandbox }
+          )
+          const session = get(Session)
+          const parent = yield* session.create()
+          yield* session.prompt(parent.id, "go")
+          const [inside, outside] = (yield* outcomes(session, parent.id)).get("implementer") ?? []
+          assert.isTrue(inside?.ran && inside.result.exit_code === 0)
+          assert.strictEqual(yield* ws.fs.readFileString(ws.path.join(ws.root, "made.txt")), "made\n")
+          assert.isTrue(outside?.ran)
+          if (outside?.ran !== true) return
+          if (variant.sandboxed) {
+            assert.strictEqual(outside.result.sandbox, "workspace-write")
+            assert.notStrictEqual(outside.result.exit_code, 0)
+            assert.include(outside.result.stderr, "Read-only file system")
+            assert.isFalse(yield* ws.fs.exists(ws.path.join(ws.dir, "outside.txt")))
+          } else {
+            // The documented fallback: a writer's commands run unconfined, and it reads so.
+            assert.deepStrictEqual([outside.result.sandbox, outside.result.exit_code], ["none", 0])
+          }
+        }).pipe(provideNode))
+
+      it.live("an explore child's setsid escape is gone when its call ends and when the tree is interrupted", () =>
+        Effect.gen(function*() {
+          const ws = yield* workspace
+          const finished = String(700_000 + Math.floor(Math.random() * 50_000))
+          const hanging = String(750_000 + Math.floor(Math.random() * 50_000))
+          const { get } = yield* setup(
+            {
+              rules: [
+                {
+                  ...child("explore", [`setsid sleep ${finished} > /dev/null 2>&1 & echo launched`]),
+                  match: { prompt: "quick" }
+                },
+                {
+                  ...child("explore", [
+                    `(setsid sh -c 'sleep ${hanging}' &); nohup sleep ${hanging} > /dev/null 2>&1 & sleep 120`
+                  ]),
+                  match: { prompt: "slow" }
+                },
+                {
+                  match: { depth: 0, prompt: "first" },
+                  turns: [
+                    {
+                      tool_calls: [{
+                        name: "task",
+                        args: { description: "q", prompt: "quick", subagent_type: "explore" }
+                      }]
+                    },
+                    { text: "done" }
+                  ]
+                },
+                {
+                  match: { depth: 0, prompt: "second" },
+                  turns: [
+                    {
+                      tool_calls: [{
+                        name: "task",
+                        args: { description: "s", prompt: "slow", subagent_type: "explore" }
+                      }]
+                    },
+                    { text: "never" }
+                  ]
+                }
+              ]
+            },
+            {},
+            { root: ws.root, sandbox: variant.sandbox }
+          )
+          const session = get(Session)
+          const first = yield* session.create()
+          yield* session.prompt(first.id, "first")
+          const [quick] = (yield* outcomes(session, first.id)).get("explore") ?? []
+          if (variant.sandboxed) assert.isTrue(quick?.ran && quick.result.stdout === "launched\n")
+          else assert.isFalse(quick?.ran)
+          assert.deepStrictEqual(pidsWith(finished), [], "the setsid'd sleep outlived the call")
+
+          const second = yield* session.create()
+          const fiber = yield* Effect.forkChild(session.prompt(second.id, "second"))
+          if (!variant.sandboxed) {
+            yield* Fiber.join(fiber)
+            const [denied] = (yield* outcomes(session, second.id)).get("explore") ?? []
+            assert.isFalse(denied?.ran)
+            return assert.deepStrictEqual(pidsWith(hanging), [])
+          }
+          yield* Effect.suspend(() => pidsWith(hanging).length >= 2 ? Effect.void : Effect.fail("not yet")).pipe(
+            Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 })
+          )
+          const started = Date.now()
+          yield* Fiber.interrupt(fiber)
+          assert.isBelow(Date.now() - started, 1_000, "interrupting the tree took a second or more")
+          assert.deepStrictEqual(pidsWith(hanging), [], "a process of the interrupted call survived")
+        }).pipe(provideNode))
     }
-
-    it.live("explore's git checkout, echo > file and touch ../outside, and verifier's rm, change nothing", () =>
-      Effect.gen(function*() {
-        const ws = yield* workspace
-        const { get } = yield* setup(
-          { rules: [child("explore", attacks), child("verifier", ["rm -f v.txt", "rm -rf .git"]), root("explore", "verifier")] },
-          {},
-          { root: ws.root, sandbox: variant.sandbox }
-        )
-        const session = get(Session)
-        const parent = yield* session.create()
-        assert.strictEqual((yield* session.prompt(parent.id, "go")).text, "done")
-        const read = yield* outcomes(session, parent.id)
-        refused(read.get("explore"), "explore", 3)
-        refused(read.get("verifier"), "verifier", 2)
-        yield* ws.untouched
-      }).pipe(provideNode))
-
-    it.live("an implementer writes inside the workspace; outside it only where no sandbox exists", () =>
-      Effect.gen(function*() {
-        const ws = yield* workspace
-        const { get } = yield* setup(
-          { rules: [child("implementer", ["echo made > made.txt", "touch ../outside.txt"]), root("implementer")] },
-          {},
-          { root: ws.root, sandbox: variant.sandbox }
-        )
-        const session = get(Session)
-        const parent = yield* session.create()
-        yield* session.prompt(parent.id, "go")
-        const [inside, outside] = (yield* outcomes(session, parent.id)).get("implementer") ?? []
-        assert.isTrue(inside?.ran && inside.result.exit_code === 0)
-        assert.strictEqual(yield* ws.fs.readFileString(ws.path.join(ws.root, "made.txt")), "made\n")
-        assert.isTrue(outside?.ran)
-        if (outside?.ran !== true) return
-        if (variant.sandboxed) {
-          assert.strictEqual(outside.result.sandbox, "workspace-write")
-          assert.notStrictEqual(outside.result.exit_code, 0)
-          assert.include(outside.result.stderr, "Read-only file system")
-          assert.isFalse(yield* ws.fs.exists(ws.path.join(ws.dir, "outside.txt")))
-        } else {
-          // The documented fallback: a writer's commands run unconfined, and it reads so.
-          assert.deepStrictEqual([outside.result.sandbox, outside.result.exit_code], ["none", 0])
-        }
-      }).pipe(provideNode))
-
-    it.live("an explore child's setsid escape is gone when its call ends and when the tree is interrupted", () =>
-      Effect.gen(function*() {
-        const ws = yield* workspace
-        const finished = String(700_000 + Math.floor(Math.random() * 50_000))
-        const hanging = String(750_000 + Math.floor(Math.random() * 50_000))
-        const { get } = yield* setup(
-          {
-            rules: [
-              { ...child("explore", [`setsid sleep ${finished} > /dev/null 2>&1 & echo launched`]), match: { prompt: "quick" } },
-              {
-                ...child("explore", [`(setsid sh -c 'sleep ${hanging}' &); nohup sleep ${hanging} > /dev/null 2>&1 & sleep 120`]),
-                match: { prompt: "slow" }
-              },
-              {
-                match: { depth: 0, prompt: "first" },
-                turns: [
-                  { tool_calls: [{ name: "task", args: { description: "q", prompt: "quick", subagent_type: "explore" } }] },
-                  { text: "done" }
-                ]
-              },
-              {
-                match: { depth: 0, prompt: "second" },
-                turns: [
-                  { tool_calls: [{ name: "task", args: { description: "s", prompt: "slow", subagent_type: "explore" } }] },
-                  { text: "never" }
-                ]
-              }
-            ]
-          },
-          {},
-          { root: ws.root, sandbox: variant.sandbox }
-        )
-        const session = get(Session)
-        const first = yield* session.create()
-        yield* session.prompt(first.id, "first")
-        const [quick] = (yield* outcomes(session, first.id)).get("explore") ?? []
-        if (variant.sandboxed) assert.isTrue(quick?.ran && quick.result.stdout === "launched\n")
-        else assert.isFalse(quick?.ran)
-        assert.deepStrictEqual(pidsWith(finished), [], "the setsid'd sleep outlived the call")
-
-        const second = yield* session.create()
-        const fiber = yield* Effect.forkChild(session.prompt(second.id, "second"))
-        if (!variant.sandboxed) {
-          yield* Fiber.join(fiber)
-          const [denied] = (yield* outcomes(session, second.id)).get("explore") ?? []
-          assert.isFalse(denied?.ran)
-          return assert.deepStrictEqual(pidsWith(hanging), [])
-        }
-        yield* Effect.suspend(() => pidsWith(hanging).length >= 2 ? Effect.void : Effect.fail("not yet")).pipe(
-          Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 })
-        )
-        const started = Date.now()
-        yield* Fiber.interrupt(fiber)
-        assert.isBelow(Date.now() - started, 1_000, "interrupting the tree took a second or more")
-        assert.deepStrictEqual(pidsWith(hanging), [], "a process of the interrupted call survived")
-      }).pipe(provideNode))
-  })
+  )
 }

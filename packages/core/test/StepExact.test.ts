@@ -34,7 +34,8 @@ interface StoredMessage {
   readonly content: string | ReadonlyArray<Part>
 }
 
-const partsOf = (message: StoredMessage): ReadonlyArray<Part> => typeof message.content === "string" ? [] : message.content
+const partsOf = (message: StoredMessage): ReadonlyArray<Part> =>
+  typeof message.content === "string" ? [] : message.content
 
 /** The agent's transcript as the database holds it now (read with a connection of its own). */
 const storedTranscript = (file: string, handle: string): ReadonlyArray<StoredMessage> => {
@@ -135,37 +136,45 @@ const resumeAfterKill = (root: string, agentId: string, deadPid: number) =>
   })
 
 describe("step-exact transcripts across kill -9", () => {
-  it.live("a tool result that landed before the kill is resumed as is, with no interrupted note", () =>
-    Effect.gen(function*() {
-      const { agent, pid, root } = yield* runAndKill("single")
-      const request = yield* resumeAfterKill(root, agent, pid)
-      assert.deepStrictEqual(request.map((m) => m.role), ["system", "user", "assistant", "tool", "user"])
-      const results = toolResults(request)
-      assert.strictEqual(results.length, 1)
-      const read = results[0]!
-      assert.strictEqual(read.id, readCallId)
-      assert.strictEqual(read.name, "read_file")
-      assert.isFalse(read.isFailure)
-      assert.include(JSON.stringify(read.result), "the launch code is 4217-ALPHA")
-      assert.include(JSON.stringify(read.result), "second line of the notes")
-      assert.notInclude(JSON.stringify(request), interruptedNote)
-    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
+  it.live(
+    "a tool result that landed before the kill is resumed as is, with no interrupted note",
+    () =>
+      Effect.gen(function*() {
+        const { agent, pid, root } = yield* runAndKill("single")
+        const request = yield* resumeAfterKill(root, agent, pid)
+        assert.deepStrictEqual(request.map((m) => m.role), ["system", "user", "assistant", "tool", "user"])
+        const results = toolResults(request)
+        assert.strictEqual(results.length, 1)
+        const read = results[0]!
+        assert.strictEqual(read.id, readCallId)
+        assert.strictEqual(read.name, "read_file")
+        assert.isFalse(read.isFailure)
+        assert.include(JSON.stringify(read.result), "the launch code is 4217-ALPHA")
+        assert.include(JSON.stringify(read.result), "second line of the notes")
+        assert.notInclude(JSON.stringify(request), interruptedNote)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
 
-  it.live("of two parallel calls, only the one still running at the kill is resumed as interrupted", () =>
-    Effect.gen(function*() {
-      const { agent, pid, root } = yield* runAndKill("parallel")
-      const request = yield* resumeAfterKill(root, agent, pid)
-      // The landed result, then the note for the call that did not finish, then the resume.
-      assert.deepStrictEqual(request.map((m) => m.role), ["system", "user", "assistant", "tool", "tool", "user"])
-      const results = toolResults(request)
-      assert.deepStrictEqual(results.map((part) => part.id), [readCallId, sleepCallId])
-      const [read, sleep] = results as [Part, Part]
-      assert.isFalse(read.isFailure)
-      assert.include(JSON.stringify(read.result), "the launch code is 4217-ALPHA")
-      assert.notInclude(JSON.stringify(read.result), interruptedNote)
-      assert.isTrue(sleep.isFailure)
-      assert.strictEqual(sleep.name, "shell")
-      assert.include(JSON.stringify(sleep.result), interruptedNote)
-      assert.strictEqual(JSON.stringify(request).split(interruptedNote).length - 1, 1, "one interrupted note")
-    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
+  it.live(
+    "of two parallel calls, only the one still running at the kill is resumed as interrupted",
+    () =>
+      Effect.gen(function*() {
+        const { agent, pid, root } = yield* runAndKill("parallel")
+        const request = yield* resumeAfterKill(root, agent, pid)
+        // The landed result, then the note for the call that did not finish, then the resume.
+        assert.deepStrictEqual(request.map((m) => m.role), ["system", "user", "assistant", "tool", "tool", "user"])
+        const results = toolResults(request)
+        assert.deepStrictEqual(results.map((part) => part.id), [readCallId, sleepCallId])
+        const [read, sleep] = results as [Part, Part]
+        assert.isFalse(read.isFailure)
+        assert.include(JSON.stringify(read.result), "the launch code is 4217-ALPHA")
+        assert.notInclude(JSON.stringify(read.result), interruptedNote)
+        assert.isTrue(sleep.isFailure)
+        assert.strictEqual(sleep.name, "shell")
+        assert.include(JSON.stringify(sleep.result), interruptedNote)
+        assert.strictEqual(JSON.stringify(request).split(interruptedNote).length - 1, 1, "one interrupted note")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
 })

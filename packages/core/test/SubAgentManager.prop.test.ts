@@ -57,7 +57,9 @@ describe("SubAgentManager (property)", () => {
         const subscription = yield* get(AgentEvents).subscribe
         const root = yield* session.create()
         const rootFiber = yield* Effect.forkChild(session.prompt(root.id, "root"), { startImmediately: true })
-        for (let i = 0; i < 20 && Option.isNone(session.scopeOf(root.id)); i++) yield* Effect.yieldNow
+        for (let i = 0; i < 20 && Option.isNone(session.scopeOf(root.id)); i++) {
+          yield* Effect.yieldNow
+        }
         assert.isTrue(Option.isSome(session.scopeOf(root.id)))
 
         const spawned: Array<string> = []
@@ -66,8 +68,9 @@ describe("SubAgentManager (property)", () => {
           if (step.op === "spawn") {
             const running = yield* manager.running
             const result = yield* Effect.result(manager.spawn(root.id, { prompt: `a${n++}` }))
-            if (result._tag === "Success") spawned.push(result.success.agent_id)
-            else {
+            if (result._tag === "Success") {
+              spawned.push(result.success.agent_id)
+            } else {
               assert.isFalse(queue, "queue admission never refuses")
               assert.strictEqual(result.failure._tag, "CapReached")
               assert.strictEqual(running, cap)
@@ -80,7 +83,9 @@ describe("SubAgentManager (property)", () => {
               assert.isTrue(isTerminalStatus((yield* manager.result(id, { block: false })).status))
             } else {
               yield* Deferred.succeed(gate(agent.objective), step.op)
-              if (agent.status === "running") yield* manager.wait([id], { mode: "all" })
+              if (agent.status === "running") {
+                yield* manager.wait([id], { mode: "all" })
+              }
             }
           }
           yield* settle
@@ -92,7 +97,9 @@ describe("SubAgentManager (property)", () => {
         yield* settle
         const records = yield* manager.list({ includeArchived: true })
         assert.strictEqual(records.length, spawned.length, "a record per admitted spawn, none for refused ones")
-        for (const record of records) assert.isTrue(isTerminalStatus(record.status), `${record.agent_id} is ${record.status}`)
+        for (const record of records) {
+          assert.isTrue(isTerminalStatus(record.status), `${record.agent_id} is ${record.status}`)
+        }
         assert.strictEqual(yield* manager.running, 0)
 
         // Replay the events: concurrency never above the cap, one terminal event per agent.
@@ -101,8 +108,12 @@ describe("SubAgentManager (property)", () => {
         const terminal = new Map<string, number>()
         let peak = 0
         for (const event of events) {
-          if (event.agent.depth !== 1) continue
-          if (event.type === "started") active.add(event.agent.agentId)
+          if (event.agent.depth !== 1) {
+            continue
+          }
+          if (event.type === "started") {
+            active.add(event.agent.agentId)
+          }
           if (isTerminal(event.type)) {
             active.delete(event.agent.agentId)
             terminal.set(event.agent.agentId, (terminal.get(event.agent.agentId) ?? 0) + 1)
@@ -110,7 +121,9 @@ describe("SubAgentManager (property)", () => {
           peak = Math.max(peak, active.size)
         }
         assert.isAtMost(peak, cap)
-        for (const id of spawned) assert.strictEqual(terminal.get(id), 1, `terminal events of ${id}`)
+        for (const id of spawned) {
+          assert.strictEqual(terminal.get(id), 1, `terminal events of ${id}`)
+        }
       }).pipe(Effect.scoped, provideNode),
     { arbitrary: { runs: 100 } }
   )

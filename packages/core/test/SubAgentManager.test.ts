@@ -183,7 +183,8 @@ describe("SubAgentManager", () => {
                 ? { text: "answering early" }
                 : {
                   text: `final after ${
-                    c.messages.filter((m) => m.role === "user" && JSON.stringify(m.content).includes("slow result")).length
+                    c.messages.filter((m) => m.role === "user" && JSON.stringify(m.content).includes("slow result"))
+                      .length
                   } child report`
                 }
           },
@@ -208,7 +209,12 @@ describe("SubAgentManager", () => {
             respond: (c) => {
               if (c.turn === 0) requests.set("parent", c.messages)
               return c.turn === 0
-                ? { tool_calls: [{ name: "agent_spawn", args: { prompt: "forked task", fork_context: true, type: "explore" } }] }
+                ? {
+                  tool_calls: [{
+                    name: "agent_spawn",
+                    args: { prompt: "forked task", fork_context: true, type: "explore" }
+                  }]
+                }
                 : c.turn === 1
                 ? { tool_calls: [{ name: "agent_wait", args: {} }] }
                 : { text: "done" }
@@ -255,7 +261,10 @@ describe("SubAgentManager", () => {
       const { get } = yield* setup(
         {
           rules: [
-            { match: { prompt: "silent" }, turns: [{ tool_calls: [{ name: "shell", args: { command: "sleep 1000", timeout_ms: 3_600_000 } }] }] },
+            {
+              match: { prompt: "silent" },
+              turns: [{ tool_calls: [{ name: "shell", args: { command: "sleep 1000", timeout_ms: 3_600_000 } }] }]
+            },
             { match: { prompt: "thinking" }, turns: [{ delay_ms: 200_000, text: report("thought hard") }] }
           ]
         },
@@ -282,7 +291,9 @@ describe("SubAgentManager", () => {
         rules: [{
           respond: (c) =>
             JSON.stringify(c.messages.at(-1)).includes("carry on")
-              ? { text: report(`resumed with ${c.toolResults.length} earlier tool result(s) and ${c.turn} turns before`) }
+              ? {
+                text: report(`resumed with ${c.toolResults.length} earlier tool result(s) and ${c.turn} turns before`)
+              }
               : c.turn === 0
               ? { tool_calls: [{ name: "list_dir", args: {} }] }
               : { hang: true }
@@ -327,7 +338,10 @@ describe("SubAgentManager", () => {
         transcript_handle: "agent_old1.jsonl"
       }
       yield* fs.makeDirectory(stateDir, { recursive: true })
-      yield* fs.writeFileString(path.join(stateDir, "subagents.v1.json"), JSON.stringify({ version: 1, records: [old] }))
+      yield* fs.writeFileString(
+        path.join(stateDir, "subagents.v1.json"),
+        JSON.stringify({ version: 1, records: [old] })
+      )
       const { get } = yield* setup({ rules: [] }, {}, { root: dir, store: "file" })
       const manager = get(SubAgentManager)
       assert.deepStrictEqual(yield* manager.list({ includeArchived: false }), [])
@@ -391,7 +405,10 @@ describe("SubAgentManager", () => {
       yield* manager.cancel(a.agent_id)
       const events = yield* PubSub.takeAll(subscription)
       const terminal = events.filter((e) => ["completed", "failed", "cancelled", "interrupted"].includes(e.type))
-      assert.deepStrictEqual(terminal.map((e) => [e.agent.agentId, e.type]).sort(), [[a.agent_id, "completed"], [b.agent_id, "cancelled"]].sort())
+      assert.deepStrictEqual(
+        terminal.map((e) => [e.agent.agentId, e.type]).sort(),
+        [[a.agent_id, "completed"], [b.agent_id, "cancelled"]].sort()
+      )
     }).pipe(provideNode))
 
   it.effect("a long-lived manager forgets the agents its store evicted, sessions included", () =>

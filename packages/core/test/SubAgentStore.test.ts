@@ -1,6 +1,20 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Clock, Context, Effect, Exit, FileSystem, Layer, Option, Path, Random, Result, Schema, Scope, Stream } from "effect"
+import {
+  Clock,
+  Context,
+  Effect,
+  Exit,
+  FileSystem,
+  Layer,
+  Option,
+  Path,
+  Random,
+  Result,
+  Schema,
+  Scope,
+  Stream
+} from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { TestClock } from "effect/testing"
 import { hostname } from "node:os"
@@ -91,8 +105,7 @@ const raw = (dir: string) =>
         const row = db.prepare("SELECT record FROM fibril_agents WHERE agent_id = ?").get(agentId)
         return row === undefined ? undefined : JSON.parse(String(row["record"]))
       },
-      count: (sql: string, ...params: ReadonlyArray<SQLInputValue>) =>
-        Number(db.prepare(sql).get(...params)?.["n"])
+      count: (sql: string, ...params: ReadonlyArray<SQLInputValue>) => Number(db.prepare(sql).get(...params)?.["n"])
     })
   )
 
@@ -112,21 +125,26 @@ const deadPid = Effect.gen(function*() {
 
 describe("SubAgentStore", () => {
   describe("properties", () => {
-    it.effect.prop("any record round-trips through the SQLite store, also across close and reopen", [SubAgentRecord], ([record]) =>
-      Effect.gen(function*() {
-        const { dir } = yield* sandbox
-        // No eviction: generated records may be terminal with any finished_at.
-        const options = { dir, evictAfterMs: never }
-        yield* withStore(options, (store) =>
-          Effect.gen(function*() {
-            yield* store.put(record)
-            // No flush: a read sees this process's queued writes.
-            assert.deepStrictEqual(Option.getOrUndefined(yield* store.get(record.agent_id)), viaJson(record))
-          }))
-        const [got, all] = yield* withStore(options, (store) => Effect.all([store.get(record.agent_id), store.all]))
-        assert.deepStrictEqual(Option.getOrUndefined(got), viaJson(record))
-        assert.deepStrictEqual(all, [viaJson(record)])
-      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), { arbitrary: { runs: 40 } })
+    it.effect.prop(
+      "any record round-trips through the SQLite store, also across close and reopen",
+      [SubAgentRecord],
+      ([record]) =>
+        Effect.gen(function*() {
+          const { dir } = yield* sandbox
+          // No eviction: generated records may be terminal with any finished_at.
+          const options = { dir, evictAfterMs: never }
+          yield* withStore(options, (store) =>
+            Effect.gen(function*() {
+              yield* store.put(record)
+              // No flush: a read sees this process's queued writes.
+              assert.deepStrictEqual(Option.getOrUndefined(yield* store.get(record.agent_id)), viaJson(record))
+            }))
+          const [got, all] = yield* withStore(options, (store) => Effect.all([store.get(record.agent_id), store.all]))
+          assert.deepStrictEqual(Option.getOrUndefined(got), viaJson(record))
+          assert.deepStrictEqual(all, [viaJson(record)])
+        }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+      { arbitrary: { runs: 40 } }
+    )
 
     it.effect.prop(
       "optional fields set then removed are gone; unknown fields (from a newer Fibril) survive later puts",
@@ -157,7 +175,10 @@ describe("SubAgentStore", () => {
             inputs: [{ at: 1, preview: "p", chars: 1, delivered: false, reason: "r" }],
             artifacts: [{ kind: "file", ref: "a.ts" }],
             usage: { status: "reported", reported_steps: 1, estimated_steps: 0 },
-            verification: { status: "verified", receipts: [{ kind: "command", verdict: "passed", at: 1, exit_code: 0 }] },
+            verification: {
+              status: "verified",
+              receipts: [{ kind: "command", verdict: "passed", at: 1, exit_code: 0 }]
+            },
             session_name: "amber-heron",
             verifies: "y-r1"
           }
@@ -181,8 +202,12 @@ describe("SubAgentStore", () => {
               yield* store.flush
               assert.deepStrictEqual(db.record(record.agent_id), viaJson({ ...updated, ...unknown }))
             }))
-          yield* withStore(options, (store) =>
-            Effect.map(store.get(record.agent_id), (got) => assert.deepStrictEqual(Option.getOrUndefined(got), viaJson(updated))))
+          yield* withStore(
+            options,
+            (store) =>
+              Effect.map(store.get(record.agent_id), (got) =>
+                assert.deepStrictEqual(Option.getOrUndefined(got), viaJson(updated)))
+          )
           assert.deepStrictEqual(db.record(record.agent_id), viaJson({ ...updated, ...unknown }))
         }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
       { arbitrary: { runs: 40 } }
@@ -258,7 +283,10 @@ describe("SubAgentStore", () => {
             yield* store.flush
             // `__proto__` as an own JSON key (written by something else) must not become a prototype.
             const json = JSON.stringify({ ...record, x_future_plan: { steps: [1, 2, { deep: null }] } })
-            db.run("UPDATE fibril_agents SET record = ? WHERE agent_id = 'a'", `${json.slice(0, -1)},"__proto__":{"polluted":true}}`)
+            db.run(
+              "UPDATE fibril_agents SET record = ? WHERE agent_id = 'a'",
+              `${json.slice(0, -1)},"__proto__":{"polluted":true}}`
+            )
             const { reason: _reason, ...withoutReason } = record
             yield* store.put({ ...withoutReason, ...{ from_prior_session: true } })
             const got = Option.getOrThrow(yield* store.get("a"))
@@ -281,7 +309,10 @@ describe("SubAgentStore", () => {
         yield* store.put(sample("good"))
         yield* store.put(sample("bad"))
         yield* store.flush
-        db.run("UPDATE fibril_agents SET record = ? WHERE agent_id = 'bad'", JSON.stringify({ ...sample("bad"), steps: "many" }))
+        db.run(
+          "UPDATE fibril_agents SET record = ? WHERE agent_id = 'bad'",
+          JSON.stringify({ ...sample("bad"), steps: "many" })
+        )
         assert.deepStrictEqual(ids(yield* store.all), ["good"])
         assert.isTrue(Option.isNone(yield* store.get("bad")))
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
@@ -312,15 +343,21 @@ describe("SubAgentStore", () => {
         // Both write at once, each its own agents, each updating them; some rounds commit at
         // once, others at the end of the turn, so the two connections' transactions interleave.
         const rounds = 60
-        yield* Effect.forEach([a, b], ({ store }, k) =>
-          Effect.forEach(Array.from({ length: rounds }, (_, i) => i), (i) =>
-            Effect.gen(function*() {
-              const name = k === 0 ? "a" : "b"
-              yield* store.put(owned(store, `${name}-${i}`, { steps: 0 }))
-              if (i > 0) yield* store.put(owned(store, `${name}-${i - 1}`, { steps: 1, status: "completed", finished_at: i }))
-              if ((yield* Random.nextIntBetween(0, 3)) === 0) yield* store.flush
-              if ((yield* Random.nextIntBetween(0, 1)) === 0) yield* Effect.yieldNow
-            }), { discard: true }), { concurrency: "unbounded" })
+        yield* Effect.forEach(
+          [a, b],
+          ({ store }, k) =>
+            Effect.forEach(Array.from({ length: rounds }, (_, i) => i), (i) =>
+              Effect.gen(function*() {
+                const name = k === 0 ? "a" : "b"
+                yield* store.put(owned(store, `${name}-${i}`, { steps: 0 }))
+                if (i > 0) {
+                  yield* store.put(owned(store, `${name}-${i - 1}`, { steps: 1, status: "completed", finished_at: i }))
+                }
+                if ((yield* Random.nextIntBetween(0, 3)) === 0) yield* store.flush
+                if ((yield* Random.nextIntBetween(0, 1)) === 0) yield* Effect.yieldNow
+              }), { discard: true }),
+          { concurrency: "unbounded" }
+        )
         // The last puts of each are still queued in their own "process" until its turn ends.
         yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
         for (const { store } of [a, b]) {
@@ -431,7 +468,13 @@ describe("SubAgentStore", () => {
         insertOwner("dead-here", hostname())
         // The same pid on another host cannot be checked: there only the lease counts.
         insertOwner("elsewhere", "elsewhere.invalid")
-        for (const [id, boot, host] of [["mine", "dead-here", hostname()], ["theirs", "elsewhere", "elsewhere.invalid"]] as const) {
+        for (
+          const [id, boot, host] of [["mine", "dead-here", hostname()], [
+            "theirs",
+            "elsewhere",
+            "elsewhere.invalid"
+          ]] as const
+        ) {
           yield* b.store.put(sample(id, { session_boot_id: boot, owner_pid: pid, owner_host: host }))
         }
         yield* b.store.flush
@@ -486,7 +529,8 @@ describe("SubAgentStore", () => {
         yield* a.store.flush
         yield* a.control.crash
         yield* b.store.request(a.store.owner.boot_id, { agent_id: "r", kind: "cancel", payload: "stop" })
-        const pending = () => db.count("SELECT COUNT(*) AS n FROM fibril_requests WHERE owner_boot = ?", a.store.owner.boot_id)
+        const pending = () =>
+          db.count("SELECT COUNT(*) AS n FROM fibril_requests WHERE owner_boot = ?", a.store.owner.boot_id)
         assert.deepStrictEqual(yield* b.store.reconcile, [])
         assert.strictEqual(pending(), 1)
         yield* TestClock.adjust(leaseMs + 1)
@@ -566,7 +610,9 @@ describe("SubAgentStore", () => {
 
   const backends: ReadonlyArray<{
     readonly name: string
-    readonly make: (dir: string) => Effect.Effect<Store, SubAgentStore.StoreError, FileSystem.FileSystem | Path.Path | Scope.Scope>
+    readonly make: (
+      dir: string
+    ) => Effect.Effect<Store, SubAgentStore.StoreError, FileSystem.FileSystem | Path.Path | Scope.Scope>
   }> = [
     { name: "sqlite", make: (dir) => SubAgentStore.makeSqlite({ dir }) },
     { name: "memory", make: () => SubAgentStore.makeMemory() }
@@ -630,8 +676,14 @@ describe("SubAgentStore", () => {
         for (let n = 1; n <= 3; n++) {
           yield* store.appendTranscript("h", [{ n }])
           // Straight after it returns, with no turn of the event loop in between.
-          const rows = yield* withRaw(dir, (db) => db.all("SELECT message FROM fibril_transcripts WHERE handle = 'h' ORDER BY id"))
-          assert.deepStrictEqual(rows.map((row) => JSON.parse(String(row["message"]))), Array.from({ length: n }, (_, i) => ({ n: i + 1 })))
+          const rows = yield* withRaw(
+            dir,
+            (db) => db.all("SELECT message FROM fibril_transcripts WHERE handle = 'h' ORDER BY id")
+          )
+          assert.deepStrictEqual(
+            rows.map((row) => JSON.parse(String(row["message"]))),
+            Array.from({ length: n }, (_, i) => ({ n: i + 1 }))
+          )
         }
         assert.deepStrictEqual(yield* other.store.readTranscript("h"), [{ n: 1 }, { n: 2 }, { n: 3 }])
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
@@ -639,8 +691,12 @@ describe("SubAgentStore", () => {
 
   describe("eviction", () => {
     const putAll = (store: Store, records: ReadonlyArray<SubAgentRecord>) =>
-      Effect.forEach(records, (record) =>
-        Effect.andThen(store.put(record), store.appendTranscript(record.transcript_handle, [record.agent_id])), { discard: true })
+      Effect.forEach(
+        records,
+        (record) =>
+          Effect.andThen(store.put(record), store.appendTranscript(record.transcript_handle, [record.agent_id])),
+        { discard: true }
+      )
 
     it.effect("by age: terminal records past evictAfterMs go with their transcripts; live ones never", () =>
       Effect.gen(function*() {
@@ -668,8 +724,11 @@ describe("SubAgentStore", () => {
 
         // 7 days later the failed one has aged out too.
         yield* TestClock.adjust(7 * day)
-        yield* withStore({ dir }, (store) =>
-          Effect.map(store.all, (all) => assert.deepStrictEqual(ids(all), ["ancient-pending", "ancient-running"])))
+        yield* withStore(
+          { dir },
+          (store) =>
+            Effect.map(store.all, (all) => assert.deepStrictEqual(ids(all), ["ancient-pending", "ancient-running"]))
+        )
         assert.strictEqual(yield* transcriptRows("recent-failed"), 0)
         assert.strictEqual(yield* transcriptRows("ancient-running"), 1)
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
@@ -690,8 +749,10 @@ describe("SubAgentStore", () => {
             assert.deepStrictEqual(yield* store.readTranscript("done-1"), [])
             assert.deepStrictEqual(yield* store.readTranscript("done-6"), ["done-6"])
           }))
-        yield* withStore({ dir, maxRecords: 2 }, (store) =>
-          Effect.map(store.all, (all) => assert.deepStrictEqual(ids(all), ["run-1", "run-2", "run-3"])))
+        yield* withStore(
+          { dir, maxRecords: 2 },
+          (store) => Effect.map(store.all, (all) => assert.deepStrictEqual(ids(all), ["run-1", "run-2", "run-3"]))
+        )
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
     it.effect("a long-running process evicts as it goes, not only at open", () =>
@@ -717,7 +778,8 @@ describe("SubAgentStore", () => {
         const store = yield* SubAgentStore.makeMemory({ maxRecords: 3 })
         yield* store.put(sample("aged", { status: "interrupted", finished_at: 1 }))
         yield* store.appendTranscript("aged", ["hello"])
-        yield* Effect.forEach([1, 2, 3, 4, 5], (i) => store.put(sample(`live-${i}`, { status: i % 2 === 0 ? "pending" : "running" })))
+        yield* Effect.forEach([1, 2, 3, 4, 5], (i) =>
+          store.put(sample(`live-${i}`, { status: i % 2 === 0 ? "pending" : "running" })))
         const total = 300
         for (let i = 0; i < total; i++) {
           yield* store.put(sample(`done-${i}`, { status: "completed", finished_at: 29 * day + i }))
@@ -725,7 +787,9 @@ describe("SubAgentStore", () => {
         const all = ids(yield* store.all)
         assert.isFalse(all.includes("aged"))
         assert.deepStrictEqual(yield* store.readTranscript("aged"), [])
-        for (let i = 1; i <= 5; i++) assert.isTrue(all.includes(`live-${i}`), `live-${i}`)
+        for (let i = 1; i <= 5; i++) {
+          assert.isTrue(all.includes(`live-${i}`), `live-${i}`)
+        }
         assert.isBelow(all.length, 100)
         assert.isTrue(all.includes(`done-${total - 1}`))
       }))
@@ -801,7 +865,10 @@ describe("SubAgentStore", () => {
       const fs = yield* FileSystem.FileSystem
       const path = yield* Path.Path
       const records = [
-        { ...sample("done", { status: "completed", finished_at: 50, created_at: 10 }), x_future_note: { keep: [1, null] } },
+        {
+          ...sample("done", { status: "completed", finished_at: 50, created_at: 10 }),
+          x_future_note: { keep: [1, null] }
+        },
         sample("running", { status: "running", created_at: 20, started_at: 21 }),
         sample("pending", { status: "pending", created_at: 30 })
       ]
@@ -812,10 +879,12 @@ describe("SubAgentStore", () => {
       )
       const transcripts = path.join(dir, SubAgentStore.legacyTranscriptsDirName)
       yield* fs.makeDirectory(transcripts)
-      yield* fs.writeFileString(path.join(transcripts, "done"), `{"role":"user","content":"a"}\n{"role":"assistant","content":"b"}\n`)
+      yield* fs.writeFileString(
+        path.join(transcripts, "done"),
+        `{"role":"user","content":"a"}\n{"role":"assistant","content":"b"}\n`
+      )
       // A crash cut the last line short.
       yield* fs.writeFileString(path.join(transcripts, "running"), `{"role":"user","content":"c"}\n{"role":"assis`)
-
     })
 
     it.effect("every record imported (live ones interrupted), transcripts readable, the file renamed .migrated", () =>
@@ -831,7 +900,13 @@ describe("SubAgentStore", () => {
             const all = yield* store.all
             assert.deepStrictEqual(all, [
               sample("done", { status: "completed", finished_at: 50, created_at: 10 }),
-              sample("running", { status: "interrupted", created_at: 20, started_at: 21, finished_at: 1000, reason: restart }),
+              sample("running", {
+                status: "interrupted",
+                created_at: 20,
+                started_at: 21,
+                finished_at: 1000,
+                reason: restart
+              }),
               sample("pending", { status: "interrupted", created_at: 30, finished_at: 1000, reason: restart })
             ])
             assert.deepStrictEqual(yield* store.readTranscript("done"), [
@@ -841,7 +916,9 @@ describe("SubAgentStore", () => {
             assert.deepStrictEqual(yield* store.readTranscript("running"), [{ role: "user", content: "c" }])
             assert.deepStrictEqual(yield* store.readTranscript("pending"), [])
           }))
-        const listed = [...yield* fs.readDirectory(dir)].filter((name) => !name.startsWith(SubAgentStore.databaseFileName)).sort()
+        const listed = [...yield* fs.readDirectory(dir)].filter((name) =>
+          !name.startsWith(SubAgentStore.databaseFileName)
+        ).sort()
         assert.deepStrictEqual(listed, [
           `${SubAgentStore.legacyRecordsFileName}.migrated`,
           `${SubAgentStore.legacyTranscriptsDirName}.migrated`
@@ -868,7 +945,11 @@ describe("SubAgentStore", () => {
             return match === null ? [] : [Number(match[1])]
           })
         )
-        assert.strictEqual(imported.reduce((a, b) => a + b, 0), 3, opened.map(({ store }) => store.warnings.join("; ")).join("\n"))
+        assert.strictEqual(
+          imported.reduce((a, b) => a + b, 0),
+          3,
+          opened.map(({ store }) => store.warnings.join("; ")).join("\n")
+        )
         for (const { store } of opened) {
           assert.deepStrictEqual(ids(yield* store.all), ["done", "pending", "running"])
           assert.strictEqual((yield* store.readTranscript("done")).length, 2)
@@ -901,40 +982,44 @@ describe("SubAgentStore", () => {
 
     const runs = 10
 
-    it.live(`a writer SIGKILLed at a random moment leaves a database that opens and whose records all decode (${runs} runs)`, () =>
-      Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
-        const outcomes = yield* Effect.forEach(Array.from({ length: runs }, (_, i) => i), () =>
-          Effect.gen(function*() {
-            const dir = yield* fs.makeTempDirectoryScoped()
-            const pid = yield* killMidWrite(dir)
-            const rows = yield* withRaw(dir, (db) => {
-              assert.deepStrictEqual(db.all("PRAGMA integrity_check").map((r) => r["integrity_check"]), ["ok"])
-              return {
-                agents: db.count("SELECT COUNT(*) AS n FROM fibril_agents"),
-                live: db.count("SELECT COUNT(*) AS n FROM fibril_agents WHERE status IN ('pending', 'running')"),
-                messages: db.count("SELECT COUNT(*) AS n FROM fibril_transcripts")
-              }
-            })
-            return yield* withStore({ dir }, (store) =>
-              Effect.gen(function*() {
-                assert.deepStrictEqual(store.warnings, [])
-                const all = yield* store.all
-                assert.strictEqual(all.length, rows.agents, "a stored record does not decode")
-                let messages = 0
-                for (const record of all) messages += (yield* store.readTranscript(record.transcript_handle)).length
-                assert.strictEqual(messages, rows.messages, "a transcript message does not parse")
-                // The writer's pid is dead on this host: its live records are interrupted at once.
-                const changed = yield* store.reconcile
-                assert.strictEqual(changed.length, rows.live)
-                for (const record of changed) assert.include(record.reason, `pid ${pid}`)
-                assert.isFalse((yield* store.all).some((r) => !isTerminal(r.status)))
-                return Math.max(...all.map((r) => r.steps))
-              }))
-          }).pipe(Effect.scoped), { concurrency: 5 })
-        // The kills landed while commits were happening, not before the first one.
-        assert.isTrue(outcomes.some((steps) => steps > 0), `steps: ${outcomes.join(", ")}`)
-      }).pipe(Effect.provide(NodeServices.layer)), 30_000)
+    it.live(
+      `a writer SIGKILLed at a random moment leaves a database that opens and whose records all decode (${runs} runs)`,
+      () =>
+        Effect.gen(function*() {
+          const fs = yield* FileSystem.FileSystem
+          const outcomes = yield* Effect.forEach(Array.from({ length: runs }, (_, i) => i), () =>
+            Effect.gen(function*() {
+              const dir = yield* fs.makeTempDirectoryScoped()
+              const pid = yield* killMidWrite(dir)
+              const rows = yield* withRaw(dir, (db) => {
+                assert.deepStrictEqual(db.all("PRAGMA integrity_check").map((r) => r["integrity_check"]), ["ok"])
+                return {
+                  agents: db.count("SELECT COUNT(*) AS n FROM fibril_agents"),
+                  live: db.count("SELECT COUNT(*) AS n FROM fibril_agents WHERE status IN ('pending', 'running')"),
+                  messages: db.count("SELECT COUNT(*) AS n FROM fibril_transcripts")
+                }
+              })
+              return yield* withStore({ dir }, (store) =>
+                Effect.gen(function*() {
+                  assert.deepStrictEqual(store.warnings, [])
+                  const all = yield* store.all
+                  assert.strictEqual(all.length, rows.agents, "a stored record does not decode")
+                  let messages = 0
+                  for (const record of all) messages += (yield* store.readTranscript(record.transcript_handle)).length
+                  assert.strictEqual(messages, rows.messages, "a transcript message does not parse")
+                  // The writer's pid is dead on this host: its live records are interrupted at once.
+                  const changed = yield* store.reconcile
+                  assert.strictEqual(changed.length, rows.live)
+                  for (const record of changed) assert.include(record.reason, `pid ${pid}`)
+                  assert.isFalse((yield* store.all).some((r) => !isTerminal(r.status)))
+                  return Math.max(...all.map((r) => r.steps))
+                }))
+            }).pipe(Effect.scoped), { concurrency: 5 })
+          // The kills landed while commits were happening, not before the first one.
+          assert.isTrue(outcomes.some((steps) => steps > 0), `steps: ${outcomes.join(", ")}`)
+        }).pipe(Effect.provide(NodeServices.layer)),
+      30_000
+    )
 
     it.live("writer processes on one workspace at once lose nothing", () =>
       Effect.gen(function*() {
@@ -948,7 +1033,10 @@ describe("SubAgentStore", () => {
             const line = yield* firstLine(handle)
             return { line, code: yield* handle.exitCode }
           }).pipe(Effect.scoped), { concurrency: "unbounded" })
-        assert.deepStrictEqual(exits.map((e) => [Option.getOrUndefined(e.line), Number(e.code)]), writers.map(() => ["done", 0]))
+        assert.deepStrictEqual(
+          exits.map((e) => [Option.getOrUndefined(e.line), Number(e.code)]),
+          writers.map(() => ["done", 0])
+        )
         yield* withStore({ dir }, (store) =>
           Effect.gen(function*() {
             const all = yield* store.all
@@ -956,7 +1044,9 @@ describe("SubAgentStore", () => {
             assert.isTrue(all.every((r) => r.status === "completed"))
             assert.strictEqual(new Set(all.map((r) => r.session_boot_id)).size, writers.length)
             for (const id of writers) {
-              for (let i = 0; i < n; i++) assert.deepStrictEqual(yield* store.readTranscript(`${id}-${i}`), [{ from: id, i }])
+              for (let i = 0; i < n; i++) {
+                assert.deepStrictEqual(yield* store.readTranscript(`${id}-${i}`), [{ from: id, i }])
+              }
             }
           }))
         // Every writer exited cleanly: none is left among the owners.

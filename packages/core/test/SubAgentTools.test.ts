@@ -64,7 +64,9 @@ describe("the agent_* tools", () => {
       const [spawnedQuick, spawnedSlow, waitedAny, waitedTimeout, result, list, closed] = results
       assert.strictEqual(resultOf<{ role: string }>(spawnedQuick!).role, "explore")
       assert.strictEqual(resultOf<{ role: string }>(spawnedSlow!).role, "general")
-      const any = resultOf<{ completed: Array<{ summary: string }>; still_running: Array<string>; timed_out: boolean }>(waitedAny!)
+      const any = resultOf<{ completed: Array<{ summary: string }>; still_running: Array<string>; timed_out: boolean }>(
+        waitedAny!
+      )
       assert.deepStrictEqual(any.completed.map((c) => c.summary), ["quick done"])
       assert.strictEqual(any.still_running.length, 1)
       assert.isTrue(resultOf<{ timed_out: boolean }>(waitedTimeout!).timed_out)
@@ -97,8 +99,16 @@ describe("the agent_* tools", () => {
     Effect.gen(function*() {
       const { get } = yield* setup({
         rules: [
-          { match: { depth: 1 }, turns: [{ tool_calls: [{ name: "agent_spawn", args: { prompt: "grandchild" } }] }, { text: report("tried") }] },
-          { match: { depth: 0 }, turns: [{ tool_calls: [{ name: "task", args: { description: "d", prompt: "child" } }] }, { text: "done" }] }
+          {
+            match: { depth: 1 },
+            turns: [{ tool_calls: [{ name: "agent_spawn", args: { prompt: "grandchild" } }] }, {
+              text: report("tried")
+            }]
+          },
+          {
+            match: { depth: 0 },
+            turns: [{ tool_calls: [{ name: "task", args: { description: "d", prompt: "child" } }] }, { text: "done" }]
+          }
         ]
       })
       const session = get(Session)
@@ -118,7 +128,11 @@ describe("budgets", () => {
       const { get } = yield* setup(
         {
           rules: [
-            { match: { prompt: "chatty" }, turns: [{ tool_calls: [{ name: "list_dir", args: {} }], usage: { input: 600, output: 10 } }], repeat_last: true },
+            {
+              match: { prompt: "chatty" },
+              turns: [{ tool_calls: [{ name: "list_dir", args: {} }], usage: { input: 600, output: 10 } }],
+              repeat_last: true
+            },
             { match: { prompt: "slow" }, turns: [{ delay_ms: 120_000, text: "late" }] }
           ]
         },
@@ -142,11 +156,18 @@ describe("budgets", () => {
       const { get } = yield* setup(
         {
           rules: [
-            { match: { prompt: "spend" }, turns: [{ tool_calls: [{ name: "list_dir", args: {} }], usage: { input: 400, output: 0 } }], repeat_last: true },
+            {
+              match: { prompt: "spend" },
+              turns: [{ tool_calls: [{ name: "list_dir", args: {} }], usage: { input: 400, output: 0 } }],
+              repeat_last: true
+            },
             {
               match: { depth: 0 },
               turns: [
-                { tool_calls: [{ name: "task", args: { description: "a", prompt: "spend a" } }], usage: { input: 100, output: 0 } },
+                {
+                  tool_calls: [{ name: "task", args: { description: "a", prompt: "spend a" } }],
+                  usage: { input: 100, output: 0 }
+                },
                 { text: "done", usage: { input: 1, output: 1 } }
               ]
             }
@@ -158,7 +179,11 @@ describe("budgets", () => {
       const session = get(Session)
       const root = yield* session.create()
       yield* session.prompt(root.id, "go")
-      const task = toolResults(yield* session.transcript(root.id))[0]!.result as { status: string; summary: string; tokens: { input: number } }
+      const task = toolResults(yield* session.transcript(root.id))[0]!.result as {
+        status: string
+        summary: string
+        tokens: { input: number }
+      }
       assert.strictEqual(task.status, "failed")
       assert.include(task.summary, "tree_max_tokens=1000")
       assert.strictEqual(task.tokens.input, 1200)
@@ -186,7 +211,10 @@ describe("models per role", () => {
       const manager = Context.get(built, SubAgentManager.SubAgentManager)
       const summaryOf = (request: SubAgentManager.SpawnRequest) =>
         Effect.map(manager.run(undefined, request), (agent) => [agent.model, agent.outcome?.summary])
-      assert.deepStrictEqual(yield* summaryOf({ prompt: "x", role: "explore", model: "big" }), ["big", "answered by big"])
+      assert.deepStrictEqual(yield* summaryOf({ prompt: "x", role: "explore", model: "big" }), [
+        "big",
+        "answered by big"
+      ])
       assert.deepStrictEqual(yield* summaryOf({ prompt: "x", role: "explore" }), ["small", "answered by small"])
       assert.deepStrictEqual(yield* summaryOf({ prompt: "x", role: "review" }), ["cheap", "answered by cheap"])
       const error = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", model: "gpt-imaginary" }))
@@ -197,13 +225,31 @@ describe("models per role", () => {
 
   it("role models from settings: [subagents.models] wins over the *_model keys", () => {
     const models = SubAgentManager.roleModelsFrom({
-      maxConcurrent: 10, maxDepth: 1, admission: "reject", heartbeatTimeoutSecs: 300,
-      maxSteps: undefined, maxTokens: undefined, maxWallSecs: undefined, treeMaxTokens: undefined, maxResultChars: 16_384,
-      defaultModel: "d", workerModel: "w", explorerModel: "e", awaiterModel: "a", reviewModel: "r", customModel: "c",
+      maxConcurrent: 10,
+      maxDepth: 1,
+      admission: "reject",
+      heartbeatTimeoutSecs: 300,
+      maxSteps: undefined,
+      maxTokens: undefined,
+      maxWallSecs: undefined,
+      treeMaxTokens: undefined,
+      maxResultChars: 16_384,
+      defaultModel: "d",
+      workerModel: "w",
+      explorerModel: "e",
+      awaiterModel: "a",
+      reviewModel: "r",
+      customModel: "c",
       models: { Explorer: "m-explore", verifier: "m-verify" }
     })
     assert.deepStrictEqual(models, {
-      general: "w", implementer: "w", tool_agent: "w", explore: "m-explore", plan: "a", review: "r", custom: "c",
+      general: "w",
+      implementer: "w",
+      tool_agent: "w",
+      explore: "m-explore",
+      plan: "a",
+      review: "r",
+      custom: "c",
       verifier: "m-verify"
     })
   })
@@ -229,7 +275,10 @@ describe("memory", () => {
       const session = get(Session)
       const agent = yield* session.create()
       yield* session.prompt(agent.id, "go")
-      assert.strictEqual(yield* fs.readFileString(path.join(root, ".fibril", "memory.md")), "- The tests use the ScriptedModel\n")
+      assert.strictEqual(
+        yield* fs.readFileString(path.join(root, ".fibril", "memory.md")),
+        "- The tests use the ScriptedModel\n"
+      )
       assert.include(childSystem, "## Memory")
       assert.include(childSystem, "- The tests use the ScriptedModel")
     }).pipe(provideNode))
@@ -297,6 +346,9 @@ describe("agents defined in markdown", () => {
       assert.isTrue(scoutCalls[0]!.isFailure)
       assert.include(resultOf<{ message: string }>(scoutCalls[0]!).message, "not among the tools allowed")
       assert.isTrue(wizard!.isFailure)
-      assert.include(resultOf<{ message: string }>(wizard!).message, "agents defined in .fibril/agents, .claude/agents or .opencode/agent: scout, linter")
+      assert.include(
+        resultOf<{ message: string }>(wizard!).message,
+        "agents defined in .fibril/agents, .claude/agents or .opencode/agent: scout, linter"
+      )
     }).pipe(provideNode))
 })

@@ -16,7 +16,9 @@ const script = {
 const withToolkit = (options: TaskToolkit.Options = {}) =>
   Effect.gen(function*() {
     const { context } = yield* setup(script)
-    const handlers = yield* Layer.build(TaskToolkit.layerWith(options).pipe(Layer.provide(Layer.succeedContext(context))))
+    const handlers = yield* Layer.build(
+      TaskToolkit.layerWith(options).pipe(Layer.provide(Layer.succeedContext(context)))
+    )
     const toolkit = yield* TaskToolkit.toolkit.pipe(Effect.provideContext(handlers))
     return { toolkit, manager: Context.get(context, SubAgentManager) }
   })

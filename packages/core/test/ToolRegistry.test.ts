@@ -70,7 +70,9 @@ describe("ToolRegistry", () => {
         posture: "read",
         handler: () =>
           Effect.currentSpan.pipe(
-            Effect.map((span) => Option.match(span.parent, { onNone: () => "none", onSome: (p) => (p as Tracer.Span).name })),
+            Effect.map((span) =>
+              Option.match(span.parent, { onNone: () => "none", onSome: (p) => (p as Tracer.Span).name })
+            ),
             Effect.orElseSucceed(() => "none"),
             Effect.withSpan("tool.traced")
           )
@@ -84,7 +86,11 @@ describe("ToolRegistry", () => {
   it.effect("arguments decode as with onExcessProperty \"error\", for flat and nested parameters", () =>
     Effect.gen(function*() {
       const registry = yield* ToolRegistry.make
-      const flat = Schema.Struct({ path: Schema.String, limit: Schema.optionalKey(Schema.Int), tags: Schema.Array(Schema.String) })
+      const flat = Schema.Struct({
+        path: Schema.String,
+        limit: Schema.optionalKey(Schema.Int),
+        tags: Schema.Array(Schema.String)
+      })
       const nested = Schema.Struct({ inner: Schema.Struct({ a: Schema.String }) })
       yield* registry.register({ ...tool("flat", "read"), parameters: flat })
       yield* registry.register({ ...tool("nested", "read"), parameters: nested })
@@ -112,7 +118,11 @@ describe("ToolRegistry", () => {
       }
     }))
 
-  const Flat = Schema.Struct({ path: Schema.String, limit: Schema.optionalKey(Schema.Int), tags: Schema.Array(Schema.String) })
+  const Flat = Schema.Struct({
+    path: Schema.String,
+    limit: Schema.optionalKey(Schema.Int),
+    tags: Schema.Array(Schema.String)
+  })
   const Value = Schema.Union([Schema.String, Schema.Number, Schema.Boolean, Schema.Null, Schema.Array(Schema.String)])
   const FlatInput = Schema.Struct({
     path: Schema.optionalKey(Value),

@@ -43,19 +43,26 @@ export class OpenAiClient extends Context.Service<OpenAiClient, {
    */
   readonly baseURL: string
   /** `POST /chat/completions`, non-streaming. */
-  readonly createCompletion: (body: ChatCompletionCreateParamsNonStreaming) => Effect.Effect<ChatCompletion, AiError.AiError>
+  readonly createCompletion: (
+    body: ChatCompletionCreateParamsNonStreaming
+  ) => Effect.Effect<ChatCompletion, AiError.AiError>
   /**
    * `POST /chat/completions` with `stream: true`: the parsed SSE chunks. The request is
    * aborted when the stream ends early, fails or is interrupted.
    */
-  readonly streamCompletion: (body: ChatCompletionCreateParamsStreaming) => Stream.Stream<ChatCompletionChunk, AiError.AiError>
+  readonly streamCompletion: (
+    body: ChatCompletionCreateParamsStreaming
+  ) => Stream.Stream<ChatCompletionChunk, AiError.AiError>
   /** `GET /models`: the ids the server serves. */
   readonly listModels: Effect.Effect<ReadonlyArray<string>, AiError.AiError>
   /**
    * Any other SDK call, with the interruption signal and the same error mapping. The SDK
    * client itself is not part of the service so that logging the service cannot print the key.
    */
-  readonly use: <A>(method: string, f: (sdk: OpenAI, signal: AbortSignal) => Promise<A>) => Effect.Effect<A, AiError.AiError>
+  readonly use: <A>(
+    method: string,
+    f: (sdk: OpenAI, signal: AbortSignal) => Promise<A>
+  ) => Effect.Effect<A, AiError.AiError>
 }>()("@fibril/openai/OpenAiClient") {}
 
 const trimSlash = (url: string) => url.replace(/\/+$/, "")
@@ -139,7 +146,9 @@ export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =
       Effect.flatMap((page) => {
         const ids = modelIds(page)
         return ids === undefined
-          ? Effect.fail(OpenAiError.make("listModels", OpenAiError.invalidResponse(`${modelsURL.url} did not list models`)))
+          ? Effect.fail(
+            OpenAiError.make("listModels", OpenAiError.invalidResponse(`${modelsURL.url} did not list models`))
+          )
           : Effect.succeed(ids)
       })
     )

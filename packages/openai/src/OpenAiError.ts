@@ -90,7 +90,12 @@ const describe = (error: OpenAI.APIError, request: RequestInfo): string => {
   return redactText(`${request.method} ${request.url} → ${error.status ?? "stream"}: ${message}`)
 }
 
-const fromStatus = (error: OpenAI.APIError, status: number, request: RequestInfo, now: number): AiError.AiErrorReason => {
+const fromStatus = (
+  error: OpenAI.APIError,
+  status: number,
+  request: RequestInfo,
+  now: number
+): AiError.AiErrorReason => {
   const description = describe(error, request)
   const metadata = metadataOf(error)
   const body = jsonText(error.error)
@@ -188,7 +193,9 @@ export const reasonOf = (cause: unknown, request: RequestInfo, now: number): AiE
     return network(request, `connection error: ${causeMessage(cause)}`, cause)
   }
   if (cause instanceof OpenAI.APIError) {
-    return cause.status === undefined ? fromStreamedError(cause, request) : fromStatus(cause, cause.status, request, now)
+    return cause.status === undefined
+      ? fromStreamedError(cause, request)
+      : fromStatus(cause, cause.status, request, now)
   }
   // A garbled body is usually a proxy or a truncated response: worth one more try.
   if (cause instanceof SyntaxError) {

@@ -111,7 +111,11 @@ const assistantMessage = (message: Prompt.AssistantMessage): AssistantMessage =>
       case "tool-call":
         // A provider-executed call was run by the server and is not part of this API.
         if (!part.providerExecuted) {
-          calls.push({ id: part.id, type: "function", function: { name: part.name, arguments: argumentsText(part.params) } })
+          calls.push({
+            id: part.id,
+            type: "function",
+            function: { name: part.name, arguments: argumentsText(part.params) }
+          })
         }
         break
       default:
@@ -144,7 +148,9 @@ export const toMessages = (prompt: Prompt.Prompt): Effect.Effect<Array<ChatCompl
         case "tool":
           for (const part of message.content) {
             // Approval responses are resolved by LanguageModel before the request.
-            if (part.type === "tool-result") messages.push({ role: "tool", tool_call_id: part.id, content: resultText(part) })
+            if (part.type === "tool-result") {
+              messages.push({ role: "tool", tool_call_id: part.id, content: resultText(part) })
+            }
           }
           break
       }
@@ -302,7 +308,11 @@ export const fromCompletion = (completion: ChatCompletion): Array<Response.PartE
       params: parseArguments(call.function.arguments ?? "")
     })
   }
-  parts.push({ type: "finish", reason: finishReasonOf(choice?.finish_reason, calls > 0), usage: usageOf(completion.usage) })
+  parts.push({
+    type: "finish",
+    reason: finishReasonOf(choice?.finish_reason, calls > 0),
+    usage: usageOf(completion.usage)
+  })
   return parts
 }
 
@@ -343,11 +353,13 @@ export const makeStreamAssembler = () => {
       open = { kind, id: `${kind}_${blocks++}` }
       out.push(kind === "text" ? { type: "text-start", id: open.id } : { type: "reasoning-start", id: open.id })
     }
-    out.push(kind === "text" ? { type: "text-delta", id: open.id, delta: text } : {
-      type: "reasoning-delta",
-      id: open.id,
-      delta: text
-    })
+    out.push(
+      kind === "text" ? { type: "text-delta", id: open.id, delta: text } : {
+        type: "reasoning-delta",
+        id: open.id,
+        delta: text
+      }
+    )
   }
 
   // Servers that send a whole call in one chunk sometimes omit `index`; a piece without one
@@ -360,7 +372,13 @@ export const makeStreamAssembler = () => {
       ? last
       : undefined
     if (found !== undefined) return found
-    const created: PendingCall = { index: index ?? calls.length, id: undefined, name: undefined, args: "", started: false }
+    const created: PendingCall = {
+      index: index ?? calls.length,
+      id: undefined,
+      name: undefined,
+      args: "",
+      started: false
+    }
     calls.push(created)
     return created
   }
@@ -441,7 +459,10 @@ export const make = Effect.fn("OpenAiModel.make")(function*(options: Options) {
 })
 
 /** The same, with the client passed in (for catalogs that build many models). */
-export const makeWith = (client: OpenAiClient["Service"], options: Options): Effect.Effect<LanguageModel.LanguageModel> => {
+export const makeWith = (
+  client: OpenAiClient["Service"],
+  options: Options
+): Effect.Effect<LanguageModel.LanguageModel> => {
   const generateText = Effect.fn("OpenAiModel.generateText")(function*(provider: LanguageModel.ProviderOptions) {
     annotateRequest(provider.span, options.model)
     const body = yield* requestBody(options, provider)
@@ -454,7 +475,9 @@ export const makeWith = (client: OpenAiClient["Service"], options: Options): Eff
     return parts
   })
 
-  const streamText = (provider: LanguageModel.ProviderOptions): Stream.Stream<Response.StreamPartEncoded, AiError.AiError> =>
+  const streamText = (
+    provider: LanguageModel.ProviderOptions
+  ): Stream.Stream<Response.StreamPartEncoded, AiError.AiError> =>
     Stream.unwrap(Effect.gen(function*() {
       annotateRequest(provider.span, options.model)
       const body = yield* requestBody(options, provider)

@@ -30,17 +30,19 @@ export const make = Effect.fn("OpenAiModels.make")(function*(options: Options) {
   // that cannot list must still be usable: then any id is accepted and a wrong one shows up
   // as the server's own error on the first call. A failed listing is tried again on the
   // next resolve; a successful one is kept. The lock keeps concurrent spawns to one request.
-  const available = lock.withPermits(1)(Effect.suspend(() =>
-    listed !== undefined ? Effect.succeed(listed) : client.listModels.pipe(
-      Effect.tap((ids) => Effect.sync(() => void (listed = ids))),
-      Effect.catch((error) =>
-        Effect.logWarning(`cannot list the models of ${client.baseURL}; accepting any model id`).pipe(
-          Effect.annotateLogs({ reason: error.reason._tag, message: error.message }),
-          Effect.as(undefined)
+  const available = lock.withPermits(1)(
+    Effect.suspend(() =>
+      listed !== undefined ? Effect.succeed(listed) : client.listModels.pipe(
+        Effect.tap((ids) => Effect.sync(() => void (listed = ids))),
+        Effect.catch((error) =>
+          Effect.logWarning(`cannot list the models of ${client.baseURL}; accepting any model id`).pipe(
+            Effect.annotateLogs({ reason: error.reason._tag, message: error.message }),
+            Effect.as(undefined)
+          )
         )
       )
     )
-  ))
+  )
 
   const modelFor = (model: string) =>
     Effect.suspend(() => {

@@ -2,10 +2,10 @@
 // fans out two `task` calls in parallel; each child reads a file and reports; a rate limit
 // and a 500 on the way are retried by the loop.
 import { NodeServices } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
 import { Fibril, Session } from "@fibril/core"
 import type { TaskResult } from "@fibril/core/tools/Task"
 import { FakeOpenAiServer, type ScriptedModel } from "@fibril/testkit"
-import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, FileSystem, Layer, Path, Redacted, Ref } from "effect"
 import type { Prompt } from "effect/ai"
 import * as OpenAiClient from "../src/OpenAiClient.ts"
@@ -79,7 +79,9 @@ describe("Fibril on the OpenAI provider (fake server, real SDK)", () => {
       const fs = yield* FileSystem.FileSystem
       const path = yield* Path.Path
       const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
-      for (const name of ["alpha", "beta"]) yield* fs.writeFileString(path.join(root, `${name}.txt`), `contents of ${name}`)
+      for (const name of ["alpha", "beta"]) {
+        yield* fs.writeFileString(path.join(root, `${name}.txt`), `contents of ${name}`)
+      }
 
       const context = yield* Layer.build(
         Fibril.layerWithModels({ cwd: root, session: { retryBaseMs: 10, retryMaxMs: 50 } }).pipe(

@@ -54,7 +54,9 @@ describe("OpenAiError.reasonOf for failures without an HTTP status", () => {
     assert.deepStrictEqual(reason(new APIConnectionTimeoutError()), network)
     assert.deepStrictEqual(reason(new APIUserAbortError()), network)
     assert.deepStrictEqual(reason(new APIConnectionError({ cause: new Error("connect ECONNREFUSED") })), network)
-    const reset = new TypeError("terminated", { cause: Object.assign(new Error("other side closed"), { code: "UND_ERR_SOCKET" }) })
+    const reset = new TypeError("terminated", {
+      cause: Object.assign(new Error("other side closed"), { code: "UND_ERR_SOCKET" })
+    })
     assert.deepStrictEqual(reason(reset), network)
     assert.deepStrictEqual(reason(Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" })), network)
   })

@@ -7,7 +7,9 @@ import * as OpenAiError from "../src/OpenAiError.ts"
 import * as OpenAiModel from "../src/OpenAiModel.ts"
 import { chatBodies, generate, serve, stream } from "./support.ts"
 
-const hello = { rules: [{ turns: [{ text: "hello there, this is a longer answer in several chunks" }], repeat_last: true }] }
+const hello = {
+  rules: [{ turns: [{ text: "hello there, this is a longer answer in several chunks" }], repeat_last: true }]
+}
 
 const reasonOf = (error: AiError.AiError) => ({ tag: error.reason._tag, retryable: error.reason.isRetryable })
 
@@ -58,7 +60,9 @@ describe("OpenAiError: every fault maps to the right AiError reason", () => {
       })
       const lm = yield* model()
       const errors = yield* Effect.forEach([1, 2, 3, 4, 5], () => Effect.flip(generate(lm, "hi")))
-      for (const error of errors.slice(0, 4)) assert.deepStrictEqual(reasonOf(error), { tag: "RateLimitError", retryable: true })
+      for (const error of errors.slice(0, 4)) {
+        assert.deepStrictEqual(reasonOf(error), { tag: "RateLimitError", retryable: true })
+      }
       assert.strictEqual(retryAfterMs(errors[0]!), 7000)
       assert.strictEqual(retryAfterMs(errors[1]!), 1500)
       const fromDate = retryAfterMs(errors[2]!) ?? -1
@@ -132,7 +136,9 @@ describe("OpenAiError: every fault maps to the right AiError reason", () => {
       const [json, sse] = yield* bothWays(yield* OpenAiModel.makeWith(client, { model: "m" }))
       for (const error of [json, sse]) {
         assert.deepStrictEqual(reasonOf(error), { tag: "NetworkError", retryable: true })
-        assert.isTrue(error.reason._tag === "NetworkError" && error.reason.url === "http://127.0.0.1:9/v1/chat/completions")
+        assert.isTrue(
+          error.reason._tag === "NetworkError" && error.reason.url === "http://127.0.0.1:9/v1/chat/completions"
+        )
       }
     }))
 
@@ -164,9 +170,15 @@ describe("OpenAiError: every fault maps to the right AiError reason", () => {
           rules: [
             {
               match: { prompt: "busy" },
-              turns: [{ error: { kind: "retryable", message: "slow down", retry_after_ms: 2500, times: 1 }, text: "ok now" }]
+              turns: [{
+                error: { kind: "retryable", message: "slow down", retry_after_ms: 2500, times: 1 },
+                text: "ok now"
+              }]
             },
-            { match: { prompt: "flaky" }, turns: [{ error: { kind: "retryable", message: "upstream 502", times: 1 }, text: "ok" }] },
+            {
+              match: { prompt: "flaky" },
+              turns: [{ error: { kind: "retryable", message: "upstream 502", times: 1 }, text: "ok" }]
+            },
             { turns: [{ error: { kind: "fatal", message: "context too long" } }] }
           ]
         }

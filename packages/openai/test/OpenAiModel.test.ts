@@ -23,7 +23,10 @@ describe("OpenAiModel against the fake server (real SDK, real HTTP)", () => {
       assert.strictEqual(metadata?.id, "chatcmpl-fake-1")
       assert.strictEqual(metadata?.modelId, "scripted")
       const [body] = chatBodies(server)
-      assert.deepInclude(body, { model: "scripted", messages: [{ role: "user", content: "Where is the config loaded?" }] })
+      assert.deepInclude(body, {
+        model: "scripted",
+        messages: [{ role: "user", content: "Where is the config loaded?" }]
+      })
       assert.notProperty(body, "stream") // non-streaming is the API's default
     }))
 
@@ -151,8 +154,18 @@ describe("OpenAiModel against the fake server (real SDK, real HTTP)", () => {
         Prompt.makeMessage("assistant", {
           content: [
             Prompt.makePart("text", { text: "Reading." }),
-            Prompt.makePart("tool-call", { id: "c1", name: "read_file", params: { path: "a.ts" }, providerExecuted: false }),
-            Prompt.makePart("tool-call", { id: "c2", name: "read_file", params: "{\"path\": ", providerExecuted: false })
+            Prompt.makePart("tool-call", {
+              id: "c1",
+              name: "read_file",
+              params: { path: "a.ts" },
+              providerExecuted: false
+            }),
+            Prompt.makePart("tool-call", {
+              id: "c2",
+              name: "read_file",
+              params: "{\"path\": ",
+              providerExecuted: false
+            })
           ]
         }),
         Prompt.makeMessage("tool", {
@@ -242,7 +255,10 @@ describe("OpenAiModel against the fake server (real SDK, real HTTP)", () => {
     Effect.gen(function*() {
       const { server, model } = yield* serve({
         script: {
-          rules: [{ turns: [{ text: "The answer.", tool_calls: [{ name: "grep", args: { pattern: "x" } }] }], repeat_last: true }]
+          rules: [{
+            turns: [{ text: "The answer.", tool_calls: [{ name: "grep", args: { pattern: "x" } }] }],
+            repeat_last: true
+          }]
         },
         dialect: "deepseek",
         faults: [{ on: () => true, fault: { reasoningContent: "Let me think about where to look first." } }]
@@ -268,7 +284,12 @@ describe("OpenAiModel against the fake server (real SDK, real HTTP)", () => {
           Prompt.makeMessage("assistant", {
             content: [
               Prompt.makePart("reasoning", { text: "thinking" }),
-              Prompt.makePart("tool-call", { id: "g1", name: "grep", params: { pattern: "x" }, providerExecuted: false })
+              Prompt.makePart("tool-call", {
+                id: "g1",
+                name: "grep",
+                params: { pattern: "x" },
+                providerExecuted: false
+              })
             ]
           }),
           Prompt.makeMessage("tool", {

@@ -17,9 +17,9 @@
  *
  * Answers pass through the real clock (script `delay_ms`, `slowChunksMs`): use `it.live`.
  */
-import * as Http from "node:http"
 import { Cause, Clock, Deferred, Duration, Effect, Exit, FiberSet, Schema, type Scope } from "effect"
 import { AiError, Prompt } from "effect/ai"
+import * as Http from "node:http"
 import * as ScriptedModel from "./ScriptedModel.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -482,7 +482,8 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
         res.end(text)
       })
 
-    const sendError = (res: Http.ServerResponse, error: ErrorAnswer) => send(res, error.status, error.body, error.headers)
+    const sendError = (res: Http.ServerResponse, error: ErrorAnswer) =>
+      send(res, error.status, error.body, error.headers)
 
     const cut = (res: Http.ServerResponse) =>
       Effect.sync(() => {
@@ -584,7 +585,9 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
         for (const [i, chunk] of chunks.entries()) {
           if (cutAt === i) return yield* cut(res)
           if (fault.slowChunksMs !== undefined) yield* Effect.sleep(Duration.millis(fault.slowChunksMs))
-          const data = fault.malformedJson === true && i === 1 ? `{"id":"${result.id}","choices":[` : JSON.stringify(chunk)
+          const data = fault.malformedJson === true && i === 1
+            ? `{"id":"${result.id}","choices":[`
+            : JSON.stringify(chunk)
           yield* Effect.sync(() => void res.write(`data: ${data}\n\n`))
         }
         yield* Effect.sync(() => res.end("data: [DONE]\n\n"))
@@ -604,7 +607,11 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
           return yield* send(
             res,
             404,
-            errorBody(404, `The model \`${request.body.model}\` does not exist or you do not have access to it.`, "model_not_found")
+            errorBody(
+              404,
+              `The model \`${request.body.model}\` does not exist or you do not have access to it.`,
+              "model_not_found"
+            )
           )
         }
         const fault = faultFor(request)
@@ -613,13 +620,20 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
           if (fault.retryAfterSecs !== undefined) headers["retry-after"] = String(fault.retryAfterSecs)
           if (fault.retryAfterMs !== undefined) headers["retry-after-ms"] = String(fault.retryAfterMs)
           if (fault.retryAfter !== undefined) headers["retry-after"] = fault.retryAfter
-          return yield* send(res, fault.status, errorBody(fault.status, `injected fault: HTTP ${fault.status}`, fault.code), headers)
+          return yield* send(
+            res,
+            fault.status,
+            errorBody(fault.status, `injected fault: HTTP ${fault.status}`, fault.code),
+            headers
+          )
         }
         if (fault.hang === true) return yield* Effect.never
         // The prefix cache hashes the messages exactly as sent, not as decoded.
         const raw = json.value
         const rawMessages: ReadonlyArray<unknown> =
-          typeof raw === "object" && raw !== null && "messages" in raw && Array.isArray(raw.messages) ? raw.messages : []
+          typeof raw === "object" && raw !== null && "messages" in raw && Array.isArray(raw.messages)
+            ? raw.messages
+            : []
         const result = yield* Effect.result(answer(request, rawMessages, fault))
         if (result._tag === "Failure") return yield* sendError(res, fromAiError(result.failure))
         return request.body.stream === true
@@ -677,10 +691,11 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
     })
     const port = yield* Effect.acquireRelease(
       listen(server),
-      () => Effect.suspend(() => {
-        stopping = true
-        return shutdown(server)
-      })
+      () =>
+        Effect.suspend(() => {
+          stopping = true
+          return shutdown(server)
+        })
     )
 
     return {

@@ -79,7 +79,10 @@ const turnProblems = (turn: {
       })
     }
     if (turn.error.times !== undefined && !answers) {
-      problems.push({ path: ["error", "times"], issue: "error.times needs text or tool_calls to answer with afterwards" })
+      problems.push({
+        path: ["error", "times"],
+        issue: "error.times needs text or tool_calls to answer with afterwards"
+      })
     }
   }
   if (turn.hang === true && answers) {

@@ -328,8 +328,7 @@ type Method = "generateText" | "streamText"
 const fail = (method: Method, reason: AiError.AiErrorReason) =>
   Effect.fail(AiError.make({ module: "ScriptedModel", method, reason }))
 
-const fatal = (method: Method, description: string) =>
-  fail(method, new AiError.InvalidRequestError({ description }))
+const fatal = (method: Method, description: string) => fail(method, new AiError.InvalidRequestError({ description }))
 
 const scriptedError = (method: Method, error: TurnError) =>
   error.kind === "fatal"
@@ -337,7 +336,10 @@ const scriptedError = (method: Method, error: TurnError) =>
     : error.retry_after_ms !== undefined
     ? fail(
       method,
-      new AiError.RateLimitError({ retryAfter: Duration.millis(error.retry_after_ms), metadata: { message: error.message } })
+      new AiError.RateLimitError({
+        retryAfter: Duration.millis(error.retry_after_ms),
+        metadata: { message: error.message }
+      })
     )
     : fail(method, new AiError.InternalProviderError({ description: error.message }))
 

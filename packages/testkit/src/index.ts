@@ -3,6 +3,6 @@
  * script), the script format it plays, and a fake OpenAI-compatible HTTP server answering
  * from the same scripts.
  */
-export * as ScriptedModel from "./ScriptedModel.ts"
-export * as Script from "./Script.ts"
 export * as FakeOpenAiServer from "./FakeOpenAiServer.ts"
+export * as Script from "./Script.ts"
+export * as ScriptedModel from "./ScriptedModel.ts"

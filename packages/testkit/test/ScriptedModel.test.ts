@@ -1,10 +1,10 @@
 import { NodeServices } from "@effect/platform-node"
-import { fileURLToPath } from "node:url"
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Duration, Effect, Exit, Fiber, FileSystem, Result, Schema, Stream } from "effect"
-import { TestClock } from "effect/testing"
 import { LanguageModel, Tool, Toolkit } from "effect/ai"
 import type { Prompt } from "effect/ai"
+import { TestClock } from "effect/testing"
+import { fileURLToPath } from "node:url"
 import { ScriptedModel } from "../src/index.ts"
 
 // --- conversations built by hand, as the agent loop would send them --------------------------
@@ -41,7 +41,12 @@ const Tools = Toolkit.make(ReadFile)
 
 // Exactly how the Fibril agent loop calls the model.
 const generate = (prompt: ReadonlyArray<Msg>) =>
-  LanguageModel.generateText({ prompt, toolkit: Tools, disableToolCallResolution: true, toolCallValidation: "deferred" })
+  LanguageModel.generateText({
+    prompt,
+    toolkit: Tools,
+    disableToolCallResolution: true,
+    toolCallValidation: "deferred"
+  })
 
 const run = (script: ScriptedModel.ScriptInput, prompt: ReadonlyArray<Msg>) =>
   generate(prompt).pipe(Effect.provide(ScriptedModel.layer(script)))
@@ -194,7 +199,9 @@ describe("ScriptedModel turns", () => {
         descriptionOf(error),
         "ScriptedModel: rule 2 (role=explore) has 2 turns; the conversation is at turn 3"
       )
-      const repeating = { rules: [{ match: { role: "explore" }, turns: [{ text: "a" }, { text: "b" }], repeat_last: true }] }
+      const repeating = {
+        rules: [{ match: { role: "explore" }, turns: [{ text: "a" }, { text: "b" }], repeat_last: true }]
+      }
       assert.strictEqual((yield* run(repeating, convo)).text, "b")
       assert.strictEqual((yield* run(repeating, [...convo, assistantText("b"), user("more")])).text, "b")
     }))
@@ -203,11 +210,20 @@ describe("ScriptedModel turns", () => {
     Effect.gen(function*() {
       const script: ScriptedModel.ScriptInput = {
         rules: [
-          { match: { role: "explore", prompt: "child task" }, turns: [{ text: "child turn 0" }, { text: "child turn 1" }] },
+          {
+            match: { role: "explore", prompt: "child task" },
+            turns: [{ text: "child turn 0" }, { text: "child turn 1" }]
+          },
           { turns: [{ text: "parent" }] }
         ]
       }
-      const parentHistory = [system("general", 0), user("parent task"), assistantText("p1"), user("go on"), assistantText("p2")]
+      const parentHistory = [
+        system("general", 0),
+        user("parent task"),
+        assistantText("p1"),
+        user("go on"),
+        assistantText("p2")
+      ]
       const fork = [
         ...parentHistory,
         user("[fork] you are a fork of the agent above"),
@@ -215,7 +231,10 @@ describe("ScriptedModel turns", () => {
         user("child task: list the files")
       ]
       assert.strictEqual((yield* run(script, fork)).text, "child turn 0")
-      assert.strictEqual((yield* run(script, [...fork, assistantText("child turn 0"), user("next")])).text, "child turn 1")
+      assert.strictEqual(
+        (yield* run(script, [...fork, assistantText("child turn 0"), user("next")])).text,
+        "child turn 1"
+      )
     }))
 })
 
@@ -224,7 +243,10 @@ describe("ScriptedModel turns", () => {
 describe("ScriptedModel usage", () => {
   it.effect("explicit usage, cached → inputTokens.cacheRead", () =>
     Effect.gen(function*() {
-      const r = yield* run({ rules: [{ turns: [{ text: "hi", usage: { input: 1000, output: 20, cached: 800 } }] }] }, explore)
+      const r = yield* run(
+        { rules: [{ turns: [{ text: "hi", usage: { input: 1000, output: 20, cached: 800 } }] }] },
+        explore
+      )
       assert.strictEqual(r.usage.inputTokens.total, 1000)
       assert.strictEqual(r.usage.inputTokens.cacheRead, 800)
       assert.strictEqual(r.usage.inputTokens.uncached, 200)
@@ -238,7 +260,10 @@ describe("ScriptedModel usage", () => {
       assert.strictEqual(r.usage.inputTokens.total, Math.ceil(("Fibril agent: role=general depth=0".length + 8) / 4))
       assert.strictEqual(r.usage.inputTokens.cacheRead, 0)
       assert.strictEqual(r.usage.outputTokens.total, 2)
-      const calls = yield* run({ rules: [{ turns: [{ tool_calls: [{ name: "read_file", args: { path: "a" } }] }] }] }, prompt)
+      const calls = yield* run(
+        { rules: [{ turns: [{ tool_calls: [{ name: "read_file", args: { path: "a" } }] }] }] },
+        prompt
+      )
       assert.strictEqual(calls.usage.outputTokens.total, Math.ceil(("read_file".length + `{"path":"a"}`.length) / 4))
       const partial = yield* run({ rules: [{ turns: [{ text: "abcde", usage: { cached: 3 } }] }] }, prompt)
       assert.strictEqual(partial.usage.inputTokens.total, r.usage.inputTokens.total)
@@ -301,7 +326,10 @@ describe("ScriptedModel errors", () => {
 
   it.effect("retryable without retry_after_ms → InternalProviderError; fatal → InvalidRequestError", () =>
     Effect.gen(function*() {
-      const retryable = yield* failure({ rules: [{ turns: [{ error: { kind: "retryable", message: "502" } }] }] }, explore)
+      const retryable = yield* failure(
+        { rules: [{ turns: [{ error: { kind: "retryable", message: "502" } }] }] },
+        explore
+      )
       assert.strictEqual(retryable.reason._tag, "InternalProviderError")
       assert.isTrue(retryable.isRetryable)
       assert.strictEqual(descriptionOf(retryable), "502")
@@ -327,12 +355,20 @@ describe("ScriptedModel errors", () => {
           rules: [{ turns: [{ error: { kind: "retryable", message: "flaky", times: 2 }, text: "ok" }] }]
         }))
       )
-      assert.deepStrictEqual(seen, ["InternalProviderError", "InternalProviderError", "InternalProviderError", "ok", "ok"])
+      assert.deepStrictEqual(seen, [
+        "InternalProviderError",
+        "InternalProviderError",
+        "InternalProviderError",
+        "ok",
+        "ok"
+      ])
     }))
 
   it.effect("each layer build starts with fresh attempt counters", () =>
     Effect.gen(function*() {
-      const script = { rules: [{ turns: [{ error: { kind: "retryable" as const, message: "flaky", times: 1 }, text: "ok" }] }] }
+      const script = {
+        rules: [{ turns: [{ error: { kind: "retryable" as const, message: "flaky", times: 1 }, text: "ok" }] }]
+      }
       const first = yield* Effect.flip(run(script, explore))
       const again = yield* Effect.flip(run(script, explore))
       assert.strictEqual(first.reason._tag, "InternalProviderError")
@@ -410,7 +446,12 @@ describe("ScriptedModel streamText", () => {
     ]
   }
   const stream = (prompt: ReadonlyArray<Msg>) =>
-    LanguageModel.streamText({ prompt, toolkit: Tools, disableToolCallResolution: true, toolCallValidation: "deferred" })
+    LanguageModel.streamText({
+      prompt,
+      toolkit: Tools,
+      disableToolCallResolution: true,
+      toolCallValidation: "deferred"
+    })
       .pipe(Stream.runCollect, Effect.provide(ScriptedModel.layer(script)))
 
   it.effect("produces the same text as generateText, with metadata and finish parts", () =>
@@ -485,9 +526,15 @@ describe("ScriptedModel JSON scripts", () => {
       return Result.isFailure(r) ? r.failure.message : "decoded"
     }
     assert.include(message({}), "a turn needs at least one of text, tool_calls, error or hang")
-    assert.include(message({ error: { kind: "retryable", message: "x", times: 2 } }), "error.times needs text or tool_calls")
+    assert.include(
+      message({ error: { kind: "retryable", message: "x", times: 2 } }),
+      "error.times needs text or tool_calls"
+    )
     assert.include(message({ hang: true, text: "x" }), "hang: true never answers")
-    assert.include(message({ error: { kind: "fatal", message: "x", retry_after_ms: 5 } }), "retry_after_ms only applies")
+    assert.include(
+      message({ error: { kind: "fatal", message: "x", retry_after_ms: 5 } }),
+      "retry_after_ms only applies"
+    )
     assert.strictEqual(message({ hang: { times: 1 }, tool_calls: [{ name: "a", args: "raw" }] }), "decoded")
   })
 
@@ -552,7 +599,12 @@ describe("docs/script-format.md", () => {
       const doc = yield* fs.readFileString(fileURLToPath(new URL("../../../docs/script-format.md", import.meta.url)))
       const block = /```json\n([\s\S]*?)```/.exec(doc)?.[1] ?? ""
       const script = yield* Schema.decodeUnknownEffect(Schema.fromJsonString(ScriptedModel.Script))(block)
-      assert.deepStrictEqual(script.rules.map((r) => r.name), ["orchestrator", "explorer", "slow reviewer", "anyone else"])
+      assert.deepStrictEqual(script.rules.map((r) => r.name), [
+        "orchestrator",
+        "explorer",
+        "slow reviewer",
+        "anyone else"
+      ])
       const results = yield* Effect.gen(function*() {
         const orchestrator = yield* generate([system("general", 0), user("Where is the config loaded?")])
         const explorerTask = [system("explore", 1), user("Find where the config is loaded")]

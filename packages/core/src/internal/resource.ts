@@ -4,5 +4,4 @@
 import { readFileSync } from "node:fs"
 
 /** Reads a UTF-8 text asset relative to the calling module (`import.meta.url`). */
-export const text = (relative: string, base: string): string =>
-  readFileSync(new URL(relative, base), "utf8").trimEnd()
+export const text = (relative: string, base: string): string => readFileSync(new URL(relative, base), "utf8").trimEnd()

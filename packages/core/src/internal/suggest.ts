@@ -18,7 +18,9 @@ export const distance = (a: string, b: string): number => {
       const above = rows[i - 1]!
       const cost = s[i - 1] === t[j - 1] ? 0 : 1
       let best = Math.min(above[j]! + 1, row[j - 1]! + 1, above[j - 1]! + cost)
-      if (i > 1 && j > 1 && s[i - 1] === t[j - 2] && s[i - 2] === t[j - 1]) best = Math.min(best, rows[i - 2]![j - 2]! + 1)
+      if (i > 1 && j > 1 && s[i - 1] === t[j - 2] && s[i - 2] === t[j - 1]) {
+        best = Math.min(best, rows[i - 2]![j - 2]! + 1)
+      }
       row.push(best)
     }
     rows.push(row)
@@ -46,7 +48,9 @@ export const nearest = (name: string, candidates: Iterable<string>): string | un
     const other = candidate.toLowerCase()
     const shorter = Math.min(lower.length, other.length)
     if (shorter >= 4 && (other.startsWith(lower) || lower.startsWith(other))) {
-      if (prefixed === undefined || Math.abs(candidate.length - name.length) < Math.abs(prefixed.length - name.length)) {
+      if (
+        prefixed === undefined || Math.abs(candidate.length - name.length) < Math.abs(prefixed.length - name.length)
+      ) {
         prefixed = candidate
       }
     }

@@ -10,7 +10,7 @@
  */
 import { Clock, Effect, Option, Schema } from "effect"
 import { Prompt } from "effect/ai"
-import type { AgentEvents, AgentEvent } from "../AgentEvents.ts"
+import type { AgentEvent, AgentEvents } from "../AgentEvents.ts"
 import type { Permission } from "../Permission.ts"
 import type { RegisteredTool, ToolErrorLike, ToolRegistry } from "../ToolRegistry.ts"
 import type { ToolCall } from "./ResolveTurn.ts"
@@ -57,7 +57,10 @@ const parseArguments = (tool: RegisteredTool, params: unknown): Effect.Effect<un
       )
     }
   }
-  return Effect.mapError(tool.decode(input), (error) => new InvalidArguments({ tool: tool.name, reason: error.message }))
+  return Effect.mapError(
+    tool.decode(input),
+    (error) => new InvalidArguments({ tool: tool.name, reason: error.message })
+  )
 }
 
 const publish = (deps: RunToolsDeps, state: SessionState, event: Omit<AgentEvent, "agent" | "at">) =>

@@ -79,8 +79,12 @@ export const SpawnParameters = Schema.Struct({
   detached: optionalBoolean("Keep running after this agent finishes or is cancelled (default false)"),
   fork_context: optionalBoolean("Start from a copy of this conversation (default false: the prompt only)"),
   inherit_context: optionalBoolean("Alias of fork_context"),
-  allowed_tools: Schema.optionalKey(Schema.Array(Schema.String).annotate({ description: "For custom agents: the tools they may use" })),
-  verifies: optionalString("An agent (id or session name) whose current run this agent checks: its result is attached to that agent's record as verification")
+  allowed_tools: Schema.optionalKey(
+    Schema.Array(Schema.String).annotate({ description: "For custom agents: the tools they may use" })
+  ),
+  verifies: optionalString(
+    "An agent (id or session name) whose current run this agent checks: its result is attached to that agent's record as verification"
+  )
 })
 
 const spawnHandler = (name: string) =>
@@ -110,7 +114,8 @@ export const spawn = ToolRegistry.define({
 
 export const open = ToolRegistry.define({
   name: "agent_open",
-  description: "The newer name of agent_spawn: start a background sub-agent and return its id and a short session name at once (every agent tool accepts either).",
+  description:
+    "The newer name of agent_spawn: start a background sub-agent and return its id and a short session name at once (every agent tool accepts either).",
   parameters: SpawnParameters,
   posture: "spawn",
   handler: spawnHandler("agent_open")
@@ -120,14 +125,17 @@ export const WaitParameters = Schema.Struct({
   ids: Schema.optionalKey(Schema.Array(Schema.String).annotate({ description: "The agents to wait for" })),
   ...idFields,
   wait_mode: Schema.optionalKey(
-    Schema.Literals(["any", "all"]).annotate({ description: "any: return when one finishes (default); all: when all have" })
+    Schema.Literals(["any", "all"]).annotate({
+      description: "any: return when one finishes (default); all: when all have"
+    })
   ),
   timeout_ms: optionalInt("Return after this long even if they are still running (default: wait)")
 })
 
 export const wait = ToolRegistry.define({
   name: "agent_wait",
-  description: "Wait for background sub-agents to finish. Returns the finished ones (with their results) and the ids still running; with no ids, waits for the agents you spawned.",
+  description:
+    "Wait for background sub-agents to finish. Returns the finished ones (with their results) and the ids still running; with no ids, waits for the agents you spawned.",
   parameters: WaitParameters,
   posture: "spawn",
   handler: Effect.fn("tool.agent_wait")(function*(params, context) {
@@ -154,13 +162,16 @@ const ResultParameters = Schema.Struct({
 
 export const result = ToolRegistry.define({
   name: "agent_result",
-  description: "The state or result of a sub-agent: status, summary, the five sections, usage. With block: true, waits for it to finish first.",
+  description:
+    "The state or result of a sub-agent: status, summary, the five sections, usage. With block: true, waits for it to finish first.",
   parameters: ResultParameters,
   posture: "spawn",
   handler: Effect.fn("tool.agent_result")(function*(params) {
     const manager = yield* SubAgentManager
     const id = yield* pick("agent_result", params, ["agent_id", "id"])
-    return agentResultForModel(yield* manager.result(id, { block: params.block ?? false, timeoutMs: params.timeout_ms }))
+    return agentResultForModel(
+      yield* manager.result(id, { block: params.block ?? false, timeoutMs: params.timeout_ms })
+    )
   })
 })
 
@@ -191,7 +202,8 @@ export const close = ToolRegistry.define({
 
 export const list = ToolRegistry.define({
   name: "agent_list",
-  description: "List sub-agents of this run (and any still running). With include_archived: true, also those of earlier runs, flagged from_prior_session.",
+  description:
+    "List sub-agents of this run (and any still running). With include_archived: true, also those of earlier runs, flagged from_prior_session.",
   parameters: Schema.Struct({ include_archived: optionalBoolean("Include finished agents of earlier runs") }),
   posture: "spawn",
   handler: Effect.fn("tool.agent_list")(function*(params) {
@@ -220,7 +232,8 @@ const InputParameters = Schema.Struct({
 
 export const sendInput = ToolRegistry.define({
   name: "agent_send_input",
-  description: "Send a message to a running sub-agent; it is delivered before its next model step (interrupt: true delivers now). To a finished agent it returns delivered: false with the reason.",
+  description:
+    "Send a message to a running sub-agent; it is delivered before its next model step (interrupt: true delivers now). To a finished agent it returns delivered: false with the reason.",
   parameters: InputParameters,
   posture: "spawn",
   handler: Effect.fn("tool.agent_send_input")(function*(params) {
@@ -300,7 +313,9 @@ export const evaluate = ToolRegistry.define({
 })
 
 export const HandleReadParameters = Schema.Struct({
-  handle: optionalString("A transcript handle (transcript_handle from agent_eval, agent_result or task), or an agent id or session name"),
+  handle: optionalString(
+    "A transcript handle (transcript_handle from agent_eval, agent_result or task), or an agent id or session name"
+  ),
   ...idFields,
   offset: optionalInt("The first message to read (0 = the system prompt; default 0)"),
   limit: optionalInt("How many messages (default 20, at most 100)")
@@ -320,7 +335,8 @@ export const handleRead = ToolRegistry.define({
 
 export const resume = ToolRegistry.define({
   name: "agent_resume",
-  description: "Continue a finished (interrupted, cancelled, failed or completed) sub-agent from its transcript, optionally with a new message. Runs in the background like agent_spawn.",
+  description:
+    "Continue a finished (interrupted, cancelled, failed or completed) sub-agent from its transcript, optionally with a new message. Runs in the background like agent_spawn.",
   parameters: Schema.Struct({ ...idFields, ...messageFields("What to do next (default: continue)") }),
   posture: "spawn",
   handler: Effect.fn("tool.agent_resume")(function*(params, context) {
@@ -332,7 +348,8 @@ export const resume = ToolRegistry.define({
 
 export const assign = ToolRegistry.define({
   name: "agent_assign",
-  description: "Update a sub-agent's objective and/or role and deliver a note about it (delivered before its next step). A new role only narrows what the agent may do, from its next tool call on; a role that would grant more (e.g. review to general) is refused and nothing changes.",
+  description:
+    "Update a sub-agent's objective and/or role and deliver a note about it (delivered before its next step). A new role only narrows what the agent may do, from its next tool call on; a role that would grant more (e.g. review to general) is refused and nothing changes.",
   parameters: Schema.Struct({
     ...idFields,
     objective: optionalString("The new objective"),

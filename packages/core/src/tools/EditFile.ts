@@ -20,7 +20,9 @@ export const Parameters = Schema.Struct({
   }),
   new_string: Schema.String.annotate({ description: "The text to put in its place (must differ from old_string)" }),
   replace_all: Schema.optionalKey(
-    Schema.Boolean.annotate({ description: "Replace every occurrence instead of requiring exactly one (default false)" })
+    Schema.Boolean.annotate({
+      description: "Replace every occurrence instead of requiring exactly one (default false)"
+    })
   )
 })
 export type Parameters = typeof Parameters.Type

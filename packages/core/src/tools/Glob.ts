@@ -18,7 +18,8 @@ export const maxResults = 1000
 
 export const Parameters = Schema.Struct({
   pattern: Schema.String.annotate({
-    description: "Glob such as \"**/*.ts\", \"src/**/*.test.ts\" or \"*.{json,md}\", matched against paths relative to `path`"
+    description:
+      "Glob such as \"**/*.ts\", \"src/**/*.test.ts\" or \"*.{json,md}\", matched against paths relative to `path`"
   }),
   path: Schema.optionalKey(
     Schema.String.annotate({ description: "Directory to search, relative to the workspace root (default: the root)" })
@@ -36,7 +37,9 @@ export const definition = ToolRegistry.define({
     const given = params.path ?? "."
     const start = yield* workspace.resolve(given)
     const type = yield* typeOf(name, given, start)
-    if (type === undefined) return yield* new ToolRegistry.ToolFailure({ tool: name, reason: `path not found: "${given}"` })
+    if (type === undefined) {
+      return yield* new ToolRegistry.ToolFailure({ tool: name, reason: `path not found: "${given}"` })
+    }
 
     const glob = yield* Walk.glob(name, params.pattern)
     const found: Array<string> = []

@@ -67,7 +67,11 @@ const classToRe2 = (body: string): string => {
         continue
       }
     }
-    out += char === "-" && i > (negate ? 1 : 0) && i < body.length - 1 ? "-" : /[\\\]\[^-]/.test(char) ? `\\${char}` : char
+    out += char === "-" && i > (negate ? 1 : 0) && i < body.length - 1
+      ? "-"
+      : /[\\\][^-]/.test(char)
+      ? `\\${char}`
+      : char
   }
   return negate ? `[^/${out}]` : `(?:[${out}])`
 }
@@ -126,7 +130,9 @@ const expandAcrossSegments = (pattern: string): Array<string> | Refused => {
     }
     const out: Array<string> = []
     for (let k = 0; k < bounds.length - 1; k++) {
-      const expanded = expandAcrossSegments(pattern.slice(0, i) + pattern.slice(bounds[k]! + 1, bounds[k + 1]) + pattern.slice(end + 1))
+      const expanded = expandAcrossSegments(
+        pattern.slice(0, i) + pattern.slice(bounds[k]! + 1, bounds[k + 1]) + pattern.slice(end + 1)
+      )
       if (expanded instanceof Refused) return expanded
       out.push(...expanded)
       if (out.length > maxAlternatives) {
@@ -205,7 +211,9 @@ const compileOne = (pattern: string): Array<Segment> | Refused => {
   const segments: Array<Segment> = []
   for (const part of normalizeParts(splitSegments(pattern))) {
     if (part === "..") {
-      return new Refused(`".." is not supported in a glob (files are matched below the searched directory); change the path parameter instead`)
+      return new Refused(
+        `".." is not supported in a glob (files are matched below the searched directory); change the path parameter instead`
+      )
     }
     if (part === "**") {
       if (segments.at(-1)?._tag !== "globstar") segments.push({ _tag: "globstar" })
@@ -219,7 +227,8 @@ const compileOne = (pattern: string): Array<Segment> | Refused => {
     if (source instanceof Refused) return source
     const compiled = Result.try({
       try: () => RE2JS.compile(source, RE2JS.DOTALL),
-      catch: (error) => new Refused(`it is not a valid glob (${error instanceof Error ? error.message : String(error)})`)
+      catch: (error) =>
+        new Refused(`it is not a valid glob (${error instanceof Error ? error.message : String(error)})`)
     })
     if (Result.isFailure(compiled)) return compiled.failure
     segments.push({ _tag: "pattern", regex: compiled.success, dot: part.startsWith(".") })
@@ -246,11 +255,11 @@ const matchSegment = (segment: Segment, name: string): boolean => {
  */
 const matchSegments = (pattern: ReadonlyArray<Segment>, names: ReadonlyArray<string>): boolean => {
   const width = names.length + 1
-  let next = new Array<boolean>(width).fill(false)
+  let next = Array.from({ length: width }, () => false)
   next[names.length] = true
   for (let i = pattern.length - 1; i >= 0; i--) {
     const segment = pattern[i]!
-    const here = new Array<boolean>(width).fill(false)
+    const here = Array.from({ length: width }, () => false)
     for (let j = names.length; j >= 0; j--) {
       if (segment._tag === "globstar") {
         const last = i === pattern.length - 1

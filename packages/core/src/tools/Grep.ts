@@ -37,17 +37,23 @@ const description = text("./grep.md", import.meta.url)
 
 export const Parameters = Schema.Struct({
   pattern: Schema.String.annotate({
-    description: `RE2 regular expression (no backreferences or lookaround), matched against each line (no surrounding slashes); at most ${maxPatternChars} characters`
+    description:
+      `RE2 regular expression (no backreferences or lookaround), matched against each line (no surrounding slashes); at most ${maxPatternChars} characters`
   }),
   path: Schema.optionalKey(
-    Schema.String.annotate({ description: "Directory or file to search, relative to the workspace root (default: the root)" })
+    Schema.String.annotate({
+      description: "Directory or file to search, relative to the workspace root (default: the root)"
+    })
   ),
   include: Schema.optionalKey(
     Schema.String.annotate({
-      description: "Only search files whose path matches this glob, e.g. \"**/*.ts\" or \"*.{ts,tsx}\" (a pattern without / matches file names anywhere)"
+      description:
+        "Only search files whose path matches this glob, e.g. \"**/*.ts\" or \"*.{ts,tsx}\" (a pattern without / matches file names anywhere)"
     })
   ),
-  ignore_case: Schema.optionalKey(Schema.Boolean.annotate({ description: "Case-insensitive matching (default false)" })),
+  ignore_case: Schema.optionalKey(
+    Schema.Boolean.annotate({ description: "Case-insensitive matching (default false)" })
+  ),
   max_matches: Schema.optionalKey(
     Schema.Int.pipe(Schema.check(Schema.isGreaterThanOrEqualTo(1))).annotate({
       description: `Stop after this many matching lines (default ${defaultMaxMatches})`
@@ -66,7 +72,9 @@ const unsupported = (description: string, fragment: string): string | undefined 
     return "backreferences (\\1, \\k<name>) are not supported"
   }
   if (fragment.startsWith("(?=") || fragment.startsWith("(?!")) return "lookahead ((?=...), (?!...)) is not supported"
-  if (fragment.startsWith("(?<=") || fragment.startsWith("(?<!")) return "lookbehind ((?<=...), (?<!...)) is not supported"
+  if (fragment.startsWith("(?<=") || fragment.startsWith("(?<!")) {
+    return "lookbehind ((?<=...), (?<!...)) is not supported"
+  }
   if (fragment.startsWith("\\u")) return "\\uXXXX escapes are not supported; write \\x{XXXX}"
   if (fragment.startsWith("\\c")) return "control escapes (\\cX) are not supported; write \\x{XX}"
   if (description === "invalid nested repetition operator" && /^[*+?]\+$/.test(fragment)) {
@@ -168,9 +176,17 @@ export const definition = (limits: Limits) =>
 
       const notes: Array<string> = []
       if (cut === "matches") {
-        notes.push(`[stopped after ${plural(maxMatches, "match", "matches")} (max_matches); narrow the pattern, path or include, or raise max_matches]`)
+        notes.push(
+          `[stopped after ${
+            plural(maxMatches, "match", "matches")
+          } (max_matches); narrow the pattern, path or include, or raise max_matches]`
+        )
       } else if (cut === "chars") {
-        notes.push(`[output truncated at ${limits.maxOutputChars} characters after ${plural(matches, "match", "matches")}; narrow the pattern, path or include]`)
+        notes.push(
+          `[output truncated at ${limits.maxOutputChars} characters after ${
+            plural(matches, "match", "matches")
+          }; narrow the pattern, path or include]`
+        )
       }
       if (tooLarge > 0) notes.push(`[skipped ${plural(tooLarge, "file")} larger than ${maxFileBytes} bytes]`)
       if (out.length === 0) {

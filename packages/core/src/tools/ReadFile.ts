@@ -64,7 +64,9 @@ export const definition = (limits: Limits) =>
       const info = yield* fs.stat(absolute).pipe(Effect.mapError(fsFailure(name, params.path)))
       if (Number(info.size) > maxFileBytes) {
         return yield* fail(
-          `"${params.path}" is ${Number(info.size)} bytes, over the ${maxFileBytes}-byte limit; use grep to find what you need, or shell (e.g. sed -n) for a slice`
+          `"${params.path}" is ${
+            Number(info.size)
+          } bytes, over the ${maxFileBytes}-byte limit; use grep to find what you need, or shell (e.g. sed -n) for a slice`
         )
       }
       const bytes = yield* fs.readFile(absolute).pipe(Effect.mapError(fsFailure(name, params.path)))
@@ -74,7 +76,9 @@ export const definition = (limits: Limits) =>
       if (lines.length === 0) return `(${workspace.relative(absolute)} is empty)`
       const offset = params.offset ?? 1
       if (offset > lines.length) {
-        return yield* fail(`offset ${offset} is past the end of "${params.path}", which has ${plural(lines.length, "line")}`)
+        return yield* fail(
+          `offset ${offset} is past the end of "${params.path}", which has ${plural(lines.length, "line")}`
+        )
       }
       const last = Math.min(lines.length, offset - 1 + (params.limit ?? defaultLimit))
 

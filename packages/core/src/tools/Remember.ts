@@ -10,14 +10,15 @@
  */
 import { Effect, Layer, Schema } from "effect"
 import { text } from "../internal/resource.ts"
-import { defaultPath, Memory, maxNoteChars, normalize } from "../Memory.ts"
+import { defaultPath, maxNoteChars, Memory, normalize } from "../Memory.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 
 export const name = "remember"
 
 export const Parameters = Schema.Struct({
   note: Schema.String.annotate({
-    description: `One self-contained fact worth knowing in later sessions, as a single line (at most ${maxNoteChars} characters)`
+    description:
+      `One self-contained fact worth knowing in later sessions, as a single line (at most ${maxNoteChars} characters)`
   })
 })
 export type Parameters = typeof Parameters.Type

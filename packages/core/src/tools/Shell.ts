@@ -50,7 +50,9 @@ const closeBounded = (scope: Scope.Closeable, exit: Exit.Exit<unknown, unknown>)
 const description = text("./shell.md", import.meta.url)
 
 export const Parameters = Schema.Struct({
-  command: Schema.String.annotate({ description: "Shell command line, run as `sh -c <command>` in the workspace root" }),
+  command: Schema.String.annotate({
+    description: "Shell command line, run as `sh -c <command>` in the workspace root"
+  }),
   timeout_ms: Schema.optionalKey(
     Schema.Int.pipe(Schema.check(Schema.isGreaterThanOrEqualTo(1))).annotate({
       description: `Timeout in milliseconds (default: the configured shell timeout; at most ${maxTimeoutMs})`
@@ -132,7 +134,11 @@ export const definition = (options: Options) =>
         ? { _tag: "none" }
         : Sandbox.accessOf(context.rules, writeTools)
       const policy = sandbox.policy(context.role, context.rules?.label ?? `${context.role} agent`, access)
-      const launch = yield* sandbox.launch(policy, params.command, { stdin: "ignore", killSignal: "SIGTERM", forceKillAfter })
+      const launch = yield* sandbox.launch(policy, params.command, {
+        stdin: "ignore",
+        killSignal: "SIGTERM",
+        forceKillAfter
+      })
       const timeoutMs = Math.min(params.timeout_ms ?? options.shellTimeoutSecs * 1000, maxTimeoutMs)
       const stdout = makeCapture(options.maxOutputChars)
       const stderr = makeCapture(options.maxOutputChars)

@@ -11,9 +11,9 @@
 import { Effect, Layer, Schema } from "effect"
 import { text } from "../internal/resource.ts"
 import { withSpan } from "../internal/span.ts"
-import { resultSections, type ResultSections } from "../SubAgentRecord.ts"
 import * as Roles from "../Roles.ts"
 import { type AgentView, SubAgentManager } from "../SubAgentManager.ts"
+import { type ResultSections, resultSections } from "../SubAgentRecord.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 
 export const TaskParameters = Schema.Struct({
@@ -75,7 +75,9 @@ export const taskResult = (agent: AgentView): TaskResult => ({
   tool_calls: agent.tool_calls,
   steps: agent.steps,
   tokens: agent.tokens,
-  duration_ms: agent.started_at !== undefined && agent.finished_at !== undefined ? agent.finished_at - agent.started_at : 0,
+  duration_ms: agent.started_at !== undefined && agent.finished_at !== undefined
+    ? agent.finished_at - agent.started_at
+    : 0,
   model: agent.model,
   transcript_handle: agent.transcript_handle
 })

@@ -14,7 +14,9 @@ import { fsFailure, plural, typeOf } from "./Common.ts"
 export const name = "write_file"
 
 export const Parameters = Schema.Struct({
-  path: Schema.String.annotate({ description: "File to write, relative to the workspace root (or absolute inside it)" }),
+  path: Schema.String.annotate({
+    description: "File to write, relative to the workspace root (or absolute inside it)"
+  }),
   content: Schema.String.annotate({ description: "The complete new content of the file" })
 })
 export type Parameters = typeof Parameters.Type
@@ -36,7 +38,9 @@ export const definition = ToolRegistry.define({
     if (type !== undefined && type !== "File") {
       return yield* new ToolRegistry.ToolFailure({
         tool: name,
-        reason: `"${params.path}" is ${type === "Directory" ? "a directory" : "not a regular file"}; give the path of a file`
+        reason: `"${params.path}" is ${
+          type === "Directory" ? "a directory" : "not a regular file"
+        }; give the path of a file`
       })
     }
     const bytes = utf8.encode(params.content)

@@ -26,11 +26,17 @@ describe("glob", () => {
     Effect.gen(function*() {
       const h = yield* setup()
       yield* tree(h)
-      assert.strictEqual(yield* h.text("glob", { pattern: "**/*.ts" }), "src/index.ts\nsrc/util/a.test.ts\nsrc/util/a.ts")
+      assert.strictEqual(
+        yield* h.text("glob", { pattern: "**/*.ts" }),
+        "src/index.ts\nsrc/util/a.test.ts\nsrc/util/a.ts"
+      )
       assert.strictEqual(yield* h.text("glob", { pattern: "*.md" }), "README.md")
       assert.strictEqual(yield* h.text("glob", { pattern: "**/*.test.ts" }), "src/util/a.test.ts")
       assert.strictEqual(yield* h.text("glob", { pattern: "**/package.json" }), "package.json\npackages/x/package.json")
-      assert.strictEqual(yield* h.text("glob", { pattern: "src/**/*.{js,ts}" }), "src/b.js\nsrc/index.ts\nsrc/util/a.test.ts\nsrc/util/a.ts")
+      assert.strictEqual(
+        yield* h.text("glob", { pattern: "src/**/*.{js,ts}" }),
+        "src/b.js\nsrc/index.ts\nsrc/util/a.test.ts\nsrc/util/a.ts"
+      )
       assert.strictEqual(yield* h.text("glob", { pattern: ".github/**/*.yml" }), ".github/workflows/ci.yml")
     }).pipe(provide))
 
@@ -38,7 +44,10 @@ describe("glob", () => {
     Effect.gen(function*() {
       const h = yield* setup()
       yield* tree(h)
-      assert.strictEqual(yield* h.text("glob", { pattern: "*.ts", path: "src/util" }), "src/util/a.test.ts\nsrc/util/a.ts")
+      assert.strictEqual(
+        yield* h.text("glob", { pattern: "*.ts", path: "src/util" }),
+        "src/util/a.test.ts\nsrc/util/a.ts"
+      )
       assert.strictEqual(yield* h.text("glob", { pattern: "src/util/a.ts", path: "src" }), "src/util/a.ts")
     }).pipe(provide))
 
@@ -64,8 +73,10 @@ describe("glob", () => {
   it.effect("caps the list with a note", () =>
     Effect.gen(function*() {
       const h = yield* setup()
-      yield* Effect.forEach(Array.from({ length: Glob.maxResults + 5 }, (_, i) => `f/${String(i).padStart(4, "0")}.txt`), (f) =>
-        h.write(f, ""))
+      yield* Effect.forEach(
+        Array.from({ length: Glob.maxResults + 5 }, (_, i) => `f/${String(i).padStart(4, "0")}.txt`),
+        (f) => h.write(f, "")
+      )
       const out = (yield* h.text("glob", { pattern: "**/*.txt" })).split("\n")
       assert.strictEqual(out.length, Glob.maxResults + 1)
       assert.strictEqual(out[0], "f/0000.txt")
@@ -81,14 +92,20 @@ describe("glob patterns a backtracking matcher chokes on", () => {
       yield* h.write("a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/x.txt", "")
       const started = Date.now()
       // With path.matchesGlob, the first takes minutes per file name.
-      assert.strictEqual(yield* h.text("glob", { pattern: `${"*a".repeat(30)}*b` }), `No files match "${"*a".repeat(30)}*b" under .`)
+      assert.strictEqual(
+        yield* h.text("glob", { pattern: `${"*a".repeat(30)}*b` }),
+        `No files match "${"*a".repeat(30)}*b" under .`
+      )
       assert.strictEqual(
         yield* h.text("glob", { pattern: "**/a/**/a/**/a/**/a/**/a/**/a/**/y.txt" }),
         `No files match "**/a/**/a/**/a/**/a/**/a/**/a/**/y.txt" under .`
       )
       assert.isBelow(Date.now() - started, 2_000)
       const extended = yield* h.failure("glob", { pattern: "+(a|b).txt" })
-      assert.include(extended.message, `pattern "+(a|b).txt" is refused: extended glob syntax "+(...)" is not supported`)
+      assert.include(
+        extended.message,
+        `pattern "+(a|b).txt" is refused: extended glob syntax "+(...)" is not supported`
+      )
       const long = yield* h.failure("grep", { pattern: "x", include: "*".repeat(1001) })
       assert.include(long.message, `include "${"*".repeat(1001)}" is refused: the pattern is 1001 characters long`)
     }).pipe(provide))

@@ -65,8 +65,29 @@ describe("GlobPattern", () => {
   })
 
   const piece = Schema.Literals([
-    "a", "b", ".", "*", "**", "?", "/", "{a,b}", "[ab]", "[!a]", "x", "-", "{,a}", "[a-b]", "{a,{b,x}}", "{a/b,x}",
-    "{.a,b}", "[[:alpha:]]", "\\", "{a,b/x}", "[^b]", "..", "/.."
+    "a",
+    "b",
+    ".",
+    "*",
+    "**",
+    "?",
+    "/",
+    "{a,b}",
+    "[ab]",
+    "[!a]",
+    "x",
+    "-",
+    "{,a}",
+    "[a-b]",
+    "{a,{b,x}}",
+    "{a/b,x}",
+    "{.a,b}",
+    "[[:alpha:]]",
+    "\\",
+    "{a,b/x}",
+    "[^b]",
+    "..",
+    "/.."
   ])
   const patterns = Arbitrary.array(Arbitrary.schema(piece), { minLength: 1, maxLength: 8 })
     .pipe(Arbitrary.map((pieces) => pieces.join("")))

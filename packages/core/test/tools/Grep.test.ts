@@ -119,7 +119,10 @@ describe("grep", () => {
       const error = yield* h.failure("grep", { pattern: "a".repeat(100_000) })
       assert.strictEqual(error._tag, "ToolFailure")
       assert.include(error.message, "pattern is 100000 characters long; at most 1000 are accepted")
-      assert.strictEqual(yield* h.text("grep", { pattern: "x".repeat(1000) }), `No matches for /${"x".repeat(1000)}/ under .`)
+      assert.strictEqual(
+        yield* h.text("grep", { pattern: "x".repeat(1000) }),
+        `No matches for /${"x".repeat(1000)}/ under .`
+      )
     }).pipe(provide))
 
   it.live("a search over a large file yields to other fibers and can be interrupted", () =>

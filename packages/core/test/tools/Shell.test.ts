@@ -120,7 +120,9 @@ describe("shell", () => {
   it.live("a command that ignores SIGTERM is still gone within a second of an interruption", () =>
     Effect.gen(function*() {
       const h = yield* setup()
-      const fiber = yield* Effect.forkChild(shell(h, { command: "trap '' TERM; echo $$ > pid; while :; do sleep 0.05; done" }))
+      const fiber = yield* Effect.forkChild(
+        shell(h, { command: "trap '' TERM; echo $$ > pid; while :; do sleep 0.05; done" })
+      )
       const pid = yield* pidFrom(h, "pid")
       const started = Date.now()
       yield* Fiber.interrupt(fiber)

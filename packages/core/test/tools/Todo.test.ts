@@ -45,7 +45,8 @@ describe("todowrite / todoread", () => {
   it.effect("postures: todowrite is plan, todoread is read", () =>
     Effect.gen(function*() {
       const h = yield* setup()
-      const posture = (name: string) => h.registry.get(name).pipe((o) => (o._tag === "Some" ? o.value.posture : undefined))
+      const posture = (name: string) =>
+        h.registry.get(name).pipe((o) => (o._tag === "Some" ? o.value.posture : undefined))
       assert.strictEqual(posture("todowrite"), "plan")
       assert.strictEqual(posture("todoread"), "read")
     }).pipe(provide))
