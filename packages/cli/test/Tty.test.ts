@@ -63,13 +63,13 @@ const script = {
   ]
 }
 
-/** Runs `fibril run …` in a new tmux session of the given size, in `dir`; killed with the scope. */
-const session = (dir: string, args: string, size: { readonly x: number; readonly y: number }) =>
+/** Runs `fibril run …` (or `command`) in a new tmux session of the given size, in `dir`; killed with the scope. */
+const session = (dir: string, args: string, size: { readonly x: number; readonly y: number }, command = "run") =>
   Effect.gen(function*() {
     const name = `fibril-test-${process.pid}-${Date.now()}-${Math.floor(Math.random() * 1000)}`
-    const command =
-      `cd ${dir} && env -u OPENAI_API_KEY ${process.execPath} ${sourceCondition} ${bin} run ${args}; echo EXIT=$?; sleep 60`
-    yield* tmux(["new-session", "-d", "-s", name, "-x", String(size.x), "-y", String(size.y), command])
+    const line =
+      `cd ${dir} && env -u OPENAI_API_KEY ${process.execPath} ${sourceCondition} ${bin} ${command} ${args}; echo EXIT=$?; sleep 60`
+    yield* tmux(["new-session", "-d", "-s", name, "-x", String(size.x), "-y", String(size.y), line])
     yield* Effect.addFinalizer(() => Effect.ignore(tmux(["kill-session", "-t", name])))
     return name
   })
@@ -215,6 +215,35 @@ describe("fibril run on a terminal", () => {
       assert.include(end, "EXIT=0")
       assert.strictEqual(end.split("\n").filter((line) => treeRow.test(line) && / general /.test(line)).length, 1, end)
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
+
+  it.live(
+    "fibril demo on a terminal: paced like a model, the tree seen growing, then printed once",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        yield* fs.writeFileString(path.join(dir, "README.md"), "# Tide tables\n\nPrints the tides of a harbour.\n")
+        const name = yield* session(dir, "", { x: 80, y: 24 }, "demo")
+        // While the explorers run: two or more of them on the screen at once.
+        const live = yield* screenWhen(
+          name,
+          (screen) => (screen.match(/[├└]─ [⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏●] explore/g) ?? []).length >= 2
+        )
+        assert.notInclude(live, "EXIT=", "the demo is paced: its explorers are seen running")
+        yield* screenWhen(name, (screen) => screen.includes("EXIT="))
+        const all = yield* history(name)
+        assert.include(all, "EXIT=0")
+        const rows = all.split("\n").filter((line) =>
+          /^[│├└─ ]*[○●✓✗⊘⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] (general|explore|review)\b/.test(line)
+        )
+        assert.strictEqual(rows.filter((row) => / general /.test(row)).length, 1, rows.join("\n"))
+        assert.strictEqual(rows.length, 5, rows.join("\n"))
+        for (const row of rows) assert.isAtMost(columnsOf(row), 79, row)
+        assert.include(all, "README.md:1: # Tide tables")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
 
   it.live(
     "draws the live tree; Ctrl-C cancels the tree, leaves no child process, says so, exits 130",
