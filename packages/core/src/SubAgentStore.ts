@@ -255,6 +255,14 @@ CREATE INDEX IF NOT EXISTS fibril_requests_owner ON fibril_requests (owner_boot,
 INSERT OR IGNORE INTO fibril_meta (key, value) VALUES ('schema_version', '1');
 `
 
+/** Rows per multi-row insert of transcript lines. */
+const linesPerInsert = 32
+const insertLinesSqlCache: Array<string> = []
+const insertLinesSql = (rows: number): string =>
+  insertLinesSqlCache[rows] ??= `INSERT INTO fibril_transcripts (handle, message) VALUES ${
+    Array.from({ length: rows }, () => "(?, ?)").join(", ")
+  }`
+
 /** The schema version this Fibril reads and writes. */
 export const schemaVersion = 1
 
@@ -361,6 +369,15 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
   // found it gone (and interrupted its agent) or adopted the agent, a late write from it — a
   // process that was stopped past its lease and woke up — changes nothing.
   const ownerPut = `${upsert} WHERE fibril_agents.owner_boot = ?4`
+  // The common case, an agent this process started: its row holds nothing but what this
+  // process wrote, so it is inserted, then replaced whole (no merge of unknown fields).
+  const insertNew =
+    `INSERT OR IGNORE INTO fibril_agents (agent_id, parent_id, status, owner_boot, handle, created_at, finished_at, record)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+  const replaceOwn = `UPDATE fibril_agents SET status = ?, finished_at = ?, record = ?
+    WHERE agent_id = ? AND owner_boot = ?`
+  /** Agents whose row this process inserted (and so holds no field it did not write), until their run ends. */
+  const inserted = new Set<string>()
 
   /** Renews this owner's lease when a third of it has passed (inside the caller's transaction). */
   const renewLease = (now: number) => {
@@ -383,12 +400,16 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
    * there (`gone:<boot id>`), adopt the adopter.
    */
   const applyPut = (record: SubAgentRecord, now: number, takeover?: string) => {
+    if (takeover === undefined && !isTerminal(record.status)) renewLease(now)
+    if (takeover === undefined && putOwn(record)) {
+      if (isTerminal(record.status)) terminalPuts++
+      return
+    }
     // Absent optional keys are sent as null, which json_patch removes: a field cleared here
     // (a reason, on resume) is cleared in the row; fields this version does not know stay.
     const patch = knownOnly(record)
     for (const key of knownKeys) if (!(key in patch)) patch[key] = null
     for (const key of retiredKeys) patch[key] = null
-    if (takeover === undefined && !isTerminal(record.status)) renewLease(now)
     db.run(
       takeover === undefined ? ownerPut : upsert,
       record.agent_id,
@@ -403,6 +424,53 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     if (isTerminal(record.status)) terminalPuts++
   }
 
+  /**
+   * The fast path: a new agent's first write inserts its row, and later writes while its run
+   * lasts replace it whole. False when the row existed already (a resumed, adopted or migrated
+   * agent): then the merging upsert runs.
+   */
+  const putOwn = (record: SubAgentRecord): boolean => {
+    const id = record.agent_id
+    const terminal = isTerminal(record.status)
+    if (inserted.has(id)) {
+      db.run(
+        replaceOwn,
+        record.status,
+        record.finished_at ?? null,
+        JSON.stringify(knownOnly(record)),
+        id,
+        record.session_boot_id
+      )
+      if (terminal) inserted.delete(id)
+      return true
+    }
+    const fresh = Number(
+      db.run(
+        insertNew,
+        id,
+        record.parent_id ?? null,
+        record.status,
+        record.session_boot_id,
+        record.transcript_handle,
+        record.created_at,
+        record.finished_at ?? null,
+        JSON.stringify(knownOnly(record))
+      ).changes
+    ) === 1
+    if (fresh && !terminal) inserted.add(id)
+    return fresh
+  }
+
+  /** Transcript rows, several per statement (a statement per row costs as much again as the row). */
+  const insertLines = (appends: ReadonlyArray<Append>) => {
+    const values: Array<string> = []
+    for (const { handle, lines } of appends) for (const line of lines) values.push(handle, line)
+    for (let at = 0; at < values.length; at += 2 * linesPerInsert) {
+      const chunk = values.slice(at, at + 2 * linesPerInsert)
+      db.run(insertLinesSql(chunk.length / 2), ...chunk)
+    }
+  }
+
   const commit = (): StoreError | undefined => {
     scheduled = false
     const appends = queue
@@ -415,11 +483,7 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     if (!crashed && (appends.length > 0 || records.size > 0)) {
       try {
         db.transaction(() => {
-          for (const { handle, lines } of appends) {
-            for (const line of lines) {
-              db.run("INSERT INTO fibril_transcripts (handle, message) VALUES (?, ?)", handle, line)
-            }
-          }
+          insertLines(appends)
           for (const { record, now } of records.values()) applyPut(record, now)
         })
       } catch (cause) {

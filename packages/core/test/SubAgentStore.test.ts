@@ -198,6 +198,11 @@ describe("SubAgentStore", () => {
               )
               // The service hands out known fields only.
               assert.deepStrictEqual(Option.getOrUndefined(yield* store.get(record.agent_id)), viaJson(record))
+            }))
+          // A row this process did not insert (another version's, or one written before a
+          // restart) is merged, never replaced: its unknown fields survive a later put.
+          yield* withStore(options, (store) =>
+            Effect.gen(function*() {
               yield* store.put(updated)
               yield* store.flush
               assert.deepStrictEqual(db.record(record.agent_id), viaJson({ ...updated, ...unknown }))
@@ -287,7 +292,11 @@ describe("SubAgentStore", () => {
               "UPDATE fibril_agents SET record = ? WHERE agent_id = 'a'",
               `${json.slice(0, -1)},"__proto__":{"polluted":true}}`
             )
-            const { reason: _reason, ...withoutReason } = record
+          }))
+        // The next process to write the row merges into it.
+        yield* withStore({ dir }, (store) =>
+          Effect.gen(function*() {
+            const { reason: _reason, ...withoutReason } = sample("a", { reason: "was here" })
             yield* store.put({ ...withoutReason, ...{ from_prior_session: true } })
             const got = Option.getOrThrow(yield* store.get("a"))
             assert.deepStrictEqual(got, withoutReason)

@@ -35,7 +35,9 @@ export const open = (file: string, busyTimeoutMs = 10_000): Database => {
     return statement
   }
   try {
-    db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF;")
+    db.exec(
+      "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF; PRAGMA wal_autocheckpoint = 10000;"
+    )
   } catch (cause) {
     db.close()
     throw cause
