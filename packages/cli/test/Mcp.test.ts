@@ -7,7 +7,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import type { RequestOptions } from "@modelcontextprotocol/sdk/shared/protocol.js"
 import type { Progress } from "@modelcontextprotocol/sdk/types.js"
 import { Effect, Exit, Fiber, FileSystem, Path } from "effect"
-import { DatabaseSync } from "node:sqlite"
+import { storedRecords } from "./inspect.ts"
 import { bin } from "./run.ts"
 
 const report = (summary: string) =>
@@ -53,15 +53,7 @@ const workspace = (config?: string) =>
       yield* fs.writeFileString(path.join(dir, ".fibril", "config.toml"), config)
     }
     // The records as the server left them in the shared store, read straight from the database.
-    const records = Effect.sync(() => {
-      const db = new DatabaseSync(path.join(dir, ".fibril", "state", "fibril.db"))
-      try {
-        return db.prepare("SELECT record FROM fibril_agents").all()
-          .map((row) => JSON.parse(String(row["record"])) as Record<string, unknown>)
-      } finally {
-        db.close()
-      }
-    })
+    const records = Effect.sync(() => storedRecords(dir))
     return { dir, records }
   })
 

@@ -4,8 +4,7 @@ import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, FileSystem, Path } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
-import { readdirSync, readFileSync } from "node:fs"
-import { DatabaseSync } from "node:sqlite"
+import { pidsWith, storedRecords } from "./inspect.ts"
 import { bin, fibril } from "./run.ts"
 
 const report = (summary: string) =>
@@ -19,24 +18,7 @@ interface Row {
   readonly depth: number
 }
 
-const records = (dir: string): ReadonlyArray<Row> => {
-  const db = new DatabaseSync(`${dir}/.fibril/state/fibril.db`)
-  try {
-    return db.prepare("SELECT record FROM fibril_agents").all().map((row) => JSON.parse(String(row["record"])) as Row)
-  } finally {
-    db.close()
-  }
-}
-
-/** Host pids of processes with `marker` among their arguments (a sandboxed shell has its own pid namespace). */
-const pidsWith = (marker: string): Array<number> =>
-  readdirSync("/proc").filter((entry) => /^\d+$/.test(entry)).flatMap((entry) => {
-    try {
-      return readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0").includes(marker) ? [Number(entry)] : []
-    } catch {
-      return []
-    }
-  })
+const records = (dir: string) => storedRecords<Row>(dir)
 
 const workspace = (script: unknown) =>
   Effect.gen(function*() {

@@ -6,7 +6,7 @@ import { assert, describe, it } from "@effect/vitest"
 import type { ScriptedModel } from "@fibril/testkit"
 import { Deferred, Effect, FileSystem, Path, Stream } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
-import { DatabaseSync } from "node:sqlite"
+import { storedRecords } from "./inspect.ts"
 import { bin, fibril } from "./run.ts"
 
 const report = (summary: string) =>
@@ -47,15 +47,7 @@ interface Row {
   readonly depth: number
 }
 
-/** Every record in the workspace's store, read straight from the database file. */
-const records = (dir: string): ReadonlyArray<Row> => {
-  const db = new DatabaseSync(`${dir}/.fibril/state/fibril.db`)
-  try {
-    return db.prepare("SELECT record FROM fibril_agents").all().map((row) => JSON.parse(String(row["record"])) as Row)
-  } finally {
-    db.close()
-  }
-}
+const records = (dir: string) => storedRecords<Row>(dir)
 
 const workspace = (script: unknown) =>
   Effect.gen(function*() {

@@ -7,7 +7,7 @@ import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, FileSystem, Path, Stream } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
-import { readdirSync, readFileSync } from "node:fs"
+import { pidsWith } from "./inspect.ts"
 import { bin, sourceCondition } from "./run.ts"
 
 const tmux = (args: ReadonlyArray<string>) =>
@@ -26,19 +26,6 @@ const alive = (pid: number) => {
     return false
   }
 }
-
-/**
- * Host pids of processes with `marker` among their arguments: the verifier's shell runs in
- * a sandbox with its own pid namespace, where `$$` is not a host pid.
- */
-const pidsWith = (marker: string): Array<number> =>
-  readdirSync("/proc").filter((entry) => /^\d+$/.test(entry)).flatMap((entry) => {
-    try {
-      return readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0").includes(marker) ? [Number(entry)] : []
-    } catch {
-      return []
-    }
-  })
 
 const marker = String(300_000 + Math.floor(Math.random() * 100_000))
 
