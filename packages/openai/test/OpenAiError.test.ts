@@ -77,6 +77,26 @@ describe("OpenAiError: every fault maps to the right AiError reason", () => {
       assert.strictEqual(streamed.method, "streamText")
     }))
 
+  it.live("a 429 with no code, or a code other than insufficient_quota, is a rate limit to wait out, not an empty account", () =>
+    Effect.gen(function*() {
+      // vLLM, Ollama and some proxies answer 429 without OpenAI's `rate_limit_exceeded` code;
+      // Azure says `429` with its own codes. Only `insufficient_quota` means the money is gone.
+      const codes = [null, "tokens", "requests", "insufficient_quota"] as const
+      const { model } = yield* serve({
+        script: hello,
+        faults: codes.map((code, i) => ({ on: i + 1, fault: { status: 429, code, retryAfterSecs: 2 } }))
+      })
+      const lm = yield* model()
+      const errors = yield* Effect.forEach(codes, () => Effect.flip(generate(lm, "hi")))
+      assert.deepStrictEqual(errors.map(reasonOf), [
+        { tag: "RateLimitError", retryable: true },
+        { tag: "RateLimitError", retryable: true },
+        { tag: "RateLimitError", retryable: true },
+        { tag: "QuotaExhaustedError", retryable: false }
+      ])
+      assert.deepStrictEqual(errors.slice(0, 3).map(retryAfterMs), [2000, 2000, 2000])
+    }))
+
   it.live("HTTP statuses: 5xx/408 retryable InternalProviderError; 400/422 InvalidRequestError and 403 AuthenticationError are not", () =>
     Effect.gen(function*() {
       const statuses = [500, 502, 503, 408, 400, 422, 403]

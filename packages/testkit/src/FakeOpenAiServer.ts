@@ -38,8 +38,11 @@ export interface Fault {
   readonly retryAfterMs?: number
   /** With `status`: a raw `Retry-After` value (e.g. an HTTP date). */
   readonly retryAfter?: string
-  /** With `status`: the error body's `code` (e.g. `insufficient_quota`). */
-  readonly code?: string
+  /**
+   * With `status`: the error body's `code` (e.g. `insufficient_quota`); `null` sends
+   * `"code": null`, as some OpenAI-compatible servers do. Unset, a 429 says `rate_limit_exceeded`.
+   */
+  readonly code?: string | null
   /** Never answer; the connection stays open until the client gives up. */
   readonly hang?: boolean
   /** Wait this long before each SSE chunk (or before a JSON answer). */
@@ -361,12 +364,12 @@ const streamChunks = (answer: Answer, options: Options, includeUsage: boolean): 
   return chunks
 }
 
-const errorBody = (status: number, message: string, code?: string) => ({
+const errorBody = (status: number, message: string, code?: string | null) => ({
   error: {
     message,
     type: status === 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error",
     param: null,
-    code: code ?? (status === 429 ? "rate_limit_exceeded" : status === 401 ? "invalid_api_key" : null)
+    code: code !== undefined ? code : status === 429 ? "rate_limit_exceeded" : status === 401 ? "invalid_api_key" : null
   }
 })
 
