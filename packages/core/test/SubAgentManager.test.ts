@@ -1,9 +1,11 @@
 import { assert, describe, it } from "@effect/vitest"
-import type { ScriptedModel } from "@fibril/testkit"
-import { Deferred, Effect, Fiber, PubSub } from "effect"
+import { ScriptedModel } from "@fibril/testkit"
+import { Context, Deferred, Effect, Fiber, FileSystem, Layer, PubSub } from "effect"
 import type { Prompt } from "effect/ai"
 import { TestClock } from "effect/testing"
 import { AgentEvents } from "../src/AgentEvents.ts"
+import * as Fibril from "../src/Fibril.ts"
+import * as FibrilConfig from "../src/FibrilConfig.ts"
 import { Session } from "../src/Session.ts"
 import { SubAgentManager } from "../src/SubAgentManager.ts"
 import type { SubAgentRecord } from "../src/SubAgentRecord.ts"
@@ -75,6 +77,30 @@ describe("SubAgentManager", () => {
       const done = yield* manager.result(queued.agent_id, { block: true })
       assert.strictEqual(done.status, "completed")
       assert.strictEqual(done.outcome?.summary, "queued one done")
+    }).pipe(provideNode))
+
+  it.effect("admission = queue set in .fibril/config.toml reaches the manager: at the cap a spawn waits, it is not refused", () =>
+    Effect.gen(function*() {
+      const { script, answer } = yield* controlled
+      const fs = yield* FileSystem.FileSystem
+      const cwd = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      yield* fs.makeDirectory(`${cwd}/.fibril`)
+      yield* fs.writeFileString(`${cwd}/.fibril/config.toml`, `[subagents]\nmax_concurrent = 2\nadmission = "queue"\n`)
+      const { settings } = yield* FibrilConfig.load({ cwd, home: cwd, env: {} })
+      const context = yield* Layer.build(
+        Fibril.layerFromSettings(cwd, settings).pipe(Layer.provide(ScriptedModel.layer(script)))
+      )
+      const manager = Context.get(context, SubAgentManager)
+      assert.strictEqual(manager.options.admission, "queue")
+      const first = yield* manager.spawn(undefined, { prompt: "job-0" })
+      yield* manager.spawn(undefined, { prompt: "job-1" })
+      const third = yield* manager.spawn(undefined, { prompt: "job-2" })
+      assert.strictEqual(third.status, "pending")
+      yield* answer("job-0", { text: report("done") })
+      yield* manager.wait([first.agent_id], { mode: "all" })
+      yield* answer("job-2", { text: report("third done") })
+      const done = yield* manager.result(third.agent_id, { block: true })
+      assert.strictEqual(done.outcome?.summary, "third done")
     }).pipe(provideNode))
 
   it.effect("send_input to a completed agent is not delivered; to a running one it is read before its next step", () =>

@@ -188,6 +188,50 @@ describe("budgets", () => {
       assert.include(task.summary, "tree_max_tokens=1000")
       assert.strictEqual(task.tokens.input, 1200)
     }).pipe(provideNode))
+
+  it.effect("a tree budget counts the root's and the siblings' spend: the second child alone is under it, the tree is not", () =>
+    Effect.gen(function*() {
+      // root 400 + first child 400 = 800 (under 1000); the second child's 300 makes 1100. Its own
+      // subtree (300), or its own plus the root's (700), or its plus its sibling's (700) would not.
+      const child = (prompt: string, input: number): ScriptedModel.Rule => ({
+        match: { prompt },
+        turns: [
+          { tool_calls: [{ name: "list_dir", args: {} }], usage: { input, output: 0 } },
+          { text: report(`${prompt} finished`), usage: { input: 0, output: 0 } }
+        ]
+      })
+      const { get } = yield* setup(
+        {
+          rules: [
+            child("first", 400),
+            child("second", 300),
+            {
+              match: { depth: 0 },
+              turns: [
+                {
+                  tool_calls: [{ name: "task", args: { description: "a", prompt: "first" } }],
+                  usage: { input: 400, output: 0 }
+                },
+                { tool_calls: [{ name: "task", args: { description: "b", prompt: "second" } }] },
+                { text: "done" }
+              ]
+            }
+          ]
+        },
+        {},
+        { subagents: { budgets: { treeMaxTokens: 1000 } } }
+      )
+      const session = get(Session)
+      const root = yield* session.create()
+      yield* session.prompt(root.id, "go")
+      const [first, second] = toolResults(yield* session.transcript(root.id)).map((part) =>
+        part.result as { status: string; summary: string }
+      )
+      assert.strictEqual(first!.status, "completed")
+      assert.strictEqual(first!.summary, "first finished")
+      assert.strictEqual(second!.status, "failed")
+      assert.include(second!.summary, "tree_max_tokens=1000")
+    }).pipe(provideNode))
 })
 
 describe("models per role", () => {
