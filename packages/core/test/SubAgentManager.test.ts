@@ -339,6 +339,70 @@ describe("SubAgentManager", () => {
       assert.strictEqual(done.outcome?.summary, "resumed with 1 earlier tool result(s) and 1 turns before")
     }).pipe(provideNode))
 
+  it.effect("an agent resumed by a running parent is that parent's child: cancelling the parent ends it", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({
+        rules: [
+          { match: { prompt: "parent" }, turns: [{ hang: true }] },
+          {
+            respond: (c) =>
+              JSON.stringify(c.messages.at(-1)).includes("carry on") ? { hang: true } : { text: report("first run") }
+          }
+        ]
+      })
+      const manager = get(SubAgentManager)
+      const session = get(Session)
+      const agent = yield* manager.spawn(undefined, { prompt: "work" })
+      assert.strictEqual((yield* manager.result(agent.agent_id, { block: true })).status, "completed")
+      const parent = yield* manager.spawn(undefined, { prompt: "parent" })
+      for (let i = 0; i < 100 && session.scopeOf(parent.agent_id)._tag === "None"; i++) yield* Effect.yieldNow
+      assert.strictEqual(session.scopeOf(parent.agent_id)._tag, "Some", "the parent's prompt is running")
+      yield* manager.resume(parent.agent_id, agent.agent_id, "carry on")
+      for (let i = 0; i < 100 && (yield* manager.result(agent.agent_id, { block: false })).status !== "running"; i++) {
+        yield* Effect.yieldNow
+      }
+      assert.strictEqual((yield* manager.result(agent.agent_id, { block: false })).status, "running")
+      yield* manager.cancel(parent.agent_id, "parent stopped")
+      // Non-blocking reads: in the manager's scope the resumed run would hang on forever.
+      const status = () => Effect.map(manager.result(agent.agent_id, { block: false }), (view) => view.status)
+      for (let i = 0; i < 1000 && (yield* status()) === "running"; i++) yield* Effect.yieldNow
+      const ended = yield* manager.result(agent.agent_id, { block: false })
+      assert.notStrictEqual(ended.status, "running")
+      assert.notStrictEqual(ended.status, "completed")
+      assert.strictEqual(yield* manager.running, 0)
+    }).pipe(provideNode))
+
+  it.effect("a resume at the cap with admission = reject is refused and leaves the finished agent as it was", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup(
+        {
+          rules: [
+            { match: { prompt: "busy" }, turns: [{ hang: true }] },
+            { turns: [{ text: report("first run") }] }
+          ]
+        },
+        {},
+        { subagents: { maxConcurrent: 1 } }
+      )
+      const manager = get(SubAgentManager)
+      const agent = yield* manager.spawn(undefined, { prompt: "work" })
+      const before = yield* manager.result(agent.agent_id, { block: true })
+      assert.strictEqual(before.status, "completed")
+      const busy = yield* manager.spawn(undefined, { prompt: "busy" })
+      const error = yield* Effect.flip(manager.resume(undefined, agent.agent_id, "again"))
+      assert.strictEqual(error._tag, "CapReached")
+      assert.include(error.message, "max 1")
+      const after = yield* manager.result(agent.agent_id, { block: false })
+      assert.strictEqual(after.status, "completed")
+      assert.strictEqual(after.outcome?.summary, "first run")
+      assert.strictEqual(yield* manager.running, 1)
+      // Once the cap frees, the same resume is admitted.
+      yield* manager.cancel(busy.agent_id, "done with it")
+      yield* manager.wait([busy.agent_id], { mode: "all" })
+      const resumed = yield* manager.resume(undefined, agent.agent_id, "again")
+      assert.notStrictEqual(resumed.status, "completed")
+    }).pipe(provideNode))
+
   it.effect("restart: a running record becomes interrupted, flagged from a prior session, hidden unless archived", () =>
     Effect.gen(function*() {
       const { fs, path } = yield* setup({ rules: [] })
