@@ -1,8 +1,10 @@
+import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Result, Schema } from "effect"
+import { Effect, FileSystem, Layer, Result, Schema } from "effect"
 import * as Permission from "../src/Permission.ts"
 import * as Roles from "../src/Roles.ts"
 import * as Session from "../src/Session.ts"
+import * as Workspace from "../src/Workspace.ts"
 
 const toolNames = ["read_file", "write_file", "shell", "task", "todowrite", "grep", "remember", "agent_spawn"] as const
 const pathNames = ["src", "src/a.ts", ".fibril/plans", ".fibril/plans/p.md", "docs/x.md", ""] as const
@@ -235,5 +237,211 @@ describe("Permission", () => {
     assert.isFalse(Permission.decide(rules, "write_file", "write", [".fibril/plans/../../src/x.ts"]).allowed)
     assert.isFalse(Permission.decide(rules, "write_file", "write", [".fibril/plansX/p.md"]).allowed)
     assert.isFalse(Permission.decide(rules, "write_file", "write", []).allowed)
+  })
+
+  // An oracle written apart from Permission.ts: what one ceiling allows, read off its fields.
+  const inPrefix = (prefixes: ReadonlyArray<string>, path: string) => {
+    const normal = Permission.normalizePrefix(path)
+    return prefixes.map(Permission.normalizePrefix).some((prefix) =>
+      prefix === "" || normal === prefix || normal.startsWith(`${prefix}/`)
+    )
+  }
+  const oracle = (
+    ceiling: {
+      readonly allow?: ReadonlyArray<string> | undefined
+      readonly deny?: ReadonlyArray<string> | undefined
+      readonly postures?: ReadonlyArray<Permission.Posture> | undefined
+      readonly writeScope?: ReadonlyArray<string> | undefined
+    },
+    name: string,
+    posture: Permission.Posture,
+    path: string
+  ) =>
+    (ceiling.allow === undefined || ceiling.allow.includes(name)) &&
+    !(ceiling.deny ?? []).includes(name) &&
+    (ceiling.postures === undefined || Permission.required(posture).every((p) => ceiling.postures!.includes(p))) &&
+    (!Permission.writes(posture) || ceiling.writeScope === undefined || inPrefix(ceiling.writeScope, path))
+
+  it.prop(
+    "derive is exactly the meet: a child may do a thing if and only if its parent and its request both allow it",
+    [RulesInput, RequestInput],
+    ([parentInput, request]) => {
+      // Narrowing alone would pass with a child that may do nothing; this pins the child down.
+      const parent = {
+        allow: parentInput.allowAll ? undefined : parentInput.allow,
+        deny: parentInput.deny,
+        postures: parentInput.postures,
+        writeScope: parentInput.scopeAll ? undefined : parentInput.scope
+      }
+      const child = Permission.derive(toRules(parentInput), request)
+      for (const [name, posture] of universe.tools) {
+        for (const path of universe.paths) {
+          const expected = oracle(parent, name, posture, path) && oracle(request, name, posture, path)
+          assert.strictEqual(
+            Permission.decide(child, name, posture, [path]).allowed,
+            expected,
+            `${name} (${posture}) on "${path}"`
+          )
+          if (path === "") {
+            assert.strictEqual(
+              Permission.allowsTool(child, name, posture),
+              Permission.decideTool(child, name, posture).allowed,
+              `allowsTool and decideTool disagree on ${name} (${posture})`
+            )
+          }
+        }
+      }
+    },
+    { arbitrary: { runs: 100 } }
+  )
+
+  it.prop(
+    "rules stored as JSON come back as the same rules, and decode with RulesJson",
+    [RulesInput],
+    ([input]) => {
+      const rules = toRules(input)
+      const stored = Schema.decodeUnknownSync(Permission.RulesJson)(
+        JSON.parse(JSON.stringify(Permission.toJson(rules)))
+      )
+      const back = Permission.derive(Permission.allowAll, Permission.ceilingFromJson(stored))
+      assert.isTrue(Permission.narrows(rules, back, universe), "the stored rules allow more")
+      assert.isTrue(Permission.narrows(back, rules, universe), "the stored rules allow less")
+      // As a ceiling on anything, they give no more than the stored rules.
+      assert.isTrue(Permission.narrows(rules, Permission.intersect(Permission.allowAll, back), universe))
+    },
+    { arbitrary: { runs: 200 } }
+  )
+
+  it("narrows says no when a child can do one thing its parent cannot", () => {
+    const reader = Permission.derive(Permission.allowAll, { postures: ["read"] })
+    const planner = Permission.derive(Permission.allowAll, { writeScope: [".fibril/plans"] })
+    assert.isTrue(Permission.narrows(Permission.allowAll, reader, universe))
+    assert.isFalse(Permission.narrows(reader, Permission.allowAll, universe))
+    // Only one (tool, path) pair differs: writing outside the plans directory.
+    assert.isFalse(Permission.narrows(planner, Permission.allowAll, universe))
+    assert.isFalse(
+      Permission.narrows(planner, Permission.allowAll, { tools: [["write_file", "write"]], paths: ["src/a.ts"] })
+    )
+    assert.isTrue(
+      Permission.narrows(planner, Permission.allowAll, { tools: [["write_file", "write"]], paths: [".fibril/plans"] })
+    )
+  })
+
+  it("meetNames: undefined is no limit, two lists meet", () => {
+    assert.strictEqual(Permission.meetNames(undefined, undefined), undefined)
+    assert.deepStrictEqual(Permission.meetNames(["a", "b"], undefined), ["a", "b"])
+    assert.deepStrictEqual(Permission.meetNames(undefined, ["c"]), ["c"])
+    assert.deepStrictEqual(Permission.meetNames(["a", "b", "c"], ["c", "a", "d"]), ["a", "c"])
+    assert.deepStrictEqual(Permission.meetNames(["a"], []), [])
+  })
+
+  it("write scopes meet prefix by prefix, after normalizing", () => {
+    const parent = Permission.derive(Permission.allowAll, { writeScope: ["src", "./docs/"] })
+    const child = Permission.derive(parent, { writeScope: ["src/core", "docs", "test"] })
+    assert.deepStrictEqual([...(child.writeScope as ReadonlySet<string>)].sort(), ["docs", "src/core"])
+    const wider = Permission.derive(parent, { writeScope: [""] })
+    assert.deepStrictEqual([...(wider.writeScope as ReadonlySet<string>)].sort(), ["docs", "src"])
+    assert.strictEqual(Permission.normalizePrefix("a//b\\c/./d/../e/"), "a/b/c/e")
+    assert.isTrue(Permission.inScope(new Set(["a/b"]), "a/b"))
+    assert.isTrue(Permission.inScope(new Set(["a/b"]), "./a/b/c"))
+    assert.isFalse(Permission.inScope(new Set(["a/b"]), "a/bc"))
+    assert.isFalse(Permission.inScope(new Set(), "a"))
+    assert.isTrue(Permission.inScope("all", "../anything"))
+  })
+
+  it("denials name what is allowed instead: the tool list, or none; the write scope, or nothing", () => {
+    const listed = Permission.derive(Permission.allowAll, { label: "custom agent", allow: ["read_file", "grep"] })
+    assert.deepStrictEqual(Permission.decide(listed, "shell", "shell", []), {
+      allowed: false,
+      reason: "\"shell\" is not among the tools allowed for the custom agent (read_file, grep)"
+    })
+    const none = Permission.derive(Permission.allowAll, { label: "custom agent", allow: [] })
+    assert.deepStrictEqual(Permission.decide(none, "grep", "read", []), {
+      allowed: false,
+      reason: "\"grep\" is not among the tools allowed for the custom agent (none)"
+    })
+    const plan = Permission.derive(Permission.allowAll, { label: "plan sub-agent", writeScope: [".fibril/plans"] })
+    assert.deepStrictEqual(Permission.decide(plan, "write_file", "write", ["src/a.ts"]), {
+      allowed: false,
+      reason: "the plan sub-agent may write only under .fibril/plans, not \"src/a.ts\""
+    })
+    assert.deepStrictEqual(Permission.decide(plan, "write_file", "write", []), {
+      allowed: false,
+      reason: "the plan sub-agent may write only under .fibril/plans"
+    })
+    const nowhere = Permission.derive(plan, { label: "boxed agent", writeScope: ["src"] })
+    assert.deepStrictEqual(Permission.decide(nowhere, "edit_file", "write", ["src/a.ts"]), {
+      allowed: false,
+      reason: "the boxed agent may write only under nothing, not \"src/a.ts\""
+    })
+    // Reading is not bound by the write scope.
+    assert.isTrue(Permission.decide(nowhere, "read_file", "read", ["src/a.ts"]).allowed)
+  })
+
+  it("widening names the write paths a role would add outside the current scope, and nothing for paths inside it", () => {
+    const current = Permission.derive(Permission.allowAll, { writeScope: ["src"] })
+    const inside = Permission.derive(Permission.allowAll, { writeScope: ["src/core"] })
+    const outside = Permission.derive(Permission.allowAll, { writeScope: ["src/core", "docs"] })
+    assert.deepStrictEqual(Permission.widening(current, inside), [])
+    assert.deepStrictEqual(Permission.widening(current, outside), ["writing under docs (it may write only under src)"])
+    // A target that cannot write at all adds no path, whatever its scope says.
+    const reader = Permission.derive(Permission.allowAll, { postures: ["read"] })
+    assert.deepStrictEqual(Permission.widening(current, reader), [])
+    const nothing = Permission.derive(Permission.allowAll, { writeScope: [] })
+    assert.deepStrictEqual(Permission.widening(nothing, Permission.allowAll), [
+      "writing anywhere (it may write only under nothing)"
+    ])
+  })
+
+  it.effect("the service: the configuration's denials at the root, and write paths judged where they really lead", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      yield* fs.makeDirectory(`${root}/.fibril/plans`, { recursive: true })
+      yield* fs.makeDirectory(`${root}/src`)
+      yield* fs.symlink(`${root}/src`, `${root}/.fibril/plans/link`)
+      const permission = yield* Effect.provide(
+        Effect.gen(function*() {
+          return yield* Permission.Permission
+        }),
+        Permission.layer({ deny: ["shell"] }).pipe(Layer.provide(Workspace.layer(root)))
+      )
+      assert.isTrue(permission.root.deny.has("shell"))
+      assert.strictEqual(permission.root.allow, "all")
+      const denied = yield* Effect.flip(permission.checkTool(permission.root, { name: "shell", posture: "shell" }))
+      assert.strictEqual(denied._tag, "PermissionDenied")
+      assert.strictEqual(
+        denied.message,
+        "permission denied for tool \"shell\": \"shell\" is denied for the agent. Nothing was executed."
+      )
+      yield* permission.checkTool(permission.root, { name: "grep", posture: "read" })
+      const plan = permission.derive(permission.root, { label: "plan sub-agent", writeScope: [".fibril/plans"] })
+      const write = { name: "write_file", posture: "write" as const }
+      // Absolute paths are made workspace-relative before they are judged.
+      yield* permission.check(plan, write, [`${root}/.fibril/plans/p.md`])
+      yield* permission.check(plan, write, [".fibril/plans/new/p.md"])
+      const throughLink = yield* Effect.flip(permission.check(plan, write, [".fibril/plans/link/x.ts"]))
+      assert.include(throughLink.reason, "not \"src/x.ts\"")
+      const outside = yield* Effect.flip(permission.check(plan, write, [`${root}/src/a.ts`]))
+      assert.include(outside.reason, "not \"src/a.ts\"")
+      // Without a write scope, or for a reading tool, paths do not matter.
+      yield* permission.check(permission.root, write, [".fibril/plans/link/x.ts"])
+      yield* permission.check(plan, { name: "read_file", posture: "read" }, [".fibril/plans/link/x.ts"])
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it("PermissionWidening says what the role would add and what to do instead", () => {
+    const error = new Permission.PermissionWidening({
+      agentId: "a1",
+      from: "review",
+      to: "general",
+      grants: ["the write posture", "writing anywhere (it may write only under nothing)"]
+    })
+    assert.strictEqual(
+      error.message,
+      "refused: assigning agent a1 from review to general would widen its permissions (general grants the write " +
+        "posture; writing anywhere (it may write only under nothing), which it does not have). A running agent's " +
+        "permissions only narrow: assign a role at most as permissive, or spawn a new agent with role general. " +
+        "Nothing was changed."
+    )
   })
 })
