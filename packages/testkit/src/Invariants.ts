@@ -76,6 +76,34 @@ export const capNeverExceeded = make(
   }
 )
 
+export const admission = make(
+  "admission",
+  "queue admission never refuses a spawn; reject admission refuses one only when the cap is reached",
+  (trace, fail) => {
+    const { admission: mode, cap } = trace.experiment.config
+    const admitted = new Set<string>()
+    for (const event of trace.events) {
+      if (event.depth === 0 && event.type !== "tool_result") continue
+      if (event.type === "spawned") admitted.add(event.agent)
+      if (isTerminal(event)) admitted.delete(event.agent)
+      if (event.type === "tool_result" && event.tool === "agent_spawn" && event.failed === true) {
+        if (!/cap reached/.test(event.reason ?? "")) continue
+        if (mode === "queue") {
+          return fail(`${event.agent}'s spawn was refused under queue admission`, { agent: event.agent, at: event.t })
+        }
+        if (admitted.size < cap) {
+          return fail(`${event.agent}'s spawn was refused with ${admitted.size} of ${cap} admitted`, {
+            agent: event.agent,
+            at: event.t,
+            evidence: { admitted: [...admitted].sort(), cap, reason: event.reason }
+          })
+        }
+      }
+    }
+    return undefined
+  }
+)
+
 export const oneTerminalState = make(
   "terminal",
   "each agent ends exactly once per run (once, plus once per resume), and its record ends terminal",
@@ -94,6 +122,11 @@ export const oneTerminalState = make(
           at: ends[expected],
           evidence: { terminalEventsAt: ends, resumes: resumes.get(agent) ?? 0 }
         })
+      }
+    }
+    for (const op of trace.ops) {
+      if (op.op === "cancel" && !terminal.has(op.outcome) && op.outcome !== "not spawned") {
+        return fail(`cancelling ${op.agent} returned it ${op.outcome}, not ended`, { agent: op.agent, at: op.t })
       }
     }
     for (const record of trace.records) {
@@ -222,11 +255,12 @@ export const resultOnceNoTranscript = make(
         })
       }
       // A child that completed while its parent still waited for it (and the parent went on
-      // to complete) must have been delivered.
+      // to complete) must have been delivered — unless either was resumed from outside (a
+      // resume takes the child out of its parent's hands; see docs/lab.md).
       const done = completedAt.get(node.label)
       if (
         done !== undefined && node.spec?.detached !== true && parentEnd.get(parent) === "completed" &&
-        (resumes.get(parent) ?? 0) === 0 && seen.length === 0
+        (resumes.get(parent) ?? 0) === 0 && (resumes.get(node.label) ?? 0) === 0 && seen.length === 0
       ) {
         return fail(`${parent} completed without ever receiving ${node.label}'s result`, {
           agent: parent,
@@ -285,6 +319,7 @@ export const resumeExtends = make(
 /** Every built-in invariant. */
 export const all: ReadonlyArray<Invariant> = [
   capNeverExceeded,
+  admission,
   oneTerminalState,
   cancelReachesDescendants,
   nothingLeftAfterRoot,

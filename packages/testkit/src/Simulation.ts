@@ -21,9 +21,9 @@
  * runs (rebuilt every `reuse` runs so that no state grows without bound), the store is in
  * memory, nothing touches the disk or the network, and virtual time jumps instead of passing.
  */
-import { Fibril, SubAgentManager as Manager, SubAgentRecord, SubAgentStore } from "@fibril/core"
+import { Fibril, SubAgentManager as Manager, SubAgentRecord, SubAgentStore, ToolRegistry } from "@fibril/core"
 import { type AgentEvent, AgentEvents, make as makeEvents } from "@fibril/core/AgentEvents"
-import { Session } from "@fibril/core/Session"
+import { type Options as SessionOptions, Session } from "@fibril/core/Session"
 import {
   Clock,
   Context,
@@ -61,6 +61,8 @@ export interface TraceEvent {
   readonly depth: number
   readonly tool?: string
   readonly reason?: string
+  /** A tool_result that failed. */
+  readonly failed?: true
 }
 
 export interface TraceRequest {
@@ -167,7 +169,15 @@ export interface Tamper {
     | undefined
   /** Answer model requests from a fiber the caller does not own (interrupting the caller leaves it running). */
   readonly leakModelCalls?: boolean | undefined
-  /** Wraps the manager the root agent's tools use. */
+  /** Session options built from the experiment's (e.g. a step budget two steps too high). */
+  readonly session?: ((config: Experiment["config"]) => Partial<SessionOptions>) | undefined
+  /** Tools sub-agents are seen to be offered on top of their own. */
+  readonly childTools?: ReadonlyArray<string> | undefined
+  /** Extra tools registered in the runtime (e.g. a broken variant of an agent tool). */
+  readonly tools?: ReadonlyArray<ToolRegistry.ToolDefinition<any, any>> | undefined
+  /** The tool agents wait for their children with (default `agent_wait`). */
+  readonly waitTool?: string | undefined
+  /** Wraps the manager the outside operations use. */
   readonly manager?: ((manager: Manager.SubAgentManager["Service"]) => Manager.SubAgentManager["Service"]) | undefined
 }
 
@@ -184,7 +194,7 @@ interface RunState {
 }
 
 interface World {
-  readonly context: Context.Context<any>
+  readonly context: Context.Context<never>
   readonly clock: TestClock.TestClock
   readonly scope: Scope.Closeable
   readonly state: { current: RunState | undefined }
@@ -239,6 +249,7 @@ const respondWith = (world: { readonly state: { current: RunState | undefined } 
     const spec = node.spec
     const toolsSeen = run.tools.get(index) ?? new Set<string>()
     for (const tool of conversation.tools) toolsSeen.add(tool)
+    if (index !== 0) { for (const tool of tamper?.childTools ?? []) toolsSeen.add(tool) }
     run.tools.set(index, toolsSeen)
     const turn = conversation.turn
     const delay = spec?.delayMs ?? 10
@@ -270,7 +281,7 @@ const respondWith = (world: { readonly state: { current: RunState | undefined } 
               ? [value.agent_id]
               : []
           })
-          return { tool_calls: [{ name: "agent_wait", args: { ids, wait_mode: "all" } }] }
+          return { tool_calls: [{ name: tamper?.waitTool ?? "agent_wait", args: { ids, wait_mode: "all" } }] }
         }
         phase = turn - 2
       }
@@ -339,7 +350,8 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined) =>
         retryMaxMs: 500,
         apiTimeoutSecs: 60,
         maxDepth: config.maxDepth,
-        childMaxSteps: config.maxSteps
+        childMaxSteps: config.maxSteps,
+        ...tamper?.session?.(config)
       },
       subagents: {
         maxConcurrent: config.cap,
@@ -363,13 +375,31 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined) =>
       }
     }).pipe(Layer.provide(ScriptedModel.layer({ rules: [{ respond: respondWith({ state }, tamper) }] })))
     const context = yield* Layer.buildWithScope(fibril, scope).pipe(Effect.provideContext(clockContext))
-    return { context: Context.merge(context, clockContext), clock, scope, state, runs: 0 } satisfies World
+    const extra = tamper?.tools ?? []
+    if (extra.length > 0) {
+      const registry = Context.get(context, ToolRegistry.ToolRegistry)
+      yield* Effect.forEach(
+        extra,
+        (tool) => registry.register(tool) as Effect.Effect<void, ToolRegistry.DuplicateTool, Manager.SubAgentManager>,
+        { discard: true }
+      ).pipe(
+        Effect.provideContext(Context.merge(context, clockContext)),
+        Effect.orDie
+      )
+    }
+    return {
+      context: Context.merge(context, clockContext) as Context.Context<never>,
+      clock,
+      scope,
+      state,
+      runs: 0
+    } satisfies World
   })
 
 const worlds = new Map<string, World>()
 
 /** Runs per built world before it is rebuilt (state such as the manager's table only grows). */
-export const reuse = 64
+export const reuse = 128
 
 const worldFor = (config: Experiment["config"], tamper: Tamper | undefined) =>
   Effect.gen(function*() {
@@ -409,16 +439,27 @@ const settle = Effect.gen(function*() {
 
 /** Runs `experiment` and returns its trace. */
 export const run = Effect.fn("Simulation.run")(function*(experiment: Experiment, options: RunOptions = {}) {
-  const world = yield* worldFor(experiment.config, options.tamper)
+  const world = yield* Effect.orDie(worldFor(experiment.config, options.tamper))
   world.runs++
-  return yield* runIn(world, experiment, options).pipe(
-    Effect.provideContext(world.context),
+  const traced = runIn(world, experiment, options).pipe(
+    Effect.provideContext(
+      world.context as Context.Context<Session | Manager.SubAgentManager | SubAgentStore.SubAgentStore | AgentEvents>
+    ),
     Effect.scoped,
     Random.withSeed(options.seed ?? JSON.stringify(experiment))
   )
+  return yield* traced
 })
 
-const runIn = (world: World, experiment: Experiment, options: RunOptions) =>
+const runIn = (
+  world: World,
+  experiment: Experiment,
+  options: RunOptions
+): Effect.Effect<
+  Trace,
+  never,
+  Session | Manager.SubAgentManager | SubAgentStore.SubAgentStore | AgentEvents | Scope.Scope | Platform
+> =>
   Effect.gen(function*() {
     const session = yield* Session
     const realManager = yield* Manager.SubAgentManager
@@ -426,12 +467,17 @@ const runIn = (world: World, experiment: Experiment, options: RunOptions) =>
     const store = yield* SubAgentStore.SubAgentStore
     const subscription = yield* (yield* AgentEvents).subscribe
     const tree = treeOf(experiment)
+    // Start where the world's periodic timers (the heartbeat watchdog) are in the same phase
+    // as in a new world, so that a run does not depend on the runs before it.
+    const period = periodOf(experiment.config)
+    const offset = Math.floor(world.clock.currentTimeMillisUnsafe()) % period
+    if (offset !== 0) yield* world.clock.adjust(period - offset)
     const t0 = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
     const state: RunState = { tree, t0, requests: [], tools: new Map(), live: new Map() }
     world.state.current = state
     const now = Effect.map(Effect.clockWith((clock) => clock.currentTimeMillis), (t) => t - t0)
 
-    const root = yield* session.create()
+    const root = yield* Effect.orDie(session.create())
     const labels = new Map<string, string>([[root.id, "n0"]])
     const ids = new Map<number, string>()
     const events: Array<TraceEvent> = []
@@ -452,6 +498,7 @@ const runIn = (world: World, experiment: Experiment, options: RunOptions) =>
           agent: labelOf(event),
           depth: event.agent.depth,
           ...(event.tool === undefined ? {} : { tool: event.tool }),
+          ...(event.isFailure === true ? { failed: true as const } : {}),
           ...(event.reason === undefined ? {} : { reason: event.reason.replace(/(agent|session)_\w+/g, "<id>") })
         })
       }
@@ -459,13 +506,17 @@ const runIn = (world: World, experiment: Experiment, options: RunOptions) =>
 
     const started = yield* Deferred.make<void>()
     const rootFiber = yield* Effect.forkChild(
-      Effect.andThen(Deferred.succeed(started, undefined), session.prompt(root.id, "node:0")),
+      Effect.andThen(
+        Deferred.succeed(started, undefined),
+        session.prompt(root.id, "node:0").pipe(Effect.provideService(Manager.SubAgentManager, manager))
+      ),
       { startImmediately: true }
     )
     yield* Deferred.await(started)
     yield* settle
     const ops: Array<TraceOp> = []
     const resumes: Array<{ agent: string; id: string; before: ReadonlyArray<string> }> = []
+    // The agent's transcript (the live session's, else the store's), message by message as JSON.
     const transcriptOf = (id: string) =>
       Effect.map(
         Effect.orElseSucceed(manager.readTranscript(id, { limit: 10_000 }), () => undefined),
@@ -600,14 +651,33 @@ const runIn = (world: World, experiment: Experiment, options: RunOptions) =>
     } satisfies Trace as Trace
   })
 
-const encodeRecord = Schema.encodeSync(SubAgentRecord.SubAgentRecord)
 const decodeRecord = Schema.decodeUnknownSync(SubAgentRecord.SubAgentRecord)
 
+/** JSON with object keys sorted: equal text for equal values. */
+const canonical = (value: unknown): string =>
+  JSON.stringify(value, (_, v: unknown) =>
+    v !== null && typeof v === "object" && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : v)
+
+// The stored record equals the manager's, and its JSON decodes (strictly) to the same record.
 const roundTrips = (stored: SubAgentRecord.SubAgentRecord, live: Manager.AgentView): boolean => {
   const { from_prior_session: _, ...record } = live
-  const text = JSON.stringify(encodeRecord(stored))
-  const back = JSON.stringify(encodeRecord(decodeRecord(JSON.parse(text))))
-  return text === back && text === JSON.stringify(encodeRecord(record))
+  const text = canonical(stored)
+  if (text !== canonical(record)) return false
+  try {
+    return canonical(decodeRecord(JSON.parse(text), { onExcessProperty: "error" })) === text
+  } catch {
+    return false
+  }
+}
+
+const gcd = (a: number, b: number): number => (b === 0 ? a : gcd(b, a % b))
+
+/** The period after which the manager's timers repeat: its watchdog's (see SubAgentManager) and whole seconds. */
+const periodOf = (config: Experiment["config"]): number => {
+  const watchdog = Math.round(Math.max(1000, Math.min(30_000, (config.heartbeatSecs * 1000) / 4)))
+  return (watchdog * 1000) / gcd(watchdog, 1000)
 }
 
 /** Agent ids of detached nodes and all their descendants. */
