@@ -84,7 +84,8 @@ export const admission = make(
     const admitted = new Set<string>()
     for (const event of trace.events) {
       if (event.depth === 0 && event.type !== "tool_result") continue
-      if (event.type === "spawned") admitted.add(event.agent)
+      // Admitted: spawned, or started again by a resume (which has no spawned event).
+      if (event.depth > 0 && (event.type === "spawned" || event.type === "started")) admitted.add(event.agent)
       if (isTerminal(event)) admitted.delete(event.agent)
       if (event.type === "tool_result" && event.tool === "agent_spawn" && event.failed === true) {
         if (!/cap reached/.test(event.reason ?? "")) continue

@@ -399,7 +399,7 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined) =>
 const worlds = new Map<string, World>()
 
 /** Runs per built world before it is rebuilt (state such as the manager's table only grows). */
-export const reuse = 128
+export const reuse = 96
 
 const worldFor = (config: Experiment["config"], tamper: Tamper | undefined) =>
   Effect.gen(function*() {
@@ -577,8 +577,7 @@ const runIn = (
     ).pipe(Effect.map((found) => found.flatMap((view) => (Option.isSome(view) ? [view.value] : []))))
     const mine = yield* viewsOf
     // Detached agents, and agents resumed from outside (no caller: they belong to no tree), may go on.
-    const detachedIds = detachedSubtrees(tree, ids)
-    for (const resume of resumes) detachedIds.add(resume.id)
+    const detachedIds = detachedSubtrees(tree, ids, new Set(resumes.map((resume) => Number(resume.agent.slice(1)))))
     const notEnded = mine
       .filter((record) => !SubAgentRecord.isTerminal(record.status) && !detachedIds.has(record.agent_id))
       .map((record) => labels.get(record.agent_id)!)
@@ -653,20 +652,25 @@ const runIn = (
 
 const decodeRecord = Schema.decodeUnknownSync(SubAgentRecord.SubAgentRecord)
 
-/** JSON with object keys sorted: equal text for equal values. */
-const canonical = (value: unknown): string =>
-  JSON.stringify(value, (_, v: unknown) =>
-    v !== null && typeof v === "object" && !Array.isArray(v)
-      ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
-      : v)
+/** Structural equality of JSON-like values (key order ignored; an undefined field counts as absent). */
+const same = (a: unknown, b: unknown): boolean => {
+  if (a === b) return true
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false
+  if (Array.isArray(a)) return Array.isArray(b) && a.length === b.length && a.every((x, i) => same(x, b[i]))
+  if (Array.isArray(b)) return false
+  const left = Object.entries(a).filter(([, v]) => v !== undefined)
+  const right = b as Record<string, unknown>
+  let count = 0
+  for (const key in right) if (right[key] !== undefined) count++
+  return left.length === count && left.every(([key, value]) => same(value, right[key]))
+}
 
 // The stored record equals the manager's, and its JSON decodes (strictly) to the same record.
 const roundTrips = (stored: SubAgentRecord.SubAgentRecord, live: Manager.AgentView): boolean => {
   const { from_prior_session: _, ...record } = live
-  const text = canonical(stored)
-  if (text !== canonical(record)) return false
+  if (!same(stored, record)) return false
   try {
-    return canonical(decodeRecord(JSON.parse(text), { onExcessProperty: "error" })) === text
+    return same(decodeRecord(JSON.parse(JSON.stringify(stored)), { onExcessProperty: "error" }), stored)
   } catch {
     return false
   }
@@ -680,12 +684,16 @@ const periodOf = (config: Experiment["config"]): number => {
   return (watchdog * 1000) / gcd(watchdog, 1000)
 }
 
-/** Agent ids of detached nodes and all their descendants. */
-const detachedSubtrees = (tree: ReadonlyArray<TreeNode>, ids: ReadonlyMap<number, string>): Set<string> => {
+/** Agent ids of detached (or outside-resumed) nodes and all their descendants. */
+const detachedSubtrees = (
+  tree: ReadonlyArray<TreeNode>,
+  ids: ReadonlyMap<number, string>,
+  resumed: ReadonlySet<number>
+): Set<string> => {
   const out = new Set<string>()
   const visit = (index: number, inside: boolean) => {
     const node = tree[index]!
-    const here = inside || node.spec?.detached === true
+    const here = inside || node.spec?.detached === true || resumed.has(index)
     const id = ids.get(index)
     if (here && id !== undefined) out.add(id)
     for (const child of node.children) visit(child, here)
