@@ -73,7 +73,22 @@ export interface Bounds {
   readonly ops?: ReadonlyArray<Op["op"]> | undefined
 }
 
-const pick = <const A extends string>(values: ReadonlyArray<A>): Arbitrary.Arbitrary<A> =>
+/** `Bounds` as JSON (the `--config` file of `fibril lab run`); unknown keys are errors. */
+export const BoundsJson = Schema.Struct({
+  maxNodes: Schema.optionalKey(int(1, 60)),
+  maxOps: Schema.optionalKey(int(0, 60)),
+  config: Schema.optionalKey(Schema.Struct({
+    cap: Schema.optionalKey(Config.fields.cap),
+    admission: Schema.optionalKey(Config.fields.admission),
+    maxDepth: Schema.optionalKey(Config.fields.maxDepth),
+    maxSteps: Schema.optionalKey(Config.fields.maxSteps),
+    heartbeatSecs: Schema.optionalKey(Config.fields.heartbeatSecs)
+  })),
+  faults: Schema.optionalKey(Schema.Array(Fault)),
+  ops: Schema.optionalKey(Schema.Array(Op.fields.op))
+})
+
+const pick = <const A extends string | number>(values: ReadonlyArray<A>): Arbitrary.Arbitrary<A> =>
   Arbitrary.map(Arbitrary.schema(int(0, values.length - 1)), (i) => values[i]!)
 
 /** Experiments within `bounds`, shrinking towards fewer nodes, fewer faults and fewer operations. */
@@ -87,8 +102,9 @@ export const experiment = (bounds: Bounds = {}): Arbitrary.Arbitrary<Experiment>
     cap: field("cap", Arbitrary.schema(Config.fields.cap)),
     admission: field("admission", pick(Config.fields.admission.literals)),
     maxDepth: field("maxDepth", Arbitrary.schema(Config.fields.maxDepth)),
-    maxSteps: field("maxSteps", Arbitrary.schema(Config.fields.maxSteps)),
-    heartbeatSecs: field("heartbeatSecs", Arbitrary.schema(Config.fields.heartbeatSecs))
+    // A few values each: every distinct configuration is a separately built runtime.
+    maxSteps: field("maxSteps", pick([2, 4, 8] as const)),
+    heartbeatSecs: field("heartbeatSecs", pick([5, 30, 300] as const))
   })
   const node = Arbitrary.all({
     parent: Arbitrary.schema(Node.fields.parent),
@@ -125,7 +141,7 @@ export interface TreeNode {
   readonly spec: Node | undefined
 }
 
-/** Resolves `parent` indices: node i+1's parent is `parent % (i+1)`, moved up to keep `depth <= maxDepth + 1`. */
+/** Resolves `parent` indices: node i+1's parent is `parent % (i+1)`, moved up so that only agents above `maxDepth` spawn. */
 export const tree = (experiment: Experiment): ReadonlyArray<TreeNode> => {
   const parents: Array<number | undefined> = [undefined]
   const depths = [0]

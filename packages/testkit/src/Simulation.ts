@@ -109,6 +109,8 @@ export interface TraceResume {
 export interface Trace {
   readonly version: 1
   readonly seed?: number | undefined
+  /** The deliberately broken runtime it ran on (`LabBugs`), if any. */
+  readonly tamper?: string | undefined
   readonly experiment: Experiment
   readonly events: ReadonlyArray<TraceEvent>
   readonly requests: ReadonlyArray<TraceRequest>
@@ -401,16 +403,29 @@ const worlds = new Map<string, World>()
 /** Runs per built world before it is rebuilt (state such as the manager's table only grows). */
 export const reuse = 96
 
+/** Worlds kept alive at once. */
+const keep = 24
+
 const worldFor = (config: Experiment["config"], tamper: Tamper | undefined) =>
   Effect.gen(function*() {
     const key = `${
       tamper?.name ?? ""
     }|${config.cap}|${config.admission}|${config.maxDepth}|${config.maxSteps}|${config.heartbeatSecs}`
     const found = worlds.get(key)
-    if (found !== undefined && found.runs < reuse) return found
+    if (found !== undefined && found.runs < reuse) {
+      worlds.delete(key)
+      worlds.set(key, found)
+      return found
+    }
     if (found !== undefined) {
       worlds.delete(key)
       yield* Scope.close(found.scope, Exit.void)
+    }
+    // At most `keep` worlds alive: the least recently used one is closed.
+    if (worlds.size >= keep) {
+      const [oldest, old] = worlds.entries().next().value!
+      worlds.delete(oldest)
+      yield* Scope.close(old.scope, Exit.void)
     }
     const world = yield* buildWorld(config, tamper)
     worlds.set(key, world)
@@ -638,6 +653,7 @@ const runIn = (
     return {
       version: 1,
       ...(options.seed === undefined ? {} : { seed: options.seed }),
+      ...(options.tamper === undefined ? {} : { tamper: options.tamper.name }),
       experiment,
       events,
       requests: state.requests,
