@@ -70,6 +70,19 @@ describe("Lab", () => {
     )
   }
 
+  it.effect("a user's own invariant is checked like the built-in ones (docs/lab.md)", () =>
+    Effect.gen(function*() {
+      const quick = Invariants.make("quick", "every run ends within 2 virtual hours", (trace, fail) =>
+        trace.end <= 7_200_000 ? undefined : fail(`the run took ${trace.end} ms`))
+      const passed = yield* Lab.check({ runs: 40, seed: 1, invariants: [...Invariants.all, quick] })
+      assert.strictEqual(passed._tag, "Passed", Lab.describe(passed))
+      const instant = Invariants.make("instant", "nothing takes virtual time", (trace, fail) =>
+        trace.end === 0 ? undefined : fail(`the run took ${trace.end} ms`, { at: trace.end }))
+      const failed = yield* Lab.check({ runs: 40, seed: 1, invariants: [instant] })
+      assert.strictEqual(failed._tag, "Failed")
+      assert.include(Lab.describe(failed), "FAILED instant: the run took")
+    }).pipe(provideNode), 60_000)
+
   it.effect("a trace replays byte-identically from its experiment, across fresh services", () =>
     Effect.gen(function*() {
       const experiment: LabGenerators.Experiment = {
