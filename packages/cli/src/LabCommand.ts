@@ -190,7 +190,7 @@ export const make = <R>(context: Context<R>) =>
             Flag.optional
           ),
           png: Flag.Boolean("png").pipe(
-            Flag.withDescription("Also a PNG, with rsvg-convert if it is installed"),
+            Flag.withDescription("Also a PNG, with rsvg-convert or ImageMagick's convert if one is installed"),
             Flag.withDefault(false)
           )
         },
@@ -204,13 +204,21 @@ export const make = <R>(context: Context<R>) =>
             yield* Console.log(`wrote ${svgFile} (${LabReport.lanes(trace).length} agents)`)
             if (flags.png) {
               const pngFile = svgFile.replace(/\.svg$/, "") + ".png"
-              const converted = yield* Effect.sync(() =>
-                spawnSync("rsvg-convert", ["-o", pngFile, svgFile], { stdio: "ignore", timeout: 30_000 })
+              // The first renderer present: librsvg's rsvg-convert, else ImageMagick's convert.
+              const renderers: ReadonlyArray<readonly [string, ReadonlyArray<string>]> = [
+                ["rsvg-convert", ["-o", pngFile, svgFile]],
+                ["convert", [svgFile, pngFile]]
+              ]
+              const used = yield* Effect.sync(() =>
+                renderers.find(([command, args]) => {
+                  const converted = spawnSync(command, args, { stdio: "ignore", timeout: 60_000 })
+                  return converted.error === undefined && converted.status === 0
+                })
               )
               yield* Console.log(
-                converted.error === undefined && converted.status === 0
-                  ? `wrote ${pngFile}`
-                  : "no PNG: rsvg-convert is not installed (or failed); the SVG opens in any browser"
+                used !== undefined
+                  ? `wrote ${pngFile} (${used[0]})`
+                  : "no PNG: neither rsvg-convert nor ImageMagick's convert is installed (or both failed); the SVG opens in any browser"
               )
             }
           })

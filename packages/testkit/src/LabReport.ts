@@ -6,7 +6,7 @@
  *
  * Plain SVG text with no dependencies: every lane is a `<g class="lane" data-agent="nK">`, so
  * tools (and tests) can find them. PNG is not produced here: convert the SVG with a renderer
- * such as `rsvg-convert` where one is installed (`fibril lab report --png` does so).
+ * such as `rsvg-convert` or ImageMagick where one is installed (`fibril lab report --png` does so).
  */
 import type { Trace } from "./Simulation.ts"
 
