@@ -45,9 +45,9 @@ describe("fibril lab", () => {
           `${dir}/bounds.json`,
           `{ "maxNodes": 6, "maxOps": 6, "config": { "cap": 3, "admission": "queue" }, "faults": ["none", "hang"], "ops": ["cancel"] }`
         )
-        const ok = yield* fibril(["lab", "run", "--runs", "30", "--seed", "1", "--config", "bounds.json"], { cwd: dir })
+        const ok = yield* fibril(["lab", "run", "--runs", "10", "--seed", "1", "--config", "bounds.json"], { cwd: dir })
         assert.strictEqual(ok.exitCode, 0, ok.stdout + ok.stderr)
-        assert.match(ok.stdout, /^passed: 30 experiments, 10 invariants, seed 1/)
+        assert.match(ok.stdout, /^passed: 10 experiments, 10 invariants, seed 1/)
 
         const unknown = yield* fibril(["lab", "run", "--runs", "5", "--invariants", "cap,fast"], { cwd: dir })
         assert.strictEqual(unknown.exitCode, 2)
