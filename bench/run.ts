@@ -136,6 +136,20 @@ console.log(
   }%) are a byte-identical prefix of the parent's ${fork["parent_request_bytes"]} B request`
 )
 
+// The orchestration lab (bench/lab.ts, its own process; figures in bench/lab-results.json).
+const lab = JSON.parse(
+  execFileSync(process.execPath, [fileURLToPath(new URL("./lab.ts", import.meta.url)), ...(quick ? ["--quick"] : [])], {
+    encoding: "utf8"
+  }).trim()
+) as Record<string, number>
+console.log(
+  `${lab["ok"] ? "ok  " : "FAIL"} lab: ${lab["small_per_s"]!.toFixed(0)} schedules/s for trees of 1-3 sub-agents (${
+    lab["small_cpu_ms_per_schedule"]!.toFixed(2)
+  } ms CPU each; goal >= 2,000/s), ${lab["tree50_per_s"]!.toFixed(1)}/s for trees of 50 agents (${
+    lab["tree50_cpu_ms_per_schedule"]!.toFixed(1)
+  } ms CPU each)`
+)
+
 const out = fileURLToPath(new URL("./results.json", import.meta.url))
 writeFileSync(
   out,
@@ -146,4 +160,4 @@ writeFileSync(
   )
 )
 console.log(`wrote ${out}`)
-if (!results.every((r) => r.ok)) process.exitCode = 1
+if (!results.every((r) => r.ok) || !lab["ok"]) process.exitCode = 1

@@ -17,10 +17,10 @@ import { fileURLToPath } from "node:url"
 
 const root = fileURLToPath(new URL("..", import.meta.url))
 /** Dependencies before dependents. */
-export const order = ["testkit", "core", "openai", "cli"] as const
+export const order = ["core", "testkit", "openai", "cli"] as const
 const dependsOn: Record<(typeof order)[number], ReadonlyArray<(typeof order)[number]>> = {
-  testkit: [],
   core: [],
+  testkit: ["core"],
   openai: ["core"],
   cli: ["core", "openai", "testkit"]
 }

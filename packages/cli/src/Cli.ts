@@ -26,6 +26,7 @@ import * as Demo from "./Demo.ts"
 import * as DemoScript from "./DemoScript.ts"
 import * as Doctor from "./Doctor.ts"
 import * as Help from "./Help.ts"
+import * as LabCommand from "./LabCommand.ts"
 import * as Log from "./Log.ts"
 import * as McpCommand from "./McpCommand.ts"
 import * as ModelSelection from "./ModelSelection.ts"
@@ -437,12 +438,18 @@ export const help = Command.make(
   Command.withExamples([{ command: "fibril help run" }, { command: "fibril help agents resume" }])
 )
 
+export const lab = LabCommand.make<ProcessEnvironment | ExitCode>({
+  cwd: ProcessEnvironment.use((e) => Effect.succeed(e.cwd)),
+  tty: ProcessEnvironment.use((e) => Effect.succeed(e.tty)),
+  setExit: (code) => setExit(code)
+})
+
 export const fibril = Command.make("fibril").pipe(
   Command.withDescription(
     "Fibril: an Effect-native sub-agent runtime. A root agent hands focused tasks to sub-agents that work in " +
       "clean contexts and return structured results; fibril runs them on this project's files."
   ),
-  Command.withSubcommands([run, demo, agents, config, McpCommand.make(ProcessEnvironment, version), doctor, help]),
+  Command.withSubcommands([run, demo, agents, config, McpCommand.make(ProcessEnvironment, version), doctor, lab, help]),
   Command.withGlobalFlags([ConfigFlags.Strict]),
   Command.withExamples([
     { command: "fibril demo", description: "A scripted scenario: no key, no network, real tools on this project" },
@@ -458,8 +465,9 @@ export const fibril = Command.make("fibril").pipe(
 
 /** The commands `fibril help` explains, by parent. */
 const commandNames: Record<string, ReadonlyArray<string>> = {
-  "": ["run", "demo", "agents", "config", "mcp", "doctor", "help"],
-  agents: ["list", "show", "transcript", "cancel", "resume"]
+  "": ["run", "demo", "agents", "config", "mcp", "doctor", "lab", "help"],
+  agents: ["list", "show", "transcript", "cancel", "resume"],
+  lab: ["run", "replay", "report"]
 }
 
 /**

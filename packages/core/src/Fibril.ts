@@ -57,6 +57,14 @@ export interface Options {
    * directory).
    */
   readonly store?: "memory" | "file" | { readonly dir: string } | undefined
+  /**
+   * Replacements for the events and store layers (the orchestration lab runs experiments
+   * against deliberately broken ones); `store` here wins over the `store` option.
+   */
+  readonly layers?: {
+    readonly events?: Layer.Layer<AgentEvents.AgentEvents> | undefined
+    readonly store?: Layer.Layer<SubAgentStore.SubAgentStore, SubAgentStore.StoreError> | undefined
+  } | undefined
 }
 
 export type Services =
@@ -107,9 +115,9 @@ export const layerWithModels = (
   const workspace = Workspace.layer(options.cwd)
   const base = Layer.mergeAll(
     ToolRegistry.layer,
-    AgentEvents.layer,
+    options.layers?.events ?? AgentEvents.layer,
     Todo.layer,
-    storeLayer(options),
+    options.layers?.store ?? storeLayer(options),
     Permission.layer({ deny: options.deny ?? [] }),
     Memory.layer()
   ).pipe(Layer.provideMerge(workspace))

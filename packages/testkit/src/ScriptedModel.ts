@@ -51,6 +51,8 @@ export interface Conversation {
   readonly toolResults: ReadonlyArray<ToolResult>
   /** The results in the last tool message (empty if there is none). */
   readonly lastToolResults: ReadonlyArray<ToolResult>
+  /** The names of the tools offered with this request (the agent's effective tools). */
+  readonly tools: ReadonlyArray<string>
 }
 
 /** A rule that plays fixed turns: turn i of a matching conversation plays `turns[i]`. */
@@ -183,7 +185,11 @@ const toolResultsOf = (messages: ReadonlyArray<Prompt.Message>, start: number) =
   return { all, last }
 }
 
-const conversationOf = (seen: Seen, messages: ReadonlyArray<Prompt.Message>): Conversation => {
+const conversationOf = (
+  seen: Seen,
+  messages: ReadonlyArray<Prompt.Message>,
+  tools: ReadonlyArray<string> = []
+): Conversation => {
   const results = toolResultsOf(messages, seen.start)
   return {
     role: seen.role,
@@ -193,7 +199,8 @@ const conversationOf = (seen: Seen, messages: ReadonlyArray<Prompt.Message>): Co
     turn: seen.turn,
     messages,
     toolResults: results.all,
-    lastToolResults: results.last
+    lastToolResults: results.last,
+    tools
   }
 }
 
@@ -459,7 +466,7 @@ export const make = (script: ScriptInput): Effect.Effect<LanguageModel.LanguageM
           )
         }
         if (rule.respond !== undefined) {
-          const out = rule.respond(conversationOf(seen, messages))
+          const out = rule.respond(conversationOf(seen, messages, options.tools.map((tool) => tool.name)))
           return Effect.flatMap(
             Effect.isEffect(out) ? out : Effect.succeed(out),
             (turn) => play(method, rule, seen.turn, turn, messages)

@@ -1,0 +1,352 @@
+/**
+ * Invariants — reusable checkers over a simulation `Trace` (its events, model requests,
+ * outside operations and final records). Each returns `undefined` when it holds, or a
+ * `Violation` naming the agent, the virtual time and the evidence: a counterexample a person
+ * can read without re-running anything.
+ *
+ * Add your own with `Invariants.make(name, description, (trace) => …)` and pass them to
+ * `Lab.check` (or `fibril lab run --invariants`, which takes the built-in names).
+ */
+import { tree as treeOf } from "./LabGenerators.ts"
+import type { Trace, TraceEvent } from "./Simulation.ts"
+
+export interface Violation {
+  readonly invariant: string
+  readonly message: string
+  readonly agent?: string | undefined
+  /** Virtual milliseconds since the run began. */
+  readonly at?: number | undefined
+  readonly evidence?: unknown
+}
+
+export interface Invariant {
+  readonly name: string
+  readonly description: string
+  readonly check: (trace: Trace) => Violation | undefined
+}
+
+export const make = (
+  name: string,
+  description: string,
+  check: (
+    trace: Trace,
+    fail: (message: string, details?: Omit<Violation, "invariant" | "message">) => Violation
+  ) => Violation | undefined
+): Invariant => ({
+  name,
+  description,
+  check: (trace) => check(trace, (message, details = {}) => ({ invariant: name, message, ...details }))
+})
+
+const terminal = new Set(["completed", "failed", "cancelled", "interrupted"])
+const isTerminal = (event: TraceEvent) => terminal.has(event.type)
+
+/** Agents spawned in the run (a `spawned` event), root excluded. */
+const spawnedAgents = (trace: Trace): Set<string> =>
+  new Set(trace.events.filter((e) => e.type === "spawned" && e.agent !== "n0").map((e) => e.agent))
+
+/** Successful resumes per agent. */
+const resumesOf = (trace: Trace): Map<string, number> => {
+  const out = new Map<string, number>()
+  for (const op of trace.ops) {
+    if (op.op === "resume" && op.outcome.startsWith("resumed")) out.set(op.agent, (out.get(op.agent) ?? 0) + 1)
+  }
+  return out
+}
+
+export const capNeverExceeded = make(
+  "cap",
+  "running sub-agents never exceed the manager's cap (maxConcurrent)",
+  (trace, fail) => {
+    const cap = trace.experiment.config.cap
+    const active = new Set<string>()
+    for (const event of trace.events) {
+      if (event.depth === 0) continue
+      if (event.type === "started") active.add(event.agent)
+      if (isTerminal(event)) active.delete(event.agent)
+      if (active.size > cap) {
+        return fail(`${active.size} sub-agents running at once, cap ${cap}`, {
+          agent: event.agent,
+          at: event.t,
+          evidence: { running: [...active].sort(), cap }
+        })
+      }
+    }
+    return undefined
+  }
+)
+
+export const admission = make(
+  "admission",
+  "queue admission never refuses a spawn; reject admission refuses one only when the cap is reached",
+  (trace, fail) => {
+    const { admission: mode, cap } = trace.experiment.config
+    const admitted = new Set<string>()
+    for (const event of trace.events) {
+      if (event.depth === 0 && event.type !== "tool_result") continue
+      // Admitted: spawned, or started again by a resume (which has no spawned event).
+      if (event.depth > 0 && (event.type === "spawned" || event.type === "started")) admitted.add(event.agent)
+      if (isTerminal(event)) admitted.delete(event.agent)
+      if (event.type === "tool_result" && event.tool === "agent_spawn" && event.failed === true) {
+        if (!/cap reached/.test(event.reason ?? "")) continue
+        if (mode === "queue") {
+          return fail(`${event.agent}'s spawn was refused under queue admission`, { agent: event.agent, at: event.t })
+        }
+        if (admitted.size < cap) {
+          return fail(`${event.agent}'s spawn was refused with ${admitted.size} of ${cap} admitted`, {
+            agent: event.agent,
+            at: event.t,
+            evidence: { admitted: [...admitted].sort(), cap, reason: event.reason }
+          })
+        }
+      }
+    }
+    return undefined
+  }
+)
+
+export const oneTerminalState = make(
+  "terminal",
+  "each agent ends exactly once per run (once, plus once per resume), and its record ends terminal",
+  (trace, fail) => {
+    const counts = new Map<string, Array<number>>()
+    for (const event of trace.events) {
+      if (event.depth > 0 && isTerminal(event)) counts.set(event.agent, [...(counts.get(event.agent) ?? []), event.t])
+    }
+    const resumes = resumesOf(trace)
+    for (const agent of spawnedAgents(trace)) {
+      const ends = counts.get(agent) ?? []
+      const expected = 1 + (resumes.get(agent) ?? 0)
+      if (ends.length !== expected) {
+        return fail(`${agent} has ${ends.length} terminal events, expected ${expected}`, {
+          agent,
+          at: ends[expected],
+          evidence: { terminalEventsAt: ends, resumes: resumes.get(agent) ?? 0 }
+        })
+      }
+    }
+    for (const op of trace.ops) {
+      if (op.op === "cancel" && !terminal.has(op.outcome) && op.outcome !== "not spawned") {
+        return fail(`cancelling ${op.agent} returned it ${op.outcome}, not ended`, { agent: op.agent, at: op.t })
+      }
+    }
+    for (const record of trace.records) {
+      if (!terminal.has(record.status)) {
+        return fail(`${record.agent}'s record ends ${record.status}`, { agent: record.agent })
+      }
+    }
+    return undefined
+  }
+)
+
+export const cancelReachesDescendants = make(
+  "cancel-cascade",
+  "when an agent is cancelled, every non-detached descendant it spawned has ended by then (the same virtual instant)",
+  (trace, fail) => {
+    const tree = treeOf(trace.experiment)
+    const spawnedAt = new Map<string, number>()
+    const endedAt = new Map<string, Array<number>>()
+    for (const event of trace.events) {
+      if (event.type === "spawned" && !spawnedAt.has(event.agent)) spawnedAt.set(event.agent, event.t)
+      if (isTerminal(event)) endedAt.set(event.agent, [...(endedAt.get(event.agent) ?? []), event.t])
+    }
+    for (const event of trace.events) {
+      if (event.type !== "cancelled") continue
+      const index = Number(event.agent.slice(1))
+      const stack = [...(tree[index]?.children ?? [])]
+      while (stack.length > 0) {
+        const child = tree[stack.pop()!]!
+        if (child.spec?.detached === true) continue
+        const born = spawnedAt.get(child.label)
+        if (born !== undefined && born <= event.t) {
+          const ended = (endedAt.get(child.label) ?? []).some((t) => t >= born && t <= event.t)
+          if (!ended) {
+            return fail(
+              `${event.agent} was cancelled at ${event.t}ms but its descendant ${child.label} had not ended`,
+              {
+                agent: child.label,
+                at: event.t,
+                evidence: { cancelled: event.agent, descendant: child.label, ends: endedAt.get(child.label) ?? [] }
+              }
+            )
+          }
+        }
+        stack.push(...child.children)
+      }
+    }
+    return undefined
+  }
+)
+
+export const nothingLeftAfterRoot = make(
+  "nothing-left",
+  "once the root is interrupted, no sub-agent (detached ones aside) runs and no model call is in flight",
+  (trace, fail) => {
+    const left = trace.afterRoot
+    if (left.notEnded.length > 0 || left.running > 0 || left.liveModelCalls > 0) {
+      return fail(
+        `after the root was interrupted: ${left.running} running, ${left.liveModelCalls} model calls in flight, not ended: ${
+          left.notEnded.join(", ") || "none"
+        }`,
+        { evidence: left }
+      )
+    }
+    return undefined
+  }
+)
+
+export const permissionsOnlyNarrow = make(
+  "permissions",
+  "an agent's tools are a subset of its parent's (effective permissions only narrow)",
+  (trace, fail) => {
+    const toolsOf = new Map(trace.records.map((record) => [record.agent, record.tools]))
+    const rootTools = trace.rootTools
+    for (const record of trace.records) {
+      const parentTools = record.parent === "n0" ? rootTools : toolsOf.get(record.parent)
+      if (parentTools === undefined || parentTools.length === 0 || record.tools.length === 0) continue
+      const allowed = new Set(parentTools)
+      const wider = record.tools.filter((tool) => !allowed.has(tool))
+      if (wider.length > 0) {
+        return fail(`${record.agent} has tools its parent ${record.parent} does not: ${wider.join(", ")}`, {
+          agent: record.agent,
+          evidence: { wider }
+        })
+      }
+    }
+    return undefined
+  }
+)
+
+export const resultOnceNoTranscript = make(
+  "result-once",
+  "a parent receives each completed child's result exactly once, and never a child's transcript",
+  (trace, fail) => {
+    const tree = treeOf(trace.experiment)
+    const completedAt = new Map<string, number>()
+    const parentEnd = new Map<string, string>()
+    for (const event of trace.events) {
+      if (event.type === "completed") completedAt.set(event.agent, event.t)
+      if (isTerminal(event)) parentEnd.set(event.agent, event.type)
+    }
+    for (const request of trace.requests) {
+      for (const marker of request.carried) {
+        if (marker.startsWith("transcript:") && marker !== `transcript:${request.agent}`) {
+          return fail(`${request.agent} was given ${marker.slice("transcript:".length)}'s transcript`, {
+            agent: request.agent,
+            at: request.t,
+            evidence: { request }
+          })
+        }
+      }
+    }
+    const resumes = resumesOf(trace)
+    for (const node of tree) {
+      if (node.index === 0 || node.parent === undefined) continue
+      const parent = `n${node.parent}`
+      // A retried request repeats its turn's messages: count each turn once.
+      const turns = new Set<number>()
+      const first = trace.requests.filter((r) => r.agent === parent && !turns.has(r.turn) && turns.add(r.turn))
+      const seen = first.flatMap((r) => r.carried.filter((m) => m === `result:${node.label}`).map(() => r.t))
+      const limit = 1 + (resumes.get(node.label) ?? 0)
+      if (seen.length > limit) {
+        return fail(`${parent} received ${node.label}'s result ${seen.length} times`, {
+          agent: parent,
+          at: seen[limit],
+          evidence: { child: node.label, receivedAt: seen }
+        })
+      }
+      // A child that completed while its parent still waited for it (and the parent went on
+      // to complete) must have been delivered — unless either was resumed from outside (a
+      // resume takes the child out of its parent's hands; see docs/lab.md).
+      const done = completedAt.get(node.label)
+      if (
+        done !== undefined && node.spec?.detached !== true && parentEnd.get(parent) === "completed" &&
+        (resumes.get(parent) ?? 0) === 0 && (resumes.get(node.label) ?? 0) === 0 && seen.length === 0
+      ) {
+        return fail(`${parent} completed without ever receiving ${node.label}'s result`, {
+          agent: parent,
+          at: done,
+          evidence: { child: node.label, completedAt: done }
+        })
+      }
+    }
+    return undefined
+  }
+)
+
+export const storeRoundTrip = make(
+  "round-trip",
+  "every record read back from the store equals the manager's and survives JSON encoding and decoding",
+  (trace, fail) => {
+    const bad = trace.records.find((record) => !record.roundTrip)
+    return bad === undefined ? undefined : fail(`${bad.agent}'s record does not round-trip through the store`, {
+      agent: bad.agent,
+      evidence: bad
+    })
+  }
+)
+
+export const budgetsHold = make(
+  "budgets",
+  "no sub-agent takes more model steps than its budget (maxSteps per run)",
+  (trace, fail) => {
+    const resumes = resumesOf(trace)
+    const budget = trace.experiment.config.maxSteps
+    for (const record of trace.records) {
+      const limit = budget * (1 + (resumes.get(record.agent) ?? 0))
+      if (record.steps > limit) {
+        return fail(`${record.agent} took ${record.steps} steps, budget ${limit}`, {
+          agent: record.agent,
+          evidence: { steps: record.steps, budget: limit }
+        })
+      }
+    }
+    return undefined
+  }
+)
+
+export const resumeExtends = make(
+  "resume-extends",
+  "a resumed agent's transcript extends its earlier transcript, never rewrites it",
+  (trace, fail) => {
+    const bad = trace.resumes.find((resume) => !resume.extends || resume.after < resume.before)
+    return bad === undefined ? undefined : fail(`${bad.agent}'s transcript was rewritten by a resume`, {
+      agent: bad.agent,
+      evidence: bad
+    })
+  }
+)
+
+/** Every built-in invariant. */
+export const all: ReadonlyArray<Invariant> = [
+  capNeverExceeded,
+  admission,
+  oneTerminalState,
+  cancelReachesDescendants,
+  nothingLeftAfterRoot,
+  permissionsOnlyNarrow,
+  resultOnceNoTranscript,
+  storeRoundTrip,
+  budgetsHold,
+  resumeExtends
+]
+
+/** The first violation of `invariants` in `trace`, if any. */
+export const firstViolation = (trace: Trace, invariants: ReadonlyArray<Invariant> = all): Violation | undefined => {
+  for (const invariant of invariants) {
+    const violation = invariant.check(trace)
+    if (violation !== undefined) return violation
+  }
+  return undefined
+}
+
+/** Built-in invariants by name (`cap,terminal`); an unknown name is an error listing the known ones. */
+export const byNames = (names: ReadonlyArray<string>): ReadonlyArray<Invariant> | { readonly unknown: string } => {
+  const out: Array<Invariant> = []
+  for (const name of names) {
+    const found = all.find((invariant) => invariant.name === name)
+    if (found === undefined) return { unknown: name }
+    out.push(found)
+  }
+  return out
+}

@@ -1,0 +1,177 @@
+/**
+ * LabGenerators — the inputs of an orchestration experiment as Schemas and shrinking
+ * `Arbitrary` values: a configuration, an agent tree with a script and a fault per agent, and a
+ * schedule of operations from outside.
+ *
+ * An `Experiment` is plain JSON. Its shape is chosen so that shrinking is meaningful: the tree
+ * is a flat list of nodes whose `parent` is taken modulo the node's position (shrinking a parent
+ * to 0 hangs the node under the root; dropping nodes drops subtrees' members), faults shrink
+ * to `"none"`, delays to 0 and the schedule to fewer, earlier operations. The smallest failing
+ * experiment is therefore a small tree with few faults and few operations.
+ */
+import { Arbitrary, Schema } from "effect"
+
+const int = (minimum: number, maximum: number) => Schema.Int.pipe(Schema.check(Schema.isBetween({ minimum, maximum })))
+
+/** What goes wrong with an agent's final model turn. */
+export const Fault = Schema.Literals(["none", "retryable", "fatal", "hang", "crash"])
+export type Fault = typeof Fault.Type
+
+/** One agent of the tree (node `i` of `nodes` is agent `n<i+1>`; `n0` is the root). */
+export const Node = Schema.Struct({
+  /** The parent, as `parent % (i + 1)`: 0 is the root, `k` is node `n<k>`. */
+  parent: int(0, 1000),
+  role: Schema.Literals(["general", "explore"]),
+  detached: Schema.Boolean,
+  /** Tool-call turns before the answer (calls of a tool that does not exist: tool errors). */
+  work: int(0, 3),
+  /** Virtual milliseconds each model turn of this agent takes. */
+  delayMs: int(0, 5000),
+  /** Output tokens its answer reports. */
+  tokens: int(0, 2000),
+  fault: Fault
+})
+export type Node = typeof Node.Type
+
+/** An operation applied from outside at a virtual time. `target` picks a node modulo the count. */
+export const Op = Schema.Struct({
+  /** Virtual milliseconds after the previous operation. */
+  after: int(0, 20_000),
+  op: Schema.Literals(["cancel", "send_input", "resume", "kill", "jump"]),
+  target: int(0, 1000)
+})
+export type Op = typeof Op.Type
+
+export const Config = Schema.Struct({
+  /** `maxConcurrent` of the manager. */
+  cap: int(1, 4),
+  admission: Schema.Literals(["queue", "reject"]),
+  /** Deepest level that may still spawn (root = 0). */
+  maxDepth: int(1, 3),
+  /** Model steps per sub-agent run. */
+  maxSteps: int(2, 8),
+  heartbeatSecs: int(1, 600)
+})
+export type Config = typeof Config.Type
+
+export const Experiment = Schema.Struct({
+  config: Config,
+  nodes: Schema.Array(Node),
+  schedule: Schema.Array(Op)
+})
+export type Experiment = typeof Experiment.Type
+
+/** Bounds of generated experiments. */
+export interface Bounds {
+  readonly maxNodes?: number | undefined
+  readonly maxOps?: number | undefined
+  /** Fix the configuration instead of generating it. */
+  readonly config?: Partial<Config> | undefined
+  /** Which faults may be generated (default: all). */
+  readonly faults?: ReadonlyArray<Fault> | undefined
+  /** Which outside operations may be generated (default: all). */
+  readonly ops?: ReadonlyArray<Op["op"]> | undefined
+}
+
+/** `Bounds` as JSON (the `--config` file of `fibril lab run`); unknown keys are errors. */
+export const BoundsJson = Schema.Struct({
+  maxNodes: Schema.optionalKey(int(1, 60)),
+  maxOps: Schema.optionalKey(int(0, 60)),
+  config: Schema.optionalKey(Schema.Struct({
+    cap: Schema.optionalKey(Config.fields.cap),
+    admission: Schema.optionalKey(Config.fields.admission),
+    maxDepth: Schema.optionalKey(Config.fields.maxDepth),
+    maxSteps: Schema.optionalKey(Config.fields.maxSteps),
+    heartbeatSecs: Schema.optionalKey(Config.fields.heartbeatSecs)
+  })),
+  faults: Schema.optionalKey(Schema.Array(Fault)),
+  ops: Schema.optionalKey(Schema.Array(Op.fields.op))
+})
+
+const pick = <const A extends string | number>(values: ReadonlyArray<A>): Arbitrary.Arbitrary<A> =>
+  Arbitrary.map(Arbitrary.schema(int(0, values.length - 1)), (i) => values[i]!)
+
+/** Experiments within `bounds`, shrinking towards fewer nodes, fewer faults and fewer operations. */
+export const experiment = (bounds: Bounds = {}): Arbitrary.Arbitrary<Experiment> => {
+  const faults = bounds.faults ?? Fault.literals
+  const ops = bounds.ops ?? Op.fields.op.literals
+  const fixed = bounds.config ?? {}
+  const field = <K extends keyof Config>(key: K, arbitrary: Arbitrary.Arbitrary<Config[K]>) =>
+    fixed[key] === undefined ? arbitrary : Arbitrary.Constant(fixed[key] as Config[K])
+  const config = Arbitrary.all({
+    cap: field("cap", Arbitrary.schema(Config.fields.cap)),
+    admission: field("admission", pick(Config.fields.admission.literals)),
+    maxDepth: field("maxDepth", Arbitrary.schema(Config.fields.maxDepth)),
+    // A few values each: every distinct configuration is a separately built runtime.
+    maxSteps: field("maxSteps", pick([2, 4, 8] as const)),
+    heartbeatSecs: field("heartbeatSecs", pick([5, 30, 300] as const))
+  })
+  const node = Arbitrary.all({
+    parent: Arbitrary.schema(Node.fields.parent),
+    role: pick(Node.fields.role.literals),
+    detached: Arbitrary.map(Arbitrary.schema(int(0, 4)), (n) => n === 4),
+    work: Arbitrary.schema(Node.fields.work),
+    delayMs: Arbitrary.schema(Node.fields.delayMs),
+    tokens: Arbitrary.schema(Node.fields.tokens),
+    // "none" first so that shrinking goes there; faults are one in two.
+    fault: Arbitrary.map(
+      Arbitrary.schema(int(0, 2 * faults.length - 1)),
+      (i): Fault => (i < faults.length ? "none" : faults[i - faults.length]!)
+    )
+  })
+  const op = Arbitrary.all({
+    after: Arbitrary.schema(Op.fields.after),
+    op: pick(ops),
+    target: Arbitrary.schema(Op.fields.target)
+  })
+  return Arbitrary.all({
+    config,
+    nodes: Arbitrary.array(node, { minLength: 1, maxLength: bounds.maxNodes ?? 6 }),
+    schedule: Arbitrary.array(op, { maxLength: bounds.maxOps ?? 6 })
+  })
+}
+
+/** The tree an experiment describes: node `k` (0 = root) with its parent, depth and children. */
+export interface TreeNode {
+  readonly index: number
+  readonly label: string
+  readonly parent: number | undefined
+  readonly depth: number
+  readonly children: ReadonlyArray<number>
+  readonly spec: Node | undefined
+}
+
+/** Resolves `parent` indices: node i+1's parent is `parent % (i+1)`, moved up so that only agents above `maxDepth` spawn. */
+export const tree = (experiment: Experiment): ReadonlyArray<TreeNode> => {
+  const parents: Array<number | undefined> = [undefined]
+  const depths = [0]
+  experiment.nodes.forEach((spec, i) => {
+    let parent = spec.parent % (i + 1)
+    while (depths[parent]! > experiment.config.maxDepth - 1 && parent !== 0) parent = parents[parent]!
+    parents.push(parent)
+    depths.push(depths[parent]! + 1)
+  })
+  return parents.map((parent, index) => ({
+    index,
+    label: `n${index}`,
+    parent,
+    depth: depths[index]!,
+    children: parents.flatMap((p, child) => (p === index && child !== index ? [child] : [])),
+    spec: index === 0 ? undefined : experiment.nodes[index - 1]
+  }))
+}
+
+/** A tree of exactly `count` agents (root included) with fan-out `fanOut`, no faults, no operations. */
+export const balanced = (count: number, fanOut: number, config: Partial<Config> = {}): Experiment => ({
+  config: { cap: 10, admission: "queue", maxDepth: 3, maxSteps: 8, heartbeatSecs: 300, ...config },
+  nodes: Array.from({ length: count - 1 }, (_, i) => ({
+    parent: Math.floor(i / fanOut),
+    role: "general" as const,
+    detached: false,
+    work: 1,
+    delayMs: 100 + (i % 7) * 50,
+    tokens: 100,
+    fault: "none" as const
+  })),
+  schedule: []
+})

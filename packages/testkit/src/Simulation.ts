@@ -1,0 +1,722 @@
+/**
+ * Simulation — runs one `Experiment` through the real core services (Session, SubAgentManager,
+ * the memory store, AgentEvents, the agent tools) with the ScriptedModel in place of a model,
+ * under a `TestClock`, and returns its `Trace`: every event with its virtual time, every model
+ * request (with the tools it offered and the child results and transcripts it carried), every
+ * outside operation and its outcome, the final records, and what was left once the root was
+ * interrupted.
+ *
+ * The trace names agents by their place in the tree (`n0` is the root, `n3` the third node),
+ * never by their generated ids, and times are virtual milliseconds since the run began: the same
+ * experiment gives the same trace, byte for byte, in any process (`Simulation.encode`).
+ *
+ * How an agent behaves is its node: an agent with children spawns them all in its first turn
+ * (`agent_spawn`, detached as the node says) and waits for them by id (`agent_wait`, all); then it
+ * makes `work` calls of a tool that does not exist (tool errors, which carry `transcript:<node>`
+ * into its own transcript); then it answers with `result:<node>` as its summary. Every turn
+ * takes `delayMs` of virtual time. The node's fault replaces the answer: a retryable error
+ * (once, then the answer), a fatal error, a hang, or a crash (a defect in the model call).
+ *
+ * Cheap by construction: the services are built once per configuration and reused for many
+ * runs (rebuilt every `reuse` runs so that no state grows without bound), the store is in
+ * memory, nothing touches the disk or the network, and virtual time jumps instead of passing.
+ */
+import { Fibril, SubAgentManager as Manager, SubAgentRecord, SubAgentStore, ToolRegistry } from "@fibril/core"
+import { type AgentEvent, AgentEvents, make as makeEvents } from "@fibril/core/AgentEvents"
+import { type Options as SessionOptions, Session } from "@fibril/core/Session"
+import {
+  Clock,
+  Context,
+  Deferred,
+  Effect,
+  Exit,
+  Fiber,
+  FileSystem,
+  Layer,
+  Option,
+  type Path,
+  PubSub,
+  Random,
+  Schema,
+  Scope
+} from "effect"
+import type { ChildProcessSpawner } from "effect/process"
+import { TestClock } from "effect/testing"
+import * as NodeFs from "node:fs"
+import * as NodeOs from "node:os"
+import * as NodePath from "node:path"
+import { Experiment as ExperimentSchema, tree as treeOf, type TreeNode } from "./LabGenerators.ts"
+import type { Experiment } from "./LabGenerators.ts"
+import * as ScriptedModel from "./ScriptedModel.ts"
+
+export type Platform = FileSystem.FileSystem | Path.Path | ChildProcessSpawner.ChildProcessSpawner
+
+// ---------------------------------------------------------------------------------------------
+// The trace
+
+export interface TraceEvent {
+  readonly t: number
+  readonly type: AgentEvent["type"]
+  readonly agent: string
+  readonly depth: number
+  readonly tool?: string
+  readonly reason?: string
+  /** A tool_result that failed. */
+  readonly failed?: true
+}
+
+export interface TraceRequest {
+  readonly t: number
+  readonly agent: string
+  readonly turn: number
+  /** Child results (`result:nK`) and transcripts (`transcript:nK`) in the messages new to this request, one entry per message part. */
+  readonly carried: ReadonlyArray<string>
+}
+
+export interface TraceOp {
+  readonly t: number
+  readonly op: string
+  readonly agent: string
+  readonly outcome: string
+}
+
+export interface TraceRecord {
+  readonly agent: string
+  readonly parent: string
+  readonly depth: number
+  readonly role: string
+  readonly detached: boolean
+  readonly status: string
+  readonly steps: number
+  readonly toolCalls: number
+  readonly outputTokens: number
+  readonly reason?: string
+  /** The tools offered to its model requests (the union), sorted. */
+  readonly tools: ReadonlyArray<string>
+  /** Does the stored record equal the manager's, and survive encoding to JSON and back? */
+  readonly roundTrip: boolean
+}
+
+export interface TraceResume {
+  readonly agent: string
+  /** Transcript entries before the resume. */
+  readonly before: number
+  readonly after: number
+  /** Are the entries before the resume still the first entries, unchanged? */
+  readonly extends: boolean
+}
+
+export interface Trace {
+  readonly version: 1
+  readonly seed?: number | undefined
+  /** The deliberately broken runtime it ran on (`LabBugs`), if any. */
+  readonly tamper?: string | undefined
+  readonly experiment: Experiment
+  readonly events: ReadonlyArray<TraceEvent>
+  readonly requests: ReadonlyArray<TraceRequest>
+  readonly ops: ReadonlyArray<TraceOp>
+  readonly records: ReadonlyArray<TraceRecord>
+  readonly resumes: ReadonlyArray<TraceResume>
+  /** The tools offered to the root's model requests, sorted. */
+  readonly rootTools: ReadonlyArray<string>
+  /** Once the root was interrupted and everything settled (detached and outside-resumed agents excepted). */
+  readonly afterRoot: {
+    readonly running: number
+    readonly liveModelCalls: number
+    readonly notEnded: ReadonlyArray<string>
+  }
+  /** Virtual milliseconds the run took. */
+  readonly end: number
+}
+
+/** The trace as JSON text, the same bytes for the same experiment. */
+export const encode = (trace: Trace): string => JSON.stringify(trace, null, 1) + "\n"
+
+export class TraceError extends Schema.TaggedError<TraceError>()("TraceError", {
+  message: Schema.String
+}) {}
+
+/** Reads a trace written by `encode` (or `fibril lab run --out`). */
+export const decode = (text: string): Effect.Effect<Trace, TraceError> =>
+  Effect.try({
+    try: () => JSON.parse(text) as unknown,
+    catch: (error) => new TraceError({ message: `not JSON: ${String(error)}` })
+  }).pipe(Effect.flatMap((value) => {
+    const candidate = value as Partial<Trace> | null
+    if (candidate === null || typeof candidate !== "object" || candidate.version !== 1) {
+      return Effect.fail(new TraceError({ message: "not a lab trace: expected an object with version 1" }))
+    }
+    return Effect.mapError(
+      Schema.decodeUnknownEffect(ExperimentSchema)(candidate.experiment),
+      (error) => new TraceError({ message: `the trace's experiment is not valid: ${error.message}` })
+    ).pipe(Effect.as(candidate as Trace))
+  }))
+
+// ---------------------------------------------------------------------------------------------
+// Tampering: deliberately broken layers
+
+/**
+ * A deliberately broken runtime, to show that an invariant catches what it should. Each field
+ * replaces one part of the real wiring.
+ */
+export interface Tamper {
+  readonly name: string
+  /** Manager options built from the experiment's (e.g. a cap one too high). */
+  readonly subagents?: ((config: Experiment["config"]) => Partial<Manager.Options>) | undefined
+  /** Wraps the events service every agent publishes to. */
+  readonly events?: ((events: AgentEvents["Service"]) => AgentEvents["Service"]) | undefined
+  /** Wraps the store. */
+  readonly store?:
+    | ((store: SubAgentStore.SubAgentStore["Service"]) => SubAgentStore.SubAgentStore["Service"])
+    | undefined
+  /** Answer model requests from a fiber the caller does not own (interrupting the caller leaves it running). */
+  readonly leakModelCalls?: boolean | undefined
+  /** Session options built from the experiment's (e.g. a step budget two steps too high). */
+  readonly session?: ((config: Experiment["config"]) => Partial<SessionOptions>) | undefined
+  /** Tools sub-agents are seen to be offered on top of their own. */
+  readonly childTools?: ReadonlyArray<string> | undefined
+  /** Extra tools registered in the runtime (e.g. a broken variant of an agent tool). */
+  readonly tools?: ReadonlyArray<ToolRegistry.ToolDefinition<any, any>> | undefined
+  /** The tool agents wait for their children with (default `agent_wait`). */
+  readonly waitTool?: string | undefined
+  /** Wraps the manager the outside operations use. */
+  readonly manager?: ((manager: Manager.SubAgentManager["Service"]) => Manager.SubAgentManager["Service"]) | undefined
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worlds: the services, built once per configuration and reused
+
+interface RunState {
+  readonly tree: ReadonlyArray<TreeNode>
+  readonly t0: number
+  readonly requests: Array<TraceRequest>
+  readonly tools: Map<number, Set<string>>
+  /** Model calls in flight, per node. */
+  readonly live: Map<number, number>
+}
+
+interface World {
+  readonly context: Context.Context<never>
+  readonly clock: TestClock.TestClock
+  readonly scope: Scope.Closeable
+  readonly state: { current: RunState | undefined }
+  runs: number
+}
+
+let cwd: string | undefined
+const workspace = (): string => {
+  if (cwd === undefined) cwd = NodeFs.mkdtempSync(NodePath.join(NodeOs.tmpdir(), "fibril-lab-"))
+  return cwd
+}
+
+const nodeOf = (prompt: string): number | undefined => {
+  const match = /node:(\d+)/.exec(prompt)
+  return match === null ? undefined : Number(match[1])
+}
+
+const report = (summary: string) =>
+  `SUMMARY:\n${summary}\n\nCHANGES:\nnone\n\nEVIDENCE:\nnone\n\nRISKS:\nnone\n\nBLOCKERS:\nnone`
+
+const markers = /(?:result|transcript):n\d+/g
+
+/** The markers in the messages after the last assistant message, one per message part. */
+const carriedOf = (conversation: ScriptedModel.Conversation): Array<string> => {
+  const messages = conversation.messages
+  let start = messages.length
+  while (start > 0 && messages[start - 1]!.role !== "assistant") start--
+  const found: Array<string> = []
+  for (let i = start; i < messages.length; i++) {
+    const message = messages[i]!
+    const parts: ReadonlyArray<unknown> = typeof message.content === "string" ? [message.content] : message.content
+    for (const part of parts) {
+      const text = JSON.stringify(part)
+      const seen = new Set(text.match(markers) ?? [])
+      found.push(...[...seen].sort())
+    }
+  }
+  return found
+}
+
+const respondWith = (world: { readonly state: { current: RunState | undefined } }, tamper: Tamper | undefined) =>
+(
+  conversation: ScriptedModel.Conversation
+): Effect.Effect<ScriptedModel.Turn, never> =>
+  Effect.suspend(() => {
+    const run = world.state.current
+    const index = nodeOf(conversation.prompt)
+    if (run === undefined || index === undefined || run.tree[index] === undefined) {
+      return Effect.succeed<ScriptedModel.Turn>({ text: report("not part of an experiment") })
+    }
+    const node = run.tree[index]
+    const spec = node.spec
+    const toolsSeen = run.tools.get(index) ?? new Set<string>()
+    for (const tool of conversation.tools) toolsSeen.add(tool)
+    if (index !== 0) { for (const tool of tamper?.childTools ?? []) toolsSeen.add(tool) }
+    run.tools.set(index, toolsSeen)
+    const turn = conversation.turn
+    const delay = spec?.delayMs ?? 10
+    const answer = (now: number): ScriptedModel.Turn | "hang" | "crash" => {
+      run.requests.push({ t: now - run.t0, agent: node.label, turn, carried: carriedOf(conversation) })
+      let phase = turn
+      if (node.children.length > 0) {
+        if (turn === 0) {
+          const [first, ...rest] = node.children.map((child) => {
+            const childSpec = run.tree[child]!.spec!
+            return {
+              name: "agent_spawn",
+              args: {
+                prompt: `node:${child}`,
+                description: `node:${child}`,
+                subagent_type: childSpec.role,
+                detached: childSpec.detached
+              }
+            }
+          })
+          return { tool_calls: [first!, ...rest] }
+        }
+        if (turn === 1) {
+          // Waits for the children it spawned by id, as a careful model does (agent_wait with no
+          // ids waits only for children still running: one that already finished is skipped).
+          const ids = conversation.lastToolResults.flatMap((result) => {
+            const value = result.result as { readonly agent_id?: unknown } | null
+            return result.name === "agent_spawn" && !result.isFailure && typeof value?.agent_id === "string"
+              ? [value.agent_id]
+              : []
+          })
+          return { tool_calls: [{ name: tamper?.waitTool ?? "agent_wait", args: { ids, wait_mode: "all" } }] }
+        }
+        phase = turn - 2
+      }
+      const work = spec?.work ?? 0
+      if (phase < work) {
+        return { tool_calls: [{ name: "lab_probe", args: { marker: `transcript:${node.label}` } }] }
+      }
+      const final: ScriptedModel.Turn = {
+        text: report(`result:${node.label}`),
+        usage: { input: 100, output: spec?.tokens ?? 10 }
+      }
+      // The fault hits the answer of the first run only: a resumed agent answers.
+      if (phase > work || spec === undefined) return final
+      switch (spec.fault) {
+        case "none":
+          return final
+        case "retryable":
+          return { ...final, error: { kind: "retryable", message: "lab: retryable model error", times: 1 } }
+        case "fatal":
+          return { error: { kind: "fatal", message: "lab: fatal model error" } }
+        case "hang":
+          return "hang"
+        case "crash":
+          return "crash"
+      }
+    }
+    const body = Effect.flatMap(Effect.clockWith((clock) => clock.currentTimeMillis), (now) => {
+      const out = answer(now)
+      const wait = out === "hang" ? Effect.never : Effect.sleep(delay)
+      return Effect.flatMap(
+        wait,
+        () => (out === "crash" ? Effect.die("lab: model call crashed") : Effect.succeed(out as ScriptedModel.Turn))
+      )
+    })
+    const counted = Effect.suspend(() => {
+      run.live.set(index, (run.live.get(index) ?? 0) + 1)
+      return Effect.ensuring(body, Effect.sync(() => void run.live.set(index, run.live.get(index)! - 1)))
+    })
+    if (tamper?.leakModelCalls === true) {
+      // The bug: the answer comes from a fiber nobody owns; interrupting the caller leaves it.
+      return Effect.flatMap(Effect.forkDetach(counted), Fiber.join) as Effect.Effect<ScriptedModel.Turn>
+    }
+    return counted
+  })
+
+const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined) =>
+  Effect.gen(function*() {
+    const scope = yield* Scope.make()
+    const testContext = yield* Layer.buildWithScope(TestClock.layer(), scope)
+    const clock = Context.get(testContext, Clock.Clock) as TestClock.TestClock
+    // Whole milliseconds, as a real clock gives (records keep integer times): a retry's jittered
+    // backoff would otherwise wake sleepers at fractional virtual times.
+    const floored: Clock.Clock = Object.assign(Object.create(clock) as Clock.Clock, {
+      currentTimeMillisUnsafe: () => Math.floor(clock.currentTimeMillisUnsafe()),
+      currentTimeMillis: Effect.sync(() => Math.floor(clock.currentTimeMillisUnsafe()))
+    })
+    const clockContext = Context.make(Clock.Clock, floored)
+    const state: { current: RunState | undefined } = { current: undefined }
+    const events = tamper?.events
+    const store = tamper?.store
+    const fibril = Fibril.layer({
+      cwd: workspace(),
+      session: {
+        maxRetries: 1,
+        retryBaseMs: 500,
+        retryMaxMs: 500,
+        apiTimeoutSecs: 60,
+        maxDepth: config.maxDepth,
+        childMaxSteps: config.maxSteps,
+        ...tamper?.session?.(config)
+      },
+      subagents: {
+        maxConcurrent: config.cap,
+        admission: config.admission,
+        heartbeatTimeoutSecs: config.heartbeatSecs,
+        ...tamper?.subagents?.(config)
+      },
+      layers: {
+        events: events === undefined
+          ? undefined
+          : Layer.effect(AgentEvents, Effect.map(makeEvents, events)),
+        store: store === undefined
+          ? undefined
+          : Layer.effect(
+            SubAgentStore.SubAgentStore,
+            Effect.map(
+              Layer.build(Layer.fresh(SubAgentStore.layerMemory)),
+              (built) => store(Context.get(built, SubAgentStore.SubAgentStore))
+            )
+          )
+      }
+    }).pipe(Layer.provide(ScriptedModel.layer({ rules: [{ respond: respondWith({ state }, tamper) }] })))
+    const context = yield* Layer.buildWithScope(fibril, scope).pipe(Effect.provideContext(clockContext))
+    const extra = tamper?.tools ?? []
+    if (extra.length > 0) {
+      const registry = Context.get(context, ToolRegistry.ToolRegistry)
+      yield* Effect.forEach(
+        extra,
+        (tool) => registry.register(tool) as Effect.Effect<void, ToolRegistry.DuplicateTool, Manager.SubAgentManager>,
+        { discard: true }
+      ).pipe(
+        Effect.provideContext(Context.merge(context, clockContext)),
+        Effect.orDie
+      )
+    }
+    return {
+      context: Context.merge(context, clockContext) as Context.Context<never>,
+      clock,
+      scope,
+      state,
+      runs: 0
+    } satisfies World
+  })
+
+const worlds = new Map<string, World>()
+
+/** Runs per built world before it is rebuilt (state such as the manager's table only grows). */
+export const reuse = 96
+
+/** Worlds kept alive at once. */
+const keep = 24
+
+const worldFor = (config: Experiment["config"], tamper: Tamper | undefined) =>
+  Effect.gen(function*() {
+    const key = `${
+      tamper?.name ?? ""
+    }|${config.cap}|${config.admission}|${config.maxDepth}|${config.maxSteps}|${config.heartbeatSecs}`
+    const found = worlds.get(key)
+    if (found !== undefined && found.runs < reuse) {
+      worlds.delete(key)
+      worlds.set(key, found)
+      return found
+    }
+    if (found !== undefined) {
+      worlds.delete(key)
+      yield* Scope.close(found.scope, Exit.void)
+    }
+    // At most `keep` worlds alive: the least recently used one is closed.
+    if (worlds.size >= keep) {
+      const [oldest, old] = worlds.entries().next().value!
+      worlds.delete(oldest)
+      yield* Scope.close(old.scope, Exit.void)
+    }
+    const world = yield* buildWorld(config, tamper)
+    worlds.set(key, world)
+    return world
+  })
+
+/** Closes every cached world (their services, fibers and timers). */
+export const reset: Effect.Effect<void> = Effect.suspend(() => {
+  const all = [...worlds.values()]
+  worlds.clear()
+  return Effect.forEach(all, (world) => Scope.close(world.scope, Exit.void), { discard: true })
+})
+
+// ---------------------------------------------------------------------------------------------
+// Running an experiment
+
+export interface RunOptions {
+  /** Recorded in the trace (the seed that generated the experiment). */
+  readonly seed?: number | undefined
+  readonly tamper?: Tamper | undefined
+}
+
+const settle = Effect.gen(function*() {
+  for (let i = 0; i < 8; i++) yield* Effect.yieldNow
+})
+
+/** Runs `experiment` and returns its trace. */
+export const run = Effect.fn("Simulation.run")(function*(experiment: Experiment, options: RunOptions = {}) {
+  const world = yield* Effect.orDie(worldFor(experiment.config, options.tamper))
+  world.runs++
+  const traced = runIn(world, experiment, options).pipe(
+    Effect.provideContext(
+      world.context as Context.Context<Session | Manager.SubAgentManager | SubAgentStore.SubAgentStore | AgentEvents>
+    ),
+    Effect.scoped,
+    Random.withSeed(options.seed ?? JSON.stringify(experiment))
+  )
+  return yield* traced
+})
+
+const runIn = (
+  world: World,
+  experiment: Experiment,
+  options: RunOptions
+): Effect.Effect<
+  Trace,
+  never,
+  Session | Manager.SubAgentManager | SubAgentStore.SubAgentStore | AgentEvents | Scope.Scope | Platform
+> =>
+  Effect.gen(function*() {
+    const session = yield* Session
+    const realManager = yield* Manager.SubAgentManager
+    const manager = options.tamper?.manager?.(realManager) ?? realManager
+    const store = yield* SubAgentStore.SubAgentStore
+    const subscription = yield* (yield* AgentEvents).subscribe
+    const tree = treeOf(experiment)
+    // Start where the world's periodic timers (the heartbeat watchdog) are in the same phase
+    // as in a new world, so that a run does not depend on the runs before it.
+    const period = periodOf(experiment.config)
+    const offset = Math.floor(world.clock.currentTimeMillisUnsafe()) % period
+    if (offset !== 0) yield* world.clock.adjust(period - offset)
+    const t0 = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+    const state: RunState = { tree, t0, requests: [], tools: new Map(), live: new Map() }
+    world.state.current = state
+    const now = Effect.map(Effect.clockWith((clock) => clock.currentTimeMillis), (t) => t - t0)
+
+    const root = yield* Effect.orDie(session.create())
+    const labels = new Map<string, string>([[root.id, "n0"]])
+    const ids = new Map<number, string>()
+    const events: Array<TraceEvent> = []
+    const labelOf = (event: AgentEvent): string => {
+      const known = labels.get(event.agent.agentId)
+      if (known !== undefined) return known
+      const index = event.agent.depth === 0 ? 0 : nodeOf(event.agent.description ?? "")
+      const label = index === undefined ? `?${event.agent.agentId}` : `n${index}`
+      labels.set(event.agent.agentId, label)
+      if (index !== undefined && index !== 0) ids.set(index, event.agent.agentId)
+      return label
+    }
+    const drain = Effect.map(PubSub.takeUpTo(subscription, Number.MAX_SAFE_INTEGER), (taken) => {
+      for (const event of taken) {
+        events.push({
+          t: event.at - t0,
+          type: event.type,
+          agent: labelOf(event),
+          depth: event.agent.depth,
+          ...(event.tool === undefined ? {} : { tool: event.tool }),
+          ...(event.isFailure === true ? { failed: true as const } : {}),
+          ...(event.reason === undefined ? {} : { reason: event.reason.replace(/(agent|session)_\w+/g, "<id>") })
+        })
+      }
+    })
+
+    const started = yield* Deferred.make<void>()
+    const rootFiber = yield* Effect.forkChild(
+      Effect.andThen(
+        Deferred.succeed(started, undefined),
+        session.prompt(root.id, "node:0").pipe(Effect.provideService(Manager.SubAgentManager, manager))
+      ),
+      { startImmediately: true }
+    )
+    yield* Deferred.await(started)
+    yield* settle
+    const ops: Array<TraceOp> = []
+    const resumes: Array<{ agent: string; id: string; before: ReadonlyArray<string> }> = []
+    // The agent's transcript (the live session's, else the store's), message by message as JSON.
+    const transcriptOf = (id: string) =>
+      Effect.map(
+        Effect.orElseSucceed(manager.readTranscript(id, { limit: 10_000 }), () => undefined),
+        (page) => (page === undefined ? [] : page.messages.map((message) => JSON.stringify(message)))
+      )
+
+    for (const step of experiment.schedule) {
+      yield* world.clock.adjust(step.after)
+      yield* settle
+      yield* drain
+      const count = tree.length - 1
+      const index = count === 0 ? 0 : 1 + (step.target % count)
+      const id = ids.get(index)
+      const t = yield* now
+      const label = `n${index}`
+      const record = (outcome: string) => ops.push({ t, op: step.op, agent: label, outcome })
+      if (step.op === "kill") {
+        yield* Fiber.interrupt(rootFiber)
+        ops.push({ t, op: "kill", agent: "n0", outcome: "interrupted" })
+      } else if (step.op === "jump") {
+        const ms = (step.target % 600) * 1000
+        yield* world.clock.adjust(ms)
+        ops.push({ t, op: "jump", agent: "-", outcome: `${ms}ms` })
+      } else if (id === undefined) {
+        record("not spawned")
+      } else if (step.op === "cancel") {
+        const exit = yield* Effect.exit(manager.cancel(id, "lab: cancelled from outside"))
+        record(Exit.isSuccess(exit) ? exit.value.status : "error")
+      } else if (step.op === "send_input") {
+        const exit = yield* Effect.exit(manager.sendInput(id, "lab: more input", false, "api"))
+        record(Exit.isSuccess(exit) ? (exit.value.delivered ? "delivered" : "not delivered") : "error")
+      } else {
+        const before = yield* transcriptOf(id)
+        const exit = yield* Effect.exit(manager.resume(undefined, id, "lab: resume"))
+        if (Exit.isSuccess(exit)) {
+          resumes.push({ agent: label, id, before })
+          record(`resumed ${exit.value.status}`)
+        } else {
+          const error = Option.getOrUndefined(Exit.findErrorOption(exit))
+          record(error === undefined ? "defect" : (error as { _tag: string })._tag)
+        }
+      }
+      yield* settle
+    }
+
+    // Let the tree finish (virtual time passes quickly), then interrupt the root in any case.
+    for (let i = 0; i < 24 && rootFiber.pollUnsafe() === undefined; i++) {
+      yield* world.clock.adjust(30_000)
+      yield* settle
+    }
+    yield* Fiber.interrupt(rootFiber)
+    yield* settle
+    yield* drain
+
+    const viewsOf = Effect.forEach(
+      [...ids.values()],
+      (id) => Effect.option(manager.result(id, { block: false }))
+    ).pipe(Effect.map((found) => found.flatMap((view) => (Option.isSome(view) ? [view.value] : []))))
+    const mine = yield* viewsOf
+    // Detached agents, and agents resumed from outside (no caller: they belong to no tree), may go on.
+    const detachedIds = detachedSubtrees(tree, ids, new Set(resumes.map((resume) => Number(resume.agent.slice(1)))))
+    const notEnded = mine
+      .filter((record) => !SubAgentRecord.isTerminal(record.status) && !detachedIds.has(record.agent_id))
+      .map((record) => labels.get(record.agent_id)!)
+      .sort()
+    const afterRoot = {
+      running: Math.max(0, (yield* manager.running) - countRunning(mine, detachedIds)),
+      liveModelCalls: [...state.live].reduce(
+        (sum, [index, live]) => sum + (detachedIds.has(ids.get(index) ?? "") ? 0 : live),
+        0
+      ),
+      notEnded
+    }
+
+    // Detached agents may still run: end them so the next run starts from nothing.
+    for (const record of mine) {
+      if (!SubAgentRecord.isTerminal(record.status)) {
+        yield* Effect.ignore(manager.cancel(record.agent_id, "lab: end of run"))
+      }
+    }
+    yield* settle
+    yield* drain
+
+    const resumed = yield* Effect.forEach(resumes, ({ agent, before, id }) =>
+      Effect.map(transcriptOf(id), (after): TraceResume => ({
+        agent,
+        before: before.length,
+        after: after.length,
+        extends: before.every((entry, i) =>
+          after[i] === entry
+        )
+      })))
+
+    const finals = yield* viewsOf
+    const records: Array<TraceRecord> = []
+    for (const record of finals) {
+      const label = labels.get(record.agent_id)
+      if (label === undefined || label === "n0") continue
+      const index = Number(label.slice(1))
+      const node = tree[index]
+      const stored = yield* store.get(record.agent_id)
+      records.push({
+        agent: label,
+        parent: node?.parent === undefined ? "?" : `n${node.parent}`,
+        depth: record.depth,
+        role: record.role,
+        detached: record.detached,
+        status: record.status,
+        steps: record.steps ?? 0,
+        toolCalls: record.tool_calls ?? 0,
+        outputTokens: record.tokens.output,
+        ...(record.reason === undefined ? {} : { reason: record.reason.replace(/(agent|session)_\w+/g, "<id>") }),
+        tools: [...(state.tools.get(index) ?? [])].sort(),
+        roundTrip: Option.isSome(stored) && roundTrips(stored.value, record)
+      })
+    }
+    records.sort((a, b) => Number(a.agent.slice(1)) - Number(b.agent.slice(1)))
+    world.state.current = undefined
+    return {
+      version: 1,
+      ...(options.seed === undefined ? {} : { seed: options.seed }),
+      ...(options.tamper === undefined ? {} : { tamper: options.tamper.name }),
+      experiment,
+      events,
+      requests: state.requests,
+      ops,
+      records,
+      resumes: resumed,
+      rootTools: [...(state.tools.get(0) ?? [])].sort(),
+      afterRoot,
+      end: yield* now
+    } satisfies Trace as Trace
+  })
+
+const decodeRecord = Schema.decodeUnknownSync(SubAgentRecord.SubAgentRecord)
+
+/** Structural equality of JSON-like values (key order ignored; an undefined field counts as absent). */
+const same = (a: unknown, b: unknown): boolean => {
+  if (a === b) return true
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false
+  if (Array.isArray(a)) return Array.isArray(b) && a.length === b.length && a.every((x, i) => same(x, b[i]))
+  if (Array.isArray(b)) return false
+  const left = Object.entries(a).filter(([, v]) => v !== undefined)
+  const right = b as Record<string, unknown>
+  let count = 0
+  for (const key in right) if (right[key] !== undefined) count++
+  return left.length === count && left.every(([key, value]) => same(value, right[key]))
+}
+
+// The stored record equals the manager's, and its JSON decodes (strictly) to the same record.
+const roundTrips = (stored: SubAgentRecord.SubAgentRecord, live: Manager.AgentView): boolean => {
+  const { from_prior_session: _, ...record } = live
+  if (!same(stored, record)) return false
+  try {
+    return same(decodeRecord(JSON.parse(JSON.stringify(stored)), { onExcessProperty: "error" }), stored)
+  } catch {
+    return false
+  }
+}
+
+const gcd = (a: number, b: number): number => (b === 0 ? a : gcd(b, a % b))
+
+/** The period after which the manager's timers repeat: its watchdog's (see SubAgentManager) and whole seconds. */
+const periodOf = (config: Experiment["config"]): number => {
+  const watchdog = Math.round(Math.max(1000, Math.min(30_000, (config.heartbeatSecs * 1000) / 4)))
+  return (watchdog * 1000) / gcd(watchdog, 1000)
+}
+
+/** Agent ids of detached (or outside-resumed) nodes and all their descendants. */
+const detachedSubtrees = (
+  tree: ReadonlyArray<TreeNode>,
+  ids: ReadonlyMap<number, string>,
+  resumed: ReadonlySet<number>
+): Set<string> => {
+  const out = new Set<string>()
+  const visit = (index: number, inside: boolean) => {
+    const node = tree[index]!
+    const here = inside || node.spec?.detached === true || resumed.has(index)
+    const id = ids.get(index)
+    if (here && id !== undefined) out.add(id)
+    for (const child of node.children) visit(child, here)
+  }
+  visit(0, false)
+  return out
+}
+
+const countRunning = (records: ReadonlyArray<SubAgentRecord.SubAgentRecord>, ids: ReadonlySet<string>) =>
+  records.filter((record) => ids.has(record.agent_id) && record.status === "running").length
