@@ -17,11 +17,12 @@ import { fileURLToPath } from "node:url"
 
 const root = fileURLToPath(new URL("..", import.meta.url))
 /** Dependencies before dependents. */
-export const order = ["testkit", "core", "openai", "cli"] as const
+export const order = ["testkit", "core", "openai", "cluster", "cli"] as const
 const dependsOn: Record<(typeof order)[number], ReadonlyArray<(typeof order)[number]>> = {
   testkit: [],
   core: [],
   openai: ["core"],
+  cluster: ["core"],
   cli: ["core", "openai", "testkit"]
 }
 
