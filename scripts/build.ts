@@ -23,7 +23,7 @@ const dependsOn: Record<(typeof order)[number], ReadonlyArray<(typeof order)[num
   core: [],
   openai: ["core"],
   cluster: ["core"],
-  cli: ["core", "openai", "testkit"]
+  cli: ["core", "openai", "cluster", "testkit"]
 }
 
 const files = (dir: string): Array<string> =>

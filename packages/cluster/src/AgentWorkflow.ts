@@ -25,7 +25,7 @@
  * options (the same on every worker) and journaled results. Child ids are derived from the
  * parent's id, run, step and call index.
  */
-import { AgentLoop, AgentSteps, Permission, Roles, Session, Workspace } from "@fibril/core"
+import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, Workspace } from "@fibril/core"
 import { Cause, Effect, Exit, Schema } from "effect"
 import { Prompt } from "effect/ai"
 import { ClusterSchema } from "effect/cluster"
@@ -83,7 +83,14 @@ export interface Options {
   readonly admission: "reject" | "queue"
   /** Between two looks at a child's status (agent_wait) or at the permits (queue). */
   readonly pollMs: number
+  /** Observes each model and tool step's execution (not its replay): for logs and tests. */
+  readonly onStep?:
+    | ((event: "start" | "end", agentId: string, run: number, name: string) => Effect.Effect<void>)
+    | undefined
 }
+
+/** The services a worker's workflow body needs besides AgentSteps and the store. */
+export type WorkerServices = Permission.Permission | Workspace.Workspace | Models.Models
 
 export const defaults: Options = {
   maxDepth: 1,
@@ -200,11 +207,20 @@ export const layer = (options: Partial<Options> = {}) =>
     const store = yield* ClusterStore
     const permission = yield* Permission.Permission
     const workspace = yield* Workspace.Workspace
+    const models = yield* Models.Models
     const { agentId, depth, run } = payload
+    // "": the worker's default model (every worker must have the same one).
+    const modelId = payload.model === "" ? models.defaultModel : payload.model
     const role = yield* Effect.orDie(Roles.resolve(payload.role))
     const rules = Permission.effective(permission.root, Session.grantFor(depth, config.maxDepth, role))
     const system = Prompt.makeMessage("system", { content: Roles.systemPrompt(role, depth, payload.workspace) })
     const capped = depth > 0 && config.maxConcurrent > 0
+    const onStep = config.onStep
+    const observed = <A, E, R>(name: string, effect: Effect.Effect<A, E, R>) =>
+      onStep === undefined ? effect : Effect.andThen(
+        onStep("start", agentId, run, name),
+        Effect.tap(effect, () => onStep("end", agentId, run, name))
+      )
 
     // A failed or cancelled run records why and gives its permit back (suspensions do not count).
     yield* Workflow.addFinalizer((exit) =>
@@ -500,13 +516,16 @@ export const layer = (options: Partial<Options> = {}) =>
         : txActivity({
           name: `tool/${step}/${index}`,
           success: AgentSteps.ToolStep,
-          execute: Effect.gen(function*() {
-            const result = yield* steps.tool({ agentId, step, role: role.name, depth, rules, call })
-            yield* orDie(
-              store.append(agentId, { run, step, slot: slot.tool + index }, AgentSteps.toolMessage([result]))
-            )
-            return result
-          })
+          execute: observed(
+            `tool/${step}/${index}`,
+            Effect.gen(function*() {
+              const result = yield* steps.tool({ agentId, step, role: role.name, depth, rules, call })
+              yield* orDie(
+                store.append(agentId, { run, step, slot: slot.tool + index }, AgentSteps.toolMessage([result]))
+              )
+              return result
+            })
+          )
         })
 
     const model = (step: number, messages: ReadonlyArray<Prompt.Message>) =>
@@ -514,25 +533,28 @@ export const layer = (options: Partial<Options> = {}) =>
         name: `model/${step}`,
         success: AgentSteps.ModelStep,
         error: AgentSteps.ModelStepError,
-        execute: Effect.gen(function*() {
-          const result = yield* steps.model({
-            agentId,
-            step,
-            model: payload.model,
-            system,
-            messages,
-            rules,
-            takeInbox: orDie(store.takeInbox(agentId))
-          })
-          yield* orDie(Effect.forEach(result.delivered, (text, i) =>
-            store.append(
+        execute: observed(
+          `model/${step}`,
+          Effect.gen(function*() {
+            const result = yield* steps.model({
               agentId,
-              { run, step, slot: i },
-              Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text })] })
-            )))
-          yield* orDie(store.append(agentId, { run, step, slot: slot.assistant }, result.assistant))
-          return result
-        })
+              step,
+              model: modelId,
+              system,
+              messages,
+              rules,
+              takeInbox: orDie(store.takeInbox(agentId))
+            })
+            yield* orDie(Effect.forEach(result.delivered, (text, i) =>
+              store.append(
+                agentId,
+                { run, step, slot: i },
+                Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text })] })
+              )))
+            yield* orDie(store.append(agentId, { run, step, slot: slot.assistant }, result.assistant))
+            return result
+          })
+        )
       })
 
     const exit = yield* Effect.exit(AgentLoop.run(

@@ -54,7 +54,7 @@ export const start = (options: StartOptions) =>
       parentId: null,
       depth: 0,
       role: options.role ?? "general",
-      model: options.model ?? "default",
+      model: options.model ?? "",
       description: options.description ?? options.prompt.slice(0, 60),
       prompt: options.prompt,
       detached: false,

@@ -188,7 +188,7 @@ export const migrate = Effect.gen(function*() {
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_parent ON fibril_agents (parent_id)`
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_transcript (
     agent_id text NOT NULL, run int NOT NULL, step int NOT NULL, slot int NOT NULL, message text NOT NULL,
-    at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (agent_id, run, step, slot))`
+    pid int NOT NULL DEFAULT 0, at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (agent_id, run, step, slot))`
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_inbox (
     id bigserial PRIMARY KEY, agent_id text NOT NULL, text text NOT NULL, at timestamptz NOT NULL DEFAULT now())`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_inbox_agent ON fibril_inbox (agent_id)`
@@ -297,8 +297,8 @@ export const makeSql = Effect.gen(function*() {
     append: (agentId, at, message) =>
       q(
         "append",
-        sql`INSERT INTO fibril_transcript (agent_id, run, step, slot, message)
-          VALUES (${agentId}, ${at.run}, ${at.step}, ${at.slot}, ${encodeMessage(message)})
+        sql`INSERT INTO fibril_transcript (agent_id, run, step, slot, message, pid)
+          VALUES (${agentId}, ${at.run}, ${at.step}, ${at.slot}, ${encodeMessage(message)}, ${process.pid})
           ON CONFLICT DO NOTHING`
       ),
     transcript: (agentId) =>
