@@ -152,6 +152,18 @@ export const worker = <E, R>(
     Layer.provide(core)
   )
 
+/** A worker that is also a client in the same process (benchmarks, embedding): one engine. */
+export const workerAndClient = <E, R>(
+  options: WorkerOptions,
+  core: Layer.Layer<AgentSteps.AgentSteps | AgentWorkflow.WorkerServices, E, R>
+) =>
+  AgentWorkflow.layer({ ...options, onStep: stepLogger(options.stepLog) }).pipe(
+    Layer.provideMerge(ClusterWorkflowEngine.layer),
+    Layer.provideMerge(NodeClusterSocket.layer({ storage: "sql", shardingConfig: sharding(options) })),
+    Layer.provideMerge(ClusterStore.layerSql),
+    Layer.provide(core)
+  )
+
 /** A client: the engine (no shards hosted) and the store, on the database in context. */
 export const client = ClusterWorkflowEngine.layer.pipe(
   Layer.provideMerge(NodeClusterSocket.layer({ clientOnly: true, storage: "sql", shardingConfig: sharding({}) })),
