@@ -5,7 +5,8 @@
 // Needs PostgreSQL's server binaries (Debian: apt-get install -y postgresql; .ci/run installs
 // them). Without them these tests are skipped, and the skip names the reason.
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Duration, Effect } from "effect"
+import type { SqlClient } from "effect/sql"
 import { type ChildProcess, spawn } from "node:child_process"
 import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
@@ -264,6 +265,52 @@ describe.skipIf(reason !== undefined)(
       60_000
     )
 
+    it(
+      "a database without Fibril's tables, or of another version, is refused naming fibril cluster migrate; prune deletes old finished agents",
+      async () => {
+        const db = `it${++dbs}`
+        pg!.createDatabase(db)
+        const url = pg!.url(db)
+        const before = fibril(["cluster", "status", "ag_x", "--cluster", url])
+        assert.strictEqual(await before.done, 2)
+        assert.include(before.out.stderr, "fibril cluster migrate")
+        const inDb = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient>) =>
+          Effect.runPromise(Effect.provide(effect, Node.database(url)))
+        await inDb(Node.migrate)
+        pg!.psql(db, "UPDATE fibril_meta SET value = '99' WHERE key = 'schema_version'")
+        const other = await inDb(Effect.flip(Node.checkSchema))
+        assert.include(other.message, "schema is version 99")
+        assert.include(other.message, "fibril cluster migrate")
+        pg!.psql(db, "UPDATE fibril_meta SET value = '1' WHERE key = 'schema_version'")
+        // Two finished agents, one of them old, and a running old one.
+        const insert = (id: string, status: string, age: string) =>
+          pg!.psql(
+            db,
+            `INSERT INTO fibril_agents (agent_id, parent_id, depth, role, model, description, prompt, detached, workspace, status, run, execution_id, updated_at)
+           VALUES ('${id}', NULL, 0, 'general', '', 'd', 'p', false, '/w', '${status}', 0, 'exec-${id}', now() - interval '${age}')`
+          )
+        insert("old", "completed", "10 days")
+        insert("new", "completed", "1 hour")
+        insert("busy", "running", "10 days")
+        pg!.psql(
+          db,
+          "INSERT INTO fibril_transcript (agent_id, run, step, slot, message) VALUES ('old', 0, 0, 100, '{}')"
+        )
+        const pruned = await inDb(Node.prune(Duration.days(7)))
+        assert.strictEqual(pruned.agents, 1)
+        assert.strictEqual(
+          pg!.psql(db, "SELECT string_agg(agent_id, ',' ORDER BY agent_id) FROM fibril_agents"),
+          "busy,new"
+        )
+        assert.strictEqual(pg!.psql(db, "SELECT count(*) FROM fibril_transcript"), "0")
+        const bad = fibril(["cluster", "prune", "--older-than", "a while", "--cluster", url])
+        assert.strictEqual(await bad.done, 2)
+        assert.include(bad.out.stderr, "not a duration")
+        assert.strictEqual(pg!.psql(db, "SELECT count(*) FROM fibril_agents"), "2")
+      },
+      60_000
+    )
+
     describe("two workers sharing a cap of 2 (queue), max depth 2", () => {
       let s: Setup
       const script = {
@@ -372,3 +419,14 @@ describe.skipIf(reason !== undefined)(
     })
   }
 )
+
+describe("cluster mode: bad input", () => {
+  it("an unreachable database: exit 2, naming the host with the password masked and what to check", async () => {
+    const port = await Pg.freePort()
+    const proc = fibril(["run", "hello", "--cluster", `postgres://fibril:s3cret-pw@127.0.0.1:${port}/fibril`])
+    assert.strictEqual(await proc.done, 2)
+    assert.include(proc.out.stderr, `cannot reach the cluster database at postgres://***@127.0.0.1:${port}/fibril`)
+    assert.include(proc.out.stderr, "Check that Postgres is running")
+    assert.notInclude(proc.out.stderr + proc.out.stdout, "s3cret-pw")
+  }, 30_000)
+})
