@@ -333,7 +333,7 @@ export const layer = (options: Partial<Options> = {}) =>
         success: Schema.Array(RowView),
         execute: orDie(Effect.gen(function*() {
           const rows = ids === undefined
-            ? (yield* store.children(agentId)).filter((r) => !finished(r.status) || r.status !== "pending")
+            ? (yield* store.children(agentId)).filter((r) => !finished(r.status))
             : (yield* Effect.forEach(ids, (id) => store.get(id))).filter((r) => r !== undefined)
           return rows.map(view)
         }))
@@ -347,8 +347,11 @@ export const layer = (options: Partial<Options> = {}) =>
       timeoutMs: number | undefined
     ) =>
       Effect.gen(function*() {
+        // Without ids: the children running at the first look (as the embedded agent_wait does).
+        let targets = ids
         for (let look = 0;; look++) {
-          const rows = yield* readRows(step, index, look, ids)
+          const rows = yield* readRows(step, index, look, targets)
+          if (targets === undefined) targets = rows.map((r) => r.agent_id)
           const done = rows.filter((r) => finished(r.status as AgentRow["status"]))
           const running = rows.filter((r) => !finished(r.status as AgentRow["status"]))
           const satisfied = rows.length === 0 || (mode === "any" ? done.length > 0 : running.length === 0)

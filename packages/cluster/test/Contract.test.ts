@@ -114,8 +114,6 @@ describe("cluster contract on TestRunner", () => {
       assert.isTrue(children.every((c) => c.status === "completed"))
       assert.strictEqual(maxHeld, 2)
       assert.deepStrictEqual(yield* built.store.permits, [])
-      const wait = toolResults(yield* built.store.transcript(outcome.agentId))[5]!
-      assert.strictEqual((wait.result as { completed: ReadonlyArray<unknown> }).completed.length, 5)
     }).pipe(Effect.scoped, provideNode))
 
   it.live("agent_cancel from a client cancels the tree: parent, child and grandchild stop; a detached child runs on", () =>
