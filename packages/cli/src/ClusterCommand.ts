@@ -269,6 +269,7 @@ export const worker = (flags: WorkerFlags) =>
       maxDepth: settings.subagents.maxDepth,
       maxSteps: settings.agent.maxSteps,
       childMaxSteps: settings.subagents.maxSteps ?? settings.agent.maxSteps,
+      childMaxTokens: settings.subagents.maxTokens,
       maxConcurrent: flags.maxConcurrent ?? settings.subagents.maxConcurrent,
       admission: settings.subagents.admission,
       ...(flags.lockExpirationSecs === undefined

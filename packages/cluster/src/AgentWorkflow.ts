@@ -78,6 +78,8 @@ export interface Options {
   readonly maxDepth: number
   readonly maxSteps: number
   readonly childMaxSteps: number
+  /** A sub-agent's own token budget per run (`[subagents] max_tokens`); none by default. */
+  readonly childMaxTokens?: number | undefined
   /** Running sub-agents cluster-wide (the root agents do not count); 0: no cap. */
   readonly maxConcurrent: number
   readonly admission: "reject" | "queue"
@@ -561,7 +563,12 @@ export const layer = (options: Partial<Options> = {}) =>
       })
 
     const exit = yield* Effect.exit(AgentLoop.run(
-      { agentId, messages: history, maxSteps: depth === 0 ? config.maxSteps : config.childMaxSteps },
+      {
+        agentId,
+        messages: history,
+        maxSteps: depth === 0 ? config.maxSteps : config.childMaxSteps,
+        maxTokens: depth === 0 ? undefined : config.childMaxTokens
+      },
       { model, tool }
     ))
     const outcome = Exit.isSuccess(exit)

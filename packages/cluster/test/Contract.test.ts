@@ -313,6 +313,29 @@ describe("cluster contract on TestRunner", () => {
       assert.strictEqual(byDepth(yield* rows(built), 1)[0]!.status, "failed")
     }).pipe(Effect.scoped, provideNode))
 
+  it.live("a sub-agent over its token budget ([subagents] max_tokens) fails; its parent reads that as the task's result", () =>
+    Effect.gen(function*() {
+      const built = yield* setup({
+        rules: [
+          {
+            match: { depth: 1 },
+            turns: [{ tool_calls: [{ name: "list_dir", args: {} }], usage: { input: 400, output: 200 } }, {
+              text: "never"
+            }]
+          },
+          {
+            match: { depth: 0 },
+            turns: [{ tool_calls: [{ name: "task", args: { prompt: "expensive" } }] }, { text: "over budget noted" }]
+          }
+        ]
+      }, { childMaxTokens: 500 })
+      const outcome = yield* built.provide(ClusterClient.run({ prompt: "try", workspace: built.root }))
+      assert.strictEqual(outcome.text, "over budget noted")
+      const [result] = toolResults(yield* built.store.transcript(outcome.agentId))
+      assert.isTrue(result!.isFailure)
+      assert.include((result!.result as { message: string }).message, "max_tokens=500")
+    }).pipe(Effect.scoped, provideNode))
+
   it.live("a worker refuses an agent for a workspace it does not have, saying why", () =>
     Effect.gen(function*() {
       const built = yield* setup({ rules: [{ turns: [{ text: "never" }] }] })
