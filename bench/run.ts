@@ -161,3 +161,7 @@ writeFileSync(
 )
 console.log(`wrote ${out}`)
 if (!results.every((r) => r.ok) || !lab["ok"]) process.exitCode = 1
+
+// Cluster mode on PostgreSQL: per-step overhead and a K = 100 fan-out over two workers
+// (bench/cluster.ts; it says why when it cannot run, e.g. without PostgreSQL).
+execFileSync(process.execPath, [fileURLToPath(new URL("./cluster.ts", import.meta.url))], { stdio: "inherit" })

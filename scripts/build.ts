@@ -17,12 +17,13 @@ import { fileURLToPath } from "node:url"
 
 const root = fileURLToPath(new URL("..", import.meta.url))
 /** Dependencies before dependents. */
-export const order = ["core", "testkit", "openai", "cli"] as const
+export const order = ["core", "testkit", "openai", "cluster", "cli"] as const
 const dependsOn: Record<(typeof order)[number], ReadonlyArray<(typeof order)[number]>> = {
   core: [],
   testkit: ["core"],
   openai: ["core"],
-  cli: ["core", "openai", "testkit"]
+  cluster: ["core"],
+  cli: ["core", "openai", "cluster", "testkit"]
 }
 
 const files = (dir: string): Array<string> =>

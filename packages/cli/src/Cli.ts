@@ -20,6 +20,7 @@ import { readFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import * as AgentsCommand from "./AgentsCommand.ts"
+import * as ClusterCommand from "./ClusterCommand.ts"
 import * as ConfigCommand from "./ConfigCommand.ts"
 import * as ConfigFlags from "./ConfigFlags.ts"
 import * as Demo from "./Demo.ts"
@@ -152,12 +153,26 @@ export const run = Command.make(
     otlp: Flag.String("otlp").pipe(
       Flag.withDescription("Export traces to this OTLP/HTTP endpoint (…/v1/traces)"),
       Flag.optional
-    )
+    ),
+    cluster: ClusterCommand.clusterFlag
   },
   Effect.fn("fibril.run.command")(function*(flags) {
     const environment = yield* ProcessEnvironment
     const cwd = yield* resolveCwd(flags.cwd)
     const prompt = yield* readPrompt(flags.prompt, flags.promptFile, environment.cwd)
+    const clusterUrl = ClusterCommand.clusterUrl(flags.cluster, environment.env)
+    if (clusterUrl !== undefined) {
+      return yield* setExit(
+        yield* ClusterCommand.run({
+          url: clusterUrl,
+          prompt,
+          cwd,
+          role: Option.getOrUndefined(flags.role),
+          model: Option.getOrUndefined(flags.model),
+          json: flags.json
+        })
+      )
+    }
     const config = yield* loadConfig(cwd)
     const selection = yield* ModelSelection.select({
       model: Option.getOrUndefined(flags.model),
@@ -444,12 +459,150 @@ export const lab = LabCommand.make<ProcessEnvironment | ExitCode>({
   setExit: (code) => setExit(code)
 })
 
+const clusterCommands = ClusterCommand.commands(ProcessEnvironment.use((e) => Effect.succeed(e)))
+
+export const worker = Command.make(
+  "worker",
+  {
+    cluster: ClusterCommand.clusterFlag,
+    cwd: cwdFlag,
+    model: modelFlag,
+    baseUrl: baseUrlFlag,
+    maxConcurrent: Flag.Int("max-concurrent").pipe(
+      Flag.withSchema(Schema.Int.pipe(Schema.check(Schema.isBetween({ minimum: 0, maximum: 10_000 })))),
+      Flag.withDescription(
+        "Running sub-agents across the whole cluster (default [subagents] max_concurrent); 0: no cap. Give every worker the same value"
+      ),
+      Flag.optional
+    ),
+    shutdownTimeout: Flag.Int("shutdown-timeout").pipe(
+      Flag.withSchema(Schema.Int.pipe(Schema.check(Schema.isBetween({ minimum: 0, maximum: 3600 })))),
+      Flag.withDescription("Seconds a stop waits for steps in flight before it exits anyway (default 30)"),
+      Flag.withDefault(30)
+    ),
+    host: Flag.String("host").pipe(
+      Flag.withDescription("The address other workers and clients reach this worker at (default 127.0.0.1)"),
+      Flag.withDefault("127.0.0.1")
+    ),
+    port: Flag.Int("port").pipe(Flag.withDescription("Its port (default: a free one)"), Flag.optional),
+    lockExpiration: Flag.Int("lock-expiration").pipe(
+      Flag.withDescription(
+        "Seconds before a dead worker's agents move to the others (default 35; lower is faster failover, more database traffic)"
+      ),
+      Flag.optional
+    )
+  },
+  Effect.fn("fibril.worker.command")(function*(flags) {
+    const environment = yield* ProcessEnvironment
+    const cwd = yield* resolveCwd(flags.cwd)
+    const config = yield* loadConfig(cwd)
+    const url = ClusterCommand.clusterUrl(flags.cluster, environment.env)
+    if (url === undefined) {
+      return yield* new ModelSelection.UsageError({
+        problem:
+          "fibril worker needs the cluster database: --cluster postgres://user@host:5432/db or FIBRIL_CLUSTER_URL"
+      })
+    }
+    const selection = yield* ModelSelection.select({
+      model: Option.getOrUndefined(flags.model),
+      baseUrl: Option.getOrUndefined(flags.baseUrl),
+      env: environment.env,
+      settings: config.settings,
+      cwd,
+      invocationDir: environment.cwd
+    })
+    yield* ClusterCommand.worker({
+      url,
+      cwd,
+      settings: config.settings,
+      selection,
+      maxConcurrent: Option.getOrUndefined(flags.maxConcurrent),
+      shutdownTimeoutSecs: flags.shutdownTimeout,
+      host: flags.host,
+      port: Option.getOrUndefined(flags.port),
+      lockExpirationSecs: Option.getOrUndefined(flags.lockExpiration)
+    })
+  })
+).pipe(
+  Command.withDescription(
+    "Run the cluster's agents for this workspace (durable: a step journaled before a crash never runs again)"
+  ),
+  Command.withExamples([
+    {
+      command: "fibril worker --cluster postgres://fibril@db:5432/fibril --max-concurrent 10",
+      description: "One of several workers sharing the cluster (see docs/cluster.md)"
+    }
+  ])
+)
+
+export const cluster = Command.make("cluster").pipe(
+  Command.withDescription("Cluster mode's database and agents (docs/cluster.md)"),
+  Command.withSubcommands([
+    Command.make(
+      "migrate",
+      { cluster: ClusterCommand.clusterFlag },
+      (flags) => Effect.flatMap(clusterCommands.migrate.run(flags), setExit)
+    ).pipe(Command.withDescription(clusterCommands.migrate.description)),
+    Command.make(
+      "prune",
+      {
+        cluster: ClusterCommand.clusterFlag,
+        olderThan: Flag.String("older-than").pipe(Flag.withDescription("e.g. \"7 days\", \"12 hours\""))
+      },
+      (flags) => Effect.flatMap(clusterCommands.prune.run(flags), setExit)
+    ).pipe(
+      Command.withDescription(
+        "Delete finished agents older than a duration, their transcripts and their workflow journal"
+      )
+    ),
+    Command.make(
+      "status",
+      { cluster: ClusterCommand.clusterFlag, agentId: clusterCommands.agentIdArgument },
+      (flags) => Effect.flatMap(clusterCommands.status(flags), setExit)
+    ).pipe(Command.withDescription("An agent and its descendants, one JSON line each")),
+    Command.make(
+      "cancel",
+      { cluster: ClusterCommand.clusterFlag, agentId: clusterCommands.agentIdArgument },
+      (flags) => Effect.flatMap(clusterCommands.cancel(flags), setExit)
+    ).pipe(Command.withDescription("Cancel an agent and its non-detached descendants, on whichever workers run them")),
+    Command.make(
+      "input",
+      {
+        cluster: ClusterCommand.clusterFlag,
+        agentId: clusterCommands.agentIdArgument,
+        message: Argument.String("message")
+      },
+      (flags) => Effect.flatMap(clusterCommands.input(flags), setExit)
+    ).pipe(Command.withDescription("Queue a message for a running agent's next model step (agent_send_input)")),
+    Command.make(
+      "resume",
+      {
+        cluster: ClusterCommand.clusterFlag,
+        agentId: clusterCommands.agentIdArgument,
+        message: Argument.String("message")
+      },
+      (flags) => Effect.flatMap(clusterCommands.resume(flags), setExit)
+    ).pipe(Command.withDescription("A new run of a finished agent from its transcript; waits and prints its answer"))
+  ])
+)
+
 export const fibril = Command.make("fibril").pipe(
   Command.withDescription(
     "Fibril: an Effect-native sub-agent runtime. A root agent hands focused tasks to sub-agents that work in " +
       "clean contexts and return structured results; fibril runs them on this project's files."
   ),
-  Command.withSubcommands([run, demo, agents, config, McpCommand.make(ProcessEnvironment, version), doctor, lab, help]),
+  Command.withSubcommands([
+    run,
+    demo,
+    agents,
+    config,
+    McpCommand.make(ProcessEnvironment, version),
+    doctor,
+    worker,
+    cluster,
+    lab,
+    help
+  ]),
   Command.withGlobalFlags([ConfigFlags.Strict]),
   Command.withExamples([
     { command: "fibril demo", description: "A scripted scenario: no key, no network, real tools on this project" },
@@ -465,8 +618,9 @@ export const fibril = Command.make("fibril").pipe(
 
 /** The commands `fibril help` explains, by parent. */
 const commandNames: Record<string, ReadonlyArray<string>> = {
-  "": ["run", "demo", "agents", "config", "mcp", "doctor", "lab", "help"],
+  "": ["run", "demo", "agents", "config", "mcp", "doctor", "worker", "cluster", "lab", "help"],
   agents: ["list", "show", "transcript", "cancel", "resume"],
+  cluster: ["migrate", "prune", "status", "cancel", "input", "resume"],
   lab: ["run", "replay", "report"]
 }
 
@@ -508,7 +662,8 @@ const usageErrors = new Set([
   "ScriptFileError",
   "AgentNotRecorded",
   "AgentNotFound",
-  "NotResumable"
+  "NotResumable",
+  ...ClusterCommand.usageErrors
 ])
 
 /** Runs the CLI on `argv` (without the node and script paths); resolves to the exit code. */

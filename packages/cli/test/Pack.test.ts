@@ -13,7 +13,7 @@ import * as nodePath from "node:path"
 import { offlineLock } from "./offline-lock.ts"
 import { repoRoot } from "./run.ts"
 
-const packages = ["testkit", "core", "openai", "cli"] as const
+const packages = ["testkit", "core", "openai", "cluster", "cli"] as const
 
 const text = (stream: Stream.Stream<Uint8Array, unknown>) => stream.pipe(Stream.decodeText(), Stream.mkString)
 

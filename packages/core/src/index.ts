@@ -7,6 +7,8 @@
  */
 export * as AgentDefinitions from "./AgentDefinitions.ts"
 export * as AgentEvents from "./AgentEvents.ts"
+export * as AgentLoop from "./AgentLoop.ts"
+export * as AgentSteps from "./AgentSteps.ts"
 export * as BuiltinTools from "./BuiltinTools.ts"
 export * as Fibril from "./Fibril.ts"
 export * as FibrilConfig from "./FibrilConfig.ts"

@@ -1,0 +1,159 @@
+/**
+ * Cluster mode's cost on PostgreSQL (`npm run bench` runs it last; alone:
+ * `NODE_OPTIONS=--conditions=@fibril/source node bench/cluster.ts`). Needs PostgreSQL's server
+ * binaries (see packages/cluster/test/postgres.ts); without them it says so and stops.
+ *
+ * - per-step overhead: one agent, 100 tool calls (201 durable steps) on one in-process worker
+ *   on Postgres (fsync on), against the same agent on the in-memory TestRunner; the
+ *   difference per step is what durability costs (goal <= 5 ms).
+ * - fan-out: K = 100 children of 5 steps each (502 steps, 101 workflows) over two
+ *   `fibril worker` processes, timed by an in-process client from start to answer (goal <= 2 s).
+ */
+import { NodeServices } from "@effect/platform-node"
+import * as AgentWorkflow from "@fibril/cluster/AgentWorkflow"
+import * as ClusterClient from "@fibril/cluster/ClusterClient"
+import * as ClusterStore from "@fibril/cluster/ClusterStore"
+import * as Node from "@fibril/cluster/Node"
+import { AgentSteps, Fibril, Session } from "@fibril/core"
+import { ScriptedModel } from "@fibril/testkit"
+import { Effect, Layer } from "effect"
+import { ClusterWorkflowEngine, TestRunner } from "effect/cluster"
+import { spawn } from "node:child_process"
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+import * as Pg from "../packages/cluster/test/postgres.ts"
+
+const reason = Pg.skipReason()
+if (reason !== undefined) {
+  console.log(`skip cluster bench: ${reason}`)
+  process.exit(0)
+}
+
+const toolCalls = 100
+const sequential: ScriptedModel.ScriptInput = {
+  rules: [{
+    respond: (c) => c.turn < toolCalls ? { tool_calls: [{ name: "list_dir", args: {} }] } : { text: `done ${c.turn}` }
+  }]
+}
+
+const ws = mkdtempSync(path.join(os.tmpdir(), "fibril-bench-cluster-"))
+const core = (script: ScriptedModel.ScriptInput) =>
+  AgentSteps.layer(Session.defaults).pipe(
+    Layer.provideMerge(Fibril.layer({ cwd: ws }).pipe(Layer.provide(ScriptedModel.layer(script)))),
+    Layer.provide(NodeServices.layer)
+  )
+
+const timeRun = Effect.gen(function*() {
+  const t0 = performance.now()
+  const outcome = yield* ClusterClient.run({ prompt: "bench", workspace: ws })
+  return { ms: performance.now() - t0, steps: outcome.steps + outcome.toolCalls }
+})
+
+const memory = Effect.gen(function*() {
+  const live = AgentWorkflow.layer({ maxConcurrent: 0, maxSteps: 1000 }).pipe(
+    Layer.provideMerge(ClusterWorkflowEngine.layer),
+    Layer.provideMerge(TestRunner.layer),
+    Layer.provideMerge(ClusterStore.layerMemory),
+    Layer.provide(core(sequential))
+  )
+  yield* Effect.provide(timeRun, live) // warm-up
+  return yield* Effect.provide(timeRun, live)
+})
+
+const pg = await Pg.start({ fsync: true })
+pg.createDatabase("bench")
+const url = pg.url("bench")
+const children = new Set<ReturnType<typeof spawn>>()
+try {
+  await Effect.runPromise(Effect.provide(Node.migrate, Node.database(url)))
+  const onPostgres = Effect.gen(function*() {
+    const port = yield* Effect.orDie(Node.freePort("127.0.0.1"))
+    const live = Node.workerAndClient({ host: "127.0.0.1", port, maxConcurrent: 0, maxSteps: 1000 }, core(sequential))
+      .pipe(Layer.provideMerge(Node.database(url)))
+    return yield* Effect.provide(Effect.andThen(timeRun, timeRun), live)
+  })
+  const mem = await Effect.runPromise(memory)
+  const sql = await Effect.runPromise(Effect.scoped(onPostgres))
+  const steps = sql.steps + 1
+  const perStepPg = sql.ms / steps
+  const perStepMem = mem.ms / steps
+  console.log(
+    `ok   cluster: one agent, ${steps} durable steps  postgres=${sql.ms.toFixed(0)} ms (${
+      perStepPg.toFixed(2)
+    } ms/step)  memory=${mem.ms.toFixed(0)} ms (${perStepMem.toFixed(2)} ms/step)  overhead=${
+      (perStepPg - perStepMem).toFixed(2)
+    } ms/step (goal <= 5)`
+  )
+
+  // K = 100 over two worker processes.
+  const K = 100
+  const fan = {
+    rules: [
+      {
+        match: { depth: 1 },
+        turns: [
+          { tool_calls: [{ name: "list_dir", args: {} }] },
+          { tool_calls: [{ name: "list_dir", args: {} }] },
+          { text: "child ok" }
+        ]
+      },
+      {
+        match: { depth: 0 },
+        turns: [
+          { tool_calls: Array.from({ length: K }, (_, i) => ({ name: "task", args: { prompt: `part ${i}` } })) },
+          { text: "root ok" }
+        ]
+      }
+    ]
+  }
+  const fanWs = path.join(ws, "fan")
+  mkdirSync(fanWs)
+  writeFileSync(path.join(fanWs, "script.json"), JSON.stringify(fan))
+  const bin = fileURLToPath(new URL("../packages/cli/src/bin.ts", import.meta.url))
+  const worker = () =>
+    new Promise<void>((resolve, reject) => {
+      const child = spawn(process.execPath, [
+        bin,
+        "worker",
+        "--cluster",
+        url,
+        "--cwd",
+        fanWs,
+        "--model",
+        `scripted:${path.join(fanWs, "script.json")}`,
+        "--max-concurrent",
+        "0"
+      ], { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, FIBRIL_SUBAGENTS_MAX_CONCURRENT: "20" } })
+      children.add(child)
+      let err = ""
+      child.stderr!.on("data", (d) => {
+        err += String(d)
+        if (err.includes("fibril worker: pid")) resolve()
+      })
+      child.on("exit", () => reject(new Error(`worker exited: ${err}`)))
+    })
+  await Promise.all([worker(), worker()])
+  const runs: Array<number> = []
+  await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+    const context = yield* Layer.build(Node.client.pipe(Layer.provideMerge(Node.database(url))))
+    for (let rep = 0; rep < 3; rep++) {
+      const t0 = performance.now()
+      const outcome = yield* Effect.provide(ClusterClient.run({ prompt: `fan ${rep}`, workspace: fanWs }), context)
+      if (outcome.text !== "root ok") throw new Error(`unexpected answer ${outcome.text}`)
+      runs.push(performance.now() - t0)
+    }
+  })))
+  const sorted = [...runs].sort((a, b) => a - b)
+  console.log(
+    `ok   cluster: K=${K} children x 5 steps over 2 workers  median=${sorted[1]!.toFixed(0)} ms  runs=${
+      runs.map((r) => r.toFixed(0)).join(",")
+    } ms (goal <= 2000)`
+  )
+} finally {
+  for (const child of children) child.kill("SIGKILL")
+  pg.stop()
+  rmSync(ws, { recursive: true, force: true })
+}
+process.exit(0)

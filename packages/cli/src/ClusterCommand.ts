@@ -1,0 +1,303 @@
+/**
+ * Cluster mode on the command line: `fibril worker`, `fibril cluster migrate|prune|status|
+ * cancel|input|resume`, and `fibril run --cluster`. The cluster code (effect/cluster,
+ * @effect/sql-pg) is imported only when one of these runs, so the CLI's cold start does not
+ * grow.
+ *
+ * The database: `--cluster <postgres-url>`, else FIBRIL_CLUSTER_URL. Unreachable: exit 2
+ * naming the host (password masked) and what to check; tables missing or of another version:
+ * exit 2 naming `fibril cluster migrate`.
+ */
+import type * as ClusterNode from "@fibril/cluster/Node"
+import * as AgentSteps from "@fibril/core/AgentSteps"
+import * as Fibril from "@fibril/core/Fibril"
+import { redactUrl } from "@fibril/core/Secrets"
+import * as Session from "@fibril/core/Session"
+import { Console, Duration, Effect, Layer, Option } from "effect"
+import { Argument, Flag } from "effect/cli"
+import * as ModelSelection from "./ModelSelection.ts"
+
+export const clusterFlag = Flag.String("cluster").pipe(
+  Flag.withDescription("The cluster's Postgres URL (default FIBRIL_CLUSTER_URL): run as a client of the cluster"),
+  Flag.optional
+)
+
+/** The cluster URL from the flag or the environment; none: the embedded runtime. */
+export const clusterUrl = (
+  flag: Option.Option<string>,
+  env: Readonly<Record<string, string | undefined>>
+): string | undefined => {
+  if (Option.isSome(flag) && flag.value !== "") return flag.value
+  const fromEnv = env["FIBRIL_CLUSTER_URL"]
+  return fromEnv === undefined || fromEnv === "" ? undefined : fromEnv
+}
+
+const requireUrl = (flag: Option.Option<string>, env: Readonly<Record<string, string | undefined>>) => {
+  const url = clusterUrl(flag, env)
+  return url === undefined
+    ? Effect.fail(
+      new ModelSelection.UsageError({
+        problem: "no cluster database: give --cluster postgres://user@host:5432/db or set FIBRIL_CLUSTER_URL"
+      })
+    )
+    : Effect.succeed(url)
+}
+
+const loadNode = Effect.promise(() => import("@fibril/cluster/Node"))
+const loadClient = Effect.promise(() => import("@fibril/cluster/ClusterClient"))
+
+/** The cluster errors that are the user's to fix: exit 2. */
+export const usageErrors: ReadonlyArray<string> = ["ClusterUnreachable", "SchemaMismatch", "NotResumable"]
+
+/** Runs `body` with the database (checked, schema verified unless `migrating`) in context. */
+const withDatabase = <A, E, R>(
+  url: string,
+  body: (node: typeof ClusterNode) => Effect.Effect<A, E, R>,
+  migrating = false
+) =>
+  Effect.gen(function*() {
+    const node = yield* loadNode
+    return yield* Effect.gen(function*() {
+      if (!migrating) yield* node.checkSchema
+      return yield* body(node)
+    }).pipe(Effect.provide(node.database(url)))
+  })
+
+/** A client of the cluster in context: the engine and the store (no agents hosted here). */
+const asClient = <A, E, R>(url: string, body: Effect.Effect<A, E, R>) =>
+  withDatabase(url, (node) => Effect.provide(body, node.client))
+
+export interface RunOnCluster {
+  readonly url: string
+  readonly prompt: string
+  readonly cwd: string
+  readonly role: string | undefined
+  readonly model: string | undefined
+  readonly json: boolean
+}
+
+/** `fibril run --cluster`: starts the root agent on the workers, waits, prints its answer. */
+export const run = (options: RunOnCluster) =>
+  Effect.gen(function*() {
+    const client = yield* loadClient
+    return yield* asClient(
+      options.url,
+      Effect.gen(function*() {
+        const agentId = yield* client.start({
+          prompt: options.prompt,
+          workspace: options.cwd,
+          role: options.role,
+          model: options.model
+        })
+        yield* options.json
+          ? Console.log(JSON.stringify({ type: "started", agent_id: agentId }))
+          : Console.error(`fibril: agent ${agentId} started on the cluster at ${redactUrl(options.url)}`)
+        const exit = yield* Effect.exit(
+          client.await_(agentId).pipe(
+            Effect.onInterrupt(() => Effect.ignore(client.cancel(agentId, "cancelled by the client (fibril run)")))
+          )
+        )
+        if (exit._tag === "Success") {
+          yield* options.json
+            ? Console.log(JSON.stringify({
+              type: "completed",
+              agent_id: agentId,
+              text: exit.value.text,
+              steps: exit.value.steps,
+              tool_calls: exit.value.toolCalls
+            }))
+            : Console.log(exit.value.text)
+          return 0
+        }
+        const reason = exit.cause.reasons.map((r) =>
+          r._tag === "Fail"
+            ? (r.error as { message: string }).message
+            : r._tag === "Die"
+            ? String(r.defect)
+            : "cancelled"
+        ).join("; ")
+        yield* options.json
+          ? Console.log(JSON.stringify({ type: "failed", agent_id: agentId, reason }))
+          : Console.error(`fibril: ${reason}`)
+        return 1
+      })
+    )
+  })
+
+const url = clusterFlag
+const agentIdArgument = Argument.String("agent-id").pipe(Argument.withDescription("The agent's id"))
+
+export const commands = <R>(
+  environment: Effect.Effect<{ readonly env: Readonly<Record<string, string | undefined>> }, never, R>
+) => {
+  const migrate = {
+    name: "migrate",
+    description: "Create or update the cluster's tables (effect/cluster's cluster_* and Fibril's fibril_*)",
+    run: (flags: { readonly cluster: Option.Option<string> }) =>
+      Effect.gen(function*() {
+        const { env } = yield* environment
+        const target = yield* requireUrl(flags.cluster, env)
+        yield* withDatabase(target, (node) => node.migrate, true)
+        yield* Console.log(`fibril: the cluster database at ${redactUrl(target)} is ready`)
+        return 0
+      })
+  }
+  const prune = {
+    run: (flags: { readonly cluster: Option.Option<string>; readonly olderThan: string }) =>
+      Effect.gen(function*() {
+        const { env } = yield* environment
+        const target = yield* requireUrl(flags.cluster, env)
+        const duration = Duration.fromInput(flags.olderThan as Duration.Input)
+        if (Option.isNone(duration)) {
+          return yield* new ModelSelection.UsageError({
+            problem: `--older-than ${flags.olderThan}: not a duration; write e.g. "7 days", "12 hours", "30 minutes"`
+          })
+        }
+        const gone = yield* withDatabase(target, (node) => node.prune(duration.value))
+        yield* Console.log(
+          `fibril: pruned ${gone.agents} finished agents older than ${flags.olderThan} and ${gone.messages} journal messages`
+        )
+        return 0
+      })
+  }
+  const status = (flags: { readonly cluster: Option.Option<string>; readonly agentId: string }) =>
+    Effect.gen(function*() {
+      const { env } = yield* environment
+      const client = yield* loadClient
+      const rows = yield* asClient(yield* requireUrl(flags.cluster, env), client.tree(flags.agentId))
+      if (rows.length === 0) return yield* new client.AgentNotFound({ agentId: flags.agentId })
+      for (const row of rows) {
+        yield* Console.log(JSON.stringify({
+          agent_id: row.agentId,
+          parent_id: row.parentId,
+          depth: row.depth,
+          role: row.role,
+          status: row.status,
+          run: row.run,
+          steps: row.steps,
+          detached: row.detached,
+          ...(row.reason === null ? {} : { reason: row.reason }),
+          ...(row.text === null ? {} : { text: row.text })
+        }))
+      }
+      return 0
+    })
+  const cancel = (flags: { readonly cluster: Option.Option<string>; readonly agentId: string }) =>
+    Effect.gen(function*() {
+      const { env } = yield* environment
+      const client = yield* loadClient
+      yield* asClient(
+        yield* requireUrl(flags.cluster, env),
+        client.cancel(flags.agentId, "cancelled (fibril cluster cancel)")
+      )
+      yield* Console.log(`fibril: cancelled ${flags.agentId} and its non-detached descendants`)
+      return 0
+    })
+  const input = (
+    flags: { readonly cluster: Option.Option<string>; readonly agentId: string; readonly message: string }
+  ) =>
+    Effect.gen(function*() {
+      const { env } = yield* environment
+      const client = yield* loadClient
+      const sent = yield* asClient(
+        yield* requireUrl(flags.cluster, env),
+        client.sendInput(flags.agentId, flags.message)
+      )
+      yield* Console.log(JSON.stringify({ agent_id: flags.agentId, delivered: sent.delivered, status: sent.status }))
+      return sent.delivered ? 0 : 1
+    })
+  const resume = (
+    flags: { readonly cluster: Option.Option<string>; readonly agentId: string; readonly message: string }
+  ) =>
+    Effect.gen(function*() {
+      const { env } = yield* environment
+      const client = yield* loadClient
+      const target = yield* requireUrl(flags.cluster, env)
+      const outcome = yield* asClient(
+        target,
+        Effect.andThen(client.resume(flags.agentId, flags.message), client.await_(flags.agentId))
+      )
+      yield* Console.log(outcome.text)
+      return 0
+    })
+  return { migrate, prune, status, cancel, input, resume, agentIdArgument, url }
+}
+
+export interface WorkerFlags {
+  readonly url: string
+  readonly cwd: string
+  readonly settings: Parameters<typeof Session.optionsFrom>[0]
+  readonly selection: ModelSelection.Selection
+  readonly maxConcurrent: number | undefined
+  readonly shutdownTimeoutSecs: number
+  readonly host: string
+  readonly port: number | undefined
+  readonly lockExpirationSecs: number | undefined
+}
+
+/**
+ * `fibril worker`: runs agents of the cluster for this workspace until stopped. A stop
+ * (SIGTERM, Ctrl-C) is graceful — shards are handed back, steps in flight finish — and turns
+ * hard after `--shutdown-timeout` seconds (the unfinished steps then run again elsewhere).
+ */
+export const worker = (flags: WorkerFlags) =>
+  Effect.gen(function*() {
+    const node = yield* loadNode
+    const settings = flags.settings
+    const session = { ...Session.defaults, ...Session.optionsFrom(settings) }
+    const core = Layer.merge(
+      AgentSteps.layer(session),
+      Layer.empty
+    ).pipe(
+      Layer.provideMerge(
+        Fibril.layerWithModels({
+          cwd: flags.cwd,
+          store: "memory",
+          session,
+          tools: settings.tools,
+          deny: settings.permissions.deny,
+          sandbox: settings.sandbox
+        })
+      ),
+      Layer.provideMerge(ModelSelection.layer(flags.selection))
+    )
+    const port = flags.port ?? (yield* Effect.orDie(node.freePort(flags.host)))
+    const stepLog = process.env["FIBRIL_CLUSTER_STEP_LOG"]
+    const options: ClusterNode.WorkerOptions = {
+      host: flags.host,
+      port,
+      maxDepth: settings.subagents.maxDepth,
+      maxSteps: settings.agent.maxSteps,
+      childMaxSteps: settings.subagents.maxSteps ?? settings.agent.maxSteps,
+      childMaxTokens: settings.subagents.maxTokens,
+      maxConcurrent: flags.maxConcurrent ?? settings.subagents.maxConcurrent,
+      admission: settings.subagents.admission,
+      ...(flags.lockExpirationSecs === undefined
+        ? {}
+        : {
+          lockExpiration: Duration.seconds(flags.lockExpirationSecs),
+          lockRefresh: Duration.seconds(Math.max(1, flags.lockExpirationSecs / 3))
+        }),
+      ...(stepLog === undefined || stepLog === "" ? {} : { stepLog })
+    }
+    const hardStop = () => {
+      setTimeout(() => {
+        process.stderr.write(`fibril worker: not stopped after ${flags.shutdownTimeoutSecs} s; stopping now\n`)
+        process.exit(143)
+      }, flags.shutdownTimeoutSecs * 1000).unref()
+    }
+    process.once("SIGTERM", hardStop)
+    process.once("SIGINT", hardStop)
+    return yield* Effect.gen(function*() {
+      yield* node.checkSchema
+      yield* Effect.scoped(Effect.gen(function*() {
+        yield* Layer.build(node.worker(options, core))
+        yield* Console.error(
+          `fibril worker: pid ${process.pid}, workspace ${flags.cwd}, runner ${flags.host}:${port}, cluster ${
+            redactUrl(flags.url)
+          }, max_concurrent ${options.maxConcurrent}`
+        )
+        return yield* Effect.never
+      }))
+    }).pipe(Effect.provide(node.database(flags.url)))
+  })

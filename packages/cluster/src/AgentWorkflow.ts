@@ -1,0 +1,628 @@
+/**
+ * AgentWorkflow — one durable workflow per agent run, keyed by agent id and run number, its
+ * name versioned (`fibril/agent/v1`): a change to what the loop does between steps gets a new
+ * name, so a journal written by older code is never replayed by newer code.
+ *
+ * The body is `AgentLoop` over steps that are activities: `model/<step>` (takes the agent's
+ * inbox, calls the model, writes the delivered input and the answer to the transcript in the
+ * transaction that journals the result) and `tool/<step>/<index>` (one tool call, its result
+ * written the same way). The sub-agent tools run in the workflow itself:
+ *
+ * - `task` executes a child workflow and waits for it; `agent_spawn` starts one and goes on.
+ *   A child is joined through `Effect.exit`, so a failed or cancelled child is a tool result.
+ * - the cap (`max_concurrent`) is a permit table taken in an activity's transaction: with
+ *   `reject` a spawn over the cap is refused, with `queue` the child waits durably
+ *   (DurableClock sleeps between attempts; no fiber or memory is held meanwhile).
+ * - `agent_wait` / `agent_result` look at the children's rows each interval (an activity) and
+ *   sleep on the DurableClock between looks; a timeout is a number of intervals, so it is
+ *   deterministic on replay.
+ * - `agent_send_input` queues a message in the target's durable inbox, read by its next
+ *   model step.
+ * - `agent_cancel` cancels the agent and its non-detached descendants explicitly (interrupting
+ *   a parent workflow alone does not stop the children it waits on).
+ *
+ * Replay determinism: everything the body decides depends only on its payload, the worker
+ * options (the same on every worker) and journaled results. Child ids are derived from the
+ * parent's id, run, step and call index.
+ */
+import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, Workspace } from "@fibril/core"
+import { Cause, Effect, Exit, Schema } from "effect"
+import { Prompt } from "effect/ai"
+import { ClusterSchema } from "effect/cluster"
+import { Activity, DurableClock, Workflow, WorkflowEngine } from "effect/workflow"
+import { createHash } from "node:crypto"
+import { type AgentRow, ClusterStore, finished, StoreFailure } from "./ClusterStore.ts"
+
+export const AgentPayload = Schema.Struct({
+  agentId: Schema.String,
+  run: Schema.Int,
+  parentId: Schema.NullOr(Schema.String),
+  depth: Schema.Int,
+  role: Schema.String,
+  model: Schema.String,
+  description: Schema.String,
+  /** This run's task (the first run) or input (a resume). */
+  prompt: Schema.String,
+  detached: Schema.Boolean,
+  /** The workspace the agent works in: only a worker serving it runs the agent. */
+  workspace: Schema.String
+})
+export type AgentPayload = typeof AgentPayload.Type
+
+export const AgentOutcome = Schema.Struct({
+  agentId: Schema.String,
+  text: Schema.String,
+  steps: Schema.Int,
+  toolCalls: Schema.Int
+})
+export type AgentOutcome = typeof AgentOutcome.Type
+
+export class AgentFailed extends Schema.TaggedError<AgentFailed>()("AgentFailed", {
+  agentId: Schema.String,
+  reason: Schema.String
+}) {
+  override get message() {
+    return `agent ${this.agentId} failed: ${this.reason}`
+  }
+}
+
+export const AgentWorkflow = Workflow.make("fibril/agent/v1", {
+  payload: AgentPayload,
+  success: AgentOutcome,
+  error: AgentFailed,
+  idempotencyKey: ({ agentId, run }) => `${agentId}#${run}`
+})
+
+/** Settings that decide what the body does: they must be the same on every worker. */
+export interface Options {
+  readonly maxDepth: number
+  readonly maxSteps: number
+  readonly childMaxSteps: number
+  /** A sub-agent's own token budget per run (`[subagents] max_tokens`); none by default. */
+  readonly childMaxTokens?: number | undefined
+  /** Running sub-agents cluster-wide (the root agents do not count); 0: no cap. */
+  readonly maxConcurrent: number
+  readonly admission: "reject" | "queue"
+  /** Between two looks at a child's status (agent_wait) or at the permits (queue). */
+  readonly pollMs: number
+  /** Observes each model and tool step's execution (not its replay): for logs and tests. */
+  readonly onStep?:
+    | ((event: "start" | "end", agentId: string, run: number, name: string) => Effect.Effect<void>)
+    | undefined
+}
+
+/** The services a worker's workflow body needs besides AgentSteps and the store. */
+export type WorkerServices = Permission.Permission | Workspace.Workspace | Models.Models
+
+export const defaults: Options = {
+  maxDepth: 1,
+  maxSteps: 50,
+  childMaxSteps: 50,
+  maxConcurrent: 10,
+  admission: "reject",
+  pollMs: 200
+}
+
+/** A child's id: a function of its parent's run and the call that started it. */
+export const childId = (parent: string, run: number, step: number, index: number): string =>
+  `ag_${createHash("sha256").update(`${parent}#${run}/${step}/${index}`).digest("hex").slice(0, 16)}`
+
+const orchestration = new Set([
+  "task",
+  "agent_spawn",
+  "agent_open",
+  "agent_wait",
+  "agent_result",
+  "agent_cancel",
+  "agent_close",
+  "agent_send_input",
+  "agent_resume"
+])
+
+const slot = { assistant: 100, tool: 1000 }
+
+/** An activity whose store writes commit in the transaction that journals its result. */
+const txActivity: typeof Activity.make = (options) =>
+  Activity.make(options).annotate(ClusterSchema.WithTransaction, true)
+
+const orDie = <A, R>(effect: Effect.Effect<A, StoreFailure, R>) => Effect.orDie(effect)
+
+const parseParams = (params: unknown): Readonly<Record<string, unknown>> => {
+  let value = params
+  if (typeof params === "string") {
+    try {
+      value = params.trim() === "" ? {} : JSON.parse(params)
+    } catch {
+      value = {}
+    }
+  }
+  return typeof value === "object" && value !== null ? value as Record<string, unknown> : {}
+}
+
+const str = (params: Readonly<Record<string, unknown>>, keys: ReadonlyArray<string>): string | undefined => {
+  for (const key of keys) {
+    const value = params[key]
+    if (typeof value === "string" && value !== "") return value
+  }
+  return undefined
+}
+
+const RowView = Schema.Struct({
+  agent_id: Schema.String,
+  status: Schema.String,
+  description: Schema.String,
+  role: Schema.String,
+  summary: Schema.String,
+  reason: Schema.optionalKey(Schema.String),
+  steps: Schema.Int,
+  tool_calls: Schema.Int,
+  detached: Schema.Boolean
+})
+type RowView = typeof RowView.Type
+
+export const view = (row: AgentRow): RowView => ({
+  agent_id: row.agentId,
+  status: row.status,
+  description: row.description,
+  role: row.role,
+  summary: row.text ?? "",
+  ...(row.reason === null ? {} : { reason: row.reason }),
+  steps: row.steps,
+  tool_calls: row.toolCalls,
+  detached: row.detached
+})
+
+const ToolFailure = (error: string, message: string) => ({ error, message })
+
+/**
+ * Cancels an agent and every non-detached descendant: marks each cancelled (unless it has
+ * finished) and interrupts its workflow, parent first. Usable from any process with the
+ * engine (a client, a worker, an activity).
+ */
+export const cancelTree = (agentId: string, reason: string) =>
+  Effect.gen(function*() {
+    const store = yield* ClusterStore
+    const visit = (id: string, root: boolean): Effect.Effect<void, StoreFailure, WorkflowEngine.WorkflowEngine> =>
+      Effect.gen(function*() {
+        const row = yield* store.get(id)
+        if (row === undefined || (!root && row.detached)) return
+        if (!finished(row.status)) {
+          yield* store.update(id, { status: "cancelled", reason })
+          yield* store.release(id)
+        }
+        yield* AgentWorkflow.interrupt(row.executionId)
+        for (const child of yield* store.children(id)) yield* visit(child.agentId, false)
+      })
+    yield* visit(agentId, true)
+  })
+
+const failureReason = (cause: Cause.Cause<unknown>): string => {
+  const error = Cause.squash(cause)
+  return error instanceof Error ? error.message : String(error)
+}
+
+/** The workflow's body on a worker: needs the core steps, the store, the worker's workspace. */
+export const layer = (options: Partial<Options> = {}) =>
+  AgentWorkflow.toLayer(Effect.fnUntraced(function*(payload, executionId) {
+    const config: Options = { ...defaults, ...options }
+    const steps = yield* AgentSteps.AgentSteps
+    const store = yield* ClusterStore
+    const permission = yield* Permission.Permission
+    const workspace = yield* Workspace.Workspace
+    const models = yield* Models.Models
+    const { agentId, depth, run } = payload
+    // "": the worker's default model (every worker must have the same one).
+    const modelId = payload.model === "" ? models.defaultModel : payload.model
+    const role = yield* Effect.orDie(Roles.resolve(payload.role))
+    const rules = Permission.effective(permission.root, Session.grantFor(depth, config.maxDepth, role))
+    const system = Prompt.makeMessage("system", { content: Roles.systemPrompt(role, depth, payload.workspace) })
+    const capped = depth > 0 && config.maxConcurrent > 0
+    const onStep = config.onStep
+    const observed = <A, E, R>(name: string, effect: Effect.Effect<A, E, R>) =>
+      onStep === undefined ? effect : Effect.andThen(
+        onStep("start", agentId, run, name),
+        Effect.tap(effect, () => onStep("end", agentId, run, name))
+      )
+
+    // A failed or cancelled run records why and gives its permit back (suspensions do not count).
+    yield* Workflow.addFinalizer((exit) =>
+      Exit.isSuccess(exit) ? Effect.void : Effect.ignore(Effect.gen(function*() {
+        const row = yield* store.get(agentId)
+        if (row !== undefined && !finished(row.status)) {
+          const cancelled = Cause.hasInterruptsOnly(exit.cause)
+          yield* store.update(agentId, {
+            status: cancelled ? "cancelled" : "failed",
+            reason: cancelled ? "cancelled" : failureReason(exit.cause)
+          })
+        }
+        if (capped) yield* store.release(agentId)
+      }))
+    )
+
+    // Admission under the cluster-wide cap (a `reject` spawn took the permit already).
+    if (capped) {
+      for (let attempt = 0;; attempt++) {
+        const admitted = yield* txActivity({
+          name: `permit/${attempt}`,
+          success: Schema.Boolean,
+          execute: orDie(store.acquire(agentId, config.maxConcurrent))
+        })
+        if (admitted) break
+        yield* DurableClock.sleep({ name: `permit/${attempt}`, duration: config.pollMs })
+      }
+    }
+
+    // The run's start: refuse a workspace this worker does not have; mark the agent running;
+    // write this run's prompt; read the conversation so far (a resumed agent's transcript).
+    const history = yield* txActivity({
+      name: "start",
+      success: Schema.Array(Prompt.Message),
+      error: AgentFailed,
+      execute: Effect.gen(function*() {
+        if (payload.workspace !== workspace.root) {
+          return yield* new AgentFailed({
+            agentId,
+            reason:
+              `refused by this worker: it serves the workspace ${workspace.root}, not ${payload.workspace}; start a worker with --cwd ${payload.workspace} on a machine that has it`
+          })
+        }
+        const prompt = Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: payload.prompt })] })
+        yield* orDie(store.update(agentId, { status: "running", reason: null }))
+        yield* orDie(store.append(agentId, { run, step: -1, slot: 0 }, prompt))
+        return (yield* orDie(store.transcript(agentId))).filter((m) => m.role !== "system")
+      })
+    })
+
+    const execute = (child: AgentPayload) => AgentWorkflow.execute(child)
+
+    const spawnChild = (step: number, index: number, params: Readonly<Record<string, unknown>>, detached: boolean) =>
+      Effect.gen(function*() {
+        const prompt = str(params, ["prompt", "message", "input", "objective"])
+        if (prompt === undefined) return { refused: ToolFailure("InvalidArguments", "\"prompt\" is required") } as const
+        const roleName = str(params, ["subagent_type", "type", "agent_type"]) ?? "general"
+        const childRole = Roles.canonical(roleName)
+        if (childRole === undefined) {
+          return {
+            refused: ToolFailure("UnknownRole", `unknown role "${roleName}"; accepted: ${Roles.acceptedNames}`)
+          } as const
+        }
+        const id = childId(agentId, run, step, index)
+        const child: AgentPayload = {
+          agentId: id,
+          run: 0,
+          parentId: agentId,
+          depth: depth + 1,
+          role: childRole,
+          model: str(params, ["model"]) ?? payload.model,
+          description: str(params, ["description"]) ?? prompt.slice(0, 60),
+          prompt,
+          detached,
+          workspace: payload.workspace
+        }
+        const childExecution = yield* AgentWorkflow.executionId(child)
+        const reject = config.maxConcurrent > 0 && config.admission === "reject"
+        const admitted = yield* txActivity({
+          name: `spawn/${step}/${index}`,
+          success: Schema.Boolean,
+          execute: orDie(Effect.gen(function*() {
+            if (reject && !(yield* store.acquire(id, config.maxConcurrent))) return false
+            yield* store.insert({
+              ...child,
+              status: "pending",
+              executionId: childExecution,
+              text: null,
+              reason: null,
+              steps: 0,
+              toolCalls: 0
+            })
+            return true
+          }))
+        })
+        if (!admitted) {
+          return {
+            refused: ToolFailure(
+              "CapReached",
+              `max_concurrent=${config.maxConcurrent} sub-agents are running across the cluster; wait for one (agent_wait) and try again`
+            )
+          } as const
+        }
+        return { child } as const
+      })
+
+    const readRows = (step: number, index: number, look: number, ids: ReadonlyArray<string> | undefined) =>
+      Activity.make({
+        name: `look/${step}/${index}/${look}`,
+        success: Schema.Array(RowView),
+        execute: orDie(Effect.gen(function*() {
+          const rows = ids === undefined
+            ? (yield* store.children(agentId)).filter((r) => !finished(r.status))
+            : (yield* Effect.forEach(ids, (id) => store.get(id))).filter((r) => r !== undefined)
+          return rows.map(view)
+        }))
+      })
+
+    const waitFor = (
+      step: number,
+      index: number,
+      ids: ReadonlyArray<string> | undefined,
+      mode: "any" | "all",
+      timeoutMs: number | undefined
+    ) =>
+      Effect.gen(function*() {
+        // Without ids: the children running at the first look (as the embedded agent_wait does).
+        let targets = ids
+        for (let look = 0;; look++) {
+          const rows = yield* readRows(step, index, look, targets)
+          if (targets === undefined) targets = rows.map((r) => r.agent_id)
+          const done = rows.filter((r) => finished(r.status as AgentRow["status"]))
+          const running = rows.filter((r) => !finished(r.status as AgentRow["status"]))
+          const satisfied = rows.length === 0 || (mode === "any" ? done.length > 0 : running.length === 0)
+          const timedOut = timeoutMs !== undefined && look * config.pollMs >= timeoutMs
+          if (satisfied || timedOut) {
+            return {
+              timed_out: !satisfied,
+              completed: done,
+              still_running: running.map((r) => r.agent_id)
+            }
+          }
+          yield* DurableClock.sleep({ name: `wait/${step}/${index}/${look}`, duration: config.pollMs })
+        }
+      })
+
+    const recordResult = (step: number, index: number, result: AgentSteps.ToolStep) =>
+      Effect.as(
+        txActivity({
+          name: `result/${step}/${index}`,
+          execute: orDie(
+            store.append(agentId, { run, step, slot: slot.tool + index }, AgentSteps.toolMessage([result]))
+          )
+        }),
+        result
+      )
+
+    const orchestrate = (step: number, call: AgentSteps.StepToolCall, index: number) =>
+      Effect.gen(function*() {
+        const params = parseParams(call.params)
+        const ok = (result: unknown): AgentSteps.ToolStep => ({
+          id: call.id,
+          name: call.name,
+          isFailure: false,
+          result
+        })
+        const bad = (result: unknown): AgentSteps.ToolStep => ({
+          id: call.id,
+          name: call.name,
+          isFailure: true,
+          result
+        })
+        const decision = Permission.decideTool(rules, call.name, "spawn")
+        if (!decision.allowed) return bad(ToolFailure("PermissionDenied", decision.reason))
+        switch (call.name) {
+          case "task": {
+            const spawned = yield* spawnChild(step, index, params, false)
+            if ("refused" in spawned) return bad(spawned.refused)
+            const exit = yield* Effect.exit(execute(spawned.child))
+            if (Exit.isSuccess(exit)) {
+              return ok({
+                agent_id: spawned.child.agentId,
+                description: spawned.child.description,
+                status: "completed",
+                summary: exit.value.text,
+                steps: exit.value.steps,
+                tool_calls: exit.value.toolCalls
+              })
+            }
+            const cancelled = Cause.hasInterruptsOnly(exit.cause)
+            return bad({
+              error: cancelled ? "Cancelled" : "TaskFailed",
+              agent_id: spawned.child.agentId,
+              message: cancelled ? "the sub-agent was cancelled" : failureReason(exit.cause)
+            })
+          }
+          case "agent_spawn":
+          case "agent_open": {
+            const detached = params["detached"] === true
+            const spawned = yield* spawnChild(step, index, params, detached)
+            if ("refused" in spawned) return bad(spawned.refused)
+            yield* AgentWorkflow.execute(spawned.child, { discard: true, detached })
+            return ok({
+              agent_id: spawned.child.agentId,
+              status: "running",
+              role: spawned.child.role,
+              description: spawned.child.description,
+              detached
+            })
+          }
+          case "agent_wait": {
+            const single = str(params, ["agent_id", "id"])
+            const ids = Array.isArray(params["ids"])
+              ? params["ids"].filter((x): x is string => typeof x === "string")
+              : single === undefined
+              ? undefined
+              : [single]
+            const timeout = typeof params["timeout_ms"] === "number" ? params["timeout_ms"] : undefined
+            return ok(yield* waitFor(step, index, ids, params["wait_mode"] === "all" ? "all" : "any", timeout))
+          }
+          case "agent_result": {
+            const id = str(params, ["agent_id", "id"])
+            if (id === undefined) return bad(ToolFailure("InvalidArguments", "\"agent_id\" is required"))
+            const timeout = typeof params["timeout_ms"] === "number" ? params["timeout_ms"] : undefined
+            const result = params["block"] === true
+              ? yield* waitFor(step, index, [id], "all", timeout)
+              : { completed: [], still_running: [], rows: yield* readRows(step, index, 0, [id]) }
+            const rows = "rows" in result ? result.rows : [...result.completed]
+            const row = rows[0] ??
+              (yield* readRows(step, index, 1_000_000, [id]))[0]
+            if (row === undefined) return bad(ToolFailure("AgentNotFound", `no agent with id "${id}"`))
+            return ok({ ...row, ...("timed_out" in result ? { timed_out: result.timed_out } : {}) })
+          }
+          case "agent_cancel":
+          case "agent_close": {
+            const id = str(params, ["agent_id", "id"])
+            if (id === undefined) return bad(ToolFailure("InvalidArguments", "\"agent_id\" is required"))
+            const reason = str(params, ["reason"]) ?? `Cancelled by its parent (${call.name})`
+            const found = yield* Activity.make({
+              name: `cancel/${step}/${index}`,
+              success: Schema.Boolean,
+              execute: orDie(Effect.gen(function*() {
+                if ((yield* store.get(id)) === undefined) return false
+                yield* cancelTree(id, reason)
+                return true
+              }))
+            })
+            return found
+              ? ok({ agent_id: id, status: "cancelled", reason })
+              : bad(ToolFailure("AgentNotFound", `no agent with id "${id}"`))
+          }
+          case "agent_send_input": {
+            const id = str(params, ["agent_id", "id"])
+            const text = str(params, ["message", "input"])
+            if (id === undefined || text === undefined) {
+              return bad(ToolFailure("InvalidArguments", "\"agent_id\" and \"message\" are required"))
+            }
+            const outcome = yield* txActivity({
+              name: `input/${step}/${index}`,
+              success: Schema.String,
+              execute: orDie(Effect.gen(function*() {
+                const row = yield* store.get(id)
+                if (row === undefined) return "missing"
+                if (finished(row.status)) return row.status
+                yield* store.sendInput(id, text)
+                return "queued"
+              }))
+            })
+            if (outcome === "missing") return bad(ToolFailure("AgentNotFound", `no agent with id "${id}"`))
+            return outcome === "queued"
+              ? ok({ delivered: true, agent_id: id })
+              : ok({
+                delivered: false,
+                agent_id: id,
+                reason: `the agent has ${outcome}; agent_resume starts a new run`
+              })
+          }
+          default: {
+            // agent_resume: a new run of a finished agent, from its transcript.
+            const id = str(params, ["agent_id", "id"])
+            const text = str(params, ["message", "input", "prompt"])
+            if (id === undefined || text === undefined) {
+              return bad(ToolFailure("InvalidArguments", "\"agent_id\" and \"message\" are required"))
+            }
+            const next = yield* resumeActivity(`resume/${step}/${index}`, id, text)
+            if (typeof next === "string") return bad(ToolFailure("NotResumable", next))
+            yield* AgentWorkflow.execute(next, { discard: true })
+            return ok({ agent_id: id, status: "running", run: next.run })
+          }
+        }
+      })
+
+    const tool = (step: number, call: AgentSteps.StepToolCall, index: number) =>
+      orchestration.has(call.name)
+        ? Effect.flatMap(orchestrate(step, call, index), (result) => recordResult(step, index, result))
+        : txActivity({
+          name: `tool/${step}/${index}`,
+          success: AgentSteps.ToolStep,
+          execute: observed(
+            `tool/${step}/${index}`,
+            Effect.gen(function*() {
+              const result = yield* steps.tool({ agentId, step, role: role.name, depth, rules, call })
+              yield* orDie(
+                store.append(agentId, { run, step, slot: slot.tool + index }, AgentSteps.toolMessage([result]))
+              )
+              return result
+            })
+          )
+        })
+
+    const model = (step: number, messages: ReadonlyArray<Prompt.Message>) =>
+      txActivity({
+        name: `model/${step}`,
+        success: AgentSteps.ModelStep,
+        error: AgentSteps.ModelStepError,
+        execute: observed(
+          `model/${step}`,
+          Effect.gen(function*() {
+            const result = yield* steps.model({
+              agentId,
+              step,
+              model: modelId,
+              system,
+              messages,
+              rules,
+              takeInbox: orDie(store.takeInbox(agentId))
+            })
+            yield* orDie(Effect.forEach(result.delivered, (text, i) =>
+              store.append(
+                agentId,
+                { run, step, slot: i },
+                Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text })] })
+              )))
+            yield* orDie(store.append(agentId, { run, step, slot: slot.assistant }, result.assistant))
+            return result
+          })
+        )
+      })
+
+    const exit = yield* Effect.exit(AgentLoop.run(
+      {
+        agentId,
+        messages: history,
+        maxSteps: depth === 0 ? config.maxSteps : config.childMaxSteps,
+        maxTokens: depth === 0 ? undefined : config.childMaxTokens
+      },
+      { model, tool }
+    ))
+    const outcome = Exit.isSuccess(exit)
+      ? { status: "completed" as const, text: exit.value.text, reason: null }
+      : { status: "failed" as const, text: null, reason: failureReason(exit.cause) }
+    yield* txActivity({
+      name: "finish",
+      execute: orDie(Effect.gen(function*() {
+        yield* store.update(agentId, {
+          ...outcome,
+          ...(Exit.isSuccess(exit) ? { steps: exit.value.steps, toolCalls: exit.value.toolCalls } : {})
+        })
+        if (capped) yield* store.release(agentId)
+      }))
+    })
+    if (Exit.isFailure(exit)) {
+      if (Cause.hasInterruptsOnly(exit.cause)) return yield* Effect.interrupt
+      return yield* new AgentFailed({ agentId, reason: outcome.reason ?? "failed" })
+    }
+    void executionId
+    return { agentId, text: exit.value.text, steps: exit.value.steps, toolCalls: exit.value.toolCalls }
+  }))
+
+/**
+ * The next run of a finished agent (`agent_resume`, `fibril agents resume`): an activity that
+ * bumps its run number, so the new run is a new workflow execution that starts from the
+ * agent's transcript. A reason string when it cannot be resumed.
+ */
+export const resumeActivity = (name: string, agentId: string, message: string) =>
+  txActivity({
+    name,
+    success: Schema.Union([Schema.String, AgentPayload]),
+    execute: Effect.orDie(resumeRow(agentId, message))
+  })
+
+export const resumeRow = (agentId: string, message: string) =>
+  Effect.gen(function*() {
+    const store = yield* ClusterStore
+    const row = yield* store.get(agentId)
+    if (row === undefined) return `no agent with id "${agentId}"`
+    if (!finished(row.status)) return `agent ${agentId} is ${row.status}; send it input instead (agent_send_input)`
+    const next: AgentPayload = {
+      agentId,
+      run: row.run + 1,
+      parentId: row.parentId,
+      depth: row.depth,
+      role: row.role,
+      model: row.model,
+      description: row.description,
+      prompt: message,
+      detached: row.detached,
+      workspace: row.workspace
+    }
+    const executionId = yield* AgentWorkflow.executionId(next)
+    yield* store.update(agentId, { run: next.run, executionId, status: "pending", text: null, reason: null })
+    return next
+  })

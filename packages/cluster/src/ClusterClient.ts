@@ -1,0 +1,144 @@
+/**
+ * ClusterClient — what a client of the cluster does (`fibril run --cluster`, `fibril agents`,
+ * tests): start a root agent, wait for it, send it input, cancel a tree, resume a finished
+ * agent. Works from any process with the cluster's engine and store; the agents run on the
+ * workers.
+ */
+import { Duration, Effect, Option, Schema } from "effect"
+import type { WorkflowEngine } from "effect/workflow"
+import { randomBytes } from "node:crypto"
+import {
+  AgentFailed,
+  type AgentOutcome,
+  type AgentPayload,
+  AgentWorkflow,
+  cancelTree,
+  resumeRow
+} from "./AgentWorkflow.ts"
+import { type AgentRow, ClusterStore, finished, type StoreFailure } from "./ClusterStore.ts"
+
+export class AgentNotFound extends Schema.TaggedError<AgentNotFound>()("AgentNotFound", { agentId: Schema.String }) {
+  override get message() {
+    return `no agent with id "${this.agentId}" in the cluster`
+  }
+}
+
+export class NotResumable extends Schema.TaggedError<NotResumable>()("NotResumable", {
+  agentId: Schema.String,
+  reason: Schema.String
+}) {
+  override get message() {
+    return this.reason
+  }
+}
+
+export interface StartOptions {
+  readonly prompt: string
+  readonly workspace: string
+  readonly role?: string | undefined
+  readonly model?: string | undefined
+  readonly description?: string | undefined
+  /** Default: a new random id. */
+  readonly agentId?: string | undefined
+}
+
+export const newAgentId = (): string => `ag_${randomBytes(8).toString("hex")}`
+
+/** Records a root agent and starts its workflow; returns its id at once. */
+export const start = (options: StartOptions) =>
+  Effect.gen(function*() {
+    const store = yield* ClusterStore
+    const payload: AgentPayload = {
+      agentId: options.agentId ?? newAgentId(),
+      run: 0,
+      parentId: null,
+      depth: 0,
+      role: options.role ?? "general",
+      model: options.model ?? "",
+      description: options.description ?? options.prompt.slice(0, 60),
+      prompt: options.prompt,
+      detached: false,
+      workspace: options.workspace
+    }
+    const executionId = yield* AgentWorkflow.executionId(payload)
+    yield* store.insert({
+      ...payload,
+      status: "pending",
+      executionId,
+      text: null,
+      reason: null,
+      steps: 0,
+      toolCalls: 0
+    })
+    yield* AgentWorkflow.execute(payload, { discard: true })
+    return payload.agentId
+  })
+
+/** The agent's row (status, result), or AgentNotFound. */
+export const status = (agentId: string) =>
+  Effect.gen(function*() {
+    const row = yield* (yield* ClusterStore).get(agentId)
+    if (row === undefined) return yield* new AgentNotFound({ agentId })
+    return row
+  })
+
+/**
+ * Waits for the agent's current run to end: its outcome, AgentFailed, or an interrupt when
+ * it was cancelled. Looks every `pollMs` (the client holds no durable state).
+ */
+export const await_ = (agentId: string, pollMs = 50) =>
+  Effect.gen(function*() {
+    while (true) {
+      const row = yield* status(agentId)
+      const result = yield* AgentWorkflow.poll(row.executionId)
+      if (Option.isSome(result) && result.value._tag === "Complete") {
+        return yield* (result.value.exit as Effect.Effect<AgentOutcome, AgentFailed>)
+      }
+      if (row.status === "cancelled") return yield* new AgentFailed({ agentId, reason: row.reason ?? "cancelled" })
+      yield* Effect.sleep(Duration.millis(pollMs))
+    }
+  })
+
+export const run = (options: StartOptions) => Effect.flatMap(start(options), (agentId) => await_(agentId))
+
+/** Queues input for the agent's next model step; false (with the status) if it has finished. */
+export const sendInput = (agentId: string, text: string) =>
+  Effect.gen(function*() {
+    const store = yield* ClusterStore
+    const row = yield* status(agentId)
+    if (finished(row.status)) return { delivered: false, status: row.status } as const
+    yield* store.sendInput(agentId, text)
+    return { delivered: true, status: row.status } as const
+  })
+
+/** Cancels the agent and its non-detached descendants, wherever they run. */
+export const cancel = (
+  agentId: string,
+  reason = "cancelled"
+): Effect.Effect<void, StoreFailure | AgentNotFound, ClusterStore | WorkflowEngine.WorkflowEngine> =>
+  Effect.andThen(status(agentId), cancelTree(agentId, reason))
+
+/** A new run of a finished agent, from its transcript; returns at once. */
+export const resume = (agentId: string, message: string) =>
+  Effect.gen(function*() {
+    const next = yield* resumeRow(agentId, message)
+    if (typeof next === "string") return yield* new NotResumable({ agentId, reason: next })
+    yield* AgentWorkflow.execute(next, { discard: true })
+    return next.run
+  })
+
+/** The agent and its descendants, depth first. */
+export const tree = (agentId: string) =>
+  Effect.gen(function*() {
+    const store = yield* ClusterStore
+    const out: Array<AgentRow> = []
+    const visit = (id: string): Effect.Effect<void, StoreFailure> =>
+      Effect.gen(function*() {
+        const row = yield* store.get(id)
+        if (row === undefined) return
+        out.push(row)
+        for (const child of yield* store.children(id)) yield* visit(child.agentId)
+      })
+    yield* visit(agentId)
+    return out
+  })

@@ -1,0 +1,171 @@
+/**
+ * The cluster on Node processes and Postgres: the database connection (with a clear error
+ * when it is unreachable), `migrate`, a worker (a runner that hosts agent workflows) and a
+ * client (starts, waits for, cancels agents; hosts none). Loaded lazily by the CLI: a
+ * command without `--cluster` never imports it.
+ */
+import { NodeClusterSocket } from "@effect/platform-node"
+import { PgClient } from "@effect/sql-pg"
+import { AgentSteps } from "@fibril/core"
+import { redactUrl } from "@fibril/core/Secrets"
+import { Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
+import { ClusterWorkflowEngine, RunnerAddress } from "effect/cluster"
+import { SqlClient } from "effect/sql"
+import { appendFileSync } from "node:fs"
+import * as net from "node:net"
+import * as AgentWorkflow from "./AgentWorkflow.ts"
+import * as ClusterStore from "./ClusterStore.ts"
+
+export class ClusterUnreachable extends Schema.TaggedError<ClusterUnreachable>()("ClusterUnreachable", {
+  url: Schema.String,
+  reason: Schema.String
+}) {
+  override get message() {
+    return `cannot reach the cluster database at ${this.url}: ${this.reason}. Check that Postgres is running and reachable at that host and port, that the database exists, and the user and password (--cluster, FIBRIL_CLUSTER_URL)`
+  }
+}
+
+/** The URL as it may be shown: the password (and any secret parameter) masked. */
+export const displayUrl = (url: string): string => redactUrl(url)
+
+const reasonOf = (error: unknown): string => {
+  const cause = (error as { cause?: unknown }).cause
+  const inner = cause instanceof Error ? cause.message : undefined
+  const own = error instanceof Error ? error.message : String(error)
+  return inner !== undefined && inner !== "" && inner !== own ? `${own} (${inner})` : own
+}
+
+/** A Postgres connection pool, checked with one query; unreachable: ClusterUnreachable. */
+export const database = (url: string) =>
+  Layer.effectContext(Effect.gen(function*() {
+    const context = yield* Layer.build(
+      PgClient.layer({ url: Redacted.make(url), maxConnections: 20, connectTimeout: Duration.seconds(5) })
+    ).pipe(
+      Effect.mapError((error) => new ClusterUnreachable({ url: displayUrl(url), reason: reasonOf(error) }))
+    )
+    yield* SqlClient.SqlClient.pipe(
+      Effect.flatMap((sql) => sql`SELECT 1`),
+      Effect.provide(context),
+      Effect.timeoutOrElse({
+        duration: Duration.seconds(10),
+        orElse: () => Effect.fail(new Error("no answer within 10 s"))
+      }),
+      Effect.mapError((error) => new ClusterUnreachable({ url: displayUrl(url), reason: reasonOf(error) }))
+    )
+    return context
+  }))
+
+/** Creates the cluster's tables (`cluster_*`, effect/cluster's) and Fibril's (`fibril_*`). */
+export const migrate = Effect.gen(function*() {
+  yield* ClusterStore.migrate
+  // effect/cluster creates its tables when its storage starts: start a client once, here.
+  yield* Layer.build(NodeClusterSocket.layer({ clientOnly: true, storage: "sql" })).pipe(Effect.scoped)
+}).pipe(Effect.orDie)
+
+/** Drops finished agents older than `olderThan` and their journal: how many agents went. */
+export const prune = (olderThan: Duration.Duration) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const seconds = Duration.toSeconds(olderThan)
+    return yield* sql.withTransaction(Effect.gen(function*() {
+      const gone = yield* sql<{ agent_id: string; execution_id: string }>`
+        DELETE FROM fibril_agents
+        WHERE status IN ('completed', 'failed', 'cancelled')
+          AND updated_at < now() - make_interval(secs => ${seconds})
+        RETURNING agent_id, execution_id`
+      if (gone.length === 0) return { agents: 0, messages: 0 }
+      const ids = gone.map((r) => r.agent_id)
+      yield* sql`DELETE FROM fibril_transcript WHERE agent_id IN ${sql.in(ids)}`
+      yield* sql`DELETE FROM fibril_inbox WHERE agent_id IN ${sql.in(ids)}`
+      // The workflows' journal: their own messages, their activities' and clocks' (entity ids
+      // start with the execution id).
+      const executions = gone.map((r) => r.execution_id)
+      const messages = yield* sql<{ n: string }>`
+        WITH d AS (DELETE FROM cluster_messages
+          WHERE split_part(entity_id, '/', 1) IN ${sql.in(executions)} RETURNING id)
+        SELECT count(*)::text AS n FROM d`
+      yield* sql`DELETE FROM cluster_replies WHERE request_id NOT IN (SELECT id FROM cluster_messages)`
+      return { agents: gone.length, messages: Number(messages[0]?.n ?? 0) }
+    }))
+  })
+
+/** Fails with SchemaMismatch (naming `fibril cluster migrate`) unless the tables match this code. */
+export const checkSchema = ClusterStore.checkSchema
+
+/** A free TCP port on `host`, for a runner's address. */
+export const freePort = (host: string) =>
+  Effect.callback<number, Error>((resume) => {
+    const server = net.createServer()
+    server.once("error", (error) => resume(Effect.fail(error)))
+    server.listen(0, host, () => {
+      const address = server.address()
+      const port = typeof address === "object" && address !== null ? address.port : 0
+      server.close(() => resume(Effect.succeed(port)))
+    })
+  })
+
+export interface WorkerOptions extends Partial<AgentWorkflow.Options> {
+  readonly host: string
+  readonly port: number
+  /** How long a dead worker's shards stay locked (failover time). Default 35 s (effect/cluster's). */
+  readonly lockExpiration?: Duration.Input | undefined
+  readonly lockRefresh?: Duration.Input | undefined
+  /** Appends one JSON line per step start and end (tests count re-executions with it). */
+  readonly stepLog?: string | undefined
+}
+
+const stepLogger = (file: string | undefined): AgentWorkflow.Options["onStep"] =>
+  file === undefined ?
+    undefined :
+    (event, agentId, run, name) =>
+      Effect.sync(() =>
+        appendFileSync(file, `${JSON.stringify({ pid: process.pid, event, agentId, run, name, t: Date.now() })}\n`)
+      )
+
+const sharding = (options: {
+  readonly host?: string | undefined
+  readonly port?: number | undefined
+  readonly lockExpiration?: Duration.Input | undefined
+  readonly lockRefresh?: Duration.Input | undefined
+}) => ({
+  ...(options.host === undefined || options.port === undefined
+    ? {}
+    : { runnerAddress: Option.some(RunnerAddress.make(options.host, options.port)) }),
+  entityMessagePollInterval: Duration.millis(200),
+  entityReplyPollInterval: Duration.millis(100),
+  ...(options.lockExpiration === undefined ? {} : { shardLockExpiration: options.lockExpiration }),
+  ...(options.lockRefresh === undefined ? {} : { shardLockRefreshInterval: options.lockRefresh })
+})
+
+/**
+ * A worker: hosts agent workflows over the given core services (its workspace, tools, models),
+ * on the cluster in the database in context.
+ */
+export const worker = <E, R>(
+  options: WorkerOptions,
+  core: Layer.Layer<AgentSteps.AgentSteps | AgentWorkflow.WorkerServices, E, R>
+) =>
+  AgentWorkflow.layer({ ...options, onStep: stepLogger(options.stepLog) }).pipe(
+    Layer.provide(ClusterWorkflowEngine.layer),
+    Layer.provide(NodeClusterSocket.layer({ storage: "sql", shardingConfig: sharding(options) })),
+    Layer.provide(ClusterStore.layerSql),
+    Layer.provide(core)
+  )
+
+/** A worker that is also a client in the same process (benchmarks, embedding): one engine. */
+export const workerAndClient = <E, R>(
+  options: WorkerOptions,
+  core: Layer.Layer<AgentSteps.AgentSteps | AgentWorkflow.WorkerServices, E, R>
+) =>
+  AgentWorkflow.layer({ ...options, onStep: stepLogger(options.stepLog) }).pipe(
+    Layer.provideMerge(ClusterWorkflowEngine.layer),
+    Layer.provideMerge(NodeClusterSocket.layer({ storage: "sql", shardingConfig: sharding(options) })),
+    Layer.provideMerge(ClusterStore.layerSql),
+    Layer.provide(core)
+  )
+
+/** A client: the engine (no shards hosted) and the store, on the database in context. */
+export const client = ClusterWorkflowEngine.layer.pipe(
+  Layer.provideMerge(NodeClusterSocket.layer({ clientOnly: true, storage: "sql", shardingConfig: sharding({}) })),
+  Layer.provideMerge(ClusterStore.layerSql)
+)

@@ -1,0 +1,432 @@
+// Cluster mode on a real PostgreSQL (started by the test on 127.0.0.1, see postgres.ts) with
+// real `fibril worker` processes and clients: kill -9 and restart, failover, the cluster-wide
+// cap, cancellation from a third process, agent_send_input across a restart.
+//
+// Needs PostgreSQL's server binaries (Debian: apt-get install -y postgresql; .ci/run installs
+// them). Without them these tests are skipped, and the skip names the reason.
+import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import { Duration, Effect } from "effect"
+import type { SqlClient } from "effect/sql"
+import { type ChildProcess, spawn } from "node:child_process"
+import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+import * as Node from "../src/Node.ts"
+import * as Pg from "./postgres.ts"
+
+const bin = fileURLToPath(new URL("../../cli/src/bin.ts", import.meta.url))
+const reason = Pg.skipReason()
+
+let pg: Pg.Postgres | undefined
+let dbs = 0
+const children = new Set<ChildProcess>()
+const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-it-"))
+
+interface Proc {
+  readonly child: ChildProcess
+  readonly out: { stdout: string; stderr: string }
+  readonly done: Promise<number>
+}
+
+const fibril = (args: ReadonlyArray<string>, env: Record<string, string> = {}): Proc => {
+  const child = spawn(process.execPath, ["--conditions=@fibril/source", bin, ...args], {
+    env: { ...process.env, OPENAI_API_KEY: "", FIBRIL_MODEL: "", ...env },
+    stdio: ["ignore", "pipe", "pipe"]
+  })
+  children.add(child)
+  const out = { stdout: "", stderr: "" }
+  child.stdout!.on("data", (d) => out.stdout += String(d))
+  child.stderr!.on("data", (d) => out.stderr += String(d))
+  const done = new Promise<number>((resolve) =>
+    child.on("exit", (code, signal) => {
+      children.delete(child)
+      resolve(code ?? (signal === "SIGKILL" ? 137 : 1))
+    })
+  )
+  return { child, out, done }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+const until = async (check: () => boolean, what: string, ms = 30_000) => {
+  const deadline = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
+    await sleep(50)
+  }
+}
+
+interface Setup {
+  readonly url: string
+  readonly ws: string
+  readonly log: string
+  readonly psql: (q: string) => string
+  readonly worker: (extra?: ReadonlyArray<string>, env?: Record<string, string>) => Promise<Proc>
+}
+
+const setup = async (script: unknown, migrateWith: "cli" | "library" = "library"): Promise<Setup> => {
+  const db = `it${++dbs}`
+  pg!.createDatabase(db)
+  const url = pg!.url(db)
+  const ws = path.join(tmp, db)
+  mkdirSync(path.join(ws, ".fibril"), { recursive: true })
+  writeFileSync(path.join(ws, "script.json"), JSON.stringify(script))
+  writeFileSync(path.join(ws, "a.txt"), "hello")
+  const log = path.join(ws, "steps.log")
+  appendFileSync(log, "")
+  if (migrateWith === "cli") {
+    const migrated = fibril(["cluster", "migrate", "--cluster", url])
+    assert.strictEqual(await migrated.done, 0, migrated.out.stderr)
+  } else {
+    await Effect.runPromise(Effect.provide(Node.migrate, Node.database(url)))
+  }
+  const worker = async (extra: ReadonlyArray<string> = [], env: Record<string, string> = {}) => {
+    const proc = fibril(
+      ["worker", "--cluster", url, "--cwd", ws, "--model", `scripted:${path.join(ws, "script.json")}`, ...extra],
+      { FIBRIL_CLUSTER_STEP_LOG: log, ...env }
+    )
+    await until(() => proc.out.stderr.includes("fibril worker: pid"), `worker up (${proc.out.stderr})`)
+    return proc
+  }
+  return { url, ws, log, psql: (q) => pg!.psql(db, q), worker }
+}
+
+interface StepEvent {
+  readonly pid: number
+  readonly event: "start" | "end"
+  readonly agentId: string
+  readonly run: number
+  readonly name: string
+  readonly t: number
+}
+
+const steps = (log: string): ReadonlyArray<StepEvent> =>
+  readFileSync(log, "utf8").split("\n").filter((l) => l !== "").map((l) => JSON.parse(l) as StepEvent)
+
+/** The step a transcript row belongs to (see AgentWorkflow: slot 100 the answer, 1000+i tool call i). */
+const stepOfRow = (step: number, slot: number) =>
+  slot === 100
+    ? `model/${step}`
+    : slot >= 1000
+    ? `tool/${step}/${slot - 1000}`
+    : slot >= 0 && step >= 0
+    ? `model/${step}`
+    : undefined
+
+const agentIdOf = (proc: Proc) => {
+  const line = proc.out.stdout.split("\n").find((l) => l.includes("\"started\""))
+  return line === undefined ? undefined : (JSON.parse(line) as { agent_id: string }).agent_id
+}
+
+const ports = async () => [await Pg.freePort(), await Pg.freePort()] as const
+
+describe.skipIf(reason !== undefined)(
+  `cluster mode on PostgreSQL with fibril worker processes${reason === undefined ? "" : ` — skipped: ${reason}`}`,
+  () => {
+    beforeAll(async () => {
+      pg = await Pg.start()
+    }, 60_000)
+    afterAll(() => {
+      for (const child of children) child.kill("SIGKILL")
+      pg?.stop()
+      rmSync(tmp, { recursive: true, force: true })
+    })
+
+    it(
+      "kill -9 of both workers mid-run, restart: the run completes, no step journaled before the kill runs again, input sent meanwhile is delivered",
+      async () => {
+        const s = await setup({
+          rules: [
+            {
+              match: { depth: 1 },
+              turns: [
+                { tool_calls: [{ name: "read_file", args: { path: "a.txt" } }], delay_ms: 150 },
+                { tool_calls: [{ name: "list_dir", args: {} }], delay_ms: 150 },
+                { tool_calls: [{ name: "read_file", args: { path: "a.txt" } }], delay_ms: 150 },
+                { text: "child ok", delay_ms: 150 }
+              ]
+            },
+            {
+              match: { depth: 0 },
+              turns: [
+                { tool_calls: [1, 2, 3, 4].map((i) => ({ name: "task", args: { prompt: `part ${i}` } })) },
+                { text: "root ok" }
+              ]
+            }
+          ]
+        }, "cli")
+        // A worker restarted at its address takes its shards back at once (a new address would
+        // wait for the dead one's locks to expire).
+        const [portA, portB] = await ports()
+        const t0 = Date.now()
+        const [a, b] = await Promise.all([s.worker(["--port", String(portA)]), s.worker(["--port", String(portB)])])
+        const client = fibril(["run", "go", "--cluster", s.url, "--cwd", s.ws, "--json"])
+        await until(() => steps(s.log).filter((e) => e.event === "end").length >= 8, "8 steps done")
+        const killed = new Set([a.child.pid!, b.child.pid!])
+        a.child.kill("SIGKILL")
+        b.child.kill("SIGKILL")
+        await Promise.all([a.done, b.done])
+        const journaled = s.psql(
+          `SELECT agent_id || ' ' || run || ' ' || step || ' ' || slot FROM fibril_transcript WHERE pid IN (${
+            [...killed].join(",")
+          })`
+        ).split("\n").filter((l) => l !== "").flatMap((l) => {
+          const [agent, run, step, slot] = l.split(" ")
+          const name = stepOfRow(Number(step), Number(slot))
+          return name === undefined ? [] : [`${agent}#${run}:${name}`]
+        })
+        const journaledSteps = new Set(journaled)
+        // agent_send_input while no worker runs: the root reads it at its next model step.
+        const root = agentIdOf(client)!
+        const input = fibril(["cluster", "input", root, "hello across the restart", "--cluster", s.url])
+        assert.strictEqual(await input.done, 0, input.out.stderr + input.out.stdout)
+        assert.include(input.out.stdout, "\"delivered\":true")
+        const restarted = Date.now()
+        await Promise.all([s.worker(["--port", String(portA)]), s.worker(["--port", String(portB)])])
+        assert.strictEqual(await client.done, 0, client.out.stderr)
+        const finished = Date.now()
+        const last = JSON.parse(client.out.stdout.trim().split("\n").at(-1)!) as { text: string }
+        assert.strictEqual(last.text, "root ok")
+        assert.strictEqual(s.psql("SELECT count(*) FROM fibril_agents WHERE depth = 1 AND status = 'completed'"), "4")
+        const events = steps(s.log)
+        const rerun = [...journaledSteps].filter((key) =>
+          events.some((e) => e.event === "start" && !killed.has(e.pid) && `${e.agentId}#${e.run}:${e.name}` === key)
+        )
+        assert.isAtLeast(journaledSteps.size, 4, "steps were journaled before the kill")
+        assert.deepStrictEqual(rerun, [], "a step journaled before the kill ran again")
+        // The input was delivered once, to the root's model step after the restart.
+        assert.strictEqual(
+          s.psql(
+            `SELECT count(*) FROM fibril_transcript WHERE agent_id = '${root}' AND message LIKE '%hello across the restart%'`
+          ),
+          "1"
+        )
+        assert.strictEqual(s.psql("SELECT count(*) FROM fibril_inbox"), "0")
+        // Exactly one transcript row per step, whatever ran twice.
+        assert.strictEqual(
+          s.psql(
+            "SELECT count(*) FROM (SELECT agent_id, run, step, slot FROM fibril_transcript GROUP BY 1,2,3,4 HAVING count(*) > 1) d"
+          ),
+          "0"
+        )
+        console.log(
+          `crash test: ${journaledSteps.size} steps journaled before the kill, 0 ran again; ${
+            events.filter((e) => e.event === "start").length
+          } step executions for ${
+            new Set(events.map((e) => `${e.agentId}#${e.run}:${e.name}`)).size
+          } steps; killed at +${restarted - t0} ms, done ${finished - restarted} ms after the restart began`
+        )
+      },
+      60_000
+    )
+
+    it(
+      "one worker killed and not restarted: the survivor finishes the run once the dead one's locks expire",
+      async () => {
+        const s = await setup({
+          rules: [
+            {
+              match: { depth: 1 },
+              turns: [
+                { tool_calls: [{ name: "list_dir", args: {} }], delay_ms: 150 },
+                { tool_calls: [{ name: "list_dir", args: {} }], delay_ms: 150 },
+                { text: "child ok", delay_ms: 150 }
+              ]
+            },
+            {
+              match: { depth: 0 },
+              turns: [
+                { tool_calls: [1, 2, 3, 4].map((i) => ({ name: "task", args: { prompt: `part ${i}` } })) },
+                { text: "root ok" }
+              ]
+            }
+          ]
+        })
+        const lock = ["--lock-expiration", "3"]
+        const [a, b] = await Promise.all([s.worker(lock), s.worker(lock)])
+        const client = fibril(["run", "go", "--cluster", s.url, "--cwd", s.ws, "--json"])
+        await until(
+          () => steps(s.log).filter((e) => e.event === "end" && e.pid === a.child.pid).length >= 2,
+          "A ran steps"
+        )
+        a.child.kill("SIGKILL")
+        const killedAt = Date.now()
+        assert.strictEqual(await client.done, 0, client.out.stderr)
+        const last = JSON.parse(client.out.stdout.trim().split("\n").at(-1)!) as { text: string }
+        assert.strictEqual(last.text, "root ok")
+        const after = steps(s.log).filter((e) => e.t > killedAt)
+        assert.isTrue(
+          after.length > 0 && after.every((e) => e.pid === b.child.pid),
+          "only the survivor ran steps after the kill"
+        )
+        console.log(`failover: done ${Date.now() - killedAt} ms after the kill (lock expiration 3 s)`)
+      },
+      60_000
+    )
+
+    it(
+      "a database without Fibril's tables, or of another version, is refused naming fibril cluster migrate; prune deletes old finished agents",
+      async () => {
+        const db = `it${++dbs}`
+        pg!.createDatabase(db)
+        const url = pg!.url(db)
+        const before = fibril(["cluster", "status", "ag_x", "--cluster", url])
+        assert.strictEqual(await before.done, 2)
+        assert.include(before.out.stderr, "fibril cluster migrate")
+        const inDb = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient>) =>
+          Effect.runPromise(Effect.provide(effect, Node.database(url)))
+        await inDb(Node.migrate)
+        pg!.psql(db, "UPDATE fibril_meta SET value = '99' WHERE key = 'schema_version'")
+        const other = await inDb(Effect.flip(Node.checkSchema))
+        assert.include(other.message, "schema is version 99")
+        assert.include(other.message, "fibril cluster migrate")
+        pg!.psql(db, "UPDATE fibril_meta SET value = '1' WHERE key = 'schema_version'")
+        // Two finished agents, one of them old, and a running old one.
+        const insert = (id: string, status: string, age: string) =>
+          pg!.psql(
+            db,
+            `INSERT INTO fibril_agents (agent_id, parent_id, depth, role, model, description, prompt, detached, workspace, status, run, execution_id, updated_at)
+           VALUES ('${id}', NULL, 0, 'general', '', 'd', 'p', false, '/w', '${status}', 0, 'exec-${id}', now() - interval '${age}')`
+          )
+        insert("old", "completed", "10 days")
+        insert("new", "completed", "1 hour")
+        insert("busy", "running", "10 days")
+        pg!.psql(
+          db,
+          "INSERT INTO fibril_transcript (agent_id, run, step, slot, message) VALUES ('old', 0, 0, 100, '{}')"
+        )
+        const pruned = await inDb(Node.prune(Duration.days(7)))
+        assert.strictEqual(pruned.agents, 1)
+        assert.strictEqual(
+          pg!.psql(db, "SELECT string_agg(agent_id, ',' ORDER BY agent_id) FROM fibril_agents"),
+          "busy,new"
+        )
+        assert.strictEqual(pg!.psql(db, "SELECT count(*) FROM fibril_transcript"), "0")
+        const bad = fibril(["cluster", "prune", "--older-than", "a while", "--cluster", url])
+        assert.strictEqual(await bad.done, 2)
+        assert.include(bad.out.stderr, "not a duration")
+        assert.strictEqual(pg!.psql(db, "SELECT count(*) FROM fibril_agents"), "2")
+      },
+      60_000
+    )
+
+    describe("two workers sharing a cap of 2 (queue), max depth 2", () => {
+      let s: Setup
+      const script = {
+        rules: [
+          {
+            match: { prompt: "capped" },
+            turns: [{ tool_calls: [{ name: "list_dir", args: {} }], delay_ms: 200 }, { text: "done", delay_ms: 200 }]
+          },
+          {
+            match: { prompt: "fan" },
+            turns: [
+              { tool_calls: [1, 2, 3, 4, 5, 6].map((i) => ({ name: "task", args: { prompt: `capped ${i}` } })) },
+              { text: "fan ok" }
+            ]
+          },
+          {
+            match: { prompt: "leaf" },
+            turns: [{ tool_calls: [{ name: "list_dir", args: {} }], delay_ms: 100 }],
+            repeat_last: true
+          },
+          {
+            match: { prompt: "branch" },
+            turns: [
+              { tool_calls: [{ name: "agent_spawn", args: { prompt: "leaf" } }] },
+              { tool_calls: [{ name: "agent_wait", args: {} }] }
+            ],
+            repeat_last: true
+          },
+          {
+            match: { prompt: "tree" },
+            turns: [
+              { tool_calls: [{ name: "agent_spawn", args: { prompt: "branch" } }] },
+              { tool_calls: [{ name: "agent_wait", args: { wait_mode: "all" } }] }
+            ],
+            repeat_last: true
+          }
+        ]
+      }
+      const env = { FIBRIL_SUBAGENTS_ADMISSION: "queue", FIBRIL_SUBAGENTS_MAX_DEPTH: "2" }
+      beforeAll(async () => {
+        s = await setup(script)
+        const [portA, portB] = await ports()
+        await Promise.all(
+          [portA, portB].map((port) => s.worker(["--max-concurrent", "2", "--port", String(port)], env))
+        )
+      }, 60_000)
+
+      it("never more than 2 sub-agents hold permits across both workers; all 6 finish", async () => {
+        const client = fibril(["run", "fan", "--cluster", s.url, "--cwd", s.ws, "--json"])
+        let max = 0
+        let running = true
+        void client.done.then(() => running = false)
+        while (running) {
+          max = Math.max(max, Number(s.psql("SELECT count(*) FROM fibril_permits")))
+          await sleep(30)
+        }
+        assert.strictEqual(await client.done, 0, client.out.stderr)
+        assert.strictEqual(
+          s.psql("SELECT count(*) FROM fibril_agents WHERE prompt LIKE 'capped%' AND status = 'completed'"),
+          "6"
+        )
+        assert.strictEqual(max, 2)
+        const pids = new Set(steps(s.log).filter((e) => e.name.startsWith("model")).map((e) => e.pid))
+        console.log(`cap: at most ${max} permits held at once; steps ran on ${pids.size} workers`)
+      }, 60_000)
+
+      // The tree holds both permits (branch and leaf): with a cap of 2 a third level would queue.
+      it(
+        "a cancel from a third process stops the root and every non-detached descendant by the next step boundary",
+        async () => {
+          const client = fibril(["run", "tree", "--cluster", s.url, "--cwd", s.ws, "--json"])
+          await until(() => agentIdOf(client) !== undefined, "the client started the root")
+          const root = agentIdOf(client)!
+          await until(() => {
+            const leaves = s.psql("SELECT agent_id FROM fibril_agents WHERE prompt = 'leaf'").split("\n").filter((l) =>
+              l !== ""
+            )
+            const log = steps(s.log)
+            return leaves.length === 1 &&
+              leaves.every((leaf) => log.some((e) => e.agentId === leaf && e.event === "end" && e.name === "tool/0/0"))
+          }, "the leaf is running")
+          const cancel = fibril(["cluster", "cancel", root, "--cluster", s.url])
+          assert.strictEqual(await cancel.done, 0, cancel.out.stderr)
+          const cancelledAt = Date.now()
+          assert.strictEqual(await client.done, 1)
+          await sleep(1500)
+          const tree = s.psql(
+            `SELECT agent_id || ' ' || status FROM fibril_agents WHERE prompt IN ('tree', 'branch', 'leaf')`
+          )
+            .split("\n")
+          assert.strictEqual(tree.length, 3)
+          assert.isTrue(tree.every((l) => l.endsWith(" cancelled")), tree.join("; "))
+          const startsAfter = new Map<string, number>()
+          for (const e of steps(s.log)) {
+            if (e.event === "start" && e.t > cancelledAt) {
+              startsAfter.set(
+                e.agentId,
+                (startsAfter.get(e.agentId) ?? 0) + 1
+              )
+            }
+          }
+          assert.isTrue([...startsAfter.values()].every((n) => n <= 1), JSON.stringify([...startsAfter]))
+        },
+        60_000
+      )
+    })
+  }
+)
+
+describe("cluster mode: bad input", () => {
+  it("an unreachable database: exit 2, naming the host with the password masked and what to check", async () => {
+    const port = await Pg.freePort()
+    const proc = fibril(["run", "hello", "--cluster", `postgres://fibril:s3cret-pw@127.0.0.1:${port}/fibril`])
+    assert.strictEqual(await proc.done, 2)
+    assert.include(proc.out.stderr, `cannot reach the cluster database at postgres://***@127.0.0.1:${port}/fibril`)
+    assert.include(proc.out.stderr, "Check that Postgres is running")
+    assert.notInclude(proc.out.stderr + proc.out.stdout, "s3cret-pw")
+  }, 30_000)
+})

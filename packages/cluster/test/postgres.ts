@@ -1,0 +1,94 @@
+// A throwaway PostgreSQL for tests: initdb in a temp directory, started on 127.0.0.1 on a
+// free port with trust authentication, stopped (immediate) and deleted afterwards. Uses the
+// Debian package's binaries (/usr/lib/postgresql/<version>/bin, `apt-get install postgresql`)
+// or PG_BIN. As root (CI), the server runs as the `postgres` user (initdb refuses root).
+import { execFileSync, spawnSync } from "node:child_process"
+import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs"
+import * as net from "node:net"
+import * as os from "node:os"
+import * as path from "node:path"
+
+/** The directory of initdb and pg_ctl, or undefined when Postgres is not installed. */
+export const findBin = (): string | undefined => {
+  const candidates = [
+    process.env["PG_BIN"],
+    ...(existsSync("/usr/lib/postgresql")
+      ? readdirSync("/usr/lib/postgresql").sort((a, b) => Number(b) - Number(a)).map((v) =>
+        `/usr/lib/postgresql/${v}/bin`
+      )
+      : [])
+  ]
+  return candidates.find((dir) => dir !== undefined && existsSync(path.join(dir, "initdb")))
+}
+
+/** Why the Postgres tests are skipped here, or undefined when they can run. */
+export const skipReason = (): string | undefined =>
+  findBin() === undefined
+    ? "PostgreSQL is not installed (apt-get install -y postgresql, or set PG_BIN to the directory of initdb and pg_ctl)"
+    : undefined
+
+export const freePort = (): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address()
+      server.close(() => resolve(typeof address === "object" && address !== null ? address.port : 0))
+    })
+  })
+
+export interface Postgres {
+  readonly port: number
+  readonly dir: string
+  /** The URL of database `db` (created by `createDatabase`). */
+  readonly url: (db: string) => string
+  readonly createDatabase: (db: string) => void
+  readonly psql: (db: string, query: string) => string
+  readonly stop: () => void
+}
+
+export const start = async (options: { readonly fsync?: boolean } = {}): Promise<Postgres> => {
+  const bin = findBin()
+  if (bin === undefined) throw new Error(skipReason())
+  const root = process.getuid?.() === 0
+  const dir = mkdtempSync(path.join(os.tmpdir(), "fibril-pg-"))
+  const as = (command: string, args: ReadonlyArray<string>) => {
+    const full = path.join(bin, command)
+    return root ? ["runuser", ["-u", "postgres", "--", full, ...args]] as const : [full, args] as const
+  }
+  const run = (command: string, args: ReadonlyArray<string>) => {
+    const [file, argv] = as(command, args)
+    return execFileSync(file, [...argv], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] })
+  }
+  if (root) {
+    const uid = Number(execFileSync("id", ["-u", "postgres"], { encoding: "utf8" }).trim())
+    const gid = Number(execFileSync("id", ["-g", "postgres"], { encoding: "utf8" }).trim())
+    chownSync(dir, uid, gid)
+  }
+  const data = path.join(dir, "data")
+  run("initdb", ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"])
+  const port = await freePort()
+  const settings = [
+    `-h 127.0.0.1 -p ${port} -k ${dir}`,
+    "-c max_connections=300",
+    options.fsync === true ? "" : "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+  ].join(" ")
+  run("pg_ctl", ["-D", data, "-l", path.join(dir, "pg.log"), "-w", "-o", settings, "start"])
+  const url = (db: string) => `postgres://postgres@127.0.0.1:${port}/${db}`
+  const psql = (db: string, query: string) =>
+    execFileSync("psql", ["-h", "127.0.0.1", "-p", String(port), "-U", "postgres", "-d", db, "-Atc", query], {
+      encoding: "utf8"
+    }).trim()
+  return {
+    port,
+    dir,
+    url,
+    psql,
+    createDatabase: (db) => void psql("postgres", `CREATE DATABASE ${db}`),
+    stop: () => {
+      const [file, argv] = as("pg_ctl", ["-D", data, "-m", "immediate", "-w", "stop"])
+      spawnSync(file, [...argv], { stdio: "ignore" })
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }
+}

@@ -1,0 +1,39 @@
+// The cluster on TestRunner (in-memory message storage and runner, one process): the real
+// workflows, the real core steps over a ScriptedModel, the in-memory ClusterStore, in a temp
+// workspace. The unit-test engine of cluster mode.
+import { NodeServices } from "@effect/platform-node"
+import { AgentSteps, Fibril, Session } from "@fibril/core"
+import { ScriptedModel } from "@fibril/testkit"
+import { Context, Effect, FileSystem, Layer } from "effect"
+import { ClusterWorkflowEngine, TestRunner } from "effect/cluster"
+import * as AgentWorkflow from "../src/AgentWorkflow.ts"
+import * as ClusterStore from "../src/ClusterStore.ts"
+
+export const setup = Effect.fn("cluster.test.setup")(function*(
+  script: ScriptedModel.ScriptInput,
+  options: Partial<AgentWorkflow.Options> = {},
+  session: Partial<Session.Options> = {}
+) {
+  const fs = yield* FileSystem.FileSystem
+  const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+  const store = yield* ClusterStore.makeMemory
+  const core = Fibril.layer({ cwd: root, session: { ...session, maxDepth: options.maxDepth ?? 1 } }).pipe(
+    Layer.provide(ScriptedModel.layer(script))
+  )
+  const live = AgentWorkflow.layer(options).pipe(
+    Layer.provideMerge(ClusterWorkflowEngine.layer),
+    Layer.provideMerge(TestRunner.layer),
+    Layer.provide(AgentSteps.layer({ ...Session.defaults, ...session })),
+    Layer.provideMerge(Layer.succeed(ClusterStore.ClusterStore, store)),
+    Layer.provideMerge(core)
+  )
+  const context = yield* Layer.build(live)
+  return { root, store, context, provide: Effect.provide(context) }
+}, Effect.provide(NodeServices.layer))
+
+export const provideNode = Effect.provide(NodeServices.layer)
+
+export type Built = Effect.Success<ReturnType<typeof setup>>
+
+export const get = <I, S>(built: Built, tag: Context.Key<I, S>): S =>
+  Context.get(built.context as Context.Context<I>, tag)
