@@ -444,4 +444,46 @@ describe("Permission", () => {
         "Nothing was changed."
     )
   })
+
+  it.effect("edge cases a mutation run found: no paths, a write-scoped child, a path outside the workspace", () =>
+    Effect.gen(function*() {
+      // A writer without a write scope needs no path; one with a scope does.
+      assert.isTrue(Permission.decide(Permission.allowAll, "write_file", "write", []).allowed)
+      // narrows must judge the child on the path too: a child writing under src is not within a planner.
+      const planner = Permission.derive(Permission.allowAll, { writeScope: [".fibril/plans"] })
+      const srcWriter = Permission.derive(Permission.allowAll, { writeScope: ["src"] })
+      assert.isFalse(
+        Permission.narrows(planner, srcWriter, { tools: [["write_file", "write"]], paths: ["src/a.ts"] })
+      )
+      // Every path outside the scope is named.
+      assert.deepStrictEqual(
+        Permission.widening(
+          Permission.derive(Permission.allowAll, { writeScope: ["src"] }),
+          Permission.derive(Permission.allowAll, { writeScope: ["docs", "test"] })
+        ),
+        ["writing under docs, test (it may write only under src)"]
+      )
+      const fs = yield* FileSystem.FileSystem
+      const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      const permission = yield* Effect.provide(
+        Effect.gen(function*() {
+          return yield* Permission.Permission
+        }),
+        Permission.layer().pipe(Layer.provide(Workspace.layer(root)))
+      )
+      assert.strictEqual(permission.root.deny.size, 0)
+      const plan = permission.derive(permission.root, { label: "plan sub-agent", writeScope: [".fibril/plans"] })
+      // Outside the workspace the path cannot be resolved: it is judged by its lexical form.
+      const outside = yield* Effect.flip(
+        permission.check(plan, { name: "write_file", posture: "write" }, ["../outside.txt"])
+      )
+      assert.strictEqual(outside._tag, "PermissionDenied")
+      assert.include(outside.reason, "may write only under .fibril/plans")
+      // A link inside the scope that leads out of the workspace cannot be resolved either: its
+      // lexical form decides here (in scope), and the tool itself refuses the path.
+      const elsewhere = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      yield* fs.makeDirectory(`${root}/.fibril/plans`, { recursive: true })
+      yield* fs.symlink(elsewhere, `${root}/.fibril/plans/out`)
+      yield* permission.check(plan, { name: "write_file", posture: "write" }, [".fibril/plans/out/x.md"])
+    }).pipe(Effect.provide(NodeServices.layer)))
 })
