@@ -4,6 +4,7 @@
 // are also the adapter's conformance test. No timing is asserted here (speed is measured by
 // `npm run bench`, never in tests).
 import { assert, describe, it } from "@effect/vitest"
+import * as EffectFloor from "./effect-floor.ts"
 import * as Floor from "./floor.ts"
 import * as Fibril from "./peer-adapter.ts"
 import { makeScript, type Script } from "./script.ts"
@@ -24,11 +25,12 @@ const fanOutChecks = (s: Script, K: number, final: string) => {
   )
 }
 
-const adapters = [["fibril (memory store)", Fibril, "memory"], ["fibril (SQLite store)", Fibril, "file"], [
-  "floor",
-  Floor,
-  "memory"
-]] as const
+const adapters = [
+  ["fibril (memory store)", Fibril, "memory"],
+  ["fibril (SQLite store)", Fibril, "file"],
+  ["floor", Floor, "memory"],
+  ["Effect floor", EffectFloor, "memory"]
+] as const
 
 describe("bench adapters", () => {
   for (const [name, adapter, store] of adapters) {
