@@ -431,7 +431,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     ...budgets
   })
 
-  const create = Effect.fn("Session.create")(function*(options: CreateOptions = {}) {
+  const create = Effect.fnUntraced(function*(options: CreateOptions = {}) {
     const role = yield* Roles.forRequest(options.role ?? "general", options.allowedTools)
     const model = options.model ?? models.defaultModel
     const languageModel = yield* models.resolve(model)
@@ -450,7 +450,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     })
     yield* publish(state, { type: "spawned" })
     return info(state)
-  })
+  }, withSpan("Session.create"))
 
   // createChild and prompt run once per sub-agent: spans without `Effect.fn`'s per-call
   // stack capture, which measured ~3 µs a call on the spawn path.
