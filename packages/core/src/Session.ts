@@ -343,7 +343,9 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   const publish = (state: SessionState, event: Omit<AgentEvent, "agent" | "at">) =>
     Clock.clockWith((clock) => {
       const full: AgentEvent = { ...event, agent: snapshot(state), at: clock.currentTimeMillisUnsafe() }
-      return Effect.andThen(events.publish(full), hooks.onEvent(full))
+      // A hook that did its work when called (the manager's) returns Effect.void: nothing to sequence.
+      const after = hooks.onEvent(full)
+      return after === Effect.void ? events.publish(full) : Effect.andThen(events.publish(full), after)
     })
 
   // A new conversation reads the memory file; a sub-agent inherits what this process last
