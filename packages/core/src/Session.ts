@@ -558,27 +558,22 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       reason: `attempt ${attempt} failed (${reason}); retrying in ${Math.round(delayMs)} ms`
     })
 
-  // One model call in its own fiber, so a delivery with `interrupt` can cancel just this step.
+  // Each attempt of the model call runs in a fiber of its own (callModel), `state.modelCall`
+  // while it runs, so a delivery with `interrupt` can cancel just this step.
   const step = (state: SessionState) =>
     Effect.suspend(() => {
       state.lastRequestLength = state.messages.length
       const request = Prompt.fromMessages([state.system, ...state.messages])
+      const onAttempt = (call: Fiber.Fiber<unknown, unknown>) => void (state.modelCall = call)
       return Effect.flatMap(
-        Effect.forkChild(
-          callModel(state.languageModel, request, state.view.toolkit, config, retryEvent(state)),
-          { startImmediately: true }
-        ),
-        (fiber) => {
-          state.modelCall = fiber
-          return Effect.flatMap(Fiber.await(fiber), (exit) => {
-            state.modelCall = undefined
-            if (Exit.isSuccess(exit)) return Effect.succeed(Option.some(exit.value))
-            if (state.stepInterrupted && Cause.hasInterruptsOnly(exit.cause)) {
-              state.stepInterrupted = false
-              return Effect.succeed(Option.none())
-            }
-            return Effect.failCause(exit.cause)
-          })
+        Effect.exit(callModel(state.languageModel, request, state.view.toolkit, config, retryEvent(state), onAttempt)),
+        (exit) => {
+          state.modelCall = undefined
+          const cut = state.stepInterrupted
+          state.stepInterrupted = false
+          if (Exit.isSuccess(exit)) return Effect.succeed(Option.some(exit.value))
+          if (cut && Cause.hasInterruptsOnly(exit.cause)) return Effect.succeed(Option.none())
+          return Effect.failCause(exit.cause)
         }
       )
     })
