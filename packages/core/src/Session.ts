@@ -454,6 +454,26 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     return info(state)
   }, withSpan("Session.create"))
 
+  // Siblings given the same grant (same role, depth and allowed_tools, no definition or extra
+  // denials) get the same rules: rules are immutable (a reassignment replaces them), so a
+  // fan-out derives them once, and the registry's view and the record's JSON of them are
+  // computed once too (both are cached per rules object).
+  const siblingRules = new WeakMap<Permission.Rules, Map<string, { role: Roles.RoleSpec; rules: Permission.Rules }>>()
+  const childRules = (parentRules: Permission.Rules, depth: number, role: Roles.RoleSpec, options: ChildOptions) => {
+    if (options.definition !== undefined || options.deny !== undefined) {
+      return Permission.effective(parentRules, grantFor(depth, config.maxDepth, role, options))
+    }
+    let byGrant = siblingRules.get(parentRules)
+    if (byGrant === undefined) siblingRules.set(parentRules, byGrant = new Map())
+    const key = `${role.name}\u0000${depth}\u0000${options.allowedTools?.join("\u0000") ?? "\u0001"}`
+    const cached = byGrant.get(key)
+    if (cached !== undefined && cached.role === role) return cached.rules
+    const rules = Permission.effective(parentRules, grantFor(depth, config.maxDepth, role, options))
+    if (byGrant.size >= 64) byGrant.clear()
+    byGrant.set(key, { role, rules })
+    return rules
+  }
+
   // createChild and prompt run once per sub-agent: spans without `Effect.fn`'s per-call
   // stack capture, which measured ~3 µs a call on the spawn path.
   const createChild = Effect.fnUntraced(function*(parentId: string | undefined, options: ChildOptions) {
@@ -462,10 +482,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     const role = options.role
     const model = options.model ?? parent?.model ?? models.defaultModel
     const languageModel = model === parent?.model ? parent.languageModel : yield* models.resolve(model)
-    const rules = Permission.effective(
-      parent?.rules ?? permission.root,
-      grantFor(depth, config.maxDepth, role, options)
-    )
+    const rules = childRules(parent?.rules ?? permission.root, depth, role, options)
     const fork = options.forkContext === true && parent !== undefined
     // A fork starts with the parent's last request, byte-identical (same message objects),
     // then says it is a fork and who it is now; the task follows as the prompt.
