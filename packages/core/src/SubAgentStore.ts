@@ -163,6 +163,15 @@ const decodeRecord = (raw: unknown) => decodeKnown(migrate(raw))
 
 /** Only the schema's keys: callers may pass a wider object (a view). */
 const knownOnly = (record: SubAgentRecord): Record<string, unknown> => {
+  // Usually every key is the schema's and set: a spread copies it at once (a compact object).
+  let clean = true
+  for (const key in record) {
+    if (!isKnownKey.has(key) || (record as Record<string, unknown>)[key] === undefined) {
+      clean = false
+      break
+    }
+  }
+  if (clean) return { ...record }
   const out: Record<string, unknown> = {}
   // The record's own keys (a record sets about half the schema's), in the record's order.
   for (const key in record) {
