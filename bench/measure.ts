@@ -83,7 +83,10 @@ const w2 = async (warm: boolean) => {
   const c = s.counts
   await Adapter.dispose(s)
   clearInterval(sampler)
-  // Does the process exit on its own? Nothing of ours may keep the event loop alive.
+  // Does the process exit on its own? Nothing of ours may keep the event loop alive. Work that
+  // is finishing (the temporary workspace's removal, whose last rmdir can still be in flight
+  // when dispose resolves) gets 100 ms; what is left after that would keep the process alive.
+  await new Promise((resolve) => setTimeout(resolve, 100))
   const handles = (process as unknown as { getActiveResourcesInfo(): Array<string> }).getActiveResourcesInfo()
     .filter((kind) => kind !== "TTYWrap" && kind !== "PipeWrap")
   return {

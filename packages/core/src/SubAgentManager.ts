@@ -41,6 +41,7 @@ import * as AgentDefinitions from "./AgentDefinitions.ts"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Names from "./internal/names.ts"
+import { sleepUnref } from "./internal/sleep.ts"
 import { withSpan } from "./internal/span.ts"
 import * as Transcript from "./internal/transcript.ts"
 import { Models, type UnknownModel } from "./Models.ts"
@@ -359,16 +360,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const requestsWake = yield* Latch.make(false)
   /** Opened when an agent starts: the heartbeat watchdog runs while agents are live. */
   const watchdogWake = yield* Latch.make(false)
-  /** Open while no agent is live: the watchdog's and the request poll's waits end at once. */
-  const idle = yield* Latch.make(true)
   const agentStarted = () => {
     liveCount++
     requestsWake.openUnsafe()
     watchdogWake.openUnsafe()
-    idle.closeUnsafe()
   }
-  /** A wait that ends early when the last live agent ends (its timer is then cleared). */
-  const whileLive = (duration: Duration.Duration) => Effect.raceFirst(Effect.sleep(duration), idle.await)
 
   const view = (record: SubAgentRecord): AgentView => ({
     ...record,
@@ -609,7 +605,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       }
       yield* store.put(record)
       if (record.verifies !== undefined) yield* attachVerifierResult(record)
-      if (--liveCount === 0) idle.openUnsafe()
+      liveCount--
       yield* Deferred.succeed(entry.done, undefined)
       // A finished run's fiber (its context, spans, exit) is not kept for as long as the record.
       entry.fiber = undefined
@@ -1227,14 +1223,14 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       )
     }
   })
-  // It runs while this process has live agents, and only then: an idle runtime keeps no timer
-  // on the event loop, so a process whose runs ended (or were aborted) exits on its own
-  // without disposing the runtime.
+  // It runs while this process has live agents, and only then, on a timer that does not keep
+  // the process alive (internal/sleep.ts): a process whose runs ended (or were aborted) exits
+  // on its own without disposing the runtime.
   const watch = Effect.gen(function*() {
     yield* watchdogWake.await
     yield* watchdogWake.close
     while (liveCount > 0) {
-      yield* whileLive(checkEvery)
+      yield* sleepUnref(checkEvery)
       if (liveCount > 0) yield* watchdog
     }
   })
@@ -1253,7 +1249,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
           ? Effect.forkIn(cancel(request.agent_id, request.payload), managerScope)
           : Effect.ignore(sendInput(request.agent_id, request.payload, false, "request"))
       }
-      yield* whileLive(Duration.millis(requestPollMs))
+      yield* sleepUnref(Duration.millis(requestPollMs))
     }
   })
   if (store.durable) yield* Effect.forkIn(Effect.forever(serveRequests), managerScope)

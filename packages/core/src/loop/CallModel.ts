@@ -7,8 +7,9 @@
  * honouring a provider's Retry-After. Everything waits on the Effect Clock, so TestClock
  * drives it in tests.
  */
-import { Clock, Context, Duration, Effect, Fiber, Random, Schema } from "effect"
+import { Clock, Duration, Effect, Fiber, Random, Schema } from "effect"
 import type { AiError, LanguageModel, Prompt, Tool, Toolkit } from "effect/ai"
+import { liveClock } from "../internal/sleep.ts"
 
 export interface RetryPolicy {
   /** Per-attempt timeout. */
@@ -55,8 +56,6 @@ export const backoffMs = (policy: RetryPolicy, attempt: number, jitter: number):
 export type Toolkit = Toolkit.WithHandler<Record<string, Tool.Any>>
 export type Response = LanguageModel.GenerateTextResponse<Record<string, Tool.Any>, "deferred">
 
-/** Effect's own clock: with it the per-attempt timeout is a plain timer (TestClock gets a sleeping fiber). */
-const liveClock = Context.get(Context.empty(), Clock.Clock)
 const maxTimerMs = 2 ** 31 - 1
 
 /**
