@@ -4,6 +4,9 @@
 // are also the adapter's conformance test. No timing is asserted here (speed is measured by
 // `npm run bench`, never in tests).
 import { assert, describe, it } from "@effect/vitest"
+import { spawn } from "node:child_process"
+import { fileURLToPath } from "node:url"
+import * as EffectFloor from "./effect-floor.ts"
 import * as Floor from "./floor.ts"
 import * as Fibril from "./peer-adapter.ts"
 import { makeScript, type Script } from "./script.ts"
@@ -24,11 +27,12 @@ const fanOutChecks = (s: Script, K: number, final: string) => {
   )
 }
 
-const adapters = [["fibril (memory store)", Fibril, "memory"], ["fibril (SQLite store)", Fibril, "file"], [
-  "floor",
-  Floor,
-  "memory"
-]] as const
+const adapters = [
+  ["fibril (memory store)", Fibril, "memory"],
+  ["fibril (SQLite store)", Fibril, "file"],
+  ["floor", Floor, "memory"],
+  ["Effect floor", EffectFloor, "memory"]
+] as const
 
 describe("bench adapters", () => {
   for (const [name, adapter, store] of adapters) {
@@ -82,5 +86,41 @@ describe("bench adapters", () => {
       )
       await adapter.dispose(s)
     })
+  }
+})
+
+/** Runs bench/idle-exit.ts in a child process; resolves with its exit code and output, or "hung". */
+const idleExit = (store: "memory" | "file") =>
+  new Promise<{ readonly code: number | null | "hung"; readonly out: string; readonly err: string }>((resolve) => {
+    const script = fileURLToPath(new URL("./idle-exit.ts", import.meta.url))
+    const child = spawn(process.execPath, [script, store], {
+      env: { ...process.env, NODE_OPTIONS: "--conditions=@fibril/source" },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let out = ""
+    let err = ""
+    child.stdout.on("data", (chunk) => (out += String(chunk)))
+    child.stderr.on("data", (chunk) => (err += String(chunk)))
+    // Generous: the run itself takes about a second; the heartbeat watchdog alone would keep an
+    // idle runtime's process alive for good (it slept 30 s at a time, forever).
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL")
+      resolve({ code: "hung", out, err })
+    }, 25_000)
+    child.on("exit", (code) => {
+      clearTimeout(timer)
+      resolve({ code, out, err })
+    })
+  })
+
+describe("an idle runtime", () => {
+  for (const store of ["memory", "file"] as const) {
+    it(`after an aborted run, without dispose, the process exits on its own (${store} store)`, async () => {
+      const { code, out, err } = await idleExit(store)
+      assert.strictEqual(code, 0, `exit: ${code}; stdout: ${out}; stderr: ${err}`)
+      const report = JSON.parse(out.trim()) as { how: string; pending: number; handles: Array<string> }
+      assert.strictEqual(report.how, "rejected")
+      assert.strictEqual(report.pending, 0)
+    }, 30_000)
   }
 })

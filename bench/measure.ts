@@ -1,13 +1,18 @@
 /**
  * One measurement in this (fresh) process:
- * `node bench/measure.ts <w1|w2|w2warm|w3> <K> <cap|none> <store> [fibril|floor]`.
+ * `node bench/measure.ts <w1|w2|w2warm|w3> <K> <cap|none> <store> [fibril|floor|effect]`
+ * (`floor`: the plain-Promise floor, `effect`: the Effect floor).
  * Prints one JSON line with the figures and whether every count checked out.
  */
 import { performance } from "node:perf_hooks"
 import { makeScript } from "./script.ts"
 
 const [workload = "w1", kArg = "10", capArg = "none", storeArg = "memory", runtime = "fibril"] = process.argv.slice(2)
-const Adapter = runtime === "floor" ? await import("./floor.ts") : await import("./peer-adapter.ts")
+const Adapter = runtime === "floor"
+  ? await import("./floor.ts")
+  : runtime === "effect"
+  ? await import("./effect-floor.ts")
+  : await import("./peer-adapter.ts")
 const K = Number(kArg)
 const cap = capArg === "none" ? null : Number(capArg)
 const store = storeArg === "file" ? "file" : "memory"
@@ -49,6 +54,7 @@ const w1 = async () => {
     cpu_ms: cpuMs,
     peak_rss_mib: peakRss / 2 ** 20,
     us_per_subagent: (wall * 1000) / K,
+    cpu_us_per_subagent: (cpuMs * 1000) / K,
     counts: c
   }
 }
@@ -77,7 +83,10 @@ const w2 = async (warm: boolean) => {
   const c = s.counts
   await Adapter.dispose(s)
   clearInterval(sampler)
-  // Does the process exit on its own? Nothing of ours may keep the event loop alive.
+  // Does the process exit on its own? Nothing of ours may keep the event loop alive. Work that
+  // is finishing (the temporary workspace's removal, whose last rmdir can still be in flight
+  // when dispose resolves) gets 100 ms; what is left after that would keep the process alive.
+  await new Promise((resolve) => setTimeout(resolve, 100))
   const handles = (process as unknown as { getActiveResourcesInfo(): Array<string> }).getActiveResourcesInfo()
     .filter((kind) => kind !== "TTYWrap" && kind !== "PipeWrap")
   return {

@@ -6,7 +6,7 @@
  * AgentEvents), each child runs the agent loop with a `lookup` tool, and the model is a
  * `LanguageModel` backed by the harness's stateless script. Layers are built once per script.
  */
-import { NodeServices } from "@effect/platform-node"
+import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as Fibril from "@fibril/core/Fibril"
 import { Session } from "@fibril/core/Session"
 import * as ToolRegistry from "@fibril/core/ToolRegistry"

@@ -49,7 +49,7 @@ const show = (r: ReturnType<typeof run>) => {
 }
 
 console.log(`Fibril orchestration benchmark (${quick ? "quick" : "full"}; medians of ${reps} fresh processes)`)
-const w1Fields = ["us_per_subagent", "wall_ms", "cpu_ms", "peak_rss_mib"]
+const w1Fields = ["us_per_subagent", "cpu_us_per_subagent", "wall_ms", "cpu_ms", "peak_rss_mib"]
 const w2Fields = [
   "abort_to_settled_ms",
   "leaked_lookups",
@@ -58,13 +58,19 @@ const w2Fields = [
   "exits_on_its_own"
 ]
 const w3Fields = ["median_us", "p99_us"]
-// The floor (a plain Promise loop on the same script) first: it says how fast this machine is right now.
-for (const cap of ["none", "10"]) {
-  for (const K of ks) show(run(`floor W1 K=${K} cap=${cap}`, ["w1", String(K), cap, "memory", "floor"], w1Fields))
+// The floors first: the plain Promise loop ("floor") and the minimal Effect runtime with Fibril's
+// structure ("effect floor", bench/effect-floor.ts) on the same script say how fast this
+// machine is right now, and what the Effect machinery alone costs.
+for (const [name, runtime] of [["floor", "floor"], ["effect floor", "effect"]] as const) {
+  for (const cap of ["none", "10"]) {
+    for (const K of ks) {
+      show(run(`${name} W1 K=${K} cap=${cap}`, ["w1", String(K), cap, "memory", runtime], w1Fields))
+    }
+  }
+  show(run(`${name} W2 K=100`, ["w2", "100", "none", "memory", runtime], w2Fields))
+  show(run(`${name} W2 warm K=100`, ["w2warm", "100", "none", "memory", runtime], w2Fields))
+  show(run(`${name} W3`, ["w3", "1", "none", "memory", runtime], w3Fields))
 }
-show(run("floor W2 K=100", ["w2", "100", "none", "memory", "floor"], w2Fields))
-show(run("floor W2 warm K=100", ["w2warm", "100", "none", "memory", "floor"], w2Fields))
-show(run("floor W3", ["w3", "1", "none", "memory", "floor"], w3Fields))
 /** "file" selects the persistent store, the shared SQLite database. */
 const storeName = (store: string) => store === "file" ? "sqlite" : store
 for (const store of ["memory", "file"]) {
@@ -86,23 +92,37 @@ const kMax = ks.at(-1)!
 /** One row's figure over another's, from this run. */
 const ratio = (label: string, over: string, field: string) => figure(label, field) / figure(over, field)
 const w1 = `W1 K=${kMax} cap=none store=memory`
-const floorW1 = `floor W1 K=${kMax} cap=none`
-const ratios = {
-  w1_us_per_subagent: ratio(w1, floorW1, "us_per_subagent"),
-  w1_peak_rss: ratio(w1, floorW1, "peak_rss_mib"),
-  w2_abort_to_settled: ratio("W2 K=100 store=memory", "floor W2 K=100", "abort_to_settled_ms"),
-  w3_median: ratio("W3 store=memory", "floor W3", "median_us"),
-  w3_p99: ratio("W3 store=memory", "floor W3", "p99_us")
-}
+/** Fibril over one floor ("floor" or "effect floor"), same run. */
+const ratiosOver = (floor: string) => ({
+  w1_us_per_subagent: ratio(w1, `${floor} W1 K=${kMax} cap=none`, "us_per_subagent"),
+  w1_cpu: ratio(w1, `${floor} W1 K=${kMax} cap=none`, "cpu_ms"),
+  w1_capped_cpu: ratio(`W1 K=${kMax} cap=10 store=memory`, `${floor} W1 K=${kMax} cap=10`, "cpu_ms"),
+  w1_peak_rss: ratio(w1, `${floor} W1 K=${kMax} cap=none`, "peak_rss_mib"),
+  w2_abort_to_settled: ratio("W2 K=100 store=memory", `${floor} W2 K=100`, "abort_to_settled_ms"),
+  w2_warm_abort_to_settled: ratio("W2 warm K=100 store=memory", `${floor} W2 warm K=100`, "abort_to_settled_ms"),
+  w3_median: ratio("W3 store=memory", `${floor} W3`, "median_us"),
+  w3_p99: ratio("W3 store=memory", `${floor} W3`, "p99_us")
+})
+const ratios = ratiosOver("floor")
+const effectRatios = ratiosOver("effect floor")
 const flatness = ratio(w1, `W1 K=${ks.at(-2)} cap=none store=memory`, "us_per_subagent")
+const flatnessCpu = ratio(w1, `W1 K=${ks.at(-2)} cap=none store=memory`, "cpu_ms") * (ks.at(-2)! / kMax)
+for (const [name, r] of [["Promise floor", ratios], ["Effect floor", effectRatios]] as const) {
+  console.log(
+    `     Fibril / ${name}, same run: W1 K=${kMax} ${r.w1_us_per_subagent.toFixed(1)}x per sub-agent (CPU ${
+      r.w1_cpu.toFixed(1)
+    }x; capped at 10 ${r.w1_capped_cpu.toFixed(1)}x), ${r.w1_peak_rss.toFixed(1)}x peak RSS; W2 ${
+      r.w2_abort_to_settled.toFixed(1)
+    }x (warm ${r.w2_warm_abort_to_settled.toFixed(1)}x); W3 ${r.w3_median.toFixed(1)}x median, ${
+      r.w3_p99.toFixed(1)
+    }x p99`
+  )
+}
 console.log(
-  `     Fibril / floor, same run: W1 K=${kMax} ${ratios.w1_us_per_subagent.toFixed(1)}x per sub-agent, ${
-    ratios.w1_peak_rss.toFixed(1)
-  }x peak RSS; W2 ${ratios.w2_abort_to_settled.toFixed(1)}x; W3 ${ratios.w3_median.toFixed(1)}x median, ${
-    ratios.w3_p99.toFixed(1)
-  }x p99`
+  `     flatness: W1 per sub-agent at K=${kMax} is ${flatness.toFixed(2)}x K=${ks.at(-2)}'s (CPU ${
+    flatnessCpu.toFixed(2)
+  }x) (goal <= 1.5x)`
 )
-console.log(`     flatness: W1 per sub-agent at K=${kMax} is ${flatness.toFixed(2)}x K=${ks.at(-2)}'s (goal <= 1.5x)`)
 
 // Beyond the peers' figures: persistence cost, the parent's context growth, fork prefix share.
 const w1Store = (store: string, field: string) => figure(`W1 K=${kMax} cap=none store=${store}`, field)
@@ -154,7 +174,18 @@ const out = fileURLToPath(new URL("./results.json", import.meta.url))
 writeFileSync(
   out,
   JSON.stringify(
-    { date: new Date().toISOString(), node: process.version, quick, results, ratios, flatness, persistence, context },
+    {
+      date: new Date().toISOString(),
+      node: process.version,
+      quick,
+      results,
+      ratios,
+      effectRatios,
+      flatness,
+      flatnessCpu,
+      persistence,
+      context
+    },
     null,
     2
   )

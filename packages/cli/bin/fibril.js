@@ -10,4 +10,12 @@ if (major < 22 || (major === 22 && minor < 19)) {
   )
   process.exit(2)
 }
-await import("../dist/bin.js")
+// `fibril --version` answers before anything is loaded (the CLI, Effect and the core take
+// most of a second to import on a slow machine; this takes Node's own start-up).
+if (process.argv.length === 3 && process.argv[2] === "--version") {
+  const { readFileSync } = await import("node:fs")
+  const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"))
+  process.stdout.write(`fibril v${version}\n`)
+} else {
+  await import("../dist/bin.js")
+}

@@ -1,45 +1,62 @@
 #!/usr/bin/env node
 // The `fibril` executable (built to dist/bin.js; in the repository `npm run fibril` runs this source).
-import { NodeRuntime } from "@effect/platform-node"
-import { Cause, Effect, Exit } from "effect"
-import * as Cli from "./Cli.ts"
+import { readFileSync } from "node:fs"
 
-// Ctrl-C, SIGTERM and SIGHUP interrupt the run (NodeRuntime listens for SIGINT and SIGTERM;
-// a closed terminal's SIGHUP is handed to it as SIGTERM): the tree is cancelled, its shell
-// process groups are killed, and the process exits 128 + the signal's number. The first
-// signal is remembered so that the run can say what cancelled it.
-const signals = {
-  SIGINT: { code: 130, label: "Ctrl-C" },
-  SIGTERM: { code: 143, label: "SIGTERM" },
-  SIGHUP: { code: 129, label: "SIGHUP (the terminal closed)" }
-}
-let received: keyof typeof signals | undefined
-process.on("SIGINT", () => void (received ??= "SIGINT"))
-process.on("SIGTERM", () => void (received ??= "SIGTERM"))
-process.on("SIGHUP", () => {
-  received ??= "SIGHUP"
-  process.emit("SIGTERM")
-})
-
-NodeRuntime.runMain(
-  Effect.flatMap(
-    Cli.main(process.argv.slice(2), {
-      ...Cli.processEnvironment(),
-      interruptedBy: () => received && signals[received].label
-    }),
-    (code) =>
-      Effect.sync(() => {
-        process.exitCode = code
-      })
-  ),
-  {
-    teardown: (exit, onExit) =>
-      onExit(
-        Exit.isSuccess(exit)
-          ? Number(process.exitCode ?? 0)
-          : Cause.hasInterruptsOnly(exit.cause)
-          ? signals[received ?? "SIGINT"].code
-          : 2
-      )
+// `fibril --version` answers before the CLI, Effect and the core are loaded (they take most of
+// the start-up time); the same line the CLI prints.
+if (process.argv.length === 3 && process.argv[2] === "--version") {
+  const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
+    readonly version: string
   }
-)
+  process.stdout.write(`fibril v${version}\n`)
+} else {
+  await main()
+}
+
+async function main() {
+  const [{ NodeRuntime }, { Cause, Effect, Exit }, Cli] = await Promise.all([
+    import("@effect/platform-node"),
+    import("effect"),
+    import("./Cli.ts")
+  ])
+
+  // Ctrl-C, SIGTERM and SIGHUP interrupt the run (NodeRuntime listens for SIGINT and SIGTERM;
+  // a closed terminal's SIGHUP is handed to it as SIGTERM): the tree is cancelled, its shell
+  // process groups are killed, and the process exits 128 + the signal's number. The first
+  // signal is remembered so that the run can say what cancelled it.
+  const signals = {
+    SIGINT: { code: 130, label: "Ctrl-C" },
+    SIGTERM: { code: 143, label: "SIGTERM" },
+    SIGHUP: { code: 129, label: "SIGHUP (the terminal closed)" }
+  }
+  let received: keyof typeof signals | undefined
+  process.on("SIGINT", () => void (received ??= "SIGINT"))
+  process.on("SIGTERM", () => void (received ??= "SIGTERM"))
+  process.on("SIGHUP", () => {
+    received ??= "SIGHUP"
+    process.emit("SIGTERM")
+  })
+
+  NodeRuntime.runMain(
+    Effect.flatMap(
+      Cli.main(process.argv.slice(2), {
+        ...Cli.processEnvironment(),
+        interruptedBy: () => received && signals[received].label
+      }),
+      (code) =>
+        Effect.sync(() => {
+          process.exitCode = code
+        })
+    ),
+    {
+      teardown: (exit, onExit) =>
+        onExit(
+          Exit.isSuccess(exit)
+            ? Number(process.exitCode ?? 0)
+            : Cause.hasInterruptsOnly(exit.cause)
+            ? signals[received ?? "SIGINT"].code
+            : 2
+        )
+    }
+  )
+}

@@ -12,8 +12,14 @@
  * the problem, and the other files still load. See docs/agents.md.
  */
 import { Effect, FileSystem, Path, Result, Schema, SchemaIssue } from "effect"
-import * as Yaml from "yaml"
+import { createRequire } from "node:module"
+import type * as YamlModule from "yaml"
 import { canonical, type RoleName } from "./Roles.ts"
+
+// The YAML parser is loaded on first use (most runs read no agent file): it is about 6 MiB of
+// code and start-up time that a process without agent files never needs.
+let yamlModule: typeof YamlModule | undefined
+const Yaml = (): typeof YamlModule => (yamlModule ??= createRequire(import.meta.url)("yaml") as typeof YamlModule)
 
 // ---------------------------------------------------------------------------
 // Model
@@ -302,7 +308,7 @@ const splitFrontmatter = (text: string): Result.Result<Split, string> => {
 }
 
 /** "YAML: <message> at line N, column M", N counted in the file (the frontmatter starts on line 2). */
-const yamlError = (source: string, error: Yaml.YAMLError): string => {
+const yamlError = (source: string, error: YamlModule.YAMLError): string => {
   const offset = error.pos[0]
   const before = source.slice(0, offset)
   const line = before.split("\n").length + 1
@@ -311,7 +317,7 @@ const yamlError = (source: string, error: Yaml.YAMLError): string => {
 }
 
 const parseYaml = (source: string): Result.Result<unknown, string> => {
-  const doc = Yaml.parseDocument(source, { prettyErrors: false })
+  const doc = Yaml().parseDocument(source, { prettyErrors: false })
   const first = doc.errors[0]
   if (first !== undefined) return Result.fail(yamlError(source, first))
   // toJS throws on an alias without an anchor; that is a YAML error like the others.

@@ -20,11 +20,16 @@
  * @since 0.1.0
  */
 import { Config, ConfigProvider, Context, Effect, FileSystem, Layer, Option, Record, Schema } from "effect"
+import { createRequire } from "node:module"
 import * as os from "node:os"
 import * as path from "node:path"
-import * as Toml from "smol-toml"
+import type * as TomlModule from "smol-toml"
 import { claudeTools, fibrilTools, opencodeTools } from "./AgentDefinitions.ts"
 import { nearest } from "./internal/suggest.ts"
+
+// The TOML parser is loaded when a config file is first read (a process with none never needs it).
+let tomlModule: typeof TomlModule | undefined
+const Toml = (): typeof TomlModule => (tomlModule ??= createRequire(import.meta.url)("smol-toml") as typeof TomlModule)
 
 // ---------------------------------------------------------------------------
 // Settings
@@ -396,7 +401,7 @@ const suggestFor = (table: string, key: string, kind: UnknownKey["kind"]): strin
 }
 
 /** The tables and keys of a parsed file that {@link knownKeys} does not list. */
-const unknownKeys = (file: string, table: Toml.TomlTable, lines: ReadonlyMap<string, number>) => {
+const unknownKeys = (file: string, table: TomlModule.TomlTable, lines: ReadonlyMap<string, number>) => {
   const problems: Array<UnknownKey> = []
   const walk = (path: string, value: Record<string, unknown>) => {
     const spec = tableSpec(path)
@@ -672,14 +677,14 @@ const readSettings = Effect.fnUntraced(function*(
 })
 
 const tomlReason = (error: unknown): string =>
-  error instanceof Toml.TomlError
+  error instanceof Toml().TomlError
     ? `line ${error.line}, column ${error.column}: ${error.message}`
     : String(error)
 
 /** A config file as read: its path, text (for line numbers) and parsed table. */
 interface ConfigFile {
   readonly path: string
-  readonly table: Toml.TomlTable
+  readonly table: TomlModule.TomlTable
   readonly lines: ReadonlyMap<string, number>
 }
 
@@ -694,14 +699,14 @@ const readToml = Effect.fnUntraced(function*(fs: FileSystem.FileSystem, file: st
   )
   if (Option.isNone(text)) return Option.none<ConfigFile>()
   const table = yield* Effect.try({
-    try: () => Toml.parse(text.value),
+    try: () => Toml().parse(text.value),
     catch: (error) => new ConfigFileError({ path: file, reason: tomlReason(error) })
   })
   return Option.some<ConfigFile>({ path: file, table, lines: keyLines(text.value) })
 })
 
 /** The value at a dotted path of a parsed table, if any. */
-const valueAt = (table: Toml.TomlTable, key: string): unknown =>
+const valueAt = (table: TomlModule.TomlTable, key: string): unknown =>
   key.split(".").reduce<unknown>((value, part) => isTable(value) ? value[part] : undefined, table)
 
 /** Where the value of `key` comes from: the environment variable, else the first file holding it. */

@@ -244,12 +244,22 @@ export const RulesJson = Schema.Struct({
 })
 export type RulesJson = typeof RulesJson.Type
 
-export const toJson = (rules: Rules): RulesJson => ({
-  allow: rules.allow === "all" ? "all" : [...rules.allow],
-  deny: [...rules.deny],
-  postures: [...rules.postures],
-  write_scope: rules.writeScope === "all" ? "all" : [...rules.writeScope]
-})
+const jsonOf = new WeakMap<Rules, RulesJson>()
+
+/** The rules as stored in a record; one (immutable) value per rules object, shared by siblings. */
+export const toJson = (rules: Rules): RulesJson => {
+  let json = jsonOf.get(rules)
+  if (json === undefined) {
+    json = {
+      allow: rules.allow === "all" ? "all" : [...rules.allow],
+      deny: [...rules.deny],
+      postures: [...rules.postures],
+      write_scope: rules.writeScope === "all" ? "all" : [...rules.writeScope]
+    }
+    jsonOf.set(rules, json)
+  }
+  return json
+}
 
 /** Stored rules as a ceiling: deriving with it gives at most what was stored. */
 export const ceilingFromJson = (json: RulesJson): Ceiling => ({

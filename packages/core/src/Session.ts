@@ -343,7 +343,9 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   const publish = (state: SessionState, event: Omit<AgentEvent, "agent" | "at">) =>
     Clock.clockWith((clock) => {
       const full: AgentEvent = { ...event, agent: snapshot(state), at: clock.currentTimeMillisUnsafe() }
-      return Effect.andThen(events.publish(full), hooks.onEvent(full))
+      // A hook that did its work when called (the manager's) returns Effect.void: nothing to sequence.
+      const after = hooks.onEvent(full)
+      return after === Effect.void ? events.publish(full) : Effect.andThen(events.publish(full), after)
     })
 
   // A new conversation reads the memory file; a sub-agent inherits what this process last
@@ -431,7 +433,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     ...budgets
   })
 
-  const create = Effect.fn("Session.create")(function*(options: CreateOptions = {}) {
+  const create = Effect.fnUntraced(function*(options: CreateOptions = {}) {
     const role = yield* Roles.forRequest(options.role ?? "general", options.allowedTools)
     const model = options.model ?? models.defaultModel
     const languageModel = yield* models.resolve(model)
@@ -450,7 +452,27 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     })
     yield* publish(state, { type: "spawned" })
     return info(state)
-  })
+  }, withSpan("Session.create"))
+
+  // Siblings given the same grant (same role, depth and allowed_tools, no definition or extra
+  // denials) get the same rules: rules are immutable (a reassignment replaces them), so a
+  // fan-out derives them once, and the registry's view and the record's JSON of them are
+  // computed once too (both are cached per rules object).
+  const siblingRules = new WeakMap<Permission.Rules, Map<string, { role: Roles.RoleSpec; rules: Permission.Rules }>>()
+  const childRules = (parentRules: Permission.Rules, depth: number, role: Roles.RoleSpec, options: ChildOptions) => {
+    if (options.definition !== undefined || options.deny !== undefined) {
+      return Permission.effective(parentRules, grantFor(depth, config.maxDepth, role, options))
+    }
+    let byGrant = siblingRules.get(parentRules)
+    if (byGrant === undefined) siblingRules.set(parentRules, byGrant = new Map())
+    const key = `${role.name}\u0000${depth}\u0000${options.allowedTools?.join("\u0000") ?? "\u0001"}`
+    const cached = byGrant.get(key)
+    if (cached !== undefined && cached.role === role) return cached.rules
+    const rules = Permission.effective(parentRules, grantFor(depth, config.maxDepth, role, options))
+    if (byGrant.size >= 64) byGrant.clear()
+    byGrant.set(key, { role, rules })
+    return rules
+  }
 
   // createChild and prompt run once per sub-agent: spans without `Effect.fn`'s per-call
   // stack capture, which measured ~3 µs a call on the spawn path.
@@ -460,10 +482,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     const role = options.role
     const model = options.model ?? parent?.model ?? models.defaultModel
     const languageModel = model === parent?.model ? parent.languageModel : yield* models.resolve(model)
-    const rules = Permission.effective(
-      parent?.rules ?? permission.root,
-      grantFor(depth, config.maxDepth, role, options)
-    )
+    const rules = childRules(parent?.rules ?? permission.root, depth, role, options)
     const fork = options.forkContext === true && parent !== undefined
     // A fork starts with the parent's last request, byte-identical (same message objects),
     // then says it is a fork and who it is now; the task follows as the prompt.
@@ -556,27 +575,22 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       reason: `attempt ${attempt} failed (${reason}); retrying in ${Math.round(delayMs)} ms`
     })
 
-  // One model call in its own fiber, so a delivery with `interrupt` can cancel just this step.
+  // Each attempt of the model call runs in a fiber of its own (callModel), `state.modelCall`
+  // while it runs, so a delivery with `interrupt` can cancel just this step.
   const step = (state: SessionState) =>
     Effect.suspend(() => {
       state.lastRequestLength = state.messages.length
       const request = Prompt.fromMessages([state.system, ...state.messages])
+      const onAttempt = (call: Fiber.Fiber<unknown, unknown>) => void (state.modelCall = call)
       return Effect.flatMap(
-        Effect.forkChild(
-          callModel(state.languageModel, request, state.view.toolkit, config, retryEvent(state)),
-          { startImmediately: true }
-        ),
-        (fiber) => {
-          state.modelCall = fiber
-          return Effect.flatMap(Fiber.await(fiber), (exit) => {
-            state.modelCall = undefined
-            if (Exit.isSuccess(exit)) return Effect.succeed(Option.some(exit.value))
-            if (state.stepInterrupted && Cause.hasInterruptsOnly(exit.cause)) {
-              state.stepInterrupted = false
-              return Effect.succeed(Option.none())
-            }
-            return Effect.failCause(exit.cause)
-          })
+        Effect.exit(callModel(state.languageModel, request, state.view.toolkit, config, retryEvent(state), onAttempt)),
+        (exit) => {
+          state.modelCall = undefined
+          const cut = state.stepInterrupted
+          state.stepInterrupted = false
+          if (Exit.isSuccess(exit)) return Effect.succeed(Option.some(exit.value))
+          if (cut && Cause.hasInterruptsOnly(exit.cause)) return Effect.succeed(Option.none())
+          return Effect.failCause(exit.cause)
         }
       )
     })

@@ -32,7 +32,6 @@ import {
   Latch,
   Layer,
   Option,
-  Schedule,
   Schema,
   Scope,
   Semaphore
@@ -42,6 +41,7 @@ import * as AgentDefinitions from "./AgentDefinitions.ts"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Names from "./internal/names.ts"
+import { sleepUnref } from "./internal/sleep.ts"
 import { withSpan } from "./internal/span.ts"
 import * as Transcript from "./internal/transcript.ts"
 import { Models, type UnknownModel } from "./Models.ts"
@@ -358,6 +358,13 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   /** Own agents not yet terminal: while there are any, requests from other processes are read. */
   let liveCount = 0
   const requestsWake = yield* Latch.make(false)
+  /** Opened when an agent starts: the heartbeat watchdog runs while agents are live. */
+  const watchdogWake = yield* Latch.make(false)
+  const agentStarted = () => {
+    liveCount++
+    requestsWake.openUnsafe()
+    watchdogWake.openUnsafe()
+  }
 
   const view = (record: SubAgentRecord): AgentView => ({
     ...record,
@@ -756,8 +763,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     }
     entries.set(record.agent_id, entry)
     names.set(sessionName, record.agent_id)
-    liveCount++
-    requestsWake.openUnsafe()
+    agentStarted()
     yield* store.put(record)
     yield* persistStart(entry)
     const run = runAgent(entry, request.prompt, permit)
@@ -779,18 +785,20 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     return { entry, fiber }
   })
 
-  const spawn = Effect.fn("SubAgentManager.spawn")(
+  // spawn, startRoot, run and result run once per agent: spans without `Effect.fn`'s per-call
+  // stack capture (~3 µs), and none at all when no tracer is installed (internal/span.ts).
+  const spawn = Effect.fnUntraced(
     function*(parentSessionId: string | undefined, request: SpawnRequest) {
       return view((yield* start(parentSessionId, request, "background")).entry.record)
-    }
+    },
+    withSpan("SubAgentManager.spawn")
   )
 
-  const startRoot = Effect.fn("SubAgentManager.startRoot")(function*(request: SpawnRequest) {
+  const startRoot = Effect.fnUntraced(function*(request: SpawnRequest) {
     const { entry, fiber } = yield* start(undefined, request, "root")
     return { agent: view(entry.record), fiber }
-  })
+  }, withSpan("SubAgentManager.startRoot"))
 
-  // Once per `task` call: a span without `Effect.fn`'s per-call stack capture (~3 µs).
   const run = Effect.fnUntraced(function*(parentSessionId: string | undefined, request: SpawnRequest) {
     const { entry, fiber } = yield* start(parentSessionId, request, "foreground")
     yield* Fiber.await(fiber)
@@ -829,14 +837,14 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     } satisfies WaitResult
   })
 
-  const result = Effect.fn("SubAgentManager.result")(function*(
+  const result = Effect.fnUntraced(function*(
     id: string,
     options: { readonly block: boolean; readonly timeoutMs?: number | undefined }
   ) {
     const target = yield* lookupAny(id)
     if (options.block) yield* waitFor([target], "all", options.timeoutMs)
     return yield* currentView(target)
-  })
+  }, withSpan("SubAgentManager.result"))
 
   // The reason is set before the interruption so the run ends `cancelled`, not `interrupted`.
   const markCancelled = (entry: Entry, reason: string) => {
@@ -1023,8 +1031,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     entry.cancelReason = undefined
     entry.started = false
     entry.done = yield* Deferred.make<void>()
-    liveCount++
-    requestsWake.openUnsafe()
+    agentStarted()
     yield* store.put(record)
     const run = runAgent(entry, prompt, permit)
     const scope = callerSessionId === undefined || record.detached
@@ -1216,7 +1223,18 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       )
     }
   })
-  yield* Effect.forkIn(Effect.repeat(watchdog, Schedule.spaced(checkEvery)), managerScope)
+  // It runs while this process has live agents, and only then, on a timer that does not keep
+  // the process alive (internal/sleep.ts): a process whose runs ended (or were aborted) exits
+  // on its own without disposing the runtime.
+  const watch = Effect.gen(function*() {
+    yield* watchdogWake.await
+    yield* watchdogWake.close
+    while (liveCount > 0) {
+      yield* sleepUnref(checkEvery)
+      if (liveCount > 0) yield* watchdog
+    }
+  })
+  yield* Effect.forkIn(Effect.forever(watch), managerScope)
 
   // Requests from other processes sharing the store (cancel, input), read while this process
   // has live agents — and only then, so an idle process polls nothing. Reading them also
@@ -1231,7 +1249,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
           ? Effect.forkIn(cancel(request.agent_id, request.payload), managerScope)
           : Effect.ignore(sendInput(request.agent_id, request.payload, false, "request"))
       }
-      yield* Effect.sleep(Duration.millis(requestPollMs))
+      yield* sleepUnref(Duration.millis(requestPollMs))
     }
   })
   if (store.durable) yield* Effect.forkIn(Effect.forever(serveRequests), managerScope)

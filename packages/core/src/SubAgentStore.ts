@@ -155,6 +155,7 @@ const pidAlive = (pid: number): boolean => {
 }
 
 const knownKeys: ReadonlyArray<string> = Object.keys(SubAgentRecord.fields)
+const isKnownKey: ReadonlySet<string> = new Set(knownKeys)
 const isValidRecord = Schema.is(SubAgentRecord)
 const decodeKnown = Schema.decodeUnknownResult(SubAgentRecord)
 /** A stored record, migrated to the current format first (version 1 records have no `record_version`). */
@@ -162,8 +163,19 @@ const decodeRecord = (raw: unknown) => decodeKnown(migrate(raw))
 
 /** Only the schema's keys: callers may pass a wider object (a view). */
 const knownOnly = (record: SubAgentRecord): Record<string, unknown> => {
+  // Usually every key is the schema's and set: a spread copies it at once (a compact object).
+  let clean = true
+  for (const key in record) {
+    if (!isKnownKey.has(key) || (record as Record<string, unknown>)[key] === undefined) {
+      clean = false
+      break
+    }
+  }
+  if (clean) return { ...record }
   const out: Record<string, unknown> = {}
-  for (const key of knownKeys) {
+  // The record's own keys (a record sets about half the schema's), in the record's order.
+  for (const key in record) {
+    if (!isKnownKey.has(key)) continue
     const value = (record as Record<string, unknown>)[key]
     if (value !== undefined) out[key] = value
   }

@@ -28,6 +28,7 @@
  */
 import { Effect, Fiber, Layer, Schema, type Scope } from "effect"
 import { Tool, Toolkit } from "effect/ai"
+import { withSpan } from "./internal/span.ts"
 import * as Receipt from "./Receipt.ts"
 import { agentResultForModel, type AgentView, SubAgentManager } from "./SubAgentManager.ts"
 import { Input, ResultSections, Status, Tokens } from "./SubAgentRecord.ts"
@@ -449,7 +450,7 @@ export const makeHandlers = Effect.fn("TaskToolkit.makeHandlers")(function*(opti
         }
         return TaskTool.taskResult(done)
       })
-    ).pipe(Effect.scoped, Effect.withSpan("TaskToolkit.task"))
+    ).pipe(Effect.scoped, withSpan("TaskToolkit.task"))
 
   const spawnAgent = Effect.fn("TaskToolkit.agent_spawn")(function*(
     tool: string,

@@ -129,7 +129,11 @@ const strictDecoder = (parameters: Parameters): RegisteredTool["decode"] => {
   const declared: ReadonlySet<PropertyKey> = new Set(ast.propertySignatures.map((property) => property.name))
   const hasExcess = (input: unknown) => {
     if (typeof input !== "object" || input === null || Array.isArray(input)) return true
-    for (const key of Reflect.ownKeys(input)) {
+    // Own enumerable string keys without an array of them (this runs for every tool call).
+    for (const key in input) {
+      if (!declared.has(key) && Object.hasOwn(input, key)) return true
+    }
+    for (const key of Object.getOwnPropertySymbols(input)) {
       if (!declared.has(key) && Object.prototype.propertyIsEnumerable.call(input, key)) return true
     }
     return false

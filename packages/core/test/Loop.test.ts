@@ -86,6 +86,29 @@ describe("the agent loop", () => {
       assert.include(retries[0]!.reason!, "api_timeout_secs=5")
     }).pipe(provideNode))
 
+  // On Effect's live clock the per-attempt timeout is a plain timer, not a racing fiber: the same
+  // behaviour, checked on the real clock with a 50 ms timeout (the one real wait in this file).
+  it.live("on the live clock, a hung attempt is timed out, retried, and leaves no timer behind", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup(
+        { rules: [{ turns: [{ hang: { times: 1 }, text: "answered on the second attempt" }] }] },
+        { apiTimeoutSecs: 0.05, maxRetries: 2, retryBaseMs: 1, retryMaxMs: 1 }
+      )
+      const session = get(Session)
+      const subscription = yield* get(AgentEvents).subscribe
+      const agent = yield* session.create()
+      const timers = () => process.getActiveResourcesInfo().filter((kind) => kind === "Timeout").length
+      const before = timers()
+      const result = yield* session.prompt(agent.id, "hi")
+      assert.strictEqual(result.text, "answered on the second attempt")
+      const retries = (yield* PubSub.takeAll(subscription)).filter((e) => e.type === "retry")
+      assert.strictEqual(retries.length, 1)
+      assert.include(retries[0]!.reason!, "api_timeout_secs=0.05")
+      // The answered attempt's timer was cleared when it answered (a tick for interrupted work to settle).
+      yield* Effect.promise(() => new Promise((resolve) => setImmediate(resolve)))
+      assert.isAtMost(timers(), before)
+    }).pipe(provideNode))
+
   it.effect("retries stop after max_retries; fatal errors are not retried", () =>
     Effect.gen(function*() {
       const { get } = yield* setup(

@@ -1,8 +1,10 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, PubSub, Ref } from "effect"
+import { Deferred, Effect, PubSub, Ref, Schema } from "effect"
 import type { Prompt } from "effect/ai"
 import { AgentEvents } from "../src/AgentEvents.ts"
-import { Session } from "../src/Session.ts"
+import * as Permission from "../src/Permission.ts"
+import * as Roles from "../src/Roles.ts"
+import { grantFor, Session } from "../src/Session.ts"
 import type { TaskResult } from "../src/tools/Task.ts"
 import { Todos } from "../src/tools/Todo.ts"
 import { provideNode, report, setup } from "./support.ts"
@@ -132,4 +134,40 @@ describe("Session and the task tool", () => {
       assert.deepStrictEqual([...new Set(seen.map((e) => e.agent.depth))].sort(), [0, 1])
       assert.strictEqual(seen.filter((e) => e.type === "spawned").length, 2)
     }).pipe(provideNode))
+})
+
+describe("sibling rules", () => {
+  const toolNames = ["read_file", "list_dir", "grep", "glob", "shell", "write_file", "edit_file", "remember", "task"]
+  const request = Schema.Struct({
+    role: Schema.Literals(["general", "explore", "implementer", "review", "verifier", "custom"]),
+    allowedTools: Schema.optional(Schema.Array(Schema.Literals(toolNames)))
+  })
+  // Siblings with the same grant share one rules object; whatever the grants, each child's
+  // rules are exactly what deriving them afresh gives (the sharing changes nothing but cost).
+  it.effect.prop(
+    "each child's rules equal a fresh derivation; siblings with the same grant share them",
+    [Schema.Array(request)],
+    ([requests]) =>
+      Effect.gen(function*() {
+        const { get } = yield* setup({ rules: [{ turns: [{ text: "ok" }] }] })
+        const session = get(Session)
+        const parent = yield* session.create()
+        const seen = new Map<string, Permission.Rules>()
+        for (const r of requests) {
+          const allowedTools = r.role === "custom" && (r.allowedTools ?? []).length === 0
+            ? ["read_file"]
+            : r.allowedTools
+          const role = Roles.roles[r.role]
+          const child = yield* session.createChild(parent.id, { role, allowedTools })
+          const fresh = Permission.effective(parent.rules, grantFor(1, 1, role, { allowedTools }))
+          assert.deepStrictEqual(Permission.toJson(child.rules), Permission.toJson(fresh))
+          assert.strictEqual(child.rules.label, fresh.label)
+          const key = `${r.role}/${allowedTools?.join(",") ?? "*"}`
+          const earlier = seen.get(key)
+          if (earlier !== undefined) assert.strictEqual(child.rules, earlier, "same grant, same rules object")
+          seen.set(key, child.rules)
+        }
+      }).pipe(Effect.scoped, provideNode),
+    { arbitrary: { runs: 25 } }
+  )
 })

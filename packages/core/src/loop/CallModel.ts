@@ -7,8 +7,9 @@
  * honouring a provider's Retry-After. Everything waits on the Effect Clock, so TestClock
  * drives it in tests.
  */
-import { Duration, Effect, Random, Schema } from "effect"
+import { Clock, Duration, Effect, Fiber, Random, Schema } from "effect"
 import type { AiError, LanguageModel, Prompt, Tool, Toolkit } from "effect/ai"
+import { liveClock } from "../internal/sleep.ts"
 
 export interface RetryPolicy {
   /** Per-attempt timeout. */
@@ -55,12 +56,55 @@ export const backoffMs = (policy: RetryPolicy, attempt: number, jitter: number):
 export type Toolkit = Toolkit.WithHandler<Record<string, Tool.Any>>
 export type Response = LanguageModel.GenerateTextResponse<Record<string, Tool.Any>, "deferred">
 
+const maxTimerMs = 2 ** 31 - 1
+
+/**
+ * Waits for an attempt's fiber, at most `timeout`: on time, the attempt's exit; late, the
+ * attempt is interrupted and `late()` is the failure. On Effect's live clock the wait is one
+ * timer, cleared when the call ends (no racing fiber per attempt); on another clock (TestClock)
+ * it is a sleep raced with the call, so the clock under test drives it.
+ */
+const awaitWithin = <A, E>(
+  call: Fiber.Fiber<A, E>,
+  timeout: Duration.Duration,
+  late: () => E
+): Effect.Effect<A, E> =>
+  Effect.withFiber((fiber) => {
+    if (fiber.getRef(Clock.Clock) !== liveClock) {
+      return Effect.timeoutOrElse(Effect.flatten(Fiber.await(call)), {
+        duration: timeout,
+        orElse: () => Effect.andThen(Fiber.interrupt(call), Effect.fail(late()))
+      })
+    }
+    return Effect.callback<A, E>((resume) => {
+      const timer = setTimeout(() => {
+        remove()
+        resume(Effect.andThen(Fiber.interrupt(call), Effect.fail(late())))
+      }, Math.min(maxTimerMs, Duration.toMillis(timeout)))
+      const remove = call.addObserver((exit) => {
+        clearTimeout(timer)
+        resume(exit)
+      })
+      // This fiber interrupted while it waits: the timer goes; the call, its child, is interrupted with it.
+      return Effect.sync(() => {
+        clearTimeout(timer)
+        remove()
+      })
+    })
+  })
+
+/**
+ * Calls the model, retrying as the policy says. Each attempt runs in a fiber of its own, handed
+ * to `onAttempt` (the session interrupts it when a delivery asks to cut the step short): an
+ * attempt interrupted that way ends the call with that interruption, which is not retried.
+ */
 export const callModel = (
   model: LanguageModel.LanguageModel,
   prompt: Prompt.Prompt,
   toolkit: Toolkit,
   policy: RetryPolicy,
-  onRetry: (attempt: number, reason: string, delayMs: number) => Effect.Effect<void>
+  onRetry: (attempt: number, reason: string, delayMs: number) => Effect.Effect<void>,
+  onAttempt?: (call: Fiber.Fiber<unknown, unknown>) => void
 ): Effect.Effect<Response, ModelCallFailed> => {
   const timeout = Duration.seconds(policy.apiTimeoutSecs)
   // The toolkit's tools are typed `Tool.Any`, whose parameter-encoding services are `unknown`;
@@ -71,17 +115,17 @@ export const callModel = (
     disableToolCallResolution: true,
     toolCallValidation: "deferred"
   }) as Effect.Effect<Response, AiError.AiError>
-  const attemptOnce: Effect.Effect<Response, AttemptFailure> = generate.pipe(
-    Effect.mapError(describeAiError),
-    Effect.timeoutOrElse({
-      duration: timeout,
-      orElse: () =>
-        Effect.fail<AttemptFailure>({
-          retryable: true,
-          reason: `no answer within api_timeout_secs=${policy.apiTimeoutSecs}`,
-          retryAfterMs: 0
-        })
-    })
+  const late = (): AttemptFailure => ({
+    retryable: true,
+    reason: `no answer within api_timeout_secs=${policy.apiTimeoutSecs}`,
+    retryAfterMs: 0
+  })
+  const attemptOnce: Effect.Effect<Response, AttemptFailure> = Effect.flatMap(
+    Effect.forkChild(Effect.mapError(generate, describeAiError), { startImmediately: true }),
+    (call) => {
+      onAttempt?.(call)
+      return awaitWithin(call, timeout, late)
+    }
   )
   const loop = (attempt: number): Effect.Effect<Response, ModelCallFailed> =>
     Effect.catch(attemptOnce, (failure) => {

@@ -66,8 +66,8 @@ const parseArguments = (tool: RegisteredTool, params: unknown): Effect.Effect<un
 const publish = (deps: RunToolsDeps, state: SessionState, event: Omit<AgentEvent, "agent" | "at">) =>
   Clock.clockWith((clock) => {
     const full: AgentEvent = { ...event, agent: snapshot(state), at: clock.currentTimeMillisUnsafe() }
-    const onEvent = deps.onEvent
-    return onEvent === undefined ? deps.events.publish(full) : Effect.andThen(deps.events.publish(full), onEvent(full))
+    const after = deps.onEvent === undefined ? Effect.void : deps.onEvent(full)
+    return after === Effect.void ? deps.events.publish(full) : Effect.andThen(deps.events.publish(full), after)
   })
 
 // Combinators rather than generators: this runs for every tool call of every agent, and a

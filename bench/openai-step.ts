@@ -1,0 +1,92 @@
+/**
+ * `node bench/openai-step.ts [calls]`: what a model step through `OpenAiModel` costs beyond the
+ * `openai` SDK itself. Both paths call the same in-process fake server (FakeOpenAiServer) with
+ * the same request: (a) `OpenAiModel.generateText` as the agent loop calls it (a prompt with a
+ * system message, a user message and two tools; the reply is a tool call), through
+ * `LanguageModel.make`, Fibril's request building and response mapping and the SDK; (b) the
+ * SDK's `chat.completions.create` with the body (a) sent. The server's work is in both, so the
+ * difference of CPU per call is Fibril's and `effect/ai`'s. Interleaved batches; prints one
+ * JSON line with the medians.
+ */
+import { OpenAiClient, OpenAiModel } from "@fibril/openai"
+import { FakeOpenAiServer } from "@fibril/testkit"
+import { Effect, Exit, Redacted, Schema, Scope } from "effect"
+import { Prompt, Tool, type Toolkit } from "effect/ai"
+import OpenAI from "openai"
+
+const calls = Number(process.argv[2] ?? 300)
+const rounds = 7
+
+const toolkit: Toolkit.WithHandler<Record<string, Tool.Any>> = {
+  tools: {
+    read_file: Tool.make("read_file", {
+      description: "Read a file",
+      parameters: Schema.Struct({ path: Schema.String })
+    }),
+    grep: Tool.make("grep", { description: "Search files", parameters: Schema.Struct({ pattern: Schema.String }) })
+  },
+  handle: () => Effect.die("not run here")
+}
+
+const prompt = Prompt.fromMessages([
+  Prompt.makeMessage("system", { content: "Fibril agent: role=explore depth=1\n\nYou explore." }),
+  Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: "Where is the config loaded?" })] })
+])
+
+const scope = Effect.runSync(Scope.make())
+const server = await Effect.runPromise(
+  Scope.provide(scope)(FakeOpenAiServer.start({
+    script: {
+      rules: [{ turns: [{ tool_calls: [{ name: "read_file", args: { path: "src/config.ts" } }] }], repeat_last: true }]
+    }
+  }))
+)
+const client = await Effect.runPromise(OpenAiClient.make({ apiKey: Redacted.make("sk-bench"), baseURL: server.url }))
+const model = await Effect.runPromise(OpenAiModel.makeWith(client, { model: "scripted" }))
+const step = model.generateText({
+  prompt,
+  toolkit,
+  disableToolCallResolution: true,
+  toolCallValidation: "deferred"
+}) as Effect.Effect<unknown>
+
+await Effect.runPromise(step)
+const body = server.requests.at(-1)!.body as OpenAI.ChatCompletionCreateParamsNonStreaming
+const sdk = new OpenAI({ apiKey: "sk-bench", baseURL: server.url, maxRetries: 0 })
+
+const cpu = () => {
+  const u = process.cpuUsage()
+  return u.user + u.system
+}
+const viaFibril = async () => {
+  for (let i = 0; i < calls; i++) await Effect.runPromise(step)
+}
+const viaSdk = async () => {
+  for (let i = 0; i < calls; i++) await sdk.chat.completions.create(body)
+}
+const perCall = async (run: () => Promise<void>) => {
+  const c0 = cpu()
+  await run()
+  return (cpu() - c0) / calls
+}
+// Warm both paths.
+await viaFibril()
+await viaSdk()
+const fibril: Array<number> = []
+const raw: Array<number> = []
+for (let r = 0; r < rounds; r++) {
+  fibril.push(await perCall(viaFibril))
+  raw.push(await perCall(viaSdk))
+}
+const median = (xs: Array<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
+const diffs = fibril.map((f, i) => f - raw[i]!)
+process.stdout.write(
+  JSON.stringify({
+    calls_per_batch: calls,
+    rounds,
+    openai_model_cpu_us_per_call: median(fibril),
+    sdk_cpu_us_per_call: median(raw),
+    beyond_sdk_cpu_us_per_call: median(diffs)
+  }) + "\n"
+)
+await Effect.runPromise(Scope.close(scope, Exit.void))
