@@ -1202,15 +1202,27 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   })
 
   // Liveness: no progress for heartbeat_timeout_secs -> cancelled. A model call in flight
-  // is progress (its own timeout bounds it), reported as a tick.
+  // is progress (its own timeout bounds it), reported as a tick; so is a running child (a
+  // coordinator blocked in task or agent_wait): the child's own heartbeat bounds it. A child
+  // still queued for a permit is not: a parent holding its permit while its children wait
+  // for one is the deadlock the heartbeat is there to break.
   const heartbeatMs = config.heartbeatTimeoutSecs * 1000
+  const hasRunningChild = (agentId: string): boolean => {
+    const children = childrenOf.get(agentId)
+    if (children === undefined) return false
+    for (const id of children) {
+      const child = entries.get(id)
+      if (child !== undefined && child.record.status === "running") return true
+    }
+    return false
+  }
   const checkEvery = Duration.millis(Math.max(1000, Math.min(30_000, heartbeatMs / 4)))
   const watchdog = Effect.gen(function*() {
     const now = yield* Clock.currentTimeMillis
     for (const entry of entries.values()) {
       if (entry.record.status !== "running" || now - entry.lastProgress < heartbeatMs) continue
       const info = yield* Effect.option(session.info(entry.record.agent_id))
-      if (Option.isSome(info) && info.value.waitingOnModel) {
+      if ((Option.isSome(info) && info.value.waitingOnModel) || hasRunningChild(entry.record.agent_id)) {
         entry.lastProgress = now
         continue
       }

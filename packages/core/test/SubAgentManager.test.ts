@@ -311,6 +311,41 @@ describe("SubAgentManager", () => {
       assert.strictEqual((yield* manager.result(thinking.agent_id, { block: true })).status, "completed")
     }).pipe(provideNode))
 
+  it.effect("heartbeat: a coordinator waiting on a live child is not silent; the child's own heartbeat bounds it", () =>
+    Effect.gen(function*() {
+      // The coordinator spawns a worker and waits for it; the worker thinks for 200 s. Nothing
+      // the coordinator does shows as progress, but its child's model call does.
+      const { get } = yield* setup(
+        {
+          rules: [
+            { match: { prompt: "work" }, turns: [{ delay_ms: 200_000, text: report("worked slowly") }] },
+            {
+              match: { prompt: "coordinate" },
+              respond: (c) =>
+                c.turn === 0
+                  ? { tool_calls: [{ name: "agent_spawn", args: { description: "w", prompt: "work" } }] }
+                  : c.turn === 1
+                  ? {
+                    tool_calls: [{
+                      name: "agent_wait",
+                      args: { ids: [String((c.lastToolResults[0]?.result as { agent_id: string }).agent_id)] }
+                    }]
+                  }
+                  : { text: report(`got: ${JSON.stringify(c.lastToolResults[0]?.result).includes("worked slowly")}`) }
+            }
+          ]
+        },
+        { apiTimeoutSecs: 600 },
+        { subagents: { heartbeatTimeoutSecs: 60 } }
+      )
+      const manager = get(SubAgentManager)
+      const coordinator = (yield* manager.startRoot({ prompt: "coordinate" })).agent
+      for (let i = 0; i < 4; i++) yield* TestClock.adjust("60 seconds")
+      const done = yield* manager.result(coordinator.agent_id, { block: true })
+      assert.strictEqual(done.status, "completed", done.reason)
+      assert.strictEqual(done.outcome?.summary, "got: true")
+    }).pipe(provideNode))
+
   it.effect("resume continues an interrupted agent from its transcript", () =>
     Effect.gen(function*() {
       const { get } = yield* setup({
