@@ -200,6 +200,8 @@ interface Entry {
   lastProgress: number
   /** The record's counters when the current run started: what the run alone did is the difference. */
   runBase: Receipt.RunBase
+  /** This run's result was handed to its parent (task's result, or agent_wait / agent_result). */
+  resultRead: boolean
 }
 
 export const restartReason = "Interrupted by process restart"
@@ -294,6 +296,16 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
     interrupt: boolean,
     via?: InputVia
   ) => Effect.Effect<InputResult, AgentNotFound>
+  /**
+   * What `agent_wait` without ids waits for: the caller's children still live, and those
+   * finished whose result the caller has not been handed yet (each is handed over once).
+   */
+  readonly unreadChildren: (parentSessionId: string | undefined) => Effect.Effect<ReadonlyArray<string>>
+  /**
+   * Records that these agents' results were handed to `parentSessionId`, if it is their parent
+   * (undefined: the embedder's own top-level agents, e.g. an MCP client's).
+   */
+  readonly markRead: (parentSessionId: string | undefined, ids: ReadonlyArray<string>) => Effect.Effect<void>
   readonly resume: (
     callerSessionId: string | undefined,
     id: string,
@@ -759,7 +771,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       cancelReason: undefined,
       started: false,
       lastProgress: now,
-      runBase: { steps: 0, toolCalls: 0, tokens: record.tokens }
+      runBase: { steps: 0, toolCalls: 0, tokens: record.tokens },
+      resultRead: false
     }
     entries.set(record.agent_id, entry)
     names.set(sessionName, record.agent_id)
@@ -802,6 +815,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const run = Effect.fnUntraced(function*(parentSessionId: string | undefined, request: SpawnRequest) {
     const { entry, fiber } = yield* start(parentSessionId, request, "foreground")
     yield* Fiber.await(fiber)
+    // Its result is task's result: the parent has it.
+    entry.resultRead = true
     return view(entry.record)
   }, withSpan("SubAgentManager.run"))
 
@@ -836,6 +851,26 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       pending: views.filter((v) => !isTerminal(v.status)).map((v) => v.agent_id)
     } satisfies WaitResult
   })
+
+  const unreadChildren = (parentSessionId: string | undefined) =>
+    Effect.sync(() => {
+      const out: Array<string> = []
+      for (const entry of entries.values()) {
+        // A root (startRoot, depth 0) is nobody's child.
+        if (entry.parentSessionId !== parentSessionId || entry.record.depth === 0) continue
+        if (!isTerminal(entry.record.status) || !entry.resultRead) out.push(entry.record.agent_id)
+      }
+      return out
+    })
+
+  const markRead = (parentSessionId: string | undefined, ids: ReadonlyArray<string>) =>
+    Effect.sync(() => {
+      for (const id of ids) {
+        const entry = entries.get(id)
+        if (entry === undefined || entry.parentSessionId !== parentSessionId) continue
+        if (isTerminal(entry.record.status)) entry.resultRead = true
+      }
+    })
 
   const result = Effect.fnUntraced(function*(
     id: string,
@@ -971,7 +1006,9 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         cancelReason: undefined,
         started: false,
         lastProgress: yield* Clock.currentTimeMillis,
-        runBase: { steps: adopted.steps, toolCalls: adopted.tool_calls, tokens: adopted.tokens }
+        runBase: { steps: adopted.steps, toolCalls: adopted.tool_calls, tokens: adopted.tokens },
+        // A run of another process: whoever waited for it was there.
+        resultRead: true
       }
       entries.set(agentId, entry)
       named(Receipt.sessionName(adopted), agentId)
@@ -1030,6 +1067,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     record.owner_host = store.owner.host
     entry.cancelReason = undefined
     entry.started = false
+    entry.resultRead = false
     entry.done = yield* Deferred.make<void>()
     agentStarted()
     yield* store.put(record)
@@ -1280,6 +1318,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     list,
     sendInput,
     resume,
+    unreadChildren,
+    markRead,
     assign,
     running: Effect.sync(() => runningCount),
     resolve,

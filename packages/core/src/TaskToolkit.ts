@@ -487,11 +487,12 @@ export const makeHandlers = Effect.fn("TaskToolkit.makeHandlers")(function*(opti
     agent_wait: Effect.fn("TaskToolkit.agent_wait")(function*(params) {
       const single = pickOptional(params, idKeys)
       const ids = params.ids ?? (single === undefined ? undefined : [single])
-      const targets = ids ?? (yield* manager.list({ includeArchived: false }))
-        .filter((agent) => agent.parent_id === undefined && (agent.status === "running" || agent.status === "pending"))
-        .map((agent) => agent.agent_id)
+      // Without ids: the agents started here still running, and those finished whose results
+      // were not handed over yet (each is handed over once).
+      const targets = ids ?? (yield* manager.unreadChildren(undefined))
       const result = yield* manager.wait(targets, { mode: params.wait_mode ?? "any", timeoutMs: params.timeout_ms })
         .pipe(Effect.mapError(failWith("agent_wait")))
+      yield* manager.markRead(undefined, result.completed.map((agent) => agent.agent_id))
       return {
         timed_out: result.timed_out,
         completed: result.completed.map(agentResult),
@@ -502,6 +503,7 @@ export const makeHandlers = Effect.fn("TaskToolkit.makeHandlers")(function*(opti
       const id = yield* pick("agent_result", params, idKeys)
       const agent = yield* manager.result(id, { block: params.block ?? false, timeoutMs: params.timeout_ms })
         .pipe(Effect.mapError(failWith("agent_result")))
+      yield* manager.markRead(undefined, [agent.agent_id])
       return agentResult(agent)
     }),
     agent_cancel: (params) => cancelAgent("agent_cancel", params),

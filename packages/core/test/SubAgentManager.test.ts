@@ -346,6 +346,55 @@ describe("SubAgentManager", () => {
       assert.strictEqual(done.outcome?.summary, "got: true")
     }).pipe(provideNode))
 
+  it.effect("agent_wait without ids hands over each child's result once, also of a child that finished before it asked", () =>
+    Effect.gen(function*() {
+      // fast answers at once, slow after 1 s. The root reads slow by id (by then fast has long
+      // finished), then waits twice without ids: the first wait must hand over fast (and not
+      // slow again), the second nothing.
+      const completedOf = (result: unknown) =>
+        (result as { completed: ReadonlyArray<{ summary: string }> }).completed.map((agent) => agent.summary).join("+")
+      const { get } = yield* setup({
+        rules: [
+          { match: { prompt: "fast" }, turns: [{ text: report("fast done") }] },
+          { match: { prompt: "slow" }, turns: [{ delay_ms: 1000, text: report("slow done") }] },
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              const last = c.lastToolResults[0]?.result as { agent_id?: string } | undefined
+              switch (c.turn) {
+                case 0:
+                  return {
+                    tool_calls: [
+                      { name: "agent_spawn", args: { description: "f", prompt: "fast" } },
+                      { name: "agent_spawn", args: { description: "s", prompt: "slow" } }
+                    ]
+                  }
+                case 1: {
+                  const slow = (c.lastToolResults[1]?.result as { agent_id: string }).agent_id
+                  return { tool_calls: [{ name: "agent_result", args: { id: slow, block: true } }] }
+                }
+                case 2:
+                  return { tool_calls: [{ name: "agent_wait", args: { wait_mode: "all" } }] }
+                case 3:
+                  return { tool_calls: [{ name: "agent_wait", args: {} }] }
+                default:
+                  return { text: `second wait: [${completedOf(last)}]` }
+              }
+            }
+          }
+        ]
+      })
+      const manager = get(SubAgentManager)
+      const session = get(Session)
+      const root = yield* manager.startRoot({ prompt: "coordinate" })
+      yield* TestClock.adjust("2 seconds")
+      const answer = yield* Fiber.join(root.fiber)
+      assert.strictEqual(answer.text, "second wait: []")
+      const results = toolResults(yield* session.transcript(root.agent.agent_id)).map((part) => part.result)
+      assert.include(JSON.stringify(results[2]), "slow done")
+      assert.strictEqual(completedOf(results[3]), "fast done", "the first wait hands over fast, not slow again")
+    }).pipe(provideNode))
+
   it.effect("resume continues an interrupted agent from its transcript", () =>
     Effect.gen(function*() {
       const { get } = yield* setup({

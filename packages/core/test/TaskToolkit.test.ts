@@ -88,4 +88,28 @@ describe("TaskToolkit", () => {
       assert.strictEqual(agent?.reason, "stopped by the host")
       assert.deepStrictEqual(seen, [agent?.agent_id])
     }).pipe(provideNode))
+
+  it.effect("agent_wait without ids hands over each agent started here once, also one that finished before it asked", () =>
+    Effect.gen(function*() {
+      const { toolkit, manager } = yield* withToolkit()
+      const call = (name: string, params: object) =>
+        Effect.map(
+          Effect.flatMap(toolkit.handle(name as "agent_wait", params as never), Stream.runCollect),
+          ([out]) => out?.encodedResult as { completed: ReadonlyArray<{ agent_id: string }>; still_running: unknown }
+        )
+      const first = (yield* call("agent_spawn", { description: "a", prompt: "go" })) as unknown as { agent_id: string }
+      yield* manager.wait([first.agent_id], { mode: "all" })
+      const hanging = (yield* call("agent_spawn", { description: "h", prompt: "hang" })) as unknown as {
+        agent_id: string
+      }
+      // The first finished before this wait: it is handed over now, with the hanging one still running.
+      const wait1 = yield* call("agent_wait", {})
+      assert.deepStrictEqual(wait1.completed.map((a) => a.agent_id), [first.agent_id])
+      assert.deepStrictEqual(wait1.still_running, [hanging.agent_id])
+      // Once handed over, not again; a result read by id counts as handed over too.
+      yield* manager.cancel(hanging.agent_id, "enough")
+      yield* call("agent_result", { id: hanging.agent_id })
+      const wait2 = yield* call("agent_wait", {})
+      assert.deepStrictEqual([wait2.completed, wait2.still_running], [[], []])
+    }).pipe(provideNode))
 })

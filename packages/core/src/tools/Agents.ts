@@ -135,17 +135,18 @@ export const WaitParameters = Schema.Struct({
 export const wait = ToolRegistry.define({
   name: "agent_wait",
   description:
-    "Wait for background sub-agents to finish. Returns the finished ones (with their results) and the ids still running; with no ids, waits for the agents you spawned.",
+    "Wait for background sub-agents to finish. Returns the finished ones (with their results) and the ids still running; with no ids, waits for the agents you spawned whose results you have not received yet (each result is handed over once).",
   parameters: WaitParameters,
   posture: "spawn",
   handler: Effect.fn("tool.agent_wait")(function*(params, context) {
     const manager = yield* SubAgentManager
     const single = pickOptional(params, ["agent_id", "id"])
     const ids = params.ids ?? (single === undefined ? undefined : [single])
-    const targets = ids ?? (yield* manager.list({ includeArchived: false, parentSessionId: context.sessionId }))
-      .filter((agent) => agent.status === "running" || agent.status === "pending")
-      .map((agent) => agent.agent_id)
+    // Without ids: the caller's children still running, and those that finished before it
+    // asked but whose results it has not been handed yet.
+    const targets = ids ?? (yield* manager.unreadChildren(context.sessionId))
     const result = yield* manager.wait(targets, { mode: params.wait_mode ?? "any", timeoutMs: params.timeout_ms })
+    yield* manager.markRead(context.sessionId, result.completed.map((agent) => agent.agent_id))
     return {
       timed_out: result.timed_out,
       completed: result.completed.map(agentResultForModel),
@@ -166,12 +167,12 @@ export const result = ToolRegistry.define({
     "The state or result of a sub-agent: status, summary, the five sections, usage. With block: true, waits for it to finish first.",
   parameters: ResultParameters,
   posture: "spawn",
-  handler: Effect.fn("tool.agent_result")(function*(params) {
+  handler: Effect.fn("tool.agent_result")(function*(params, context) {
     const manager = yield* SubAgentManager
     const id = yield* pick("agent_result", params, ["agent_id", "id"])
-    return agentResultForModel(
-      yield* manager.result(id, { block: params.block ?? false, timeoutMs: params.timeout_ms })
-    )
+    const agent = yield* manager.result(id, { block: params.block ?? false, timeoutMs: params.timeout_ms })
+    yield* manager.markRead(context.sessionId, [agent.agent_id])
+    return agentResultForModel(agent)
   })
 })
 
