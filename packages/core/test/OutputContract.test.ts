@@ -350,3 +350,63 @@ describe("OutputContract properties", () => {
     assert.strictEqual(parsed.preamble, text)
   })
 })
+
+describe("OutputContract edge cases (from a mutation run)", () => {
+  it("the violations say what was found and what is expected", () => {
+    const none = OutputContract.parse("just prose")
+    assert.deepStrictEqual(none.violations, [{
+      kind: "no_sections",
+      message: "no recognised sections (expected SUMMARY, CHANGES, EVIDENCE, RISKS, BLOCKERS)"
+    }])
+    const swapped = OutputContract.parse("CHANGES:\nx\nSUMMARY:\ns\nEVIDENCE:\ne\nBLOCKERS:\nb\nRISKS:\nr")
+    assert.deepInclude(swapped.violations, {
+      kind: "out_of_order",
+      message: "sections out of order: found CHANGES, SUMMARY, EVIDENCE, BLOCKERS, RISKS; " +
+        "expected SUMMARY, CHANGES, EVIDENCE, RISKS, BLOCKERS"
+    })
+    assert.strictEqual(swapped.sections.summary, "s")
+  })
+
+  it("a fence closes only with its own character, at least as long: headings inside stay quoted", () => {
+    const text = [
+      "SUMMARY:",
+      "done",
+      "````",
+      "```",
+      "EVIDENCE: inside the fence",
+      "~~~~",
+      "RISKS: still inside",
+      "````",
+      "EVIDENCE:",
+      "outside"
+    ].join("\n")
+    const parsed = OutputContract.parse(text)
+    assert.strictEqual(parsed.sections.evidence, "outside")
+    assert.strictEqual(parsed.sections.risks, "")
+    assert.include(parsed.sections.summary, "EVIDENCE: inside the fence")
+    assert.include(parsed.sections.summary, "RISKS: still inside")
+  })
+
+  it("render trims each section", () => {
+    assert.strictEqual(
+      OutputContract.render({ summary: " s ", changes: "  c\n", evidence: "\ne ", risks: " r", blockers: "b  " }),
+      "SUMMARY:\ns\n\nCHANGES:\nc\n\nEVIDENCE:\ne\n\nRISKS:\nr\n\nBLOCKERS:\nb"
+    )
+  })
+
+  it("summaryOf cuts an answer without a SUMMARY at maxChars, never inside a surrogate pair", () => {
+    const none = OutputContract.parse("")
+    const cut = (text: string, max: number) => OutputContract.summaryOf(none, text, max)
+    assert.strictEqual(cut("abcdef", 3), "abc")
+    assert.strictEqual(cut("  abc  ", 3), "abc")
+    assert.strictEqual(cut("abc", 3), "abc")
+    // U+10000 is \ud800\udc00 and U+103FF is \ud800\udfff: the cut moves before the pair.
+    assert.strictEqual(cut("a\u{10000}b", 2), "a")
+    assert.strictEqual(cut("a\u{103FF}b", 2), "a")
+    // A character above the surrogates (U+E000) is cut after, like any other.
+    assert.strictEqual(cut("ab\ue000c", 2), "ab")
+    // Nothing before the limit: nothing, whatever follows.
+    assert.strictEqual(cut("\udc00abc", 0), "")
+    assert.strictEqual(OutputContract.summaryOf(OutputContract.parse("SUMMARY: given"), "ignored", 1), "given")
+  })
+})

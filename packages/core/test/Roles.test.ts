@@ -91,4 +91,37 @@ describe("Roles", () => {
       assert.deepStrictEqual([...order].sort((a, b) => a - b), order, name)
     }
   })
+
+  it.effect("the errors say what was wrong and what is accepted; the prompt starts with who the agent is", () =>
+    Effect.gen(function*() {
+      const unknown = yield* Effect.flip(Roles.resolve("wizard"))
+      assert.strictEqual(
+        unknown.message,
+        `unknown sub-agent type "wizard". Accepted (case-insensitive): ${Roles.acceptedNames}`
+      )
+      const withCustom = new Roles.UnknownRole({ name: "x", accepted: [], custom: ["db-expert", "linter"] })
+      assert.isTrue(
+        withCustom.message.endsWith(
+          "; agents defined in .fibril/agents, .claude/agents or .opencode/agent: db-expert, linter"
+        )
+      )
+      assert.notInclude(new Roles.UnknownRole({ name: "x", accepted: [], custom: [] }).message, "agents defined")
+      for (const tools of [undefined, []]) {
+        const invalid = yield* Effect.flip(Roles.forRequest("custom", tools))
+        assert.strictEqual(invalid._tag, "InvalidRoleRequest")
+        assert.strictEqual(
+          invalid.message,
+          "invalid request for role custom: custom agents need a non-empty allowed_tools list"
+        )
+      }
+      assert.strictEqual((yield* Roles.forRequest("custom", ["read_file"])).name, "custom")
+      assert.strictEqual(Roles.header("explore", 2), "Fibril agent: role=explore depth=2")
+      const prompt = Roles.systemPrompt(Roles.roles.plan, 1, "/repo")
+      assert.isTrue(prompt.startsWith("Fibril agent: role=plan depth=1\nWorkspace: /repo\n\n"))
+      assert.isTrue(prompt.endsWith(Roles.roles.plan.prompt))
+      assert.deepStrictEqual(Roles.ceiling(Roles.roles.plan), {
+        postures: Roles.roles.plan.postures,
+        writeScope: Roles.roles.plan.writeScope
+      })
+    }))
 })
