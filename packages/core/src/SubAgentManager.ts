@@ -1240,8 +1240,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   })
 
   // Liveness: no progress for heartbeat_timeout_secs -> cancelled. A model call in flight
-  // is progress (its own timeout bounds it), reported as a tick; so is a running child (a
-  // coordinator blocked in task or agent_wait): the child's own heartbeat bounds it. A child
+  // is progress (its own timeout bounds it), reported as a tick; so is a running background
+  // child (a coordinator blocked in agent_wait): the child's own heartbeat bounds it. A child
   // still queued for a permit is not: a parent holding its permit while its children wait
   // for one is the deadlock the heartbeat is there to break.
   const heartbeatMs = config.heartbeatTimeoutSecs * 1000

@@ -346,6 +346,39 @@ describe("SubAgentManager", () => {
       assert.strictEqual(done.outcome?.summary, "got: true")
     }).pipe(provideNode))
 
+  it.effect("heartbeat: a sub-agent blocked in task on a slow child is not silent either", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup(
+        {
+          rules: [
+            { match: { prompt: "work" }, turns: [{ delay_ms: 200_000, text: report("worked slowly") }] },
+            {
+              match: { prompt: "delegate" },
+              turns: [
+                { tool_calls: [{ name: "task", args: { description: "w", prompt: "work" } }] },
+                { text: report("delegated") }
+              ]
+            },
+            {
+              match: { depth: 0 },
+              turns: [{ tool_calls: [{ name: "agent_spawn", args: { description: "d", prompt: "delegate" } }] }, {
+                hang: true
+              }]
+            }
+          ]
+        },
+        { apiTimeoutSecs: 600 },
+        { subagents: { heartbeatTimeoutSecs: 60 } }
+      )
+      const manager = get(SubAgentManager)
+      yield* manager.startRoot({ prompt: "coordinate" })
+      for (let i = 0; i < 4; i++) yield* TestClock.adjust("60 seconds")
+      const delegate = (yield* manager.list({ includeArchived: true })).find((agent) => agent.depth === 1)!
+      const done = yield* manager.result(delegate.agent_id, { block: true })
+      assert.strictEqual(done.status, "completed", done.reason)
+      assert.strictEqual(done.outcome?.summary, "delegated")
+    }).pipe(provideNode))
+
   it.effect("agent_wait without ids hands over each child's result once, also of a child that finished before it asked", () =>
     Effect.gen(function*() {
       // fast answers at once, slow after 1 s. The root reads slow by id (by then fast has long
