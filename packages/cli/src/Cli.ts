@@ -520,7 +520,8 @@ export const worker = Command.make(
       shutdownTimeoutSecs: flags.shutdownTimeout,
       host: flags.host,
       port: Option.getOrUndefined(flags.port),
-      lockExpirationSecs: Option.getOrUndefined(flags.lockExpiration)
+      lockExpirationSecs: Option.getOrUndefined(flags.lockExpiration),
+      stepLog: environment.env["FIBRIL_CLUSTER_STEP_LOG"]
     })
   })
 ).pipe(

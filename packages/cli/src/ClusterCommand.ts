@@ -233,6 +233,8 @@ export interface WorkerFlags {
   readonly host: string
   readonly port: number | undefined
   readonly lockExpirationSecs: number | undefined
+  /** FIBRIL_CLUSTER_STEP_LOG: a file each step's start and end are appended to (the tests count them). */
+  readonly stepLog: string | undefined
 }
 
 /**
@@ -262,7 +264,7 @@ export const worker = (flags: WorkerFlags) =>
       Layer.provideMerge(ModelSelection.layer(flags.selection))
     )
     const port = flags.port ?? (yield* Effect.orDie(node.freePort(flags.host)))
-    const stepLog = process.env["FIBRIL_CLUSTER_STEP_LOG"]
+    const stepLog = flags.stepLog
     const options: ClusterNode.WorkerOptions = {
       host: flags.host,
       port,

@@ -48,7 +48,7 @@ export const database = (url: string) =>
       Effect.provide(context),
       Effect.timeoutOrElse({
         duration: Duration.seconds(10),
-        orElse: () => Effect.fail(new Error("no answer within 10 s"))
+        orElse: () => Effect.fail("no answer within 10 s")
       }),
       Effect.mapError((error) => new ClusterUnreachable({ url: displayUrl(url), reason: reasonOf(error) }))
     )
