@@ -106,6 +106,32 @@ describe("Memory (file)", () => {
       )
     }).pipe(provide))
 
+  it.effect("section sees every hand change: same-size edit, replace by rename, delete, recreate", () =>
+    Effect.gen(function*() {
+      const h = yield* setup()
+      const section = (notes: string) => notes === "" ? "" : Memory.formatSection(notes)
+      yield* h.fs.makeDirectory(h.path.dirname(h.file), { recursive: true })
+      yield* h.fs.writeFileString(h.file, "- aaaa\n")
+      assert.strictEqual(yield* h.memory.section, section("- aaaa\n"))
+      // Unchanged: the same section again (from what was read).
+      assert.strictEqual(yield* h.memory.section, section("- aaaa\n"))
+      // Rewritten in place with the same size: the times change.
+      yield* h.fs.writeFileString(h.file, "- bbbb\n")
+      assert.strictEqual(yield* h.memory.section, section("- bbbb\n"))
+      // Replaced by a rename (a new inode), as editors save.
+      const other = h.path.join(h.root, "memory.tmp")
+      yield* h.fs.writeFileString(other, "- cccc\n")
+      yield* h.fs.rename(other, h.file)
+      assert.strictEqual(yield* h.memory.section, section("- cccc\n"))
+      yield* h.fs.remove(h.file)
+      assert.strictEqual(yield* h.memory.section, "")
+      yield* h.fs.writeFileString(h.file, "- dddd\n")
+      assert.strictEqual(yield* h.memory.section, section("- dddd\n"))
+      // A note remembered here is in the next section.
+      yield* h.memory.remember("eeee")
+      assert.strictEqual(yield* h.memory.section, section("- dddd\n- eeee\n"))
+    }).pipe(provide))
+
   it.effect("inheritedSection: the content last read or written, with every note remembered since", () =>
     Effect.gen(function*() {
       const h = yield* setup()
