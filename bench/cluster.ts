@@ -9,15 +9,16 @@
  * - fan-out: K = 100 children of 5 steps each (502 steps, 101 workflows) over two
  *   `fibril worker` processes, timed by an in-process client from start to answer (goal <= 2 s).
  */
-import { NodeServices } from "@effect/platform-node"
+import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as AgentWorkflow from "@fibril/cluster/AgentWorkflow"
 import * as ClusterClient from "@fibril/cluster/ClusterClient"
 import * as ClusterStore from "@fibril/cluster/ClusterStore"
 import * as Node from "@fibril/cluster/Node"
 import { AgentSteps, Fibril, Session } from "@fibril/core"
 import { ScriptedModel } from "@fibril/testkit"
-import { Effect, Layer } from "effect"
 import { ClusterWorkflowEngine, TestRunner } from "effect/cluster"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { spawn } from "node:child_process"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"

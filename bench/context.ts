@@ -14,8 +14,11 @@
  */
 import { Session } from "@fibril/core/Session"
 import { ScriptedModel } from "@fibril/testkit"
-import { Effect, Layer, ManagedRuntime } from "effect"
-import { LanguageModel, Prompt } from "effect/ai"
+import * as LanguageModel from "effect/ai/LanguageModel"
+import * as Prompt from "effect/ai/Prompt"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as ManagedRuntime from "effect/ManagedRuntime"
 import { layerFor, parentRun, scriptModel } from "./peer-adapter.ts"
 import { makeScript, PAYLOAD } from "./script.ts"
 

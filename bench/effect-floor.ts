@@ -15,7 +15,10 @@
  *
  * Implements the adapter interface of BENCH.md, like peer-adapter.ts and floor.ts.
  */
-import { Effect, Exit, PubSub, Semaphore } from "effect"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as PubSub from "effect/PubSub"
+import * as Semaphore from "effect/Semaphore"
 import type { Call, ModelAnswer, Script } from "./script.ts"
 
 export const meta = {

@@ -10,9 +10,9 @@
  *
  * Prints one JSON object and writes bench/lab-results.json.
  */
-import { NodeServices } from "@effect/platform-node"
+import * as NodeServices from "@effect/platform-node/NodeServices"
 import { Invariants, Lab, LabGenerators, Simulation } from "@fibril/testkit"
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import { writeFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
 

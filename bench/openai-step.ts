@@ -10,8 +10,14 @@
  */
 import { OpenAiClient, OpenAiModel } from "@fibril/openai"
 import { FakeOpenAiServer } from "@fibril/testkit"
-import { Effect, Exit, Redacted, Schema, Scope } from "effect"
-import { Prompt, Tool, type Toolkit } from "effect/ai"
+import * as Prompt from "effect/ai/Prompt"
+import * as Tool from "effect/ai/Tool"
+import type * as Toolkit from "effect/ai/Toolkit"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
 import OpenAI from "openai"
 
 const calls = Number(process.argv[2] ?? 300)

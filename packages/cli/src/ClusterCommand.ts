@@ -13,8 +13,12 @@ import * as AgentSteps from "@fibril/core/AgentSteps"
 import * as Fibril from "@fibril/core/Fibril"
 import { redactUrl } from "@fibril/core/Secrets"
 import * as Session from "@fibril/core/Session"
-import { Console, Duration, Effect, Layer, Option } from "effect"
 import { Argument, Flag } from "effect/cli"
+import * as Console from "effect/Console"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as ModelSelection from "./ModelSelection.ts"
 
 export const clusterFlag = Flag.String("cluster").pipe(

@@ -4,7 +4,7 @@
  */
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as Sandbox from "@fibril/core/Sandbox"
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import type * as Output from "./Output.ts"
 
 const snake = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)

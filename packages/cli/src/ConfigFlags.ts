@@ -7,8 +7,8 @@
  * so every command that reads the configuration honours it the same way.
  */
 import * as FibrilConfig from "@fibril/core/FibrilConfig"
-import { Effect } from "effect"
 import { Flag, GlobalFlag } from "effect/cli"
+import * as Effect from "effect/Effect"
 
 /** `--strict` (default) / `--no-strict`: unknown config tables and keys are errors, or only warnings. */
 export const Strict = GlobalFlag.Setting("strict")({

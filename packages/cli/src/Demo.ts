@@ -10,7 +10,10 @@
 import { AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
 import * as Session from "@fibril/core/Session"
 import type { TaskResult } from "@fibril/core/tools/Task"
-import { Clock, Effect, Fiber, PubSub } from "effect"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as PubSub from "effect/PubSub"
 import * as DemoScript from "./DemoScript.ts"
 import * as Output from "./Output.ts"
 

@@ -8,7 +8,7 @@
  * tree is seen growing; unpaced, the scenario runs in a fraction of a second.
  */
 import type { ScriptedModel } from "@fibril/testkit"
-import { Array as Arr } from "effect"
+import * as Arr from "effect/Array"
 
 type Conversation = ScriptedModel.Conversation
 type Turn = ScriptedModel.Turn

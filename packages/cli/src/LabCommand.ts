@@ -10,8 +10,12 @@
  * its seed, and its trace is written (default `lab-trace.json`) for `replay` and `report`.
  */
 import { Invariants, Lab, LabBugs, LabGenerators, LabReport, Simulation } from "@fibril/testkit"
-import { Console, Effect, FileSystem, Option, Schema } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { spawnSync } from "node:child_process"
 import * as path from "node:path"
 import { UsageError } from "./ModelSelection.ts"

@@ -6,7 +6,9 @@
  *
  *   [12:04:31.202] WARN cannot list the models of https://…/v1; accepting any model id (reason: NetworkError, message: … ⏎ Check your network connection …)
  */
-import { Cause, Logger, References } from "effect"
+import * as Cause from "effect/Cause"
+import * as Logger from "effect/Logger"
+import * as References from "effect/References"
 import { oneLine } from "./TreeView.ts"
 
 const show = (value: unknown): string => {

@@ -8,7 +8,9 @@
  * the old rows). A ticker redraws it while agents run, for their elapsed times and spinners.
  */
 import type { AgentEvent } from "@fibril/core/AgentEvents"
-import { Clock, Console, Effect } from "effect"
+import * as Clock from "effect/Clock"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
 import * as TreeView from "./TreeView.ts"
 
 /** A terminal to draw on: its size now, and raw writes (escape sequences included). */

@@ -12,7 +12,12 @@ import { type AgentEvent, AgentEvents, isTerminal } from "@fibril/core/AgentEven
 import * as Session from "@fibril/core/Session"
 import { SubAgentManager } from "@fibril/core/SubAgentManager"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
-import { Cause, Clock, Effect, Exit, Fiber, PubSub } from "effect"
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as PubSub from "effect/PubSub"
 import * as Output from "./Output.ts"
 import * as TreeView from "./TreeView.ts"
 

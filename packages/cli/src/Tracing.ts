@@ -6,8 +6,9 @@
  * for seconds, also at exit) nor says nothing.
  */
 import { redactUrl } from "@fibril/core/Secrets"
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
 import { FetchHttpClient, HttpClient, HttpClientResponse } from "effect/http"
+import * as Layer from "effect/Layer"
 import { OtlpSerialization, OtlpTracer } from "effect/observability"
 
 /** The warning for an endpoint that failed, with why. */

@@ -6,7 +6,10 @@
  * user's configuration, not a project, so it does not count. No such directory: the current
  * one.
  */
-import { Effect, FileSystem, Option, Path } from "effect"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Option from "effect/Option"
+import * as Path from "effect/Path"
 import { UsageError } from "./ModelSelection.ts"
 
 const isDirectory = (fs: FileSystem.FileSystem, dir: string) =>

@@ -14,9 +14,11 @@ if (process.argv.length === 3 && process.argv[2] === "--version") {
 }
 
 async function main() {
-  const [{ NodeRuntime }, { Cause, Effect, Exit }, Cli] = await Promise.all([
-    import("@effect/platform-node"),
-    import("effect"),
+  const [NodeRuntime, Cause, Effect, Exit, Cli] = await Promise.all([
+    import("@effect/platform-node/NodeRuntime"),
+    import("effect/Cause"),
+    import("effect/Effect"),
+    import("effect/Exit"),
     import("./Cli.ts")
   ])
 

@@ -26,9 +26,12 @@
  * parent's id, run, step and call index.
  */
 import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, Workspace } from "@fibril/core"
-import { Cause, Effect, Exit, Schema } from "effect"
-import { Prompt } from "effect/ai"
+import * as Prompt from "effect/ai/Prompt"
+import * as Cause from "effect/Cause"
 import { ClusterSchema } from "effect/cluster"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Schema from "effect/Schema"
 import { Activity, DurableClock, Workflow, WorkflowEngine } from "effect/workflow"
 import { createHash } from "node:crypto"
 import { type AgentRow, ClusterStore, finished, StoreFailure } from "./ClusterStore.ts"

@@ -4,7 +4,10 @@
  * agent. Works from any process with the cluster's engine and store; the agents run on the
  * workers.
  */
-import { Duration, Effect, Option, Schema } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import type { WorkflowEngine } from "effect/workflow"
 import { randomBytes } from "node:crypto"
 import {

@@ -9,8 +9,11 @@
  * result: a transcript message is written exactly once per step, an inbox message is taken
  * exactly once, a permit is held exactly when the journal says it was granted.
  */
-import { Context, Effect, Layer, Schema } from "effect"
-import { Prompt } from "effect/ai"
+import * as Prompt from "effect/ai/Prompt"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql"
 
 export const Status = Schema.Literals(["pending", "running", "completed", "failed", "cancelled"])

@@ -4,12 +4,17 @@
  * client (starts, waits for, cancels agents; hosts none). Loaded lazily by the CLI: a
  * command without `--cluster` never imports it.
  */
-import { NodeClusterSocket } from "@effect/platform-node"
-import { PgClient } from "@effect/sql-pg"
+import * as NodeClusterSocket from "@effect/platform-node/NodeClusterSocket"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import { AgentSteps } from "@fibril/core"
 import { redactUrl } from "@fibril/core/Secrets"
-import { Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
 import { ClusterWorkflowEngine, RunnerAddress } from "effect/cluster"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql"
 import { appendFileSync } from "node:fs"
 import * as net from "node:net"

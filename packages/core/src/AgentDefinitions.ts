@@ -11,7 +11,12 @@
  * directories and never fails: a bad file becomes an `AgentFileProblem` naming its path and
  * the problem, and the other files still load. See docs/agents.md.
  */
-import { Effect, FileSystem, Path, Result, Schema, SchemaIssue } from "effect"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Path from "effect/Path"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import * as SchemaIssue from "effect/SchemaIssue"
 import { createRequire } from "node:module"
 import type * as YamlModule from "yaml"
 import { canonical, type RoleName } from "./Roles.ts"

@@ -5,7 +5,12 @@
  * of the agent (ids, depth, role, model, step, tool calls, last tool, usage) so a consumer
  * can render state from events alone, without querying sessions.
  */
-import { Context, Effect, Layer, PubSub, type Scope, Stream } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as PubSub from "effect/PubSub"
+import type * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
 import type { Usage } from "./Usage.ts"
 
 export type EventType =

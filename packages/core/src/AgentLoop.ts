@@ -8,8 +8,8 @@
  * fiber) or durably (`@fibril/cluster` hands it steps that are workflow activities, and a
  * replay after a crash takes the same path through the journaled results).
  */
-import { Effect } from "effect"
-import type { Prompt } from "effect/ai"
+import type * as Prompt from "effect/ai/Prompt"
+import * as Effect from "effect/Effect"
 import {
   type ModelStep,
   type ModelStepError,

@@ -13,8 +13,11 @@
  * A step's result is plain data with a Schema (`ModelStep`, `ToolStep`), so a journal can
  * store it and give it back.
  */
-import { Context, Effect, Layer, Schema } from "effect"
-import { Prompt } from "effect/ai"
+import * as Prompt from "effect/ai/Prompt"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import { callModel, ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
 import { resolveTurn } from "./loop/ResolveTurn.ts"
 import { InvalidArguments, UnknownTool } from "./loop/RunTools.ts"

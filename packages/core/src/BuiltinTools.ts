@@ -13,7 +13,10 @@
  *   Layer.provide([Workspace.layer(process.cwd()), BuiltinTools.Todos.layer, NodeServices.layer])
  * )
  */
-import { Effect, type FileSystem, Layer, type Path } from "effect"
+import * as Effect from "effect/Effect"
+import type * as FileSystem from "effect/FileSystem"
+import * as Layer from "effect/Layer"
+import type * as Path from "effect/Path"
 import type { ChildProcessSpawner } from "effect/process"
 import * as Sandbox from "./Sandbox.ts"
 import { type DuplicateTool, ToolRegistry } from "./ToolRegistry.ts"

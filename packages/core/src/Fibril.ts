@@ -20,8 +20,11 @@
  * )
  * ```
  */
-import { Effect, type FileSystem, Layer, type Path } from "effect"
-import type { LanguageModel } from "effect/ai"
+import type * as LanguageModel from "effect/ai/LanguageModel"
+import * as Effect from "effect/Effect"
+import type * as FileSystem from "effect/FileSystem"
+import * as Layer from "effect/Layer"
+import type * as Path from "effect/Path"
 import type { ChildProcessSpawner } from "effect/process"
 import * as AgentDefinitions from "./AgentDefinitions.ts"
 import * as AgentEvents from "./AgentEvents.ts"

@@ -19,7 +19,15 @@
  *
  * @since 0.1.0
  */
-import { Config, ConfigProvider, Context, Effect, FileSystem, Layer, Option, Record, Schema } from "effect"
+import * as Config from "effect/Config"
+import * as ConfigProvider from "effect/ConfigProvider"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Record from "effect/Record"
+import * as Schema from "effect/Schema"
 import { createRequire } from "node:module"
 import * as os from "node:os"
 import * as path from "node:path"

@@ -18,7 +18,13 @@
  * const memory = Memory.layer().pipe(Layer.provide([Workspace.layer(cwd), NodeServices.layer]))
  * const program = Memory.Memory.use((m) => m.remember("tests run with `npm test`"))
  */
-import { Context, Effect, FileSystem, Layer, Path, Schema, Semaphore } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Layer from "effect/Layer"
+import * as Path from "effect/Path"
+import * as Schema from "effect/Schema"
+import * as Semaphore from "effect/Semaphore"
 import { statSync } from "node:fs"
 import { withSpan } from "./internal/span.ts"
 import { Workspace } from "./Workspace.ts"

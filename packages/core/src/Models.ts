@@ -6,8 +6,11 @@
  * list of accepted ones — at spawn, before anything is created. A single LanguageModel
  * (the common case, and the ScriptedModel) serves every id and validates none.
  */
-import { Context, Effect, Layer, Schema } from "effect"
-import { LanguageModel } from "effect/ai"
+import * as LanguageModel from "effect/ai/LanguageModel"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 
 export class UnknownModel extends Schema.TaggedError<UnknownModel>()("UnknownModel", {
   model: Schema.String,

@@ -23,7 +23,11 @@
  * once its arguments are decoded, both when a call is *executed*, not only when tools are
  * listed: a model that names a hidden tool gets a denial it can read, and nothing runs.
  */
-import { Context, Effect, Layer, Result, Schema } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
 import { Workspace } from "./Workspace.ts"
 
 /** What a tool may do; roles and permission rules allow or deny whole postures. */

@@ -13,7 +13,7 @@
  * person takes the agent over locally (`takeover`: the command, or why it cannot be done).
  * The same shape is what a durable run ledger keeps: one receipt per agent, one entry per run.
  */
-import { Schema } from "effect"
+import * as Schema from "effect/Schema"
 import type { AgentEvent } from "./AgentEvents.ts"
 import * as Names from "./internal/names.ts"
 import {

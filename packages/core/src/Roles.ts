@@ -6,7 +6,8 @@
  * names are forgiving (aliases, any case) because models and other harnesses spell them many
  * ways; an unknown name is a typed error that lists exactly what is accepted.
  */
-import { Effect, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 import { text } from "./internal/resource.ts"
 import type * as Permission from "./Permission.ts"
 import { type Posture, postures } from "./Permission.ts"

@@ -22,20 +22,18 @@
  * says why and how to enable it — never an unconfined one. An agent that may write runs its
  * commands unconfined, as it would without Fibril (`fibril config` says so).
  */
-import {
-  Context,
-  Deferred,
-  Duration,
-  Effect,
-  FileSystem,
-  Layer,
-  Path,
-  type PlatformError,
-  Schema,
-  type Scope,
-  Stream
-} from "effect"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Layer from "effect/Layer"
+import * as Path from "effect/Path"
+import type * as PlatformError from "effect/PlatformError"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
+import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"

@@ -18,7 +18,7 @@
  * Version 2 (`record_version`) introduced the receipt; a version 1 record (whose past runs
  * were a `history` list) is migrated when read (`migrate`).
  */
-import { Schema } from "effect"
+import * as Schema from "effect/Schema"
 import * as Names from "./internal/names.ts"
 import { RulesJson } from "./Permission.ts"
 

@@ -25,7 +25,15 @@
  * their transcripts; pending and running ones never are. A `subagents.v1.json` state file
  * from an earlier version is imported on first open, then renamed `.migrated`.
  */
-import { Clock, Context, Effect, FileSystem, Layer, Option, Path, Result, Schema } from "effect"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Path from "effect/Path"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
 import { hostname } from "node:os"
 import * as Sqlite from "./internal/sqlite.ts"
 import { isTerminal, migrate, retiredKeys, type Status, SubAgentRecord } from "./SubAgentRecord.ts"

@@ -26,8 +26,13 @@
  * }).pipe(Effect.provide(TaskToolkit.layer)) // then Fibril.layer(...) for the SubAgentManager
  * ```
  */
-import { Effect, Fiber, Layer, Schema, type Scope } from "effect"
-import { Tool, Toolkit } from "effect/ai"
+import * as Tool from "effect/ai/Tool"
+import * as Toolkit from "effect/ai/Toolkit"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
 import { withSpan } from "./internal/span.ts"
 import * as Receipt from "./Receipt.ts"
 import { agentResultForModel, type AgentView, SubAgentManager } from "./SubAgentManager.ts"

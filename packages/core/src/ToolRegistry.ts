@@ -8,8 +8,16 @@
  * Views are the model-facing half of permissions; `Permission.decide` is re-checked when a
  * call is executed, so hiding a tool is never the only guard.
  */
-import { Context, Effect, Layer, Option, References, Schema, type SchemaAST, Tracer } from "effect"
-import { Tool as AiTool, type Toolkit } from "effect/ai"
+import * as AiTool from "effect/ai/Tool"
+import type * as Toolkit from "effect/ai/Toolkit"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as References from "effect/References"
+import * as Schema from "effect/Schema"
+import type * as SchemaAST from "effect/SchemaAST"
+import * as Tracer from "effect/Tracer"
 import * as Permission from "./Permission.ts"
 
 import { type Posture } from "./Permission.ts"

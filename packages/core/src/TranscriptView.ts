@@ -6,8 +6,8 @@
  * messages, each message rendered to text (tool calls as `→ name {args}`, results as
  * `← name {result}`) and cut when long, with the offset of the next page.
  */
-import { Schema } from "effect"
-import type { Prompt } from "effect/ai"
+import type * as Prompt from "effect/ai/Prompt"
+import * as Schema from "effect/Schema"
 
 export const defaultLimit = 20
 export const maxLimit = 100

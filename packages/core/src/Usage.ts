@@ -2,7 +2,8 @@
  * Token usage: input, output and cached input tokens. Accumulators are plain mutable
  * records because they are bumped on every model step of every agent.
  */
-import type { Prompt, Response } from "effect/ai"
+import type * as Prompt from "effect/ai/Prompt"
+import type * as Response from "effect/ai/Response"
 
 export interface Usage {
   readonly input: number

@@ -6,7 +6,12 @@
  * the root's real path. A path that does not exist yet is checked through its nearest
  * existing ancestor, so `write_file` into a symlinked directory cannot escape either.
  */
-import { Context, Effect, FileSystem, Layer, Path, Schema } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Layer from "effect/Layer"
+import * as Path from "effect/Path"
+import * as Schema from "effect/Schema"
 
 export class OutsideWorkspace extends Schema.TaggedError<OutsideWorkspace>()("OutsideWorkspace", {
   path: Schema.String,

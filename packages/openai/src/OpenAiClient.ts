@@ -11,8 +11,14 @@
  * Ollama, OpenRouter — set `baseURL`.
  */
 import { redactUrl } from "@fibril/core/Secrets"
-import { Config, Context, Effect, Layer, Option, Redacted, Stream } from "effect"
-import type { AiError } from "effect/ai"
+import type * as AiError from "effect/ai/AiError"
+import * as Config from "effect/Config"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Stream from "effect/Stream"
 import OpenAI from "openai"
 import type {
   ChatCompletion,

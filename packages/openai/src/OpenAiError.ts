@@ -22,8 +22,10 @@
  * credentials: …") and reach logs, records and spans.
  */
 import { redactText, redactUrl } from "@fibril/core/Secrets"
-import { Clock, Duration, Effect } from "effect"
-import { AiError } from "effect/ai"
+import * as AiError from "effect/ai/AiError"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
 import * as OpenAI from "openai"
 
 /** The request that failed, for `NetworkError` and error descriptions. */

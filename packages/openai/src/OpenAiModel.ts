@@ -16,9 +16,15 @@
  *   `reasoning_content` on the assistant message it came with: DeepSeek's thinking mode
  *   rejects a history whose tool-call turns lost their reasoning.
  */
-import { Effect, Layer, Stream } from "effect"
-import { AiError, LanguageModel, Prompt, Telemetry, Tool } from "effect/ai"
-import type { Response } from "effect/ai"
+import * as AiError from "effect/ai/AiError"
+import * as LanguageModel from "effect/ai/LanguageModel"
+import * as Prompt from "effect/ai/Prompt"
+import type * as Response from "effect/ai/Response"
+import * as Telemetry from "effect/ai/Telemetry"
+import * as Tool from "effect/ai/Tool"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
 import type {
   ChatCompletion,
   ChatCompletionAssistantMessageParam,

@@ -8,8 +8,10 @@
  * `LanguageModel` is built per id and reused.
  */
 import * as Models from "@fibril/core/Models"
-import { Effect, Layer, Semaphore } from "effect"
-import type { LanguageModel } from "effect/ai"
+import type * as LanguageModel from "effect/ai/LanguageModel"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Semaphore from "effect/Semaphore"
 import { OpenAiClient } from "./OpenAiClient.ts"
 import * as OpenAiModel from "./OpenAiModel.ts"
 

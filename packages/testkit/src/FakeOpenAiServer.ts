@@ -17,8 +17,17 @@
  *
  * Answers pass through the real clock (script `delay_ms`, `slowChunksMs`): use `it.live`.
  */
-import { Cause, Clock, Deferred, Duration, Effect, Exit, FiberSet, Schema, type Scope } from "effect"
-import { AiError, Prompt } from "effect/ai"
+import * as AiError from "effect/ai/AiError"
+import * as Prompt from "effect/ai/Prompt"
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as FiberSet from "effect/FiberSet"
+import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
 import * as Http from "node:http"
 import * as ScriptedModel from "./ScriptedModel.ts"
 

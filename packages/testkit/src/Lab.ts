@@ -12,7 +12,8 @@
  * The same `seed` (with the same bounds and invariants) finds the same failure and shrinks it
  * to the same case; the failure's trace replays byte for byte (`Lab.replay`).
  */
-import { Arbitrary, Effect } from "effect"
+import * as Arbitrary from "effect/Arbitrary"
+import * as Effect from "effect/Effect"
 import * as Invariants from "./Invariants.ts"
 import * as LabGenerators from "./LabGenerators.ts"
 import * as Simulation from "./Simulation.ts"

@@ -14,7 +14,7 @@
  */
 import { AgentTools, SubAgentManager, ToolRegistry } from "@fibril/core"
 import type { AgentEvent } from "@fibril/core/AgentEvents"
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import type { Tamper } from "./Simulation.ts"
 
 const isEnd = (event: AgentEvent) =>

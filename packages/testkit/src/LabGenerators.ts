@@ -9,7 +9,8 @@
  * to `"none"`, delays to 0 and the schedule to fewer, earlier operations. The smallest failing
  * experiment is therefore a small tree with few faults and few operations.
  */
-import { Arbitrary, Schema } from "effect"
+import * as Arbitrary from "effect/Arbitrary"
+import * as Schema from "effect/Schema"
 
 const int = (minimum: number, maximum: number) => Schema.Int.pipe(Schema.check(Schema.isBetween({ minimum, maximum })))
 

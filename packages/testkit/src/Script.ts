@@ -6,7 +6,9 @@
  * and checks that every turn can actually answer. Keys are snake_case because scripts are
  * written by hand in JSON; code-defined scripts use the same shapes so there is one dialect.
  */
-import { Effect, Schema, SchemaGetter } from "effect"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
+import * as SchemaGetter from "effect/SchemaGetter"
 
 const NonNegativeInt = Schema.Int.pipe(Schema.check(Schema.isGreaterThanOrEqualTo(0)))
 const PositiveInt = Schema.Int.pipe(Schema.check(Schema.isGreaterThanOrEqualTo(1)))

@@ -14,9 +14,16 @@
  *
  * The JSON format is documented in `docs/script-format.md`.
  */
-import { Duration, Effect, FileSystem, Layer, Schema, Stream } from "effect"
-import { AiError, LanguageModel } from "effect/ai"
-import type { Prompt, Response } from "effect/ai"
+import * as AiError from "effect/ai/AiError"
+import * as LanguageModel from "effect/ai/LanguageModel"
+import type * as Prompt from "effect/ai/Prompt"
+import type * as Response from "effect/ai/Response"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
 import { Script } from "./Script.ts"
 import type { Match, ToolCall, Turn, TurnError } from "./Script.ts"
 

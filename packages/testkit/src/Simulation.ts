@@ -24,23 +24,21 @@
 import { Fibril, SubAgentManager as Manager, SubAgentRecord, SubAgentStore, ToolRegistry } from "@fibril/core"
 import { type AgentEvent, AgentEvents, make as makeEvents } from "@fibril/core/AgentEvents"
 import { type Options as SessionOptions, Session } from "@fibril/core/Session"
-import {
-  Clock,
-  Context,
-  Deferred,
-  Effect,
-  Exit,
-  Fiber,
-  FileSystem,
-  Layer,
-  Option,
-  type Path,
-  PubSub,
-  Random,
-  Schema,
-  Scope
-} from "effect"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as FileSystem from "effect/FileSystem"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import type * as Path from "effect/Path"
 import type { ChildProcessSpawner } from "effect/process"
+import * as PubSub from "effect/PubSub"
+import * as Random from "effect/Random"
+import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
 import { TestClock } from "effect/testing"
 import * as NodeFs from "node:fs"
 import * as NodeOs from "node:os"

@@ -5,7 +5,10 @@
  * timer, cleared if the sleeping fiber is interrupted; on any other clock (TestClock) it is
  * `Effect.sleep`, so the clock under test drives it.
  */
-import { Clock, Context, Duration, Effect } from "effect"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
 
 /** Effect's own clock (the default of the `Clock` reference). */
 export const liveClock: Clock.Clock = Context.get(Context.empty(), Clock.Clock)

@@ -17,10 +17,13 @@
  * reference lookup), so a tracer provided anywhere above — a layer, `Effect.withTracer`, a
  * `ManagedRuntime` — gets every span with its parents, exactly as before.
  */
-import { Effect, References, Tracer } from "effect"
+import type * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as References from "effect/References"
+import * as Tracer from "effect/Tracer"
 
 /** Does this fiber export spans anywhere (a tracer other than the default native one, tracing enabled)? */
-export const tracing = (fiber: { readonly getRef: <A>(ref: import("effect").Context.Reference<A>) => A }): boolean =>
+export const tracing = (fiber: { readonly getRef: <A>(ref: Context.Reference<A>) => A }): boolean =>
   fiber.getRef(Tracer.Tracer) !== Tracer.nativeTracer && fiber.getRef(References.TracerEnabled)
 
 export const withSpan = (name: string) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>

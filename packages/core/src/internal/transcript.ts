@@ -6,8 +6,9 @@
  * message with a file part (binary data) goes through the Schema encoder. This runs for every
  * message of every agent on a durable store, and the compact form is about half the bytes.
  */
-import { Effect, Schema } from "effect"
-import { Prompt } from "effect/ai"
+import * as Prompt from "effect/ai/Prompt"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 
 const TranscriptMessages = Schema.Array(Prompt.Message)
 const encodeWithSchema = Schema.encodeUnknownEffect(TranscriptMessages)

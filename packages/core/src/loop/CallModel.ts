@@ -7,8 +7,17 @@
  * honouring a provider's Retry-After. Everything waits on the Effect Clock, so TestClock
  * drives it in tests.
  */
-import { Clock, Duration, Effect, Fiber, Random, Schema } from "effect"
-import type { AiError, LanguageModel, Prompt, Tool, Toolkit } from "effect/ai"
+import type * as AiError from "effect/ai/AiError"
+import type * as LanguageModel from "effect/ai/LanguageModel"
+import type * as Prompt from "effect/ai/Prompt"
+import type * as Tool from "effect/ai/Tool"
+import type * as AiToolkit from "effect/ai/Toolkit"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Random from "effect/Random"
+import * as Schema from "effect/Schema"
 import { liveClock } from "../internal/sleep.ts"
 
 export interface RetryPolicy {
@@ -53,7 +62,7 @@ const describeAiError = (error: AiError.AiError): AttemptFailure => {
 export const backoffMs = (policy: RetryPolicy, attempt: number, jitter: number): number =>
   Math.min(policy.retryMaxMs, policy.retryBaseMs * 2 ** (attempt - 1)) * (0.5 + jitter / 2)
 
-export type Toolkit = Toolkit.WithHandler<Record<string, Tool.Any>>
+export type Toolkit = AiToolkit.WithHandler<Record<string, Tool.Any>>
 export type Response = LanguageModel.GenerateTextResponse<Record<string, Tool.Any>, "deferred">
 
 const maxTimerMs = 2 ** 31 - 1

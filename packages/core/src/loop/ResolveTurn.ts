@@ -5,7 +5,7 @@
  * calls to run (arguments still undecoded: the run-tools step validates them so a malformed
  * call becomes a result the model can correct) and the turn's usage.
  */
-import { Prompt } from "effect/ai"
+import * as Prompt from "effect/ai/Prompt"
 import * as Usage from "../Usage.ts"
 import type { Response } from "./CallModel.ts"
 

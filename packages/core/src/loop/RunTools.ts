@@ -8,8 +8,11 @@
  * failure — a denial, bad arguments, a handler error — is a tool result the model reads;
  * nothing here fails the loop. Interrupting the session interrupts every running call.
  */
-import { Clock, Effect, Option, Schema } from "effect"
-import { Prompt } from "effect/ai"
+import * as Prompt from "effect/ai/Prompt"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import type { AgentEvent, AgentEvents } from "../AgentEvents.ts"
 import type { Permission } from "../Permission.ts"
 import type { RegisteredTool, ToolErrorLike, ToolRegistry } from "../ToolRegistry.ts"

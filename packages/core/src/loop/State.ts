@@ -2,8 +2,10 @@
  * The mutable state of one session, owned by the Session service and handed to the loop
  * steps. Plain fields, because the loop touches them on every step of every agent.
  */
-import type { Fiber, Scope } from "effect"
-import type { LanguageModel, Prompt } from "effect/ai"
+import type * as LanguageModel from "effect/ai/LanguageModel"
+import type * as Prompt from "effect/ai/Prompt"
+import type * as Fiber from "effect/Fiber"
+import type * as Scope from "effect/Scope"
 import type { AgentSnapshot } from "../AgentEvents.ts"
 import type * as Permission from "../Permission.ts"
 import type { ToolView } from "../ToolRegistry.ts"

@@ -9,7 +9,9 @@
  * `message`/`input`, `type`/`agent_type`/`subagent_type`, `fork_context`/`inherit_context`),
  * because models trained on other harnesses use them.
  */
-import { Effect, Layer, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
 import * as Receipt from "../Receipt.ts"
 import * as Roles from "../Roles.ts"

@@ -3,7 +3,9 @@
  * `ToolFailure`s, and looking at a resolved path before a tool touches it. Kept here so
  * every tool words "not found" / "is a directory" the same way.
  */
-import { Effect, FileSystem, type PlatformError } from "effect"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import type * as PlatformError from "effect/PlatformError"
 import { ToolFailure } from "../ToolRegistry.ts"
 
 /** A short reason for a file-system error: the common cases in words, the rest verbatim. */

@@ -5,7 +5,9 @@
  * the model asked or fail with a reason it can act on: not found, or ambiguous (several
  * matches without `replace_all`), so an edit never lands on the wrong occurrence.
  */
-import { Effect, FileSystem, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 import { Workspace } from "../Workspace.ts"

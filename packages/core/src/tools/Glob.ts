@@ -6,7 +6,8 @@
  * workspace-relative and sorted; the list is capped with a note so a too-broad pattern
  * tells the model to narrow it.
  */
-import { Effect, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 import { Workspace } from "../Workspace.ts"

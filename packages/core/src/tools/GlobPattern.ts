@@ -15,7 +15,7 @@
  * reason, as are `..` segments and patterns over {@link maxPatternChars}. A property test
  * checks the agreement.
  */
-import { Result } from "effect"
+import * as Result from "effect/Result"
 import { RE2JS } from "re2js"
 
 /** Longer glob patterns are refused. */

@@ -14,7 +14,9 @@
  * `relpath:line: text`, capped by match count and by characters, with a note when cut,
  * so the model knows to narrow the search rather than trust a partial list.
  */
-import { Effect, FileSystem, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Schema from "effect/Schema"
 import { RE2JS, RE2JSSyntaxException } from "re2js"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"

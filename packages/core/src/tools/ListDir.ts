@@ -5,7 +5,10 @@
  * repositories. A symlink is shown by what it points to (a linked directory gets `/`);
  * one that leads out of the workspace is labelled so, and its target is never touched.
  */
-import { Effect, FileSystem, Path, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Path from "effect/Path"
+import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 import { Workspace } from "../Workspace.ts"

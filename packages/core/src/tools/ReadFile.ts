@@ -4,7 +4,9 @@
  * The window (offset/limit) and the per-line cap keep one call from flooding the model's
  * context; the output also stops at `maxOutputChars`, and every cut says how to read on.
  */
-import { Effect, FileSystem, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 import { Workspace } from "../Workspace.ts"

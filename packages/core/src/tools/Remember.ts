@@ -8,7 +8,9 @@
  * posture too, and the memory file must be inside the agent's write scope. Read-only roles
  * can therefore never remember.
  */
-import { Effect, Layer, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
 import { defaultPath, maxNoteChars, Memory, normalize } from "../Memory.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"

@@ -16,7 +16,14 @@
  * cannot happen at all fails the call. Output is kept bounded while it streams (head and
  * tail), so a command that prints gigabytes cannot exhaust memory.
  */
-import { Duration, Effect, type Exit, Fiber, Option, Schema, Scope, Stream } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
 import { text } from "../internal/resource.ts"
 import * as Sandbox from "../Sandbox.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"

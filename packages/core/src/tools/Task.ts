@@ -8,7 +8,9 @@
  * A child that fails (step budget, model errors) is a `failed` result the parent's model can
  * act on, not a failure of the parent; a cap or an unknown role is a tool error.
  */
-import { Effect, Layer, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
 import { withSpan } from "../internal/span.ts"
 import * as Roles from "../Roles.ts"

@@ -7,8 +7,11 @@
  * replaces the whole list: the model always sends the full current state, which keeps
  * the tool idempotent and the stored list exactly what the model last saw.
  */
-import { Context, Effect, Layer, Schema } from "effect"
-import { Tool as AiTool } from "effect/ai"
+import * as AiTool from "effect/ai/Tool"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 

@@ -8,7 +8,10 @@
  * sockets and devices are skipped: reading one could block forever. Unreadable
  * directories are skipped silently; the caller already checked the starting point.
  */
-import { Effect, FileSystem, Path, Result } from "effect"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Path from "effect/Path"
+import * as Result from "effect/Result"
 import { posix } from "node:path"
 import { ToolFailure } from "../ToolRegistry.ts"
 import { Workspace } from "../Workspace.ts"

@@ -5,7 +5,10 @@
  * checks the nearest existing ancestor's real path, so writing through a symlinked
  * directory that points outside the workspace is refused before anything is created.
  */
-import { Effect, FileSystem, Path, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Path from "effect/Path"
+import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 import { Workspace } from "../Workspace.ts"
