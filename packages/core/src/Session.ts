@@ -228,7 +228,7 @@ export class Session extends Context.Service<Session, {
   readonly createChild: (
     parentId: string | undefined,
     options: ChildOptions
-  ) => Effect.Effect<SessionInfo, SessionNotFound | UnknownModel>
+  ) => Effect.Effect<SessionInfo, SessionNotFound | UnknownModel | Roles.InvalidRoleRequest>
   readonly restore: (options: RestoreOptions) => Effect.Effect<SessionInfo, UnknownModel>
   /** Appends `message` as a user message and runs the loop to a final answer. */
   readonly prompt: (sessionId: string, message: string) => Effect.Effect<PromptResult, PromptError>
@@ -444,8 +444,28 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     ...budgets
   })
 
+  /**
+   * `allowed_tools` may name only tools that exist: a misspelt name would otherwise leave the
+   * agent silently without that tool. (A tool that exists but the caller may not use is not an
+   * error: permissions only narrow, and the ceiling simply does not give it.)
+   */
+  const checkAllowedTools = (role: string, allowedTools: ReadonlyArray<string> | undefined) => {
+    const unknown = allowedTools?.filter((name) => Option.isNone(registry.get(name))) ?? []
+    if (unknown.length === 0) return Effect.void
+    return Effect.flatMap(registry.list, (tools) =>
+      Effect.fail(
+        new Roles.InvalidRoleRequest({
+          role,
+          reason: `allowed_tools names ${unknown.length === 1 ? "a tool that does" : "tools that do"} not exist: ${
+            unknown.map((name) => JSON.stringify(name)).join(", ")
+          }; the tools are: ${tools.map((tool) => tool.name).join(", ")}`
+        })
+      ))
+  }
+
   const create = Effect.fnUntraced(function*(options: CreateOptions = {}) {
     const role = yield* Roles.forRequest(options.role ?? "general", options.allowedTools)
+    yield* checkAllowedTools(role.name, options.allowedTools)
     const model = options.model ?? models.defaultModel
     const languageModel = yield* models.resolve(model)
     const rules = childRules(permission.root, 0, role, options)
@@ -488,6 +508,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   // createChild and prompt run once per sub-agent: spans without `Effect.fn`'s per-call
   // stack capture, which measured ~3 µs a call on the spawn path.
   const createChild = Effect.fnUntraced(function*(parentId: string | undefined, options: ChildOptions) {
+    yield* checkAllowedTools(options.role.name, options.allowedTools)
     const parent = parentId === undefined ? undefined : yield* lookup(parentId)
     const depth = parent === undefined ? 1 : parent.depth + 1
     const role = options.role

@@ -598,6 +598,65 @@ describe("SubAgentManager", () => {
       assert.strictEqual(records[0]!.status, "completed")
     }).pipe(provideNode))
 
+  it.effect("allowed_tools naming a tool that does not exist is refused with the names, creates nothing, frees the permit", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup(
+        {
+          rules: [
+            { match: { depth: 1 }, turns: [{ text: report("read it") }] },
+            {
+              match: { depth: 0 },
+              turns: [
+                {
+                  tool_calls: [{
+                    name: "task",
+                    args: {
+                      description: "typo",
+                      prompt: "read the config",
+                      subagent_type: "custom",
+                      allowed_tools: ["read_fle", "grep"]
+                    }
+                  }]
+                },
+                // The model corrects the name; the cap of 1 must have its permit back.
+                {
+                  tool_calls: [{
+                    name: "task",
+                    args: {
+                      description: "fixed",
+                      prompt: "read the config",
+                      subagent_type: "custom",
+                      allowed_tools: ["read_file", "grep"]
+                    }
+                  }]
+                },
+                { text: "done" }
+              ]
+            }
+          ]
+        },
+        {},
+        { subagents: { maxConcurrent: 1 } }
+      )
+      const session = get(Session)
+      const root = yield* session.create()
+      assert.strictEqual((yield* session.prompt(root.id, "go")).text, "done")
+      const [refused, accepted] = toolResults(yield* session.transcript(root.id))
+      assert.isTrue(refused!.isFailure)
+      const failure = refused!.result as { error: string; message: string }
+      assert.strictEqual(failure.error, "InvalidRoleRequest")
+      assert.include(failure.message, "allowed_tools names a tool that does not exist: \"read_fle\"")
+      assert.include(failure.message, "the tools are: ")
+      assert.include(failure.message, "read_file")
+      assert.isFalse(accepted!.isFailure)
+      const records = yield* get(SubAgentManager).list({ includeArchived: true })
+      assert.strictEqual(records.length, 1)
+      assert.strictEqual(records[0]!.status, "completed")
+      // A root agent is held to the same rule.
+      const root2 = yield* Effect.flip(session.create({ allowedTools: ["lookup"] }))
+      assert.strictEqual(root2._tag, "InvalidRoleRequest")
+    }).pipe(provideNode))
+
   it.effect("each agent has exactly one terminal event", () =>
     Effect.gen(function*() {
       const { script, answer } = yield* controlled
