@@ -32,16 +32,21 @@ export const make = Effect.fn("OpenAiModels.make")(function*(options: Options) {
   // that cannot list must still be usable: then any id is accepted and a wrong one shows up
   // as the server's own error on the first call. A failed listing is tried again on the
   // next resolve; a successful one is kept. The lock keeps concurrent spawns to one request.
+  // The warning is said once per catalog: a run resolves its model more than once (the
+  // root's record, then its session), and the same failure need not be read twice.
+  let warned = false
   const available = lock.withPermits(1)(
     Effect.suspend(() =>
       listed !== undefined ? Effect.succeed(listed) : client.listModels.pipe(
         Effect.tap((ids) => Effect.sync(() => void (listed = ids))),
-        Effect.catch((error) =>
-          Effect.logWarning(`cannot list the models of ${client.baseURL}; accepting any model id`).pipe(
+        Effect.catch((error) => {
+          if (warned) return Effect.succeed(undefined)
+          warned = true
+          return Effect.logWarning(`cannot list the models of ${client.baseURL}; accepting any model id`).pipe(
             Effect.annotateLogs({ reason: error.reason._tag, message: error.message }),
             Effect.as(undefined)
           )
-        )
+        })
       )
     )
   )

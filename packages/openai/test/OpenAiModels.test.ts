@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import * as Models from "@fibril/core/Models"
 import { FakeOpenAiServer } from "@fibril/testkit"
-import { Effect, Layer, Redacted } from "effect"
+import { Effect, Layer, Logger, Redacted } from "effect"
 import * as OpenAiClient from "../src/OpenAiClient.ts"
 import * as OpenAiModels from "../src/OpenAiModels.ts"
 import { chatBodies, generate } from "./support.ts"
@@ -54,11 +54,23 @@ describe("OpenAiModels: the catalog behind GET /v1/models", () => {
   it.live("when the server cannot list its models, any id is accepted (and listing is tried again later)", () =>
     Effect.gen(function*() {
       const server = yield* FakeOpenAiServer.start({ script, models: { status: 404 } })
-      const models = yield* catalog(server, "whatever-model")
-      const model = yield* models.resolve("whatever-model")
-      assert.isUndefined(models.available)
-      assert.strictEqual((yield* generate(model, "hi")).text, "hi")
-      yield* models.resolve("another-model")
-      assert.strictEqual(modelListings(server), 2)
+      const warnings: Array<unknown> = []
+      const collect = Logger.layer([
+        Logger.make((options) => {
+          if (options.logLevel === "Warn") warnings.push(options.message)
+        })
+      ])
+      yield* Effect.gen(function*() {
+        const models = yield* catalog(server, "whatever-model")
+        const model = yield* models.resolve("whatever-model")
+        assert.isUndefined(models.available)
+        assert.strictEqual((yield* generate(model, "hi")).text, "hi")
+        yield* models.resolve("another-model")
+        yield* models.resolve("whatever-model")
+      }).pipe(Effect.provide(collect))
+      assert.strictEqual(modelListings(server), 3)
+      // Said once, not at every resolve that tried again.
+      assert.strictEqual(warnings.length, 1)
+      assert.include(String(warnings[0]), "cannot list the models of")
     }))
 })
