@@ -1,24 +1,23 @@
 /**
- * AgentLoop — the agent loop over `AgentSteps`, written once.
+ * AgentLoop — the agent loop over steps, written once.
  *
- * Each turn: one model step (which first takes the agent's queued input), then each of its
- * tool calls as a step of its own, concurrently; repeat until the model answers without
- * tool calls. Between steps it only does arithmetic on the steps' results: no clock reads,
- * no random ids, no I/O. So the same loop runs directly (the steps run in the caller's
- * fiber) or durably (`@fibril/cluster` hands it steps that are workflow activities, and a
- * replay after a crash takes the same path through the journaled results).
+ * Each turn: one model step (which first takes the agent's queued input), then the turn's tool
+ * calls — each a step of its own, concurrently, or all of them as one step — and again, until
+ * the model answers without tool calls and nothing asks for another turn. Between steps it
+ * only does arithmetic on the steps' results: no clock reads, no random ids, no I/O. What
+ * touches the world is in the steps and the hooks the caller gives.
+ *
+ * Both runtimes drive this loop. The embedded `Session` gives steps that run in the agent's
+ * fiber (a model call that a delivery may cut short, its tool runner with events and
+ * permissions) and hooks for what it keeps around the loop (events, the tree's usage and
+ * budgets, the durable transcript, background children). `@fibril/cluster` gives steps that
+ * are workflow activities (`model/<step>`, `tool/<step>/<index>`), so a replay after a crash
+ * takes the same path through the journaled results.
  */
 import type * as Prompt from "effect/ai/Prompt"
 import * as Effect from "effect/Effect"
-import {
-  type ModelStep,
-  type ModelStepError,
-  type StepToolCall,
-  toolMessage,
-  type ToolStep,
-  userMessage
-} from "./AgentSteps.ts"
-import { BudgetExceeded } from "./Session.ts"
+import { type ModelStep, type StepToolCall, toolMessage, type ToolStep, userMessage } from "./AgentSteps.ts"
+import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
 import * as Usage from "./Usage.ts"
 
 export interface LoopInput {
@@ -26,14 +25,56 @@ export interface LoopInput {
   /** The conversation so far, ending with the task (or input) this run answers. */
   readonly messages: ReadonlyArray<Prompt.Message>
   readonly maxSteps: number
+  /** The run's own token budget (the caller's `afterModel` hook may check others). */
   readonly maxTokens?: number | undefined
+  /**
+   * The array the run appends to, in place (the session's history, which others read while
+   * the run goes on); by default a copy of `messages`.
+   */
+  readonly history?: Array<Prompt.Message> | undefined
 }
 
-export interface LoopSteps<E, R> {
-  /** Model step `step` over the conversation so far. */
-  readonly model: (step: number, messages: ReadonlyArray<Prompt.Message>) => Effect.Effect<ModelStep, E, R>
-  /** One tool call of model step `step`; `index` is its position in the turn. */
-  readonly tool: (step: number, call: StepToolCall, index: number) => Effect.Effect<ToolStep, E, R>
+/**
+ * The steps: a model step, and the tool calls either one at a time (`tool`: each a step of its
+ * own, run concurrently) or a turn's calls together (`tools`: one step giving their tool message).
+ */
+export type LoopSteps<E, R> =
+  & {
+    /**
+     * Model step `step` over the conversation so far. `undefined`: the step was cut short on
+     * purpose (new input interrupted it); it is not counted, and the next one is taken.
+     */
+    readonly model: (
+      step: number,
+      messages: ReadonlyArray<Prompt.Message>
+    ) => Effect.Effect<ModelStep | undefined, E, R>
+  }
+  & (
+    | {
+      /** One tool call of model step `step`; `index` is its position in the turn. */
+      readonly tool: (step: number, call: StepToolCall, index: number) => Effect.Effect<ToolStep, E, R>
+      readonly tools?: undefined
+    }
+    | {
+      readonly tool?: undefined
+      /** All the tool calls of model step `step`, giving their tool message. */
+      readonly tools: (step: number, calls: ReadonlyArray<StepToolCall>) => Effect.Effect<Prompt.Message, E, R>
+    }
+  )
+
+export interface LoopHooks<E, R> {
+  /** Each delivered input and each model turn, as it is appended (tool results are the tool steps' to hand over). */
+  readonly onMessage?: ((message: Prompt.Message) => Effect.Effect<void, E, R>) | undefined
+  /**
+   * After a model turn is appended, with the run's usage so far: the caller's events, its
+   * tree's usage and budgets. It runs before the loop's own `maxTokens` check.
+   */
+  readonly afterModel?: ((turn: ModelStep, usage: Usage.Usage) => Effect.Effect<void, E, R>) | undefined
+  /**
+   * The model answered without tool calls: `undefined` ends the run; messages (none, to step
+   * again on input already queued) are appended and the loop takes another turn.
+   */
+  readonly beforeFinish?: (() => Effect.Effect<ReadonlyArray<Prompt.Message> | undefined, E, R>) | undefined
 }
 
 export interface LoopResult {
@@ -47,30 +88,52 @@ export interface LoopResult {
 
 export const run = <E, R>(
   input: LoopInput,
-  steps: LoopSteps<E, R>
-): Effect.Effect<LoopResult, E | BudgetExceeded | ModelStepError, R> =>
+  steps: LoopSteps<E, R>,
+  hooks: LoopHooks<E, R> = {}
+): Effect.Effect<LoopResult, E | BudgetExceeded, R> =>
   Effect.gen(function*() {
-    const messages: Array<Prompt.Message> = [...input.messages]
+    const messages: Array<Prompt.Message> = input.history ?? [...input.messages]
+    const { onMessage, afterModel, beforeFinish } = hooks
+    // Effect.void when there is nothing to run (no hook): the loop then does not yield it.
+    const append = (message: Prompt.Message) => {
+      messages.push(message)
+      return onMessage === undefined ? Effect.void : onMessage(message)
+    }
     const usage = Usage.zero()
     let toolCalls = 0
-    for (let step = 0;; step++) {
+    for (let step = 0;;) {
       if (step >= input.maxSteps) {
         return yield* new BudgetExceeded({ sessionId: input.agentId, budget: "max_steps", limit: input.maxSteps })
       }
       const turn = yield* steps.model(step, messages)
-      for (const text of turn.delivered) messages.push(userMessage(text))
-      messages.push(turn.assistant)
+      if (turn === undefined) continue
+      for (const text of turn.delivered) yield* append(userMessage(text))
+      const appended = append(turn.assistant)
+      if (appended !== Effect.void) yield* appended
       Usage.add(usage, turn.usage)
+      if (afterModel !== undefined) yield* afterModel(turn, usage)
       if (input.maxTokens !== undefined && Usage.total(usage) > input.maxTokens) {
         return yield* new BudgetExceeded({ sessionId: input.agentId, budget: "max_tokens", limit: input.maxTokens })
       }
-      if (turn.toolCalls.length === 0) {
-        return { text: turn.text, steps: step + 1, toolCalls, usage: Usage.snapshot(usage), messages }
+      const current = step++
+      if (turn.toolCalls.length > 0) {
+        toolCalls += turn.toolCalls.length
+        const { tool, tools } = steps
+        messages.push(
+          tools !== undefined
+            ? yield* tools(current, turn.toolCalls)
+            : toolMessage(
+              yield* Effect.forEach(turn.toolCalls, (call, index) => tool(current, call, index), {
+                concurrency: "unbounded"
+              })
+            )
+        )
+        continue
       }
-      toolCalls += turn.toolCalls.length
-      const results = yield* Effect.forEach(turn.toolCalls, (call, index) => steps.tool(step, call, index), {
-        concurrency: "unbounded"
-      })
-      messages.push(toolMessage(results))
+      const more = beforeFinish === undefined ? undefined : yield* beforeFinish()
+      if (more === undefined) {
+        return { text: turn.text, steps: step, toolCalls, usage: Usage.snapshot(usage), messages }
+      }
+      for (const message of more) yield* append(message)
     }
   })

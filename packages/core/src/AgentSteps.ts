@@ -5,10 +5,12 @@
  *
  * Everything that touches the world — the clock, randomness, the network, the file system —
  * happens inside a step; the loop between steps (`AgentLoop`) is a deterministic function of
- * the steps' results. The embedded runtime runs the steps directly (`layer`); cluster mode
- * (`@fibril/cluster`) runs each one as a durable activity (`model/<step>`,
- * `tool/<step>/<callId>`) whose result is journaled, so a workflow replayed after a crash
- * reaches the same state without running a journaled step again.
+ * the steps' results. `layer` runs the steps directly; cluster mode (`@fibril/cluster`) runs
+ * each one as a durable activity (`model/<step>`, `tool/<step>/<callId>`) whose result is
+ * journaled, so a workflow replayed after a crash reaches the same state without running a
+ * journaled step again. The embedded `Session` drives the same `AgentLoop` with steps of its
+ * own that give the same `ModelStep` (a model call a delivery may cut short, its tool runner
+ * with events and the durable transcript's hand-over).
  *
  * A step's result is plain data with a Schema (`ModelStep`, `ToolStep`), so a journal can
  * store it and give it back.

@@ -2,11 +2,12 @@
  * Session — a conversation with a model, and the agent loop that drives it.
  *
  * A session holds a system prompt, messages, a role, a model, permission rules, a parent
- * and a depth, budgets and usage. `prompt` runs the loop to a final answer as small steps
- * (loop/): deliver queued input, call the model (per-attempt timeout, retries), resolve the
- * turn, run its tool calls concurrently, append the results, repeat. Before answering, the
- * loop asks its hooks whether to go on (the SubAgentManager waits there for background
- * children and hands their results back as a new message).
+ * and a depth, budgets and usage. `prompt` runs `AgentLoop` — the loop cluster mode runs
+ * durably too — to a final answer, over this session's steps (loop/): deliver queued input,
+ * call the model (per-attempt timeout, retries), resolve the turn, run its tool calls
+ * concurrently, append the results, repeat. Before answering, the loop asks its hooks whether
+ * to go on (the SubAgentManager waits there for background children and hands their results
+ * back as a new message).
  *
  * The loop runs in the caller's fiber inside a scope of its own: interrupting the caller
  * interrupts the model call, every running tool, and every child forked into that scope.
@@ -25,9 +26,12 @@ import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
+import * as AgentLoop from "./AgentLoop.ts"
+import type { ModelStep } from "./AgentSteps.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Ids from "./Ids.ts"
 import { withSpan } from "./internal/span.ts"
+import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
 import { callModel, type ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
 import { resolveTurn } from "./loop/ResolveTurn.ts"
 import { runTools, type RunToolsDeps } from "./loop/RunTools.ts"
@@ -41,6 +45,7 @@ import { ToolRegistry } from "./ToolRegistry.ts"
 import * as Usage from "./Usage.ts"
 import { Workspace } from "./Workspace.ts"
 
+export { BudgetExceeded }
 export { ModelCallFailed } from "./loop/CallModel.ts"
 export type { Budgets } from "./loop/State.ts"
 
@@ -109,16 +114,6 @@ export class SessionNotFound extends Schema.TaggedError<SessionNotFound>()("Sess
 export class SessionBusy extends Schema.TaggedError<SessionBusy>()("SessionBusy", { sessionId: Schema.String }) {
   override get message() {
     return `session "${this.sessionId}" is already running a prompt; wait for it to finish`
-  }
-}
-
-export class BudgetExceeded extends Schema.TaggedError<BudgetExceeded>()("BudgetExceeded", {
-  sessionId: Schema.String,
-  budget: Schema.Literals(["max_steps", "max_tokens", "max_wall_secs", "tree_max_tokens"]),
-  limit: Schema.Finite
-}) {
-  override get message() {
-    return `agent ${this.sessionId} ran out of budget (${this.budget}=${this.limit}) before a final answer`
   }
 }
 
@@ -607,9 +602,28 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       reason: `attempt ${attempt} failed (${reason}); retrying in ${Math.round(delayMs)} ms`
     })
 
+  const noneDelivered: ReadonlyArray<string> = []
+  const noMessages: ReadonlyArray<Prompt.Message> = []
+
+  /** The model's turn as a loop step; a provider that reports no usage gets an estimate (the record says so). */
+  const turnOf = (state: SessionState, response: Parameters<typeof resolveTurn>[0]): ModelStep => {
+    const turn = resolveTurn(response)
+    return {
+      delivered: noneDelivered,
+      text: turn.text,
+      toolCalls: turn.toolCalls,
+      usage: turn.usageReported
+        ? turn.usage
+        : Usage.estimate([state.system, ...state.messages.slice(0, state.lastRequestLength)], turn.assistant),
+      usageReported: turn.usageReported,
+      assistant: turn.assistant
+    }
+  }
+
   // Each attempt of the model call runs in a fiber of its own (callModel), `state.modelCall`
-  // while it runs, so a delivery with `interrupt` can cancel just this step.
-  const step = (state: SessionState) =>
+  // while it runs, so a delivery with `interrupt` can cancel just this step: then there is no
+  // turn (`undefined`), and the loop takes the step again.
+  const step = (state: SessionState): Effect.Effect<ModelStep | undefined, ModelCallFailed> =>
     Effect.suspend(() => {
       state.lastRequestLength = state.messages.length
       const request = Prompt.fromMessages([state.system, ...state.messages])
@@ -620,58 +634,69 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
           state.modelCall = undefined
           const cut = state.stepInterrupted
           state.stepInterrupted = false
-          if (Exit.isSuccess(exit)) return Effect.succeed(Option.some(exit.value))
-          if (cut && Cause.hasInterruptsOnly(exit.cause)) return Effect.succeed(Option.none())
+          if (Exit.isSuccess(exit)) return Effect.succeed(turnOf(state, exit.value))
+          if (cut && Cause.hasInterruptsOnly(exit.cause)) return Effect.succeed(undefined)
           return Effect.failCause(exit.cause)
         }
       )
     })
 
-  const loop = (state: SessionState) =>
-    Effect.gen(function*() {
-      const startSteps = state.steps
-      const startToolCalls = state.toolCalls
-      const own = Usage.zero()
-      const { maxSteps } = state.budgets
-      while (true) {
-        while (state.inbox.length > 0) yield* addMessage(state, userMessage(state.inbox.shift()!))
-        if (state.steps - startSteps >= maxSteps) {
-          return yield* new BudgetExceeded({ sessionId: state.id, budget: "max_steps", limit: maxSteps })
-        }
-        if (hooks.beforeModelCall !== undefined) yield* hooks.beforeModelCall(state.id)
-        const response = yield* step(state)
-        if (Option.isNone(response)) continue
-        const turn = resolveTurn(response.value)
-        state.steps++
-        // A provider that reports no usage gets an estimate, and the record says so.
-        const usage = turn.usageReported
-          ? turn.usage
-          : Usage.estimate([state.system, ...state.messages.slice(0, state.lastRequestLength)], turn.assistant)
-        addUsage(state, usage, turn.usageReported)
-        Usage.add(own, usage)
-        yield* addMessage(state, turn.assistant)
-        yield* publish(state, { type: "step" })
-        yield* checkTokens(state, own)
-        if (turn.toolCalls.length > 0) {
-          // Each result was handed to `onMessage` as it landed (deps.onResult): only kept here.
-          state.messages.push(yield* runTools(deps, state, turn.toolCalls))
-          continue
-        }
-        if (state.inbox.length > 0) continue
-        const more = yield* hooks.beforeFinish(state.id)
-        if (more !== undefined) {
-          yield* addMessage(state, userMessage(more))
-          continue
-        }
-        return {
-          sessionId: state.id,
-          text: turn.text,
-          steps: state.steps - startSteps,
-          toolCalls: state.toolCalls - startToolCalls,
-          usage: Usage.snapshot(own)
-        } satisfies PromptResult
-      }
+  const deliverInbox = (state: SessionState): Effect.Effect<void> =>
+    Effect.suspend(() =>
+      state.inbox.length === 0
+        ? Effect.void
+        : Effect.andThen(addMessage(state, userMessage(state.inbox.shift()!)), deliverInbox(state))
+    )
+
+  // The session's model step: deliver queued input, let the store catch up (beforeModelCall),
+  // then the model call.
+  const modelStep = (state: SessionState): Effect.Effect<ModelStep | undefined, ModelCallFailed> =>
+    Effect.suspend(() => {
+      const before = hooks.beforeModelCall
+      const prelude = before === undefined
+        ? deliverInbox(state)
+        : Effect.andThen(deliverInbox(state), before(state.id))
+      return state.inbox.length === 0 && before === undefined ? step(state) : Effect.andThen(prelude, step(state))
     })
+
+  // The run is AgentLoop's (the same loop cluster mode replays), over this session's steps
+  // and hooks: the history is appended in place, each message handed to `onMessage`; after
+  // each turn the step is counted, the tree's usage added, a `step` event published and the
+  // token budgets (own and tree) checked; a turn without tool calls ends the run unless
+  // input is queued or background children leave something to say (`beforeFinish`).
+  const loop = (state: SessionState): Effect.Effect<PromptResult, PromptError> =>
+    Effect.map(
+      AgentLoop.run<ModelCallFailed | BudgetExceeded, never>(
+        { agentId: state.id, messages: state.messages, history: state.messages, maxSteps: state.budgets.maxSteps },
+        {
+          model: () => modelStep(state),
+          // Each result was handed to `onMessage` as it landed (deps.onResult): only kept here.
+          tools: (_, calls) => runTools(deps, state, calls)
+        },
+        {
+          onMessage: (message) => hooks.onMessage === undefined ? Effect.void : hooks.onMessage(state.id, message),
+          // Called when the turn is appended (the loop runs what it returns at once).
+          afterModel: (turn, own) => {
+            state.steps++
+            addUsage(state, turn.usage, turn.usageReported)
+            const published = publish(state, { type: "step" })
+            const checked = checkTokens(state, own)
+            return checked === Effect.void ? published : Effect.andThen(published, checked)
+          },
+          beforeFinish: () =>
+            state.inbox.length > 0
+              ? Effect.succeed(noMessages)
+              : Effect.map(hooks.beforeFinish(state.id), (more) => more === undefined ? undefined : [userMessage(more)])
+        }
+      ),
+      (result) => ({
+        sessionId: state.id,
+        text: result.text,
+        steps: result.steps,
+        toolCalls: result.toolCalls,
+        usage: result.usage
+      })
+    )
 
   const withWallBudget = (state: SessionState) => <A, E, R>(effect: Effect.Effect<A, E, R>) => {
     const limit = state.budgets.maxWallSecs

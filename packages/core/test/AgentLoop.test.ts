@@ -89,4 +89,80 @@ describe("AgentLoop over AgentSteps (run directly)", () => {
       assert.deepStrictEqual(replay.messages, first.messages)
       assert.strictEqual(replay.text, first.text)
     }).pipe(provideNode))
+
+  it.effect("the session's hooks: a cut step is not counted, queued input steps again, the usage hook runs before the token budget", () =>
+    Effect.gen(function*() {
+      const turn = (text: string, calls: ReadonlyArray<AgentSteps.StepToolCall> = []): AgentSteps.ModelStep => ({
+        delivered: [],
+        text,
+        toolCalls: calls,
+        usage: { input: 10, output: 5, cached: 0 },
+        usageReported: true,
+        assistant: Prompt.makeMessage("assistant", { content: [Prompt.makePart("text", { text })] })
+      })
+      // Model calls in order: cut, a tool call, an answer (then input was queued), the final answer.
+      const answers: Array<AgentSteps.ModelStep | undefined> = [
+        undefined,
+        turn("looking", [{ id: "c1", name: "lookup", params: {} }]),
+        turn("first answer"),
+        turn("final answer")
+      ]
+      const seenSteps: Array<number> = []
+      const appended: Array<string> = []
+      const afterModel: Array<number> = []
+      const history: Array<Prompt.Message> = [AgentSteps.userMessage("go")]
+      let queued = 1
+      const result = yield* AgentLoop.run({ agentId: "a1", messages: history, history, maxSteps: 3 }, {
+        model: (step) =>
+          Effect.sync(() => {
+            seenSteps.push(step)
+            return answers.shift()
+          }),
+        tools: (step, calls) =>
+          Effect.succeed(AgentSteps.toolMessage(calls.map((call) => ({
+            id: call.id,
+            name: call.name,
+            isFailure: false,
+            result: `result of step ${step}`
+          }))))
+      }, {
+        onMessage: (message) => Effect.sync(() => void appended.push(message.role)),
+        afterModel: (_, usage) => Effect.sync(() => void afterModel.push(usage.input)),
+        beforeFinish: () => Effect.succeed(queued-- > 0 ? [AgentSteps.userMessage("one more thing")] : undefined)
+      })
+      assert.strictEqual(result.text, "final answer")
+      // The cut call took step 0 again; three counted steps, within maxSteps = 3.
+      assert.deepStrictEqual(seenSteps, [0, 0, 1, 2])
+      assert.strictEqual(result.steps, 3)
+      assert.strictEqual(result.toolCalls, 1)
+      assert.deepStrictEqual(result.usage, { input: 30, output: 15, cached: 0 })
+      // In place: the caller's array is the run's conversation.
+      assert.strictEqual(result.messages, history)
+      assert.deepStrictEqual(history.map((m) => m.role), [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant"
+      ])
+      // onMessage sees the turns and the input, not the tool message (the tool step hands its results over).
+      assert.deepStrictEqual(appended, ["assistant", "assistant", "user", "assistant"])
+      assert.deepStrictEqual(afterModel, [10, 20, 30])
+      // The run's own token budget is checked after the hook saw the step.
+      const seen: Array<number> = []
+      const over = yield* Effect.flip(AgentLoop.run({ agentId: "a2", messages: [], maxSteps: 5, maxTokens: 20 }, {
+        model: () => Effect.succeed(turn("again", [{ id: "c", name: "lookup", params: {} }])),
+        tool: (_, call) => Effect.succeed({ id: call.id, name: call.name, isFailure: false, result: "ok" })
+      }, { afterModel: (_, usage) => Effect.sync(() => void seen.push(usage.output)) }))
+      assert.strictEqual(over._tag, "BudgetExceeded")
+      assert.isTrue(over._tag === "BudgetExceeded" && over.budget === "max_tokens")
+      assert.deepStrictEqual(seen, [5, 10])
+      // And max_steps counts only real steps.
+      const capped = yield* Effect.flip(AgentLoop.run({ agentId: "a3", messages: [], maxSteps: 2 }, {
+        model: () => Effect.succeed(turn("again", [{ id: "c", name: "lookup", params: {} }])),
+        tool: (_, call) => Effect.succeed({ id: call.id, name: call.name, isFailure: false, result: "ok" })
+      }))
+      assert.isTrue(capped._tag === "BudgetExceeded" && capped.budget === "max_steps" && capped.limit === 2)
+    }))
 })
