@@ -666,7 +666,7 @@ const runIn = (
     } satisfies Trace as Trace
   })
 
-const decodeRecord = Schema.decodeUnknownSync(SubAgentRecord.SubAgentRecord)
+const decodeRecord = Schema.decodeUnknownSync(SubAgentRecord.SubAgentRecord, { onExcessProperty: "error" })
 
 /** Structural equality of JSON-like values (key order ignored; an undefined field counts as absent). */
 const same = (a: unknown, b: unknown): boolean => {
@@ -686,7 +686,7 @@ const roundTrips = (stored: SubAgentRecord.SubAgentRecord, live: Manager.AgentVi
   const { from_prior_session: _, ...record } = live
   if (!same(stored, record)) return false
   try {
-    return same(decodeRecord(JSON.parse(JSON.stringify(stored)), { onExcessProperty: "error" }), stored)
+    return same(decodeRecord(JSON.parse(JSON.stringify(stored))), stored)
   } catch {
     return false
   }
