@@ -1,7 +1,8 @@
 // Property, rebuilt on the orchestration lab (@fibril/testkit Lab): generated agent trees with faults and outside operations (cancel, send_input, resume, kill, clock jumps)
 // under a random cap and admission mode, each run through the real runtime and checked
 // against every built-in invariant. What the hand-written random-schedule test checked is
-// kept: running sub-agents never exceed the cap (`cap`); reject admission refuses only at the
+// kept: working sub-agents never exceed the cap, nor running ones under reject admission (`cap`;
+// with queue admission a waiting parent lends its permit); reject admission refuses only at the
 // cap and queue admission never (`admission`); each agent ends exactly once and a cancel
 // returns it ended (`terminal`); interrupting the root leaves nothing running (`nothing-left`).
 import { NodeServices } from "@effect/platform-node"

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { ScriptedModel } from "@fibril/testkit"
-import { Context, Deferred, Effect, Fiber, FileSystem, Layer, PubSub } from "effect"
+import { Clock, Context, Deferred, Effect, Fiber, FileSystem, Layer, PubSub } from "effect"
 import type { Prompt } from "effect/ai"
 import { TestClock } from "effect/testing"
 import { AgentEvents } from "../src/AgentEvents.ts"
@@ -377,6 +377,119 @@ describe("SubAgentManager", () => {
       const done = yield* manager.result(delegate.agent_id, { block: true })
       assert.strictEqual(done.status, "completed", done.reason)
       assert.strictEqual(done.outcome?.summary, "delegated")
+    }).pipe(provideNode))
+
+  it.effect("queue admission: a depth-5 tree under a cap of 2 completes (a waiting parent lends its permit to its child)", () =>
+    Effect.gen(function*() {
+      // A chain: each level spawns the next and waits for it (agent_wait); level 5 answers.
+      // Levels 1 and 2 take the two permits; before lending, level 3 queued behind parents that
+      // kept theirs while they waited, and nothing moved until the heartbeat cancelled them.
+      const level = (prompt: string) => Number(prompt.slice("level-".length))
+      const { get } = yield* setup(
+        {
+          rules: [{
+            respond: (c) => {
+              const depth = level(c.prompt)
+              if (depth === 5) return { text: report("level-5 done") }
+              if (c.turn === 0) {
+                return {
+                  tool_calls: [{
+                    name: "agent_spawn",
+                    args: { description: `level-${depth + 1}`, prompt: `level-${depth + 1}` }
+                  }]
+                }
+              }
+              if (c.turn === 1) {
+                const id = (c.lastToolResults[0]?.result as { agent_id: string }).agent_id
+                return { tool_calls: [{ name: "agent_wait", args: { ids: [id], wait_mode: "all" } }] }
+              }
+              const got = (c.lastToolResults[0]?.result as { completed: ReadonlyArray<{ summary: string }> })
+                .completed[0]?.summary
+              return { text: report(`level-${depth} done <- ${got}`) }
+            }
+          }]
+        },
+        { maxDepth: 5, apiTimeoutSecs: 600 },
+        { subagents: { maxConcurrent: 2, admission: "queue", heartbeatTimeoutSecs: 600 } }
+      )
+      const manager = get(SubAgentManager)
+      const events = yield* (get(AgentEvents)).subscribe
+      const root = (yield* manager.startRoot({ prompt: "level-0" })).agent
+      // Ten virtual seconds: far less than the heartbeat, far more than the tree needs.
+      for (let i = 0; i < 10; i++) yield* TestClock.adjust("1 second")
+      const done = yield* manager.result(root.agent_id, { block: false })
+      const agents = yield* manager.list({ includeArchived: true })
+      const statuses = agents.filter((a) => a.depth > 0).map((a) => `${a.description}:${a.status}`).sort()
+      assert.strictEqual(done.status, "completed", `the tree did not finish: ${statuses.join(", ")}`)
+      assert.strictEqual(
+        done.outcome?.summary,
+        "level-0 done <- level-1 done <- level-2 done <- level-3 done <- level-4 done <- level-5 done"
+      )
+      assert.deepStrictEqual(statuses, [1, 2, 3, 4, 5].map((d) => `level-${d}:completed`))
+      // Agents working at once (running, and not blocked waiting for a child) never exceeded 2.
+      const working = new Set<string>()
+      let peak = 0
+      for (const event of yield* PubSub.takeAll(events)) {
+        const id = event.agent.agentId
+        if (event.agent.depth === 0) continue
+        if (event.type === "started") working.add(id)
+        if (event.type === "tool_call" && event.tool === "agent_wait") working.delete(id)
+        if (event.type === "tool_result" && event.tool === "agent_wait") working.add(id)
+        if (event.type === "completed" || event.type === "failed" || event.type === "cancelled") working.delete(id)
+        peak = Math.max(peak, working.size)
+      }
+      assert.isAtMost(peak, 2)
+      assert.isAtLeast(peak, 1)
+    }).pipe(provideNode))
+
+  it.effect("queue admission: a wait that times out while its lent permit is in use leaves it with the child; the parent queues for one", () =>
+    Effect.gen(function*() {
+      // Cap 1. The parent holds the only permit, spawns a child (queued) and waits for it with a
+      // 1 s timeout: the child runs on the lent permit for 5 s. When the wait times out, the
+      // child keeps it, and the parent's next model step waits until the child has ended.
+      const parentSteps: Array<number> = []
+      const { get } = yield* setup(
+        {
+          rules: [
+            { match: { prompt: "child" }, turns: [{ delay_ms: 5000, text: report("child done") }] },
+            {
+              match: { prompt: "parent" },
+              respond: (c) =>
+                Effect.map(Clock.currentTimeMillis, (now): ScriptedModel.Turn => {
+                  parentSteps.push(now)
+                  if (c.turn === 0) {
+                    return { tool_calls: [{ name: "agent_spawn", args: { description: "child", prompt: "child" } }] }
+                  }
+                  if (c.turn === 1) {
+                    const id = (c.lastToolResults[0]?.result as { agent_id: string }).agent_id
+                    return {
+                      tool_calls: [{ name: "agent_wait", args: { ids: [id], wait_mode: "all", timeout_ms: 1000 } }]
+                    }
+                  }
+                  return { text: report(`waited: ${JSON.stringify(c.lastToolResults[0]?.result)}`) }
+                })
+            },
+            { match: { depth: 0 }, turns: [{ hang: true }] }
+          ]
+        },
+        { apiTimeoutSecs: 600, maxDepth: 2 },
+        { subagents: { maxConcurrent: 1, admission: "queue", heartbeatTimeoutSecs: 600 } }
+      )
+      const manager = get(SubAgentManager)
+      const start = yield* Clock.currentTimeMillis
+      const parent = yield* manager.spawn(undefined, { prompt: "parent" })
+      for (let i = 0; i < 8; i++) yield* TestClock.adjust("1 second")
+      const done = yield* manager.result(parent.agent_id, { block: true })
+      assert.strictEqual(done.status, "completed", done.reason)
+      assert.include(done.outcome?.summary ?? "", `"timed_out":true`)
+      const child = (yield* manager.list({ includeArchived: true })).find((a) => a.description === "child")!
+      assert.strictEqual(child.status, "completed")
+      // The wait timed out at 1 s; the parent's third step came only once the child had ended at 5 s.
+      // (A step at 5 s may follow: its answer found the child's end not yet recorded.)
+      const steps = parentSteps.map((t) => t - start)
+      assert.deepStrictEqual(steps.slice(0, 3), [0, 0, 5000])
+      assert.isTrue(steps.every((t) => t === 0 || t === 5000), `parent steps at ${steps.join(", ")} ms`)
+      assert.strictEqual(child.finished_at! - start, 5000)
     }).pipe(provideNode))
 
   it.effect("agent_wait without ids hands over each child's result once, also of a child that finished before it asked", () =>

@@ -56,9 +56,19 @@ const resumesOf = (trace: Trace): Map<string, number> => {
 
 export const capNeverExceeded = make(
   "cap",
-  "running sub-agents never exceed the manager's cap (maxConcurrent)",
+  "sub-agents working at once (a model call in flight) never exceed the manager's cap (maxConcurrent); with reject admission, nor do running ones (with queue admission an agent waiting for others lends them its permit)",
   (trace, fail) => {
     const cap = trace.experiment.config.cap
+    for (const request of trace.requests) {
+      if (request.working !== undefined && request.working > cap) {
+        return fail(`${request.working} sub-agents working at once (model calls in flight), cap ${cap}`, {
+          agent: request.agent,
+          at: request.t,
+          evidence: { working: request.working, cap, turn: request.turn }
+        })
+      }
+    }
+    if (trace.experiment.config.admission === "queue") return undefined
     const active = new Set<string>()
     for (const event of trace.events) {
       if (event.depth === 0) continue

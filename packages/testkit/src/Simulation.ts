@@ -71,6 +71,8 @@ export interface TraceRequest {
   readonly turn: number
   /** Child results (`result:nK`) and transcripts (`transcript:nK`) in the messages new to this request, one entry per message part. */
   readonly carried: ReadonlyArray<string>
+  /** Sub-agents with a model call in flight as this one began, itself included (absent for the root's). */
+  readonly working?: number
 }
 
 export interface TraceOp {
@@ -193,6 +195,8 @@ interface RunState {
   readonly tools: Map<number, Set<string>>
   /** Model calls in flight, per node. */
   readonly live: Map<number, number>
+  /** Nodes whose run has ended (its terminal event published), until they start again. */
+  readonly ended: Set<number>
 }
 
 interface World {
@@ -208,6 +212,9 @@ const workspace = (): string => {
   if (cwd === undefined) cwd = NodeFs.mkdtempSync(NodePath.join(NodeOs.tmpdir(), "fibril-lab-"))
   return cwd
 }
+
+const isEnd = (type: AgentEvent["type"]) =>
+  type === "completed" || type === "failed" || type === "cancelled" || type === "interrupted"
 
 const nodeOf = (prompt: string): number | undefined => {
   const match = /node:(\d+)/.exec(prompt)
@@ -256,7 +263,16 @@ const respondWith = (world: { readonly state: { current: RunState | undefined } 
     const turn = conversation.turn
     const delay = spec?.delayMs ?? 10
     const answer = (now: number): ScriptedModel.Turn | "hang" | "crash" => {
-      run.requests.push({ t: now - run.t0, agent: node.label, turn, carried: carriedOf(conversation) })
+      let working = 0
+      // An agent whose run has ended is not working, even while its last call is torn down.
+      if (index !== 0) { for (const [at, live] of run.live) if (at !== 0 && live > 0 && !run.ended.has(at)) working++ }
+      run.requests.push({
+        t: now - run.t0,
+        agent: node.label,
+        turn,
+        carried: carriedOf(conversation),
+        ...(index === 0 ? {} : { working })
+      })
       let phase = turn
       if (node.children.length > 0) {
         if (turn === 0) {
@@ -342,8 +358,20 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined) =>
     })
     const clockContext = Context.make(Clock.Clock, floored)
     const state: { current: RunState | undefined } = { current: undefined }
-    const events = tamper?.events
     const store = tamper?.store
+    // Every event as it is published (before a planted bug can drop it): which runs have ended.
+    const observe = (events: AgentEvents["Service"]): AgentEvents["Service"] => ({
+      ...events,
+      publish: (event) => {
+        const run = state.current
+        const index = event.agent.depth === 0 ? 0 : nodeOf(event.agent.description ?? "")
+        if (run !== undefined && index !== undefined) {
+          if (event.type === "started") run.ended.delete(index)
+          else if (isEnd(event.type)) run.ended.add(index)
+        }
+        return events.publish(event)
+      }
+    })
     const fibril = Fibril.layer({
       cwd: workspace(),
       session: {
@@ -362,9 +390,10 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined) =>
         ...tamper?.subagents?.(config)
       },
       layers: {
-        events: events === undefined
-          ? undefined
-          : Layer.effect(AgentEvents, Effect.map(makeEvents, events)),
+        events: Layer.effect(
+          AgentEvents,
+          Effect.map(makeEvents, (events) => observe(tamper?.events === undefined ? events : tamper.events(events)))
+        ),
         store: store === undefined
           ? undefined
           : Layer.effect(
@@ -488,7 +517,7 @@ const runIn = (
     const offset = Math.floor(world.clock.currentTimeMillisUnsafe()) % period
     if (offset !== 0) yield* world.clock.adjust(period - offset)
     const t0 = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-    const state: RunState = { tree, t0, requests: [], tools: new Map(), live: new Map() }
+    const state: RunState = { tree, t0, requests: [], tools: new Map(), live: new Map(), ended: new Set() }
     world.state.current = state
     const now = Effect.map(Effect.clockWith((clock) => clock.currentTimeMillis), (t) => t - t0)
 
