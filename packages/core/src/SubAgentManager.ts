@@ -208,6 +208,8 @@ interface Entry {
   lending: ReadonlySet<string> | undefined
   /** The agent running on its permit now. */
   lentTo: Entry | undefined
+  /** Set by a resume: the record as its latest ended run ended. */
+  lastEnded: AgentView | undefined
 }
 
 export const restartReason = "Interrupted by process restart"
@@ -883,7 +885,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       resultRead: false,
       permit: undefined,
       lending: undefined,
-      lentTo: undefined
+      lentTo: undefined,
+      lastEnded: undefined
     }
     entries.set(record.agent_id, entry)
     names.set(sessionName, record.agent_id)
@@ -951,6 +954,21 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
 
   const idOf = (target: Target) => (isEntry(target) ? target.record.agent_id : target.agent_id)
 
+  /** The run a waiter waits for: its `done` when the wait began. */
+  const runOf = (target: Target) => (isEntry(target) ? target.done : undefined)
+
+  /**
+   * The target as a waiter that began waiting on `run` should see it: its latest ended run. If
+   * a resume started a new run since (from outside, at the instant the awaited run ended) and
+   * that run is still going, that is the record as the previous run ended, so the waiter still
+   * gets the result it waited for; else the current view.
+   */
+  const endedView = (target: Target, run: Deferred.Deferred<void> | undefined): Effect.Effect<AgentView> =>
+    isEntry(target) && run !== undefined && target.done !== run && !isTerminal(target.record.status) &&
+      target.lastEnded !== undefined
+      ? Effect.succeed(target.lastEnded)
+      : currentView(target)
+
   const wait = Effect.fn("SubAgentManager.wait")(function*(
     ids: ReadonlyArray<string>,
     options: {
@@ -960,12 +978,13 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     }
   ) {
     const targets = yield* Effect.forEach(ids, lookupAny)
+    const runs = targets.map(runOf)
     const timedOut = yield* lendWhile(
       options.caller,
       targets.map(idOf),
       waitFor(targets, options.mode, options.timeoutMs)
     )
-    const views = yield* Effect.forEach(targets, currentView)
+    const views = yield* Effect.forEach(targets, (target, i) => endedView(target, runs[i]))
     return {
       timed_out: timedOut,
       completed: views.filter((v) => isTerminal(v.status)),
@@ -998,8 +1017,10 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     options: { readonly block: boolean; readonly timeoutMs?: number | undefined; readonly caller?: string | undefined }
   ) {
     const target = yield* lookupAny(id)
-    if (options.block) yield* lendWhile(options.caller, [idOf(target)], waitFor([target], "all", options.timeoutMs))
-    return yield* currentView(target)
+    if (!options.block) return yield* currentView(target)
+    const run = runOf(target)
+    yield* lendWhile(options.caller, [idOf(target)], waitFor([target], "all", options.timeoutMs))
+    return yield* endedView(target, run)
   }, withSpan("SubAgentManager.result"))
 
   // The reason is set before the interruption so the run ends `cancelled`, not `interrupted`.
@@ -1132,7 +1153,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         resultRead: true,
         permit: undefined,
         lending: undefined,
-        lentTo: undefined
+        lentTo: undefined,
+        lastEnded: undefined
       }
       entries.set(agentId, entry)
       named(Receipt.sessionName(adopted), agentId)
@@ -1179,7 +1201,12 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     })
     const permit: Permit = (yield* admit()) ? "held" : "wait"
     const previous = `${status}${record.reason === undefined ? "" : `: ${record.reason}`}`
-    const prompt = message ?? `Continue where you left off. Your previous run ended ${previous}.`
+    // An agent that never started (cancelled while queued) never read its task: it comes first.
+    const prompt = record.started_at === undefined
+      ? (message === undefined ? record.objective : `${record.objective}\n\n${message}`)
+      : message ?? `Continue where you left off. Your previous run ended ${previous}.`
+    // Whoever still waits for the run that ended gets it as it ended.
+    entry.lastEnded = view(structuredClone(record))
     // The run that ended stays in `runs`: a resume that fails does not erase what the agent did before.
     Receipt.beginResume(record, { now: yield* Clock.currentTimeMillis, bootId, pid: store.owner.pid, message: prompt })
     record.status = "pending"

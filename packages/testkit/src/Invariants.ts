@@ -234,10 +234,24 @@ export const resultOnceNoTranscript = make(
     const tree = treeOf(trace.experiment)
     const completedAt = new Map<string, number>()
     const parentEnd = new Map<string, string>()
-    for (const event of trace.events) {
+    // Event indices: each agent's ends, and its closed agent_wait calls.
+    const endIndices = new Map<string, Array<number>>()
+    const waits = new Map<string, Array<readonly [number, number]>>()
+    const openWait = new Map<string, number>()
+    trace.events.forEach((event, i) => {
       if (event.type === "completed") completedAt.set(event.agent, event.t)
-      if (isTerminal(event)) parentEnd.set(event.agent, event.type)
-    }
+      if (isTerminal(event)) {
+        parentEnd.set(event.agent, event.type)
+        endIndices.set(event.agent, [...(endIndices.get(event.agent) ?? []), i])
+      }
+      if (event.tool?.startsWith("agent_wait") === true) {
+        if (event.type === "tool_call") openWait.set(event.agent, i)
+        else if (event.type === "tool_result" && openWait.has(event.agent)) {
+          waits.set(event.agent, [...(waits.get(event.agent) ?? []), [openWait.get(event.agent)!, i] as const])
+          openWait.delete(event.agent)
+        }
+      }
+    })
     for (const request of trace.requests) {
       for (const marker of request.carried) {
         if (marker.startsWith("transcript:") && marker !== `transcript:${request.agent}`) {
@@ -264,6 +278,25 @@ export const resultOnceNoTranscript = make(
           at: seen[limit],
           evidence: { child: node.label, receivedAt: seen }
         })
+      }
+      // A child whose latest run to end before its parent's agent_wait (all its children, by
+      // id) returned had completed during that wait was handed over by it, even if resumed from
+      // outside at that very instant, once the parent went on to complete.
+      if (seen.length === 0 && parentEnd.get(parent) === "completed" && (resumes.get(parent) ?? 0) === 0) {
+        const ends = endIndices.get(node.label) ?? []
+        for (const [from, to] of waits.get(parent) ?? []) {
+          const last = ends.filter((i) => i < to).at(-1)
+          if (last !== undefined && last > from && trace.events[last]!.type === "completed") {
+            return fail(
+              `${parent}'s agent_wait returned without ${node.label}'s result, which completed during the wait`,
+              {
+                agent: parent,
+                at: trace.events[last]!.t,
+                evidence: { child: node.label, completedAt: trace.events[last]!.t }
+              }
+            )
+          }
+        }
       }
       // A child that completed while its parent still waited for it (and the parent went on
       // to complete) must have been delivered — unless either was resumed from outside (a
