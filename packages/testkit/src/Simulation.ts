@@ -88,6 +88,8 @@ export interface TraceRecord {
   readonly depth: number
   readonly role: string
   readonly detached: boolean
+  /** Spawned with fork_context (absent when not). */
+  readonly forked?: true
   readonly status: string
   readonly steps: number
   readonly toolCalls: number
@@ -197,6 +199,8 @@ interface RunState {
   readonly live: Map<number, number>
   /** Nodes whose run has ended (its terminal event published), until they start again. */
   readonly ended: Set<number>
+  /** Model attempts per node and turn (a retryable fault fails the first). */
+  readonly attempts: Map<string, number>
 }
 
 interface World {
@@ -284,7 +288,8 @@ const respondWith = (world: { readonly state: { current: RunState | undefined } 
                 prompt: `node:${child}`,
                 description: `node:${child}`,
                 subagent_type: childSpec.role,
-                detached: childSpec.detached
+                detached: childSpec.detached,
+                ...(childSpec.fork === true ? { fork_context: true } : {})
               }
             }
           })
@@ -316,8 +321,14 @@ const respondWith = (world: { readonly state: { current: RunState | undefined } 
       switch (spec.fault) {
         case "none":
           return final
-        case "retryable":
-          return { ...final, error: { kind: "retryable", message: "lab: retryable model error", times: 1 } }
+        case "retryable": {
+          // Counted per run here, not by the model (whose attempt counters outlive a run): the
+          // first attempt fails, the retry answers.
+          const key = `${index}:${turn}`
+          const attempt = (run.attempts.get(key) ?? 0) + 1
+          run.attempts.set(key, attempt)
+          return attempt === 1 ? { error: { kind: "retryable", message: "lab: retryable model error" } } : final
+        }
         case "fatal":
           return { error: { kind: "fatal", message: "lab: fatal model error" } }
         case "hang":
@@ -350,13 +361,9 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined) =>
     const scope = yield* Scope.make()
     const testContext = yield* Layer.buildWithScope(TestClock.layer(), scope)
     const clock = Context.get(testContext, Clock.Clock) as TestClock.TestClock
-    // Whole milliseconds, as a real clock gives (records keep integer times): a retry's jittered
-    // backoff would otherwise wake sleepers at fractional virtual times.
-    const floored: Clock.Clock = Object.assign(Object.create(clock) as Clock.Clock, {
-      currentTimeMillisUnsafe: () => Math.floor(clock.currentTimeMillisUnsafe()),
-      currentTimeMillis: Effect.sync(() => Math.floor(clock.currentTimeMillisUnsafe()))
-    })
-    const clockContext = Context.make(Clock.Clock, floored)
+    // The TestClock as is: the runtime sleeps whole milliseconds (a retry's jittered backoff is
+    // rounded), so records keep integer times without help (the `round-trip` invariant checks).
+    const clockContext = Context.make(Clock.Clock, clock)
     const state: { current: RunState | undefined } = { current: undefined }
     const store = tamper?.store
     // Every event as it is published (before a planted bug can drop it): which runs have ended.
@@ -481,8 +488,77 @@ const settle = Effect.gen(function*() {
   for (let i = 0; i < 8; i++) yield* Effect.yieldNow
 })
 
-/** Runs `experiment` and returns its trace. */
-export const run = Effect.fn("Simulation.run")(function*(experiment: Experiment, options: RunOptions = {}) {
+/**
+ * An experiment in the issue's terms: the tree (node `i` is agent `n<i+1>`, `n0` the root;
+ * unset fields take `defaults`), the faults by agent (`{ n2: "hang" }`), the outside schedule,
+ * and the seed. The configuration defaults to `defaultConfig`.
+ */
+export interface Spec {
+  readonly seed?: number | undefined
+  readonly config?: Partial<Experiment["config"]> | undefined
+  readonly tree: ReadonlyArray<Partial<Omit<Experiment["nodes"][number], "fault">>>
+  readonly faults?: Readonly<Record<string, Experiment["nodes"][number]["fault"]>> | undefined
+  readonly schedule?: Experiment["schedule"] | undefined
+  readonly tamper?: Tamper | undefined
+}
+
+export const defaultConfig: Experiment["config"] = {
+  cap: 10,
+  admission: "queue",
+  maxDepth: 3,
+  maxSteps: 8,
+  heartbeatSecs: 300
+}
+
+/** A node's fields when a `Spec` leaves them out. */
+export const defaults: Omit<Experiment["nodes"][number], "fault"> = {
+  parent: 0,
+  role: "general",
+  detached: false,
+  work: 0,
+  delayMs: 10,
+  tokens: 10
+}
+
+export class SpecError extends Schema.TaggedError<SpecError>()("SpecError", { message: Schema.String }) {}
+
+/** The `Experiment` a `Spec` describes; a fault for an agent not in the tree is an error. */
+export const experimentOf = (spec: Spec): Effect.Effect<Experiment, SpecError> =>
+  Effect.gen(function*() {
+    const faults = spec.faults ?? {}
+    for (const agent of Object.keys(faults)) {
+      const index = /^n(\d+)$/.exec(agent)
+      if (index === null || Number(index[1]) < 1 || Number(index[1]) > spec.tree.length) {
+        return yield* new SpecError({
+          message: `faults: "${agent}" is not a sub-agent of the tree; expected n1..n${spec.tree.length}`
+        })
+      }
+    }
+    const experiment = {
+      config: { ...defaultConfig, ...spec.config },
+      nodes: spec.tree.map((node, i) => ({ ...defaults, ...node, fault: faults[`n${i + 1}`] ?? "none" })),
+      schedule: spec.schedule ?? []
+    }
+    return yield* Effect.mapError(
+      Schema.decodeUnknownEffect(ExperimentSchema)(experiment),
+      (error) => new SpecError({ message: `not a valid experiment: ${error.message}` })
+    )
+  })
+
+/**
+ * Runs an experiment and returns its trace: `run({ seed, tree, faults, schedule })`, or
+ * `run(experiment, { seed })` with a generated `Experiment`.
+ */
+export const run: {
+  (spec: Spec): Effect.Effect<Trace, SpecError, Platform>
+  (experiment: Experiment, options?: RunOptions): Effect.Effect<Trace, never, Platform>
+} = ((input: Spec | Experiment, options: RunOptions = {}) =>
+  "tree" in input
+    ? Effect.flatMap(experimentOf(input), (experiment) =>
+      runExperiment(experiment, { seed: input.seed, tamper: input.tamper }))
+    : runExperiment(input, options)) as never
+
+const runExperiment = Effect.fn("Simulation.run")(function*(experiment: Experiment, options: RunOptions = {}) {
   const world = yield* Effect.orDie(worldFor(experiment.config, options.tamper))
   world.runs++
   const traced = runIn(world, experiment, options).pipe(
@@ -517,7 +593,15 @@ const runIn = (
     const offset = Math.floor(world.clock.currentTimeMillisUnsafe()) % period
     if (offset !== 0) yield* world.clock.adjust(period - offset)
     const t0 = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-    const state: RunState = { tree, t0, requests: [], tools: new Map(), live: new Map(), ended: new Set() }
+    const state: RunState = {
+      tree,
+      t0,
+      requests: [],
+      tools: new Map(),
+      live: new Map(),
+      ended: new Set(),
+      attempts: new Map()
+    }
     world.state.current = state
     const now = Effect.map(Effect.clockWith((clock) => clock.currentTimeMillis), (t) => t - t0)
 
@@ -589,6 +673,18 @@ const runIn = (
       } else if (step.op === "cancel") {
         const exit = yield* Effect.exit(manager.cancel(id, "lab: cancelled from outside"))
         record(Exit.isSuccess(exit) ? exit.value.status : "error")
+      } else if (step.op === "assign") {
+        // A new objective and a role: explore narrows a general agent; general for an explore
+        // agent is a widening, which is refused.
+        const role = step.target % 2 === 0 ? "explore" : "general"
+        const exit = yield* Effect.exit(
+          manager.assign(id, { objective: `node:${index} (reassigned)`, role, message: "lab: new assignment" })
+        )
+        if (Exit.isSuccess(exit)) record(`assigned ${role}, ${exit.value.delivered ? "delivered" : "not delivered"}`)
+        else {
+          const error = Option.getOrUndefined(Exit.findErrorOption(exit))
+          record(error === undefined ? "defect" : (error as { _tag: string })._tag)
+        }
       } else if (step.op === "send_input") {
         const exit = yield* Effect.exit(manager.sendInput(id, "lab: more input", false, "api"))
         record(Exit.isSuccess(exit) ? (exit.value.delivered ? "delivered" : "not delivered") : "error")
@@ -668,6 +764,7 @@ const runIn = (
         depth: record.depth,
         role: record.role,
         detached: record.detached,
+        ...(record.fork_context ? { forked: true as const } : {}),
         status: record.status,
         steps: record.steps ?? 0,
         toolCalls: record.tool_calls ?? 0,

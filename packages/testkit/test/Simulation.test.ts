@@ -1,0 +1,84 @@
+// Simulation.run in the issue's form ({ seed, tree, faults, schedule }), forked-context nodes and
+// the assign operation, each through the real runtime.
+import { NodeServices } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { Invariants, Simulation } from "../src/index.ts"
+
+const provideNode = Effect.provide(NodeServices.layer)
+
+describe("Simulation", () => {
+  it.effect("run({ seed, tree, faults, schedule }) is the experiment it describes, byte for byte", () =>
+    Effect.gen(function*() {
+      const trace = yield* Simulation.run({
+        seed: 42,
+        config: { cap: 2 },
+        tree: [{ work: 1, delayMs: 300 }, { parent: 1, delayMs: 500 }, { detached: true }],
+        faults: { n2: "retryable", n3: "fatal" },
+        schedule: [{ after: 200, op: "send_input", target: 0 }]
+      })
+      const experiment = {
+        config: { ...Simulation.defaultConfig, cap: 2 },
+        nodes: [
+          { ...Simulation.defaults, work: 1, delayMs: 300, fault: "none" as const },
+          { ...Simulation.defaults, parent: 1, delayMs: 500, fault: "retryable" as const },
+          { ...Simulation.defaults, detached: true, fault: "fatal" as const }
+        ],
+        schedule: [{ after: 200, op: "send_input" as const, target: 0 }]
+      }
+      assert.deepStrictEqual(trace.experiment, experiment)
+      const again = yield* Simulation.run(experiment, { seed: 42 })
+      assert.strictEqual(Simulation.encode(trace), Simulation.encode(again))
+      assert.deepStrictEqual(trace.records.map((r) => [r.agent, r.status]), [
+        ["n1", "completed"],
+        ["n2", "completed"],
+        ["n3", "failed"]
+      ])
+      assert.isUndefined(Invariants.firstViolation(trace))
+    }).pipe(provideNode))
+
+  it.effect("a fault for an agent that is not in the tree is a SpecError naming the accepted ones", () =>
+    Effect.gen(function*() {
+      const error = yield* Effect.flip(Simulation.run({ tree: [{}, {}], faults: { n3: "hang" } }))
+      assert.strictEqual(error._tag, "SpecError")
+      assert.include(error.message, `"n3" is not a sub-agent of the tree; expected n1..n2`)
+      const bad = yield* Effect.flip(Simulation.run({ tree: [{ work: 9 }] }))
+      assert.include(bad.message, "not a valid experiment")
+    }).pipe(provideNode))
+
+  it.effect("a forked-context node starts from its parent's conversation, and its tools are within its parent's", () =>
+    Effect.gen(function*() {
+      const trace = yield* Simulation.run({
+        seed: 1,
+        tree: [{ work: 1 }, { parent: 1, fork: true, work: 1 }, { parent: 1 }]
+      })
+      assert.deepStrictEqual(trace.records.map((r) => [r.agent, r.status, r.forked ?? false]), [
+        ["n1", "completed", false],
+        ["n2", "completed", true],
+        ["n3", "completed", false]
+      ])
+      const n2 = trace.records.find((r) => r.agent === "n2")!
+      const n1 = trace.records.find((r) => r.agent === "n1")!
+      assert.isTrue(n2.tools.every((tool) => n1.tools.includes(tool)))
+      // Both children of n1 were handed to it once, the fork's result included.
+      const carried = trace.requests.filter((r) => r.agent === "n1").flatMap((r) => r.carried)
+      assert.deepStrictEqual(carried.filter((m) => m.startsWith("result:")).sort(), ["result:n2", "result:n3"])
+      assert.isUndefined(Invariants.firstViolation(trace))
+    }).pipe(provideNode))
+
+  it.effect("assign narrows a running agent to explore; a widening back to general is refused", () =>
+    Effect.gen(function*() {
+      const trace = yield* Simulation.run({
+        seed: 3,
+        tree: [{ work: 3, delayMs: 1000 }],
+        schedule: [{ after: 500, op: "assign", target: 0 }, { after: 1000, op: "assign", target: 1 }]
+      })
+      assert.deepStrictEqual(trace.ops.map((op) => [op.op, op.agent, op.outcome]), [
+        ["assign", "n1", "assigned explore, delivered"],
+        ["assign", "n1", "PermissionWidening"]
+      ])
+      const n1 = trace.records[0]!
+      assert.deepStrictEqual([n1.role, n1.status], ["explore", "completed"])
+      assert.isUndefined(Invariants.firstViolation(trace))
+    }).pipe(provideNode))
+})
