@@ -117,8 +117,12 @@ export const admission = make(
 
 export const oneTerminalState = make(
   "terminal",
-  "each agent ends exactly once per run (once, plus once per resume), and its record ends terminal",
+  "each agent ends exactly once per run (once, plus once per resume; a run a process crash cut short ends by the restarted process's reconciliation), and its record ends terminal",
   (trace, fail) => {
+    const crashed = new Map<string, number>()
+    for (const crash of trace.crashes ?? []) {
+      for (const agent of crash.interrupted) crashed.set(agent, (crashed.get(agent) ?? 0) + 1)
+    }
     const counts = new Map<string, Array<number>>()
     for (const event of trace.events) {
       if (event.depth > 0 && isTerminal(event)) counts.set(event.agent, [...(counts.get(event.agent) ?? []), event.t])
@@ -127,11 +131,12 @@ export const oneTerminalState = make(
     for (const agent of spawnedAgents(trace)) {
       const ends = counts.get(agent) ?? []
       const expected = 1 + (resumes.get(agent) ?? 0)
-      if (ends.length !== expected) {
-        return fail(`${agent} has ${ends.length} terminal events, expected ${expected}`, {
+      const ended = ends.length + (crashed.get(agent) ?? 0)
+      if (ended !== expected) {
+        return fail(`${agent} has ${ended} ends, expected ${expected}`, {
           agent,
           at: ends[expected],
-          evidence: { terminalEventsAt: ends, resumes: resumes.get(agent) ?? 0 }
+          evidence: { terminalEventsAt: ends, crashes: crashed.get(agent) ?? 0, resumes: resumes.get(agent) ?? 0 }
         })
       }
     }

@@ -39,7 +39,7 @@ export type Node = typeof Node.Type
 export const Op = Schema.Struct({
   /** Virtual milliseconds after the previous operation. */
   after: int(0, 20_000),
-  op: Schema.Literals(["cancel", "send_input", "resume", "assign", "kill", "jump"]),
+  op: Schema.Literals(["cancel", "send_input", "resume", "assign", "kill", "jump", "crash"]),
   target: int(0, 1000)
 })
 export type Op = typeof Op.Type
@@ -71,7 +71,7 @@ export interface Bounds {
   readonly config?: Partial<Config> | undefined
   /** Which faults may be generated (default: all). */
   readonly faults?: ReadonlyArray<Fault> | undefined
-  /** Which outside operations may be generated (default: all). */
+  /** Which outside operations may be generated (default: all but `crash`, which is opt-in: each run with one opens SQLite stores). */
   readonly ops?: ReadonlyArray<Op["op"]> | undefined
 }
 
@@ -96,7 +96,7 @@ const pick = <const A extends string | number>(values: ReadonlyArray<A>): Arbitr
 /** Experiments within `bounds`, shrinking towards fewer nodes, fewer faults and fewer operations. */
 export const experiment = (bounds: Bounds = {}): Arbitrary.Arbitrary<Experiment> => {
   const faults = bounds.faults ?? Fault.literals
-  const ops = bounds.ops ?? Op.fields.op.literals
+  const ops = bounds.ops ?? Op.fields.op.literals.filter((op) => op !== "crash")
   const fixed = bounds.config ?? {}
   const field = <K extends keyof Config>(key: K, arbitrary: Arbitrary.Arbitrary<Config[K]>) =>
     fixed[key] === undefined ? arbitrary : Arbitrary.Constant(fixed[key] as Config[K])

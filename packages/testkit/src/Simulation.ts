@@ -34,7 +34,7 @@ import {
   FileSystem,
   Layer,
   Option,
-  type Path,
+  Path,
   PubSub,
   Random,
   Schema,
@@ -131,6 +131,8 @@ export interface Trace {
   }
   /** Virtual milliseconds the run took. */
   readonly end: number
+  /** Process crashes (`crash` operations): when, and the agents the restarted process found interrupted. */
+  readonly crashes?: ReadonlyArray<{ readonly t: number; readonly interrupted: ReadonlyArray<string> }>
 }
 
 /** The trace as JSON text, the same bytes for the same experiment. */
@@ -209,6 +211,8 @@ interface World {
   readonly scope: Scope.Closeable
   readonly state: { current: RunState | undefined }
   runs: number
+  /** With a SQLite store (an experiment with a crash): makes the store behave like a killed process. */
+  readonly crash?: Effect.Effect<void> | undefined
 }
 
 let cwd: string | undefined
@@ -356,8 +360,16 @@ const respondWith = (world: { readonly state: { current: RunState | undefined } 
     return counted
   })
 
-const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined) =>
+/** The reason a store gives the records of a process found gone (SubAgentStore.goneReason). */
+const goneReason = /^Interrupted: the process that ran it .* ended before it finished$/
+
+/** A crashed process's lease, after which another process may declare it gone. */
+const leaseMs = 15_000
+
+const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined, sqliteDir?: string) =>
   Effect.gen(function*() {
+    let crash: Effect.Effect<void> | undefined
+    const platform = yield* Effect.context<FileSystem.FileSystem | Path.Path>()
     const scope = yield* Scope.make()
     const testContext = yield* Layer.buildWithScope(TestClock.layer(), scope)
     const clock = Context.get(testContext, Clock.Clock) as TestClock.TestClock
@@ -401,7 +413,18 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined) =>
           AgentEvents,
           Effect.map(makeEvents, (events) => observe(tamper?.events === undefined ? events : tamper.events(events)))
         ),
-        store: store === undefined
+        store: sqliteDir !== undefined
+          ? Layer.effect(
+            SubAgentStore.SubAgentStore,
+            Effect.map(
+              Effect.provideContext(SubAgentStore.makeSqliteWithControl({ dir: sqliteDir, leaseMs }), platform),
+              (made) => {
+                crash = made.control.crash
+                return store === undefined ? made.store : store(made.store)
+              }
+            )
+          )
+          : store === undefined
           ? undefined
           : Layer.effect(
             SubAgentStore.SubAgentStore,
@@ -430,7 +453,8 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined) =>
       clock,
       scope,
       state,
-      runs: 0
+      runs: 0,
+      crash
     } satisfies World
   })
 
@@ -559,33 +583,57 @@ export const run: {
     : runExperiment(input, options)) as never
 
 const runExperiment = Effect.fn("Simulation.run")(function*(experiment: Experiment, options: RunOptions = {}) {
-  const world = yield* Effect.orDie(worldFor(experiment.config, options.tamper))
+  // An experiment with a crash runs on a SQLite store of its own (the restarted process
+  // reopens it), in worlds built for it and closed after it.
+  const crashes = experiment.schedule.some((step) => step.op === "crash")
+  const dir = crashes ? NodeFs.mkdtempSync(NodePath.join(workspace(), "store-")) : undefined
+  const world = dir === undefined
+    ? yield* Effect.orDie(worldFor(experiment.config, options.tamper))
+    : yield* Effect.orDie(buildWorld(experiment.config, options.tamper, dir))
   world.runs++
-  const traced = runIn(world, experiment, options).pipe(
+  const built: Array<World> = [world]
+  const restart = Effect.tap(
+    Effect.orDie(buildWorld(experiment.config, options.tamper, dir)),
+    (next) => Effect.sync(() => void built.push(next))
+  )
+  const traced = runIn(world, experiment, options, restart).pipe(
     Effect.provideContext(
       world.context as Context.Context<Session | Manager.SubAgentManager | SubAgentStore.SubAgentStore | AgentEvents>
     ),
     Effect.scoped,
     Random.withSeed(options.seed ?? JSON.stringify(experiment))
   )
-  return yield* traced
+  if (dir === undefined) return yield* traced
+  return yield* traced.pipe(
+    Effect.ensuring(Effect.andThen(
+      Effect.forEach(built, (opened) => Scope.close(opened.scope, Exit.void), { discard: true }),
+      Effect.sync(() => NodeFs.rmSync(dir, { recursive: true, force: true }))
+    ))
+  )
 })
 
 const runIn = (
   world: World,
   experiment: Experiment,
-  options: RunOptions
+  options: RunOptions,
+  restart: Effect.Effect<World, never, Platform>
 ): Effect.Effect<
   Trace,
   never,
   Session | Manager.SubAgentManager | SubAgentStore.SubAgentStore | AgentEvents | Scope.Scope | Platform
 > =>
   Effect.gen(function*() {
+    // The process the run is in: another one after a crash.
+    let current = world
     const session = yield* Session
     const realManager = yield* Manager.SubAgentManager
-    const manager = options.tamper?.manager?.(realManager) ?? realManager
-    const store = yield* SubAgentStore.SubAgentStore
-    const subscription = yield* (yield* AgentEvents).subscribe
+    let manager = options.tamper?.manager?.(realManager) ?? realManager
+    let store = yield* SubAgentStore.SubAgentStore
+    let subscription = yield* (yield* AgentEvents).subscribe
+    /** In the current process's services (after a crash, the restarted one's). */
+    const inWorld = <A, E>(effect: Effect.Effect<A, E, any>): Effect.Effect<A, E> =>
+      Effect.provideContext(effect, current.context as Context.Context<any>) as Effect.Effect<A, E>
+    const crashes: Array<{ t: number; interrupted: Array<string> }> = []
     const tree = treeOf(experiment)
     // Start where the world's periodic timers (the heartbeat watchdog) are in the same phase
     // as in a new world, so that a run does not depend on the runs before it.
@@ -603,7 +651,7 @@ const runIn = (
       attempts: new Map()
     }
     world.state.current = state
-    const now = Effect.map(Effect.clockWith((clock) => clock.currentTimeMillis), (t) => t - t0)
+    const now = Effect.sync(() => current.clock.currentTimeMillisUnsafe() - t0)
 
     const root = yield* Effect.orDie(session.create())
     const labels = new Map<string, string>([[root.id, "n0"]])
@@ -618,7 +666,8 @@ const runIn = (
       if (index !== undefined && index !== 0) ids.set(index, event.agent.agentId)
       return label
     }
-    const drain = Effect.map(PubSub.takeUpTo(subscription, Number.MAX_SAFE_INTEGER), (taken) => {
+    // The current process's subscription (a crash replaces it: a dead process reports nothing more).
+    const drain = Effect.map(Effect.suspend(() => PubSub.takeUpTo(subscription, Number.MAX_SAFE_INTEGER)), (taken) => {
       for (const event of taken) {
         events.push({
           t: event.at - t0,
@@ -647,12 +696,12 @@ const runIn = (
     // The agent's transcript (the live session's, else the store's), message by message as JSON.
     const transcriptOf = (id: string) =>
       Effect.map(
-        Effect.orElseSucceed(manager.readTranscript(id, { limit: 10_000 }), () => undefined),
+        Effect.orElseSucceed(inWorld(manager.readTranscript(id, { limit: 10_000 })), () => undefined),
         (page) => (page === undefined ? [] : page.messages.map((message) => JSON.stringify(message)))
       )
 
     for (const step of experiment.schedule) {
-      yield* world.clock.adjust(step.after)
+      yield* current.clock.adjust(step.after)
       yield* settle
       yield* drain
       const count = tree.length - 1
@@ -661,24 +710,70 @@ const runIn = (
       const t = yield* now
       const label = `n${index}`
       const record = (outcome: string) => ops.push({ t, op: step.op, agent: label, outcome })
-      if (step.op === "kill") {
+      if (step.op === "crash") {
+        // The process dies: its store writes nothing more, every fiber stops. A new process
+        // opens the same SQLite store once the dead one's lease has run out, and reconciles:
+        // what was pending or running is interrupted; resumes replay from the stored transcript.
+        if (current.crash === undefined) {
+          ops.push({ t, op: "crash", agent: "-", outcome: "already crashed" })
+        } else {
+          // What was still going when it died.
+          const live = new Set(
+            (yield* inWorld(manager.list({ includeArchived: true })))
+              .filter((record) => !SubAgentRecord.isTerminal(record.status))
+              .map((record) => record.agent_id)
+          )
+          yield* current.crash
+          yield* Effect.exit(inWorld(Fiber.interrupt(rootFiber)))
+          yield* Scope.close(current.scope, Exit.void)
+          const at = current.clock.currentTimeMillisUnsafe()
+          const next = yield* restart
+          yield* next.clock.setTime(at + leaseMs + 1000)
+          next.state.current = state
+          current = next
+          const services = current.context as Context.Context<
+            Manager.SubAgentManager | SubAgentStore.SubAgentStore | AgentEvents
+          >
+          const restarted = Context.get(services, Manager.SubAgentManager)
+          manager = options.tamper?.manager?.(restarted) ?? restarted
+          store = Context.get(services, SubAgentStore.SubAgentStore)
+          subscription = yield* Context.get(services, AgentEvents).subscribe
+          const found = yield* inWorld(manager.list({ includeArchived: true }))
+          const interrupted = found
+            .filter((record) =>
+              live.has(record.agent_id) && record.status === "interrupted" && goneReason.test(record.reason ?? "")
+            )
+            .flatMap((record) => {
+              const label = labels.get(record.agent_id)
+              return label === undefined || label === "n0" ? [] : [label]
+            })
+            .sort((a, b) => Number(a.slice(1)) - Number(b.slice(1)))
+          crashes.push({ t, interrupted })
+          ops.push({
+            t,
+            op: "crash",
+            agent: "-",
+            outcome: `restarted; interrupted: ${interrupted.join(",") || "none"}`
+          })
+        }
+      } else if (step.op === "kill") {
         yield* Fiber.interrupt(rootFiber)
         ops.push({ t, op: "kill", agent: "n0", outcome: "interrupted" })
       } else if (step.op === "jump") {
         const ms = (step.target % 600) * 1000
-        yield* world.clock.adjust(ms)
+        yield* current.clock.adjust(ms)
         ops.push({ t, op: "jump", agent: "-", outcome: `${ms}ms` })
       } else if (id === undefined) {
         record("not spawned")
       } else if (step.op === "cancel") {
-        const exit = yield* Effect.exit(manager.cancel(id, "lab: cancelled from outside"))
+        const exit = yield* Effect.exit(inWorld(manager.cancel(id, "lab: cancelled from outside")))
         record(Exit.isSuccess(exit) ? exit.value.status : "error")
       } else if (step.op === "assign") {
         // A new objective and a role: explore narrows a general agent; general for an explore
         // agent is a widening, which is refused.
         const role = step.target % 2 === 0 ? "explore" : "general"
         const exit = yield* Effect.exit(
-          manager.assign(id, { objective: `node:${index} (reassigned)`, role, message: "lab: new assignment" })
+          inWorld(manager.assign(id, { objective: `node:${index} (reassigned)`, role, message: "lab: new assignment" }))
         )
         if (Exit.isSuccess(exit)) record(`assigned ${role}, ${exit.value.delivered ? "delivered" : "not delivered"}`)
         else {
@@ -686,11 +781,11 @@ const runIn = (
           record(error === undefined ? "defect" : (error as { _tag: string })._tag)
         }
       } else if (step.op === "send_input") {
-        const exit = yield* Effect.exit(manager.sendInput(id, "lab: more input", false, "api"))
+        const exit = yield* Effect.exit(inWorld(manager.sendInput(id, "lab: more input", false, "api")))
         record(Exit.isSuccess(exit) ? (exit.value.delivered ? "delivered" : "not delivered") : "error")
       } else {
         const before = yield* transcriptOf(id)
-        const exit = yield* Effect.exit(manager.resume(undefined, id, "lab: resume"))
+        const exit = yield* Effect.exit(inWorld(manager.resume(undefined, id, "lab: resume")))
         if (Exit.isSuccess(exit)) {
           resumes.push({ agent: label, id, before })
           record(`resumed ${exit.value.status}`)
@@ -703,8 +798,9 @@ const runIn = (
     }
 
     // Let the tree finish (virtual time passes quickly), then interrupt the root in any case.
-    for (let i = 0; i < 24 && rootFiber.pollUnsafe() === undefined; i++) {
-      yield* world.clock.adjust(30_000)
+    // After a crash the root is gone; agents resumed in the new process get the same time.
+    for (let i = 0; i < 24 && (rootFiber.pollUnsafe() === undefined || crashes.length > 0); i++) {
+      yield* current.clock.adjust(30_000)
       yield* settle
     }
     yield* Fiber.interrupt(rootFiber)
@@ -713,7 +809,7 @@ const runIn = (
 
     const viewsOf = Effect.forEach(
       [...ids.values()],
-      (id) => Effect.option(manager.result(id, { block: false }))
+      (id) => Effect.option(inWorld(manager.result(id, { block: false })))
     ).pipe(Effect.map((found) => found.flatMap((view) => (Option.isSome(view) ? [view.value] : []))))
     const mine = yield* viewsOf
     // Detached agents, and agents resumed from outside (no caller: they belong to no tree), may go on.
@@ -723,7 +819,7 @@ const runIn = (
       .map((record) => labels.get(record.agent_id)!)
       .sort()
     const afterRoot = {
-      running: Math.max(0, (yield* manager.running) - countRunning(mine, detachedIds)),
+      running: Math.max(0, (yield* inWorld(manager.running)) - countRunning(mine, detachedIds)),
       liveModelCalls: [...state.live].reduce(
         (sum, [index, live]) => sum + (detachedIds.has(ids.get(index) ?? "") ? 0 : live),
         0
@@ -734,7 +830,7 @@ const runIn = (
     // Detached agents may still run: end them so the next run starts from nothing.
     for (const record of mine) {
       if (!SubAgentRecord.isTerminal(record.status)) {
-        yield* Effect.ignore(manager.cancel(record.agent_id, "lab: end of run"))
+        yield* Effect.ignore(inWorld(manager.cancel(record.agent_id, "lab: end of run")))
       }
     }
     yield* settle
@@ -757,7 +853,7 @@ const runIn = (
       if (label === undefined || label === "n0") continue
       const index = Number(label.slice(1))
       const node = tree[index]
-      const stored = yield* store.get(record.agent_id)
+      const stored = yield* inWorld(store.get(record.agent_id))
       records.push({
         agent: label,
         parent: node?.parent === undefined ? "?" : `n${node.parent}`,
@@ -776,6 +872,7 @@ const runIn = (
     }
     records.sort((a, b) => Number(a.agent.slice(1)) - Number(b.agent.slice(1)))
     world.state.current = undefined
+    current.state.current = undefined
     return {
       version: 1,
       ...(options.seed === undefined ? {} : { seed: options.seed }),
@@ -788,7 +885,8 @@ const runIn = (
       resumes: resumed,
       rootTools: [...(state.tools.get(0) ?? [])].sort(),
       afterRoot,
-      end: yield* now
+      end: yield* now,
+      ...(crashes.length === 0 ? {} : { crashes })
     } satisfies Trace as Trace
   })
 

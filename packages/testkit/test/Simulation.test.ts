@@ -3,7 +3,7 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { Invariants, Simulation } from "../src/index.ts"
+import { Invariants, Lab, Simulation } from "../src/index.ts"
 
 const provideNode = Effect.provide(NodeServices.layer)
 
@@ -81,4 +81,53 @@ describe("Simulation", () => {
       assert.deepStrictEqual([n1.role, n1.status], ["explore", "completed"])
       assert.isUndefined(Invariants.firstViolation(trace))
     }).pipe(provideNode))
+
+  it.effect("a process crash: the restarted process finds the running agents interrupted in the SQLite store and resumes them from their stored transcripts", () =>
+    Effect.gen(function*() {
+      const trace = yield* Simulation.run({
+        seed: 5,
+        config: { cap: 2 },
+        tree: [{ work: 2, delayMs: 1000 }, { parent: 1, work: 1, delayMs: 700 }],
+        schedule: [
+          { after: 2500, op: "crash", target: 0 },
+          { after: 100, op: "resume", target: 0 },
+          { after: 100, op: "resume", target: 1 }
+        ]
+      })
+      // At 2.5 s n2 had completed and n1 was mid-run: the dead process reports nothing more;
+      // the restarted one (once the old lease ran out) finds n1 interrupted.
+      assert.deepStrictEqual(trace.crashes, [{ t: 2500, interrupted: ["n1"] }])
+      assert.deepStrictEqual(trace.ops.map((op) => [op.op, op.agent, op.outcome]), [
+        ["crash", "-", "restarted; interrupted: n1"],
+        ["resume", "n1", "resumed running"],
+        ["resume", "n2", "resumed running"]
+      ])
+      // The resumed runs start from what the store kept and only add to it.
+      assert.deepStrictEqual(trace.resumes.map((r) => [r.agent, r.extends, r.after > r.before]), [
+        ["n1", true, true],
+        ["n2", true, true]
+      ])
+      assert.deepStrictEqual(trace.records.map((r) => [r.agent, r.status, r.roundTrip]), [
+        ["n1", "completed", true],
+        ["n2", "completed", true]
+      ])
+      assert.isFalse(
+        trace.events.some((e) => e.t === 2500 && e.type === "interrupted"),
+        "a dead process reports nothing"
+      )
+      assert.isUndefined(Invariants.firstViolation(trace))
+      const again = yield* Simulation.run(trace.experiment, { seed: 5 })
+      assert.strictEqual(Simulation.encode(again), Simulation.encode(trace))
+    }).pipe(provideNode))
+
+  it.effect("generated experiments with crashes hold every invariant", () =>
+    Effect.gen(function*() {
+      const result = yield* Lab.check({
+        runs: 120,
+        seed: 31,
+        bounds: { maxNodes: 4, maxOps: 4, ops: ["crash", "resume", "cancel", "send_input", "jump"] }
+      })
+      yield* Simulation.reset
+      assert.strictEqual(result._tag, "Passed", Lab.describe(result))
+    }).pipe(provideNode), 120_000)
 })
