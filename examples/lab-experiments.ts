@@ -43,10 +43,27 @@ const completeTree = (depth: number, fanOut: number, fields: Partial<Node> = {})
 const autoCancelled = (trace: Simulation.Trace) =>
   trace.records.filter((r) => r.status === "cancelled" && /Auto-cancelled/.test(r.reason ?? "")).length
 
+/** The most sub-agents with a model call in flight at once (the lab's measure of working agents). */
+const peakWorking = (trace: Simulation.Trace) => Math.max(0, ...trace.requests.map((r) => r.working ?? 0))
+
+/** The most sub-agents running at once (started, not ended), waiting ones included. */
+const peakRunning = (trace: Simulation.Trace) => {
+  const running = new Set<string>()
+  let peak = 0
+  for (const event of trace.events) {
+    if (event.depth === 0) continue
+    if (event.type === "started") running.add(event.agent)
+    if (["completed", "failed", "cancelled", "interrupted"].includes(event.type)) running.delete(event.agent)
+    peak = Math.max(peak, running.size)
+  }
+  return peak
+}
+
 /**
  * Experiment 1: does queue admission starve deep trees under a cap of 3? Trees of fan-out 2
  * and depth 1-3 (2, 6, 14 sub-agents) under `maxConcurrent = 3`, queue admission, a 300 s
- * heartbeat. A parent keeps its slot while it waits for its children.
+ * heartbeat. A parent waiting for its children lends its permit to one of them that is queued
+ * (before that, it kept it, and the depth-3 tree deadlocked until the heartbeat).
  */
 export const starvation = Effect.gen(function*() {
   const rows: Array<{
@@ -55,7 +72,10 @@ export const starvation = Effect.gen(function*() {
     completed: number
     autoCancelled: number
     neverStarted: number
-    virtualMs: number
+    peakWorking: number
+    peakRunning: number
+    /** When the root completed (virtual ms), if it did. */
+    rootDoneMs: number | undefined
   }> = []
   let figure = ""
   for (const depth of [1, 2, 3]) {
@@ -72,7 +92,9 @@ export const starvation = Effect.gen(function*() {
       completed: trace.records.filter((r) => r.status === "completed").length,
       autoCancelled: autoCancelled(trace),
       neverStarted: experiment.nodes.length - trace.records.filter((r) => started.has(r.agent)).length,
-      virtualMs: trace.end
+      peakWorking: peakWorking(trace),
+      peakRunning: peakRunning(trace),
+      rootDoneMs: trace.events.find((e) => e.agent === "n0" && e.type === "completed")?.t
     })
     if (depth === 2) figure = LabReport.svg(trace, { title: "cap 3, queue admission, depth 2, fan-out 2" })
   }

@@ -17,7 +17,7 @@ describe("fibril lab", () => {
         { cwd: dir }
       )
       assert.strictEqual(found.exitCode, 1, found.stderr)
-      assert.include(found.stdout, "FAILED cap: 2 sub-agents running at once, cap 1")
+      assert.include(found.stdout, "FAILED cap: 2 sub-agents working at once (model calls in flight), cap 1")
       assert.include(found.stdout, "seed 7")
       assert.include(found.stderr, "200 experiments, seed 7")
       const trace = path.join(dir, "t.json")

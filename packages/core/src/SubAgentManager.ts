@@ -4,7 +4,8 @@
  * Both ways in go through here: `task` (foreground: the caller waits) and `agent_spawn`
  * (background: the caller goes on and collects the result later). The manager resolves the
  * role and the model (refusing unknown ones before anything exists), admits the agent under
- * a Semaphore (only running agents hold a permit), creates the child session, records the
+ * `maxConcurrent` permits (only running agents hold one; with queue admission an agent
+ * blocked waiting for others lends its permit to one of them), creates the child session, records the
  * agent in the SubAgentStore, and runs it as a fiber:
  *
  * - a background child is forked into its parent's running prompt scope, so interrupting
@@ -34,7 +35,6 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
-import * as Semaphore from "effect/Semaphore"
 import * as AgentDefinitions from "./AgentDefinitions.ts"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
@@ -200,6 +200,14 @@ interface Entry {
   runBase: Receipt.RunBase
   /** This run's result was handed to its parent (task's result, or agent_wait / agent_result). */
   resultRead: boolean
+  /** Where the permit it works on came from (the pool, or the agent that lent it); undefined: none. */
+  permit: Entry | "pool" | undefined
+  /** While it is blocked waiting for these agents: it lends its permit to one of them that is queued. */
+  lending: ReadonlySet<string> | undefined
+  /** The agent running on its permit now. */
+  lentTo: Entry | undefined
+  /** Set by a resume: the record as its latest ended run ended. */
+  lastEnded: AgentView | undefined
 }
 
 export const restartReason = "Interrupted by process restart"
@@ -274,13 +282,21 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
   >
   /** Starts an agent and waits for it in the caller's fiber (the `task` tool). */
   readonly run: (parentSessionId: string | undefined, request: SpawnRequest) => Effect.Effect<AgentView, SpawnError>
+  /**
+   * Waits for agents. `caller`: the agent (session id) that waits; with queue admission it
+   * lends its permit to one of them that is queued while it waits.
+   */
   readonly wait: (
     ids: ReadonlyArray<string>,
-    options: { readonly mode: "any" | "all"; readonly timeoutMs?: number | undefined }
+    options: {
+      readonly mode: "any" | "all"
+      readonly timeoutMs?: number | undefined
+      readonly caller?: string | undefined
+    }
   ) => Effect.Effect<WaitResult, AgentNotFound>
   readonly result: (
     id: string,
-    options: { readonly block: boolean; readonly timeoutMs?: number | undefined }
+    options: { readonly block: boolean; readonly timeoutMs?: number | undefined; readonly caller?: string | undefined }
   ) => Effect.Effect<AgentView, AgentNotFound>
   readonly cancel: (id: string, reason?: string) => Effect.Effect<AgentView, AgentNotFound>
   readonly list: (options: {
@@ -323,7 +339,7 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
     InputResult,
     AgentNotFound | Roles.UnknownRole | Roles.InvalidRoleRequest | Permission.PermissionWidening
   >
-  /** Running agents (holding a permit) right now. */
+  /** Running sub-agents right now (with queue admission, one that lent its permit while it waits counts too). */
   readonly running: Effect.Effect<number>
   /** The agent id behind an id, a session name or a run id (`id` itself when nothing matches). */
   readonly resolve: (id: string) => Effect.Effect<string>
@@ -348,14 +364,101 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const managerScope = yield* Effect.scope
   const bootId = store.owner.boot_id
   const maxResultChars = config.maxResultChars ?? defaultMaxResultChars
-  const semaphore = yield* Semaphore.make(config.maxConcurrent)
+  // Permits, `maxConcurrent` of them: taken at admission (reject), or waited for in order
+  // (queue). With queue admission an agent blocked waiting for agents (agent_wait, a blocking
+  // agent_result, its answer waiting for its background children) lends its permit to one of
+  // them that is queued: that one runs on it, and it goes back to the lender when that one
+  // ends. So agents able to work (holding a permit) never exceed the cap, and a tree deeper
+  // than the cap cannot deadlock on parents that keep their permits while their children queue.
+  let free = config.maxConcurrent
+  const queued: Array<{ readonly entry: Entry; readonly ready: Deferred.Deferred<void> }> = []
+  const lenders = new Set<Entry>()
+  const grant = (waiter: (typeof queued)[number], from: Entry | "pool") => {
+    queued.splice(queued.indexOf(waiter), 1)
+    waiter.entry.permit = from
+    if (from !== "pool") from.lentTo = waiter.entry
+    Deferred.doneUnsafe(waiter.ready, Effect.void)
+  }
+  /** A lender's permit is free: it goes to a queued agent the lender waits for, else stays. */
+  const offer = (lender: Entry) => {
+    if (lender.lending === undefined || lender.lentTo !== undefined || lender.permit === undefined) return
+    const next = queued.find((waiter) => lender.lending!.has(waiter.entry.record.agent_id))
+    if (next !== undefined) grant(next, lender)
+  }
+  /** Gives up the permit `entry` works on: back to its lender, else to the first queued agent or the pool. */
+  const release = (entry: Entry) => {
+    const from = entry.permit
+    entry.permit = undefined
+    if (from === undefined) return
+    const borrower = entry.lentTo
+    if (borrower !== undefined) {
+      // Still lent out: the borrower keeps it, owed to where it came from.
+      entry.lentTo = undefined
+      borrower.permit = from
+      if (from !== "pool") from.lentTo = borrower
+    } else if (from !== "pool") {
+      from.lentTo = undefined
+      offer(from)
+    } else if (queued.length > 0) grant(queued[0]!, "pool")
+    else free++
+  }
+  /** Waits for a permit (queue admission): a lender waiting for `entry`, else the pool, in order. */
+  const takePermit = (entry: Entry): Effect.Effect<void> =>
+    Effect.suspend(() => {
+      if (free > 0) {
+        free--
+        entry.permit = "pool"
+        return Effect.void
+      }
+      const waiter = { entry, ready: Deferred.makeUnsafe<void>() }
+      queued.push(waiter)
+      for (const lender of lenders) offer(lender)
+      // Interrupted while queued: it leaves the queue (a permit granted meanwhile is released with the run).
+      return Effect.onInterrupt(Deferred.await(waiter.ready), () =>
+        Effect.sync(() => {
+          const at = queued.indexOf(waiter)
+          if (at >= 0) queued.splice(at, 1)
+        }))
+    })
+  /**
+   * `waiting` (the caller blocked until `targets` end), with the caller's permit lent to a
+   * queued target. If the wait ends while a target still runs on it, that one keeps it and the
+   * caller waits for a permit again before it goes on.
+   */
+  const lendWhile = <A, E>(
+    callerId: string | undefined,
+    targets: ReadonlyArray<string>,
+    waiting: Effect.Effect<A, E>
+  ): Effect.Effect<A, E> => {
+    if (config.admission !== "queue" || callerId === undefined) return waiting
+    return Effect.suspend(() => {
+      const lender = entries.get(callerId)
+      if (lender === undefined || lender.permit === undefined || lender.lending !== undefined) return waiting
+      lender.lending = new Set(targets)
+      lenders.add(lender)
+      offer(lender)
+      const stop = Effect.sync(() => {
+        lender.lending = undefined
+        lenders.delete(lender)
+        const borrower = lender.lentTo
+        if (borrower === undefined) return
+        lender.lentTo = undefined
+        borrower.permit = lender.permit
+        if (lender.permit !== undefined && lender.permit !== "pool") lender.permit.lentTo = borrower
+        lender.permit = undefined
+      })
+      const retake = Effect.suspend(() => (lender.permit === undefined ? takePermit(lender) : Effect.void))
+      return Effect.onExit(waiting, () => stop).pipe(Effect.tap(() => retake), Effect.tapError(() => retake))
+    })
+  }
   // Permits taken at admission (reject mode): an agent holds one from then on, also before its
   // run has started and counted itself running (while its session and record are created), so
   // the cap error reports the larger of the two: never "running 0" at a full cap.
   let held = 0
-  const releaseHeld = Effect.suspend(() => {
+  const releaseHeld = Effect.sync(() => {
     held--
-    return semaphore.release(1)
+    if (queued.length > 0) grant(queued[0]!, "pool")
+    else free++
   })
   const entries = new Map<string, Entry>()
   /** Background, non-detached children by the session that spawned them. */
@@ -650,6 +753,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
 
   // The agent's run: (wait for a permit,) run the session's prompt, record the outcome.
   const runAgent = (entry: Entry, message: string, permit: Permit) => {
+    if (permit === "held") entry.permit = "pool"
     let counted = false
     const body = Effect.gen(function*() {
       const now = yield* Clock.currentTimeMillis
@@ -668,13 +772,15 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     })
     // One finalizer for the count, the permit taken at admission and the outcome: each
     // finalizer is a step to unwind when the agent is interrupted.
-    const admitted = permit === "wait" ? semaphore.withPermits(1)(body) : body
+    const admitted = permit === "wait" ? Effect.andThen(takePermit(entry), body) : body
     return Effect.onExit(admitted, (exit) => {
       if (counted) {
         counted = false
         runningCount--
       }
-      return permit === "held" ? Effect.andThen(releaseHeld, finish(entry, exit)) : finish(entry, exit)
+      if (permit === "held") held--
+      release(entry)
+      return finish(entry, exit)
     })
   }
 
@@ -686,8 +792,12 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const admit = (): Effect.Effect<boolean, CapReached> =>
     config.admission === "queue"
       ? Effect.succeed(false)
-      : Effect.flatMap(semaphore.takeIfAvailable(1), (taken) => {
-        if (taken) held++
+      : Effect.suspend(() => {
+        const taken = free > 0
+        if (taken) {
+          free--
+          held++
+        }
         return taken
           ? Effect.succeed(true)
           : Effect.fail(new CapReached({ max: config.maxConcurrent, running: Math.max(held, runningCount) }))
@@ -770,7 +880,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       started: false,
       lastProgress: now,
       runBase: { steps: 0, toolCalls: 0, tokens: record.tokens },
-      resultRead: false
+      resultRead: false,
+      permit: undefined,
+      lending: undefined,
+      lentTo: undefined,
+      lastEnded: undefined
     }
     entries.set(record.agent_id, entry)
     names.set(sessionName, record.agent_id)
@@ -836,13 +950,39 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         : Effect.map(Effect.timeoutOption(waiting, Duration.millis(timeoutMs)), Option.isNone)
     })
 
+  const idOf = (target: Target) => (isEntry(target) ? target.record.agent_id : target.agent_id)
+
+  /** The run a waiter waits for: its `done` when the wait began. */
+  const runOf = (target: Target) => (isEntry(target) ? target.done : undefined)
+
+  /**
+   * The target as a waiter that began waiting on `run` should see it: its latest ended run. If
+   * a resume started a new run since (from outside, at the instant the awaited run ended) and
+   * that run is still going, that is the record as the previous run ended, so the waiter still
+   * gets the result it waited for; else the current view.
+   */
+  const endedView = (target: Target, run: Deferred.Deferred<void> | undefined): Effect.Effect<AgentView> =>
+    isEntry(target) && run !== undefined && target.done !== run && !isTerminal(target.record.status) &&
+      target.lastEnded !== undefined
+      ? Effect.succeed(target.lastEnded)
+      : currentView(target)
+
   const wait = Effect.fn("SubAgentManager.wait")(function*(
     ids: ReadonlyArray<string>,
-    options: { readonly mode: "any" | "all"; readonly timeoutMs?: number | undefined }
+    options: {
+      readonly mode: "any" | "all"
+      readonly timeoutMs?: number | undefined
+      readonly caller?: string | undefined
+    }
   ) {
     const targets = yield* Effect.forEach(ids, lookupAny)
-    const timedOut = yield* waitFor(targets, options.mode, options.timeoutMs)
-    const views = yield* Effect.forEach(targets, currentView)
+    const runs = targets.map(runOf)
+    const timedOut = yield* lendWhile(
+      options.caller,
+      targets.map(idOf),
+      waitFor(targets, options.mode, options.timeoutMs)
+    )
+    const views = yield* Effect.forEach(targets, (target, i) => endedView(target, runs[i]))
     return {
       timed_out: timedOut,
       completed: views.filter((v) => isTerminal(v.status)),
@@ -872,11 +1012,13 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
 
   const result = Effect.fnUntraced(function*(
     id: string,
-    options: { readonly block: boolean; readonly timeoutMs?: number | undefined }
+    options: { readonly block: boolean; readonly timeoutMs?: number | undefined; readonly caller?: string | undefined }
   ) {
     const target = yield* lookupAny(id)
-    if (options.block) yield* waitFor([target], "all", options.timeoutMs)
-    return yield* currentView(target)
+    if (!options.block) return yield* currentView(target)
+    const run = runOf(target)
+    yield* lendWhile(options.caller, [idOf(target)], waitFor([target], "all", options.timeoutMs))
+    return yield* endedView(target, run)
   }, withSpan("SubAgentManager.result"))
 
   // The reason is set before the interruption so the run ends `cancelled`, not `interrupted`.
@@ -1006,7 +1148,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         lastProgress: yield* Clock.currentTimeMillis,
         runBase: { steps: adopted.steps, toolCalls: adopted.tool_calls, tokens: adopted.tokens },
         // A run of another process: whoever waited for it was there.
-        resultRead: true
+        resultRead: true,
+        permit: undefined,
+        lending: undefined,
+        lentTo: undefined,
+        lastEnded: undefined
       }
       entries.set(agentId, entry)
       named(Receipt.sessionName(adopted), agentId)
@@ -1053,7 +1199,12 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     })
     const permit: Permit = (yield* admit()) ? "held" : "wait"
     const previous = `${status}${record.reason === undefined ? "" : `: ${record.reason}`}`
-    const prompt = message ?? `Continue where you left off. Your previous run ended ${previous}.`
+    // An agent that never started (cancelled while queued) never read its task: it comes first.
+    const prompt = record.started_at === undefined
+      ? (message === undefined ? record.objective : `${record.objective}\n\n${message}`)
+      : message ?? `Continue where you left off. Your previous run ended ${previous}.`
+    // Whoever still waits for the run that ended gets it as it ended.
+    entry.lastEnded = view(structuredClone(record))
     // The run that ended stays in `runs`: a resume that fails does not erase what the agent did before.
     Receipt.beginResume(record, { now: yield* Clock.currentTimeMillis, bootId, pid: store.owner.pid, message: prompt })
     record.status = "pending"
@@ -1226,7 +1377,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         .map((id) => entries.get(id)!)
         .filter((entry) => !isTerminal(entry.record.status))
       if (open.length === 0) return Effect.succeed(undefined)
-      return Effect.forEach(open, (entry) => Deferred.await(entry.done), { discard: true }).pipe(
+      return lendWhile(
+        sessionId,
+        open.map((entry) => entry.record.agent_id),
+        Effect.forEach(open, (entry) => Deferred.await(entry.done), { discard: true })
+      ).pipe(
         Effect.map(() =>
           "Your background sub-agents were still running when you answered; they have now finished. " +
           "Their results:\n" +
@@ -1240,8 +1395,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   // Liveness: no progress for heartbeat_timeout_secs -> cancelled. A model call in flight
   // is progress (its own timeout bounds it), reported as a tick; so is a running background
   // child (a coordinator blocked in agent_wait): the child's own heartbeat bounds it. A child
-  // still queued for a permit is not: a parent holding its permit while its children wait
-  // for one is the deadlock the heartbeat is there to break.
+  // still queued for a permit is not (with queue admission a waiting parent lends it its
+  // permit, so that lasts only while other agents hold every permit).
   const heartbeatMs = config.heartbeatTimeoutSecs * 1000
   const hasRunningChild = (agentId: string): boolean => {
     const children = childrenOf.get(agentId)

@@ -1,6 +1,19 @@
 import { assert, describe, it } from "@effect/vitest"
 import { ScriptedModel } from "@fibril/testkit"
-import { Context, Deferred, Effect, Fiber, FileSystem, Layer, PubSub } from "effect"
+import {
+  Clock,
+  Context,
+  Deferred,
+  Effect,
+  Exit,
+  Fiber,
+  FileSystem,
+  Layer,
+  Option,
+  PubSub,
+  Random,
+  Schema
+} from "effect"
 import type { Prompt } from "effect/ai"
 import { TestClock } from "effect/testing"
 import { AgentEvents } from "../src/AgentEvents.ts"
@@ -8,7 +21,7 @@ import * as Fibril from "../src/Fibril.ts"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
 import { Session } from "../src/Session.ts"
 import { SubAgentManager } from "../src/SubAgentManager.ts"
-import type { SubAgentRecord } from "../src/SubAgentRecord.ts"
+import * as SubAgentRecord from "../src/SubAgentRecord.ts"
 import { SubAgentStore } from "../src/SubAgentStore.ts"
 import { provideNode, report, setup } from "./support.ts"
 
@@ -379,6 +392,228 @@ describe("SubAgentManager", () => {
       assert.strictEqual(done.outcome?.summary, "delegated")
     }).pipe(provideNode))
 
+  it.effect("queue admission: a depth-5 tree under a cap of 2 completes (a waiting parent lends its permit to its child)", () =>
+    Effect.gen(function*() {
+      // A chain: each level spawns the next and waits for it (agent_wait); level 5 answers.
+      // Levels 1 and 2 take the two permits; before lending, level 3 queued behind parents that
+      // kept theirs while they waited, and nothing moved until the heartbeat cancelled them.
+      const level = (prompt: string) => Number(prompt.slice("level-".length))
+      const { get } = yield* setup(
+        {
+          rules: [{
+            respond: (c) => {
+              const depth = level(c.prompt)
+              if (depth === 5) return { text: report("level-5 done") }
+              if (c.turn === 0) {
+                return {
+                  tool_calls: [{
+                    name: "agent_spawn",
+                    args: { description: `level-${depth + 1}`, prompt: `level-${depth + 1}` }
+                  }]
+                }
+              }
+              if (c.turn === 1) {
+                const id = (c.lastToolResults[0]?.result as { agent_id: string }).agent_id
+                return { tool_calls: [{ name: "agent_wait", args: { ids: [id], wait_mode: "all" } }] }
+              }
+              const got = (c.lastToolResults[0]?.result as { completed: ReadonlyArray<{ summary: string }> })
+                .completed[0]?.summary
+              return { text: report(`level-${depth} done <- ${got}`) }
+            }
+          }]
+        },
+        { maxDepth: 5, apiTimeoutSecs: 600 },
+        { subagents: { maxConcurrent: 2, admission: "queue", heartbeatTimeoutSecs: 600 } }
+      )
+      const manager = get(SubAgentManager)
+      const events = yield* (get(AgentEvents)).subscribe
+      const root = (yield* manager.startRoot({ prompt: "level-0" })).agent
+      // Ten virtual seconds: far less than the heartbeat, far more than the tree needs.
+      for (let i = 0; i < 10; i++) yield* TestClock.adjust("1 second")
+      const done = yield* manager.result(root.agent_id, { block: false })
+      const agents = yield* manager.list({ includeArchived: true })
+      const statuses = agents.filter((a) => a.depth > 0).map((a) => `${a.description}:${a.status}`).sort()
+      assert.strictEqual(done.status, "completed", `the tree did not finish: ${statuses.join(", ")}`)
+      assert.strictEqual(
+        done.outcome?.summary,
+        "level-0 done <- level-1 done <- level-2 done <- level-3 done <- level-4 done <- level-5 done"
+      )
+      assert.deepStrictEqual(statuses, [1, 2, 3, 4, 5].map((d) => `level-${d}:completed`))
+      // Agents working at once (running, and not blocked waiting for a child) never exceeded 2.
+      const working = new Set<string>()
+      let peak = 0
+      for (const event of yield* PubSub.takeAll(events)) {
+        const id = event.agent.agentId
+        if (event.agent.depth === 0) continue
+        if (event.type === "started") working.add(id)
+        if (event.type === "tool_call" && event.tool === "agent_wait") working.delete(id)
+        if (event.type === "tool_result" && event.tool === "agent_wait") working.add(id)
+        if (event.type === "completed" || event.type === "failed" || event.type === "cancelled") working.delete(id)
+        peak = Math.max(peak, working.size)
+      }
+      assert.isAtMost(peak, 2)
+      assert.isAtLeast(peak, 1)
+    }).pipe(provideNode))
+
+  it.effect("queue admission: a wait that times out while its lent permit is in use leaves it with the child; the parent queues for one", () =>
+    Effect.gen(function*() {
+      // Cap 1. The parent holds the only permit, spawns a child (queued) and waits for it with a
+      // 1 s timeout: the child runs on the lent permit for 5 s. When the wait times out, the
+      // child keeps it, and the parent's next model step waits until the child has ended.
+      const parentSteps: Array<number> = []
+      const { get } = yield* setup(
+        {
+          rules: [
+            { match: { prompt: "child" }, turns: [{ delay_ms: 5000, text: report("child done") }] },
+            {
+              match: { prompt: "parent" },
+              respond: (c) =>
+                Effect.map(Clock.currentTimeMillis, (now): ScriptedModel.Turn => {
+                  parentSteps.push(now)
+                  if (c.turn === 0) {
+                    return { tool_calls: [{ name: "agent_spawn", args: { description: "child", prompt: "child" } }] }
+                  }
+                  if (c.turn === 1) {
+                    const id = (c.lastToolResults[0]?.result as { agent_id: string }).agent_id
+                    return {
+                      tool_calls: [{ name: "agent_wait", args: { ids: [id], wait_mode: "all", timeout_ms: 1000 } }]
+                    }
+                  }
+                  return { text: report(`waited: ${JSON.stringify(c.lastToolResults[0]?.result)}`) }
+                })
+            },
+            { match: { depth: 0 }, turns: [{ hang: true }] }
+          ]
+        },
+        { apiTimeoutSecs: 600, maxDepth: 2 },
+        { subagents: { maxConcurrent: 1, admission: "queue", heartbeatTimeoutSecs: 600 } }
+      )
+      const manager = get(SubAgentManager)
+      const start = yield* Clock.currentTimeMillis
+      const parent = yield* manager.spawn(undefined, { prompt: "parent" })
+      for (let i = 0; i < 8; i++) yield* TestClock.adjust("1 second")
+      const done = yield* manager.result(parent.agent_id, { block: true })
+      assert.strictEqual(done.status, "completed", done.reason)
+      assert.include(done.outcome?.summary ?? "", `"timed_out":true`)
+      const child = (yield* manager.list({ includeArchived: true })).find((a) => a.description === "child")!
+      assert.strictEqual(child.status, "completed")
+      // The wait timed out at 1 s; the parent's third step came only once the child had ended at 5 s.
+      // (A step at 5 s may follow: its answer found the child's end not yet recorded.)
+      const steps = parentSteps.map((t) => t - start)
+      assert.deepStrictEqual(steps.slice(0, 3), [0, 0, 5000])
+      assert.isTrue(steps.every((t) => t === 0 || t === 5000), `parent steps at ${steps.join(", ")} ms`)
+      assert.strictEqual(child.finished_at! - start, 5000)
+    }).pipe(provideNode))
+
+  it.effect("a child resumed from outside the instant it completes: its parent's agent_wait still gets the result it waited for", () =>
+    Effect.gen(function*() {
+      // The outside observer waits for the child before the parent does, so it is woken first
+      // when the child completes, and resumes it before the parent's wait reads the views.
+      let waited: unknown
+      const { get } = yield* setup(
+        {
+          rules: [
+            // The resumed run (turn 1) takes 5 s: it is running when the parent reads the views.
+            {
+              match: { prompt: "child" },
+              turns: [{ delay_ms: 1000, text: report("child done") }, { delay_ms: 5000, text: report("again done") }]
+            },
+            {
+              match: { depth: 0 },
+              respond: (c) => {
+                if (c.turn === 0) {
+                  return { tool_calls: [{ name: "agent_spawn", args: { description: "child", prompt: "child" } }] }
+                }
+                if (c.turn === 1) {
+                  const id = (c.lastToolResults[0]?.result as { agent_id: string }).agent_id
+                  return { delay_ms: 100, tool_calls: [{ name: "agent_wait", args: { ids: [id], wait_mode: "all" } }] }
+                }
+                if (c.turn === 2) waited = c.lastToolResults[0]?.result
+                return { text: report("done") }
+              }
+            }
+          ]
+        },
+        { apiTimeoutSecs: 600 }
+      )
+      const manager = get(SubAgentManager)
+      const events = yield* (get(AgentEvents)).subscribe
+      yield* manager.startRoot({ prompt: "coordinate" })
+      const spawned = yield* PubSub.take(events).pipe(
+        Effect.repeat({ until: (event) => event.type === "spawned" && event.agent.depth === 1 })
+      )
+      const child = spawned.agent.agentId
+      const outside = yield* Effect.forkChild(
+        Effect.andThen(manager.result(child, { block: true }), manager.resume(undefined, child, "again")),
+        { startImmediately: true }
+      )
+      for (let i = 0; i < 3; i++) yield* TestClock.adjust("1 second")
+      assert.include(["pending", "running"], (yield* Fiber.join(outside)).status)
+      const result = waited as {
+        completed: ReadonlyArray<{ agent_id: string; summary: string; status: string }>
+        still_running: ReadonlyArray<string>
+      }
+      assert.deepStrictEqual(
+        [result.completed.map((a) => [a.agent_id, a.status, a.summary]), result.still_running],
+        [[[child, "completed", "child done"]], []]
+      )
+    }).pipe(provideNode))
+
+  it.effect("after a jittered retry under a TestClock, every time in the record is a whole millisecond and it decodes", () =>
+    Effect.gen(function*() {
+      // The backoff of 500 ms +- jitter used to be slept as is: a fractional sleep moves a
+      // TestClock to a fractional time, and `finished_at` failed the record schema (integers).
+      const { get } = yield* setup(
+        {
+          rules: [{
+            turns: [{ text: report("done"), error: { kind: "retryable", message: "try again", times: 1 } }]
+          }]
+        },
+        { maxRetries: 2, retryBaseMs: 500, retryMaxMs: 500, apiTimeoutSecs: 60 }
+      )
+      const manager = get(SubAgentManager)
+      const store = get(SubAgentStore)
+      const agent = yield* manager.spawn(undefined, { prompt: "work" }).pipe(Random.withSeed(7))
+      for (let i = 0; i < 2; i++) yield* TestClock.adjust("1 second")
+      const done = yield* manager.result(agent.agent_id, { block: true })
+      assert.strictEqual(done.status, "completed", done.reason)
+      const stored = Option.getOrThrow(yield* store.get(agent.agent_id))
+      const times = [
+        stored.created_at,
+        stored.started_at,
+        stored.finished_at,
+        ...(stored.events ?? []).map((e) => e.at)
+      ]
+      assert.isTrue(times.every((t) => Number.isInteger(t)), `times: ${times.join(", ")}`)
+      assert.isAbove(stored.finished_at!, 250)
+      const decoded = Schema.decodeUnknownExit(SubAgentRecord.SubAgentRecord)(JSON.parse(JSON.stringify(stored)))
+      assert.isTrue(Exit.isSuccess(decoded), String(decoded))
+    }).pipe(provideNode))
+
+  it.effect("resuming an agent cancelled while it was queued gives it its task (it never read it)", () =>
+    Effect.gen(function*() {
+      // Found by the lab: such an agent's first prompt was never delivered, so the resumed run
+      // saw only the resume message and did not know what it was for.
+      const { script, answer } = yield* controlled
+      const { get } = yield* setup(script, {}, { subagents: { maxConcurrent: 1, admission: "queue" } })
+      const manager = get(SubAgentManager)
+      const session = get(Session)
+      const first = yield* manager.spawn(undefined, { prompt: "job-a" })
+      const queued = yield* manager.spawn(undefined, { prompt: "job-b: count the files" })
+      assert.strictEqual(queued.status, "pending")
+      assert.strictEqual((yield* manager.cancel(queued.agent_id, "not now")).status, "cancelled")
+      yield* answer("job-a", { text: report("a done") })
+      yield* manager.wait([first.agent_id], { mode: "all" })
+      yield* manager.resume(undefined, queued.agent_id, "go on")
+      yield* answer("job-b: count the files\n\ngo on", { text: report("b done") })
+      yield* answer("go on", { text: report("b, without its task") })
+      const done = yield* manager.result(queued.agent_id, { block: true })
+      assert.strictEqual(done.status, "completed", done.reason)
+      assert.strictEqual(done.outcome?.summary, "b done")
+      const users = (yield* session.transcript(queued.agent_id)).filter((m) => m.role === "user")
+      assert.strictEqual(users.length, 1)
+    }).pipe(provideNode))
+
   it.effect("agent_wait without ids hands over each child's result once, also of a child that finished before it asked", () =>
     Effect.gen(function*() {
       // fast answers at once, slow after 1 s. The root reads slow by id (by then fast has long
@@ -526,7 +761,7 @@ describe("SubAgentManager", () => {
       const dir = yield* fs.makeTempDirectoryScoped()
       const stateDir = path.join(dir, ".fibril", "state")
       // A version 1 record (no record_version), as Fibril 0.1 wrote it.
-      const old: Omit<SubAgentRecord, "record_version"> = {
+      const old: Omit<SubAgentRecord.SubAgentRecord, "record_version"> = {
         agent_id: "agent_old1",
         depth: 1,
         role: "explore",

@@ -56,9 +56,19 @@ const resumesOf = (trace: Trace): Map<string, number> => {
 
 export const capNeverExceeded = make(
   "cap",
-  "running sub-agents never exceed the manager's cap (maxConcurrent)",
+  "sub-agents working at once (a model call in flight) never exceed the manager's cap (maxConcurrent); with reject admission, nor do running ones (with queue admission an agent waiting for others lends them its permit)",
   (trace, fail) => {
     const cap = trace.experiment.config.cap
+    for (const request of trace.requests) {
+      if (request.working !== undefined && request.working > cap) {
+        return fail(`${request.working} sub-agents working at once (model calls in flight), cap ${cap}`, {
+          agent: request.agent,
+          at: request.t,
+          evidence: { working: request.working, cap, turn: request.turn }
+        })
+      }
+    }
+    if (trace.experiment.config.admission === "queue") return undefined
     const active = new Set<string>()
     for (const event of trace.events) {
       if (event.depth === 0) continue
@@ -107,8 +117,12 @@ export const admission = make(
 
 export const oneTerminalState = make(
   "terminal",
-  "each agent ends exactly once per run (once, plus once per resume), and its record ends terminal",
+  "each agent ends exactly once per run (once, plus once per resume; a run a process crash cut short ends by the restarted process's reconciliation), and its record ends terminal",
   (trace, fail) => {
+    const crashed = new Map<string, number>()
+    for (const crash of trace.crashes ?? []) {
+      for (const agent of crash.interrupted) crashed.set(agent, (crashed.get(agent) ?? 0) + 1)
+    }
     const counts = new Map<string, Array<number>>()
     for (const event of trace.events) {
       if (event.depth > 0 && isTerminal(event)) counts.set(event.agent, [...(counts.get(event.agent) ?? []), event.t])
@@ -117,11 +131,12 @@ export const oneTerminalState = make(
     for (const agent of spawnedAgents(trace)) {
       const ends = counts.get(agent) ?? []
       const expected = 1 + (resumes.get(agent) ?? 0)
-      if (ends.length !== expected) {
-        return fail(`${agent} has ${ends.length} terminal events, expected ${expected}`, {
+      const ended = ends.length + (crashed.get(agent) ?? 0)
+      if (ended !== expected) {
+        return fail(`${agent} has ${ended} ends, expected ${expected}`, {
           agent,
           at: ends[expected],
-          evidence: { terminalEventsAt: ends, resumes: resumes.get(agent) ?? 0 }
+          evidence: { terminalEventsAt: ends, crashes: crashed.get(agent) ?? 0, resumes: resumes.get(agent) ?? 0 }
         })
       }
     }
@@ -224,10 +239,24 @@ export const resultOnceNoTranscript = make(
     const tree = treeOf(trace.experiment)
     const completedAt = new Map<string, number>()
     const parentEnd = new Map<string, string>()
-    for (const event of trace.events) {
+    // Event indices: each agent's ends, and its closed agent_wait calls.
+    const endIndices = new Map<string, Array<number>>()
+    const waits = new Map<string, Array<readonly [number, number]>>()
+    const openWait = new Map<string, number>()
+    trace.events.forEach((event, i) => {
       if (event.type === "completed") completedAt.set(event.agent, event.t)
-      if (isTerminal(event)) parentEnd.set(event.agent, event.type)
-    }
+      if (isTerminal(event)) {
+        parentEnd.set(event.agent, event.type)
+        endIndices.set(event.agent, [...(endIndices.get(event.agent) ?? []), i])
+      }
+      if (event.tool?.startsWith("agent_wait") === true) {
+        if (event.type === "tool_call") openWait.set(event.agent, i)
+        else if (event.type === "tool_result" && openWait.has(event.agent)) {
+          waits.set(event.agent, [...(waits.get(event.agent) ?? []), [openWait.get(event.agent)!, i] as const])
+          openWait.delete(event.agent)
+        }
+      }
+    })
     for (const request of trace.requests) {
       for (const marker of request.carried) {
         if (marker.startsWith("transcript:") && marker !== `transcript:${request.agent}`) {
@@ -254,6 +283,25 @@ export const resultOnceNoTranscript = make(
           at: seen[limit],
           evidence: { child: node.label, receivedAt: seen }
         })
+      }
+      // A child whose latest run to end before its parent's agent_wait (all its children, by
+      // id) returned had completed during that wait was handed over by it, even if resumed from
+      // outside at that very instant, once the parent went on to complete.
+      if (seen.length === 0 && parentEnd.get(parent) === "completed" && (resumes.get(parent) ?? 0) === 0) {
+        const ends = endIndices.get(node.label) ?? []
+        for (const [from, to] of waits.get(parent) ?? []) {
+          const last = ends.filter((i) => i < to).at(-1)
+          if (last !== undefined && last > from && trace.events[last]!.type === "completed") {
+            return fail(
+              `${parent}'s agent_wait returned without ${node.label}'s result, which completed during the wait`,
+              {
+                agent: parent,
+                at: trace.events[last]!.t,
+                evidence: { child: node.label, completedAt: trace.events[last]!.t }
+              }
+            )
+          }
+        }
       }
       // A child that completed while its parent still waited for it (and the parent went on
       // to complete) must have been delivered — unless either was resumed from outside (a

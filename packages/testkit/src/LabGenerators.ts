@@ -24,6 +24,8 @@ export const Node = Schema.Struct({
   parent: int(0, 1000),
   role: Schema.Literals(["general", "explore"]),
   detached: Schema.Boolean,
+  /** Spawned with `fork_context`: it starts from a copy of its parent's conversation. */
+  fork: Schema.optionalKey(Schema.Boolean),
   /** Tool-call turns before the answer (calls of a tool that does not exist: tool errors). */
   work: int(0, 3),
   /** Virtual milliseconds each model turn of this agent takes. */
@@ -38,17 +40,17 @@ export type Node = typeof Node.Type
 export const Op = Schema.Struct({
   /** Virtual milliseconds after the previous operation. */
   after: int(0, 20_000),
-  op: Schema.Literals(["cancel", "send_input", "resume", "kill", "jump"]),
+  op: Schema.Literals(["cancel", "send_input", "resume", "assign", "kill", "jump", "crash"]),
   target: int(0, 1000)
 })
 export type Op = typeof Op.Type
 
 export const Config = Schema.Struct({
-  /** `maxConcurrent` of the manager. */
-  cap: int(1, 4),
+  /** `maxConcurrent` of the manager (generated: 1-4). */
+  cap: int(1, 50),
   admission: Schema.Literals(["queue", "reject"]),
-  /** Deepest level that may still spawn (root = 0). */
-  maxDepth: int(1, 3),
+  /** Deepest level that may still spawn (root = 0; generated: 1-3). */
+  maxDepth: int(1, 5),
   /** Model steps per sub-agent run. */
   maxSteps: int(2, 8),
   heartbeatSecs: int(1, 600)
@@ -70,7 +72,7 @@ export interface Bounds {
   readonly config?: Partial<Config> | undefined
   /** Which faults may be generated (default: all). */
   readonly faults?: ReadonlyArray<Fault> | undefined
-  /** Which outside operations may be generated (default: all). */
+  /** Which outside operations may be generated (default: all but `crash`, which is opt-in: each run with one opens SQLite stores). */
   readonly ops?: ReadonlyArray<Op["op"]> | undefined
 }
 
@@ -95,14 +97,14 @@ const pick = <const A extends string | number>(values: ReadonlyArray<A>): Arbitr
 /** Experiments within `bounds`, shrinking towards fewer nodes, fewer faults and fewer operations. */
 export const experiment = (bounds: Bounds = {}): Arbitrary.Arbitrary<Experiment> => {
   const faults = bounds.faults ?? Fault.literals
-  const ops = bounds.ops ?? Op.fields.op.literals
+  const ops = bounds.ops ?? Op.fields.op.literals.filter((op) => op !== "crash")
   const fixed = bounds.config ?? {}
   const field = <K extends keyof Config>(key: K, arbitrary: Arbitrary.Arbitrary<Config[K]>) =>
     fixed[key] === undefined ? arbitrary : Arbitrary.Constant(fixed[key] as Config[K])
   const config = Arbitrary.all({
-    cap: field("cap", Arbitrary.schema(Config.fields.cap)),
+    cap: field("cap", Arbitrary.schema(int(1, 4))),
     admission: field("admission", pick(Config.fields.admission.literals)),
-    maxDepth: field("maxDepth", Arbitrary.schema(Config.fields.maxDepth)),
+    maxDepth: field("maxDepth", Arbitrary.schema(int(1, 3))),
     // A few values each: every distinct configuration is a separately built runtime.
     maxSteps: field("maxSteps", pick([2, 4, 8] as const)),
     heartbeatSecs: field("heartbeatSecs", pick([5, 30, 300] as const))
@@ -111,6 +113,7 @@ export const experiment = (bounds: Bounds = {}): Arbitrary.Arbitrary<Experiment>
     parent: Arbitrary.schema(Node.fields.parent),
     role: pick(Node.fields.role.literals),
     detached: Arbitrary.map(Arbitrary.schema(int(0, 4)), (n) => n === 4),
+    fork: Arbitrary.map(Arbitrary.schema(int(0, 3)), (n) => n === 3),
     work: Arbitrary.schema(Node.fields.work),
     delayMs: Arbitrary.schema(Node.fields.delayMs),
     tokens: Arbitrary.schema(Node.fields.tokens),

@@ -1,8 +1,9 @@
 /**
- * LabReport — a picture of one simulated run as SVG: the number of running sub-agents over
+ * LabReport — a picture of one simulated run as SVG: the number of working sub-agents over
  * virtual time (against the cap), and the agent tree as a Gantt chart, one lane per agent
- * (indented by depth) with its states: queued (spawned, not started), running, and how it
- * ended. Outside operations are marked on the time axis.
+ * (indented by depth) with its states: queued (spawned, not started), running, waiting
+ * (blocked in agent_wait: with queue admission its permit may be lent to one it waits for),
+ * and how it ended. Outside operations are marked on the time axis.
  *
  * Plain SVG text with no dependencies: every lane is a `<g class="lane" data-agent="nK">`, so
  * tools (and tests) can find them. PNG is not produced here: convert the SVG with a renderer
@@ -13,6 +14,7 @@ import type { Trace } from "./Simulation.ts"
 const colors = {
   queued: "#c9ced6",
   running: "#4a90d9",
+  waiting: "#a9c8ea",
   completed: "#3ba55c",
   failed: "#d9534f",
   cancelled: "#f0ad4e",
@@ -29,6 +31,7 @@ interface Lane {
   readonly depth: number
   spawned: number | undefined
   started: number | undefined
+  waiting: number | undefined
   readonly segments: Array<{ readonly from: number; readonly to: number; readonly state: keyof typeof colors }>
   readonly ends: Array<
     { readonly at: number; readonly state: keyof typeof colors; readonly reason?: string | undefined }
@@ -43,7 +46,7 @@ export const lanes = (trace: Trace): ReadonlyArray<Lane> => {
   const laneOf = (agent: string, depth: number) => {
     let lane = byAgent.get(agent)
     if (lane === undefined) {
-      lane = { agent, depth, spawned: undefined, started: undefined, segments: [], ends: [] }
+      lane = { agent, depth, spawned: undefined, started: undefined, waiting: undefined, segments: [], ends: [] }
       byAgent.set(agent, lane)
     }
     return lane
@@ -58,31 +61,52 @@ export const lanes = (trace: Trace): ReadonlyArray<Lane> => {
       lane.spawned = undefined
       lane.started = event.t
     }
+    if (isWait(event) && event.type === "tool_call" && lane.started !== undefined) {
+      lane.segments.push({ from: lane.started, to: event.t, state: "running" })
+      lane.started = undefined
+      lane.waiting = event.t
+    }
+    if (isWait(event) && event.type === "tool_result" && lane.waiting !== undefined) {
+      lane.segments.push({ from: lane.waiting, to: event.t, state: "waiting" })
+      lane.waiting = undefined
+      lane.started = event.t
+    }
     if (terminalStates.has(event.type)) {
-      const from = lane.started ?? lane.spawned ?? event.t
-      lane.segments.push({ from, to: event.t, state: "running" })
+      if (lane.waiting !== undefined) lane.segments.push({ from: lane.waiting, to: event.t, state: "waiting" })
+      else lane.segments.push({ from: lane.started ?? lane.spawned ?? event.t, to: event.t, state: "running" })
       lane.ends.push({ at: event.t, state: event.type as keyof typeof colors, reason: event.reason })
       lane.started = undefined
       lane.spawned = undefined
+      lane.waiting = undefined
     }
   }
   const end = Math.max(trace.end, ...trace.events.map((e) => e.t))
   for (const lane of byAgent.values()) {
     if (lane.started !== undefined) lane.segments.push({ from: lane.started, to: end, state: "running" })
+    else if (lane.waiting !== undefined) lane.segments.push({ from: lane.waiting, to: end, state: "waiting" })
     else if (lane.spawned !== undefined) lane.segments.push({ from: lane.spawned, to: end, state: "queued" })
   }
   return [...byAgent.values()].sort((a, b) => Number(a.agent.slice(1)) - Number(b.agent.slice(1)))
 }
 
-/** Running sub-agents over time: `[t, count]` at every change. */
+/** A call of agent_wait (or a variant of it): the agent is blocked until others end. */
+const isWait = (event: Trace["events"][number]) =>
+  (event.type === "tool_call" || event.type === "tool_result") && event.tool?.startsWith("agent_wait") === true
+
+/** Working sub-agents over time (running, and not blocked in agent_wait): `[t, count]` at every change. */
 export const concurrency = (trace: Trace): ReadonlyArray<readonly [number, number]> => {
   const active = new Set<string>()
+  const waiting = new Set<string>()
   const points: Array<readonly [number, number]> = [[0, 0]]
   for (const event of trace.events) {
     if (event.depth === 0) continue
     if (event.type === "started") active.add(event.agent)
-    else if (terminalStates.has(event.type)) active.delete(event.agent)
-    else continue
+    else if (isWait(event) && event.type === "tool_call" && active.delete(event.agent)) waiting.add(event.agent)
+    else if (isWait(event) && event.type === "tool_result" && waiting.delete(event.agent)) active.add(event.agent)
+    else if (terminalStates.has(event.type)) {
+      active.delete(event.agent)
+      waiting.delete(event.agent)
+    } else continue
     const last = points[points.length - 1]!
     if (last[0] === event.t) points[points.length - 1] = [event.t, active.size]
     else points.push([event.t, active.size])
@@ -123,7 +147,7 @@ export const svg = (trace: Trace, options: SvgOptions = {}): string => {
   out.push(`<text x="${left}" y="20" font-size="14">${escape(title)}</text>`)
   // Concurrency over time.
   out.push(`<g class="concurrency">`)
-  out.push(`<text x="10" y="${chartTop + 12}">running</text>`)
+  out.push(`<text x="10" y="${chartTop + 12}">working</text>`)
   out.push(
     `<line x1="${left}" y1="${y(cap)}" x2="${left + plot}" y2="${
       y(cap)
@@ -186,10 +210,10 @@ export const svg = (trace: Trace, options: SvgOptions = {}): string => {
   // Legend.
   const legendY = height - 12
   let lx = left
-  for (const state of ["queued", "running", "completed", "failed", "cancelled", "interrupted"] as const) {
+  for (const state of ["queued", "running", "waiting", "completed", "failed", "cancelled", "interrupted"] as const) {
     out.push(`<rect x="${lx}" y="${legendY - 9}" width="10" height="10" fill="${colors[state]}"/>`)
     out.push(`<text x="${lx + 14}" y="${legendY}">${state}</text>`)
-    lx += 100
+    lx += 95
   }
   out.push(`</svg>`)
   return out.join("\n") + "\n"

@@ -491,9 +491,38 @@ export const make = (script: ScriptInput): Effect.Effect<LanguageModel.LanguageM
         return play(method, rule, seen.turn, turn, messages)
       })
 
-    return LanguageModel.make({
-      generateText: (options) => Effect.map(answer("generateText", options), toParts),
-      streamText: (options) => Stream.fromArrayEffect(Effect.map(answer("streamText", options), toStreamParts))
+    const provider = {
+      generateText: (options: LanguageModel.ProviderOptions) => Effect.map(answer("generateText", options), toParts),
+      streamText: (options: LanguageModel.ProviderOptions) =>
+        Stream.fromArrayEffect(Effect.map(answer("streamText", options), toStreamParts))
+    }
+    // `LanguageModel.make` keeps one response decoder, for the last toolkit it saw: agents with
+    // different tools (a root and its sub-agents) calling in turn would rebuild it on every
+    // request. One model per set of tool names keeps each decoder (make still checks that the
+    // tools are the same ones before reusing it).
+    return Effect.map(LanguageModel.make(provider), (first) => {
+      const byTools = new Map<string, LanguageModel.LanguageModel>()
+      const modelFor = (toolkit: unknown): Effect.Effect<LanguageModel.LanguageModel> => {
+        const tools = (toolkit as { readonly tools?: Record<string, unknown> } | undefined)?.tools
+        if (tools === undefined) return Effect.succeed(first)
+        const key = Object.keys(tools).join(",")
+        const found = byTools.get(key)
+        if (found !== undefined) return Effect.succeed(found)
+        return Effect.tap(LanguageModel.make(provider), (made) => Effect.sync(() => void byTools.set(key, made)))
+      }
+      return LanguageModel.LanguageModel.of({
+        ...first,
+        generateText: ((options: { readonly toolkit?: unknown }) =>
+          Effect.flatMap(
+            modelFor(options.toolkit),
+            (model) => model.generateText(options as never)
+          )) as unknown as LanguageModel.LanguageModel["generateText"],
+        streamText: ((options: { readonly toolkit?: unknown }) =>
+          Stream.unwrap(Effect.map(
+            modelFor(options.toolkit),
+            (model) => model.streamText(options as never)
+          ))) as unknown as LanguageModel.LanguageModel["streamText"]
+      })
     })
   })
 

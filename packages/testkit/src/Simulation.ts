@@ -33,7 +33,7 @@ import * as Fiber from "effect/Fiber"
 import * as FileSystem from "effect/FileSystem"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type * as Path from "effect/Path"
+import * as Path from "effect/Path"
 import type { ChildProcessSpawner } from "effect/process"
 import * as PubSub from "effect/PubSub"
 import * as Random from "effect/Random"
@@ -69,6 +69,8 @@ export interface TraceRequest {
   readonly turn: number
   /** Child results (`result:nK`) and transcripts (`transcript:nK`) in the messages new to this request, one entry per message part. */
   readonly carried: ReadonlyArray<string>
+  /** Sub-agents with a model call in flight as this one began, itself included (absent for the root's). */
+  readonly working?: number
 }
 
 export interface TraceOp {
@@ -84,6 +86,8 @@ export interface TraceRecord {
   readonly depth: number
   readonly role: string
   readonly detached: boolean
+  /** Spawned with fork_context (absent when not). */
+  readonly forked?: true
   readonly status: string
   readonly steps: number
   readonly toolCalls: number
@@ -125,6 +129,8 @@ export interface Trace {
   }
   /** Virtual milliseconds the run took. */
   readonly end: number
+  /** Process crashes (`crash` operations): when, and the agents the restarted process found interrupted. */
+  readonly crashes?: ReadonlyArray<{ readonly t: number; readonly interrupted: ReadonlyArray<string> }>
 }
 
 /** The trace as JSON text, the same bytes for the same experiment. */
@@ -191,6 +197,10 @@ interface RunState {
   readonly tools: Map<number, Set<string>>
   /** Model calls in flight, per node. */
   readonly live: Map<number, number>
+  /** Nodes whose run has ended (its terminal event published), until they start again. */
+  readonly ended: Set<number>
+  /** Model attempts per node and turn (a retryable fault fails the first). */
+  readonly attempts: Map<string, number>
 }
 
 interface World {
@@ -199,6 +209,8 @@ interface World {
   readonly scope: Scope.Closeable
   readonly state: { current: RunState | undefined }
   runs: number
+  /** With a SQLite store (an experiment with a crash): makes the store behave like a killed process. */
+  readonly crash?: Effect.Effect<void> | undefined
 }
 
 let cwd: string | undefined
@@ -206,6 +218,9 @@ const workspace = (): string => {
   if (cwd === undefined) cwd = NodeFs.mkdtempSync(NodePath.join(NodeOs.tmpdir(), "fibril-lab-"))
   return cwd
 }
+
+const isEnd = (type: AgentEvent["type"]) =>
+  type === "completed" || type === "failed" || type === "cancelled" || type === "interrupted"
 
 const nodeOf = (prompt: string): number | undefined => {
   const match = /node:(\d+)/.exec(prompt)
@@ -254,7 +269,16 @@ const respondWith = (world: { readonly state: { current: RunState | undefined } 
     const turn = conversation.turn
     const delay = spec?.delayMs ?? 10
     const answer = (now: number): ScriptedModel.Turn | "hang" | "crash" => {
-      run.requests.push({ t: now - run.t0, agent: node.label, turn, carried: carriedOf(conversation) })
+      let working = 0
+      // An agent whose run has ended is not working, even while its last call is torn down.
+      if (index !== 0) { for (const [at, live] of run.live) if (at !== 0 && live > 0 && !run.ended.has(at)) working++ }
+      run.requests.push({
+        t: now - run.t0,
+        agent: node.label,
+        turn,
+        carried: carriedOf(conversation),
+        ...(index === 0 ? {} : { working })
+      })
       let phase = turn
       if (node.children.length > 0) {
         if (turn === 0) {
@@ -266,7 +290,8 @@ const respondWith = (world: { readonly state: { current: RunState | undefined } 
                 prompt: `node:${child}`,
                 description: `node:${child}`,
                 subagent_type: childSpec.role,
-                detached: childSpec.detached
+                detached: childSpec.detached,
+                ...(childSpec.fork === true ? { fork_context: true } : {})
               }
             }
           })
@@ -298,8 +323,14 @@ const respondWith = (world: { readonly state: { current: RunState | undefined } 
       switch (spec.fault) {
         case "none":
           return final
-        case "retryable":
-          return { ...final, error: { kind: "retryable", message: "lab: retryable model error", times: 1 } }
+        case "retryable": {
+          // Counted per run here, not by the model (whose attempt counters outlive a run): the
+          // first attempt fails, the retry answers.
+          const key = `${index}:${turn}`
+          const attempt = (run.attempts.get(key) ?? 0) + 1
+          run.attempts.set(key, attempt)
+          return attempt === 1 ? { error: { kind: "retryable", message: "lab: retryable model error" } } : final
+        }
         case "fatal":
           return { error: { kind: "fatal", message: "lab: fatal model error" } }
         case "hang":
@@ -327,21 +358,37 @@ const respondWith = (world: { readonly state: { current: RunState | undefined } 
     return counted
   })
 
-const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined) =>
+/** The reason a store gives the records of a process found gone (SubAgentStore.goneReason). */
+const goneReason = /^Interrupted: the process that ran it .* ended before it finished$/
+
+/** A crashed process's lease, after which another process may declare it gone. */
+const leaseMs = 15_000
+
+const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined, sqliteDir?: string) =>
   Effect.gen(function*() {
+    let crash: Effect.Effect<void> | undefined
+    const platform = yield* Effect.context<FileSystem.FileSystem | Path.Path>()
     const scope = yield* Scope.make()
     const testContext = yield* Layer.buildWithScope(TestClock.layer(), scope)
     const clock = Context.get(testContext, Clock.Clock) as TestClock.TestClock
-    // Whole milliseconds, as a real clock gives (records keep integer times): a retry's jittered
-    // backoff would otherwise wake sleepers at fractional virtual times.
-    const floored: Clock.Clock = Object.assign(Object.create(clock) as Clock.Clock, {
-      currentTimeMillisUnsafe: () => Math.floor(clock.currentTimeMillisUnsafe()),
-      currentTimeMillis: Effect.sync(() => Math.floor(clock.currentTimeMillisUnsafe()))
-    })
-    const clockContext = Context.make(Clock.Clock, floored)
+    // The TestClock as is: the runtime sleeps whole milliseconds (a retry's jittered backoff is
+    // rounded), so records keep integer times without help (the `round-trip` invariant checks).
+    const clockContext = Context.make(Clock.Clock, clock)
     const state: { current: RunState | undefined } = { current: undefined }
-    const events = tamper?.events
     const store = tamper?.store
+    // Every event as it is published (before a planted bug can drop it): which runs have ended.
+    const observe = (events: AgentEvents["Service"]): AgentEvents["Service"] => ({
+      ...events,
+      publish: (event) => {
+        const run = state.current
+        const index = event.agent.depth === 0 ? 0 : nodeOf(event.agent.description ?? "")
+        if (run !== undefined && index !== undefined) {
+          if (event.type === "started") run.ended.delete(index)
+          else if (isEnd(event.type)) run.ended.add(index)
+        }
+        return events.publish(event)
+      }
+    })
     const fibril = Fibril.layer({
       cwd: workspace(),
       session: {
@@ -360,10 +407,22 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined) =>
         ...tamper?.subagents?.(config)
       },
       layers: {
-        events: events === undefined
-          ? undefined
-          : Layer.effect(AgentEvents, Effect.map(makeEvents, events)),
-        store: store === undefined
+        events: Layer.effect(
+          AgentEvents,
+          Effect.map(makeEvents, (events) => observe(tamper?.events === undefined ? events : tamper.events(events)))
+        ),
+        store: sqliteDir !== undefined
+          ? Layer.effect(
+            SubAgentStore.SubAgentStore,
+            Effect.map(
+              Effect.provideContext(SubAgentStore.makeSqliteWithControl({ dir: sqliteDir, leaseMs }), platform),
+              (made) => {
+                crash = made.control.crash
+                return store === undefined ? made.store : store(made.store)
+              }
+            )
+          )
+          : store === undefined
           ? undefined
           : Layer.effect(
             SubAgentStore.SubAgentStore,
@@ -392,7 +451,8 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined) =>
       clock,
       scope,
       state,
-      runs: 0
+      runs: 0,
+      crash
     } satisfies World
   })
 
@@ -450,35 +510,128 @@ const settle = Effect.gen(function*() {
   for (let i = 0; i < 8; i++) yield* Effect.yieldNow
 })
 
-/** Runs `experiment` and returns its trace. */
-export const run = Effect.fn("Simulation.run")(function*(experiment: Experiment, options: RunOptions = {}) {
-  const world = yield* Effect.orDie(worldFor(experiment.config, options.tamper))
+/**
+ * An experiment in the issue's terms: the tree (node `i` is agent `n<i+1>`, `n0` the root;
+ * unset fields take `defaults`), the faults by agent (`{ n2: "hang" }`), the outside schedule,
+ * and the seed. The configuration defaults to `defaultConfig`.
+ */
+export interface Spec {
+  readonly seed?: number | undefined
+  readonly config?: Partial<Experiment["config"]> | undefined
+  readonly tree: ReadonlyArray<Partial<Omit<Experiment["nodes"][number], "fault">>>
+  readonly faults?: Readonly<Record<string, Experiment["nodes"][number]["fault"]>> | undefined
+  readonly schedule?: Experiment["schedule"] | undefined
+  readonly tamper?: Tamper | undefined
+}
+
+export const defaultConfig: Experiment["config"] = {
+  cap: 10,
+  admission: "queue",
+  maxDepth: 3,
+  maxSteps: 8,
+  heartbeatSecs: 300
+}
+
+/** A node's fields when a `Spec` leaves them out. */
+export const defaults: Omit<Experiment["nodes"][number], "fault"> = {
+  parent: 0,
+  role: "general",
+  detached: false,
+  work: 0,
+  delayMs: 10,
+  tokens: 10
+}
+
+export class SpecError extends Schema.TaggedError<SpecError>()("SpecError", { message: Schema.String }) {}
+
+/** The `Experiment` a `Spec` describes; a fault for an agent not in the tree is an error. */
+export const experimentOf = (spec: Spec): Effect.Effect<Experiment, SpecError> =>
+  Effect.gen(function*() {
+    const faults = spec.faults ?? {}
+    for (const agent of Object.keys(faults)) {
+      const index = /^n(\d+)$/.exec(agent)
+      if (index === null || Number(index[1]) < 1 || Number(index[1]) > spec.tree.length) {
+        return yield* new SpecError({
+          message: `faults: "${agent}" is not a sub-agent of the tree; expected n1..n${spec.tree.length}`
+        })
+      }
+    }
+    const experiment = {
+      config: { ...defaultConfig, ...spec.config },
+      nodes: spec.tree.map((node, i) => ({ ...defaults, ...node, fault: faults[`n${i + 1}`] ?? "none" })),
+      schedule: spec.schedule ?? []
+    }
+    return yield* Effect.mapError(
+      Schema.decodeUnknownEffect(ExperimentSchema)(experiment),
+      (error) => new SpecError({ message: `not a valid experiment: ${error.message}` })
+    )
+  })
+
+/**
+ * Runs an experiment and returns its trace: `run({ seed, tree, faults, schedule })`, or
+ * `run(experiment, { seed })` with a generated `Experiment`.
+ */
+export const run: {
+  (spec: Spec): Effect.Effect<Trace, SpecError, Platform>
+  (experiment: Experiment, options?: RunOptions): Effect.Effect<Trace, never, Platform>
+} = ((input: Spec | Experiment, options: RunOptions = {}) =>
+  "tree" in input
+    ? Effect.flatMap(experimentOf(input), (experiment) =>
+      runExperiment(experiment, { seed: input.seed, tamper: input.tamper }))
+    : runExperiment(input, options)) as never
+
+const runExperiment = Effect.fn("Simulation.run")(function*(experiment: Experiment, options: RunOptions = {}) {
+  // An experiment with a crash runs on a SQLite store of its own (the restarted process
+  // reopens it), in worlds built for it and closed after it.
+  const crashes = experiment.schedule.some((step) => step.op === "crash")
+  const dir = crashes ? NodeFs.mkdtempSync(NodePath.join(workspace(), "store-")) : undefined
+  const world = dir === undefined
+    ? yield* Effect.orDie(worldFor(experiment.config, options.tamper))
+    : yield* Effect.orDie(buildWorld(experiment.config, options.tamper, dir))
   world.runs++
-  const traced = runIn(world, experiment, options).pipe(
+  const built: Array<World> = [world]
+  const restart = Effect.tap(
+    Effect.orDie(buildWorld(experiment.config, options.tamper, dir)),
+    (next) => Effect.sync(() => void built.push(next))
+  )
+  const traced = runIn(world, experiment, options, restart).pipe(
     Effect.provideContext(
       world.context as Context.Context<Session | Manager.SubAgentManager | SubAgentStore.SubAgentStore | AgentEvents>
     ),
     Effect.scoped,
     Random.withSeed(options.seed ?? JSON.stringify(experiment))
   )
-  return yield* traced
+  if (dir === undefined) return yield* traced
+  return yield* traced.pipe(
+    Effect.ensuring(Effect.andThen(
+      Effect.forEach(built, (opened) => Scope.close(opened.scope, Exit.void), { discard: true }),
+      Effect.sync(() => NodeFs.rmSync(dir, { recursive: true, force: true }))
+    ))
+  )
 })
 
 const runIn = (
   world: World,
   experiment: Experiment,
-  options: RunOptions
+  options: RunOptions,
+  restart: Effect.Effect<World, never, Platform>
 ): Effect.Effect<
   Trace,
   never,
   Session | Manager.SubAgentManager | SubAgentStore.SubAgentStore | AgentEvents | Scope.Scope | Platform
 > =>
   Effect.gen(function*() {
+    // The process the run is in: another one after a crash.
+    let current = world
     const session = yield* Session
     const realManager = yield* Manager.SubAgentManager
-    const manager = options.tamper?.manager?.(realManager) ?? realManager
-    const store = yield* SubAgentStore.SubAgentStore
-    const subscription = yield* (yield* AgentEvents).subscribe
+    let manager = options.tamper?.manager?.(realManager) ?? realManager
+    let store = yield* SubAgentStore.SubAgentStore
+    let subscription = yield* (yield* AgentEvents).subscribe
+    /** In the current process's services (after a crash, the restarted one's). */
+    const inWorld = <A, E>(effect: Effect.Effect<A, E, any>): Effect.Effect<A, E> =>
+      Effect.provideContext(effect, current.context as Context.Context<any>) as Effect.Effect<A, E>
+    const crashes: Array<{ t: number; interrupted: Array<string> }> = []
     const tree = treeOf(experiment)
     // Start where the world's periodic timers (the heartbeat watchdog) are in the same phase
     // as in a new world, so that a run does not depend on the runs before it.
@@ -486,9 +639,17 @@ const runIn = (
     const offset = Math.floor(world.clock.currentTimeMillisUnsafe()) % period
     if (offset !== 0) yield* world.clock.adjust(period - offset)
     const t0 = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-    const state: RunState = { tree, t0, requests: [], tools: new Map(), live: new Map() }
+    const state: RunState = {
+      tree,
+      t0,
+      requests: [],
+      tools: new Map(),
+      live: new Map(),
+      ended: new Set(),
+      attempts: new Map()
+    }
     world.state.current = state
-    const now = Effect.map(Effect.clockWith((clock) => clock.currentTimeMillis), (t) => t - t0)
+    const now = Effect.sync(() => current.clock.currentTimeMillisUnsafe() - t0)
 
     const root = yield* Effect.orDie(session.create())
     const labels = new Map<string, string>([[root.id, "n0"]])
@@ -503,7 +664,8 @@ const runIn = (
       if (index !== undefined && index !== 0) ids.set(index, event.agent.agentId)
       return label
     }
-    const drain = Effect.map(PubSub.takeUpTo(subscription, Number.MAX_SAFE_INTEGER), (taken) => {
+    // The current process's subscription (a crash replaces it: a dead process reports nothing more).
+    const drain = Effect.map(Effect.suspend(() => PubSub.takeUpTo(subscription, Number.MAX_SAFE_INTEGER)), (taken) => {
       for (const event of taken) {
         events.push({
           t: event.at - t0,
@@ -532,12 +694,12 @@ const runIn = (
     // The agent's transcript (the live session's, else the store's), message by message as JSON.
     const transcriptOf = (id: string) =>
       Effect.map(
-        Effect.orElseSucceed(manager.readTranscript(id, { limit: 10_000 }), () => undefined),
+        Effect.orElseSucceed(inWorld(manager.readTranscript(id, { limit: 10_000 })), () => undefined),
         (page) => (page === undefined ? [] : page.messages.map((message) => JSON.stringify(message)))
       )
 
     for (const step of experiment.schedule) {
-      yield* world.clock.adjust(step.after)
+      yield* current.clock.adjust(step.after)
       yield* settle
       yield* drain
       const count = tree.length - 1
@@ -546,24 +708,82 @@ const runIn = (
       const t = yield* now
       const label = `n${index}`
       const record = (outcome: string) => ops.push({ t, op: step.op, agent: label, outcome })
-      if (step.op === "kill") {
+      if (step.op === "crash") {
+        // The process dies: its store writes nothing more, every fiber stops. A new process
+        // opens the same SQLite store once the dead one's lease has run out, and reconciles:
+        // what was pending or running is interrupted; resumes replay from the stored transcript.
+        if (current.crash === undefined) {
+          ops.push({ t, op: "crash", agent: "-", outcome: "already crashed" })
+        } else {
+          // What was still going when it died.
+          const live = new Set(
+            (yield* inWorld(manager.list({ includeArchived: true })))
+              .filter((record) => !SubAgentRecord.isTerminal(record.status))
+              .map((record) => record.agent_id)
+          )
+          yield* current.crash
+          yield* Effect.exit(inWorld(Fiber.interrupt(rootFiber)))
+          yield* Scope.close(current.scope, Exit.void)
+          const at = current.clock.currentTimeMillisUnsafe()
+          const next = yield* restart
+          yield* next.clock.setTime(at + leaseMs + 1000)
+          next.state.current = state
+          current = next
+          const services = current.context as Context.Context<
+            Manager.SubAgentManager | SubAgentStore.SubAgentStore | AgentEvents
+          >
+          const restarted = Context.get(services, Manager.SubAgentManager)
+          manager = options.tamper?.manager?.(restarted) ?? restarted
+          store = Context.get(services, SubAgentStore.SubAgentStore)
+          subscription = yield* Context.get(services, AgentEvents).subscribe
+          const found = yield* inWorld(manager.list({ includeArchived: true }))
+          const interrupted = found
+            .filter((record) =>
+              live.has(record.agent_id) && record.status === "interrupted" && goneReason.test(record.reason ?? "")
+            )
+            .flatMap((record) => {
+              const label = labels.get(record.agent_id)
+              return label === undefined || label === "n0" ? [] : [label]
+            })
+            .sort((a, b) => Number(a.slice(1)) - Number(b.slice(1)))
+          crashes.push({ t, interrupted })
+          ops.push({
+            t,
+            op: "crash",
+            agent: "-",
+            outcome: `restarted; interrupted: ${interrupted.join(",") || "none"}`
+          })
+        }
+      } else if (step.op === "kill") {
         yield* Fiber.interrupt(rootFiber)
         ops.push({ t, op: "kill", agent: "n0", outcome: "interrupted" })
       } else if (step.op === "jump") {
         const ms = (step.target % 600) * 1000
-        yield* world.clock.adjust(ms)
+        yield* current.clock.adjust(ms)
         ops.push({ t, op: "jump", agent: "-", outcome: `${ms}ms` })
       } else if (id === undefined) {
         record("not spawned")
       } else if (step.op === "cancel") {
-        const exit = yield* Effect.exit(manager.cancel(id, "lab: cancelled from outside"))
+        const exit = yield* Effect.exit(inWorld(manager.cancel(id, "lab: cancelled from outside")))
         record(Exit.isSuccess(exit) ? exit.value.status : "error")
+      } else if (step.op === "assign") {
+        // A new objective and a role: explore narrows a general agent; general for an explore
+        // agent is a widening, which is refused.
+        const role = step.target % 2 === 0 ? "explore" : "general"
+        const exit = yield* Effect.exit(
+          inWorld(manager.assign(id, { objective: `node:${index} (reassigned)`, role, message: "lab: new assignment" }))
+        )
+        if (Exit.isSuccess(exit)) record(`assigned ${role}, ${exit.value.delivered ? "delivered" : "not delivered"}`)
+        else {
+          const error = Option.getOrUndefined(Exit.findErrorOption(exit))
+          record(error === undefined ? "defect" : (error as { _tag: string })._tag)
+        }
       } else if (step.op === "send_input") {
-        const exit = yield* Effect.exit(manager.sendInput(id, "lab: more input", false, "api"))
+        const exit = yield* Effect.exit(inWorld(manager.sendInput(id, "lab: more input", false, "api")))
         record(Exit.isSuccess(exit) ? (exit.value.delivered ? "delivered" : "not delivered") : "error")
       } else {
         const before = yield* transcriptOf(id)
-        const exit = yield* Effect.exit(manager.resume(undefined, id, "lab: resume"))
+        const exit = yield* Effect.exit(inWorld(manager.resume(undefined, id, "lab: resume")))
         if (Exit.isSuccess(exit)) {
           resumes.push({ agent: label, id, before })
           record(`resumed ${exit.value.status}`)
@@ -576,8 +796,9 @@ const runIn = (
     }
 
     // Let the tree finish (virtual time passes quickly), then interrupt the root in any case.
-    for (let i = 0; i < 24 && rootFiber.pollUnsafe() === undefined; i++) {
-      yield* world.clock.adjust(30_000)
+    // After a crash the root is gone; agents resumed in the new process get the same time.
+    for (let i = 0; i < 24 && (rootFiber.pollUnsafe() === undefined || crashes.length > 0); i++) {
+      yield* current.clock.adjust(30_000)
       yield* settle
     }
     yield* Fiber.interrupt(rootFiber)
@@ -586,7 +807,7 @@ const runIn = (
 
     const viewsOf = Effect.forEach(
       [...ids.values()],
-      (id) => Effect.option(manager.result(id, { block: false }))
+      (id) => Effect.option(inWorld(manager.result(id, { block: false })))
     ).pipe(Effect.map((found) => found.flatMap((view) => (Option.isSome(view) ? [view.value] : []))))
     const mine = yield* viewsOf
     // Detached agents, and agents resumed from outside (no caller: they belong to no tree), may go on.
@@ -596,7 +817,7 @@ const runIn = (
       .map((record) => labels.get(record.agent_id)!)
       .sort()
     const afterRoot = {
-      running: Math.max(0, (yield* manager.running) - countRunning(mine, detachedIds)),
+      running: Math.max(0, (yield* inWorld(manager.running)) - countRunning(mine, detachedIds)),
       liveModelCalls: [...state.live].reduce(
         (sum, [index, live]) => sum + (detachedIds.has(ids.get(index) ?? "") ? 0 : live),
         0
@@ -607,7 +828,7 @@ const runIn = (
     // Detached agents may still run: end them so the next run starts from nothing.
     for (const record of mine) {
       if (!SubAgentRecord.isTerminal(record.status)) {
-        yield* Effect.ignore(manager.cancel(record.agent_id, "lab: end of run"))
+        yield* Effect.ignore(inWorld(manager.cancel(record.agent_id, "lab: end of run")))
       }
     }
     yield* settle
@@ -630,13 +851,14 @@ const runIn = (
       if (label === undefined || label === "n0") continue
       const index = Number(label.slice(1))
       const node = tree[index]
-      const stored = yield* store.get(record.agent_id)
+      const stored = yield* inWorld(store.get(record.agent_id))
       records.push({
         agent: label,
         parent: node?.parent === undefined ? "?" : `n${node.parent}`,
         depth: record.depth,
         role: record.role,
         detached: record.detached,
+        ...(record.fork_context ? { forked: true as const } : {}),
         status: record.status,
         steps: record.steps ?? 0,
         toolCalls: record.tool_calls ?? 0,
@@ -648,6 +870,7 @@ const runIn = (
     }
     records.sort((a, b) => Number(a.agent.slice(1)) - Number(b.agent.slice(1)))
     world.state.current = undefined
+    current.state.current = undefined
     return {
       version: 1,
       ...(options.seed === undefined ? {} : { seed: options.seed }),
@@ -660,11 +883,12 @@ const runIn = (
       resumes: resumed,
       rootTools: [...(state.tools.get(0) ?? [])].sort(),
       afterRoot,
-      end: yield* now
+      end: yield* now,
+      ...(crashes.length === 0 ? {} : { crashes })
     } satisfies Trace as Trace
   })
 
-const decodeRecord = Schema.decodeUnknownSync(SubAgentRecord.SubAgentRecord)
+const decodeRecord = Schema.decodeUnknownSync(SubAgentRecord.SubAgentRecord, { onExcessProperty: "error" })
 
 /** Structural equality of JSON-like values (key order ignored; an undefined field counts as absent). */
 const same = (a: unknown, b: unknown): boolean => {
@@ -684,7 +908,7 @@ const roundTrips = (stored: SubAgentRecord.SubAgentRecord, live: Manager.AgentVi
   const { from_prior_session: _, ...record } = live
   if (!same(stored, record)) return false
   try {
-    return same(decodeRecord(JSON.parse(JSON.stringify(stored)), { onExcessProperty: "error" }), stored)
+    return same(decodeRecord(JSON.parse(JSON.stringify(stored))), stored)
   } catch {
     return false
   }

@@ -636,3 +636,58 @@ describe("docs/script-format.md", () => {
       assert.include(results.other.text, "Nothing to do.")
     }).pipe(Effect.provide(NodeServices.layer)))
 })
+
+describe("ScriptedModel with several toolkits", () => {
+  // Agents with different tools (a root and its sub-agents) call one model in turn; each
+  // toolkit keeps its own response decoder (one LanguageModel per set of tool names).
+  const Grep = Tool.make("grep", {
+    description: "Search",
+    parameters: Schema.Struct({ pattern: Schema.String }),
+    success: Schema.String
+  })
+  const Both = Toolkit.make(ReadFile, Grep)
+  const script: ScriptedModel.ScriptInput = {
+    rules: [{
+      respond: (c) =>
+        c.tools.length === 0
+          ? { text: "no tools" }
+          : c.tools.includes("grep")
+          ? { tool_calls: [{ name: "grep", args: { pattern: c.prompt } }] }
+          : { tool_calls: [{ name: "read_file", args: { path: c.prompt } }] }
+    }]
+  }
+  const call = (toolkit: typeof Tools | typeof Both, prompt: string) =>
+    LanguageModel.generateText({
+      prompt: [system("general"), user(prompt)],
+      toolkit,
+      disableToolCallResolution: true,
+      toolCallValidation: "deferred"
+    })
+  const streamed = (toolkit: typeof Tools | typeof Both, prompt: string) =>
+    LanguageModel.streamText({
+      prompt: [system("general"), user(prompt)],
+      toolkit,
+      disableToolCallResolution: true,
+      toolCallValidation: "deferred"
+    }).pipe(Stream.runCollect)
+
+  it.effect("each request's tool calls are decoded against its own toolkit, in any order", () =>
+    Effect.gen(function*() {
+      const calls: Array<[string, unknown]> = []
+      for (const [toolkit, prompt] of [[Tools, "a.ts"], [Both, "b"], [Tools, "c.ts"], [Both, "d"]] as const) {
+        const response = yield* call(toolkit, prompt)
+        calls.push(...response.toolCalls.map((c): [string, unknown] => [c.name, c.params]))
+      }
+      assert.deepStrictEqual(calls, [
+        ["read_file", { path: "a.ts" }],
+        ["grep", { pattern: "b" }],
+        ["read_file", { path: "c.ts" }],
+        ["grep", { pattern: "d" }]
+      ])
+      const parts = yield* streamed(Both, "e")
+      const streamedCalls = parts.flatMap((p) => (p.type === "tool-call" ? [[p.name, p.params]] : []))
+      assert.deepStrictEqual(streamedCalls, [["grep", { pattern: "e" }]])
+      const plain = yield* LanguageModel.generateText({ prompt: [system("general"), user("no tools")] })
+      assert.deepStrictEqual([plain.text, plain.toolCalls], ["no tools", []])
+    }).pipe(Effect.provide(ScriptedModel.layer(script))))
+})

@@ -144,7 +144,9 @@ export const callModel = (
         )
       }
       return Effect.flatMap(Random.next, (jitter) => {
-        const delayMs = Math.max(failure.retryAfterMs, backoffMs(policy, attempt, jitter))
+        // Whole milliseconds, as a real clock keeps time: a fractional sleep would move a
+        // TestClock to fractional times, which records (integer times) reject.
+        const delayMs = Math.round(Math.max(failure.retryAfterMs, backoffMs(policy, attempt, jitter)))
         return onRetry(attempt, failure.reason, delayMs).pipe(
           Effect.andThen(Effect.sleep(Duration.millis(delayMs))),
           Effect.andThen(loop(attempt + 1))

@@ -147,7 +147,11 @@ export const wait = ToolRegistry.define({
     // Without ids: the caller's children still running, and those that finished before it
     // asked but whose results it has not been handed yet.
     const targets = ids ?? (yield* manager.unreadChildren(context.sessionId))
-    const result = yield* manager.wait(targets, { mode: params.wait_mode ?? "any", timeoutMs: params.timeout_ms })
+    const result = yield* manager.wait(targets, {
+      mode: params.wait_mode ?? "any",
+      timeoutMs: params.timeout_ms,
+      caller: context.sessionId
+    })
     yield* manager.markRead(context.sessionId, result.completed.map((agent) => agent.agent_id))
     return {
       timed_out: result.timed_out,
@@ -172,7 +176,11 @@ export const result = ToolRegistry.define({
   handler: Effect.fn("tool.agent_result")(function*(params, context) {
     const manager = yield* SubAgentManager
     const id = yield* pick("agent_result", params, ["agent_id", "id"])
-    const agent = yield* manager.result(id, { block: params.block ?? false, timeoutMs: params.timeout_ms })
+    const agent = yield* manager.result(id, {
+      block: params.block ?? false,
+      timeoutMs: params.timeout_ms,
+      caller: context.sessionId
+    })
     yield* manager.markRead(context.sessionId, [agent.agent_id])
     return agentResultForModel(agent)
   })
