@@ -54,6 +54,10 @@ describe("AgentLoop over AgentSteps (run directly)", () => {
         tool: (step, call) => steps.tool({ agentId: "a1", step, role: role.name, depth: 0, rules, call })
       })
       assert.strictEqual(result.text, "read it")
+      // The input comes first, copied: the caller's array is not the run's.
+      assert.strictEqual(result.messages[0], input.messages[0])
+      assert.notStrictEqual(result.messages, input.messages)
+      assert.strictEqual(input.messages.length, 1)
       assert.strictEqual(result.steps, 6)
       assert.strictEqual(result.toolCalls, 6)
       const parts = toolResults(result.messages)
@@ -158,11 +162,62 @@ describe("AgentLoop over AgentSteps (run directly)", () => {
       assert.strictEqual(over._tag, "BudgetExceeded")
       assert.isTrue(over._tag === "BudgetExceeded" && over.budget === "max_tokens")
       assert.deepStrictEqual(seen, [5, 10])
-      // And max_steps counts only real steps.
+      // A run that spends exactly its token budget is within it.
+      const exact = yield* AgentLoop.run({ agentId: "a4", messages: [], maxSteps: 5, maxTokens: 15 }, {
+        model: () => Effect.succeed(turn("done")),
+        tool: () => Effect.die("no tool call here")
+      })
+      assert.strictEqual(exact.text, "done")
+      // And max_steps counts only real steps: two model steps run, the third is refused.
+      let modelCalls = 0
       const capped = yield* Effect.flip(AgentLoop.run({ agentId: "a3", messages: [], maxSteps: 2 }, {
-        model: () => Effect.succeed(turn("again", [{ id: "c", name: "lookup", params: {} }])),
+        model: () =>
+          Effect.sync(() => {
+            modelCalls++
+            return turn("again", [{ id: "c", name: "lookup", params: {} }])
+          }),
         tool: (_, call) => Effect.succeed({ id: call.id, name: call.name, isFailure: false, result: "ok" })
       }))
       assert.isTrue(capped._tag === "BudgetExceeded" && capped.budget === "max_steps" && capped.limit === 2)
+      assert.strictEqual(modelCalls, 2)
+    }))
+
+  it.effect("a turn's tool calls run concurrently, and their results keep the calls' order", () =>
+    Effect.gen(function*() {
+      const calls = [{ id: "c1", name: "slow", params: {} }, { id: "c2", name: "fast", params: {} }]
+      const answers: Array<AgentSteps.ModelStep> = [
+        {
+          delivered: [],
+          text: "",
+          toolCalls: calls,
+          usage: { input: 1, output: 1, cached: 0 },
+          usageReported: true,
+          assistant: Prompt.makeMessage("assistant", { content: [] })
+        },
+        {
+          delivered: [],
+          text: "both done",
+          toolCalls: [],
+          usage: { input: 1, output: 1, cached: 0 },
+          usageReported: true,
+          assistant: Prompt.makeMessage("assistant", { content: [Prompt.makePart("text", { text: "both done" })] })
+        }
+      ]
+      let inFlight = 0
+      let most = 0
+      const result = yield* AgentLoop.run({ agentId: "a5", messages: [], maxSteps: 5 }, {
+        model: () => Effect.succeed(answers.shift()!),
+        tool: (_, call) =>
+          Effect.gen(function*() {
+            most = Math.max(most, ++inFlight)
+            // The first call yields more, so it ends last.
+            for (let i = 0; i < (call.id === "c1" ? 3 : 1); i++) yield* Effect.yieldNow
+            inFlight--
+            return { id: call.id, name: call.name, isFailure: false, result: call.id }
+          })
+      })
+      assert.strictEqual(result.text, "both done")
+      assert.strictEqual(most, 2)
+      assert.deepStrictEqual(toolResults(result.messages).map((p) => p.id), ["c1", "c2"])
     }))
 })
