@@ -569,7 +569,7 @@ describe("FibrilConfig, exactly (tests from its mutation run)", () => {
   it.effect("a wrongly typed value: the problem is the first line of what was expected, after the value given", () =>
     Effect.gen(function*() {
       const { error, file } = yield* failure(`[subagents]\nmax_tokens = "lots"\n`)
-      assert.deepStrictEqual({ ...error }, {
+      assert.deepStrictEqual({ ...error } as Record<string, unknown>, {
         _tag: "ConfigInvalid",
         key: "subagents.max_tokens",
         envVar: "FIBRIL_SUBAGENTS_MAX_TOKENS",

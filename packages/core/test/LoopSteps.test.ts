@@ -295,9 +295,10 @@ describe("loop/RunTools", () => {
         { id: "4", name: "echo", params: { path: "a" } },
         { id: "5", name: "fail", params: "  " }
       ])
-      const payloads = message.content.map((
-        part
-      ) => [part.id, part.isFailure, (part.result as { error: string }).error])
+      const payloads = message.content.map((_, index) => {
+        const part = resultOf(message, index)
+        return [part.id, part.isFailure, (part.result as { error: string }).error]
+      })
       assert.deepStrictEqual(payloads, [
         ["1", true, "UnknownTool"],
         ["2", true, "InvalidArguments"],
@@ -372,7 +373,10 @@ describe("loop/RunTools", () => {
       assert.strictEqual(state.messages.length, 1)
       const kept = state.messages[0]!
       assert.strictEqual(kept.role, "tool")
-      assert.deepStrictEqual((kept as Prompt.ToolMessage).content.map((part) => part.id), ["a"])
+      assert.deepStrictEqual(
+        (kept as Prompt.ToolMessage).content.map((_, index) => resultOf(kept as Prompt.ToolMessage, index).id),
+        ["a"]
+      )
       // Without onResult nothing is kept on interruption: the session records the whole turn itself.
       const plain = yield* Effect.forkChild(
         runTools(deps, state, [{ id: "c", name: "echo", params: { path: "y" } }, {

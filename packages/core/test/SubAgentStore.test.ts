@@ -1062,4 +1062,60 @@ describe("SubAgentStore", () => {
         assert.strictEqual(yield* withRaw(dir, (db) => db.count("SELECT COUNT(*) AS n FROM fibril_owners")), 0)
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 30_000)
   })
+
+  describe("exact texts and edges (tests from the mutation run)", () => {
+    it("goneReason names the process it knows of", () => {
+      assert.strictEqual(
+        SubAgentStore.goneReason({ pid: 42, host: "box" }),
+        "Interrupted: the process that ran it (pid 42 on box) ended before it finished"
+      )
+      assert.strictEqual(
+        SubAgentStore.goneReason({ pid: 42, host: undefined }),
+        "Interrupted: the process that ran it (pid 42) ended before it finished"
+      )
+      assert.strictEqual(
+        SubAgentStore.goneReason({ pid: undefined, host: "box" }),
+        "Interrupted: the process that ran it (an unknown process) ended before it finished"
+      )
+    })
+
+    for (const backend of backends) {
+      it.effect(`${backend.name}: a refused handle or entry says why, naming the handle`, () =>
+        Effect.gen(function*() {
+          const { dir } = yield* sandbox
+          const store = yield* backend.make(dir)
+          const handleError = yield* Effect.flip(store.appendTranscript("a/b", [1]))
+          assert.strictEqual(
+            handleError.message,
+            `sub-agent store: a/b: a transcript handle must be a plain name (no '/', '\\' or '..')`
+          )
+          // An empty append checks the handle too.
+          assert.strictEqual((yield* Effect.flip(store.appendTranscript("..", []))).path, "..")
+          assert.strictEqual((yield* Effect.flip(store.queueTranscript("x/y", []))).path, "x/y")
+          const bigint = yield* Effect.flip(store.appendTranscript("h", ["ok", 1n]))
+          assert.deepStrictEqual(
+            [bigint.path, bigint.reason.startsWith("entry 1 is not JSON-serialisable: TypeError")],
+            [
+              "h",
+              true
+            ]
+          )
+          const nothing = yield* Effect.flip(store.appendTranscript("h", [1, () => 1]))
+          assert.strictEqual(nothing.reason, "entry 1 has no JSON representation")
+          assert.deepStrictEqual(yield* store.readTranscript("h"), [])
+        }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+    }
+
+    it.effect("sqlite: appends of many lines in one turn keep their order across multi-row inserts", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const { store } = yield* open({ dir })
+        const batches = [70, 1, 33, 64].map((n, b) => Array.from({ length: n }, (_, i) => ({ b, i })))
+        // Queued in one turn of the event loop: one commit, their lines in chunks of 32 rows.
+        yield* Effect.forEach(batches, (batch, b) => store.queueTranscript(b % 2 === 0 ? "even" : "odd", batch))
+        yield* store.sync
+        assert.deepStrictEqual(yield* store.readTranscript("even"), [...batches[0]!, ...batches[2]!])
+        assert.deepStrictEqual(yield* store.readTranscript("odd"), [...batches[1]!, ...batches[3]!])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+  })
 })
