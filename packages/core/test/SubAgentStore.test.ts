@@ -1117,5 +1117,36 @@ describe("SubAgentStore", () => {
         assert.deepStrictEqual(yield* store.readTranscript("even"), [...batches[0]!, ...batches[2]!])
         assert.deepStrictEqual(yield* store.readTranscript("odd"), [...batches[1]!, ...batches[3]!])
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("memory: one process, one owner: itself alive, every other gone, nothing to reconcile or request", () =>
+      Effect.gen(function*() {
+        const store = yield* SubAgentStore.makeMemory()
+        assert.deepStrictEqual([store.durable, store.warnings], [false, []])
+        assert.strictEqual(yield* store.liveness(store.owner.boot_id), "self")
+        assert.strictEqual(yield* store.liveness("someone-else"), "gone")
+        yield* store.put(owned(store, "a", { status: "running" }))
+        assert.deepStrictEqual(yield* store.reconcile, [])
+        yield* store.request("other", { agent_id: "a", kind: "cancel", payload: "stop" })
+        assert.deepStrictEqual(yield* store.takeRequests, [])
+        assert.isTrue(yield* store.adopt("a"))
+        assert.isFalse(yield* store.adopt("nobody"))
+        assert.deepStrictEqual(Option.getOrUndefined(yield* store.get("a")), owned(store, "a", { status: "running" }))
+        assert.isTrue(Option.isNone(yield* store.get("nobody")))
+        yield* store.flush
+        yield* store.sync
+        assert.deepStrictEqual(ids(yield* store.all), ["a"])
+      }))
+
+    it.effect("memory: a terminal record is evicted once older than evictAfterMs, not at it; flush evicts too", () =>
+      Effect.gen(function*() {
+        yield* TestClock.setTime(1000)
+        const store = yield* SubAgentStore.makeMemory({ evictAfterMs: 100 })
+        yield* store.put(sample("edge", { status: "completed", finished_at: 900 }))
+        yield* store.put(sample("old", { status: "failed", finished_at: 899 }))
+        yield* store.put(sample("no-finish", { status: "cancelled", created_at: 899 }))
+        yield* store.put(sample("live", { status: "running", created_at: 0 }))
+        yield* store.flush
+        assert.deepStrictEqual(ids(yield* store.all), ["edge", "live"])
+      }))
   })
 })
