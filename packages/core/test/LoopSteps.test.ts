@@ -136,6 +136,24 @@ describe("loop/CallModel", () => {
       assert.strictEqual((yield* Fiber.join(fiber)).text, "late but fine")
     }))
 
+  // On the live clock the per-attempt timeout is one timer: it must go when the call is cut short.
+  it.live("on the live clock, interrupting a waiting call clears its timer and interrupts the attempt", () =>
+    Effect.gen(function*() {
+      const timers = () => process.getActiveResourcesInfo().filter((kind) => kind === "Timeout").length
+      const before = timers()
+      const { attempts, fiber } = yield* call(
+        { rules: [{ turns: [{ hang: true }] }] },
+        { ...policy, apiTimeoutSecs: 600 }
+      )
+      yield* Effect.yieldNow
+      assert.strictEqual(attempts.length, 1)
+      assert.isAbove(timers(), before, "the attempt's timer runs")
+      yield* Fiber.interrupt(fiber)
+      assert.isDefined(attempts[0]!.pollUnsafe(), "the attempt is interrupted with its caller")
+      yield* Effect.promise(() => new Promise((resolve) => setImmediate(resolve)))
+      assert.isAtMost(timers(), before)
+    }))
+
   it.effect("the request leaves tool calls to the loop: they come back unresolved, their params undecoded", () =>
     Effect.gen(function*() {
       const { fiber } = yield* call({
