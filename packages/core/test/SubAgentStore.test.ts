@@ -7,6 +7,7 @@ import {
   Exit,
   FileSystem,
   Layer,
+  Logger,
   Option,
   Path,
   Random,
@@ -1148,5 +1149,24 @@ describe("SubAgentStore", () => {
         yield* store.flush
         assert.deepStrictEqual(ids(yield* store.all), ["edge", "live"])
       }))
+
+    it.effect("sqlite: a finished record that breaks the schema is written with a warning; a live one is not checked", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const logs: Array<string> = []
+        const capture = Logger.layer([
+          Logger.make(({ message }) => void logs.push((Array.isArray(message) ? message : [message]).join(" ")))
+        ])
+        yield* Effect.gen(function*() {
+          const { store } = yield* open({ dir })
+          yield* store.put(owned(store, "live", { status: "running", steps: 1.5 }))
+          yield* store.put(owned(store, "done", { status: "completed", finished_at: 5, steps: 1.5 }))
+          yield* store.put(owned(store, "fine", { status: "completed", finished_at: 5 }))
+          yield* store.flush
+        }).pipe(Effect.provide(capture))
+        assert.deepStrictEqual(logs, [
+          "sub-agent record done does not match the SubAgentRecord schema; it will be dropped when read"
+        ])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
   })
 })
