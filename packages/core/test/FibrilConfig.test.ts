@@ -458,3 +458,289 @@ describe("FibrilConfig says what is wrong", () => {
     assert.strictEqual(lines.get("servers.name"), 7)
   })
 })
+
+describe("FibrilConfig, exactly (tests from its mutation run)", () => {
+  const withFile = (toml: string, env: Record<string, string> = {}) =>
+    Effect.gen(function*() {
+      const { cwd, load, write } = yield* sandbox
+      const file = yield* write(cwd, toml)
+      return { file, result: yield* Effect.result(load(env)) }
+    })
+  const failure = (toml: string, env: Record<string, string> = {}) =>
+    Effect.gen(function*() {
+      const { file, result } = yield* withFile(toml, env)
+      assert.isTrue(result._tag === "Failure", `expected ${toml} to fail`)
+      return { file, error: (result as { readonly failure: FibrilConfig.LoadError }).failure }
+    })
+  const problemsOf = (toml: string) =>
+    Effect.gen(function*() {
+      const { error, file } = yield* failure(toml)
+      assert.strictEqual(error._tag, "ConfigUnknownKeys")
+      return {
+        file,
+        problems: error._tag === "ConfigUnknownKeys" ? error.problems : [],
+        message: error.message
+      }
+    })
+
+  it("describeUnknown words a key without a line, with and without a suggestion", () => {
+    assert.strictEqual(
+      FibrilConfig.describeUnknown({ file: "/c.toml", key: "agent.max_step", kind: "key" }),
+      "/c.toml: unknown key agent.max_step"
+    )
+    assert.strictEqual(
+      FibrilConfig.describeUnknown({ file: "/c.toml", line: 3, key: "tols", kind: "table", suggestion: "[tools]" }),
+      "/c.toml, line 3: unknown table [tols]; did you mean [tools]?"
+    )
+  })
+
+  it.effect("the unknown-keys error lists each problem on its own line; a key in an inline table has no line", () =>
+    Effect.gen(function*() {
+      const { file, message, problems } = yield* problemsOf(`agent = { max_step = 3 }\nwibble = 1\n`)
+      assert.deepStrictEqual(problems, [
+        { file, key: "agent.max_step", kind: "key", suggestion: "agent.max_steps" },
+        { file, line: 2, key: "wibble", kind: "key" }
+      ])
+      assert.strictEqual(
+        message,
+        "Unknown configuration (fix the names, or use --no-strict or strict = false to only warn):\n" +
+          `  ${file}: unknown key agent.max_step; did you mean agent.max_steps?\n` +
+          `  ${file}, line 2: unknown key wibble`
+      )
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.effect("unknown tables under known ones, and keys in per-role tables, with the right suggestions", () =>
+    Effect.gen(function*() {
+      const { file, problems } = yield* problemsOf(
+        [
+          `[agent.extra]`,
+          `x = 1`,
+          `[sandbox.roles]`,
+          `x = 1`,
+          `[deny]`,
+          `x = 1`,
+          `[subagents.model]`,
+          `x = 1`,
+          `[agent]`,
+          `tools = 1`,
+          `[sandbox.roles.verifier]`,
+          `mode = "off"`,
+          `modes = "off"`,
+          `[sandbox.roles.verifier.deeper]`,
+          `y = 2`
+        ].join("\n")
+      )
+      assert.deepStrictEqual([...problems].sort((a, b) => (a.line ?? 0) - (b.line ?? 0)), [
+        // A table below a known one that is not in the registry (not read as [agent]).
+        { file, line: 1, key: "agent.extra", kind: "table" },
+        // [sandbox.roles] holds only role tables: the `*` of the registry is not a name to suggest.
+        { file, line: 4, key: "sandbox.roles.x", kind: "key" },
+        // A table is not looked for as a key elsewhere (permissions.deny is a key, not a table).
+        { file, line: 5, key: "deny", kind: "table" },
+        { file, line: 7, key: "subagents.model", kind: "table", suggestion: "[subagents.models]" },
+        // Only [agent]'s own tables are suggested there, and `tools` is no key anywhere.
+        { file, line: 10, key: "agent.tools", kind: "key" },
+        { file, line: 13, key: "sandbox.roles.verifier.modes", kind: "key", suggestion: "sandbox.roles.verifier.mode" },
+        { file, line: 14, key: "sandbox.roles.verifier.deeper", kind: "table" }
+      ])
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.effect("a denial of unknown tools: one, or several, worded exactly", () =>
+    Effect.gen(function*() {
+      const cwd = "/nonexistent-fibril-test"
+      const load = (deny: string) =>
+        Effect.flip(
+          FibrilConfig.load({ cwd, home: cwd, env: { FIBRIL_PERMISSIONS_DENY: deny }, knownTools: ["a", "b"] })
+        )
+      const one = yield* load("teleport")
+      assert.strictEqual(
+        one.message,
+        `permissions.deny (environment variable FIBRIL_PERMISSIONS_DENY) names an unknown tool: "teleport"; ` +
+          "a denial that matches no tool denies nothing. Known tools: a, b"
+      )
+      const two = yield* load("teleport,aa")
+      assert.strictEqual(
+        two.message,
+        `permissions.deny (environment variable FIBRIL_PERMISSIONS_DENY) names unknown tools: "teleport", ` +
+          `"aa" (did you mean "a"?); a denial that matches no tool denies nothing. Known tools: a, b`
+      )
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.effect("a wrongly typed value: the problem is the first line of what was expected, after the value given", () =>
+    Effect.gen(function*() {
+      const { error, file } = yield* failure(`[subagents]\nmax_tokens = "lots"\n`)
+      assert.deepStrictEqual({ ...error } as Record<string, unknown>, {
+        _tag: "ConfigInvalid",
+        key: "subagents.max_tokens",
+        envVar: "FIBRIL_SUBAGENTS_MAX_TOKENS",
+        source: `${file}, line 2`,
+        problem: `got "lots" (Expected a string representing a finite number)`,
+        accepted: "an integer >= 1 (smaller values are clamped)"
+      })
+      // In an inline table the file is named without a line.
+      const inline = yield* failure(`agent = { max_steps = "x" }\n`)
+      assert.strictEqual(inline.error._tag === "ConfigInvalid" ? inline.error.source : "", inline.file)
+      // An empty variable is unset: the file that holds the value is named.
+      const empty = yield* failure(`[agent]\nmax_steps = "x"\n`, { FIBRIL_AGENT_MAX_STEPS: "" })
+      assert.strictEqual(empty.error._tag === "ConfigInvalid" ? empty.error.source : "", `${empty.file}, line 2`)
+      // A role table that is not a table of the right keys: no single value to quote.
+      const role = yield* failure(`[sandbox.roles.v]\nmode = "bad"\n`)
+      assert.strictEqual(role.error._tag, "ConfigInvalid")
+      if (role.error._tag !== "ConfigInvalid") return
+      assert.strictEqual(role.error.key, "sandbox.roles")
+      assert.strictEqual(role.error.problem, `Expected "read-only" | "workspace-write" | "off"`)
+      assert.strictEqual(
+        role.error.accepted,
+        `tables [sandbox.roles.<role>] with mode ("read-only" | "workspace-write" | "off"), network (true or false) and writable_paths (an array of paths)`
+      )
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.effect("each key names what it accepts", () =>
+    Effect.gen(function*() {
+      const cases: ReadonlyArray<readonly [string, string, string]> = [
+        [`[subagents]\nadmission = "wait"`, "subagents.admission", `"reject" | "queue"`],
+        [
+          `[subagents.models]\nworker = { a = 1 }`,
+          "subagents.models",
+          `a table of role name = model id strings ("role=model,role=model" in the environment)`
+        ],
+        [
+          `[permissions]\ndeny = [1, [2]]`,
+          "permissions.deny",
+          "an array of tool names (comma-separated in the environment)"
+        ],
+        [`[sandbox]\nmode = "x"`, "sandbox.mode", `"read-only" | "workspace-write" | "off"`],
+        [`[sandbox]\nnetwork = "maybe"`, "sandbox.network", "true or false"],
+        [
+          `[sandbox]\nwritable_paths = [[1]]`,
+          "sandbox.writable_paths",
+          "an array of paths, absolute or relative to the workspace (comma-separated in the environment)"
+        ],
+        [`strict = 3`, "strict", "true or false"]
+      ]
+      for (const [toml, key, accepted] of cases) {
+        const { error } = yield* failure(toml)
+        assert.strictEqual(error._tag, "ConfigInvalid", toml)
+        if (error._tag !== "ConfigInvalid") continue
+        assert.deepStrictEqual([error.key, error.envVar, error.accepted], [
+          key,
+          `FIBRIL_${key.replaceAll(".", "_").toUpperCase()}`,
+          accepted
+        ], toml)
+      }
+      const { error } = yield* failure(`strict = 3`)
+      assert.strictEqual(error._tag === "ConfigInvalid" ? error.problem : "", "not true or false")
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.effect("[sandbox] and its role tables are read; role names are lower-cased", () =>
+    Effect.gen(function*() {
+      const { result } = yield* withFile(
+        [
+          `[sandbox]`,
+          `mode = "off"`,
+          `network = true`,
+          `writable_paths = ["/a", "b"]`,
+          `bwrap_path = "/bin/bw"`,
+          `[sandbox.roles.Verifier]`,
+          `mode = "read-only"`,
+          `[sandbox.roles.x]`,
+          `network = true`,
+          `writable_paths = ["c"]`
+        ].join("\n")
+      )
+      assert.isTrue(result._tag === "Success")
+      if (result._tag !== "Success") return
+      assert.deepStrictEqual(result.success.settings.sandbox, {
+        mode: "off",
+        network: true,
+        writablePaths: ["/a", "b"],
+        bwrapPath: "/bin/bw",
+        roles: {
+          verifier: { mode: "read-only", network: undefined, writablePaths: undefined },
+          x: { mode: undefined, network: true, writablePaths: ["c"] }
+        }
+      })
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.effect("a config path that cannot be read (a directory) is a ConfigFileError naming it", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const { cwd, load } = yield* sandbox
+      const file = path.join(cwd, ".fibril", "config.toml")
+      yield* fs.makeDirectory(file, { recursive: true })
+      const error = yield* Effect.flip(load())
+      assert.strictEqual(error._tag, "ConfigFileError")
+      if (error._tag !== "ConfigFileError") return
+      assert.strictEqual(error.path, file)
+      assert.match(error.reason, /\S/)
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.effect("when cwd is home, the one file is read once", () =>
+    Effect.gen(function*() {
+      const { cwd, write } = yield* sandbox
+      const file = yield* write(cwd, `model = "m"\n`)
+      const resolved = yield* FibrilConfig.load({ cwd, home: cwd, env: {} })
+      assert.deepStrictEqual(resolved.sources, [file])
+      assert.strictEqual(resolved.settings.model, "m")
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it("fromSettings merges every section and has no warnings", () => {
+    const resolved = FibrilConfig.fromSettings({
+      permissions: { deny: ["shell"] },
+      sandbox: { mode: "off" },
+      tools: { maxOutputChars: 5000 }
+    })
+    assert.deepStrictEqual(resolved.settings.permissions, { deny: ["shell"] })
+    assert.deepStrictEqual(resolved.settings.sandbox, { ...FibrilConfig.defaults.sandbox, mode: "off" })
+    assert.deepStrictEqual(resolved.settings.tools, { ...FibrilConfig.defaults.tools, maxOutputChars: 5000 })
+    assert.deepStrictEqual(resolved.warnings, [])
+  })
+
+  // HOME is pointed at an empty dir so a developer's own ~/.fibril/config.toml cannot interfere
+  // (where the runner uses worker threads, os.homedir() may still see the real one).
+  it.effect("layerConfig reads the process's environment", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const home = yield* fs.makeTempDirectoryScoped()
+      const saved = { home: process.env["HOME"], model: process.env["FIBRIL_MODEL"] }
+      const restore = (key: string, value: string | undefined) => {
+        if (value === undefined) delete process.env[key]
+        else process.env[key] = value
+      }
+      process.env["HOME"] = home
+      process.env["FIBRIL_MODEL"] = "from-the-process"
+      const resolved = yield* Effect.provide(
+        Effect.gen(function*() {
+          return yield* FibrilConfig.FibrilConfig
+        }),
+        FibrilConfig.layerConfig
+      ).pipe(Effect.ensuring(Effect.sync(() => {
+        restore("HOME", saved.home)
+        restore("FIBRIL_MODEL", saved.model)
+      })))
+      assert.strictEqual(resolved.settings.model, "from-the-process")
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it("keyLines: quoted keys with escapes, literal keys, repeated tables and keys keep their first line", () => {
+    const lines = FibrilConfig.keyLines(
+      [
+        `"say \\"hi\\"" = 1`,
+        `'lit.eral' = 2`,
+        `[[servers]]`,
+        `name = "a"`,
+        `[[servers]]`,
+        `name = "b"`,
+        `[subagents.models]`,
+        `worker = "w"`
+      ].join("\n")
+    )
+    assert.strictEqual(lines.get(`say "hi"`), 1)
+    assert.strictEqual(lines.get("lit.eral"), 2)
+    assert.strictEqual(lines.get("servers"), 3)
+    assert.strictEqual(lines.get("servers.name"), 4)
+    assert.strictEqual(lines.get("subagents.models.worker"), 8)
+    // A key line adds paths below its table, not the table's own parents.
+    assert.isFalse(lines.has("subagents"))
+    assert.isFalse(lines.has(""))
+  })
+})

@@ -7,6 +7,7 @@ import {
   Exit,
   FileSystem,
   Layer,
+  Logger,
   Option,
   Path,
   Random,
@@ -1061,5 +1062,111 @@ describe("SubAgentStore", () => {
         // Every writer exited cleanly: none is left among the owners.
         assert.strictEqual(yield* withRaw(dir, (db) => db.count("SELECT COUNT(*) AS n FROM fibril_owners")), 0)
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 30_000)
+  })
+
+  describe("exact texts and edges (tests from the mutation run)", () => {
+    it("goneReason names the process it knows of", () => {
+      assert.strictEqual(
+        SubAgentStore.goneReason({ pid: 42, host: "box" }),
+        "Interrupted: the process that ran it (pid 42 on box) ended before it finished"
+      )
+      assert.strictEqual(
+        SubAgentStore.goneReason({ pid: 42, host: undefined }),
+        "Interrupted: the process that ran it (pid 42) ended before it finished"
+      )
+      assert.strictEqual(
+        SubAgentStore.goneReason({ pid: undefined, host: "box" }),
+        "Interrupted: the process that ran it (an unknown process) ended before it finished"
+      )
+    })
+
+    for (const backend of backends) {
+      it.effect(`${backend.name}: a refused handle or entry says why, naming the handle`, () =>
+        Effect.gen(function*() {
+          const { dir } = yield* sandbox
+          const store = yield* backend.make(dir)
+          const handleError = yield* Effect.flip(store.appendTranscript("a/b", [1]))
+          assert.strictEqual(
+            handleError.message,
+            `sub-agent store: a/b: a transcript handle must be a plain name (no '/', '\\' or '..')`
+          )
+          // An empty append checks the handle too.
+          assert.strictEqual((yield* Effect.flip(store.appendTranscript("..", []))).path, "..")
+          assert.strictEqual((yield* Effect.flip(store.queueTranscript("x/y", []))).path, "x/y")
+          const bigint = yield* Effect.flip(store.appendTranscript("h", ["ok", 1n]))
+          assert.deepStrictEqual(
+            [bigint.path, bigint.reason.startsWith("entry 1 is not JSON-serialisable: TypeError")],
+            [
+              "h",
+              true
+            ]
+          )
+          const nothing = yield* Effect.flip(store.appendTranscript("h", [1, () => 1]))
+          assert.strictEqual(nothing.reason, "entry 1 has no JSON representation")
+          assert.deepStrictEqual(yield* store.readTranscript("h"), [])
+        }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+    }
+
+    it.effect("sqlite: appends of many lines in one turn keep their order across multi-row inserts", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const { store } = yield* open({ dir })
+        const batches = [70, 1, 33, 64].map((n, b) => Array.from({ length: n }, (_, i) => ({ b, i })))
+        // Queued in one turn of the event loop: one commit, their lines in chunks of 32 rows.
+        yield* Effect.forEach(batches, (batch, b) => store.queueTranscript(b % 2 === 0 ? "even" : "odd", batch))
+        yield* store.sync
+        assert.deepStrictEqual(yield* store.readTranscript("even"), [...batches[0]!, ...batches[2]!])
+        assert.deepStrictEqual(yield* store.readTranscript("odd"), [...batches[1]!, ...batches[3]!])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("memory: one process, one owner: itself alive, every other gone, nothing to reconcile or request", () =>
+      Effect.gen(function*() {
+        const store = yield* SubAgentStore.makeMemory()
+        assert.deepStrictEqual([store.durable, store.warnings], [false, []])
+        assert.strictEqual(yield* store.liveness(store.owner.boot_id), "self")
+        assert.strictEqual(yield* store.liveness("someone-else"), "gone")
+        yield* store.put(owned(store, "a", { status: "running" }))
+        assert.deepStrictEqual(yield* store.reconcile, [])
+        yield* store.request("other", { agent_id: "a", kind: "cancel", payload: "stop" })
+        assert.deepStrictEqual(yield* store.takeRequests, [])
+        assert.isTrue(yield* store.adopt("a"))
+        assert.isFalse(yield* store.adopt("nobody"))
+        assert.deepStrictEqual(Option.getOrUndefined(yield* store.get("a")), owned(store, "a", { status: "running" }))
+        assert.isTrue(Option.isNone(yield* store.get("nobody")))
+        yield* store.flush
+        yield* store.sync
+        assert.deepStrictEqual(ids(yield* store.all), ["a"])
+      }))
+
+    it.effect("memory: a terminal record is evicted once older than evictAfterMs, not at it; flush evicts too", () =>
+      Effect.gen(function*() {
+        yield* TestClock.setTime(1000)
+        const store = yield* SubAgentStore.makeMemory({ evictAfterMs: 100 })
+        yield* store.put(sample("edge", { status: "completed", finished_at: 900 }))
+        yield* store.put(sample("old", { status: "failed", finished_at: 899 }))
+        yield* store.put(sample("no-finish", { status: "cancelled", created_at: 899 }))
+        yield* store.put(sample("live", { status: "running", created_at: 0 }))
+        yield* store.flush
+        assert.deepStrictEqual(ids(yield* store.all), ["edge", "live"])
+      }))
+
+    it.effect("sqlite: a finished record that breaks the schema is written with a warning; a live one is not checked", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const logs: Array<string> = []
+        const capture = Logger.layer([
+          Logger.make(({ message }) => void logs.push((Array.isArray(message) ? message : [message]).join(" ")))
+        ])
+        yield* Effect.gen(function*() {
+          const { store } = yield* open({ dir })
+          yield* store.put(owned(store, "live", { status: "running", steps: 1.5 }))
+          yield* store.put(owned(store, "done", { status: "completed", finished_at: 5, steps: 1.5 }))
+          yield* store.put(owned(store, "fine", { status: "completed", finished_at: 5 }))
+          yield* store.flush
+        }).pipe(Effect.provide(capture))
+        assert.deepStrictEqual(logs, [
+          "sub-agent record done does not match the SubAgentRecord schema; it will be dropped when read"
+        ])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
   })
 })

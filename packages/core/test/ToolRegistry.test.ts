@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Effect, Option, Schema, Tracer } from "effect"
+import { Cause, Context, Effect, Exit, Option, Schema, SchemaTransformation, Tracer } from "effect"
 import * as Permission from "../src/Permission.ts"
 import * as ToolRegistry from "../src/ToolRegistry.ts"
 
@@ -144,4 +144,196 @@ describe("ToolRegistry", () => {
         assert.deepStrictEqual(yield* outcome(decode(input)), yield* outcome(strict(input)))
       })
   )
+
+  it.effect("register, get, list and view: the registered definitions, a duplicate refused by name", () =>
+    Effect.gen(function*() {
+      const registry = yield* ToolRegistry.make
+      yield* registry.register({
+        ...tool("edit", "write"),
+        paths: (params: {}) => [`${Object.keys(params).length}.txt`]
+      })
+      yield* registry.register(tool("read", "read"))
+      assert.deepStrictEqual((yield* registry.list).map((t) => [t.name, t.posture]), [["edit", "write"], [
+        "read",
+        "read"
+      ]])
+      const duplicate = yield* Effect.flip(registry.register(tool("read", "write")))
+      assert.strictEqual(duplicate._tag, "DuplicateTool")
+      assert.strictEqual(duplicate.message, `a tool named "read" is already registered`)
+      assert.strictEqual(Option.getOrThrow(registry.get("read")).posture, "read", "the first registration stays")
+      assert.isTrue(Option.isNone(registry.get("nope")))
+      // A definition's paths are the call's; a tool without them touches none.
+      assert.deepStrictEqual(Option.getOrThrow(registry.get("edit")).paths({}), ["0.txt"])
+      assert.deepStrictEqual(Option.getOrThrow(registry.get("read")).paths({}), [])
+
+      const all = registry.view(Permission.allowAll)
+      assert.deepStrictEqual([...all.byName.keys()], ["edit", "read"])
+      assert.strictEqual(all.byName.get("read"), Option.getOrThrow(registry.get("read")))
+      // The toolkit the model sees: each visible tool, with its description and parameters.
+      assert.deepStrictEqual(Object.keys(all.toolkit.tools), ["edit", "read"])
+      const aiRead = all.toolkit.tools["read"]!
+      assert.strictEqual(aiRead.name, "read")
+      assert.strictEqual(aiRead.description, "the read tool")
+      assert.strictEqual(aiRead.parametersSchema, Option.getOrThrow(registry.get("read")).parameters)
+      // It never runs a call itself: the loop does.
+      const exit = yield* Effect.exit(all.toolkit.handle("read" as never, {} as never))
+      assert.isTrue(Exit.isFailure(exit) && Cause.hasDies(exit.cause))
+      assert.include(Cause.pretty((exit as Exit.Failure<unknown, unknown>).cause), `cannot execute "read"`)
+    }))
+
+  it.effect("rule sets that allow as many tools, but different ones, get different views", () =>
+    Effect.gen(function*() {
+      const registry = yield* ToolRegistry.make
+      yield* registry.register(tool("read", "read"))
+      yield* registry.register(tool("write", "write"))
+      const reader = registry.view(Permission.derive(Permission.allowAll, { label: "r", allow: ["read"] }))
+      const writer = registry.view(Permission.derive(Permission.allowAll, { label: "w", allow: ["write"] }))
+      assert.deepStrictEqual(reader.tools.map((t) => t.name), ["read"])
+      assert.deepStrictEqual(writer.tools.map((t) => t.name), ["write"])
+      assert.deepStrictEqual(Object.keys(writer.toolkit.tools), ["write"])
+    }))
+
+  it("a ToolFailure reads as the tool and its reason", () => {
+    assert.strictEqual(
+      new ToolRegistry.ToolFailure({ tool: "grep", reason: "bad pattern" }).message,
+      "grep: bad pattern"
+    )
+  })
+
+  // The fast decoder may skip the strict one only where an excess key cannot hide: every
+  // nested shape that holds an object (a struct, an array or tuple of them, a union with one,
+  // a class, a suspended schema, a value encoded from an object) must still go strict.
+  const Inner = Schema.Struct({ a: Schema.String })
+  class Point extends Schema.Class<Point>("Point")({ a: Schema.String }) {}
+  const FromObject = Schema.String.pipe(Schema.encodeTo(
+    Inner,
+    SchemaTransformation.transform({ decode: (o: { readonly a: string }) => o.a, encode: (a: string) => ({ a }) })
+  ))
+  const shapes: ReadonlyArray<readonly [string, ToolRegistry.Parameters, unknown, unknown]> = [
+    ["a flat key beside a struct", Schema.Struct({ path: Schema.String, inner: Inner }), {
+      path: "p",
+      inner: { a: "x", extra: 1 }
+    }, { path: "p", inner: { a: "x" } }],
+    ["an array of structs", Schema.Struct({ items: Schema.Array(Inner) }), { items: [{ a: "x", extra: 1 }] }, {
+      items: [{ a: "x" }]
+    }],
+    ["a tuple holding a struct", Schema.Struct({ pair: Schema.Tuple([Schema.String, Inner]) }), {
+      pair: ["s", { a: "x", extra: 1 }]
+    }, { pair: ["s", { a: "x" }] }],
+    [
+      "a tuple whose rest ends in a struct",
+      Schema.Struct({ rest: Schema.TupleWithRest(Schema.Tuple([Schema.String]), [Schema.String, Inner]) }),
+      { rest: ["s", "t", { a: "x", extra: 1 }] },
+      { rest: ["s", "t", { a: "x" }] }
+    ],
+    ["a union with a struct", Schema.Struct({ either: Schema.Union([Schema.String, Inner]) }), {
+      either: { a: "x", extra: 1 }
+    }, { either: "s" }],
+    ["a class", Schema.Struct({ point: Point }), { point: { a: "x", extra: 1 } }, { point: { a: "x" } }],
+    // A declaration with no encoding of its own (an Option value: not JSON, but decode takes any input).
+    ["an Option of a struct", Schema.Struct({ maybe: Schema.Option(Inner) }), {
+      maybe: Option.some({ a: "x", extra: 1 })
+    }, { maybe: Option.some({ a: "x" }) }],
+    ["a suspended struct", Schema.Struct({ later: Schema.suspend(() => Inner) }), { later: { a: "x", extra: 1 } }, {
+      later: { a: "x" }
+    }],
+    ["a string encoded as an object", Schema.Struct({ encoded: FromObject }), { encoded: { a: "x", extra: 1 } }, {
+      encoded: { a: "x" }
+    }],
+    ["a union as the parameters", Schema.Union([Inner, Schema.Struct({ b: Schema.Number })]), { a: "x", extra: 1 }, {
+      b: 1
+    }],
+    [
+      "keys renamed by an encoding",
+      Schema.Struct({ a: Schema.String }).pipe(Schema.encodeKeys({ a: "b" })),
+      { a: "x" },
+      { b: "x" }
+    ]
+  ]
+  for (const [name, parameters, excess, clean] of shapes) {
+    it.effect(`arguments with ${name} decode as the strict decoder says, an excess key inside refused`, () =>
+      Effect.gen(function*() {
+        const registry = yield* ToolRegistry.make
+        yield* registry.register({ ...tool("t", "read"), parameters })
+        const decode = Option.getOrThrow(registry.get("t")).decode
+        const strict = Schema.decodeUnknownEffect(parameters, { onExcessProperty: "error" })
+        const refused = yield* outcome(decode(excess))
+        assert.match(String(refused), /^error: /)
+        assert.deepStrictEqual(refused, yield* outcome(strict(excess)))
+        assert.deepStrictEqual(yield* outcome(decode(clean)), yield* outcome(strict(clean)))
+      }))
+  }
+
+  it.effect("an excess symbol key is refused, as the strict decoder does; a declared one is not excess", () =>
+    Effect.gen(function*() {
+      const registry = yield* ToolRegistry.make
+      const declared = Symbol.for("fibril/test/declared")
+      const parameters = Schema.Struct({ path: Schema.String, [declared]: Schema.optionalKey(Schema.String) })
+      yield* registry.register({ ...tool("t", "read"), parameters })
+      const decode = Option.getOrThrow(registry.get("t")).decode
+      const strict = Schema.decodeUnknownEffect(parameters, { onExcessProperty: "error" })
+      const inputs = [{ path: "a", [Symbol("extra")]: 1 }, { path: "a", [declared]: "d" }]
+      const hidden = { path: "a" }
+      Object.defineProperty(hidden, Symbol("hidden"), { value: 1, enumerable: false })
+      for (const input of [...inputs, hidden]) {
+        assert.deepStrictEqual(yield* outcome(decode(input)), yield* outcome(strict(input)))
+      }
+      assert.match(String(yield* outcome(decode(inputs[0]))), /^error: Expected no excess property/)
+    }))
+
+  // Which decoder ran is seen by a check on a property: Schema hands it the parse options.
+  // The fast path is the point of `strictDecoder` (every tool call of every agent decodes):
+  // a clean input to parameters with no nested object must take the default decoder.
+  const spied = () => {
+    const seen: Array<string> = []
+    const Spy = Schema.String.check(Schema.makeFilter((_: string, _ast, options) => {
+      seen.push(options.onExcessProperty ?? "default")
+      return true
+    }))
+    return { seen, Spy }
+  }
+
+  it.effect("a clean input to flat parameters takes the fast decoder; an excess key, or any nested object, the strict one", () =>
+    Effect.gen(function*() {
+      const declared = Symbol.for("fibril/test/spy-symbol")
+      const cases: ReadonlyArray<
+        readonly [string, (spy: Schema.Codec<string>) => ToolRegistry.Parameters, unknown, ReadonlyArray<string>]
+      > = [
+        ["a flat struct, clean", (Spy) => Schema.Struct({ s: Spy, n: Schema.Number }), { s: "x", n: 1 }, ["default"]],
+        // The strict decoder refuses the excess key before it checks the values.
+        ["a flat struct, an excess key", (Spy) => Schema.Struct({ s: Spy }), { s: "x", extra: 1 }, []],
+        [
+          "an array of strings and a union of primitives",
+          (Spy) =>
+            Schema.Struct({
+              s: Spy,
+              tags: Schema.Array(Schema.String),
+              either: Schema.Union([Schema.String, Schema.Number])
+            }),
+          { s: "x", tags: ["a"], either: 1 },
+          ["default"]
+        ],
+        ["a declared symbol key", (Spy) => Schema.Struct({ s: Spy, [declared]: Schema.optionalKey(Schema.String) }), {
+          s: "x",
+          [declared]: "d"
+        }, ["default"]],
+        ["a nested struct", (Spy) => Schema.Struct({ s: Spy, inner: Schema.Struct({ a: Schema.String }) }), {
+          s: "x",
+          inner: { a: "y" }
+        }, ["error"]],
+        [
+          "index signatures (a struct with a rest)",
+          (Spy) => Schema.StructWithRest(Schema.Struct({ s: Spy }), [Schema.Record(Schema.String, Schema.Number)]),
+          { s: "x" },
+          ["error"]
+        ]
+      ]
+      for (const [name, parameters, input, expected] of cases) {
+        const { seen, Spy } = spied()
+        const registry = yield* ToolRegistry.make
+        yield* registry.register({ ...tool("t", "read"), parameters: parameters(Spy) })
+        yield* Effect.ignore(Option.getOrThrow(registry.get("t")).decode(input))
+        assert.deepStrictEqual(seen, expected, name)
+      }
+    }))
 })

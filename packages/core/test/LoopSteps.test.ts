@@ -1,0 +1,411 @@
+/**
+ * The loop's steps driven one at a time (tests from the mutation run of `src/loop/`): the model
+ * call with its retries and timeouts against the ScriptedModel, a response resolved into a turn,
+ * and a turn's tool calls run against the real registry, permissions and events of a Fibril layer.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { ScriptedModel } from "@fibril/testkit"
+import { Effect, Fiber, PubSub, Schema } from "effect"
+import { LanguageModel, Prompt, Response } from "effect/ai"
+import { TestClock } from "effect/testing"
+import { type AgentEvent, AgentEvents } from "../src/AgentEvents.ts"
+import { backoffMs, callModel, ModelCallFailed, type RetryPolicy } from "../src/loop/CallModel.ts"
+import { resolveTurn } from "../src/loop/ResolveTurn.ts"
+import { InvalidArguments, runTools, UnknownTool } from "../src/loop/RunTools.ts"
+import type { SessionState } from "../src/loop/State.ts"
+import * as Permission from "../src/Permission.ts"
+import * as ToolRegistry from "../src/ToolRegistry.ts"
+import { provideNode, setup } from "./support.ts"
+
+const policy: RetryPolicy = { apiTimeoutSecs: 5, maxRetries: 2, retryBaseMs: 1000, retryMaxMs: 30_000 }
+
+const emptyToolkit = Effect.map(ToolRegistry.make, (registry) => registry.view(Permission.allowAll).toolkit)
+
+/** The model call on a script, with every retry it reports. */
+const call = (script: ScriptedModel.ScriptInput, retryPolicy: RetryPolicy = policy) =>
+  Effect.gen(function*() {
+    const model = yield* ScriptedModel.make(script)
+    const toolkit = yield* emptyToolkit
+    const retries: Array<readonly [number, string, number]> = []
+    const attempts: Array<Fiber.Fiber<unknown, unknown>> = []
+    const fiber = yield* Effect.forkChild(
+      callModel(
+        model,
+        Prompt.make("hi"),
+        toolkit,
+        retryPolicy,
+        (attempt, reason, delayMs) => Effect.sync(() => void retries.push([attempt, reason, delayMs])),
+        (attempt) => void attempts.push(attempt)
+      ),
+      { startImmediately: true }
+    )
+    return { fiber, retries, attempts }
+  })
+
+describe("loop/CallModel", () => {
+  it("backoff doubles from the base, is capped at the max, and jitter scales it into [0.5, 1]", () => {
+    assert.strictEqual(backoffMs(policy, 1, 0), 500)
+    assert.strictEqual(backoffMs(policy, 1, 1), 1000)
+    assert.strictEqual(backoffMs(policy, 2, 0.5), 1500)
+    assert.strictEqual(backoffMs(policy, 3, 1), 4000)
+    assert.strictEqual(backoffMs(policy, 6, 1), 30_000)
+    assert.strictEqual(backoffMs(policy, 20, 0), 15_000)
+  })
+
+  it("ModelCallFailed says how many attempts, or that it was not retryable", () => {
+    assert.strictEqual(
+      new ModelCallFailed({ attempts: 3, retryable: true, reason: "boom" }).message,
+      "model call failed after 3 attempts: boom"
+    )
+    assert.strictEqual(
+      new ModelCallFailed({ attempts: 1, retryable: false, reason: "bad" }).message,
+      "model call failed (not retryable): bad"
+    )
+  })
+
+  it.effect("a retryable error is retried after the backoff; the answer of the next attempt is the call's", () =>
+    Effect.gen(function*() {
+      const { attempts, fiber, retries } = yield* call({
+        rules: [{ turns: [{ error: { kind: "retryable", message: "overloaded", times: 2 }, text: "third time" }] }]
+      })
+      yield* TestClock.adjust("1 minute")
+      const response = yield* Fiber.join(fiber)
+      assert.strictEqual(response.text, "third time")
+      assert.strictEqual(attempts.length, 3, "each attempt is handed over")
+      assert.deepStrictEqual(retries.map(([attempt]) => attempt), [1, 2])
+      assert.match(retries[0]![1], /overloaded/)
+      // Within the jittered backoff: [500, 1000] ms, then [1000, 2000] ms.
+      assert.isTrue(retries[0]![2] >= 500 && retries[0]![2] <= 1000, String(retries[0]![2]))
+      assert.isTrue(retries[1]![2] >= 1000 && retries[1]![2] <= 2000, String(retries[1]![2]))
+    }))
+
+  it.effect("a Retry-After longer than the backoff is the delay, and nothing is sent before it", () =>
+    Effect.gen(function*() {
+      const { attempts, fiber, retries } = yield* call({
+        rules: [{
+          turns: [{ error: { kind: "retryable", message: "slow down", retry_after_ms: 7000, times: 1 }, text: "ok" }]
+        }]
+      })
+      yield* TestClock.adjust("6999 millis")
+      assert.strictEqual(attempts.length, 1)
+      assert.isUndefined(fiber.pollUnsafe())
+      yield* TestClock.adjust("1 millis")
+      assert.strictEqual((yield* Fiber.join(fiber)).text, "ok")
+      assert.deepStrictEqual(retries.map(([attempt, , delay]) => [attempt, delay]), [[1, 7000]])
+    }))
+
+  it.effect("a fatal error fails at once: one attempt, not retryable", () =>
+    Effect.gen(function*() {
+      const { attempts, fiber, retries } = yield* call({
+        rules: [{ turns: [{ error: { kind: "fatal", message: "bad request" } }] }]
+      })
+      const error = yield* Effect.flip(Fiber.join(fiber))
+      assert.strictEqual(error.attempts, 1)
+      assert.isFalse(error.retryable)
+      assert.match(error.reason, /bad request/)
+      assert.deepStrictEqual([attempts.length, retries.length], [1, 0])
+    }))
+
+  it.effect("retries stop after max_retries: max_retries + 1 attempts, the last reason kept", () =>
+    Effect.gen(function*() {
+      const { attempts, fiber, retries } = yield* call({
+        rules: [{ turns: [{ error: { kind: "retryable", message: "overloaded" } }] }]
+      })
+      yield* TestClock.adjust("1 minute")
+      const error = yield* Effect.flip(Fiber.join(fiber))
+      assert.strictEqual(error.attempts, 3)
+      assert.isTrue(error.retryable)
+      assert.match(error.message, /^model call failed after 3 attempts: .*overloaded/)
+      assert.deepStrictEqual([attempts.length, retries.length], [3, 2])
+    }))
+
+  it.effect("an attempt past api_timeout_secs is interrupted and retried; the timeout is the reason", () =>
+    Effect.gen(function*() {
+      const { attempts, fiber, retries } = yield* call(
+        { rules: [{ turns: [{ hang: { times: 1 }, text: "late but fine" }] }] },
+        { ...policy, apiTimeoutSecs: 3 }
+      )
+      yield* TestClock.adjust("2999 millis")
+      assert.deepStrictEqual([attempts.length, retries.length], [1, 0])
+      yield* TestClock.adjust("1 millis")
+      assert.strictEqual(retries.length, 1)
+      assert.strictEqual(retries[0]![1], "no answer within api_timeout_secs=3")
+      // The hung attempt was interrupted, not left running.
+      assert.isDefined(attempts[0]!.pollUnsafe())
+      yield* TestClock.adjust("1 second")
+      assert.strictEqual((yield* Fiber.join(fiber)).text, "late but fine")
+    }))
+
+  // On the live clock the per-attempt timeout is one timer: it must go when the call is cut short.
+  it.live("on the live clock, interrupting a waiting call clears its timer and interrupts the attempt", () =>
+    Effect.gen(function*() {
+      const timers = () => process.getActiveResourcesInfo().filter((kind) => kind === "Timeout").length
+      const before = timers()
+      const { attempts, fiber } = yield* call(
+        { rules: [{ turns: [{ hang: true }] }] },
+        { ...policy, apiTimeoutSecs: 600 }
+      )
+      yield* Effect.yieldNow
+      assert.strictEqual(attempts.length, 1)
+      assert.isAbove(timers(), before, "the attempt's timer runs")
+      yield* Fiber.interrupt(fiber)
+      assert.isDefined(attempts[0]!.pollUnsafe(), "the attempt is interrupted with its caller")
+      yield* Effect.promise(() => new Promise((resolve) => setImmediate(resolve)))
+      assert.isAtMost(timers(), before)
+    }))
+
+  it.effect("the request leaves tool calls to the loop: they come back unresolved, their params undecoded", () =>
+    Effect.gen(function*() {
+      const { fiber } = yield* call({
+        rules: [{ turns: [{ tool_calls: [{ name: "no_such_tool", args: { x: 1 }, id: "c1" }] }] }]
+      })
+      const response = yield* Fiber.join(fiber)
+      const calls = response.content.filter((part) => part.type === "tool-call")
+      assert.deepStrictEqual(calls.map((part) => [part.id, part.name, part.params]), [["c1", "no_such_tool", {
+        x: 1
+      }]])
+      assert.isFalse(response.content.some((part) => part.type === "tool-result"))
+    }))
+})
+
+const usage = (input: number | undefined, output: number | undefined, cached?: number) =>
+  new Response.Usage({
+    inputTokens: { uncached: undefined, total: input, cacheRead: cached, cacheWrite: undefined },
+    outputTokens: { total: output, text: undefined, reasoning: undefined }
+  })
+
+const finish = (u: Response.Usage) => Response.makePart("finish", { reason: "stop", usage: u, response: undefined })
+
+const responseOf = (content: ReadonlyArray<Response.AnyPart>) =>
+  new LanguageModel.GenerateTextResponse(content as Array<never>) as unknown as Parameters<typeof resolveTurn>[0]
+
+describe("loop/ResolveTurn", () => {
+  it("text parts are joined, reasoning is kept, calls the provider ran are left out, usage is the finish part's", () => {
+    const turn = resolveTurn(responseOf([
+      Response.makePart("reasoning", { text: "thinking" }),
+      Response.makePart("text", { text: "Hello, " }),
+      Response.makePart("tool-call", { id: "c1", name: "grep", params: { pattern: "x" }, providerExecuted: false }),
+      Response.makePart("tool-call", { id: "c2", name: "web_search", params: {}, providerExecuted: true }),
+      Response.makePart("text", { text: "world" }),
+      finish(usage(10, 5, 3))
+    ]))
+    assert.strictEqual(turn.text, "Hello, world")
+    assert.deepStrictEqual(turn.toolCalls, [{ id: "c1", name: "grep", params: { pattern: "x" } }])
+    assert.deepStrictEqual(turn.usage, { input: 10, output: 5, cached: 3 })
+    assert.isTrue(turn.usageReported)
+    assert.strictEqual(turn.assistant.role, "assistant")
+    assert.deepStrictEqual(
+      turn.assistant.content.map((part) =>
+        part.type === "tool-call"
+          ? [part.type, part.id, part.name, part.params, part.providerExecuted]
+          : [part.type, "text" in part ? part.text : undefined]
+      ),
+      [
+        ["reasoning", "thinking"],
+        ["text", "Hello, "],
+        ["tool-call", "c1", "grep", { pattern: "x" }, false],
+        ["text", "world"]
+      ]
+    )
+  })
+
+  it("usage is reported when the provider gave input or output tokens; without a finish part it is zero", () => {
+    assert.isTrue(resolveTurn(responseOf([finish(usage(7, undefined))])).usageReported)
+    assert.isTrue(resolveTurn(responseOf([finish(usage(undefined, 4))])).usageReported)
+    const unreported = resolveTurn(responseOf([finish(usage(undefined, undefined))]))
+    assert.isFalse(unreported.usageReported)
+    assert.deepStrictEqual(unreported.usage, { input: 0, output: 0, cached: 0 })
+    const none = resolveTurn(responseOf([Response.makePart("text", { text: "hi" })]))
+    assert.deepStrictEqual([none.usage, none.usageReported], [{ input: 0, output: 0, cached: 0 }, false])
+    assert.deepStrictEqual(none.toolCalls, [])
+  })
+})
+
+describe("loop/RunTools", () => {
+  const Echo = Schema.Struct({ path: Schema.String })
+
+  /** A registry with the real tools of a Fibril layer plus `echo` (writes) and `fail`, and a state over it. */
+  const harness = (rules: Permission.Rules = Permission.allowAll) =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [] })
+      const registry = get(ToolRegistry.ToolRegistry)
+      yield* registry.register(ToolRegistry.define({
+        name: "echo",
+        description: "echoes the path and the caller",
+        parameters: Echo,
+        posture: "write",
+        paths: (params) => [params.path],
+        handler: (params, context) => Effect.succeed({ path: params.path, ...context, rules: context.rules === rules })
+      }))
+      yield* registry.register(ToolRegistry.define({
+        name: "fail",
+        description: "always fails",
+        parameters: Schema.Struct({ why: Schema.optionalKey(Schema.String) }),
+        posture: "read",
+        handler: () => Effect.fail(new ToolRegistry.ToolFailure({ tool: "fail", reason: "as designed" }))
+      }))
+      const events = get(AgentEvents)
+      const subscription = yield* events.subscribe
+      const state = {
+        id: "agent-1",
+        parent: undefined,
+        depth: 2,
+        role: "worker",
+        model: "m",
+        description: "d",
+        messages: [],
+        rules,
+        view: registry.view(rules),
+        treeUsage: { input: 1, output: 2, cached: 0 },
+        steps: 4,
+        toolCalls: 0,
+        lastTool: undefined
+      } as unknown as SessionState
+      const deps = { registry, permission: get(Permission.Permission), events, onResult: undefined, onEvent: undefined }
+      return { state, deps, subscription }
+    })
+
+  const resultOf = (message: Prompt.ToolMessage, index: number) => message.content[index]! as Prompt.ToolResultPart
+
+  it.effect("a call runs its handler with the caller's context; results and events say what happened", () =>
+    Effect.gen(function*() {
+      const { deps, state, subscription } = yield* harness()
+      const seen: Array<AgentEvent["type"]> = []
+      const message = yield* runTools(
+        { ...deps, onEvent: (event) => Effect.sync(() => void seen.push(event.type)) },
+        state,
+        [{ id: "c1", name: "echo", params: `{"path":"notes.md"}` }]
+      )
+      assert.strictEqual(message.role, "tool")
+      const part = resultOf(message, 0)
+      assert.deepStrictEqual([part.id, part.name, part.isFailure], ["c1", "echo", false])
+      assert.deepStrictEqual(part.result, {
+        path: "notes.md",
+        sessionId: "agent-1",
+        callId: "c1",
+        role: "worker",
+        depth: 2,
+        rules: true
+      })
+      assert.deepStrictEqual([state.toolCalls, state.lastTool], [1, "echo"])
+      const events = yield* PubSub.takeAll(subscription)
+      assert.deepStrictEqual(events.map((e) => e.type), ["tool_call", "tool_result"])
+      assert.deepStrictEqual(seen, ["tool_call", "tool_result"])
+      const [called, landed] = events
+      assert.strictEqual(called!.tool, "echo")
+      assert.deepStrictEqual(
+        [landed!.tool, landed!.isFailure, landed!.reason, landed!.changed],
+        ["echo", false, undefined, ["notes.md"]]
+      )
+      assert.strictEqual(landed!.agent.agentId, "agent-1")
+      assert.strictEqual(landed!.agent.toolCalls, 1)
+      assert.isNumber(landed!.at)
+    }).pipe(provideNode))
+
+  it.effect("failures are results: unknown tool, bad JSON, bad arguments, a denial and a handler's error", () =>
+    Effect.gen(function*() {
+      const readOnly = Permission.derive(Permission.allowAll, { label: "reader", postures: ["read"] })
+      const { deps, state, subscription } = yield* harness(readOnly)
+      const message = yield* runTools(deps, state, [
+        { id: "1", name: "teleport", params: {} },
+        { id: "2", name: "fail", params: "{not json" },
+        { id: "3", name: "fail", params: { extra: 1 } },
+        { id: "4", name: "echo", params: { path: "a" } },
+        { id: "5", name: "fail", params: "  " }
+      ])
+      const payloads = message.content.map((_, index) => {
+        const part = resultOf(message, index)
+        return [part.id, part.isFailure, (part.result as { error: string }).error]
+      })
+      assert.deepStrictEqual(payloads, [
+        ["1", true, "UnknownTool"],
+        ["2", true, "InvalidArguments"],
+        ["3", true, "InvalidArguments"],
+        ["4", true, "PermissionDenied"],
+        ["5", true, "ToolFailure"]
+      ])
+      const messageOf = (index: number) => (resultOf(message, index).result as { message: string }).message
+      assert.strictEqual(
+        messageOf(0),
+        `there is no tool named "teleport"; available tools: ${state.view.tools.map((t) => t.name).join(", ")}`
+      )
+      assert.match(
+        messageOf(1),
+        /^invalid arguments for "fail": arguments are not valid JSON \(SyntaxError: .*\)\. Fix/
+      )
+      assert.match(messageOf(2), /^invalid arguments for "fail": .*extra.*\. Fix the arguments and call it again\.$/s)
+      // An empty argument string is no arguments: the call runs, and fails in its handler.
+      assert.strictEqual(messageOf(4), "fail: as designed")
+      assert.strictEqual(state.toolCalls, 5)
+      const results = (yield* PubSub.takeAll(subscription)).filter((e) => e.type === "tool_result")
+      assert.deepStrictEqual(results.map((e) => [e.isFailure, e.changed]), Array(5).fill([true, undefined]))
+      assert.include(results.find((e) => e.tool === "teleport")!.reason!, "there is no tool named")
+    }).pipe(provideNode))
+
+  it("UnknownTool with no tools at all says none", () => {
+    assert.strictEqual(
+      new UnknownTool({ name: "x", available: [] }).message,
+      `there is no tool named "x"; available tools: none`
+    )
+    assert.strictEqual(
+      new InvalidArguments({ tool: "t", reason: "r" }).message,
+      `invalid arguments for "t": r. Fix the arguments and call it again.`
+    )
+  })
+
+  it.effect("a tool the view hides is still found in the registry, and then denied by the rules", () =>
+    Effect.gen(function*() {
+      const readOnly = Permission.derive(Permission.allowAll, { label: "reader", postures: ["read"] })
+      const { deps, state } = yield* harness(readOnly)
+      assert.isFalse(state.view.byName.has("echo"))
+      const message = yield* runTools(deps, state, [{ id: "1", name: "echo", params: { path: "a" } }])
+      assert.strictEqual((resultOf(message, 0).result as { error: string }).error, "PermissionDenied")
+    }).pipe(provideNode))
+
+  it.effect("with onResult, each result is handed over as it lands; an interrupted turn keeps the landed ones", () =>
+    Effect.gen(function*() {
+      const { deps, state } = yield* harness()
+      const registry = deps.registry
+      yield* registry.register(ToolRegistry.define({
+        name: "wait",
+        description: "never returns",
+        parameters: Schema.Struct({}),
+        posture: "read",
+        handler: () => Effect.never
+      }))
+      state.view = registry.view(Permission.allowAll)
+      const handed: Array<string> = []
+      const onResult = (_: SessionState, part: Prompt.ToolResultPart) => Effect.sync(() => void handed.push(part.id))
+      const single = yield* runTools({ ...deps, onResult }, state, [{ id: "s", name: "fail", params: {} }])
+      assert.deepStrictEqual([single.content.length, handed], [1, ["s"]])
+      const fiber = yield* Effect.forkChild(
+        runTools({ ...deps, onResult }, state, [
+          { id: "a", name: "echo", params: { path: "x" } },
+          { id: "b", name: "wait", params: {} }
+        ]),
+        { startImmediately: true }
+      )
+      yield* Effect.yieldNow
+      assert.deepStrictEqual(handed, ["s", "a"])
+      yield* Fiber.interrupt(fiber)
+      assert.strictEqual(state.messages.length, 1)
+      const kept = state.messages[0]!
+      assert.strictEqual(kept.role, "tool")
+      assert.deepStrictEqual(
+        (kept as Prompt.ToolMessage).content.map((_, index) => resultOf(kept as Prompt.ToolMessage, index).id),
+        ["a"]
+      )
+      // Without onResult nothing is kept on interruption: the session records the whole turn itself.
+      const plain = yield* Effect.forkChild(
+        runTools(deps, state, [{ id: "c", name: "echo", params: { path: "y" } }, {
+          id: "d",
+          name: "wait",
+          params: {}
+        }]),
+        { startImmediately: true }
+      )
+      yield* Effect.yieldNow
+      yield* Fiber.interrupt(plain)
+      assert.strictEqual(state.messages.length, 1)
+    }).pipe(provideNode))
+})
