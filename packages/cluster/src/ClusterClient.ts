@@ -48,10 +48,12 @@ export const newAgentId = (): string => `ag_${randomBytes(8).toString("hex")}`
 export const start = (options: StartOptions) =>
   Effect.gen(function*() {
     const store = yield* ClusterStore
+    const agentId = options.agentId ?? newAgentId()
     const payload: AgentPayload = {
-      agentId: options.agentId ?? newAgentId(),
+      agentId,
       run: 0,
       parentId: null,
+      rootId: agentId,
       depth: 0,
       role: options.role ?? "general",
       model: options.model ?? "",
@@ -68,7 +70,8 @@ export const start = (options: StartOptions) =>
       text: null,
       reason: null,
       steps: 0,
-      toolCalls: 0
+      toolCalls: 0,
+      tokens: 0
     })
     yield* AgentWorkflow.execute(payload, { discard: true })
     return payload.agentId
