@@ -42,6 +42,9 @@ export interface StartOptions {
   readonly agentId?: string | undefined
 }
 
+/** What the client functions need besides the store: the cluster's workflow engine. */
+export type ClientServices = WorkflowEngine.WorkflowEngine
+
 export const newAgentId = (): string => `ag_${randomBytes(8).toString("hex")}`
 
 /** Records a root agent and starts its workflow; returns its id at once. */
