@@ -26,7 +26,7 @@
  * parent's id, run, step and call index.
  */
 import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, Workspace } from "@fibril/core"
-import { Cause, Effect, Exit, Schema } from "effect"
+import { Cause, Effect, Exit, Layer, Schema } from "effect"
 import { Prompt } from "effect/ai"
 import { ClusterSchema } from "effect/cluster"
 import { Activity, DurableClock, Workflow, WorkflowEngine } from "effect/workflow"
@@ -91,6 +91,8 @@ export interface Options {
    * (`[subagents] heartbeat_timeout_secs`; the watchdog of `watchdog`). 0: none.
    */
   readonly heartbeatSecs?: number | undefined
+  /** Between two looks of the heartbeat's watchdog (default a quarter of it, 1-30 s). */
+  readonly heartbeatCheckMs?: number | undefined
   /** Running sub-agents cluster-wide (the root agents do not count); 0: no cap. */
   readonly maxConcurrent: number
   readonly admission: "reject" | "queue"
@@ -218,8 +220,40 @@ export const ModelStepFailure = Schema.Union([AgentSteps.ModelStepError, Session
 
 const spawning = new Set(["task", "agent_spawn", "agent_open"])
 
-/** The workflow's body on a worker: needs the core steps, the store, the worker's workspace. */
-export const layer = (options: Partial<Options> = {}) =>
+/** The reason an agent cancelled by the heartbeat gets (the embedded runtime's words). */
+export const heartbeatReason = (seconds: number) => `Auto-cancelled after ${seconds}s without sub-agent progress.`
+
+/**
+ * The heartbeat in cluster mode: every worker looks, every `checkMs`, for running sub-agents
+ * whose last step ended more than `seconds` ago (the store's clock, one for the whole
+ * cluster) and that have no running child, and cancels each with its non-detached
+ * descendants. A model call in flight is bounded by the API timeout, which the heartbeat
+ * outlives (the config clamps it so); a child still queued for a permit is not progress, so a
+ * parent holding a permit while its children queue is cancelled (the queue's deadlock breaker).
+ * Several workers may cancel the same agent: a cancel is idempotent.
+ */
+export const watchdog = (seconds: number, checkMs: number) =>
+  Effect.gen(function*() {
+    const store = yield* ClusterStore
+    while (true) {
+      yield* Effect.sleep(checkMs)
+      const stale = yield* Effect.orElseSucceed(store.stale(seconds), () => [])
+      yield* Effect.forEach(stale, (id) => Effect.ignore(cancelTree(id, heartbeatReason(seconds))), { discard: true })
+    }
+  })
+
+/** The workflow's body on a worker (and the heartbeat's watchdog, when there is one). */
+export const layer = (options: Partial<Options> = {}) => {
+  const heartbeat = options.heartbeatSecs ?? 0
+  const watching = heartbeat > 0
+    ? Layer.effectDiscard(Effect.forkScoped(
+      watchdog(heartbeat, options.heartbeatCheckMs ?? Math.max(1000, Math.min(30_000, (heartbeat * 1000) / 4)))
+    ))
+    : Layer.empty
+  return Layer.merge(body(options), watching)
+}
+
+const body = (options: Partial<Options>) =>
   AgentWorkflow.toLayer(Effect.fnUntraced(function*(payload, executionId) {
     const config: Options = { ...defaults, ...options }
     const steps = yield* AgentSteps.AgentSteps

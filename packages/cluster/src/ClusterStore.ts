@@ -176,134 +176,143 @@ const compareKeys = (a: ReadonlyArray<number>, b: ReadonlyArray<number>) =>
   a[0]! - b[0]! || a[1]! - b[1]! || a[2]! - b[2]!
 
 /** One process's store (tests, and the in-memory engine); its clock is Effect's Clock. */
-export const makeMemory = Effect.sync(() => {
-  const agents = new Map<string, AgentRow>()
-  /** Per agent: when its run started and when it last made progress (ms), its change number. */
-  const times = new Map<string, { started: number; progress: number; changed: number }>()
-  const transcripts = new Map<
-    string,
-    Map<string, { key: ReadonlyArray<number>; at: Slot; message: Prompt.Message; seq: number }>
-  >()
-  const inboxes = new Map<string, Array<string>>()
-  const held = new Set<string>()
-  let seq = 0
-  let changes = 0
-  const timesOf = (agentId: string) => {
-    let t = times.get(agentId)
-    if (t === undefined) times.set(agentId, t = { started: 0, progress: 0, changed: 0 })
-    return t
-  }
-  const touch = (agentId: string) => void (timesOf(agentId).changed = ++changes)
-  const append = (agentId: string, at: Slot, message: Prompt.Message) => {
-    let rows = transcripts.get(agentId)
-    if (rows === undefined) transcripts.set(agentId, rows = new Map())
-    const key = slotKey(at)
-    if (!rows.has(key.join("/"))) rows.set(key.join("/"), { key, at, message, seq: ++seq })
-  }
-  const update = (agentId: string, u: AgentUpdate) => {
-    const row = agents.get(agentId)
-    if (row !== undefined) {
-      agents.set(agentId, applyUpdate(row, u))
-      touch(agentId)
+export const makeMemory = Effect.suspend(() => makeMemoryClocked(Clock.currentTimeMillis))
+
+/**
+ * The memory store on a clock of the caller's (tests move it to check budgets of wall time
+ * and the heartbeat without waiting).
+ */
+export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
+  Effect.sync(() => {
+    const agents = new Map<string, AgentRow>()
+    /** Per agent: when its run started and when it last made progress (ms), its change number. */
+    const times = new Map<string, { started: number; progress: number; changed: number }>()
+    const transcripts = new Map<
+      string,
+      Map<string, { key: ReadonlyArray<number>; at: Slot; message: Prompt.Message; seq: number }>
+    >()
+    const inboxes = new Map<string, Array<string>>()
+    const held = new Set<string>()
+    let seq = 0
+    let changes = 0
+    const timesOf = (agentId: string) => {
+      let t = times.get(agentId)
+      if (t === undefined) times.set(agentId, t = { started: 0, progress: 0, changed: 0 })
+      return t
     }
-  }
-  const insert = (row: AgentRow) => {
-    if (agents.has(row.agentId)) return
-    agents.set(row.agentId, row)
-    touch(row.agentId)
-  }
-  return ClusterStore.of({
-    insert: (row) => Effect.sync(() => insert(row)),
-    insertMany: (rows) => Effect.sync(() => rows.forEach(insert)),
-    update: (agentId, u) => Effect.sync(() => update(agentId, u)),
-    get: (agentId) => Effect.sync(() => agents.get(agentId)),
-    children: (agentId) => Effect.sync(() => [...agents.values()].filter((row) => row.parentId === agentId)),
-    list: Effect.sync(() => [...agents.values()]),
-    append: (agentId, at, message) => Effect.sync(() => append(agentId, at, message)),
-    transcript: (agentId) =>
-      Effect.sync(() =>
-        [...(transcripts.get(agentId)?.values() ?? [])].sort((a, b) => compareKeys(a.key, b.key)).map((r) => r.message)
-      ),
-    sendInput: (agentId, text) =>
-      Effect.sync(() => {
-        const inbox = inboxes.get(agentId)
-        if (inbox === undefined) inboxes.set(agentId, [text])
-        else inbox.push(text)
-      }),
-    takeInbox: (agentId) =>
-      Effect.sync(() => {
-        const inbox = inboxes.get(agentId)
-        if (inbox === undefined) return []
-        inboxes.delete(agentId)
-        return inbox
-      }),
-    acquire: (agentId, cap) =>
-      Effect.sync(() => {
-        if (held.has(agentId)) return true
-        if (held.size >= cap) return false
-        held.add(agentId)
-        return true
-      }),
-    release: (agentId) => Effect.sync(() => void held.delete(agentId)),
-    permits: Effect.sync(() => [...held]),
-    startRun: (agentId, at, prompt) =>
-      Effect.map(Clock.currentTimeMillis, (now) => {
-        update(agentId, { status: "running", reason: null })
-        const t = timesOf(agentId)
-        t.started = now
-        t.progress = now
-        append(agentId, at, prompt)
-      }),
-    beginStep: (agentId, rootId) =>
-      Effect.map(Clock.currentTimeMillis, (now) => {
-        const inbox = inboxes.get(agentId) ?? []
-        inboxes.delete(agentId)
-        let treeTokens = 0
-        for (const row of agents.values()) if (row.rootId === rootId) treeTokens += row.tokens
-        return { inbox, treeTokens, runSecs: (now - timesOf(agentId).started) / 1000 }
-      }),
-    recordStep: (agentId, messages, tokens) =>
-      Effect.map(Clock.currentTimeMillis, (now) => {
-        for (const m of messages) append(agentId, m.at, m.message)
-        const row = agents.get(agentId)
-        if (row !== undefined) agents.set(agentId, { ...row, tokens: row.tokens + tokens })
-        timesOf(agentId).progress = now
-      }),
-    finishRun: (agentId, u, release) =>
-      Effect.sync(() => {
-        update(agentId, u)
-        if (release) held.delete(agentId)
-      }),
-    changes: (rootId, cursor) =>
-      Effect.sync(() => {
-        const tree = [...agents.values()].filter((row) => row.rootId === rootId)
-        const messages = tree.flatMap((row) =>
-          [...(transcripts.get(row.agentId)?.values() ?? [])]
-            .filter((m) => m.seq > cursor.transcript)
-            .map((m) => ({ agentId: row.agentId, at: m.at, message: m.message, seq: m.seq }))
-        ).sort((a, b) => a.seq - b.seq)
-        const changed = tree.filter((row) => timesOf(row.agentId).changed > cursor.agents)
-          .sort((a, b) => timesOf(a.agentId).changed - timesOf(b.agentId).changed)
-        return {
-          messages: messages.map(({ agentId, at, message }) => ({ agentId, at, message })),
-          agents: changed,
-          cursor: {
-            transcript: messages.at(-1)?.seq ?? cursor.transcript,
-            agents: changed.length === 0 ? cursor.agents : timesOf(changed.at(-1)!.agentId).changed
+    const touch = (agentId: string) => void (timesOf(agentId).changed = ++changes)
+    const append = (agentId: string, at: Slot, message: Prompt.Message) => {
+      let rows = transcripts.get(agentId)
+      if (rows === undefined) transcripts.set(agentId, rows = new Map())
+      const key = slotKey(at)
+      if (!rows.has(key.join("/"))) rows.set(key.join("/"), { key, at, message, seq: ++seq })
+    }
+    const update = (agentId: string, u: AgentUpdate) => {
+      const row = agents.get(agentId)
+      if (row !== undefined) {
+        agents.set(agentId, applyUpdate(row, u))
+        touch(agentId)
+      }
+    }
+    const insert = (row: AgentRow) => {
+      if (agents.has(row.agentId)) return
+      agents.set(row.agentId, row)
+      touch(row.agentId)
+    }
+    return ClusterStore.of({
+      insert: (row) => Effect.sync(() => insert(row)),
+      insertMany: (rows) => Effect.sync(() => rows.forEach(insert)),
+      update: (agentId, u) => Effect.sync(() => update(agentId, u)),
+      get: (agentId) => Effect.sync(() => agents.get(agentId)),
+      children: (agentId) => Effect.sync(() => [...agents.values()].filter((row) => row.parentId === agentId)),
+      list: Effect.sync(() => [...agents.values()]),
+      append: (agentId, at, message) => Effect.sync(() => append(agentId, at, message)),
+      transcript: (agentId) =>
+        Effect.sync(() =>
+          [...(transcripts.get(agentId)?.values() ?? [])].sort((a, b) => compareKeys(a.key, b.key)).map((r) =>
+            r.message
+          )
+        ),
+      sendInput: (agentId, text) =>
+        Effect.sync(() => {
+          const inbox = inboxes.get(agentId)
+          if (inbox === undefined) inboxes.set(agentId, [text])
+          else inbox.push(text)
+        }),
+      takeInbox: (agentId) =>
+        Effect.sync(() => {
+          const inbox = inboxes.get(agentId)
+          if (inbox === undefined) return []
+          inboxes.delete(agentId)
+          return inbox
+        }),
+      acquire: (agentId, cap) =>
+        Effect.sync(() => {
+          if (held.has(agentId)) return true
+          if (held.size >= cap) return false
+          held.add(agentId)
+          return true
+        }),
+      release: (agentId) => Effect.sync(() => void held.delete(agentId)),
+      permits: Effect.sync(() => [...held]),
+      startRun: (agentId, at, prompt) =>
+        Effect.map(currentTimeMillis, (now) => {
+          update(agentId, { status: "running", reason: null })
+          const t = timesOf(agentId)
+          t.started = now
+          t.progress = now
+          append(agentId, at, prompt)
+        }),
+      beginStep: (agentId, rootId) =>
+        Effect.map(currentTimeMillis, (now) => {
+          const inbox = inboxes.get(agentId) ?? []
+          inboxes.delete(agentId)
+          let treeTokens = 0
+          for (const row of agents.values()) if (row.rootId === rootId) treeTokens += row.tokens
+          return { inbox, treeTokens, runSecs: (now - timesOf(agentId).started) / 1000 }
+        }),
+      recordStep: (agentId, messages, tokens) =>
+        Effect.map(currentTimeMillis, (now) => {
+          for (const m of messages) append(agentId, m.at, m.message)
+          const row = agents.get(agentId)
+          if (row !== undefined) agents.set(agentId, { ...row, tokens: row.tokens + tokens })
+          timesOf(agentId).progress = now
+        }),
+      finishRun: (agentId, u, release) =>
+        Effect.sync(() => {
+          update(agentId, u)
+          if (release) held.delete(agentId)
+        }),
+      changes: (rootId, cursor) =>
+        Effect.sync(() => {
+          const tree = [...agents.values()].filter((row) => row.rootId === rootId)
+          const messages = tree.flatMap((row) =>
+            [...(transcripts.get(row.agentId)?.values() ?? [])]
+              .filter((m) => m.seq > cursor.transcript)
+              .map((m) => ({ agentId: row.agentId, at: m.at, message: m.message, seq: m.seq }))
+          ).sort((a, b) => a.seq - b.seq)
+          const changed = tree.filter((row) => timesOf(row.agentId).changed > cursor.agents)
+            .sort((a, b) => timesOf(a.agentId).changed - timesOf(b.agentId).changed)
+          return {
+            messages: messages.map(({ agentId, at, message }) => ({ agentId, at, message })),
+            agents: changed,
+            cursor: {
+              transcript: messages.at(-1)?.seq ?? cursor.transcript,
+              agents: changed.length === 0 ? cursor.agents : timesOf(changed.at(-1)!.agentId).changed
+            }
           }
-        }
-      }),
-    stale: (seconds) =>
-      Effect.map(
-        Clock.currentTimeMillis,
-        (now) =>
-          [...agents.values()].filter((row) =>
-            row.status === "running" && row.depth > 0 && now - timesOf(row.agentId).progress >= seconds * 1000 &&
-            ![...agents.values()].some((child) => child.parentId === row.agentId && child.status === "running")
-          ).map((row) => row.agentId)
-      )
+        }),
+      stale: (seconds) =>
+        Effect.map(
+          currentTimeMillis,
+          (now) =>
+            [...agents.values()].filter((row) =>
+              row.status === "running" && row.depth > 0 && now - timesOf(row.agentId).progress >= seconds * 1000 &&
+              ![...agents.values()].some((child) => child.parentId === row.agentId && child.status === "running")
+            ).map((row) => row.agentId)
+        )
+    })
   })
-})
 
 export const layerMemory: Layer.Layer<ClusterStore> = Layer.effect(ClusterStore, makeMemory)
 
