@@ -29,7 +29,7 @@ import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, Workspace } 
 import { Cause, Effect, Exit, Layer, Schema } from "effect"
 import { Prompt } from "effect/ai"
 import { ClusterSchema } from "effect/cluster"
-import { Activity, DurableClock, Workflow, WorkflowEngine } from "effect/workflow"
+import { Activity, DurableClock, DurableDeferred, Workflow, WorkflowEngine } from "effect/workflow"
 import { createHash } from "node:crypto"
 import { type AgentRow, ClusterStore, finished, type Slot, stepTokens, StoreFailure } from "./ClusterStore.ts"
 
@@ -96,8 +96,13 @@ export interface Options {
   /** Running sub-agents cluster-wide (the root agents do not count); 0: no cap. */
   readonly maxConcurrent: number
   readonly admission: "reject" | "queue"
-  /** Between two looks at a child's status (agent_wait) or at the permits (queue). */
+  /** Between two looks at the permits (queue admission). */
   readonly pollMs: number
+  /**
+   * The longest an `agent_wait` sleeps between two looks when no child's end wakes it (a wake
+   * lost to a crash is found then).
+   */
+  readonly waitFallbackMs: number
   /** Observes each model and tool step's execution (not its replay): for logs and tests. */
   readonly onStep?:
     | ((event: "start" | "end", agentId: string, run: number, name: string) => Effect.Effect<void>)
@@ -113,7 +118,8 @@ export const defaults: Options = {
   childMaxSteps: 50,
   maxConcurrent: 10,
   admission: "reject",
-  pollMs: 200
+  pollMs: 200,
+  waitFallbackMs: 5000
 }
 
 /** A child's id: a function of its parent's run and the call that started it. */
@@ -280,9 +286,24 @@ const body = (options: Partial<Options>) =>
         Effect.tap(effect, () => onStep("end", agentId, run, name))
       )
 
-    // A failed or cancelled run records why and gives its permit back (suspensions do not count).
+    // A parent waiting in agent_wait sleeps on a durable clock it recorded: this agent's end
+    // completes it, so the parent looks again at once. (Run again on a replay: a clock completes
+    // once; a parent that is not waiting has nothing recorded.)
+    const signalParent = payload.parentId === null ? Effect.void : Effect.ignore(Effect.gen(function*() {
+      const parent = yield* store.parentWaiting(agentId)
+      if (parent === undefined || parent.waitingOn === null) return
+      const deferred = DurableClock.make({ name: parent.waitingOn, duration: 0 }).deferred
+      const token = DurableDeferred.tokenFromExecutionId(deferred, {
+        workflow: AgentWorkflow,
+        executionId: parent.executionId
+      })
+      yield* DurableDeferred.done(deferred, { token, exit: Exit.void })
+    }))
+
+    // A failed or cancelled run records why and gives its permit back (suspensions do not count);
+    // every end wakes a waiting parent.
     yield* Workflow.addFinalizer((exit) =>
-      Exit.isSuccess(exit) ? Effect.void : Effect.ignore(Effect.gen(function*() {
+      Exit.isSuccess(exit) ? signalParent : Effect.ignore(Effect.gen(function*() {
         const row = yield* store.get(agentId)
         if (row !== undefined && !finished(row.status)) {
           const cancelled = Cause.hasInterruptsOnly(exit.cause)
@@ -292,7 +313,7 @@ const body = (options: Partial<Options>) =>
           })
         }
         if (capped) yield* store.release(agentId)
-      }))
+      })).pipe(Effect.andThen(signalParent))
     )
 
     // Admission under the cluster-wide cap (a `reject` spawn took the permit already).
@@ -417,6 +438,23 @@ const body = (options: Partial<Options>) =>
         }))
       })
 
+    /** A look of `agent_wait`: records the clock it will sleep on, reads the children (journaled). */
+    const lookAt = (step: number, index: number, n: number, ids: ReadonlyArray<string> | undefined) =>
+      txActivity({
+        name: `look/${step}/${index}/${n}`,
+        success: Schema.Struct({ rows: Schema.Array(RowView), now: Schema.Number }),
+        execute: orDie(
+          Effect.map(
+            store.look(agentId, ids, `wait/${step}/${index}/${n}`),
+            ({ now, rows }) => ({ rows: rows.map(view), now })
+          )
+        )
+      })
+
+    // Between two looks the parent sleeps on a durable clock (the workflow suspends; nothing is
+    // polled); a child's end completes that clock early (`signalParent`), and the clock itself
+    // fires at the timeout, or after `waitFallbackMs`. The deadline is the first look's store
+    // time plus the timeout: journaled, so a replay decides the same.
     const waitFor = (
       step: number,
       index: number,
@@ -427,13 +465,16 @@ const body = (options: Partial<Options>) =>
       Effect.gen(function*() {
         // Without ids: the children running at the first look (as the embedded agent_wait does).
         let targets = ids
-        for (let look = 0;; look++) {
-          const rows = yield* readRows(step, index, look, targets)
+        let deadline: number | undefined
+        for (let n = 0;; n++) {
+          const seen = yield* lookAt(step, index, n, targets)
+          const rows = seen.rows
           if (targets === undefined) targets = rows.map((r) => r.agent_id)
+          if (deadline === undefined && timeoutMs !== undefined) deadline = seen.now + timeoutMs
           const done = rows.filter((r) => finished(r.status as AgentRow["status"]))
           const running = rows.filter((r) => !finished(r.status as AgentRow["status"]))
           const satisfied = rows.length === 0 || (mode === "any" ? done.length > 0 : running.length === 0)
-          const timedOut = timeoutMs !== undefined && look * config.pollMs >= timeoutMs
+          const timedOut = deadline !== undefined && seen.now >= deadline
           if (satisfied || timedOut) {
             return {
               timed_out: !satisfied,
@@ -441,7 +482,10 @@ const body = (options: Partial<Options>) =>
               still_running: running.map((r) => r.agent_id)
             }
           }
-          yield* DurableClock.sleep({ name: `wait/${step}/${index}/${look}`, duration: config.pollMs })
+          const wait = deadline === undefined
+            ? config.waitFallbackMs
+            : Math.max(1, Math.min(config.waitFallbackMs, deadline - seen.now))
+          yield* DurableClock.sleep({ name: `wait/${step}/${index}/${n}`, duration: wait, inMemoryThreshold: 0 })
         }
       })
 
@@ -707,6 +751,9 @@ const body = (options: Partial<Options>) =>
       },
       { model, tool }
     ))
+    // Interrupted: cancelled (the finalizer records it), or suspended in a durable wait (the run
+    // is replayed when it wakes). Either way nothing is finished here.
+    if (Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)) return yield* Effect.interrupt
     if (!(Exit.isSuccess(exit) && ended)) {
       const outcome = Exit.isSuccess(exit)
         ? { status: "completed" as const, text: exit.value.text, reason: null }
@@ -723,10 +770,7 @@ const body = (options: Partial<Options>) =>
         }))
       })
     }
-    if (Exit.isFailure(exit)) {
-      if (Cause.hasInterruptsOnly(exit.cause)) return yield* Effect.interrupt
-      return yield* new AgentFailed({ agentId, reason: failureReason(exit.cause) })
-    }
+    if (Exit.isFailure(exit)) return yield* new AgentFailed({ agentId, reason: failureReason(exit.cause) })
     void executionId
     return { agentId, text: exit.value.text, steps: exit.value.steps, toolCalls: exit.value.toolCalls }
   }))

@@ -147,9 +147,25 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   readonly changes: (rootId: string, cursor: Cursor) => Effect.Effect<TreeChanges, StoreFailure>
   /**
    * Running sub-agents (depth > 0) without progress for `seconds` and without a running child:
-   * the heartbeat's candidates.
+   * the heartbeat's candidates. A running child counts as its parent's progress: a parent with
+   * one has its progress set to now (so it is not stale the moment its last child ends).
    */
   readonly stale: (seconds: number) => Effect.Effect<ReadonlyArray<string>, StoreFailure>
+  /**
+   * A waiting parent's look (in its step's transaction): records the durable clock it will sleep
+   * on (`waitingOn`; its children's ends wake it early), then reads the children it waits for —
+   * `ids`, or its unfinished children — locked against a concurrent end until the look commits,
+   * so a child that ends meanwhile is either seen ended or sees the record. With the store's time.
+   */
+  readonly look: (
+    agentId: string,
+    ids: ReadonlyArray<string> | undefined,
+    waitingOn: string | null
+  ) => Effect.Effect<{ readonly rows: ReadonlyArray<AgentRow>; readonly now: number }, StoreFailure>
+  /** The parent of `agentId`: its execution and the clock it waits on, if it waits. */
+  readonly parentWaiting: (
+    agentId: string
+  ) => Effect.Effect<{ readonly executionId: string; readonly waitingOn: string | null } | undefined, StoreFailure>
 }>()("@fibril/cluster/ClusterStore") {}
 
 /** Tokens a step counts against budgets (as the embedded runtime: input + output). */
@@ -193,6 +209,7 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
     >()
     const inboxes = new Map<string, Array<string>>()
     const held = new Set<string>()
+    const waiting = new Map<string, string | null>()
     let seq = 0
     let changes = 0
     const timesOf = (agentId: string) => {
@@ -302,15 +319,36 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
             }
           }
         }),
+      look: (agentId, ids, waitingOn) =>
+        Effect.map(currentTimeMillis, (now) => {
+          waiting.set(agentId, waitingOn)
+          const rows = ids === undefined
+            ? [...agents.values()].filter((row) => row.parentId === agentId && !finished(row.status))
+            : ids.flatMap((id) => {
+              const row = agents.get(id)
+              return row === undefined ? [] : [row]
+            })
+          return { rows, now }
+        }),
+      parentWaiting: (agentId) =>
+        Effect.sync(() => {
+          const parentId = agents.get(agentId)?.parentId
+          const parent = parentId === undefined || parentId === null ? undefined : agents.get(parentId)
+          return parent === undefined
+            ? undefined
+            : { executionId: parent.executionId, waitingOn: waiting.get(parent.agentId) ?? null }
+        }),
       stale: (seconds) =>
-        Effect.map(
-          currentTimeMillis,
-          (now) =>
-            [...agents.values()].filter((row) =>
-              row.status === "running" && row.depth > 0 && now - timesOf(row.agentId).progress >= seconds * 1000 &&
-              ![...agents.values()].some((child) => child.parentId === row.agentId && child.status === "running")
-            ).map((row) => row.agentId)
-        )
+        Effect.map(currentTimeMillis, (now) => {
+          const running = [...agents.values()].filter((row) => row.status === "running")
+          const out: Array<string> = []
+          for (const row of running) {
+            // A running child is its parent's progress (as embedded).
+            if (running.some((child) => child.parentId === row.agentId)) timesOf(row.agentId).progress = now
+            else if (row.depth > 0 && now - timesOf(row.agentId).progress >= seconds * 1000) out.push(row.agentId)
+          }
+          return out
+        })
     })
   })
 
@@ -350,6 +388,7 @@ export const migrate = Effect.gen(function*() {
   yield* sql`UPDATE fibril_agents SET root_id = agent_id WHERE root_id = ''`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_root ON fibril_agents (root_id, changed)`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_running ON fibril_agents (last_progress) WHERE status = 'running'`
+  yield* sql`ALTER TABLE fibril_agents ADD COLUMN IF NOT EXISTS waiting_on text`
   yield* sql`ALTER TABLE fibril_transcript ADD COLUMN IF NOT EXISTS seq bigserial`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_transcript_seq ON fibril_transcript (seq)`
   yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
@@ -610,16 +649,48 @@ export const makeSql = Effect.gen(function*() {
           }
         })
       ),
+    look: (agentId, ids, waitingOn) =>
+      q(
+        "look",
+        Effect.gen(function*() {
+          yield* sql`UPDATE fibril_agents SET waiting_on = ${waitingOn} WHERE agent_id = ${agentId}`
+          const rows = ids === undefined
+            ? yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE parent_id = ${agentId}
+                AND status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_at FOR SHARE`
+            : ids.length === 0
+            ? []
+            : yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE agent_id IN ${sql.in(ids)} FOR SHARE`
+          const [clock] = yield* sql<{ now: number }>`SELECT (EXTRACT(EPOCH FROM now()) * 1000)::float8 AS now`
+          const byId = new Map(rows.map((r) => [r.agent_id, fromDb(r)]))
+          return {
+            rows: ids === undefined ? rows.map(fromDb) : ids.flatMap((id) => byId.get(id) ?? []),
+            now: Number(clock?.now ?? 0)
+          }
+        })
+      ),
+    parentWaiting: (agentId) =>
+      q(
+        "parentWaiting",
+        Effect.map(
+          sql<{ execution_id: string; waiting_on: string | null }>`SELECT p.execution_id, p.waiting_on
+            FROM fibril_agents c JOIN fibril_agents p ON p.agent_id = c.parent_id WHERE c.agent_id = ${agentId}`,
+          (rows) =>
+            rows[0] === undefined ? undefined : { executionId: rows[0].execution_id, waitingOn: rows[0].waiting_on }
+        )
+      ),
     stale: (seconds) =>
       q(
         "stale",
-        Effect.map(
-          sql<{ agent_id: string }>`SELECT a.agent_id FROM fibril_agents a
+        Effect.gen(function*() {
+          // A running child is its parent's progress (as embedded).
+          yield* sql`UPDATE fibril_agents a SET last_progress = now() WHERE a.status = 'running'
+            AND EXISTS (SELECT 1 FROM fibril_agents c WHERE c.parent_id = a.agent_id AND c.status = 'running')`
+          const rows = yield* sql<{ agent_id: string }>`SELECT a.agent_id FROM fibril_agents a
             WHERE a.status = 'running' AND a.depth > 0
               AND a.last_progress < now() - make_interval(secs => ${seconds})
-              AND NOT EXISTS (SELECT 1 FROM fibril_agents c WHERE c.parent_id = a.agent_id AND c.status = 'running')`,
-          (rows) => rows.map((r) => r.agent_id)
-        )
+              AND NOT EXISTS (SELECT 1 FROM fibril_agents c WHERE c.parent_id = a.agent_id AND c.status = 'running')`
+          return rows.map((r) => r.agent_id)
+        })
       )
   })
 })
