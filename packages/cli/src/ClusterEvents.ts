@@ -16,18 +16,35 @@ import * as Mcp from "./Mcp.ts"
 interface Known {
   snapshot: AgentSnapshot
   status: string
+  /** Its own tokens, as its row last said. */
+  own: number
 }
 
 /** Turns the store's changes into events, remembering what each agent was (`known`). */
 export const eventsOf = (changes: TreeChanges, known: Map<string, Known>, at: number): Array<AgentEvent> => {
   const out: Array<AgentEvent> = []
+  // An event carries its agent's tree's tokens (as the embedded runtime's do); the cluster keeps
+  // one total per agent, reported as output.
+  const treeTokens = (agentId: string): number =>
+    (known.get(agentId)?.own ?? 0) +
+    [...known.values()].filter((k) => k.snapshot.parentId === agentId).reduce(
+      (n, k) => n + treeTokens(k.snapshot.agentId),
+      0
+    )
   const emit = (type: EventType, k: Known, extra: Partial<AgentEvent> = {}) =>
-    out.push({ type, agent: k.snapshot, at, ...extra })
+    out.push({
+      type,
+      agent: { ...k.snapshot, usage: { input: 0, output: treeTokens(k.snapshot.agentId), cached: 0 } },
+      at,
+      ...extra
+    })
   // An agent's end comes right after its last step of this batch (so before the steps of a
   // parent that read its result), or before every step when it has none in the batch.
   const ends = new Map<string, () => void>()
   for (const row of changes.agents) {
     let k = known.get(row.agentId)
+    // Steps and tool calls are counted from the transcript (every message is read, from the
+    // start), so a row's totals are not added to them.
     const snapshot = (previous: AgentSnapshot | undefined): AgentSnapshot => ({
       agentId: row.agentId,
       parentId: row.parentId ?? undefined,
@@ -35,17 +52,18 @@ export const eventsOf = (changes: TreeChanges, known: Map<string, Known>, at: nu
       role: row.role,
       model: row.model,
       description: row.description,
-      step: Math.max(previous?.step ?? 0, row.steps),
-      toolCalls: Math.max(previous?.toolCalls ?? 0, row.toolCalls),
+      step: previous?.step ?? 0,
+      toolCalls: previous?.toolCalls ?? 0,
       lastTool: previous?.lastTool,
-      usage: { input: 0, output: row.tokens, cached: 0 }
+      usage: { input: 0, output: 0, cached: 0 }
     })
     if (k === undefined) {
-      k = { snapshot: snapshot(undefined), status: "pending" }
+      k = { snapshot: snapshot(undefined), status: "pending", own: row.tokens }
       known.set(row.agentId, k)
       if (row.depth > 0) emit("spawned", k)
     } else {
       k.snapshot = snapshot(k.snapshot)
+      k.own = row.tokens
     }
     const was = k.status
     k.status = row.status

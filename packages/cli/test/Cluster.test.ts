@@ -85,6 +85,15 @@ describe("cluster mode: the events a client follows", () => {
         "step",
         "completed"
       ])
+      // Counts from the transcript, tokens of the agent's tree (as embedded events carry them).
+      const rows = yield* built.store.list
+      const last = (depth: number) => seen.filter((e) => e.agent.depth === depth).at(-1)!.agent
+      assert.deepStrictEqual([last(1).step, last(1).toolCalls, last(1).usage.output], [2, 1, rows[1]!.tokens])
+      assert.deepStrictEqual([last(0).step, last(0).toolCalls, last(0).usage.output], [
+        2,
+        1,
+        rows[0]!.tokens + rows[1]!.tokens
+      ])
       const child = seen.find((e) => e.agent.depth === 1)!
       assert.strictEqual(child.agent.parentId, id)
       assert.strictEqual(child.agent.description, "a look")
