@@ -93,6 +93,24 @@ const loadConfig = (cwd: string) => ProcessEnvironment.use((e) => ConfigFlags.lo
 
 const stateDir = (cwd: string) => path.join(cwd, ".fibril", "state")
 
+/**
+ * `[cluster] url` of the workspace's config files (FIBRIL_CLUSTER_URL is read by the caller
+ * first). A config that cannot be read gives none: the commands that only consult it (agents)
+ * behave as before, and those that need it load it again and report the problem.
+ */
+const configuredCluster = (cwd: string) =>
+  loadConfig(cwd).pipe(Effect.map((config) => config.settings.cluster.url), Effect.orElseSucceed(() => undefined))
+
+/** The cluster URL for a command on the workspace `cwdFlag` names: flag > environment > config. */
+const clusterFor = (flag: Option.Option<string>, cwdFlag: Option.Option<string>) =>
+  Effect.gen(function*() {
+    const environment = yield* ProcessEnvironment
+    const fromFlagOrEnv = ClusterCommand.clusterUrl(flag, environment.env)
+    if (fromFlagOrEnv !== undefined) return fromFlagOrEnv
+    const cwd = yield* Effect.option(resolveCwd(cwdFlag))
+    return Option.isNone(cwd) ? undefined : yield* configuredCluster(cwd.value)
+  })
+
 const tracing = (url: Option.Option<string>) => Option.match(url, { onNone: () => Layer.empty, onSome: Tracing.layer })
 
 /**
@@ -170,7 +188,8 @@ export const run = Command.make(
     const environment = yield* ProcessEnvironment
     const cwd = yield* resolveCwd(flags.cwd)
     const prompt = yield* readPrompt(flags.prompt, flags.promptFile, environment.cwd)
-    const clusterUrl = ClusterCommand.clusterUrl(flags.cluster, environment.env)
+    const config = yield* loadConfig(cwd)
+    const clusterUrl = ClusterCommand.clusterUrl(flags.cluster, environment.env, config.settings.cluster.url)
     if (clusterUrl !== undefined) {
       return yield* setExit(
         yield* ClusterCommand.run({
@@ -179,11 +198,11 @@ export const run = Command.make(
           cwd,
           role: Option.getOrUndefined(flags.role),
           model: Option.getOrUndefined(flags.model),
-          json: flags.json
+          json: flags.json,
+          output: Output.console(environment.tty && !flags.json)
         })
       )
     }
-    const config = yield* loadConfig(cwd)
     const selection = yield* ModelSelection.select({
       model: Option.getOrUndefined(flags.model),
       baseUrl: Option.getOrUndefined(flags.baseUrl),
@@ -295,6 +314,24 @@ const managed = <A, E, R>(
 
 const out = Output.console(false)
 
+const loadClusterAgents = Effect.promise(() => import("./ClusterAgents.ts"))
+
+/**
+ * An `agents` command as a client of the cluster when a cluster URL is given (flag >
+ * FIBRIL_CLUSTER_URL > `[cluster] url`), else on the workspace's store as before. The cluster
+ * commands exit with their code.
+ */
+const onCluster = <A, E, R, E2, R2>(
+  flags: { readonly cluster: Option.Option<string>; readonly cwd: Option.Option<string> },
+  cluster: (url: string) => Effect.Effect<number, E2, R2>,
+  local: Effect.Effect<A, E, R>
+) =>
+  Effect.flatMap(
+    clusterFor(flags.cluster, flags.cwd),
+    (url): Effect.Effect<A | void, E | E2, R | R2 | ProcessEnvironment | ExitCode> =>
+      url === undefined ? local : Effect.flatMap(cluster(url), setExit)
+  )
+
 export const agents = Command.make("agents").pipe(
   Command.withDescription("The agents recorded in this workspace's store (.fibril/state), in any process"),
   Command.withExamples([
@@ -313,17 +350,27 @@ export const agents = Command.make("agents").pipe(
           Flag.withDefault(false)
         ),
         json: jsonDocumentFlag,
-        cwd: cwdFlag
+        cwd: cwdFlag,
+        cluster: ClusterCommand.clusterFlag
       },
       (flags) =>
-        Effect.flatMap(resolveCwd(flags.cwd), (cwd) => AgentsCommand.list(stateDir(cwd), flags.all, flags.json, out))
+        onCluster(
+          flags,
+          (url) => Effect.flatMap(loadClusterAgents, (c) => c.list(url, flags.all, flags.json)),
+          Effect.flatMap(resolveCwd(flags.cwd), (cwd) => AgentsCommand.list(stateDir(cwd), flags.all, flags.json, out))
+        )
     ).pipe(
       Command.withDescription("Agent trees with a running agent (any process), times and owners; --all for every one")
     ),
     Command.make(
       "show",
-      { id: agentId, cwd: cwdFlag },
-      (flags) => Effect.flatMap(resolveCwd(flags.cwd), (cwd) => AgentsCommand.show(stateDir(cwd), flags.id, out))
+      { id: agentId, cwd: cwdFlag, cluster: ClusterCommand.clusterFlag },
+      (flags) =>
+        onCluster(
+          flags,
+          (url) => Effect.flatMap(loadClusterAgents, (c) => c.show(url, flags.id)),
+          Effect.flatMap(resolveCwd(flags.cwd), (cwd) => AgentsCommand.show(stateDir(cwd), flags.id, out))
+        )
     ).pipe(Command.withDescription("One agent's record: its run receipt, with follow-up and takeover")),
     Command.make(
       "transcript",
@@ -339,21 +386,29 @@ export const agents = Command.make("agents").pipe(
           Flag.withDescription("Messages on a page (at most 100)"),
           Flag.optional
         ),
-        cwd: cwdFlag
+        cwd: cwdFlag,
+        cluster: ClusterCommand.clusterFlag
       },
-      (flags) =>
-        Effect.flatMap(resolveCwd(flags.cwd), (cwd) =>
-          AgentsCommand.transcript(stateDir(cwd), flags.id, out, {
-            offset: Option.getOrUndefined(flags.offset),
-            limit: Option.getOrUndefined(flags.limit)
-          }))
+      (flags) => {
+        const page = { offset: Option.getOrUndefined(flags.offset), limit: Option.getOrUndefined(flags.limit) }
+        return onCluster(
+          flags,
+          (url) => Effect.flatMap(loadClusterAgents, (c) => c.transcript(url, flags.id, page)),
+          Effect.flatMap(resolveCwd(flags.cwd), (cwd) => AgentsCommand.transcript(stateDir(cwd), flags.id, out, page))
+        )
+      }
     ).pipe(
       Command.withDescription("One agent's transcript (also by its transcript handle); --offset / --limit for a page")
     ),
     Command.make(
       "cancel",
-      { id: agentId, cwd: cwdFlag },
-      (flags) => Effect.flatMap(resolveCwd(flags.cwd), (cwd) => AgentsCommand.cancel(stateDir(cwd), flags.id, out))
+      { id: agentId, cwd: cwdFlag, cluster: ClusterCommand.clusterFlag },
+      (flags) =>
+        onCluster(
+          flags,
+          (url) => Effect.flatMap(loadClusterAgents, (c) => c.cancel(url, flags.id)),
+          Effect.flatMap(resolveCwd(flags.cwd), (cwd) => AgentsCommand.cancel(stateDir(cwd), flags.id, out))
+        )
     ).pipe(
       Command.withDescription("Cancel an agent, in whichever process runs it (that process acts within a second)")
     ),
@@ -367,14 +422,18 @@ export const agents = Command.make("agents").pipe(
         ),
         model: modelFlag,
         baseUrl: baseUrlFlag,
-        cwd: cwdFlag
+        cwd: cwdFlag,
+        cluster: ClusterCommand.clusterFlag
       },
       (flags) =>
-        Effect.flatMap(
-          resolveCwd(flags.cwd),
-          (cwd) => managed(cwd, AgentsCommand.resume(flags.id, Option.getOrUndefined(flags.message), out), flags)
-        ).pipe(
-          Effect.flatMap(setExit)
+        onCluster(
+          flags,
+          (url) =>
+            Effect.flatMap(loadClusterAgents, (c) => c.resume(url, flags.id, Option.getOrUndefined(flags.message))),
+          Effect.flatMap(
+            resolveCwd(flags.cwd),
+            (cwd) => managed(cwd, AgentsCommand.resume(flags.id, Option.getOrUndefined(flags.message), out), flags)
+          ).pipe(Effect.flatMap(setExit))
         )
     ).pipe(
       Command.withDescription(
@@ -469,7 +528,13 @@ export const lab = LabCommand.make<ProcessEnvironment | ExitCode>({
   setExit: (code) => setExit(code)
 })
 
-const clusterCommands = ClusterCommand.commands(ProcessEnvironment.use((e) => Effect.succeed(e)))
+const clusterCommands = ClusterCommand.commands(
+  ProcessEnvironment.use((e) => Effect.succeed(e)),
+  Effect.flatMap(
+    Effect.option(resolveCwd(Option.none())),
+    (cwd) => Option.isNone(cwd) ? Effect.succeed(undefined) : configuredCluster(cwd.value)
+  )
+)
 
 export const worker = Command.make(
   "worker",
@@ -506,11 +571,11 @@ export const worker = Command.make(
     const environment = yield* ProcessEnvironment
     const cwd = yield* resolveCwd(flags.cwd)
     const config = yield* loadConfig(cwd)
-    const url = ClusterCommand.clusterUrl(flags.cluster, environment.env)
+    const url = ClusterCommand.clusterUrl(flags.cluster, environment.env, config.settings.cluster.url)
     if (url === undefined) {
       return yield* new ModelSelection.UsageError({
         problem:
-          "fibril worker needs the cluster database: --cluster postgres://user@host:5432/db or FIBRIL_CLUSTER_URL"
+          "fibril worker needs the cluster database: --cluster postgres://user@host:5432/db, FIBRIL_CLUSTER_URL, or url in [cluster] of .fibril/config.toml"
       })
     }
     const selection = yield* ModelSelection.select({

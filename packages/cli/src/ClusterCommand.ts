@@ -17,31 +17,44 @@ import { Argument, Flag } from "effect/cli"
 import * as Console from "effect/Console"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as ModelSelection from "./ModelSelection.ts"
+import * as Output from "./Output.ts"
+import * as TreeView from "./TreeView.ts"
 
 export const clusterFlag = Flag.String("cluster").pipe(
   Flag.withDescription("The cluster's Postgres URL (default FIBRIL_CLUSTER_URL): run as a client of the cluster"),
   Flag.optional
 )
 
-/** The cluster URL from the flag or the environment; none: the embedded runtime. */
+/**
+ * The cluster URL: `--cluster`, else FIBRIL_CLUSTER_URL, else `[cluster] url` of the config
+ * files (`configured`); none: the embedded runtime.
+ */
 export const clusterUrl = (
   flag: Option.Option<string>,
-  env: Readonly<Record<string, string | undefined>>
+  env: Readonly<Record<string, string | undefined>>,
+  configured?: string | undefined
 ): string | undefined => {
   if (Option.isSome(flag) && flag.value !== "") return flag.value
   const fromEnv = env["FIBRIL_CLUSTER_URL"]
-  return fromEnv === undefined || fromEnv === "" ? undefined : fromEnv
+  if (fromEnv !== undefined && fromEnv !== "") return fromEnv
+  return configured === undefined || configured === "" ? undefined : configured
 }
 
-const requireUrl = (flag: Option.Option<string>, env: Readonly<Record<string, string | undefined>>) => {
-  const url = clusterUrl(flag, env)
+const requireUrl = (
+  flag: Option.Option<string>,
+  env: Readonly<Record<string, string | undefined>>,
+  configured?: string | undefined
+) => {
+  const url = clusterUrl(flag, env, configured)
   return url === undefined
     ? Effect.fail(
       new ModelSelection.UsageError({
-        problem: "no cluster database: give --cluster postgres://user@host:5432/db or set FIBRIL_CLUSTER_URL"
+        problem:
+          "no cluster database: give --cluster postgres://user@host:5432/db, set FIBRIL_CLUSTER_URL, or url in [cluster] of .fibril/config.toml"
       })
     )
     : Effect.succeed(url)
@@ -68,7 +81,7 @@ const withDatabase = <A, E, R>(
   })
 
 /** A client of the cluster in context: the engine and the store (no agents hosted here). */
-const asClient = <A, E, R>(url: string, body: Effect.Effect<A, E, R>) =>
+export const asClient = <A, E, R>(url: string, body: Effect.Effect<A, E, R>) =>
   withDatabase(url, (node) => Effect.provide(body, node.client))
 
 export interface RunOnCluster {
@@ -78,12 +91,19 @@ export interface RunOnCluster {
   readonly role: string | undefined
   readonly model: string | undefined
   readonly json: boolean
+  /** Where the tree of agents is drawn (live on a terminal) or logged, as `fibril run` does. */
+  readonly output: Output.Output
 }
 
-/** `fibril run --cluster`: starts the root agent on the workers, waits, prints its answer. */
+/**
+ * `fibril run --cluster`: starts the root agent on the workers, follows its tree (the steps
+ * any worker journals reach the live tree, or one JSON event per line with `--json`), waits,
+ * prints its answer.
+ */
 export const run = (options: RunOnCluster) =>
   Effect.gen(function*() {
     const client = yield* loadClient
+    const events = yield* Effect.promise(() => import("./ClusterEvents.ts"))
     return yield* asClient(
       options.url,
       Effect.gen(function*() {
@@ -96,11 +116,21 @@ export const run = (options: RunOnCluster) =>
         yield* options.json
           ? Console.log(JSON.stringify({ type: "started", agent_id: agentId }))
           : Console.error(`fibril: agent ${agentId} started on the cluster at ${redactUrl(options.url)}`)
+        const tree = Output.follower(options.output, options.json)
+        TreeView.label(tree.view, agentId, options.prompt.split("\n")[0]!.slice(0, 60))
+        const follower = yield* events.follow(agentId, tree.show)
+        const ticker = options.output.terminal !== undefined && !options.json
+          ? yield* Effect.forkChild(Output.ticker(tree))
+          : undefined
         const exit = yield* Effect.exit(
           client.await_(agentId).pipe(
             Effect.onInterrupt(() => Effect.ignore(client.cancel(agentId, "cancelled by the client (fibril run)")))
           )
         )
+        yield* follower.drain
+        yield* follower.stop
+        if (ticker !== undefined) yield* Fiber.interrupt(ticker)
+        yield* tree.finish("agents:")
         if (exit._tag === "Success") {
           yield* options.json
             ? Console.log(JSON.stringify({
@@ -131,33 +161,38 @@ export const run = (options: RunOnCluster) =>
 const url = clusterFlag
 const agentIdArgument = Argument.String("agent-id").pipe(Argument.withDescription("The agent's id"))
 
-export const commands = <R>(
-  environment: Effect.Effect<{ readonly env: Readonly<Record<string, string | undefined>> }, never, R>
+export const commands = <R, R2>(
+  environment: Effect.Effect<{ readonly env: Readonly<Record<string, string | undefined>> }, never, R>,
+  /** `[cluster] url` of the config files (of the current directory's project), if any. */
+  configured: Effect.Effect<string | undefined, never, R2>
 ) => {
+  const target = (flag: Option.Option<string>) =>
+    Effect.gen(function*() {
+      const { env } = yield* environment
+      return yield* requireUrl(flag, env, yield* configured)
+    })
   const migrate = {
     name: "migrate",
     description: "Create or update the cluster's tables (effect/cluster's cluster_* and Fibril's fibril_*)",
     run: (flags: { readonly cluster: Option.Option<string> }) =>
       Effect.gen(function*() {
-        const { env } = yield* environment
-        const target = yield* requireUrl(flags.cluster, env)
-        yield* withDatabase(target, (node) => node.migrate, true)
-        yield* Console.log(`fibril: the cluster database at ${redactUrl(target)} is ready`)
+        const url = yield* target(flags.cluster)
+        yield* withDatabase(url, (node) => node.migrate, true)
+        yield* Console.log(`fibril: the cluster database at ${redactUrl(url)} is ready`)
         return 0
       })
   }
   const prune = {
     run: (flags: { readonly cluster: Option.Option<string>; readonly olderThan: string }) =>
       Effect.gen(function*() {
-        const { env } = yield* environment
-        const target = yield* requireUrl(flags.cluster, env)
+        const url = yield* target(flags.cluster)
         const duration = Duration.fromInput(flags.olderThan as Duration.Input)
         if (Option.isNone(duration)) {
           return yield* new ModelSelection.UsageError({
             problem: `--older-than ${flags.olderThan}: not a duration; write e.g. "7 days", "12 hours", "30 minutes"`
           })
         }
-        const gone = yield* withDatabase(target, (node) => node.prune(duration.value))
+        const gone = yield* withDatabase(url, (node) => node.prune(duration.value))
         yield* Console.log(
           `fibril: pruned ${gone.agents} finished agents older than ${flags.olderThan} and ${gone.messages} journal messages`
         )
@@ -166,9 +201,8 @@ export const commands = <R>(
   }
   const status = (flags: { readonly cluster: Option.Option<string>; readonly agentId: string }) =>
     Effect.gen(function*() {
-      const { env } = yield* environment
       const client = yield* loadClient
-      const rows = yield* asClient(yield* requireUrl(flags.cluster, env), client.tree(flags.agentId))
+      const rows = yield* asClient(yield* target(flags.cluster), client.tree(flags.agentId))
       if (rows.length === 0) return yield* new client.AgentNotFound({ agentId: flags.agentId })
       for (const row of rows) {
         yield* Console.log(JSON.stringify({
@@ -188,10 +222,9 @@ export const commands = <R>(
     })
   const cancel = (flags: { readonly cluster: Option.Option<string>; readonly agentId: string }) =>
     Effect.gen(function*() {
-      const { env } = yield* environment
       const client = yield* loadClient
       yield* asClient(
-        yield* requireUrl(flags.cluster, env),
+        yield* target(flags.cluster),
         client.cancel(flags.agentId, "cancelled (fibril cluster cancel)")
       )
       yield* Console.log(`fibril: cancelled ${flags.agentId} and its non-detached descendants`)
@@ -201,10 +234,9 @@ export const commands = <R>(
     flags: { readonly cluster: Option.Option<string>; readonly agentId: string; readonly message: string }
   ) =>
     Effect.gen(function*() {
-      const { env } = yield* environment
       const client = yield* loadClient
       const sent = yield* asClient(
-        yield* requireUrl(flags.cluster, env),
+        yield* target(flags.cluster),
         client.sendInput(flags.agentId, flags.message)
       )
       yield* Console.log(JSON.stringify({ agent_id: flags.agentId, delivered: sent.delivered, status: sent.status }))
@@ -214,11 +246,9 @@ export const commands = <R>(
     flags: { readonly cluster: Option.Option<string>; readonly agentId: string; readonly message: string }
   ) =>
     Effect.gen(function*() {
-      const { env } = yield* environment
       const client = yield* loadClient
-      const target = yield* requireUrl(flags.cluster, env)
       const outcome = yield* asClient(
-        target,
+        yield* target(flags.cluster),
         Effect.andThen(client.resume(flags.agentId, flags.message), client.await_(flags.agentId))
       )
       yield* Console.log(outcome.text)
@@ -276,6 +306,9 @@ export const worker = (flags: WorkerFlags) =>
       maxSteps: settings.agent.maxSteps,
       childMaxSteps: settings.subagents.maxSteps ?? settings.agent.maxSteps,
       childMaxTokens: settings.subagents.maxTokens,
+      maxWallSecs: settings.subagents.maxWallSecs,
+      treeMaxTokens: settings.subagents.treeMaxTokens,
+      heartbeatSecs: settings.subagents.heartbeatTimeoutSecs,
       maxConcurrent: flags.maxConcurrent ?? settings.subagents.maxConcurrent,
       admission: settings.subagents.admission,
       ...(flags.lockExpirationSecs === undefined

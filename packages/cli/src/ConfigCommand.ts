@@ -4,6 +4,7 @@
  */
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as Sandbox from "@fibril/core/Sandbox"
+import { redactUrl } from "@fibril/core/Secrets"
 import * as Effect from "effect/Effect"
 import type * as Output from "./Output.ts"
 
@@ -46,7 +47,9 @@ export const lines = (resolved: FibrilConfig.Resolved): Array<string> => {
       subagents: settings.subagents,
       tools: settings.tools,
       permissions: settings.permissions,
-      sandbox: settings.sandbox
+      sandbox: settings.sandbox,
+      // The URL's password (and secret parameters) are never shown.
+      cluster: { url: settings.cluster.url === undefined ? undefined : redactUrl(settings.cluster.url) }
     })
   ) {
     out.push("", `[${section}]`)
@@ -83,8 +86,10 @@ export const show = Effect.fn("fibril.config")(function*(
   sandbox?: Sandbox.Status
 ) {
   if (json) {
+    const url = resolved.settings.cluster.url
     return yield* output.line(JSON.stringify(snakeKeys({
       ...resolved,
+      settings: { ...resolved.settings, cluster: { url: url === undefined ? undefined : redactUrl(url) } },
       model_selection: model,
       ...(sandbox === undefined
         ? {}

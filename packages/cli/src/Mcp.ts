@@ -61,7 +61,7 @@ const tokenOf = (meta: unknown): ProgressToken | undefined => {
  * `_meta` (McpServerClient, on the stateful protocol revisions served here), else the
  * request context's metadata (stateless revisions).
  */
-const currentProgressToken = Effect.gen(function*() {
+export const currentProgressToken = Effect.gen(function*() {
   const client = yield* Effect.serviceOption(McpSchema.McpServerClient)
   if (Option.isSome(client)) return tokenOf(client.value.requestMetadata)
   const context = yield* Effect.serviceOption(McpSchema.McpRequestContext)
@@ -161,7 +161,7 @@ export const requiredIds: Readonly<Record<string, ReadonlyArray<string>>> = {
  * The McpServer as the toolkit registers with it: a tool of `requiredIds` is registered
  * with those parameters `required` in its input schema.
  */
-const requiringIds = Layer.effect(
+export const requiringIds = Layer.effect(
   McpServer.McpServer,
   Effect.map(McpServer.McpServer, (server) =>
     McpServer.McpServer.of({

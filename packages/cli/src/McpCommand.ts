@@ -9,6 +9,7 @@
  * Built by `make(ProcessEnvironment)` rather than importing Cli.ts, which registers it.
  */
 import * as Fibril from "@fibril/core/Fibril"
+import { redactUrl } from "@fibril/core/Secrets"
 import * as Session from "@fibril/core/Session"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import { Command, Flag } from "effect/cli"
@@ -19,6 +20,7 @@ import * as Logger from "effect/Logger"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { Environment } from "./Cli.ts"
+import * as ClusterCommand from "./ClusterCommand.ts"
 import * as ConfigFlags from "./ConfigFlags.ts"
 import * as Mcp from "./Mcp.ts"
 import * as ModelSelection from "./ModelSelection.ts"
@@ -48,12 +50,26 @@ export const make = <I>(environment: Context.Key<I, Environment>, version: strin
           "The workspace, an existing directory (default: the project around the directory the client starts the server in)"
         ),
         Flag.optional
-      )
+      ),
+      cluster: ClusterCommand.clusterFlag
     },
     Effect.fn("fibril.mcp.command")(function*(flags) {
       const env = yield* environment
       const cwd = yield* Workspace.resolve(flags.cwd, env)
       const config = yield* ConfigFlags.load(env, cwd)
+      const url = ClusterCommand.clusterUrl(flags.cluster, env.env, config.settings.cluster.url)
+      if (url !== undefined) {
+        // A client of the cluster: the agents run on its workers (no model is needed here).
+        const { layerStdio } = yield* Effect.promise(() => import("./McpCluster.ts"))
+        const node = yield* Effect.promise(() => import("@fibril/cluster/Node"))
+        const server = layerStdio({ version, workspace: cwd }).pipe(
+          Layer.provide(node.client),
+          Layer.provide(Layer.effectDiscard(node.checkSchema)),
+          Layer.provide(node.database(url))
+        )
+        yield* Effect.logInfo(`fibril mcp: serving on stdio (workspace ${cwd}, cluster ${redactUrl(url)})`)
+        return yield* Mcp.serve(server)
+      }
       const selection = yield* ModelSelection.select({
         model: Option.getOrUndefined(flags.model),
         baseUrl: Option.getOrUndefined(flags.baseUrl),
@@ -86,6 +102,10 @@ export const make = <I>(environment: Context.Key<I, Environment>, version: strin
         command: "claude mcp add fibril --transport stdio -e OPENAI_API_KEY=sk-… -- fibril mcp --model gpt-4.1-mini",
         description: "Register it with Claude Code (docs/mcp.md for opencode, Cursor, the Inspector)"
       },
-      { command: "fibril mcp --model scripted:script.json", description: "Offline, on a scripted model" }
+      { command: "fibril mcp --model scripted:script.json", description: "Offline, on a scripted model" },
+      {
+        command: "fibril mcp --cluster postgres://fibril@db:5432/fibril",
+        description: "The agents run durably on the cluster's workers (docs/cluster.md)"
+      }
     ])
   )

@@ -31,15 +31,18 @@ import * as Cause from "effect/Cause"
 import { ClusterSchema } from "effect/cluster"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
-import { Activity, DurableClock, Workflow, WorkflowEngine } from "effect/workflow"
+import { Activity, DurableClock, DurableDeferred, Workflow, WorkflowEngine } from "effect/workflow"
 import { createHash } from "node:crypto"
-import { type AgentRow, ClusterStore, finished, StoreFailure } from "./ClusterStore.ts"
+import { type AgentRow, ClusterStore, finished, type Slot, stepTokens, StoreFailure } from "./ClusterStore.ts"
 
 export const AgentPayload = Schema.Struct({
   agentId: Schema.String,
   run: Schema.Int,
   parentId: Schema.NullOr(Schema.String),
+  /** The tree's root (the agent itself for a root): tree budgets, event following. */
+  rootId: Schema.String,
   depth: Schema.Int,
   role: Schema.String,
   model: Schema.String,
@@ -69,7 +72,7 @@ export class AgentFailed extends Schema.TaggedError<AgentFailed>()("AgentFailed"
   }
 }
 
-export const AgentWorkflow = Workflow.make("fibril/agent/v1", {
+export const AgentWorkflow = Workflow.make("fibril/agent/v2", {
   payload: AgentPayload,
   success: AgentOutcome,
   error: AgentFailed,
@@ -83,11 +86,27 @@ export interface Options {
   readonly childMaxSteps: number
   /** A sub-agent's own token budget per run (`[subagents] max_tokens`); none by default. */
   readonly childMaxTokens?: number | undefined
+  /** A sub-agent run's wall-clock budget (`[subagents] max_wall_secs`), checked at each model step. */
+  readonly maxWallSecs?: number | undefined
+  /** Tokens of a whole tree (`[subagents] tree_max_tokens`), checked at each model step. */
+  readonly treeMaxTokens?: number | undefined
+  /**
+   * A running sub-agent without a step for this long, and without a running child, is cancelled
+   * (`[subagents] heartbeat_timeout_secs`; the watchdog of `watchdog`). 0: none.
+   */
+  readonly heartbeatSecs?: number | undefined
+  /** Between two looks of the heartbeat's watchdog (default a quarter of it, 1-30 s). */
+  readonly heartbeatCheckMs?: number | undefined
   /** Running sub-agents cluster-wide (the root agents do not count); 0: no cap. */
   readonly maxConcurrent: number
   readonly admission: "reject" | "queue"
-  /** Between two looks at a child's status (agent_wait) or at the permits (queue). */
+  /** Between two looks at the permits (queue admission). */
   readonly pollMs: number
+  /**
+   * The longest an `agent_wait` sleeps between two looks when no child's end wakes it (a wake
+   * lost to a crash is found then).
+   */
+  readonly waitFallbackMs: number
   /** Observes each model and tool step's execution (not its replay): for logs and tests. */
   readonly onStep?:
     | ((event: "start" | "end", agentId: string, run: number, name: string) => Effect.Effect<void>)
@@ -103,7 +122,8 @@ export const defaults: Options = {
   childMaxSteps: 50,
   maxConcurrent: 10,
   admission: "reject",
-  pollMs: 200
+  pollMs: 200,
+  waitFallbackMs: 5000
 }
 
 /** A child's id: a function of its parent's run and the call that started it. */
@@ -201,11 +221,49 @@ export const cancelTree = (agentId: string, reason: string) =>
 
 const failureReason = (cause: Cause.Cause<unknown>): string => {
   const error = Cause.squash(cause)
+  if (error instanceof AgentFailed) return error.reason
   return error instanceof Error ? error.message : String(error)
 }
 
-/** The workflow's body on a worker: needs the core steps, the store, the worker's workspace. */
-export const layer = (options: Partial<Options> = {}) =>
+/** Why a model step failed: the model call, a budget checked at the step, or a refused workspace. */
+export const ModelStepFailure = Schema.Union([AgentSteps.ModelStepError, Session.BudgetExceeded, AgentFailed])
+
+const spawning = new Set(["task", "agent_spawn", "agent_open"])
+
+/** The reason an agent cancelled by the heartbeat gets (the embedded runtime's words). */
+export const heartbeatReason = (seconds: number) => `Auto-cancelled after ${seconds}s without sub-agent progress.`
+
+/**
+ * The heartbeat in cluster mode: every worker looks, every `checkMs`, for running sub-agents
+ * whose last step ended more than `seconds` ago (the store's clock, one for the whole
+ * cluster) and that have no running child, and cancels each with its non-detached
+ * descendants. A model call in flight is bounded by the API timeout, which the heartbeat
+ * outlives (the config clamps it so); a child still queued for a permit is not progress, so a
+ * parent holding a permit while its children queue is cancelled (the queue's deadlock breaker).
+ * Several workers may cancel the same agent: a cancel is idempotent.
+ */
+export const watchdog = (seconds: number, checkMs: number) =>
+  Effect.gen(function*() {
+    const store = yield* ClusterStore
+    while (true) {
+      yield* Effect.sleep(checkMs)
+      const stale = yield* Effect.orElseSucceed(store.stale(seconds), () => [])
+      yield* Effect.forEach(stale, (id) => Effect.ignore(cancelTree(id, heartbeatReason(seconds))), { discard: true })
+    }
+  })
+
+/** The workflow's body on a worker (and the heartbeat's watchdog, when there is one). */
+export const layer = (options: Partial<Options> = {}) => {
+  const heartbeat = options.heartbeatSecs ?? 0
+  const watching = heartbeat > 0
+    ? Layer.effectDiscard(Effect.forkScoped(
+      watchdog(heartbeat, options.heartbeatCheckMs ?? Math.max(1000, Math.min(30_000, (heartbeat * 1000) / 4)))
+    ))
+    : Layer.empty
+  return Layer.merge(body(options), watching)
+}
+
+const body = (options: Partial<Options>) =>
   AgentWorkflow.toLayer(Effect.fnUntraced(function*(payload, executionId) {
     const config: Options = { ...defaults, ...options }
     const steps = yield* AgentSteps.AgentSteps
@@ -213,13 +271,18 @@ export const layer = (options: Partial<Options> = {}) =>
     const permission = yield* Permission.Permission
     const workspace = yield* Workspace.Workspace
     const models = yield* Models.Models
-    const { agentId, depth, run } = payload
+    const { agentId, depth, run, rootId } = payload
     // "": the worker's default model (every worker must have the same one).
     const modelId = payload.model === "" ? models.defaultModel : payload.model
     const role = yield* Effect.orDie(Roles.resolve(payload.role))
     const rules = Permission.effective(permission.root, Session.grantFor(depth, config.maxDepth, role))
     const system = Prompt.makeMessage("system", { content: Roles.systemPrompt(role, depth, payload.workspace) })
     const capped = depth > 0 && config.maxConcurrent > 0
+    // With `reject` a spawn takes the child's permit in an activity of its own (the refusal is
+    // the tool's result); otherwise the model step that asks for children records them.
+    const rejecting = config.maxConcurrent > 0 && config.admission === "reject"
+    const maxTokens = depth === 0 ? undefined : config.childMaxTokens
+    const maxWallSecs = depth === 0 ? undefined : config.maxWallSecs
     const onStep = config.onStep
     const observed = <A, E, R>(name: string, effect: Effect.Effect<A, E, R>) =>
       onStep === undefined ? effect : Effect.andThen(
@@ -227,9 +290,24 @@ export const layer = (options: Partial<Options> = {}) =>
         Effect.tap(effect, () => onStep("end", agentId, run, name))
       )
 
-    // A failed or cancelled run records why and gives its permit back (suspensions do not count).
+    // A parent waiting in agent_wait sleeps on a durable clock it recorded: this agent's end
+    // completes it, so the parent looks again at once. (Run again on a replay: a clock completes
+    // once; a parent that is not waiting has nothing recorded.)
+    const signalParent = payload.parentId === null ? Effect.void : Effect.ignore(Effect.gen(function*() {
+      const parent = yield* store.parentWaiting(agentId)
+      if (parent === undefined || parent.waitingOn === null) return
+      const deferred = DurableClock.make({ name: parent.waitingOn, duration: 0 }).deferred
+      const token = DurableDeferred.tokenFromExecutionId(deferred, {
+        workflow: AgentWorkflow,
+        executionId: parent.executionId
+      })
+      yield* DurableDeferred.done(deferred, { token, exit: Exit.void })
+    }))
+
+    // A failed or cancelled run records why and gives its permit back (suspensions do not count);
+    // every end wakes a waiting parent.
     yield* Workflow.addFinalizer((exit) =>
-      Exit.isSuccess(exit) ? Effect.void : Effect.ignore(Effect.gen(function*() {
+      Exit.isSuccess(exit) ? signalParent : Effect.ignore(Effect.gen(function*() {
         const row = yield* store.get(agentId)
         if (row !== undefined && !finished(row.status)) {
           const cancelled = Cause.hasInterruptsOnly(exit.cause)
@@ -239,7 +317,7 @@ export const layer = (options: Partial<Options> = {}) =>
           })
         }
         if (capped) yield* store.release(agentId)
-      }))
+      })).pipe(Effect.andThen(signalParent))
     )
 
     // Admission under the cluster-wide cap (a `reject` spawn took the permit already).
@@ -255,69 +333,89 @@ export const layer = (options: Partial<Options> = {}) =>
       }
     }
 
-    // The run's start: refuse a workspace this worker does not have; mark the agent running;
-    // write this run's prompt; read the conversation so far (a resumed agent's transcript).
-    const history = yield* txActivity({
+    const promptMessage = Prompt.makeMessage("user", {
+      content: [Prompt.makePart("text", { text: payload.prompt })]
+    })
+    // Refuses a workspace this worker does not have, then starts the run: running, its clock
+    // and heartbeat start, its prompt is written.
+    const startRun = Effect.gen(function*() {
+      if (payload.workspace !== workspace.root) {
+        return yield* new AgentFailed({
+          agentId,
+          reason:
+            `refused by this worker: it serves the workspace ${workspace.root}, not ${payload.workspace}; start a worker with --cwd ${payload.workspace} on a machine that has it`
+        })
+      }
+      yield* orDie(store.startRun(agentId, { run, step: -1, slot: 0 }, promptMessage))
+    })
+
+    // A first run's conversation is its prompt, and its first model step starts it. A resumed
+    // run reads the conversation so far (the agent's transcript) in a step of its own.
+    const history: ReadonlyArray<Prompt.Message> = run === 0 ? [promptMessage] : yield* txActivity({
       name: "start",
       success: Schema.Array(Prompt.Message),
       error: AgentFailed,
-      execute: Effect.gen(function*() {
-        if (payload.workspace !== workspace.root) {
-          return yield* new AgentFailed({
-            agentId,
-            reason:
-              `refused by this worker: it serves the workspace ${workspace.root}, not ${payload.workspace}; start a worker with --cwd ${payload.workspace} on a machine that has it`
-          })
-        }
-        const prompt = Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: payload.prompt })] })
-        yield* orDie(store.update(agentId, { status: "running", reason: null }))
-        yield* orDie(store.append(agentId, { run, step: -1, slot: 0 }, prompt))
-        return (yield* orDie(store.transcript(agentId))).filter((m) => m.role !== "system")
-      })
+      execute: Effect.andThen(
+        startRun,
+        Effect.map(orDie(store.transcript(agentId)), (messages) => messages.filter((m) => m.role !== "system"))
+      )
     })
 
     const execute = (child: AgentPayload) => AgentWorkflow.execute(child)
 
-    const spawnChild = (step: number, index: number, params: Readonly<Record<string, unknown>>, detached: boolean) =>
+    /** The child a spawning call asks for (a function of the call alone), or why it is refused. */
+    const childFor = (step: number, index: number, call: AgentSteps.StepToolCall) => {
+      const params = parseParams(call.params)
+      const prompt = str(params, ["prompt", "message", "input", "objective"])
+      if (prompt === undefined) return { refused: ToolFailure("InvalidArguments", "\"prompt\" is required") } as const
+      const roleName = str(params, ["subagent_type", "type", "agent_type"]) ?? "general"
+      const childRole = Roles.canonical(roleName)
+      if (childRole === undefined) {
+        return {
+          refused: ToolFailure("UnknownRole", `unknown role "${roleName}"; accepted: ${Roles.acceptedNames}`)
+        } as const
+      }
+      const child: AgentPayload = {
+        agentId: childId(agentId, run, step, index),
+        run: 0,
+        parentId: agentId,
+        rootId,
+        depth: depth + 1,
+        role: childRole,
+        model: str(params, ["model"]) ?? payload.model,
+        description: str(params, ["description"]) ?? prompt.slice(0, 60),
+        prompt,
+        detached: call.name !== "task" && params["detached"] === true,
+        workspace: payload.workspace
+      }
+      return { child } as const
+    }
+
+    const rowOf = (child: AgentPayload) =>
+      Effect.map(AgentWorkflow.executionId(child), (childExecution): AgentRow => ({
+        ...child,
+        status: "pending",
+        executionId: childExecution,
+        text: null,
+        reason: null,
+        steps: 0,
+        toolCalls: 0,
+        tokens: 0
+      }))
+
+    const spawnChild = (step: number, index: number, call: AgentSteps.StepToolCall) =>
       Effect.gen(function*() {
-        const prompt = str(params, ["prompt", "message", "input", "objective"])
-        if (prompt === undefined) return { refused: ToolFailure("InvalidArguments", "\"prompt\" is required") } as const
-        const roleName = str(params, ["subagent_type", "type", "agent_type"]) ?? "general"
-        const childRole = Roles.canonical(roleName)
-        if (childRole === undefined) {
-          return {
-            refused: ToolFailure("UnknownRole", `unknown role "${roleName}"; accepted: ${Roles.acceptedNames}`)
-          } as const
-        }
-        const id = childId(agentId, run, step, index)
-        const child: AgentPayload = {
-          agentId: id,
-          run: 0,
-          parentId: agentId,
-          depth: depth + 1,
-          role: childRole,
-          model: str(params, ["model"]) ?? payload.model,
-          description: str(params, ["description"]) ?? prompt.slice(0, 60),
-          prompt,
-          detached,
-          workspace: payload.workspace
-        }
-        const childExecution = yield* AgentWorkflow.executionId(child)
-        const reject = config.maxConcurrent > 0 && config.admission === "reject"
+        const made = childFor(step, index, call)
+        if ("refused" in made) return made
+        if (!rejecting) return made // its row was written by the model step that asked for it
+        const id = made.child.agentId
+        const row = yield* rowOf(made.child)
         const admitted = yield* txActivity({
           name: `spawn/${step}/${index}`,
           success: Schema.Boolean,
           execute: orDie(Effect.gen(function*() {
-            if (reject && !(yield* store.acquire(id, config.maxConcurrent))) return false
-            yield* store.insert({
-              ...child,
-              status: "pending",
-              executionId: childExecution,
-              text: null,
-              reason: null,
-              steps: 0,
-              toolCalls: 0
-            })
+            if (!(yield* store.acquire(id, config.maxConcurrent))) return false
+            yield* store.insert(row)
             return true
           }))
         })
@@ -329,7 +427,7 @@ export const layer = (options: Partial<Options> = {}) =>
             )
           } as const
         }
-        return { child } as const
+        return made
       })
 
     const readRows = (step: number, index: number, look: number, ids: ReadonlyArray<string> | undefined) =>
@@ -344,6 +442,23 @@ export const layer = (options: Partial<Options> = {}) =>
         }))
       })
 
+    /** A look of `agent_wait`: records the clock it will sleep on, reads the children (journaled). */
+    const lookAt = (step: number, index: number, n: number, ids: ReadonlyArray<string> | undefined) =>
+      txActivity({
+        name: `look/${step}/${index}/${n}`,
+        success: Schema.Struct({ rows: Schema.Array(RowView), now: Schema.Number }),
+        execute: orDie(
+          Effect.map(
+            store.look(agentId, ids, `wait/${step}/${index}/${n}`),
+            ({ now, rows }) => ({ rows: rows.map(view), now })
+          )
+        )
+      })
+
+    // Between two looks the parent sleeps on a durable clock (the workflow suspends; nothing is
+    // polled); a child's end completes that clock early (`signalParent`), and the clock itself
+    // fires at the timeout, or after `waitFallbackMs`. The deadline is the first look's store
+    // time plus the timeout: journaled, so a replay decides the same.
     const waitFor = (
       step: number,
       index: number,
@@ -354,13 +469,16 @@ export const layer = (options: Partial<Options> = {}) =>
       Effect.gen(function*() {
         // Without ids: the children running at the first look (as the embedded agent_wait does).
         let targets = ids
-        for (let look = 0;; look++) {
-          const rows = yield* readRows(step, index, look, targets)
+        let deadline: number | undefined
+        for (let n = 0;; n++) {
+          const seen = yield* lookAt(step, index, n, targets)
+          const rows = seen.rows
           if (targets === undefined) targets = rows.map((r) => r.agent_id)
+          if (deadline === undefined && timeoutMs !== undefined) deadline = seen.now + timeoutMs
           const done = rows.filter((r) => finished(r.status as AgentRow["status"]))
           const running = rows.filter((r) => !finished(r.status as AgentRow["status"]))
           const satisfied = rows.length === 0 || (mode === "any" ? done.length > 0 : running.length === 0)
-          const timedOut = timeoutMs !== undefined && look * config.pollMs >= timeoutMs
+          const timedOut = deadline !== undefined && seen.now >= deadline
           if (satisfied || timedOut) {
             return {
               timed_out: !satisfied,
@@ -368,20 +486,17 @@ export const layer = (options: Partial<Options> = {}) =>
               still_running: running.map((r) => r.agent_id)
             }
           }
-          yield* DurableClock.sleep({ name: `wait/${step}/${index}/${look}`, duration: config.pollMs })
+          const wait = deadline === undefined
+            ? config.waitFallbackMs
+            : Math.max(1, Math.min(config.waitFallbackMs, deadline - seen.now))
+          yield* DurableClock.sleep({ name: `wait/${step}/${index}/${n}`, duration: wait, inMemoryThreshold: 0 })
         }
       })
 
-    const recordResult = (step: number, index: number, result: AgentSteps.ToolStep) =>
-      Effect.as(
-        txActivity({
-          name: `result/${step}/${index}`,
-          execute: orDie(
-            store.append(agentId, { run, step, slot: slot.tool + index }, AgentSteps.toolMessage([result]))
-          )
-        }),
-        result
-      )
+    // The results of the sub-agent tools (which run in the workflow, not in an activity) are
+    // written to the transcript by the next step that commits: the next model step, or the end.
+    const unwritten: Array<{ readonly at: Slot; readonly message: Prompt.Message }> = []
+    const takeUnwritten = () => unwritten.splice(0, unwritten.length)
 
     const orchestrate = (step: number, call: AgentSteps.StepToolCall, index: number) =>
       Effect.gen(function*() {
@@ -402,7 +517,7 @@ export const layer = (options: Partial<Options> = {}) =>
         if (!decision.allowed) return bad(ToolFailure("PermissionDenied", decision.reason))
         switch (call.name) {
           case "task": {
-            const spawned = yield* spawnChild(step, index, params, false)
+            const spawned = yield* spawnChild(step, index, call)
             if ("refused" in spawned) return bad(spawned.refused)
             const exit = yield* Effect.exit(execute(spawned.child))
             if (Exit.isSuccess(exit)) {
@@ -424,9 +539,9 @@ export const layer = (options: Partial<Options> = {}) =>
           }
           case "agent_spawn":
           case "agent_open": {
-            const detached = params["detached"] === true
-            const spawned = yield* spawnChild(step, index, params, detached)
+            const spawned = yield* spawnChild(step, index, call)
             if ("refused" in spawned) return bad(spawned.refused)
+            const detached = spawned.child.detached
             yield* AgentWorkflow.execute(spawned.child, { discard: true, detached })
             return ok({
               agent_id: spawned.child.agentId,
@@ -520,7 +635,10 @@ export const layer = (options: Partial<Options> = {}) =>
 
     const tool = (step: number, call: AgentSteps.StepToolCall, index: number) =>
       orchestration.has(call.name)
-        ? Effect.flatMap(orchestrate(step, call, index), (result) => recordResult(step, index, result))
+        ? Effect.tap(orchestrate(step, call, index), (result) =>
+          Effect.sync(() =>
+            unwritten.push({ at: { run, step, slot: slot.tool + index }, message: AgentSteps.toolMessage([result]) })
+          ))
         : txActivity({
           name: `tool/${step}/${index}`,
           success: AgentSteps.ToolStep,
@@ -528,22 +646,53 @@ export const layer = (options: Partial<Options> = {}) =>
             `tool/${step}/${index}`,
             Effect.gen(function*() {
               const result = yield* steps.tool({ agentId, step, role: role.name, depth, rules, call })
-              yield* orDie(
-                store.append(agentId, { run, step, slot: slot.tool + index }, AgentSteps.toolMessage([result]))
-              )
+              yield* orDie(store.recordStep(
+                agentId,
+                [{ at: { run, step, slot: slot.tool + index }, message: AgentSteps.toolMessage([result]) }],
+                0
+              ))
               return result
             })
           )
         })
 
-    const model = (step: number, messages: ReadonlyArray<Prompt.Message>) =>
-      txActivity({
+    // What the loop has done so far, from journaled results only (so a replay computes the same).
+    let runTokens = 0
+    let toolCallsSoFar = 0
+    /** Did the last model step end the run (its final answer, within the run's token budget)? */
+    let ended = false
+    const endsRun = (result: AgentSteps.ModelStep, tokensBefore: number) =>
+      result.toolCalls.length === 0 &&
+      (maxTokens === undefined || tokensBefore + stepTokens(result.usage) <= maxTokens)
+
+    const model = (step: number, messages: ReadonlyArray<Prompt.Message>) => {
+      const earlier = takeUnwritten()
+      const tokensBefore = runTokens
+      const toolCallsBefore = toolCallsSoFar
+      return txActivity({
         name: `model/${step}`,
         success: AgentSteps.ModelStep,
-        error: AgentSteps.ModelStepError,
+        error: ModelStepFailure,
         execute: observed(
           `model/${step}`,
           Effect.gen(function*() {
+            if (step === 0 && run === 0) yield* startRun
+            // The step's first read: the inbox, and the budgets that are checked at each step.
+            const begin = yield* orDie(store.beginStep(agentId, rootId))
+            if (maxWallSecs !== undefined && begin.runSecs > maxWallSecs) {
+              return yield* new Session.BudgetExceeded({
+                sessionId: agentId,
+                budget: "max_wall_secs",
+                limit: maxWallSecs
+              })
+            }
+            if (config.treeMaxTokens !== undefined && begin.treeTokens > config.treeMaxTokens) {
+              return yield* new Session.BudgetExceeded({
+                sessionId: agentId,
+                budget: "tree_max_tokens",
+                limit: config.treeMaxTokens
+              })
+            }
             const result = yield* steps.model({
               agentId,
               step,
@@ -551,46 +700,81 @@ export const layer = (options: Partial<Options> = {}) =>
               system,
               messages,
               rules,
-              takeInbox: orDie(store.takeInbox(agentId))
+              takeInbox: Effect.succeed(begin.inbox)
             })
-            yield* orDie(Effect.forEach(result.delivered, (text, i) =>
-              store.append(
-                agentId,
-                { run, step, slot: i },
-                Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text })] })
-              )))
-            yield* orDie(store.append(agentId, { run, step, slot: slot.assistant }, result.assistant))
+            yield* orDie(store.recordStep(
+              agentId,
+              [
+                ...earlier,
+                ...result.delivered.map((text, i) => ({
+                  at: { run, step, slot: i },
+                  message: Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text })] })
+                })),
+                { at: { run, step, slot: slot.assistant }, message: result.assistant }
+              ],
+              stepTokens(result.usage)
+            ))
+            // The children this turn asks for are recorded with it (unless each takes a permit
+            // in a step of its own), so they exist before their workflows start.
+            if (!rejecting) {
+              const children = result.toolCalls.flatMap((call, index) => {
+                if (!spawning.has(call.name) || !Permission.decideTool(rules, call.name, "spawn").allowed) return []
+                const made = childFor(step, index, call)
+                return "child" in made ? [made.child] : []
+              })
+              if (children.length > 0) yield* orDie(store.insertMany(yield* Effect.forEach(children, rowOf)))
+            }
+            // A final answer ends the run in the same transaction.
+            if (endsRun(result, tokensBefore)) {
+              yield* orDie(store.finishRun(agentId, {
+                status: "completed",
+                text: result.text,
+                reason: null,
+                steps: step + 1,
+                toolCalls: toolCallsBefore
+              }, capped))
+            }
             return result
           })
         )
-      })
+      }).pipe(Effect.tap((result) =>
+        Effect.sync(() => {
+          ended = endsRun(result, tokensBefore)
+          runTokens = tokensBefore + stepTokens(result.usage)
+          toolCallsSoFar = toolCallsBefore + result.toolCalls.length
+        })
+      ))
+    }
 
     const exit = yield* Effect.exit(AgentLoop.run(
       {
         agentId,
         messages: history,
         maxSteps: depth === 0 ? config.maxSteps : config.childMaxSteps,
-        maxTokens: depth === 0 ? undefined : config.childMaxTokens
+        maxTokens
       },
       { model, tool }
     ))
-    const outcome = Exit.isSuccess(exit)
-      ? { status: "completed" as const, text: exit.value.text, reason: null }
-      : { status: "failed" as const, text: null, reason: failureReason(exit.cause) }
-    yield* txActivity({
-      name: "finish",
-      execute: orDie(Effect.gen(function*() {
-        yield* store.update(agentId, {
-          ...outcome,
-          ...(Exit.isSuccess(exit) ? { steps: exit.value.steps, toolCalls: exit.value.toolCalls } : {})
-        })
-        if (capped) yield* store.release(agentId)
-      }))
-    })
-    if (Exit.isFailure(exit)) {
-      if (Cause.hasInterruptsOnly(exit.cause)) return yield* Effect.interrupt
-      return yield* new AgentFailed({ agentId, reason: outcome.reason ?? "failed" })
+    // Interrupted: cancelled (the finalizer records it), or suspended in a durable wait (the run
+    // is replayed when it wakes). Either way nothing is finished here.
+    if (Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)) return yield* Effect.interrupt
+    if (!(Exit.isSuccess(exit) && ended)) {
+      const outcome = Exit.isSuccess(exit)
+        ? { status: "completed" as const, text: exit.value.text, reason: null }
+        : { status: "failed" as const, text: null, reason: failureReason(exit.cause) }
+      const rest = takeUnwritten()
+      yield* txActivity({
+        name: "finish",
+        execute: orDie(Effect.gen(function*() {
+          if (rest.length > 0) yield* store.recordStep(agentId, rest, 0)
+          yield* store.finishRun(agentId, {
+            ...outcome,
+            ...(Exit.isSuccess(exit) ? { steps: exit.value.steps, toolCalls: exit.value.toolCalls } : {})
+          }, capped)
+        }))
+      })
     }
+    if (Exit.isFailure(exit)) return yield* new AgentFailed({ agentId, reason: failureReason(exit.cause) })
     void executionId
     return { agentId, text: exit.value.text, steps: exit.value.steps, toolCalls: exit.value.toolCalls }
   }))
@@ -617,6 +801,7 @@ export const resumeRow = (agentId: string, message: string) =>
       agentId,
       run: row.run + 1,
       parentId: row.parentId,
+      rootId: row.rootId,
       depth: row.depth,
       role: row.role,
       model: row.model,

@@ -45,16 +45,21 @@ export interface StartOptions {
   readonly agentId?: string | undefined
 }
 
+/** What the client functions need besides the store: the cluster's workflow engine. */
+export type ClientServices = WorkflowEngine.WorkflowEngine
+
 export const newAgentId = (): string => `ag_${randomBytes(8).toString("hex")}`
 
 /** Records a root agent and starts its workflow; returns its id at once. */
 export const start = (options: StartOptions) =>
   Effect.gen(function*() {
     const store = yield* ClusterStore
+    const agentId = options.agentId ?? newAgentId()
     const payload: AgentPayload = {
-      agentId: options.agentId ?? newAgentId(),
+      agentId,
       run: 0,
       parentId: null,
+      rootId: agentId,
       depth: 0,
       role: options.role ?? "general",
       model: options.model ?? "",
@@ -71,7 +76,8 @@ export const start = (options: StartOptions) =>
       text: null,
       reason: null,
       steps: 0,
-      toolCalls: 0
+      toolCalls: 0,
+      tokens: 0
     })
     yield* AgentWorkflow.execute(payload, { discard: true })
     return payload.agentId

@@ -10,6 +10,7 @@
  * exactly once, a permit is held exactly when the journal says it was granted.
  */
 import * as Prompt from "effect/ai/Prompt"
+import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -25,6 +26,8 @@ export const finished = (status: Status): boolean =>
 export const AgentRow = Schema.Struct({
   agentId: Schema.String,
   parentId: Schema.NullOr(Schema.String),
+  /** The root of the agent's tree (itself for a root): tree budgets and event following. */
+  rootId: Schema.String,
   depth: Schema.Int,
   role: Schema.String,
   model: Schema.String,
@@ -38,9 +41,40 @@ export const AgentRow = Schema.Struct({
   text: Schema.NullOr(Schema.String),
   reason: Schema.NullOr(Schema.String),
   steps: Schema.Int,
-  toolCalls: Schema.Int
+  toolCalls: Schema.Int,
+  /** Tokens (input + output) of every model step of every run, summed. */
+  tokens: Schema.Number
 })
 export type AgentRow = typeof AgentRow.Type
+
+/** A transcript position: run, step (-1: the run's prompt), slot within the step. */
+export interface Slot {
+  readonly run: number
+  readonly step: number
+  readonly slot: number
+}
+
+/** What a model step reads first, in its transaction. */
+export interface StepStart {
+  /** The agent's queued input, oldest first, taken (each message once). */
+  readonly inbox: ReadonlyArray<string>
+  /** Tokens used so far by every agent of the tree. */
+  readonly treeTokens: number
+  /** Seconds since this run started (the store's clock, the same for every worker). */
+  readonly runSecs: number
+}
+
+/** What changed in a tree since a cursor: new transcript messages and agents whose row changed. */
+export interface TreeChanges {
+  readonly messages: ReadonlyArray<{ readonly agentId: string; readonly at: Slot; readonly message: Prompt.Message }>
+  readonly agents: ReadonlyArray<AgentRow>
+  readonly cursor: Cursor
+}
+export interface Cursor {
+  readonly transcript: number
+  readonly agents: number
+}
+export const startCursor: Cursor = { transcript: 0, agents: 0 }
 
 export interface AgentUpdate {
   readonly status?: Status
@@ -63,7 +97,7 @@ export class StoreFailure extends Schema.TaggedError<StoreFailure>()("StoreFailu
 }
 
 /** The version of the `fibril_*` tables this code reads and writes. */
-export const schemaVersion = 1
+export const schemaVersion = 2
 
 export class SchemaMismatch extends Schema.TaggedError<SchemaMismatch>()("SchemaMismatch", {
   found: Schema.NullOr(Schema.Int),
@@ -99,7 +133,48 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   readonly acquire: (agentId: string, cap: number) => Effect.Effect<boolean, StoreFailure>
   readonly release: (agentId: string) => Effect.Effect<void, StoreFailure>
   readonly permits: Effect.Effect<ReadonlyArray<string>, StoreFailure>
+  /** Marks a run started (running, its clock starts, progress now) and writes its prompt. */
+  readonly startRun: (agentId: string, at: Slot, prompt: Prompt.Message) => Effect.Effect<void, StoreFailure>
+  /** A model step's first read: takes the inbox, reads the tree's tokens and the run's age. */
+  readonly beginStep: (agentId: string, rootId: string) => Effect.Effect<StepStart, StoreFailure>
+  /** Writes a step's transcript messages (idempotently), adds its tokens, marks progress. */
+  readonly recordStep: (
+    agentId: string,
+    messages: ReadonlyArray<{ readonly at: Slot; readonly message: Prompt.Message }>,
+    tokens: number
+  ) => Effect.Effect<void, StoreFailure>
+  /** Inserts rows unless their agents exist (a replayed step changes nothing). */
+  readonly insertMany: (rows: ReadonlyArray<AgentRow>) => Effect.Effect<void, StoreFailure>
+  /** Ends the run with its outcome; gives its permit back when `release`. */
+  readonly finishRun: (agentId: string, update: AgentUpdate, release: boolean) => Effect.Effect<void, StoreFailure>
+  /** What changed in the tree of `rootId` after `cursor` (the client follows a run with it). */
+  readonly changes: (rootId: string, cursor: Cursor) => Effect.Effect<TreeChanges, StoreFailure>
+  /**
+   * Running sub-agents (depth > 0) without progress for `seconds` and without a running child:
+   * the heartbeat's candidates. A running child counts as its parent's progress: a parent with
+   * one has its progress set to now (so it is not stale the moment its last child ends).
+   */
+  readonly stale: (seconds: number) => Effect.Effect<ReadonlyArray<string>, StoreFailure>
+  /**
+   * A waiting parent's look (in its step's transaction): records the durable clock it will sleep
+   * on (`waitingOn`; its children's ends wake it early), then reads the children it waits for —
+   * `ids`, or its unfinished children — locked against a concurrent end until the look commits,
+   * so a child that ends meanwhile is either seen ended or sees the record. With the store's time.
+   */
+  readonly look: (
+    agentId: string,
+    ids: ReadonlyArray<string> | undefined,
+    waitingOn: string | null
+  ) => Effect.Effect<{ readonly rows: ReadonlyArray<AgentRow>; readonly now: number }, StoreFailure>
+  /** The parent of `agentId`: its execution and the clock it waits on, if it waits. */
+  readonly parentWaiting: (
+    agentId: string
+  ) => Effect.Effect<{ readonly executionId: string; readonly waitingOn: string | null } | undefined, StoreFailure>
 }>()("@fibril/cluster/ClusterStore") {}
+
+/** Tokens a step counts against budgets (as the embedded runtime: input + output). */
+export const stepTokens = (usage: { readonly input: number; readonly output: number }): number =>
+  usage.input + usage.output
 
 const applyUpdate = (row: AgentRow, update: AgentUpdate): AgentRow => ({
   ...row,
@@ -120,57 +195,166 @@ const slotKey = (
 const compareKeys = (a: ReadonlyArray<number>, b: ReadonlyArray<number>) =>
   a[0]! - b[0]! || a[1]! - b[1]! || a[2]! - b[2]!
 
-/** One process's store (tests, and the in-memory engine). */
-export const makeMemory = Effect.sync(() => {
-  const agents = new Map<string, AgentRow>()
-  const transcripts = new Map<string, Map<string, { key: ReadonlyArray<number>; message: Prompt.Message }>>()
-  const inboxes = new Map<string, Array<string>>()
-  const held = new Set<string>()
-  return ClusterStore.of({
-    insert: (row) => Effect.sync(() => void (agents.has(row.agentId) || agents.set(row.agentId, row))),
-    update: (agentId, update) =>
-      Effect.sync(() => {
-        const row = agents.get(agentId)
-        if (row !== undefined) agents.set(agentId, applyUpdate(row, update))
-      }),
-    get: (agentId) => Effect.sync(() => agents.get(agentId)),
-    children: (agentId) => Effect.sync(() => [...agents.values()].filter((row) => row.parentId === agentId)),
-    list: Effect.sync(() => [...agents.values()]),
-    append: (agentId, at, message) =>
-      Effect.sync(() => {
-        let rows = transcripts.get(agentId)
-        if (rows === undefined) transcripts.set(agentId, rows = new Map())
-        const key = slotKey(at)
-        if (!rows.has(key.join("/"))) rows.set(key.join("/"), { key, message })
-      }),
-    transcript: (agentId) =>
-      Effect.sync(() =>
-        [...(transcripts.get(agentId)?.values() ?? [])].sort((a, b) => compareKeys(a.key, b.key)).map((r) => r.message)
-      ),
-    sendInput: (agentId, text) =>
-      Effect.sync(() => {
-        const inbox = inboxes.get(agentId)
-        if (inbox === undefined) inboxes.set(agentId, [text])
-        else inbox.push(text)
-      }),
-    takeInbox: (agentId) =>
-      Effect.sync(() => {
-        const inbox = inboxes.get(agentId)
-        if (inbox === undefined) return []
-        inboxes.delete(agentId)
-        return inbox
-      }),
-    acquire: (agentId, cap) =>
-      Effect.sync(() => {
-        if (held.has(agentId)) return true
-        if (held.size >= cap) return false
-        held.add(agentId)
-        return true
-      }),
-    release: (agentId) => Effect.sync(() => void held.delete(agentId)),
-    permits: Effect.sync(() => [...held])
+/** One process's store (tests, and the in-memory engine); its clock is Effect's Clock. */
+export const makeMemory = Effect.suspend(() => makeMemoryClocked(Clock.currentTimeMillis))
+
+/**
+ * The memory store on a clock of the caller's (tests move it to check budgets of wall time
+ * and the heartbeat without waiting).
+ */
+export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
+  Effect.sync(() => {
+    const agents = new Map<string, AgentRow>()
+    /** Per agent: when its run started and when it last made progress (ms), its change number. */
+    const times = new Map<string, { started: number; progress: number; changed: number }>()
+    const transcripts = new Map<
+      string,
+      Map<string, { key: ReadonlyArray<number>; at: Slot; message: Prompt.Message; seq: number }>
+    >()
+    const inboxes = new Map<string, Array<string>>()
+    const held = new Set<string>()
+    const waiting = new Map<string, string | null>()
+    let seq = 0
+    let changes = 0
+    const timesOf = (agentId: string) => {
+      let t = times.get(agentId)
+      if (t === undefined) times.set(agentId, t = { started: 0, progress: 0, changed: 0 })
+      return t
+    }
+    const touch = (agentId: string) => void (timesOf(agentId).changed = ++changes)
+    const append = (agentId: string, at: Slot, message: Prompt.Message) => {
+      let rows = transcripts.get(agentId)
+      if (rows === undefined) transcripts.set(agentId, rows = new Map())
+      const key = slotKey(at)
+      if (!rows.has(key.join("/"))) rows.set(key.join("/"), { key, at, message, seq: ++seq })
+    }
+    const update = (agentId: string, u: AgentUpdate) => {
+      const row = agents.get(agentId)
+      if (row !== undefined) {
+        agents.set(agentId, applyUpdate(row, u))
+        touch(agentId)
+      }
+    }
+    const insert = (row: AgentRow) => {
+      if (agents.has(row.agentId)) return
+      agents.set(row.agentId, row)
+      touch(row.agentId)
+    }
+    return ClusterStore.of({
+      insert: (row) => Effect.sync(() => insert(row)),
+      insertMany: (rows) => Effect.sync(() => rows.forEach(insert)),
+      update: (agentId, u) => Effect.sync(() => update(agentId, u)),
+      get: (agentId) => Effect.sync(() => agents.get(agentId)),
+      children: (agentId) => Effect.sync(() => [...agents.values()].filter((row) => row.parentId === agentId)),
+      list: Effect.sync(() => [...agents.values()]),
+      append: (agentId, at, message) => Effect.sync(() => append(agentId, at, message)),
+      transcript: (agentId) =>
+        Effect.sync(() =>
+          [...(transcripts.get(agentId)?.values() ?? [])].sort((a, b) => compareKeys(a.key, b.key)).map((r) =>
+            r.message
+          )
+        ),
+      sendInput: (agentId, text) =>
+        Effect.sync(() => {
+          const inbox = inboxes.get(agentId)
+          if (inbox === undefined) inboxes.set(agentId, [text])
+          else inbox.push(text)
+        }),
+      takeInbox: (agentId) =>
+        Effect.sync(() => {
+          const inbox = inboxes.get(agentId)
+          if (inbox === undefined) return []
+          inboxes.delete(agentId)
+          return inbox
+        }),
+      acquire: (agentId, cap) =>
+        Effect.sync(() => {
+          if (held.has(agentId)) return true
+          if (held.size >= cap) return false
+          held.add(agentId)
+          return true
+        }),
+      release: (agentId) => Effect.sync(() => void held.delete(agentId)),
+      permits: Effect.sync(() => [...held]),
+      startRun: (agentId, at, prompt) =>
+        Effect.map(currentTimeMillis, (now) => {
+          update(agentId, { status: "running", reason: null })
+          const t = timesOf(agentId)
+          t.started = now
+          t.progress = now
+          append(agentId, at, prompt)
+        }),
+      beginStep: (agentId, rootId) =>
+        Effect.map(currentTimeMillis, (now) => {
+          const inbox = inboxes.get(agentId) ?? []
+          inboxes.delete(agentId)
+          let treeTokens = 0
+          for (const row of agents.values()) if (row.rootId === rootId) treeTokens += row.tokens
+          return { inbox, treeTokens, runSecs: (now - timesOf(agentId).started) / 1000 }
+        }),
+      recordStep: (agentId, messages, tokens) =>
+        Effect.map(currentTimeMillis, (now) => {
+          for (const m of messages) append(agentId, m.at, m.message)
+          const row = agents.get(agentId)
+          if (row !== undefined) agents.set(agentId, { ...row, tokens: row.tokens + tokens })
+          timesOf(agentId).progress = now
+        }),
+      finishRun: (agentId, u, release) =>
+        Effect.sync(() => {
+          update(agentId, u)
+          if (release) held.delete(agentId)
+        }),
+      changes: (rootId, cursor) =>
+        Effect.sync(() => {
+          const tree = [...agents.values()].filter((row) => row.rootId === rootId)
+          const messages = tree.flatMap((row) =>
+            [...(transcripts.get(row.agentId)?.values() ?? [])]
+              .filter((m) => m.seq > cursor.transcript)
+              .map((m) => ({ agentId: row.agentId, at: m.at, message: m.message, seq: m.seq }))
+          ).sort((a, b) => a.seq - b.seq)
+          const changed = tree.filter((row) => timesOf(row.agentId).changed > cursor.agents)
+            .sort((a, b) => timesOf(a.agentId).changed - timesOf(b.agentId).changed)
+          return {
+            messages: messages.map(({ agentId, at, message }) => ({ agentId, at, message })),
+            agents: changed,
+            cursor: {
+              transcript: messages.at(-1)?.seq ?? cursor.transcript,
+              agents: changed.length === 0 ? cursor.agents : timesOf(changed.at(-1)!.agentId).changed
+            }
+          }
+        }),
+      look: (agentId, ids, waitingOn) =>
+        Effect.map(currentTimeMillis, (now) => {
+          waiting.set(agentId, waitingOn)
+          const rows = ids === undefined
+            ? [...agents.values()].filter((row) => row.parentId === agentId && !finished(row.status))
+            : ids.flatMap((id) => {
+              const row = agents.get(id)
+              return row === undefined ? [] : [row]
+            })
+          return { rows, now }
+        }),
+      parentWaiting: (agentId) =>
+        Effect.sync(() => {
+          const parentId = agents.get(agentId)?.parentId
+          const parent = parentId === undefined || parentId === null ? undefined : agents.get(parentId)
+          return parent === undefined
+            ? undefined
+            : { executionId: parent.executionId, waitingOn: waiting.get(parent.agentId) ?? null }
+        }),
+      stale: (seconds) =>
+        Effect.map(currentTimeMillis, (now) => {
+          const running = [...agents.values()].filter((row) => row.status === "running")
+          const out: Array<string> = []
+          for (const row of running) {
+            // A running child is its parent's progress (as embedded).
+            if (running.some((child) => child.parentId === row.agentId)) timesOf(row.agentId).progress = now
+            else if (row.depth > 0 && now - timesOf(row.agentId).progress >= seconds * 1000) out.push(row.agentId)
+          }
+          return out
+        })
+    })
   })
-})
 
 export const layerMemory: Layer.Layer<ClusterStore> = Layer.effect(ClusterStore, makeMemory)
 
@@ -196,6 +380,21 @@ export const migrate = Effect.gen(function*() {
     id bigserial PRIMARY KEY, agent_id text NOT NULL, text text NOT NULL, at timestamptz NOT NULL DEFAULT now())`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_inbox_agent ON fibril_inbox (agent_id)`
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_permits (agent_id text PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())`
+  // Version 2: tree budgets, the heartbeat, event following.
+  yield* sql`CREATE SEQUENCE IF NOT EXISTS fibril_changes`
+  yield* sql`ALTER TABLE fibril_agents
+    ADD COLUMN IF NOT EXISTS root_id text NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS tokens float8 NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS run_started_at timestamptz,
+    ADD COLUMN IF NOT EXISTS last_progress timestamptz,
+    ADD COLUMN IF NOT EXISTS changed bigint NOT NULL DEFAULT 0`
+  yield* sql`ALTER TABLE fibril_agents ALTER COLUMN changed SET DEFAULT nextval('fibril_changes')`
+  yield* sql`UPDATE fibril_agents SET root_id = agent_id WHERE root_id = ''`
+  yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_root ON fibril_agents (root_id, changed)`
+  yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_running ON fibril_agents (last_progress) WHERE status = 'running'`
+  yield* sql`ALTER TABLE fibril_agents ADD COLUMN IF NOT EXISTS waiting_on text`
+  yield* sql`ALTER TABLE fibril_transcript ADD COLUMN IF NOT EXISTS seq bigserial`
+  yield* sql`CREATE INDEX IF NOT EXISTS fibril_transcript_seq ON fibril_transcript (seq)`
   yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 })
@@ -213,6 +412,8 @@ export const checkSchema = Effect.gen(function*() {
 interface AgentDbRow {
   readonly agent_id: string
   readonly parent_id: string | null
+  readonly root_id: string
+  readonly tokens: number
   readonly depth: number
   readonly role: string
   readonly model: string
@@ -232,6 +433,8 @@ interface AgentDbRow {
 const fromDb = (r: AgentDbRow): AgentRow => ({
   agentId: r.agent_id,
   parentId: r.parent_id,
+  rootId: r.root_id,
+  tokens: Number(r.tokens),
   depth: r.depth,
   role: r.role,
   model: r.model,
@@ -256,17 +459,43 @@ export const makeSql = Effect.gen(function*() {
   const fail = (operation: string) => (error: unknown) =>
     new StoreFailure({ operation, reason: error instanceof Error ? error.message : String(error) })
   const q = <A>(operation: string, effect: Effect.Effect<A, unknown>) => Effect.mapError(effect, fail(operation))
+  const dbRow = (row: AgentRow) => ({
+    agent_id: row.agentId,
+    parent_id: row.parentId,
+    root_id: row.rootId,
+    depth: row.depth,
+    role: row.role,
+    model: row.model,
+    description: row.description,
+    prompt: row.prompt,
+    detached: row.detached,
+    workspace: row.workspace,
+    status: row.status,
+    run: row.run,
+    execution_id: row.executionId,
+    text: row.text,
+    reason: row.reason,
+    steps: row.steps,
+    tool_calls: row.toolCalls,
+    tokens: row.tokens
+  })
+  const insertMany = (rows: ReadonlyArray<AgentRow>) =>
+    rows.length === 0 ? Effect.void : q(
+      "insert",
+      sql`INSERT INTO fibril_agents ${sql.insert(rows.map(dbRow) as [ReturnType<typeof dbRow>])}
+        ON CONFLICT (agent_id) DO NOTHING`
+    )
+  const transcriptRow = (agentId: string, at: Slot, message: Prompt.Message) => ({
+    agent_id: agentId,
+    run: at.run,
+    step: at.step,
+    slot: at.slot,
+    message: encodeMessage(message),
+    pid: process.pid
+  })
   return ClusterStore.of({
-    insert: (row) =>
-      q(
-        "insert",
-        sql`INSERT INTO fibril_agents (agent_id, parent_id, depth, role, model, description, prompt, detached,
-          workspace, status, run, execution_id, text, reason, steps, tool_calls)
-          VALUES (${row.agentId}, ${row.parentId}, ${row.depth}, ${row.role}, ${row.model}, ${row.description},
-          ${row.prompt}, ${row.detached}, ${row.workspace}, ${row.status}, ${row.run}, ${row.executionId},
-          ${row.text}, ${row.reason}, ${row.steps}, ${row.toolCalls})
-          ON CONFLICT (agent_id) DO NOTHING`
-      ),
+    insert: (row) => insertMany([row]),
+    insertMany,
     update: (agentId, u) =>
       q(
         "update",
@@ -279,6 +508,7 @@ export const makeSql = Effect.gen(function*() {
           reason = CASE WHEN ${u.reason !== undefined} THEN ${u.reason ?? null} ELSE reason END,
           steps = COALESCE(${u.steps ?? null}, steps),
           tool_calls = COALESCE(${u.toolCalls ?? null}, tool_calls),
+          changed = nextval('fibril_changes'),
           updated_at = now()
           WHERE agent_id = ${agentId}`
       ),
@@ -343,7 +573,129 @@ export const makeSql = Effect.gen(function*() {
     permits: q(
       "permits",
       Effect.map(sql<{ agent_id: string }>`SELECT agent_id FROM fibril_permits`, (r) => r.map((x) => x.agent_id))
-    )
+    ),
+    startRun: (agentId, at, prompt) =>
+      q(
+        "startRun",
+        sql`WITH a AS (UPDATE fibril_agents SET status = 'running', reason = NULL, run_started_at = now(),
+            last_progress = now(), changed = nextval('fibril_changes'), updated_at = now()
+            WHERE agent_id = ${agentId})
+          INSERT INTO fibril_transcript ${sql.insert(transcriptRow(agentId, at, prompt))} ON CONFLICT DO NOTHING`
+      ),
+    beginStep: (agentId, rootId) =>
+      q(
+        "beginStep",
+        Effect.map(
+          sql<{ inbox: string; tree_tokens: number; run_secs: number | null }>`
+            WITH taken AS (DELETE FROM fibril_inbox WHERE agent_id = ${agentId} RETURNING id, text)
+            SELECT (SELECT COALESCE(json_agg(text ORDER BY id), '[]'::json) FROM taken)::text AS inbox,
+              (SELECT COALESCE(sum(tokens), 0) FROM fibril_agents WHERE root_id = ${rootId})::float8 AS tree_tokens,
+              (SELECT EXTRACT(EPOCH FROM now() - run_started_at) FROM fibril_agents
+                WHERE agent_id = ${agentId})::float8 AS run_secs`,
+          (rows) => ({
+            inbox: JSON.parse(rows[0]?.inbox ?? "[]") as ReadonlyArray<string>,
+            treeTokens: Number(rows[0]?.tree_tokens ?? 0),
+            runSecs: Number(rows[0]?.run_secs ?? 0)
+          })
+        )
+      ),
+    recordStep: (agentId, messages, tokens) =>
+      q(
+        "recordStep",
+        messages.length === 0
+          ? sql`UPDATE fibril_agents SET tokens = tokens + ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
+          : sql`WITH t AS (INSERT INTO fibril_transcript ${
+            sql.insert(
+              messages.map((m) => transcriptRow(agentId, m.at, m.message)) as [ReturnType<typeof transcriptRow>]
+            )
+          } ON CONFLICT DO NOTHING)
+            UPDATE fibril_agents SET tokens = tokens + ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
+      ),
+    finishRun: (agentId, u, release) =>
+      q(
+        "finishRun",
+        sql`WITH r AS (DELETE FROM fibril_permits WHERE agent_id = ${agentId} AND ${release})
+          UPDATE fibril_agents SET
+          status = COALESCE(${u.status ?? null}, status),
+          text = CASE WHEN ${u.text !== undefined} THEN ${u.text ?? null} ELSE text END,
+          reason = CASE WHEN ${u.reason !== undefined} THEN ${u.reason ?? null} ELSE reason END,
+          steps = COALESCE(${u.steps ?? null}, steps),
+          tool_calls = COALESCE(${u.toolCalls ?? null}, tool_calls),
+          changed = nextval('fibril_changes'),
+          updated_at = now()
+          WHERE agent_id = ${agentId}`
+      ),
+    changes: (rootId, cursor) =>
+      q(
+        "changes",
+        Effect.gen(function*() {
+          const messages = yield* sql<
+            { agent_id: string; run: number; step: number; slot: number; message: string; seq: string }
+          >`
+            SELECT t.agent_id, t.run, t.step, t.slot, t.message, t.seq::text AS seq FROM fibril_transcript t
+            WHERE t.seq > ${cursor.transcript}
+              AND t.agent_id IN (SELECT agent_id FROM fibril_agents WHERE root_id = ${rootId})
+            ORDER BY t.seq`
+          const agents = yield* sql<AgentDbRow & { changed_text: string }>`
+            SELECT *, changed::text AS changed_text FROM fibril_agents
+            WHERE root_id = ${rootId} AND changed > ${cursor.agents} ORDER BY changed`
+          return {
+            messages: messages.map((r) => ({
+              agentId: r.agent_id,
+              at: { run: r.run, step: r.step, slot: r.slot },
+              message: decodeMessage(r.message)
+            })),
+            agents: agents.map(fromDb),
+            cursor: {
+              transcript: messages.length === 0 ? cursor.transcript : Number(messages.at(-1)!.seq),
+              agents: agents.length === 0 ? cursor.agents : Number(agents.at(-1)!.changed_text)
+            }
+          }
+        })
+      ),
+    look: (agentId, ids, waitingOn) =>
+      q(
+        "look",
+        Effect.gen(function*() {
+          yield* sql`UPDATE fibril_agents SET waiting_on = ${waitingOn} WHERE agent_id = ${agentId}`
+          const rows = ids === undefined
+            ? yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE parent_id = ${agentId}
+                AND status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_at FOR SHARE`
+            : ids.length === 0
+            ? []
+            : yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE agent_id IN ${sql.in(ids)} FOR SHARE`
+          const [clock] = yield* sql<{ now: number }>`SELECT (EXTRACT(EPOCH FROM now()) * 1000)::float8 AS now`
+          const byId = new Map(rows.map((r) => [r.agent_id, fromDb(r)]))
+          return {
+            rows: ids === undefined ? rows.map(fromDb) : ids.flatMap((id) => byId.get(id) ?? []),
+            now: Number(clock?.now ?? 0)
+          }
+        })
+      ),
+    parentWaiting: (agentId) =>
+      q(
+        "parentWaiting",
+        Effect.map(
+          sql<{ execution_id: string; waiting_on: string | null }>`SELECT p.execution_id, p.waiting_on
+            FROM fibril_agents c JOIN fibril_agents p ON p.agent_id = c.parent_id WHERE c.agent_id = ${agentId}`,
+          (rows) =>
+            rows[0] === undefined ? undefined : { executionId: rows[0].execution_id, waitingOn: rows[0].waiting_on }
+        )
+      ),
+    stale: (seconds) =>
+      q(
+        "stale",
+        Effect.gen(function*() {
+          // A running child is its parent's progress (as embedded).
+          yield* sql`UPDATE fibril_agents a SET last_progress = now() WHERE a.status = 'running'
+            AND EXISTS (SELECT 1 FROM fibril_agents c WHERE c.parent_id = a.agent_id AND c.status = 'running')`
+          const rows = yield* sql<{ agent_id: string }>`SELECT a.agent_id FROM fibril_agents a
+            WHERE a.status = 'running' AND a.depth > 0
+              AND a.last_progress < now() - make_interval(secs => ${seconds})
+              AND NOT EXISTS (SELECT 1 FROM fibril_agents c WHERE c.parent_id = a.agent_id AND c.status = 'running')`
+          return rows.map((r) => r.agent_id)
+        })
+      )
   })
 })
 

@@ -127,6 +127,9 @@ const stepLogger = (file: string | undefined): AgentWorkflow.Options["onStep"] =
         appendFileSync(file, `${JSON.stringify({ pid: process.pid, event, agentId, run, name, t: Date.now() })}\n`)
       )
 
+/** Shards per shard group, the same on every worker and client of a cluster (schema version 2). */
+export const shardsPerGroup = 64
+
 const sharding = (options: {
   readonly host?: string | undefined
   readonly port?: number | undefined
@@ -136,6 +139,13 @@ const sharding = (options: {
   ...(options.host === undefined || options.port === undefined
     ? {}
     : { runnerAddress: Option.some(RunnerAddress.make(options.host, options.port)) }),
+  // Every runner and client must use the same number: it decides which shard a message goes to.
+  // 64 rather than effect/cluster's 300: each storage poll names every shard of the runner in
+  // its query, and the server parses it anew each time (bench/cluster-profile.ts: 15-20% less
+  // Postgres CPU with 32 than 300); 64 still spreads agents evenly over a few dozen workers.
+  shardsPerGroup,
+  // Local messages are not serialized as if they were remote (a testing aid of effect/cluster).
+  simulateRemoteSerialization: false,
   entityMessagePollInterval: Duration.millis(200),
   entityReplyPollInterval: Duration.millis(100),
   ...(options.lockExpiration === undefined ? {} : { shardLockExpiration: options.lockExpiration }),

@@ -273,6 +273,36 @@ describe("cluster contract on TestRunner", () => {
       assert.strictEqual((yield* built.store.get(childId))!.status, "cancelled")
     }).pipe(Effect.scoped, provideNode))
 
+  it.live("agent_wait sleeps durably and a child's end wakes it: no look until then (the fallback is 60 s)", () =>
+    Effect.gen(function*() {
+      const built = yield* setup({
+        rules: [
+          { match: { depth: 1 }, turns: [{ tool_calls: [{ name: "gate" }] }, { text: "child done" }] },
+          {
+            match: { depth: 0 },
+            turns: [
+              { tool_calls: spawnCalls(2) as never },
+              { tool_calls: [{ name: "agent_wait", args: { wait_mode: "all" } }] },
+              { text: "root done" }
+            ]
+          }
+        ]
+      }, { maxConcurrent: 0, waitFallbackMs: 60_000 })
+      const gate = yield* addGate(built)
+      const id = yield* built.provide(ClusterClient.start({ prompt: "fan out", workspace: built.root }))
+      yield* until(Effect.sync(() => gate.entered.count === 2), "both children are in the gate")
+      const opened = Date.now()
+      yield* gate.open
+      const outcome = yield* built.provide(ClusterClient.await_(id))
+      assert.strictEqual(outcome.text, "root done")
+      // Woken by the children's ends, not by the 60 s fallback.
+      assert.isBelow(Date.now() - opened, 10_000)
+      const results = toolResults(yield* built.store.transcript(id))
+      const waited = results[2]!.result as { timed_out: boolean; completed: ReadonlyArray<{ status: string }> }
+      assert.isFalse(waited.timed_out)
+      assert.deepStrictEqual(waited.completed.map((c) => c.status), ["completed", "completed"])
+    }).pipe(Effect.scoped, provideNode))
+
   it.live("resume of a finished agent starts a new run from its transcript", () =>
     Effect.gen(function*() {
       const built = yield* setup({ rules: [{ turns: [{ text: "first answer" }, { text: "second answer" }] }] })

@@ -321,6 +321,13 @@ describe.skipIf(reason !== undefined)(
       const script = {
         rules: [
           {
+            match: { prompt: "hello" },
+            turns: [{ tool_calls: [{ name: "list_dir", args: {} }], delay_ms: 200 }, {
+              text: "SUMMARY:\nhello done",
+              delay_ms: 200
+            }]
+          },
+          {
             match: { prompt: "capped" },
             turns: [{ tool_calls: [{ name: "list_dir", args: {} }], delay_ms: 200 }, { text: "done", delay_ms: 200 }]
           },
@@ -379,8 +386,88 @@ describe.skipIf(reason !== undefined)(
         )
         assert.strictEqual(max, 2)
         const pids = new Set(steps(s.log).filter((e) => e.name.startsWith("model")).map((e) => e.pid))
-        console.log(`cap: at most ${max} permits held at once; steps ran on ${pids.size} workers`)
+        // The events of every agent's steps reached the client, from whichever worker ran them.
+        const events = client.out.stdout.split("\n").filter((l) => l.startsWith("{")).map((l) =>
+          JSON.parse(l) as { type: string; depth?: number; tool?: string }
+        )
+        const children = events.filter((e) => e.depth === 1)
+        assert.strictEqual(children.filter((e) => e.type === "spawned").length, 6)
+        assert.strictEqual(children.filter((e) => e.type === "tool_call" && e.tool === "list_dir").length, 6)
+        assert.strictEqual(children.filter((e) => e.type === "completed").length, 6)
+        assert.strictEqual(events.filter((e) => e.depth === 0 && e.type === "tool_call").length, 6)
+        console.log(
+          `cap: at most ${max} permits held at once; steps ran on ${pids.size} workers; ${events.length} events reached the client`
+        )
       }, 60_000)
+
+      it(
+        "clients of the cluster: mcp task with progress, agents list/show/transcript, by [cluster] url; the flag and FIBRIL_CLUSTER_URL win over it",
+        async () => {
+          writeFileSync(path.join(s.ws, ".fibril", "config.toml"), `[cluster]\nurl = "${s.url}"\n`)
+          const { Client } = await import("@modelcontextprotocol/sdk/client/index.js")
+          const { StdioClientTransport } = await import("@modelcontextprotocol/sdk/client/stdio.js")
+          const transport = new StdioClientTransport({
+            command: process.execPath,
+            args: ["--conditions=@fibril/source", bin, "mcp"],
+            cwd: s.ws,
+            env: { PATH: process.env["PATH"] ?? "", HOME: s.ws },
+            stderr: "pipe"
+          })
+          const mcp = new Client({ name: "fibril-test", version: "0.0.0" })
+          await mcp.connect(transport)
+          // Every progress message on the wire (the SDK can drop one that arrives just before the
+          // response: it runs progress handlers a microtask late).
+          const progress: Array<string> = []
+          const deliver = transport.onmessage
+          transport.onmessage = (message) => {
+            const m = message as { method?: string; params?: { message?: string } }
+            if (m.method === "notifications/progress") progress.push(m.params?.message ?? "")
+            deliver?.(message)
+          }
+          let id: string
+          try {
+            const result = await mcp.callTool(
+              { name: "task", arguments: { prompt: "hello", description: "say hello" } },
+              undefined,
+              { onprogress: () => {} }
+            )
+            const task = result.structuredContent as { agent_id: string; status: string; summary: string }
+            assert.strictEqual(task.status, "completed", JSON.stringify(result))
+            assert.strictEqual(task.summary, "hello done")
+            id = task.agent_id
+            assert.isTrue(progress.some((m) => m.includes("→ list_dir")), progress.join("\n"))
+            assert.isTrue(progress.some((m) => m.includes("completed")), progress.join("\n"))
+            const listed = await mcp.callTool({ name: "agent_list", arguments: { include_archived: true } })
+            assert.include(JSON.stringify(listed.structuredContent), id)
+          } finally {
+            await mcp.close()
+          }
+          // No flag, no environment variable: [cluster] url of the workspace's config.
+          const noUrl = {}
+          const list = fibril(["agents", "list", "--all", "--cwd", s.ws], noUrl)
+          assert.strictEqual(await list.done, 0, list.out.stderr)
+          assert.include(list.out.stdout, id)
+          const show = fibril(["agents", "show", id, "--cwd", s.ws], noUrl)
+          assert.strictEqual(await show.done, 0, show.out.stderr)
+          assert.include(show.out.stdout, "\"status\":\"completed\"")
+          const transcript = fibril(["agents", "transcript", id, "--cwd", s.ws], noUrl)
+          assert.strictEqual(await transcript.done, 0, transcript.out.stderr)
+          assert.include(transcript.out.stdout, "hello done")
+          // The flag wins over the environment, which wins over the config: both point nowhere here.
+          const nowhere = `postgres://nobody@127.0.0.1:${await Pg.freePort()}/none`
+          const byFlag = fibril(["agents", "list", "--cwd", s.ws, "--cluster", nowhere], noUrl)
+          assert.strictEqual(await byFlag.done, 2)
+          assert.include(byFlag.out.stderr, "cannot reach the cluster database")
+          const byEnv = fibril(["agents", "list", "--cwd", s.ws], { FIBRIL_CLUSTER_URL: nowhere })
+          assert.strictEqual(await byEnv.done, 2)
+          assert.include(byEnv.out.stderr, "cannot reach the cluster database")
+          // Without any of them nothing changes: the workspace's own store (none here).
+          const local = fibril(["agents", "list", "--cwd", tmp], noUrl)
+          assert.strictEqual(await local.done, 0, local.out.stderr)
+          assert.notInclude(local.out.stdout, id)
+        },
+        60_000
+      )
 
       // The tree holds both permits (branch and leaf): with a cap of 2 a third level would queue.
       it(

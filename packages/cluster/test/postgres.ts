@@ -3,7 +3,7 @@
 // Debian package's binaries (/usr/lib/postgresql/<version>/bin, `apt-get install postgresql`)
 // or PG_BIN. As root (CI), the server runs as the `postgres` user (initdb refuses root).
 import { execFileSync, spawnSync } from "node:child_process"
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs"
+import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -37,6 +37,25 @@ export const freePort = (): Promise<number> =>
     })
   })
 
+/**
+ * CPU seconds (user + system) used by the processes `select` picks, from /proc (Linux; 0
+ * elsewhere). Processes that exited are not counted.
+ */
+export const processCpuSeconds = (select: (pid: number, ppid: number) => boolean): number => {
+  if (!existsSync("/proc/self/stat")) return 0
+  let ticks = 0
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      const fields = readFileSync(`/proc/${entry}/stat`, "utf8").split(") ")[1]!.split(" ")
+      if (select(Number(entry), Number(fields[1]))) ticks += Number(fields[11]) + Number(fields[12])
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return ticks / 100
+}
+
 export interface Postgres {
   readonly port: number
   readonly dir: string
@@ -45,9 +64,15 @@ export interface Postgres {
   readonly createDatabase: (db: string) => void
   readonly psql: (db: string, query: string) => string
   readonly stop: () => void
+  /** CPU seconds the server's processes (the postmaster and its children alive now) have used. */
+  readonly cpuSeconds: () => number
+  /** The server's log file (statements are logged there with `log_statement=all`). */
+  readonly log: string
 }
 
-export const start = async (options: { readonly fsync?: boolean } = {}): Promise<Postgres> => {
+export const start = async (
+  options: { readonly fsync?: boolean; readonly settings?: ReadonlyArray<string> } = {}
+): Promise<Postgres> => {
   const bin = findBin()
   if (bin === undefined) throw new Error(skipReason())
   const root = process.getuid?.() === 0
@@ -71,7 +96,8 @@ export const start = async (options: { readonly fsync?: boolean } = {}): Promise
   const settings = [
     `-h 127.0.0.1 -p ${port} -k ${dir}`,
     "-c max_connections=300",
-    options.fsync === true ? "" : "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    options.fsync === true ? "" : "-c fsync=off -c synchronous_commit=off -c full_page_writes=off",
+    ...(options.settings ?? []).map((setting) => `-c ${setting}`)
   ].join(" ")
   run("pg_ctl", ["-D", data, "-l", path.join(dir, "pg.log"), "-w", "-o", settings, "start"])
   const url = (db: string) => `postgres://postgres@127.0.0.1:${port}/${db}`
@@ -84,6 +110,11 @@ export const start = async (options: { readonly fsync?: boolean } = {}): Promise
     dir,
     url,
     psql,
+    log: path.join(dir, "pg.log"),
+    cpuSeconds: () => {
+      const postmaster = Number(readFileSync(path.join(data, "postmaster.pid"), "utf8").split("\n")[0])
+      return processCpuSeconds((pid, ppid) => pid === postmaster || ppid === postmaster)
+    },
     createDatabase: (db) => void psql("postgres", `CREATE DATABASE ${db}`),
     stop: () => {
       const [file, argv] = as("pg_ctl", ["-D", data, "-m", "immediate", "-w", "stop"])

@@ -12,11 +12,13 @@ import * as ClusterStore from "../src/ClusterStore.ts"
 export const setup = Effect.fn("cluster.test.setup")(function*(
   script: ScriptedModel.ScriptInput,
   options: Partial<AgentWorkflow.Options> = {},
-  session: Partial<Session.Options> = {}
+  session: Partial<Session.Options> = {},
+  /** The store's clock (default Effect's): tests move it to check wall-time budgets and the heartbeat. */
+  clock?: Effect.Effect<number>
 ) {
   const fs = yield* FileSystem.FileSystem
   const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
-  const store = yield* ClusterStore.makeMemory
+  const store = yield* (clock === undefined ? ClusterStore.makeMemory : ClusterStore.makeMemoryClocked(clock))
   const core = Fibril.layer({ cwd: root, session: { ...session, maxDepth: options.maxDepth ?? 1 } }).pipe(
     Layer.provide(ScriptedModel.layer(script))
   )

@@ -149,6 +149,16 @@ export interface SandboxSettings {
 }
 
 /**
+ * `[cluster]`: cluster mode (docs/cluster.md).
+ *
+ * @since 0.1.0
+ */
+export interface ClusterSettings {
+  /** The cluster's PostgreSQL URL: set, `run`, `agents` and `mcp` are clients of the cluster. */
+  readonly url: string | undefined
+}
+
+/**
  * The resolved settings, with camelCase names for the snake_case TOML keys.
  *
  * @since 0.1.0
@@ -161,6 +171,7 @@ export interface Settings {
   readonly tools: ToolSettings
   readonly permissions: PermissionSettings
   readonly sandbox: SandboxSettings
+  readonly cluster: ClusterSettings
 }
 
 /**
@@ -224,7 +235,8 @@ export const defaults: Settings = {
   },
   tools: { shellTimeoutSecs: 120, maxOutputChars: 30_000 },
   permissions: { deny: [] },
-  sandbox: { mode: "workspace-write", network: false, writablePaths: [], bwrapPath: "bwrap", roles: {} }
+  sandbox: { mode: "workspace-write", network: false, writablePaths: [], bwrapPath: "bwrap", roles: {} },
+  cluster: { url: undefined }
 }
 
 // ---------------------------------------------------------------------------
@@ -366,7 +378,8 @@ export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> 
   permissions: ["deny"],
   sandbox: ["mode", "network", "writable_paths", "bwrap_path"],
   "sandbox.roles": [],
-  "sandbox.roles.*": ["mode", "network", "writable_paths"]
+  "sandbox.roles.*": ["mode", "network", "writable_paths"],
+  cluster: ["url"]
 }
 
 /** The registry entry for a table path, `*` segments matching any name. */
@@ -679,7 +692,8 @@ const readSettings = Effect.fnUntraced(function*(
           writablePaths: table.writable_paths
         }])
       )
-    }
+    },
+    cluster: { url: yield* optionalString("cluster.url") }
   }
   return { settings, clamped }
 })
@@ -850,6 +864,7 @@ export interface SettingsOverrides {
   readonly tools?: Partial<ToolSettings> | undefined
   readonly permissions?: Partial<PermissionSettings> | undefined
   readonly sandbox?: Partial<SandboxSettings> | undefined
+  readonly cluster?: Partial<ClusterSettings> | undefined
 }
 
 /**
@@ -865,7 +880,8 @@ export const fromSettings = (overrides: SettingsOverrides = {}): Resolved => ({
     subagents: { ...defaults.subagents, ...overrides.subagents },
     tools: { ...defaults.tools, ...overrides.tools },
     permissions: { ...defaults.permissions, ...overrides.permissions },
-    sandbox: { ...defaults.sandbox, ...overrides.sandbox }
+    sandbox: { ...defaults.sandbox, ...overrides.sandbox },
+    cluster: { ...defaults.cluster, ...overrides.cluster }
   },
   clamped: [],
   sources: [],

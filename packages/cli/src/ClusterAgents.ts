@@ -1,0 +1,123 @@
+/**
+ * `fibril agents list|show|transcript|cancel|resume` as a client of the cluster (`--cluster`,
+ * FIBRIL_CLUSTER_URL or `[cluster] url`): the same commands over the cluster's agents instead
+ * of the workspace's store. Loaded only when a cluster URL is given.
+ */
+import type { AgentRow } from "@fibril/cluster/ClusterStore"
+import * as TranscriptView from "@fibril/core/TranscriptView"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as ClusterCommand from "./ClusterCommand.ts"
+
+const loadClient = Effect.promise(() => import("@fibril/cluster/ClusterClient"))
+const loadStore = Effect.promise(() => import("@fibril/cluster/ClusterStore"))
+
+const row = (r: AgentRow) => ({
+  agent_id: r.agentId,
+  ...(r.parentId === null ? {} : { parent_id: r.parentId }),
+  root_id: r.rootId,
+  depth: r.depth,
+  role: r.role,
+  description: r.description,
+  status: r.status,
+  run: r.run,
+  steps: r.steps,
+  tool_calls: r.toolCalls,
+  tokens: r.tokens,
+  detached: r.detached,
+  workspace: r.workspace,
+  ...(r.reason === null ? {} : { reason: r.reason }),
+  ...(r.text === null ? {} : { text: r.text })
+})
+
+const line = (r: AgentRow) =>
+  `${"  ".repeat(r.depth)}${r.agentId}  ${r.status.padEnd(9)} ${r.role.padEnd(8)} steps=${r.steps} ${
+    JSON.stringify(r.description)
+  }${r.reason === null ? "" : `  (${r.reason})`}`
+
+/** Trees with an unfinished agent (every tree with `all`), each root then its descendants. */
+export const list = (url: string, all: boolean, json: boolean) =>
+  ClusterCommand.asClient(
+    url,
+    Effect.gen(function*() {
+      const client = yield* loadClient
+      const { ClusterStore, finished } = yield* loadStore
+      const rows = yield* (yield* ClusterStore).list
+      const roots = rows.filter((r) => r.parentId === null)
+      const trees: Array<ReadonlyArray<AgentRow>> = []
+      for (const root of roots) {
+        const tree = yield* client.tree(root.agentId)
+        if (all || tree.some((r) => !finished(r.status))) trees.push(tree)
+      }
+      if (json) {
+        yield* Console.log(JSON.stringify({ agents: trees.flat().map(row) }))
+      } else if (trees.length === 0) {
+        yield* Console.log(all ? "no agents in the cluster" : "no running agents in the cluster (--all for every one)")
+      } else {
+        for (const tree of trees) for (const r of tree) yield* Console.log(line(r))
+      }
+      return 0
+    })
+  )
+
+/** The agent and its descendants, one JSON line each. */
+export const show = (url: string, agentId: string) =>
+  ClusterCommand.asClient(
+    url,
+    Effect.gen(function*() {
+      const client = yield* loadClient
+      const rows = yield* client.tree(agentId)
+      if (rows.length === 0) return yield* new client.AgentNotFound({ agentId })
+      for (const r of rows) yield* Console.log(JSON.stringify(row(r)))
+      return 0
+    })
+  )
+
+/** A page of the agent's transcript (every run), as `fibril agents transcript` prints one. */
+export const transcript = (
+  url: string,
+  agentId: string,
+  page: { readonly offset: number | undefined; readonly limit: number | undefined }
+) =>
+  ClusterCommand.asClient(
+    url,
+    Effect.gen(function*() {
+      const client = yield* loadClient
+      yield* client.status(agentId)
+      const messages = yield* (yield* (yield* loadStore).ClusterStore).transcript(agentId)
+      const view = TranscriptView.page(messages, { handle: agentId, agentId, ...page })
+      for (const m of view.messages) {
+        yield* Console.log(`[${m.index}] ${m.role}: ${m.text}${m.cut === undefined ? "" : ` …(${m.cut} more)`}`)
+      }
+      yield* Console.log(
+        `(${view.messages.length} of ${view.total} messages${
+          view.next_offset === undefined ? "" : `; next page: --offset ${view.next_offset}`
+        })`
+      )
+      return 0
+    })
+  )
+
+export const cancel = (url: string, agentId: string) =>
+  ClusterCommand.asClient(
+    url,
+    Effect.gen(function*() {
+      const client = yield* loadClient
+      yield* client.cancel(agentId, "cancelled (fibril agents cancel)")
+      yield* Console.log(`fibril: cancelled ${agentId} and its non-detached descendants`)
+      return 0
+    })
+  )
+
+/** A new run of a finished agent, waited for: exit 0 when it completes. */
+export const resume = (url: string, agentId: string, message: string | undefined) =>
+  ClusterCommand.asClient(
+    url,
+    Effect.gen(function*() {
+      const client = yield* loadClient
+      yield* client.resume(agentId, message ?? "Continue.")
+      const outcome = yield* client.await_(agentId)
+      yield* Console.log(outcome.text)
+      return 0
+    })
+  )

@@ -1,0 +1,162 @@
+/**
+ * The events of a tree of agents running in the cluster, for `fibril run --cluster`'s live
+ * tree and `fibril mcp --cluster`'s progress. Any worker writes an agent's steps to the store
+ * in the step's own transaction (transcript rows with a sequence number, agent rows with a
+ * change number); a client follows the tree by asking the store what changed after its cursor
+ * (two indexed queries), every `pollMs`, and turns the changes into the same `AgentEvent`s the
+ * embedded runtime publishes (spawned, started, step, tool_call, tool_result, the end).
+ */
+import type { ClusterStore as Store, TreeChanges } from "@fibril/cluster/ClusterStore"
+import { ClusterStore, startCursor } from "@fibril/cluster/ClusterStore"
+import type { AgentEvent, AgentSnapshot, EventType } from "@fibril/core/AgentEvents"
+import * as McpServer from "effect/ai/McpServer"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Semaphore from "effect/Semaphore"
+import * as Mcp from "./Mcp.ts"
+
+interface Known {
+  snapshot: AgentSnapshot
+  status: string
+  /** Its own tokens, as its row last said. */
+  own: number
+}
+
+/** Turns the store's changes into events, remembering what each agent was (`known`). */
+export const eventsOf = (changes: TreeChanges, known: Map<string, Known>, at: number): Array<AgentEvent> => {
+  const out: Array<AgentEvent> = []
+  // An event carries its agent's tree's tokens (as the embedded runtime's do); the cluster keeps
+  // one total per agent, reported as output.
+  const treeTokens = (agentId: string): number =>
+    (known.get(agentId)?.own ?? 0) +
+    [...known.values()].filter((k) => k.snapshot.parentId === agentId).reduce(
+      (n, k) => n + treeTokens(k.snapshot.agentId),
+      0
+    )
+  const emit = (type: EventType, k: Known, extra: Partial<AgentEvent> = {}) =>
+    out.push({
+      type,
+      agent: { ...k.snapshot, usage: { input: 0, output: treeTokens(k.snapshot.agentId), cached: 0 } },
+      at,
+      ...extra
+    })
+  // An agent's end comes right after its last step of this batch (so before the steps of a
+  // parent that read its result), or before every step when it has none in the batch.
+  const ends = new Map<string, () => void>()
+  for (const row of changes.agents) {
+    let k = known.get(row.agentId)
+    // Steps and tool calls are counted from the transcript (every message is read, from the
+    // start), so a row's totals are not added to them.
+    const snapshot = (previous: AgentSnapshot | undefined): AgentSnapshot => ({
+      agentId: row.agentId,
+      parentId: row.parentId ?? undefined,
+      depth: row.depth,
+      role: row.role,
+      model: row.model,
+      description: row.description,
+      step: previous?.step ?? 0,
+      toolCalls: previous?.toolCalls ?? 0,
+      lastTool: previous?.lastTool,
+      usage: { input: 0, output: 0, cached: 0 }
+    })
+    if (k === undefined) {
+      k = { snapshot: snapshot(undefined), status: "pending", own: row.tokens }
+      known.set(row.agentId, k)
+      if (row.depth > 0) emit("spawned", k)
+    } else {
+      k.snapshot = snapshot(k.snapshot)
+      k.own = row.tokens
+    }
+    const was = k.status
+    k.status = row.status
+    const agent = k
+    if (row.status !== was) {
+      if (row.status === "running" && was === "pending") emit("started", agent)
+      if (row.status === "completed" || row.status === "failed" || row.status === "cancelled") {
+        ends.set(
+          row.agentId,
+          () => emit(row.status as EventType, agent, row.reason === null ? {} : { reason: row.reason })
+        )
+      }
+    }
+  }
+  const last = new Map<string, number>()
+  changes.messages.forEach((m, i) => last.set(m.agentId, i))
+  for (const [agentId, end] of ends) {
+    if (!last.has(agentId)) {
+      end()
+      ends.delete(agentId)
+    }
+  }
+  changes.messages.forEach((m, i) => {
+    const k = known.get(m.agentId)
+    if (k === undefined) return
+    if (k.status === "pending") {
+      k.status = "running"
+      emit("started", k)
+    }
+    if (m.message.role === "assistant") {
+      k.snapshot = { ...k.snapshot, step: Math.max(k.snapshot.step, m.at.step + 1) }
+      emit("step", k)
+      for (const part of m.message.content) {
+        if (part.type !== "tool-call") continue
+        k.snapshot = { ...k.snapshot, toolCalls: k.snapshot.toolCalls + 1, lastTool: part.name }
+        emit("tool_call", k, { tool: part.name })
+      }
+    } else if (m.message.role === "tool") {
+      for (const part of m.message.content) {
+        if (part.type !== "tool-result") continue
+        emit("tool_result", k, {
+          tool: part.name,
+          isFailure: part.isFailure,
+          ...(part.isFailure ? { reason: JSON.stringify(part.result).slice(0, 200) } : {})
+        })
+      }
+    }
+    if (last.get(m.agentId) === i) ends.get(m.agentId)?.()
+  })
+  return out
+}
+
+/**
+ * Follows the tree of `rootId`: `onEvent` gets each event, in order, until interrupted.
+ * Returns `drain`, which reads what changed since the last look (call it once the run is over).
+ */
+export const follow = (rootId: string, onEvent: (event: AgentEvent) => Effect.Effect<void>, pollMs = 100) =>
+  Effect.gen(function*() {
+    const store: Store["Service"] = yield* ClusterStore
+    const known = new Map<string, Known>()
+    let cursor = startCursor
+    const look = Effect.gen(function*() {
+      const changes = yield* store.changes(rootId, cursor)
+      cursor = changes.cursor
+      const now = yield* Clock.currentTimeMillis
+      yield* Effect.forEach(eventsOf(changes, known, now), onEvent, { discard: true })
+    }).pipe(Effect.ignore)
+    // One look at a time: the loop and the final drain never interleave their events.
+    const lock = Semaphore.makeUnsafe(1)
+    const once = lock.withPermits(1)(look)
+    const fiber = yield* Effect.forkChild(Effect.forever(Effect.andThen(once, Effect.sleep(Duration.millis(pollMs)))))
+    return { drain: once, stop: Fiber.interrupt(fiber) }
+  })
+
+/**
+ * For a `task` call whose request carried a progress token: sends the tree's events as
+ * `notifications/progress` while it runs. Returns what to run when the call is done (a last
+ * look, then the follower stops).
+ */
+export const mcpProgress = (server: McpServer.McpServer["Service"], rootId: string) =>
+  Effect.gen(function*() {
+    const progressToken = yield* Mcp.currentProgressToken
+    if (progressToken === undefined) return Effect.void
+    let progress = 0
+    const send = (event: AgentEvent) => {
+      progress += 1
+      return server.notifications["notifications/progress"]({ progressToken, progress, message: Mcp.describe(event) })
+        .pipe(Effect.ignore)
+    }
+    const follower = yield* follow(rootId, send)
+    return Effect.andThen(follower.drain, follower.stop)
+  })

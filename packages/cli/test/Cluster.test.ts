@@ -1,0 +1,107 @@
+// Cluster mode on the command line, without a database: where the cluster URL comes from
+// (--cluster > FIBRIL_CLUSTER_URL > [cluster] url), `fibril config` masking its password, and
+// the events a client follows (ClusterEvents) from a tree run on TestRunner.
+import { assert, describe, it } from "@effect/vitest"
+import * as ClusterClient from "@fibril/cluster/ClusterClient"
+import type { AgentEvent } from "@fibril/core/AgentEvents"
+import { Effect, FileSystem, Option, Path } from "effect"
+import { provideNode, setup } from "../../cluster/test/support.ts"
+import * as ClusterCommand from "../src/ClusterCommand.ts"
+import * as ClusterEvents from "../src/ClusterEvents.ts"
+import { fibril } from "./run.ts"
+
+describe("cluster mode: the URL", () => {
+  it("the flag wins over FIBRIL_CLUSTER_URL, which wins over [cluster] url; none: the embedded runtime", () => {
+    const env = { FIBRIL_CLUSTER_URL: "postgres://env/db" }
+    assert.strictEqual(
+      ClusterCommand.clusterUrl(Option.some("postgres://flag/db"), env, "postgres://file/db"),
+      "postgres://flag/db"
+    )
+    assert.strictEqual(ClusterCommand.clusterUrl(Option.none(), env, "postgres://file/db"), "postgres://env/db")
+    assert.strictEqual(ClusterCommand.clusterUrl(Option.none(), {}, "postgres://file/db"), "postgres://file/db")
+    assert.strictEqual(ClusterCommand.clusterUrl(Option.some(""), { FIBRIL_CLUSTER_URL: "" }, ""), undefined)
+    assert.strictEqual(ClusterCommand.clusterUrl(Option.none(), {}, undefined), undefined)
+  })
+
+  it.live("[cluster] url is a config key; fibril config shows it with the password masked", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      const dir = yield* fs.makeTempDirectoryScoped()
+      yield* fs.makeDirectory(path.join(dir, ".fibril"))
+      yield* fs.writeFileString(
+        path.join(dir, ".fibril", "config.toml"),
+        `[cluster]\nurl = "postgres://fibril:s3cret@db.example:5432/fibril"\n`
+      )
+      const text = yield* fibril(["config"], { cwd: dir })
+      assert.strictEqual(text.exitCode, 0, text.stderr)
+      assert.include(text.stdout, "[cluster]\nurl = \"postgres://***@db.example:5432/fibril\"")
+      const json = yield* fibril(["config", "--json"], { cwd: dir })
+      assert.strictEqual(json.exitCode, 0, json.stderr)
+      assert.include(json.stdout, "postgres://***@db.example:5432/fibril")
+      assert.notInclude(text.stdout + json.stdout, "s3cret")
+      // A misspelt key is named, like any other table's.
+      yield* fs.writeFileString(path.join(dir, ".fibril", "config.toml"), `[cluster]\nurls = "x"\n`)
+      const bad = yield* fibril(["config"], { cwd: dir })
+      assert.strictEqual(bad.exitCode, 2)
+      assert.include(bad.stderr, "unknown key cluster.urls; did you mean cluster.url?")
+    }).pipe(Effect.scoped, provideNode))
+})
+
+describe("cluster mode: the events a client follows", () => {
+  it.live("a tree run on TestRunner: every agent's steps, tool calls and end reach the follower, in order", () =>
+    Effect.gen(function*() {
+      const built = yield* setup({
+        rules: [
+          {
+            match: { depth: 1 },
+            turns: [{ tool_calls: [{ name: "list_dir", args: {} }] }, { text: "child done" }]
+          },
+          {
+            match: { depth: 0 },
+            turns: [{ tool_calls: [{ name: "task", args: { prompt: "look", description: "a look" } }] }, {
+              text: "root done"
+            }]
+          }
+        ]
+      })
+      const seen: Array<AgentEvent> = []
+      const id = yield* built.provide(ClusterClient.start({ prompt: "go", workspace: built.root }))
+      const follower = yield* built.provide(
+        ClusterEvents.follow(id, (event) => Effect.sync(() => void seen.push(event)), 5)
+      )
+      yield* built.provide(ClusterClient.await_(id))
+      yield* follower.drain
+      yield* follower.stop
+      const of = (depth: number) =>
+        seen.filter((e) => e.agent.depth === depth).map((e) => e.tool === undefined ? e.type : `${e.type}:${e.tool}`)
+      assert.deepStrictEqual(of(0), ["started", "step", "tool_call:task", "tool_result:task", "step", "completed"])
+      assert.deepStrictEqual(of(1), [
+        "spawned",
+        "started",
+        "step",
+        "tool_call:list_dir",
+        "tool_result:list_dir",
+        "step",
+        "completed"
+      ])
+      // Counts from the transcript, tokens of the agent's tree (as embedded events carry them).
+      const rows = yield* built.store.list
+      const last = (depth: number) => seen.filter((e) => e.agent.depth === depth).at(-1)!.agent
+      assert.deepStrictEqual([last(1).step, last(1).toolCalls, last(1).usage.output], [2, 1, rows[1]!.tokens])
+      assert.deepStrictEqual([last(0).step, last(0).toolCalls, last(0).usage.output], [
+        2,
+        1,
+        rows[0]!.tokens + rows[1]!.tokens
+      ])
+      const child = seen.find((e) => e.agent.depth === 1)!
+      assert.strictEqual(child.agent.parentId, id)
+      assert.strictEqual(child.agent.description, "a look")
+      // The child ended before its parent's task returned.
+      const index = (p: (e: AgentEvent) => boolean) => seen.findIndex(p)
+      assert.isBelow(
+        index((e) => e.agent.depth === 1 && e.type === "completed"),
+        index((e) => e.agent.depth === 0 && e.type === "tool_result")
+      )
+    }).pipe(Effect.scoped, provideNode))
+})
