@@ -100,11 +100,9 @@ export interface Options {
   /** Running sub-agents cluster-wide (the root agents do not count); 0: no cap. */
   readonly maxConcurrent: number
   readonly admission: "reject" | "queue"
-  /** Between two looks at the permits (queue admission). */
-  readonly pollMs: number
   /**
-   * The longest an `agent_wait` sleeps between two looks when no child's end wakes it (a wake
-   * lost to a crash is found then).
+   * The longest an `agent_wait`, or an agent queued for a permit, sleeps between two looks when
+   * no child's end (no release) wakes it: a wake lost to a crash is found then.
    */
   readonly waitFallbackMs: number
   /** Observes each model and tool step's execution (not its replay): for logs and tests. */
@@ -122,7 +120,6 @@ export const defaults: Options = {
   childMaxSteps: 50,
   maxConcurrent: 10,
   admission: "reject",
-  pollMs: 200,
   waitFallbackMs: 5000
 }
 
@@ -304,10 +301,23 @@ const body = (options: Partial<Options>) =>
       yield* DurableDeferred.done(deferred, { token, exit: Exit.void })
     }))
 
+    // A permit given back wakes the agents queued for one (as many as permits are free, oldest
+    // first); a wake lost (a crash, a race with another release) is found by the fallback.
+    const wakeQueued = !capped ? Effect.void : Effect.ignore(Effect.gen(function*() {
+      for (const waiter of yield* store.waiters(config.maxConcurrent)) {
+        const deferred = DurableClock.make({ name: waiter.clock, duration: 0 }).deferred
+        const token = DurableDeferred.tokenFromExecutionId(deferred, {
+          workflow: AgentWorkflow,
+          executionId: waiter.executionId
+        })
+        yield* DurableDeferred.done(deferred, { token, exit: Exit.void })
+      }
+    }))
+
     // A failed or cancelled run records why and gives its permit back (suspensions do not count);
-    // every end wakes a waiting parent.
+    // every end wakes a waiting parent and the agents queued for a permit.
     yield* Workflow.addFinalizer((exit) =>
-      Exit.isSuccess(exit) ? signalParent : Effect.ignore(Effect.gen(function*() {
+      Exit.isSuccess(exit) ? Effect.andThen(signalParent, wakeQueued) : Effect.ignore(Effect.gen(function*() {
         const row = yield* store.get(agentId)
         if (row !== undefined && !finished(row.status)) {
           const cancelled = Cause.hasInterruptsOnly(exit.cause)
@@ -317,19 +327,21 @@ const body = (options: Partial<Options>) =>
           })
         }
         if (capped) yield* store.release(agentId)
-      })).pipe(Effect.andThen(signalParent))
+      })).pipe(Effect.andThen(signalParent), Effect.andThen(wakeQueued))
     )
 
     // Admission under the cluster-wide cap (a `reject` spawn took the permit already).
+    // Queued, the agent sleeps on a durable clock a release wakes (`wakeQueued`); nothing polls.
     if (capped) {
       for (let attempt = 0;; attempt++) {
+        const clock = `permit/${attempt}`
         const admitted = yield* txActivity({
-          name: `permit/${attempt}`,
+          name: clock,
           success: Schema.Boolean,
-          execute: orDie(store.acquire(agentId, config.maxConcurrent))
+          execute: orDie(store.acquire(agentId, config.maxConcurrent, { executionId, clock }))
         })
         if (admitted) break
-        yield* DurableClock.sleep({ name: `permit/${attempt}`, duration: config.pollMs })
+        yield* DurableClock.sleep({ name: clock, duration: config.waitFallbackMs, inMemoryThreshold: 0 })
       }
     }
 

@@ -129,8 +129,23 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   readonly sendInput: (agentId: string, text: string) => Effect.Effect<void, StoreFailure>
   /** Takes the agent's queued input, oldest first; each message is taken once. */
   readonly takeInbox: (agentId: string) => Effect.Effect<ReadonlyArray<string>, StoreFailure>
-  /** Takes a permit for `agentId` if fewer than `cap` are held (holding one already: true). */
-  readonly acquire: (agentId: string, cap: number) => Effect.Effect<boolean, StoreFailure>
+  /**
+   * Takes a permit for `agentId` if fewer than `cap` are held (holding one already: true).
+   * Refused with `waiter`, the agent is queued: it sleeps on that durable clock until a release
+   * wakes it (`waiters`). One admission at a time cluster-wide.
+   */
+  readonly acquire: (
+    agentId: string,
+    cap: number,
+    waiter?: { readonly executionId: string; readonly clock: string } | undefined
+  ) => Effect.Effect<boolean, StoreFailure>
+  /**
+   * The queued agents a release can admit now (the oldest, as many as permits are free), read
+   * after the admissions in progress: the clocks to wake.
+   */
+  readonly waiters: (
+    cap: number
+  ) => Effect.Effect<ReadonlyArray<{ readonly executionId: string; readonly clock: string }>, StoreFailure>
   readonly release: (agentId: string) => Effect.Effect<void, StoreFailure>
   readonly permits: Effect.Effect<ReadonlyArray<string>, StoreFailure>
   /** Marks a run started (running, its clock starts, progress now) and writes its prompt. */
@@ -145,7 +160,7 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   ) => Effect.Effect<void, StoreFailure>
   /** Inserts rows unless their agents exist (a replayed step changes nothing). */
   readonly insertMany: (rows: ReadonlyArray<AgentRow>) => Effect.Effect<void, StoreFailure>
-  /** Ends the run with its outcome; gives its permit back when `release`. */
+  /** Ends the run with its outcome (unless it was cancelled meanwhile); gives its permit back when `release`. */
   readonly finishRun: (agentId: string, update: AgentUpdate, release: boolean) => Effect.Effect<void, StoreFailure>
   /** What changed in the tree of `rootId` after `cursor` (the client follows a run with it). */
   readonly changes: (rootId: string, cursor: Cursor) => Effect.Effect<TreeChanges, StoreFailure>
@@ -214,6 +229,8 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
     const inboxes = new Map<string, Array<string>>()
     const held = new Set<string>()
     const waiting = new Map<string, string | null>()
+    /** Queued for a permit, oldest first. */
+    const queue = new Map<string, { readonly executionId: string; readonly clock: string }>()
     let seq = 0
     let changes = 0
     const timesOf = (agentId: string) => {
@@ -267,14 +284,23 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
           inboxes.delete(agentId)
           return inbox
         }),
-      acquire: (agentId, cap) =>
+      acquire: (agentId, cap, waiter) =>
         Effect.sync(() => {
           if (held.has(agentId)) return true
-          if (held.size >= cap) return false
+          if (held.size >= cap) {
+            if (waiter !== undefined) queue.set(agentId, waiter)
+            return false
+          }
+          queue.delete(agentId)
           held.add(agentId)
           return true
         }),
-      release: (agentId) => Effect.sync(() => void held.delete(agentId)),
+      waiters: (cap) => Effect.sync(() => [...queue.values()].slice(0, Math.max(0, cap - held.size))),
+      release: (agentId) =>
+        Effect.sync(() => {
+          held.delete(agentId)
+          queue.delete(agentId)
+        }),
       permits: Effect.sync(() => [...held]),
       startRun: (agentId, at, prompt) =>
         Effect.map(currentTimeMillis, (now) => {
@@ -301,7 +327,8 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
         }),
       finishRun: (agentId, u, release) =>
         Effect.sync(() => {
-          update(agentId, u)
+          // A cancel recorded meanwhile stands (its interrupt reaches the run at its next boundary).
+          if (agents.get(agentId)?.status !== "cancelled") update(agentId, u)
           if (release) held.delete(agentId)
         }),
       changes: (rootId, cursor) =>
@@ -393,6 +420,8 @@ export const migrate = Effect.gen(function*() {
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_root ON fibril_agents (root_id, changed)`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_running ON fibril_agents (last_progress) WHERE status = 'running'`
   yield* sql`ALTER TABLE fibril_agents ADD COLUMN IF NOT EXISTS waiting_on text`
+  yield* sql`CREATE TABLE IF NOT EXISTS fibril_waiters (agent_id text PRIMARY KEY, execution_id text NOT NULL,
+    clock text NOT NULL, at timestamptz NOT NULL DEFAULT now())`
   yield* sql`ALTER TABLE fibril_transcript ADD COLUMN IF NOT EXISTS seq bigserial`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_transcript_seq ON fibril_transcript (seq)`
   yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
@@ -553,7 +582,7 @@ export const makeSql = Effect.gen(function*() {
           (rows) => [...rows].sort((a, b) => Number(a.id) - Number(b.id)).map((r) => r.text)
         )
       ),
-    acquire: (agentId, cap) =>
+    acquire: (agentId, cap, waiter) =>
       q(
         "acquire",
         Effect.gen(function*() {
@@ -566,10 +595,33 @@ export const makeSql = Effect.gen(function*() {
                            AND (SELECT count(*) FROM fibril_permits) < ${cap}
                          RETURNING 1)
             SELECT (EXISTS (SELECT 1 FROM have) OR EXISTS (SELECT 1 FROM ins)) AS ok`
-          return rows[0]?.ok === true
+          const ok = rows[0]?.ok === true
+          if (ok) yield* sql`DELETE FROM fibril_waiters WHERE agent_id = ${agentId}`
+          else if (waiter !== undefined) {
+            yield* sql`INSERT INTO fibril_waiters (agent_id, execution_id, clock)
+              VALUES (${agentId}, ${waiter.executionId}, ${waiter.clock})
+              ON CONFLICT (agent_id) DO UPDATE SET clock = excluded.clock`
+          }
+          return ok
         })
       ),
-    release: (agentId) => q("release", sql`DELETE FROM fibril_permits WHERE agent_id = ${agentId}`),
+    waiters: (cap) =>
+      q(
+        "waiters",
+        sql.withTransaction(Effect.gen(function*() {
+          // After the admissions in progress: a waiter they queue is seen here.
+          yield* sql`SELECT pg_advisory_xact_lock(4242)`
+          return yield* sql<{ execution_id: string; clock: string }>`SELECT execution_id, clock FROM fibril_waiters
+            ORDER BY at, agent_id LIMIT GREATEST(${cap} - (SELECT count(*) FROM fibril_permits), 0)`
+        })).pipe(Effect.map((rows) => rows.map((r) => ({ executionId: r.execution_id, clock: r.clock }))))
+      ),
+    // A queued agent that ends (cancelled) leaves the queue with its permit, if any.
+    release: (agentId) =>
+      q(
+        "release",
+        sql`WITH w AS (DELETE FROM fibril_waiters WHERE agent_id = ${agentId})
+          DELETE FROM fibril_permits WHERE agent_id = ${agentId}`
+      ),
     permits: q(
       "permits",
       Effect.map(sql<{ agent_id: string }>`SELECT agent_id FROM fibril_permits`, (r) => r.map((x) => x.agent_id))
@@ -623,7 +675,7 @@ export const makeSql = Effect.gen(function*() {
           tool_calls = COALESCE(${u.toolCalls ?? null}, tool_calls),
           changed = nextval('fibril_changes'),
           updated_at = now()
-          WHERE agent_id = ${agentId}`
+          WHERE agent_id = ${agentId} AND status <> 'cancelled'`
       ),
     changes: (rootId, cursor) =>
       q(

@@ -62,7 +62,7 @@ describe("cluster contract on TestRunner", () => {
           }
         ]
       }
-      const built = yield* setup(script, { maxConcurrent: 2, admission: "reject", pollMs: 10 })
+      const built = yield* setup(script, { maxConcurrent: 2, admission: "reject" })
       const gate = yield* addGate(built)
       const id = yield* built.provide(ClusterClient.start({ prompt: "fan out", workspace: built.root }))
       yield* until(Effect.sync(() => gate.entered.count === 2), "two children are in the gate")
@@ -79,7 +79,7 @@ describe("cluster contract on TestRunner", () => {
       assert.deepStrictEqual(yield* built.store.permits, [])
     }).pipe(Effect.scoped, provideNode))
 
-  it.live("cap with queue: five children, never more than two running at once, all finish", () =>
+  it.live("cap with queue: five children, never more than two running at once, all finish; each release wakes a queued one (no polling: the fallback is 60 s)", () =>
     Effect.gen(function*() {
       let store: ClusterStore.ClusterStore["Service"] | undefined
       let maxHeld = 0
@@ -105,7 +105,7 @@ describe("cluster contract on TestRunner", () => {
           }
         ]
       }
-      const built = yield* setup(script, { maxConcurrent: 2, admission: "queue", pollMs: 5 })
+      const built = yield* setup(script, { maxConcurrent: 2, admission: "queue", waitFallbackMs: 60_000 })
       store = built.store
       const outcome = yield* built.provide(ClusterClient.run({ prompt: "fan out", workspace: built.root }))
       assert.strictEqual(outcome.text, "root done")
@@ -161,7 +161,7 @@ describe("cluster contract on TestRunner", () => {
           }
         ]
       }
-      const built = yield* setup(script, { maxDepth: 2, maxConcurrent: 0, pollMs: 10 })
+      const built = yield* setup(script, { maxDepth: 2, maxConcurrent: 0 })
       const gate = yield* addGate(built)
       const id = yield* built.provide(ClusterClient.start({ prompt: "tree", workspace: built.root }))
       yield* until(
@@ -260,7 +260,7 @@ describe("cluster contract on TestRunner", () => {
           }
         ]
       }
-      const built = yield* setup(script, { pollMs: 20 })
+      const built = yield* setup(script)
       const outcome = yield* built.provide(ClusterClient.run({ prompt: "impatient", workspace: built.root }))
       assert.strictEqual(outcome.text, "gave up on it")
       const results = toolResults(yield* built.store.transcript(outcome.agentId))

@@ -155,7 +155,7 @@ describe("cluster limits on TestRunner", () => {
             }
           ]
         },
-        { maxDepth: 2, maxConcurrent: 0, pollMs: 10, heartbeatSecs: 300, heartbeatCheckMs: 20 },
+        { maxDepth: 2, maxConcurrent: 0, heartbeatSecs: 300, heartbeatCheckMs: 20 },
         {},
         clock
       )
