@@ -572,8 +572,17 @@ export const experimentOf = (spec: Spec): Effect.Effect<Experiment, SpecError> =
  * `run(experiment, { seed })` with a generated `Experiment`.
  */
 export const run: {
-  (spec: Spec): Effect.Effect<Trace, SpecError, Platform>
-  (experiment: Experiment, options?: RunOptions): Effect.Effect<Trace, never, Platform>
+  (
+    spec: Spec
+  ): Effect.Effect<
+    Trace,
+    SpecError,
+    FileSystem.FileSystem | Path.Path | ChildProcessSpawner.ChildProcessSpawner
+  >
+  (
+    experiment: Experiment,
+    options?: RunOptions
+  ): Effect.Effect<Trace, never, FileSystem.FileSystem | Path.Path | ChildProcessSpawner.ChildProcessSpawner>
 } = ((input: Spec | Experiment, options: RunOptions = {}) =>
   "tree" in input
     ? Effect.flatMap(experimentOf(input), (experiment) =>
