@@ -16,21 +16,16 @@
  *   `reasoning_content` on the assistant message it came with: DeepSeek's thinking mode
  *   rejects a history whose tool-call turns lost their reasoning.
  */
+import * as DirectModel from "@fibril/core/DirectModel"
 import * as AiError from "effect/ai/AiError"
 import * as LanguageModel from "effect/ai/LanguageModel"
 import * as Prompt from "effect/ai/Prompt"
 import * as Response from "effect/ai/Response"
-import * as ResponseIdTracker from "effect/ai/ResponseIdTracker"
 import * as Telemetry from "effect/ai/Telemetry"
 import * as Tool from "effect/ai/Tool"
-import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Option from "effect/Option"
-import * as References from "effect/References"
-import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
-import * as Tracer from "effect/Tracer"
 import type {
   ChatCompletion,
   ChatCompletionAssistantMessageParam,
@@ -527,118 +522,18 @@ export const makeWith = (
       return chunks.pipe(Stream.map(assembler.push), Stream.flattenIterable, Stream.concat(closing))
     })).pipe(Stream.withSpan("OpenAiModel.streamText"))
 
-  return Effect.map(
-    Effect.zip(
-      LanguageModel.make({ generateText, streamText }),
-      Effect.serviceOption(Telemetry.CurrentSpanTransformer)
-    ),
-    ([model, transformer]) =>
-      // A span transformer given when the model is built applies to every call: no direct path.
-      Option.isSome(transformer) ? model : { ...model, generateText: direct(model, client, options) }
+  // The agent loop's calls skip LanguageModel's generic machinery when nothing would observe it
+  // (DirectModel): the request is built and the completion's parts made here, as its decode would.
+  return Effect.flatMap(
+    LanguageModel.make({ generateText, streamText }),
+    (model) =>
+      DirectModel.make(model, (provider) =>
+        requestBody(options, provider).pipe(
+          Effect.flatMap(client.createCompletion),
+          Effect.map(fromCompletion)
+        ))
   )
 }
-
-// ---------------------------------------------------------------------------------------------
-// The direct path
-
-/**
- * `generateText` as the agent loop calls it — tool calls returned, not run, and not validated
- * (`disableToolCallResolution` with `toolCallValidation: "deferred"`) — without
- * `LanguageModel.make`'s generic machinery, when nothing would observe the difference: no
- * tracer installed (its span and GenAI annotations are then exported by nobody), no span
- * transformer, no response-id tracker, no tool approvals in the prompt and no `oneOf` tool
- * choice. Every other call goes through `model`, unchanged.
- *
- * What it skips is measured (bench/openai-step.ts): the decode of the provider's parts
- * through the union of every part schema of the toolkit, a fresh toolkit copy per call, a
- * span and the telemetry annotations. The parts are built from the completion the same way
- * the decode builds them (the finish and metadata parts through their own schemas, for the
- * usage class and the timestamp); a test compares both paths part for part.
- */
-/** The options `direct` reads; the rest go to `model` as given. */
-interface DirectOptions {
-  readonly prompt: Prompt.RawInput
-  readonly toolkit?: unknown
-  readonly toolChoice?: LanguageModel.ToolChoice<string> | undefined
-  readonly disableToolCallResolution?: boolean | undefined
-  readonly toolCallValidation?: string | undefined
-}
-
-const direct = (
-  model: LanguageModel.LanguageModel,
-  client: OpenAiClient["Service"],
-  options: Options
-): LanguageModel.LanguageModel["generateText"] => {
-  const fallback = model.generateText as (generate: DirectOptions) => Effect.Effect<unknown, AiError.AiError>
-  const generateText = (generate: DirectOptions) =>
-    Effect.withFiber((fiber): Effect.Effect<unknown, AiError.AiError> => {
-      const toolkit = generate.toolkit
-      const toolChoice = generate.toolChoice ?? "auto"
-      if (
-        generate.disableToolCallResolution !== true || generate.toolCallValidation !== "deferred" ||
-        typeof toolkit !== "object" || toolkit === null || Effect.isEffect(toolkit) || !("tools" in toolkit) ||
-        (typeof toolChoice === "object" && "oneOf" in toolChoice) ||
-        (fiber.getRef(Tracer.Tracer) !== Tracer.nativeTracer && fiber.getRef(References.TracerEnabled)) ||
-        Option.isSome(Context.getOption(fiber.context, Telemetry.CurrentSpanTransformer)) ||
-        Option.isSome(Context.getOption(fiber.context, ResponseIdTracker.ResponseIdTracker))
-      ) {
-        return fallback(generate)
-      }
-      const prompt = Prompt.make(generate.prompt)
-      if (hasApprovals(prompt)) return fallback(generate)
-      const tools = Object.values(toolkit.tools as Record<string, Tool.Any>)
-      return requestBody(options, { prompt, tools, toolChoice, responseFormat: { type: "text" } }).pipe(
-        Effect.flatMap(client.createCompletion),
-        Effect.flatMap((completion) => decodeParts(fromCompletion(completion))),
-        Effect.map((parts) => new LanguageModel.GenerateTextResponse(parts))
-      )
-    })
-  return generateText as unknown as LanguageModel.LanguageModel["generateText"]
-}
-
-/** Does the prompt hold tool approval requests or responses (which `LanguageModel` resolves)? */
-const hasApprovals = (prompt: Prompt.Prompt): boolean =>
-  prompt.content.some((message) =>
-    (message.role === "assistant" || message.role === "tool") &&
-    message.content.some((part) => part.type === "tool-approval-request" || part.type === "tool-approval-response")
-  )
-
-const decodeFinish = Schema.decodeEffect(Response.FinishPart)
-const decodeMetadata = Schema.decodeEffect(Response.ResponseMetadataPart)
-
-/** The parts as `LanguageModel` decodes them with deferred validation (tool-call params kept as sent). */
-const decodeParts = (
-  encoded: ReadonlyArray<Response.PartEncoded>
-): Effect.Effect<Array<Response.Part<Record<string, Tool.Any>>>, AiError.AiError> =>
-  Effect.forEach(encoded, (part): Effect.Effect<Response.AnyPart, Schema.SchemaError> => {
-    switch (part.type) {
-      case "text":
-        return Effect.succeed(Response.makePart("text", { text: part.text }))
-      case "reasoning":
-        return Effect.succeed(Response.makePart("reasoning", { text: part.text }))
-      case "tool-call":
-        return Effect.succeed(Response.makePart("tool-call", {
-          id: part.id,
-          name: part.name,
-          params: part.params,
-          providerExecuted: part.providerExecuted ?? false
-        }))
-      case "finish":
-        return decodeFinish(part)
-      case "response-metadata":
-        return decodeMetadata(part)
-      default:
-        return Effect.die(`OpenAiModel: fromCompletion made a ${part.type} part, which the direct path does not build`)
-    }
-  }).pipe(
-    Effect.mapError((error) =>
-      AiError.make({
-        module: "LanguageModel",
-        method: "generateText",
-        reason: AiError.InvalidOutputError.fromSchemaError(error)
-      })
-    )
-  ) as Effect.Effect<Array<Response.Part<Record<string, Tool.Any>>>, AiError.AiError>
 
 /**
  * The model as the `LanguageModel` service.

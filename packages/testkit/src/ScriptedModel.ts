@@ -14,6 +14,7 @@
  *
  * The JSON format is documented in `docs/script-format.md`.
  */
+import * as DirectModel from "@fibril/core/DirectModel"
 import * as AiError from "effect/ai/AiError"
 import * as LanguageModel from "effect/ai/LanguageModel"
 import type * as Prompt from "effect/ai/Prompt"
@@ -457,7 +458,7 @@ export const make = (script: ScriptInput): Effect.Effect<LanguageModel.LanguageM
         : outcome
     }
 
-    const answer = (method: Method, options: LanguageModel.ProviderOptions): Effect.Effect<Answer, AiError.AiError> =>
+    const answer = (method: Method, options: DirectModel.Request): Effect.Effect<Answer, AiError.AiError> =>
       Effect.suspend(() => {
         const messages = options.prompt.content
         const seen = read(messages)
@@ -500,7 +501,8 @@ export const make = (script: ScriptInput): Effect.Effect<LanguageModel.LanguageM
     // different tools (a root and its sub-agents) calling in turn would rebuild it on every
     // request. One model per set of tool names keeps each decoder (make still checks that the
     // tools are the same ones before reusing it).
-    return Effect.map(LanguageModel.make(provider), (first) => {
+    // The agent loop's calls go straight to the script (DirectModel), without the decode above.
+    return Effect.flatMap(LanguageModel.make(provider), (first) => {
       const byTools = new Map<string, LanguageModel.LanguageModel>()
       const modelFor = (toolkit: unknown): Effect.Effect<LanguageModel.LanguageModel> => {
         const tools = (toolkit as { readonly tools?: Record<string, unknown> } | undefined)?.tools
@@ -510,7 +512,7 @@ export const make = (script: ScriptInput): Effect.Effect<LanguageModel.LanguageM
         if (found !== undefined) return Effect.succeed(found)
         return Effect.tap(LanguageModel.make(provider), (made) => Effect.sync(() => void byTools.set(key, made)))
       }
-      return LanguageModel.LanguageModel.of({
+      const model = LanguageModel.LanguageModel.of({
         ...first,
         generateText: ((options: { readonly toolkit?: unknown }) =>
           Effect.flatMap(
@@ -523,6 +525,7 @@ export const make = (script: ScriptInput): Effect.Effect<LanguageModel.LanguageM
             (model) => model.streamText(options as never)
           ))) as unknown as LanguageModel.LanguageModel["streamText"]
       })
+      return DirectModel.make(model, (request) => Effect.map(answer("generateText", request), toParts))
     })
   })
 
