@@ -33,6 +33,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Path from "effect/Path"
 import * as Result from "effect/Result"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import { hostname } from "node:os"
 import * as Sqlite from "./internal/sqlite.ts"
@@ -338,8 +339,11 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     catch: (cause) => cause
   })
 
+  // Opening a new database while other processes open it too can be refused at once (busy):
+  // tried again every 20 ms, for up to 10 s (the busy timeout's own bound).
   // A file that is not a database is moved aside (never overwritten), and a new one started.
   const opened = yield* openDb.pipe(
+    Effect.retry({ while: Sqlite.isBusy, schedule: Schedule.spaced("20 millis"), times: 500 }),
     Effect.catch((cause) => {
       if (!Sqlite.isCorruption(cause)) return Effect.fail(failed(cause))
       return Effect.gen(function*() {

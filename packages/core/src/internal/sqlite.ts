@@ -71,6 +71,17 @@ export const open = (file: string, busyTimeoutMs = 10_000): Database => {
   }
 }
 
+/**
+ * SQLite's "busy": another connection holds the lock. Most waits go through the busy timeout;
+ * this is what is left, e.g. two processes creating the same new database at once, where
+ * SQLite refuses one of them at once rather than risk a deadlock (its busy handler is not
+ * called). Opening again a moment later succeeds.
+ */
+export const isBusy = (cause: unknown): boolean => {
+  const text = String(cause instanceof Error ? cause.message : cause)
+  return /database is locked|SQLITE_BUSY/i.test(text)
+}
+
 /** SQLite's words for a file that is not (or no longer) a database. */
 export const isCorruption = (cause: unknown): boolean => {
   const text = String(cause instanceof Error ? cause.message : cause)
