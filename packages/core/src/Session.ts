@@ -481,9 +481,10 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   }, withSpan("Session.create"))
 
   // Siblings given the same grant (same role, depth and allowed_tools, no definition or extra
-  // denials) get the same rules, and so do root agents given the same grant: rules are immutable (a reassignment replaces them), so a
-  // fan-out derives them once, and the registry's view and the record's JSON of them are
-  // computed once too (both are cached per rules object).
+  // denials) get the same rules, and so do root agents given the same grant: rules are
+  // immutable (a reassignment replaces them), so a fan-out derives them once, and the
+  // registry's view and the record's JSON of them are computed once too (both are cached per
+  // rules object).
   const siblingRules = new WeakMap<Permission.Rules, Map<string, { role: Roles.RoleSpec; rules: Permission.Rules }>>()
   const childRules = (parentRules: Permission.Rules, depth: number, role: Roles.RoleSpec, options: GrantOptions) => {
     if (options.definition !== undefined || options.deny !== undefined) {
