@@ -58,6 +58,12 @@ export const isTerminal = (type: EventType): boolean =>
 
 export class AgentEvents extends Context.Service<AgentEvents, {
   readonly publish: (event: AgentEvent) => Effect.Effect<void>
+  /**
+   * `publish`, done at once: what the runtime calls for every event it publishes itself (a
+   * dozen per agent), so that an event costs no Effect of its own. Whoever wraps this
+   * service must wrap both (`publish` may simply run `emit`).
+   */
+  readonly emit: (event: AgentEvent) => void
   /** A subscription that receives every event published after it is taken. */
   readonly subscribe: Effect.Effect<PubSub.Subscription<AgentEvent>, never, Scope.Scope>
   readonly stream: Stream.Stream<AgentEvent>
@@ -65,13 +71,25 @@ export class AgentEvents extends Context.Service<AgentEvents, {
 
 export const make = Effect.gen(function*() {
   const pubsub = yield* PubSub.unbounded<AgentEvent>()
+  // Unbounded: a publish always succeeds at once, so the synchronous form is the same
+  // operation without suspending.
+  const emit = (event: AgentEvent): void => void PubSub.publishUnsafe(pubsub, event)
   return AgentEvents.of({
-    // Unbounded: a publish always succeeds at once, so the synchronous form is the same
-    // operation without suspending (every agent publishes a dozen events per run).
-    publish: (event) => Effect.sync(() => void PubSub.publishUnsafe(pubsub, event)),
+    publish: (event) => Effect.sync(() => emit(event)),
+    emit,
     subscribe: PubSub.subscribe(pubsub),
     stream: Stream.fromPubSub(pubsub)
   })
 })
 
 export const layer: Layer.Layer<AgentEvents> = Layer.effect(AgentEvents, make)
+
+/**
+ * The service with `emit` replaced and `publish` running the new `emit`: how a wrapper (a
+ * test's observer, the lab's planted bugs) sees or changes every event, whichever way it is
+ * published.
+ */
+export const withEmit = (
+  events: AgentEvents["Service"],
+  emit: (event: AgentEvent) => void
+): AgentEvents["Service"] => ({ ...events, emit, publish: (event) => Effect.sync(() => emit(event)) })

@@ -35,7 +35,7 @@ import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
 import { callModel, type ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
 import { resolveTurn } from "./loop/ResolveTurn.ts"
 import { runTools, type RunToolsDeps } from "./loop/RunTools.ts"
-import { type Budgets, type SessionState, snapshot } from "./loop/State.ts"
+import { type Budgets, eventOf, type SessionState } from "./loop/State.ts"
 import { Memory } from "./Memory.ts"
 import { Models, type UnknownModel } from "./Models.ts"
 import * as Permission from "./Permission.ts"
@@ -197,8 +197,8 @@ export interface RestoreOptions {
 
 /** How another service (the SubAgentManager) takes part in every session's loop. */
 export interface Hooks {
-  /** Called with every event, after it is published. */
-  readonly onEvent: (event: AgentEvent) => Effect.Effect<void>
+  /** Called with every event, after it is published, at once (it must not block). */
+  readonly onEvent: (event: AgentEvent) => void
   /**
    * Called when the model gives a final answer. Return a message to hand the model and go on
    * (e.g. the results of background children it must see), or undefined to finish.
@@ -213,7 +213,7 @@ export interface Hooks {
   readonly beforeModelCall?: ((sessionId: string) => Effect.Effect<void>) | undefined
 }
 
-const noHooks: Hooks = { onEvent: () => Effect.void, beforeFinish: () => Effect.succeed(undefined) }
+const noHooks: Hooks = { onEvent: () => {}, beforeFinish: () => Effect.succeed(undefined) }
 
 export class Session extends Context.Service<Session, {
   readonly create: (
@@ -346,13 +346,15 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     return state ? Effect.succeed(state) : Effect.fail(new SessionNotFound({ sessionId }))
   }
 
+  // Events are published at once, inside the step that has the news (no Effect per event);
+  // `publish` is the same as an Effect, for the places that need one.
+  const emit = (state: SessionState, event: Omit<AgentEvent, "agent" | "at">): void => {
+    const full = eventOf(state, event)
+    events.emit(full)
+    hooks.onEvent(full)
+  }
   const publish = (state: SessionState, event: Omit<AgentEvent, "agent" | "at">) =>
-    Clock.clockWith((clock) => {
-      const full: AgentEvent = { ...event, agent: snapshot(state), at: clock.currentTimeMillisUnsafe() }
-      // A hook that did its work when called (the manager's) returns Effect.void: nothing to sequence.
-      const after = hooks.onEvent(full)
-      return after === Effect.void ? events.publish(full) : Effect.andThen(events.publish(full), after)
-    })
+    Effect.sync(() => emit(state, event))
 
   // A new conversation reads the memory file; a sub-agent inherits what this process last
   // read or wrote (with every note remembered since), so a fan-out does not read it per child.
@@ -402,6 +404,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     readonly messages: Array<Prompt.Message>
     readonly description: string | undefined
     readonly budgets: Budgets
+    readonly clock: Clock.Clock
   }): SessionState => {
     const state: SessionState = {
       id: init.id ?? Ids.next("agent"),
@@ -428,7 +431,8 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       modelCall: undefined,
       stepInterrupted: false,
       scope: undefined,
-      cancelReason: undefined
+      cancelReason: undefined,
+      clock: init.clock
     }
     sessions.set(state.id, state)
     return state
@@ -465,6 +469,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     const languageModel = yield* models.resolve(model)
     const rules = childRules(permission.root, 0, role, options)
     const state = register({
+      clock: yield* Clock.Clock,
       parent: undefined,
       depth: 0,
       role,
@@ -476,7 +481,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       description: undefined,
       budgets: { maxSteps: config.maxSteps }
     })
-    yield* publish(state, { type: "spawned" })
+    emit(state, { type: "spawned" })
     return info(state)
   }, withSpan("Session.create"))
 
@@ -528,6 +533,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       ]
       : []
     const state = register({
+      clock: yield* Clock.Clock,
       parent,
       depth,
       role,
@@ -539,7 +545,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       description: options.description,
       budgets: childBudgets(options.budgets)
     })
-    yield* publish(state, { type: "spawned" })
+    emit(state, { type: "spawned" })
     return info(state)
   }, withSpan("Session.createChild"))
 
@@ -555,6 +561,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       options.recorded ?? {}
     )
     const state = register({
+      clock: yield* Clock.Clock,
       id: options.id,
       parent,
       depth: options.depth,
@@ -680,9 +687,8 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
           afterModel: (turn, own) => {
             state.steps++
             addUsage(state, turn.usage, turn.usageReported)
-            const published = publish(state, { type: "step" })
-            const checked = checkTokens(state, own)
-            return checked === Effect.void ? published : Effect.andThen(published, checked)
+            emit(state, { type: "step" })
+            return checkTokens(state, own)
           },
           beforeFinish: () =>
             state.inbox.length > 0
@@ -718,7 +724,9 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     const closed = closeDanglingCalls(state)
     if (closed !== undefined && hooks.onMessage !== undefined) yield* hooks.onMessage(state.id, closed)
     yield* addMessage(state, userMessage(message))
-    yield* publish(state, { type: "started" })
+    // Events of this run are stamped by its clock (the caller's: a TestClock under test).
+    state.clock = yield* Clock.Clock
+    emit(state, { type: "started" })
     // The run's scope (background children are forked into it) is closed by the same
     // finalizer that publishes the terminal event, first: one finalizer to unwind, not two.
     const scope = Scope.makeUnsafe()
@@ -726,17 +734,15 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     return yield* loop(state).pipe(
       withWallBudget(state),
       Effect.onExit((exit) =>
-        Effect.andThen(Scope.close(scope, exit), () => {
+        Effect.map(Scope.close(scope, exit), () => {
           state.busy = false
           state.scope = undefined
           state.modelCall = undefined
-          if (exit._tag === "Success") return publish(state, { type: "completed" })
-          if (Cause.hasInterruptsOnly(exit.cause)) {
-            return state.cancelReason === undefined
-              ? publish(state, { type: "interrupted", reason: "interrupted" })
-              : publish(state, { type: "cancelled", reason: state.cancelReason })
-          }
-          return publish(state, { type: "failed", reason: describeFailure(exit.cause) })
+          if (exit._tag === "Success") emit(state, { type: "completed" })
+          else if (!Cause.hasInterruptsOnly(exit.cause)) {
+            emit(state, { type: "failed", reason: describeFailure(exit.cause) })
+          } else if (state.cancelReason === undefined) emit(state, { type: "interrupted", reason: "interrupted" })
+          else emit(state, { type: "cancelled", reason: state.cancelReason })
         })
       )
     )

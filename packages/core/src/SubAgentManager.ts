@@ -1351,13 +1351,12 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   yield* session.setHooks({
     onEvent: (event: AgentEvent) => {
       const entry = entries.get(event.agent.agentId)
-      if (entry === undefined) return Effect.void
+      if (entry === undefined) return
       entry.lastProgress = event.at
       // The session published `started`: it will publish this run's terminal event too.
       if (event.type === "started") entry.started = true
       // Into the record in memory only: the next put carries it (no store write per tool call).
       else if (event.type === "tool_result") Receipt.toolResult(entry.record, event, relativize)
-      return Effect.void
     },
     // A durable store gets every message as it is added (each tool result as it lands,
     // committed at the end of that event-loop turn), and the loop's next model call waits for

@@ -5,7 +5,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { ScriptedModel } from "@fibril/testkit"
-import { Effect, Fiber, PubSub, Schema } from "effect"
+import { Clock, Effect, Fiber, PubSub, Schema } from "effect"
 import { LanguageModel, Prompt, Response } from "effect/ai"
 import { TestClock } from "effect/testing"
 import { type AgentEvent, AgentEvents } from "../src/AgentEvents.ts"
@@ -259,7 +259,8 @@ describe("loop/RunTools", () => {
         treeUsage: { input: 1, output: 2, cached: 0 },
         steps: 4,
         toolCalls: 0,
-        lastTool: undefined
+        lastTool: undefined,
+        clock: yield* Clock.Clock
       } as unknown as SessionState
       const deps = { registry, permission: get(Permission.Permission), events, onResult: undefined, onEvent: undefined }
       return { state, deps, subscription }
@@ -272,7 +273,7 @@ describe("loop/RunTools", () => {
       const { deps, state, subscription } = yield* harness()
       const seen: Array<AgentEvent["type"]> = []
       const message = yield* runTools(
-        { ...deps, onEvent: (event) => Effect.sync(() => void seen.push(event.type)) },
+        { ...deps, onEvent: (event) => void seen.push(event.type) },
         state,
         [{ id: "c1", name: "echo", params: `{"path":"notes.md"}` }]
       )

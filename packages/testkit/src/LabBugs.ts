@@ -13,7 +13,7 @@
  * sub-agents; the transcript read back after a resume).
  */
 import { AgentTools, SubAgentManager, ToolRegistry } from "@fibril/core"
-import type { AgentEvent } from "@fibril/core/AgentEvents"
+import { type AgentEvent, withEmit } from "@fibril/core/AgentEvents"
 import * as Effect from "effect/Effect"
 import type { Tamper } from "./Simulation.ts"
 
@@ -36,25 +36,20 @@ export const rejectBelowCap: Tamper = {
 /** Every sub-agent's end is published twice. */
 export const duplicateTerminalEvents: Tamper = {
   name: "duplicate-terminal",
-  events: (events) => ({
-    ...events,
-    publish: (event) =>
-      event.agent.depth > 0 && isEnd(event)
-        ? Effect.andThen(events.publish(event), events.publish(event))
-        : events.publish(event)
-  })
+  events: (events) =>
+    withEmit(events, (event) => {
+      events.emit(event)
+      if (event.agent.depth > 0 && isEnd(event)) events.emit(event)
+    })
 }
 
 /** A cancellation never reaches agents at depth 2 or deeper: their ends are lost. */
 export const cancelSkipsGrandchildren: Tamper = {
   name: "cancel-skips-grandchildren",
-  events: (events) => ({
-    ...events,
-    publish: (event) =>
-      event.agent.depth >= 2 && (event.type === "cancelled" || event.type === "interrupted")
-        ? Effect.void
-        : events.publish(event)
-  })
+  events: (events) =>
+    withEmit(events, (event) => {
+      if (event.agent.depth < 2 || (event.type !== "cancelled" && event.type !== "interrupted")) events.emit(event)
+    })
 }
 
 /** Model calls are answered from a fiber nobody owns: interrupting the caller leaves it running. */

@@ -22,7 +22,7 @@
  * memory, nothing touches the disk or the network, and virtual time jumps instead of passing.
  */
 import { Fibril, SubAgentManager as Manager, SubAgentRecord, SubAgentStore, ToolRegistry } from "@fibril/core"
-import { type AgentEvent, AgentEvents, make as makeEvents } from "@fibril/core/AgentEvents"
+import { type AgentEvent, AgentEvents, make as makeEvents, withEmit } from "@fibril/core/AgentEvents"
 import { type Options as SessionOptions, Session } from "@fibril/core/Session"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
@@ -377,18 +377,16 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined, sq
     const state: { current: RunState | undefined } = { current: undefined }
     const store = tamper?.store
     // Every event as it is published (before a planted bug can drop it): which runs have ended.
-    const observe = (events: AgentEvents["Service"]): AgentEvents["Service"] => ({
-      ...events,
-      publish: (event) => {
+    const observe = (events: AgentEvents["Service"]): AgentEvents["Service"] =>
+      withEmit(events, (event) => {
         const run = state.current
         const index = event.agent.depth === 0 ? 0 : nodeOf(event.agent.description ?? "")
         if (run !== undefined && index !== undefined) {
           if (event.type === "started") run.ended.delete(index)
           else if (isEnd(event.type)) run.ended.add(index)
         }
-        return events.publish(event)
-      }
-    })
+        events.emit(event)
+      })
     const fibril = Fibril.layer({
       cwd: workspace(),
       session: {

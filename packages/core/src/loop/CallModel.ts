@@ -79,6 +79,9 @@ const awaitWithin = <A, E>(
   late: () => E
 ): Effect.Effect<A, E> =>
   Effect.withFiber((fiber) => {
+    // Started at once, a call that needed no wait (a scripted model) is already done: no timer.
+    const done = call.pollUnsafe()
+    if (done !== undefined) return done
     if (fiber.getRef(Clock.Clock) !== liveClock) {
       return Effect.timeoutOrElse(Effect.flatten(Fiber.await(call)), {
         duration: timeout,

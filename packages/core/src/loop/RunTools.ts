@@ -9,7 +9,6 @@
  * nothing here fails the loop. Interrupting the session interrupts every running call.
  */
 import * as Prompt from "effect/ai/Prompt"
-import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
@@ -17,7 +16,7 @@ import type { AgentEvent, AgentEvents } from "../AgentEvents.ts"
 import type { Permission } from "../Permission.ts"
 import type { RegisteredTool, ToolErrorLike, ToolRegistry } from "../ToolRegistry.ts"
 import type { ToolCall } from "./ResolveTurn.ts"
-import { type SessionState, snapshot } from "./State.ts"
+import { eventOf, type SessionState } from "./State.ts"
 
 export interface RunToolsDeps {
   readonly registry: ToolRegistry["Service"]
@@ -26,7 +25,7 @@ export interface RunToolsDeps {
   /** Called with each result as it lands, before the turn's other calls finish (a durable transcript). */
   onResult: ((state: SessionState, part: Prompt.ToolResultPart) => Effect.Effect<void>) | undefined
   /** Called with each event after it is published (the session's `onEvent` hook). */
-  onEvent: ((event: AgentEvent) => Effect.Effect<void>) | undefined
+  onEvent: ((event: AgentEvent) => void) | undefined
 }
 
 export class UnknownTool extends Schema.TaggedError<UnknownTool>()("UnknownTool", {
@@ -66,12 +65,12 @@ const parseArguments = (tool: RegisteredTool, params: unknown): Effect.Effect<un
   )
 }
 
-const publish = (deps: RunToolsDeps, state: SessionState, event: Omit<AgentEvent, "agent" | "at">) =>
-  Clock.clockWith((clock) => {
-    const full: AgentEvent = { ...event, agent: snapshot(state), at: clock.currentTimeMillisUnsafe() }
-    const after = deps.onEvent === undefined ? Effect.void : deps.onEvent(full)
-    return after === Effect.void ? deps.events.publish(full) : Effect.andThen(deps.events.publish(full), after)
-  })
+// Done at once, inside the step that has the news: an event costs no Effect of its own.
+const emit = (deps: RunToolsDeps, state: SessionState, event: Omit<AgentEvent, "agent" | "at">): void => {
+  const full = eventOf(state, event)
+  deps.events.emit(full)
+  deps.onEvent?.(full)
+}
 
 // Combinators rather than generators: this runs for every tool call of every agent, and a
 // generator costs an iterator object and an extra step per `yield*`.
@@ -121,29 +120,27 @@ const runOne = (
     state.toolCalls++
     state.lastTool = call.name
     const touched: { paths: ReadonlyArray<string> | undefined } = { paths: undefined }
-    return Effect.andThen(
-      publish(deps, state, { type: "tool_call", tool: call.name }),
-      Effect.flatMap(Effect.result(Effect.suspend(() => execute(deps, state, call, touched))), (result) => {
-        const isFailure = result._tag === "Failure"
-        const part = Prompt.makePart("tool-result", {
-          id: call.id,
-          name: call.name,
-          isFailure,
-          result: isFailure ? failurePayload(result.failure) : result.success,
-          providerExecuted: false
-        })
-        const published = publish(deps, state, {
-          type: "tool_result",
-          tool: call.name,
-          isFailure,
-          reason: isFailure ? result.failure.message : undefined,
-          changed: isFailure ? undefined : touched.paths
-        })
-        if (landed === undefined || deps.onResult === undefined) return Effect.as(published, part)
-        landed.push(part)
-        return Effect.as(Effect.andThen(published, deps.onResult(state, part)), part)
+    emit(deps, state, { type: "tool_call", tool: call.name })
+    return Effect.flatMap(Effect.result(Effect.suspend(() => execute(deps, state, call, touched))), (result) => {
+      const isFailure = result._tag === "Failure"
+      const part = Prompt.makePart("tool-result", {
+        id: call.id,
+        name: call.name,
+        isFailure,
+        result: isFailure ? failurePayload(result.failure) : result.success,
+        providerExecuted: false
       })
-    )
+      emit(deps, state, {
+        type: "tool_result",
+        tool: call.name,
+        isFailure,
+        reason: isFailure ? result.failure.message : undefined,
+        changed: isFailure ? undefined : touched.paths
+      })
+      if (landed === undefined || deps.onResult === undefined) return Effect.succeed(part)
+      landed.push(part)
+      return Effect.as(deps.onResult(state, part), part)
+    })
   })
 
 const run = (

@@ -4,9 +4,10 @@
  */
 import type * as LanguageModel from "effect/ai/LanguageModel"
 import type * as Prompt from "effect/ai/Prompt"
+import type * as Clock from "effect/Clock"
 import type * as Fiber from "effect/Fiber"
 import type * as Scope from "effect/Scope"
-import type { AgentSnapshot } from "../AgentEvents.ts"
+import type { AgentEvent, AgentSnapshot } from "../AgentEvents.ts"
 import type * as Permission from "../Permission.ts"
 import type { ToolView } from "../ToolRegistry.ts"
 import type { MutableUsage } from "../Usage.ts"
@@ -57,6 +58,8 @@ export interface SessionState {
   scope: Scope.Scope | undefined
   /** Set before the run is interrupted on purpose: it ends `cancelled` with this reason. */
   cancelReason: string | undefined
+  /** The clock events are stamped with: the creating fiber's, then the running prompt's. */
+  clock: Clock.Clock
 }
 
 export const snapshot = (state: SessionState): AgentSnapshot => ({
@@ -70,4 +73,11 @@ export const snapshot = (state: SessionState): AgentSnapshot => ({
   toolCalls: state.toolCalls,
   lastTool: state.lastTool,
   usage: { input: state.treeUsage.input, output: state.treeUsage.output, cached: state.treeUsage.cached }
+})
+
+/** An event as published: with the agent's snapshot, stamped by the session's clock. */
+export const eventOf = (state: SessionState, event: Omit<AgentEvent, "agent" | "at">): AgentEvent => ({
+  ...event,
+  agent: snapshot(state),
+  at: state.clock.currentTimeMillisUnsafe()
 })
