@@ -539,21 +539,33 @@ const describeBounds = (key: IntKey): string => {
 /** `"agent.max_steps"` -> `"FIBRIL_AGENT_MAX_STEPS"`. */
 const envVarOf = (key: string): string => `FIBRIL_${key.replaceAll(".", "_").toUpperCase()}`
 
-/** Env first (FIBRIL_ + constant case of the path), then the project table, then the user table. */
-const makeProvider = (
+/**
+ * The sources in order: env (FIBRIL_ + constant case of the path), the project table, the
+ * user table. A key takes its value from the first that has it.
+ */
+const makeSources = (
   env: Readonly<Record<string, string | undefined>>,
   project: unknown,
   user: unknown
-): ConfigProvider.ConfigProvider =>
-  ConfigProvider.fromEnvRecord({ ...env }).pipe(
-    ConfigProvider.constantCase,
-    ConfigProvider.nested("FIBRIL"),
-    ConfigProvider.orElse(ConfigProvider.fromUnknown(project)),
-    ConfigProvider.orElse(ConfigProvider.fromUnknown(user))
-  )
+): ReadonlyArray<ConfigProvider.ConfigProvider> => [
+  ConfigProvider.fromEnvRecord({ ...env }).pipe(ConfigProvider.constantCase, ConfigProvider.nested("FIBRIL")),
+  ConfigProvider.fromUnknown(project),
+  ConfigProvider.fromUnknown(user)
+]
 
 const sandboxModes = ["read-only", "workspace-write", "off"] as const satisfies ReadonlyArray<SandboxMode>
 const sandboxModesAccepted = sandboxModes.map((mode) => `"${mode}"`).join(" | ")
+
+/** What the keys that are not integers accept, as error messages say it. */
+const accepts = {
+  string: "a string",
+  boolean: "true or false",
+  admission: `"reject" | "queue"`,
+  models: `a table of role name = model id strings ("role=model,role=model" in the environment)`,
+  deny: "an array of tool names (comma-separated in the environment)",
+  writablePaths: "an array of paths, absolute or relative to the workspace (comma-separated in the environment)",
+  bwrapPath: "a string: the bubblewrap binary, a name on PATH or a path"
+} as const
 
 /** One `[sandbox.roles.<role>]` table as written (snake_case keys, every key optional). */
 const SandboxRoleTable = Schema.Struct({
@@ -562,23 +574,69 @@ const SandboxRoleTable = Schema.Struct({
   writable_paths: Schema.optionalKey(Schema.Array(Schema.String))
 })
 
+/**
+ * `[sandbox.roles.<role>]`, merged key by key over the sources: an environment variable for
+ * one role's key (FIBRIL_SANDBOX_ROLES_VERIFIER_MODE) changes that key only, not every role
+ * table the files hold. Role names are case-insensitive (the variable arrives as VERIFIER).
+ */
+const readRoles = (
+  sources: ReadonlyArray<ConfigProvider.ConfigProvider>,
+  read: <A>(
+    key: string,
+    accepted: string,
+    make: (name: string) => Config.Config<A>,
+    from: ConfigProvider.ConfigProvider
+  ) => Effect.Effect<A, ConfigInvalid>
+): Effect.Effect<Readonly<Record<string, SandboxRoleSettings>>, ConfigInvalid> =>
+  Effect.map(
+    Effect.forEach(sources, (source) =>
+      read(
+        "sandbox.roles",
+        `tables [sandbox.roles.<role>] with mode (${sandboxModesAccepted}), network (true or false) and writable_paths (an array of paths)`,
+        (name) => Config.schema(Schema.Record(Schema.String, SandboxRoleTable), name).pipe(Config.withDefault({})),
+        source
+      )),
+    (tables) => {
+      const roles: Record<string, SandboxRoleSettings> = {}
+      // Lowest priority first, so that each source overrides the keys it sets.
+      for (const table of [...tables].reverse()) {
+        for (const [name, given] of Object.entries(table)) {
+          const role = name.toLowerCase()
+          const before = roles[role]
+          roles[role] = {
+            mode: given.mode ?? before?.mode,
+            network: given.network ?? before?.network,
+            writablePaths: given.writable_paths ?? before?.writablePaths
+          }
+        }
+      }
+      return roles
+    }
+  )
+
 /** Reads every key through `Config`, then clamps; `sourceOf` says where a bad value came from. */
 const readSettings = Effect.fnUntraced(function*(
-  provider: ConfigProvider.ConfigProvider,
+  sources: ReadonlyArray<ConfigProvider.ConfigProvider>,
   sourceOf: (key: string) => string
 ) {
-  const read = <A>(key: string, accepted: string, make: (name: string) => Config.Config<A>) => {
+  const provider = sources.reduce((first, next) => ConfigProvider.orElse(first, next))
+  const read = <A>(
+    key: string,
+    accepted: string,
+    make: (name: string) => Config.Config<A>,
+    from: ConfigProvider.ConfigProvider = provider
+  ) => {
     const segments = key.split(".")
     const config = segments.slice(0, -1).reduceRight(
       (inner, section) => Config.nested(inner, section),
       make(segments.at(-1) ?? key)
     )
-    return config.parse(provider).pipe(
+    return config.parse(from).pipe(
       Effect.catchTag("ConfigError", (error) =>
         Effect.gen(function*() {
           // "Expected an integer\n  at ["agent"]["max_steps"]": the path is already in `key`.
           const expected = error.cause.message.split("\n")[0] ?? error.message
-          const given = yield* provider.load(segments).pipe(Effect.orElseSucceed(() => undefined))
+          const given = yield* from.load(segments).pipe(Effect.orElseSucceed(() => undefined))
           return yield* new ConfigInvalid({
             key,
             envVar: envVarOf(key),
@@ -590,7 +648,7 @@ const readSettings = Effect.fnUntraced(function*(
     )
   }
   const optionalString = (key: string) =>
-    read(key, "a string", (name) => Config.String(name).pipe(Config.option, Config.map(Option.getOrUndefined)))
+    read(key, accepts.string, (name) => Config.String(name).pipe(Config.option, Config.map(Option.getOrUndefined)))
 
   const ints = yield* Effect.all(
     Record.map(bounds, (_, key) => read(key, describeBounds(key), (name) => Config.option(Config.Int(name))))
@@ -620,7 +678,7 @@ const readSettings = Effect.fnUntraced(function*(
       maxDepth: required("subagents.max_depth", d.subagents.maxDepth),
       admission: yield* read(
         "subagents.admission",
-        `"reject" | "queue"`,
+        accepts.admission,
         (name) => Config.Literals(["reject", "queue"], name).pipe(Config.withDefault(d.subagents.admission))
       ),
       // A heartbeat must outlive the slowest model call it waits on.
@@ -642,7 +700,7 @@ const readSettings = Effect.fnUntraced(function*(
       customModel: yield* optionalString("subagents.custom_model"),
       models: yield* read(
         "subagents.models",
-        `a table of role name = model id strings ("role=model,role=model" in the environment)`,
+        accepts.models,
         (name) => Config.Record(Schema.String, Schema.String, name).pipe(Config.withDefault(d.subagents.models))
       )
     },
@@ -653,7 +711,7 @@ const readSettings = Effect.fnUntraced(function*(
     permissions: {
       deny: yield* read(
         "permissions.deny",
-        "an array of tool names (comma-separated in the environment)",
+        accepts.deny,
         (name) => Config.Array(Schema.String, name).pipe(Config.withDefault(d.permissions.deny))
       )
     },
@@ -665,33 +723,20 @@ const readSettings = Effect.fnUntraced(function*(
       ),
       network: yield* read(
         "sandbox.network",
-        "true or false",
+        accepts.boolean,
         (name) => Config.Boolean(name).pipe(Config.withDefault(d.sandbox.network))
       ),
       writablePaths: yield* read(
         "sandbox.writable_paths",
-        "an array of paths, absolute or relative to the workspace (comma-separated in the environment)",
+        accepts.writablePaths,
         (name) => Config.Array(Schema.String, name).pipe(Config.withDefault(d.sandbox.writablePaths))
       ),
       bwrapPath: yield* read(
         "sandbox.bwrap_path",
-        "a string: the bubblewrap binary, a name on PATH or a path",
+        accepts.bwrapPath,
         (name) => Config.String(name).pipe(Config.withDefault(d.sandbox.bwrapPath))
       ),
-      // Role names are case-insensitive (and FIBRIL_SANDBOX_ROLES_VERIFIER_MODE arrives as VERIFIER).
-      roles: Object.fromEntries(
-        Object.entries(
-          yield* read(
-            "sandbox.roles",
-            `tables [sandbox.roles.<role>] with mode (${sandboxModesAccepted}), network (true or false) and writable_paths (an array of paths)`,
-            (name) => Config.schema(Schema.Record(Schema.String, SandboxRoleTable), name).pipe(Config.withDefault({}))
-          )
-        ).map(([role, table]): [string, SandboxRoleSettings] => [role.toLowerCase(), {
-          mode: table.mode,
-          network: table.network,
-          writablePaths: table.writable_paths
-        }])
-      )
+      roles: yield* readRoles(sources, read)
     },
     cluster: { url: yield* optionalString("cluster.url") }
   }
@@ -744,6 +789,85 @@ const locate = (
   if (file === undefined) return "defaults"
   const line = file.lines.get(key)
   return line === undefined ? file.path : `${file.path}, line ${line}`
+}
+
+/**
+ * What a config file may hold at a key, by TOML type. `Config` reads a file's values leniently
+ * (a number where a string is wanted becomes its digits; an array where a number or a flag is
+ * wanted reads as unset, so the default is used in silence), so a file's values are checked
+ * against these first. Strings where a number or a flag is wanted are left to `Config`, which
+ * parses or refuses them as it does every environment variable ("12", "yes").
+ */
+type FileKind = "string" | "integer" | "boolean" | "strings" | "string table"
+const fileKinds: Readonly<Record<string, readonly [FileKind, string]>> = {
+  strict: ["boolean", accepts.boolean],
+  model: ["string", accepts.string],
+  "subagents.admission": ["string", accepts.admission],
+  "subagents.default_model": ["string", accepts.string],
+  "subagents.worker_model": ["string", accepts.string],
+  "subagents.explorer_model": ["string", accepts.string],
+  "subagents.awaiter_model": ["string", accepts.string],
+  "subagents.review_model": ["string", accepts.string],
+  "subagents.custom_model": ["string", accepts.string],
+  "subagents.models": ["string table", accepts.models],
+  "permissions.deny": ["strings", accepts.deny],
+  "sandbox.mode": ["string", sandboxModesAccepted],
+  "sandbox.network": ["boolean", accepts.boolean],
+  "sandbox.writable_paths": ["strings", accepts.writablePaths],
+  "sandbox.bwrap_path": ["string", accepts.bwrapPath],
+  "cluster.url": ["string", accepts.string],
+  ...Object.fromEntries(Object.keys(bounds).map((key) => [key, ["integer", describeBounds(key as IntKey)] as const]))
+}
+
+const tomlType = (value: unknown): string =>
+  Array.isArray(value)
+    ? "an array"
+    : isTable(value)
+    ? "a table"
+    : value instanceof Date
+    ? "a date"
+    : typeof value === "number" || typeof value === "bigint"
+    ? "a number"
+    : typeof value === "boolean"
+    ? "a boolean"
+    : "a string"
+
+const fitsKind = (kind: FileKind, value: unknown): boolean => {
+  switch (kind) {
+    case "string":
+      return typeof value === "string"
+    case "integer":
+      return typeof value === "number" || typeof value === "bigint" || typeof value === "string"
+    case "boolean":
+      return typeof value === "boolean" || typeof value === "string"
+    case "strings":
+      // A comma-separated string is read as the list, as in the environment.
+      return typeof value === "string" || (Array.isArray(value) && value.every((item) => typeof item === "string"))
+    case "string table":
+      return isTable(value) && Object.values(value).every((item) => typeof item === "string")
+  }
+}
+
+/** The first value of a file whose TOML type its key does not accept, as a `ConfigInvalid`. */
+const wrongType = (file: ConfigFile): ConfigInvalid | undefined => {
+  for (const [key, [kind, accepted]] of Object.entries(fileKinds)) {
+    const value = valueAt(file.table, key)
+    if (value === undefined || fitsKind(kind, value)) continue
+    const line = file.lines.get(key)
+    const shown = value instanceof Date
+      ? value.toISOString()
+      : JSON.stringify(value, (_, v) => typeof v === "bigint" ? String(v) : v)
+    return new ConfigInvalid({
+      key,
+      envVar: envVarOf(key),
+      source: line === undefined ? file.path : `${file.path}, line ${line}`,
+      problem: `got ${shown} (${tomlType(value)}${
+        Array.isArray(value) || isTable(value) ? " with an entry that is not a string" : ""
+      })`,
+      accepted
+    })
+  }
+  return undefined
 }
 
 /** `[permissions] deny` entries that name no known tool, each with the tool it probably means. */
@@ -803,14 +927,16 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
   // When cwd is home, the same file is both; read it once.
   const user = userFile === projectFile ? Option.none<ConfigFile>() : yield* readToml(fs, userFile)
   const files = [...Option.toArray(project), ...Option.toArray(user)]
-  const provider = makeProvider(
+  const sources = makeSources(
     options.env,
     Option.getOrElse(Option.map(project, (file) => file.table), () => ({})),
     Option.getOrElse(Option.map(user, (file) => file.table), () => ({}))
   )
   const sourceOf = locate(options.env, files)
   // Strictness first: it decides whether what follows is an error or a warning.
-  const strictKey = yield* Config.Boolean("strict").pipe(Config.withDefault(true)).parse(provider).pipe(
+  const strictKey = yield* Config.Boolean("strict").pipe(Config.withDefault(true)).parse(
+    sources.reduce((first, next) => ConfigProvider.orElse(first, next))
+  ).pipe(
     Effect.catchTag("ConfigError", () =>
       Effect.fail(
         new ConfigInvalid({
@@ -818,14 +944,16 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
           envVar: envVarOf("strict"),
           source: sourceOf("strict"),
           problem: "not true or false",
-          accepted: "true or false"
+          accepted: accepts.boolean
         })
       ))
   )
   const strict = options.strict ?? strictKey
   const unknown = files.flatMap((file) => unknownKeys(file.path, file.table, file.lines))
   if (strict && unknown.length > 0) return yield* new ConfigUnknownKeys({ problems: unknown })
-  const { settings, clamped } = yield* readSettings(provider, sourceOf)
+  const mistyped = files.map(wrongType).find((error) => error !== undefined)
+  if (mistyped !== undefined) return yield* mistyped
+  const { settings, clamped } = yield* readSettings(sources, sourceOf)
   const known = options.knownTools ?? fibrilTools
   const unknownDenied = unknownTools(settings.permissions.deny, known)
   if (unknownDenied.length > 0) {

@@ -427,7 +427,9 @@ describe("FibrilConfig says what is wrong", () => {
       const snake = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)
       // The defaults as a TOML document, unset values given a value of their type.
       const asToml = (value: unknown, key: string): unknown => {
-        if (value === undefined) return key.endsWith("Model") || key === "model" ? "m" : 5
+        if (value === undefined) {
+          return key.endsWith("Model") || key === "model" ? "m" : key === "url" ? "postgres://localhost/fibril" : 5
+        }
         if (typeof value !== "object" || value === null || Array.isArray(value)) return value
         const entries = Object.entries(value).map(([k, v]) => [snake(k), asToml(v, k)] as const)
         return Object.fromEntries(key === "roles" ? [["explore", {}]] : entries)
@@ -660,6 +662,72 @@ describe("FibrilConfig, exactly (tests from its mutation run)", () => {
           x: { mode: undefined, network: true, writablePaths: ["c"] }
         }
       })
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.effect("a file value of the wrong TOML type is an error naming file, line and key, never a silent default", () =>
+    Effect.gen(function*() {
+      const cases: ReadonlyArray<readonly [string, string, string, string]> = [
+        [`model = 42`, "model", "line 1", `got 42 (a number)`],
+        [
+          `[agent]\nmax_steps = [1]`,
+          "agent.max_steps",
+          "line 2",
+          `got [1] (an array with an entry that is not a string)`
+        ],
+        [`[agent]\nmax_retries = { a = 1 }`, "agent.max_retries", "line 2", `got {"a":1} (a table`],
+        [`[sandbox]\nbwrap_path = 3`, "sandbox.bwrap_path", "line 2", `got 3 (a number)`],
+        [`[sandbox]\nnetwork = [true]`, "sandbox.network", "line 2", `got [true] (an array`],
+        [`[cluster]\nurl = true`, "cluster.url", "line 2", `got true (a boolean)`],
+        [`[subagents.models]\nworker = 1`, "subagents.models", "line 1", `got {"worker":1} (a table with an entry`],
+        [`[permissions]\ndeny = [1]`, "permissions.deny", "line 2", `got [1] (an array with an entry`],
+        [`[subagents]\nadmission = 2025-01-01`, "subagents.admission", "line 2", `got 2025-01-01 (a date)`]
+      ]
+      for (const [toml, key, line, problem] of cases) {
+        const { error, file } = yield* failure(toml)
+        assert.strictEqual(error._tag, "ConfigInvalid", toml)
+        if (error._tag !== "ConfigInvalid") continue
+        assert.strictEqual(error.key, key, toml)
+        assert.strictEqual(error.source, `${file}, ${line}`, toml)
+        assert.include(error.problem, problem, toml)
+      }
+      // What the environment may say as a string, a file may too: Config reads it.
+      const lenient = yield* withFile(
+        `strict = "yes"\n[agent]\nmax_steps = "12"\n[permissions]\ndeny = "shell"\n[sandbox]\nnetwork = "false"\n`
+      )
+      assert.isTrue(lenient.result._tag === "Success")
+      if (lenient.result._tag !== "Success") return
+      assert.strictEqual(lenient.result.success.settings.agent.maxSteps, 12)
+      assert.deepStrictEqual(lenient.result.success.settings.permissions.deny, ["shell"])
+      assert.strictEqual(lenient.result.success.settings.sandbox.network, false)
+    }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.effect("an environment variable for one role's sandbox key changes that key only", () =>
+    Effect.gen(function*() {
+      const { cwd, home, load, write } = yield* sandbox
+      yield* write(
+        cwd,
+        [
+          `[sandbox.roles.explore]`,
+          `network = true`,
+          `[sandbox.roles.verifier]`,
+          `mode = "read-only"`,
+          `writable_paths = ["node_modules/.vite"]`
+        ].join("\n")
+      )
+      yield* write(
+        home,
+        `[sandbox.roles.verifier]\nnetwork = true\nmode = "off"\n[sandbox.roles.review]\nmode = "off"\n`
+      )
+      const resolved = yield* load({ FIBRIL_SANDBOX_ROLES_VERIFIER_MODE: "workspace-write" })
+      assert.deepStrictEqual(resolved.settings.sandbox.roles, {
+        // The project's table over the user's, key by key; the variable over both.
+        verifier: { mode: "workspace-write", network: true, writablePaths: ["node_modules/.vite"] },
+        explore: { mode: undefined, network: true, writablePaths: undefined },
+        review: { mode: "off", network: undefined, writablePaths: undefined }
+      })
+      const bad = yield* Effect.flip(load({ FIBRIL_SANDBOX_ROLES_VERIFIER_MODE: "wide-open" }))
+      assert.strictEqual(bad._tag, "ConfigInvalid")
+      assert.include(bad.message, "sandbox.roles")
     }).pipe(Effect.provide(NodeServices.layer)))
 
   it.effect("a config path that cannot be read (a directory) is a ConfigFileError naming it", () =>
