@@ -59,7 +59,7 @@ const parseArguments = (tool: RegisteredTool, params: unknown): Effect.Effect<un
       )
     }
   }
-  return Effect.mapError(
+  return Effect.mapErrorEager(
     tool.decode(input),
     (error) => new InvalidArguments({ tool: tool.name, reason: error.message })
   )
@@ -87,15 +87,16 @@ const execute = (
   // The rules are read at each check, not captured: an agent narrowed by `agent_assign`
   // while this turn ran is held to its new rules. The full check (with the paths the call
   // touches) runs for every call: a writing tool that names no path is denied under a
-  // write scope rather than let through.
-  return Effect.flatMap(
+  // write scope rather than let through. The checks and the decoding are done at once when
+  // they can be (the eager forms): this runs inside the call's own step.
+  return Effect.flatMapEager(
     deps.permission.checkTool(state.rules, tool),
     () =>
-      Effect.flatMap(parseArguments(tool, call.params), (params) => {
+      Effect.flatMapEager(parseArguments(tool, call.params), (params) => {
         const paths = tool.paths(params)
         // What a writing tool changes, for the agent's record (artifact references).
         if (tool.posture === "write" && paths.length > 0) touched.paths = paths
-        return Effect.andThen(
+        return Effect.flatMapEager(
           deps.permission.check(state.rules, tool, paths),
           () =>
             tool.handler(params, {
