@@ -25,13 +25,14 @@
  * options (the same on every worker) and journaled results. Child ids are derived from the
  * parent's id, run, step and call index.
  */
-import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, Workspace } from "@fibril/core"
+import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, ToolRegistry, Workspace } from "@fibril/core"
 import * as Prompt from "effect/ai/Prompt"
 import * as Cause from "effect/Cause"
 import { ClusterSchema } from "effect/cluster"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { Activity, DurableClock, DurableDeferred, Workflow, WorkflowEngine } from "effect/workflow"
 import { createHash } from "node:crypto"
@@ -112,7 +113,11 @@ export interface Options {
 }
 
 /** The services a worker's workflow body needs besides AgentSteps and the store. */
-export type WorkerServices = Permission.Permission | Workspace.Workspace | Models.Models
+export type WorkerServices =
+  | Permission.Permission
+  | Workspace.Workspace
+  | Models.Models
+  | ToolRegistry.ToolRegistry
 
 export const defaults: Options = {
   maxDepth: 1,
@@ -195,6 +200,20 @@ export const view = (row: AgentRow): RowView => ({
 const ToolFailure = (error: string, message: string) => ({ error, message })
 
 /**
+ * The result a non-idempotent tool call gets when its step runs again and finds the call was
+ * started before (`ClusterStore.startToolCall`): the tool is not run a second time.
+ */
+export const interruptedCall = (call: AgentSteps.StepToolCall): AgentSteps.ToolStep => ({
+  id: call.id,
+  name: call.name,
+  isFailure: true,
+  result: ToolFailure(
+    "Interrupted",
+    `this ${call.name} call was started, then interrupted before its result was saved (the worker running it stopped or crashed). It was not run again because ${call.name} is not idempotent: it may have run in part or in full. Check its effects (read the files it writes, look for what it creates) before calling it again.`
+  )
+})
+
+/**
  * Cancels an agent and every non-detached descendant: marks each cancelled (unless it has
  * finished) and interrupts its workflow, parent first. Usable from any process with the
  * engine (a client, a worker, an activity).
@@ -268,6 +287,7 @@ const body = (options: Partial<Options>) =>
     const permission = yield* Permission.Permission
     const workspace = yield* Workspace.Workspace
     const models = yield* Models.Models
+    const registry = yield* ToolRegistry.ToolRegistry
     const { agentId, depth, run, rootId } = payload
     // "": the worker's default model (every worker must have the same one).
     const modelId = payload.model === "" ? models.defaultModel : payload.model
@@ -657,12 +677,20 @@ const body = (options: Partial<Options>) =>
           execute: observed(
             `tool/${step}/${index}`,
             Effect.gen(function*() {
-              const result = yield* steps.tool({ agentId, step, role: role.name, depth, rules, call })
-              yield* orDie(store.recordStep(
-                agentId,
-                [{ at: { run, step, slot: slot.tool + index }, message: AgentSteps.toolMessage([result]) }],
-                0
-              ))
+              const at = { run, step, slot: slot.tool + index }
+              // Steps are at-least-once: this one may be running again after a crash. A tool that
+              // is not idempotent commits a marker before it runs; found, it is not run twice.
+              // (An unknown tool only fails: it may run again.)
+              const idempotent = registry.get(call.name).pipe(Option.match({
+                onNone: () => true,
+                onSome: (tool) =>
+                  tool.idempotent
+              }))
+              const first = idempotent || (yield* orDie(store.startToolCall(agentId, at)))
+              const result = first
+                ? yield* steps.tool({ agentId, step, role: role.name, depth, rules, call })
+                : interruptedCall(call)
+              yield* orDie(store.recordStep(agentId, [{ at, message: AgentSteps.toolMessage([result]) }], 0))
               return result
             })
           )

@@ -97,7 +97,7 @@ export class StoreFailure extends Schema.TaggedError<StoreFailure>()("StoreFailu
 }
 
 /** The version of the `fibril_*` tables this code reads and writes. */
-export const schemaVersion = 2
+export const schemaVersion = 3
 
 export class SchemaMismatch extends Schema.TaggedError<SchemaMismatch>()("SchemaMismatch", {
   found: Schema.NullOr(Schema.Int),
@@ -185,7 +185,25 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   readonly parentWaiting: (
     agentId: string
   ) => Effect.Effect<{ readonly executionId: string; readonly waitingOn: string | null } | undefined, StoreFailure>
+  /**
+   * The marker that a non-idempotent tool call is starting (`at`: run, step, the call's index),
+   * committed before the tool runs and outside the step's transaction, so it stays when the
+   * step's result never commits. True: this is the call's first start. False: a marker was
+   * already there: an earlier execution of the step started the tool and was interrupted (a
+   * crash, a lost lock) before its result was journaled.
+   */
+  readonly startToolCall: (agentId: string, at: Slot) => Effect.Effect<boolean, StoreFailure>
 }>()("@fibril/cluster/ClusterStore") {}
+
+/**
+ * The connections the Postgres store commits tool-call markers on (`startToolCall`), apart from
+ * the pool whose connections the steps' transactions hold, so a marker never waits for a
+ * connection that only a step waiting for its marker would give back. Without it the store's
+ * own pool is used, outside the step's transaction.
+ */
+export class MarkerClient extends Context.Service<MarkerClient, SqlClient.SqlClient>()(
+  "@fibril/cluster/ClusterStore/MarkerClient"
+) {}
 
 /** Tokens a step counts against budgets (as the embedded runtime: input + output). */
 export const stepTokens = (usage: { readonly input: number; readonly output: number }): number =>
@@ -231,6 +249,7 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
     const waiting = new Map<string, string | null>()
     /** Queued for a permit, oldest first. */
     const queue = new Map<string, { readonly executionId: string; readonly clock: string }>()
+    const toolCalls = new Set<string>()
     let seq = 0
     let changes = 0
     const timesOf = (agentId: string) => {
@@ -379,6 +398,13 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
             else if (row.depth > 0 && now - timesOf(row.agentId).progress >= seconds * 1000) out.push(row.agentId)
           }
           return out
+        }),
+      startToolCall: (agentId, at) =>
+        Effect.sync(() => {
+          const key = `${agentId}/${at.run}/${at.step}/${at.slot}`
+          if (toolCalls.has(key)) return false
+          toolCalls.add(key)
+          return true
         })
     })
   })
@@ -424,6 +450,10 @@ export const migrate = Effect.gen(function*() {
     clock text NOT NULL, at timestamptz NOT NULL DEFAULT now())`
   yield* sql`ALTER TABLE fibril_transcript ADD COLUMN IF NOT EXISTS seq bigserial`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_transcript_seq ON fibril_transcript (seq)`
+  // Version 3: the markers of non-idempotent tool calls started.
+  yield* sql`CREATE TABLE IF NOT EXISTS fibril_tool_calls (agent_id text NOT NULL, run int NOT NULL,
+    step int NOT NULL, slot int NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (agent_id, run, step, slot))`
   yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 })
@@ -485,6 +515,11 @@ const decodeMessage = Schema.decodeSync(Schema.fromJsonString(Prompt.Message))
 
 export const makeSql = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
+  const markers = yield* Effect.serviceOption(MarkerClient)
+  // A step's transaction is the SqlClient's transaction connection in the context: without it, a
+  // statement takes a connection of its own and commits at once.
+  const omitTransaction = Context.omit(sql.transactionService)
+  const outsideTransaction = (context: Context.Context<never>): Context.Context<never> => omitTransaction(context)
   const fail = (operation: string) => (error: unknown) =>
     new StoreFailure({ operation, reason: error instanceof Error ? error.message : String(error) })
   const q = <A>(operation: string, effect: Effect.Effect<A, unknown>) => Effect.mapError(effect, fail(operation))
@@ -747,7 +782,17 @@ export const makeSql = Effect.gen(function*() {
               AND NOT EXISTS (SELECT 1 FROM fibril_agents c WHERE c.parent_id = a.agent_id AND c.status = 'running')`
           return rows.map((r) => r.agent_id)
         })
-      )
+      ),
+    startToolCall: (agentId, at) => {
+      const insert = (client: SqlClient.SqlClient) =>
+        client<{ one: number }>`INSERT INTO fibril_tool_calls (agent_id, run, step, slot, pid)
+          VALUES (${agentId}, ${at.run}, ${at.step}, ${at.slot}, ${process.pid})
+          ON CONFLICT DO NOTHING RETURNING 1 AS one`
+      const statement = markers._tag === "Some"
+        ? insert(markers.value)
+        : Effect.updateContext(insert(sql), outsideTransaction)
+      return q("startToolCall", Effect.map(statement, (rows) => rows.length === 1))
+    }
   })
 })
 

@@ -222,6 +222,52 @@ describe.skipIf(reason !== undefined)(
     )
 
     it(
+      "kill -9 of the worker while a shell call runs, restart: the call is not run again (its marker was committed), the model reads Interrupted, the run completes",
+      async () => {
+        const s = await setup({
+          rules: [{
+            match: { depth: 0 },
+            turns: [
+              { tool_calls: [{ name: "shell", args: { command: "echo ran >> shell.log; sleep 5" } }] },
+              { text: "root ok" }
+            ]
+          }]
+        })
+        const port = String(await Pg.freePort())
+        const a = await s.worker(["--port", port])
+        const client = fibril(["run", "go", "--cluster", s.url, "--cwd", s.ws, "--json"])
+        const shellLog = path.join(s.ws, "shell.log")
+        const shellLines = () => {
+          try {
+            return readFileSync(shellLog, "utf8").split("\n").filter((l) => l !== "")
+          } catch {
+            return []
+          }
+        }
+        await until(() => shellLines().length === 1, "the shell command ran")
+        a.child.kill("SIGKILL")
+        await a.done
+        assert.strictEqual(
+          s.psql("SELECT count(*) FROM fibril_tool_calls"),
+          "1",
+          "the marker committed before the kill"
+        )
+        const b = await s.worker(["--port", port])
+        assert.strictEqual(await client.done, 0, client.out.stderr)
+        const last = JSON.parse(client.out.stdout.trim().split("\n").at(-1)!) as { text: string }
+        assert.strictEqual(last.text, "root ok")
+        // The tool step ran again on the restarted worker, and did not run the command.
+        const starts = steps(s.log).filter((e) => e.event === "start" && e.name === "tool/0/0")
+        assert.deepStrictEqual(starts.map((e) => e.pid), [a.child.pid, b.child.pid])
+        assert.deepStrictEqual(shellLines(), ["ran"])
+        const row = s.psql("SELECT message FROM fibril_transcript WHERE slot = 1000")
+        assert.include(row, "Interrupted")
+        assert.include(row, "not run again because shell is not idempotent")
+      },
+      60_000
+    )
+
+    it(
       "one worker killed and not restarted: the survivor finishes the run once the dead one's locks expire",
       async () => {
         const s = await setup({
@@ -301,6 +347,7 @@ describe.skipIf(reason !== undefined)(
           db,
           "INSERT INTO fibril_transcript (agent_id, run, step, slot, message) VALUES ('old', 0, 0, 100, '{}')"
         )
+        pg!.psql(db, "INSERT INTO fibril_tool_calls (agent_id, run, step, slot, pid) VALUES ('old', 0, 0, 1000, 1)")
         const pruned = await inDb(Node.prune(Duration.days(7)))
         assert.strictEqual(pruned.agents, 1)
         assert.strictEqual(
@@ -308,6 +355,7 @@ describe.skipIf(reason !== undefined)(
           "busy,new"
         )
         assert.strictEqual(pg!.psql(db, "SELECT count(*) FROM fibril_transcript"), "0")
+        assert.strictEqual(pg!.psql(db, "SELECT count(*) FROM fibril_tool_calls"), "0")
         const bad = fibril(["cluster", "prune", "--older-than", "a while", "--cluster", url])
         assert.strictEqual(await bad.done, 2)
         assert.include(bad.out.stderr, "not a duration")
