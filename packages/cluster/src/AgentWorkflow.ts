@@ -36,7 +36,16 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { Activity, DurableClock, DurableDeferred, Workflow, WorkflowEngine } from "effect/workflow"
 import { createHash } from "node:crypto"
-import { type AgentRow, ClusterStore, finished, type Slot, stepTokens, StoreFailure } from "./ClusterStore.ts"
+import {
+  type AgentRow,
+  ClusterStore,
+  finished,
+  Grant,
+  type Slot,
+  stepTokens,
+  StoreFailure,
+  zeroUsage
+} from "./ClusterStore.ts"
 
 export const AgentPayload = Schema.Struct({
   agentId: Schema.String,
@@ -52,7 +61,13 @@ export const AgentPayload = Schema.Struct({
   prompt: Schema.String,
   detached: Schema.Boolean,
   /** The workspace the agent works in: only a worker serving it runs the agent. */
-  workspace: Schema.String
+  workspace: Schema.String,
+  /**
+   * The grants from the root down to this agent, itself last (its caller's `allowed_tools`
+   * among them): its rules are these applied in turn to the worker's root rules. Absent (a
+   * payload of an older version): its role alone.
+   */
+  grants: Schema.optionalKey(Schema.Array(Grant))
 })
 export type AgentPayload = typeof AgentPayload.Type
 
@@ -246,6 +261,48 @@ export const ModelStepFailure = Schema.Union([AgentSteps.ModelStepError, Session
 
 const spawning = new Set(["task", "agent_spawn", "agent_open"])
 
+/** The agent's chain of grants (an older payload's: its role alone). */
+export const grantsOf = (payload: AgentPayload): ReadonlyArray<Grant> =>
+  payload.grants ?? [{ role: payload.role, depth: payload.depth }]
+
+/**
+ * An agent's rules: its chain's grants applied in turn to the root rules (Permission, rule 1),
+ * as the embedded runtime derives a child's rules from its parent's.
+ */
+export const rulesFor = (root: Permission.Rules, maxDepth: number, grants: ReadonlyArray<Grant>) =>
+  Effect.orDie(Effect.gen(function*() {
+    let rules = root
+    for (const grant of grants) {
+      const role = yield* Roles.resolve(grant.role)
+      rules = Permission.effective(
+        rules,
+        Session.grantFor(grant.depth, maxDepth, role, { allowedTools: grant.allowedTools })
+      )
+    }
+    return rules
+  }))
+
+/**
+ * Why a spawn request's role and `allowed_tools` are refused (the embedded runtime's checks:
+ * `custom` needs a non-empty list; every name must be a tool that exists), or undefined.
+ */
+export const refusedRequest = (
+  registry: ToolRegistry.ToolRegistry["Service"],
+  role: string,
+  allowedTools: ReadonlyArray<string> | undefined
+): string | undefined => {
+  const spec = Roles.canonical(role)
+  if (spec === undefined) return `unknown role "${role}"; accepted: ${Roles.acceptedNames}`
+  if (Roles.roles[spec].needsAllowedTools && (allowedTools === undefined || allowedTools.length === 0)) {
+    return `role ${spec}: custom agents need a non-empty allowed_tools list`
+  }
+  const unknown = allowedTools?.filter((name) => Option.isNone(registry.get(name))) ?? []
+  if (unknown.length === 0) return undefined
+  return `role ${spec}: allowed_tools names ${unknown.length === 1 ? "a tool that does" : "tools that do"} not exist: ${
+    unknown.map((name) => JSON.stringify(name)).join(", ")
+  }`
+}
+
 /** The reason an agent cancelled by the heartbeat gets (the embedded runtime's words). */
 export const heartbeatReason = (seconds: number) => `Auto-cancelled after ${seconds}s without sub-agent progress.`
 
@@ -292,7 +349,8 @@ const body = (options: Partial<Options>) =>
     // "": the worker's default model (every worker must have the same one).
     const modelId = payload.model === "" ? models.defaultModel : payload.model
     const role = yield* Effect.orDie(Roles.resolve(payload.role))
-    const rules = Permission.effective(permission.root, Session.grantFor(depth, config.maxDepth, role))
+    const grants = grantsOf(payload)
+    const rules = yield* rulesFor(permission.root, config.maxDepth, grants)
     const system = Prompt.makeMessage("system", { content: Roles.systemPrompt(role, depth, payload.workspace) })
     const capped = depth > 0 && config.maxConcurrent > 0
     // With `reject` a spawn takes the child's permit in an activity of its own (the refusal is
@@ -378,6 +436,9 @@ const body = (options: Partial<Options>) =>
             `refused by this worker: it serves the workspace ${workspace.root}, not ${payload.workspace}; start a worker with --cwd ${payload.workspace} on a machine that has it`
         })
       }
+      const own = grants.at(-1)
+      const refused = own === undefined ? undefined : refusedRequest(registry, own.role, own.allowedTools)
+      if (refused !== undefined) return yield* new AgentFailed({ agentId, reason: `refused: ${refused}` })
       yield* orDie(store.startRun(agentId, { run, step: -1, slot: 0 }, promptMessage))
     })
 
@@ -407,6 +468,11 @@ const body = (options: Partial<Options>) =>
           refused: ToolFailure("UnknownRole", `unknown role "${roleName}"; accepted: ${Roles.acceptedNames}`)
         } as const
       }
+      const allowedTools = Array.isArray(params["allowed_tools"])
+        ? params["allowed_tools"].filter((x): x is string => typeof x === "string")
+        : undefined
+      const refused = refusedRequest(registry, childRole, allowedTools)
+      if (refused !== undefined) return { refused: ToolFailure("InvalidRoleRequest", refused) } as const
       const child: AgentPayload = {
         agentId: childId(agentId, run, step, index),
         run: 0,
@@ -418,7 +484,12 @@ const body = (options: Partial<Options>) =>
         description: str(params, ["description"]) ?? prompt.slice(0, 60),
         prompt,
         detached: call.name !== "task" && params["detached"] === true,
-        workspace: payload.workspace
+        workspace: payload.workspace,
+        grants: [...grants, {
+          role: childRole,
+          depth: depth + 1,
+          ...(allowedTools === undefined ? {} : { allowedTools })
+        }]
       }
       return { child } as const
     }
@@ -690,7 +761,7 @@ const body = (options: Partial<Options>) =>
               const result = first
                 ? yield* steps.tool({ agentId, step, role: role.name, depth, rules, call })
                 : interruptedCall(call)
-              yield* orDie(store.recordStep(agentId, [{ at, message: AgentSteps.toolMessage([result]) }], 0))
+              yield* orDie(store.recordStep(agentId, [{ at, message: AgentSteps.toolMessage([result]) }], zeroUsage))
               return result
             })
           )
@@ -752,7 +823,7 @@ const body = (options: Partial<Options>) =>
                 })),
                 { at: { run, step, slot: slot.assistant }, message: result.assistant }
               ],
-              stepTokens(result.usage)
+              result.usage
             ))
             // The children this turn asks for are recorded with it (unless each takes a permit
             // in a step of its own), so they exist before their workflows start.
@@ -806,7 +877,7 @@ const body = (options: Partial<Options>) =>
       yield* txActivity({
         name: "finish",
         execute: orDie(Effect.gen(function*() {
-          if (rest.length > 0) yield* store.recordStep(agentId, rest, 0)
+          if (rest.length > 0) yield* store.recordStep(agentId, rest, zeroUsage)
           yield* store.finishRun(agentId, {
             ...outcome,
             ...(Exit.isSuccess(exit) ? { steps: exit.value.steps, toolCalls: exit.value.toolCalls } : {})
@@ -848,7 +919,8 @@ export const resumeRow = (agentId: string, message: string) =>
       description: row.description,
       prompt: message,
       detached: row.detached,
-      workspace: row.workspace
+      workspace: row.workspace,
+      ...(row.grants === undefined ? {} : { grants: row.grants })
     }
     const executionId = yield* AgentWorkflow.executionId(next)
     yield* store.update(agentId, { run: next.run, executionId, status: "pending", text: null, reason: null })

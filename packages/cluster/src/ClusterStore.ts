@@ -23,6 +23,24 @@ export type Status = typeof Status.Type
 export const finished = (status: Status): boolean =>
   status === "completed" || status === "failed" || status === "cancelled"
 
+/**
+ * What one agent of a chain was given (Permission, rule 1): its role at its depth and its
+ * caller's `allowed_tools`. An agent's rules are its chain's grants applied in turn from the
+ * root's rules, root first, itself last: a child never gets more than its parent had.
+ */
+export const Grant = Schema.Struct({
+  role: Schema.String,
+  depth: Schema.Int,
+  allowedTools: Schema.optionalKey(Schema.Array(Schema.String))
+})
+export type Grant = typeof Grant.Type
+
+/** Tokens by kind, every model step of every run summed (as the embedded records report them). */
+export const Usage = Schema.Struct({ input: Schema.Number, output: Schema.Number, cached: Schema.Number })
+export type Usage = typeof Usage.Type
+
+export const zeroUsage: Usage = { input: 0, output: 0, cached: 0 }
+
 export const AgentRow = Schema.Struct({
   agentId: Schema.String,
   parentId: Schema.NullOr(Schema.String),
@@ -43,7 +61,14 @@ export const AgentRow = Schema.Struct({
   steps: Schema.Int,
   toolCalls: Schema.Int,
   /** Tokens (input + output) of every model step of every run, summed. */
-  tokens: Schema.Number
+  tokens: Schema.Number,
+  /** The grants from the root down to this agent (absent: its role alone, from the root's rules). */
+  grants: Schema.optionalKey(Schema.Array(Grant)),
+  /** `tokens` by kind (as read from a store). */
+  usage: Schema.optionalKey(Usage),
+  /** When the current run started and ended (ms since the epoch, the store's clock), as read. */
+  startedAt: Schema.optionalKey(Schema.NullOr(Schema.Number)),
+  finishedAt: Schema.optionalKey(Schema.NullOr(Schema.Number))
 })
 export type AgentRow = typeof AgentRow.Type
 
@@ -156,7 +181,7 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   readonly recordStep: (
     agentId: string,
     messages: ReadonlyArray<{ readonly at: Slot; readonly message: Prompt.Message }>,
-    tokens: number
+    usage: Usage
   ) => Effect.Effect<void, StoreFailure>
   /** Inserts rows unless their agents exist (a replayed step changes nothing). */
   readonly insertMany: (rows: ReadonlyArray<AgentRow>) => Effect.Effect<void, StoreFailure>
@@ -264,10 +289,11 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
       const key = slotKey(at)
       if (!rows.has(key.join("/"))) rows.set(key.join("/"), { key, at, message, seq: ++seq })
     }
-    const update = (agentId: string, u: AgentUpdate) => {
+    const update = (agentId: string, u: AgentUpdate, now?: number) => {
       const row = agents.get(agentId)
       if (row !== undefined) {
-        agents.set(agentId, applyUpdate(row, u))
+        const ended = u.status !== undefined && finished(u.status) && now !== undefined ? { finishedAt: now } : {}
+        agents.set(agentId, { ...applyUpdate(row, u), ...ended })
         touch(agentId)
       }
     }
@@ -279,7 +305,7 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
     return ClusterStore.of({
       insert: (row) => Effect.sync(() => insert(row)),
       insertMany: (rows) => Effect.sync(() => rows.forEach(insert)),
-      update: (agentId, u) => Effect.sync(() => update(agentId, u)),
+      update: (agentId, u) => Effect.map(currentTimeMillis, (now) => update(agentId, u, now)),
       get: (agentId) => Effect.sync(() => agents.get(agentId)),
       children: (agentId) => Effect.sync(() => [...agents.values()].filter((row) => row.parentId === agentId)),
       list: Effect.sync(() => [...agents.values()]),
@@ -324,6 +350,8 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
       startRun: (agentId, at, prompt) =>
         Effect.map(currentTimeMillis, (now) => {
           update(agentId, { status: "running", reason: null })
+          const row = agents.get(agentId)
+          if (row !== undefined) agents.set(agentId, { ...row, startedAt: now, finishedAt: null })
           const t = timesOf(agentId)
           t.started = now
           t.progress = now
@@ -337,17 +365,28 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
           for (const row of agents.values()) if (row.rootId === rootId) treeTokens += row.tokens
           return { inbox, treeTokens, runSecs: (now - timesOf(agentId).started) / 1000 }
         }),
-      recordStep: (agentId, messages, tokens) =>
+      recordStep: (agentId, messages, usage) =>
         Effect.map(currentTimeMillis, (now) => {
           for (const m of messages) append(agentId, m.at, m.message)
           const row = agents.get(agentId)
-          if (row !== undefined) agents.set(agentId, { ...row, tokens: row.tokens + tokens })
+          if (row !== undefined) {
+            const before = row.usage ?? zeroUsage
+            agents.set(agentId, {
+              ...row,
+              tokens: row.tokens + stepTokens(usage),
+              usage: {
+                input: before.input + usage.input,
+                output: before.output + usage.output,
+                cached: before.cached + usage.cached
+              }
+            })
+          }
           timesOf(agentId).progress = now
         }),
       finishRun: (agentId, u, release) =>
-        Effect.sync(() => {
+        Effect.map(currentTimeMillis, (now) => {
           // A cancel recorded meanwhile stands (its interrupt reaches the run at its next boundary).
-          if (agents.get(agentId)?.status !== "cancelled") update(agentId, u)
+          if (agents.get(agentId)?.status !== "cancelled") update(agentId, u, now)
           if (release) held.delete(agentId)
         }),
       changes: (rootId, cursor) =>
@@ -451,6 +490,12 @@ export const migrate = Effect.gen(function*() {
   yield* sql`ALTER TABLE fibril_transcript ADD COLUMN IF NOT EXISTS seq bigserial`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_transcript_seq ON fibril_transcript (seq)`
   // Version 3: the markers of non-idempotent tool calls started.
+  yield* sql`ALTER TABLE fibril_agents
+    ADD COLUMN IF NOT EXISTS tokens_input float8 NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS tokens_output float8 NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS tokens_cached float8 NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS run_finished_at timestamptz,
+    ADD COLUMN IF NOT EXISTS grants text`
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_tool_calls (agent_id text NOT NULL, run int NOT NULL,
     step int NOT NULL, slot int NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (agent_id, run, step, slot))`
@@ -487,7 +532,23 @@ interface AgentDbRow {
   readonly reason: string | null
   readonly steps: number
   readonly tool_calls: number
+  readonly tokens_input: number
+  readonly tokens_output: number
+  readonly tokens_cached: number
+  readonly run_started_at: unknown
+  readonly run_finished_at: unknown
+  readonly grants: string | null
 }
+
+/** A timestamp as the driver gives it (a Date, or text), in ms since the epoch. */
+const millis = (value: unknown): number | null => {
+  if (value === null || value === undefined) return null
+  if (value instanceof Date) return value.getTime()
+  const parsed = typeof value === "number" ? value : Date.parse(String(value))
+  return Number.isNaN(parsed) ? null : parsed
+}
+
+const decodeGrants = Schema.decodeUnknownSync(Schema.fromJsonString(Schema.Array(Grant)))
 
 const fromDb = (r: AgentDbRow): AgentRow => ({
   agentId: r.agent_id,
@@ -507,7 +568,15 @@ const fromDb = (r: AgentDbRow): AgentRow => ({
   text: r.text,
   reason: r.reason,
   steps: r.steps,
-  toolCalls: r.tool_calls
+  toolCalls: r.tool_calls,
+  ...(r.grants === null || r.grants === undefined ? {} : { grants: decodeGrants(r.grants) }),
+  usage: {
+    input: Number(r.tokens_input ?? 0),
+    output: Number(r.tokens_output ?? 0),
+    cached: Number(r.tokens_cached ?? 0)
+  },
+  startedAt: millis(r.run_started_at),
+  finishedAt: millis(r.run_finished_at)
 })
 
 const encodeMessage = Schema.encodeSync(Schema.fromJsonString(Prompt.Message))
@@ -541,7 +610,8 @@ export const makeSql = Effect.gen(function*() {
     reason: row.reason,
     steps: row.steps,
     tool_calls: row.toolCalls,
-    tokens: row.tokens
+    tokens: row.tokens,
+    grants: row.grants === undefined ? null : JSON.stringify(row.grants)
   })
   const insertMany = (rows: ReadonlyArray<AgentRow>) =>
     rows.length === 0 ? Effect.void : q(
@@ -572,6 +642,8 @@ export const makeSql = Effect.gen(function*() {
           reason = CASE WHEN ${u.reason !== undefined} THEN ${u.reason ?? null} ELSE reason END,
           steps = COALESCE(${u.steps ?? null}, steps),
           tool_calls = COALESCE(${u.toolCalls ?? null}, tool_calls),
+          run_finished_at = CASE WHEN ${u.status !== undefined && finished(u.status)} THEN clock_timestamp()
+            ELSE run_finished_at END,
           changed = nextval('fibril_changes'),
           updated_at = now()
           WHERE agent_id = ${agentId}`
@@ -665,6 +737,7 @@ export const makeSql = Effect.gen(function*() {
       q(
         "startRun",
         sql`WITH a AS (UPDATE fibril_agents SET status = 'running', reason = NULL, run_started_at = now(),
+            run_finished_at = NULL,
             last_progress = now(), changed = nextval('fibril_changes'), updated_at = now()
             WHERE agent_id = ${agentId})
           INSERT INTO fibril_transcript ${sql.insert(transcriptRow(agentId, at, prompt))} ON CONFLICT DO NOTHING`
@@ -686,18 +759,21 @@ export const makeSql = Effect.gen(function*() {
           })
         )
       ),
-    recordStep: (agentId, messages, tokens) =>
-      q(
+    recordStep: (agentId, messages, usage) => {
+      const tokens = sql`tokens = tokens + ${stepTokens(usage)}, tokens_input = tokens_input + ${usage.input},
+        tokens_output = tokens_output + ${usage.output}, tokens_cached = tokens_cached + ${usage.cached}`
+      return q(
         "recordStep",
         messages.length === 0
-          ? sql`UPDATE fibril_agents SET tokens = tokens + ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
+          ? sql`UPDATE fibril_agents SET ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
           : sql`WITH t AS (INSERT INTO fibril_transcript ${
             sql.insert(
               messages.map((m) => transcriptRow(agentId, m.at, m.message)) as [ReturnType<typeof transcriptRow>]
             )
           } ON CONFLICT DO NOTHING)
-            UPDATE fibril_agents SET tokens = tokens + ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
-      ),
+            UPDATE fibril_agents SET ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
+      )
+    },
     finishRun: (agentId, u, release) =>
       q(
         "finishRun",
@@ -708,6 +784,7 @@ export const makeSql = Effect.gen(function*() {
           reason = CASE WHEN ${u.reason !== undefined} THEN ${u.reason ?? null} ELSE reason END,
           steps = COALESCE(${u.steps ?? null}, steps),
           tool_calls = COALESCE(${u.toolCalls ?? null}, tool_calls),
+          run_finished_at = clock_timestamp(),
           changed = nextval('fibril_changes'),
           updated_at = now()
           WHERE agent_id = ${agentId} AND status <> 'cancelled'`

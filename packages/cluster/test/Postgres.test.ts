@@ -475,14 +475,30 @@ describe.skipIf(reason !== undefined)(
           let id: string
           try {
             const result = await mcp.callTool(
-              { name: "task", arguments: { prompt: "hello", description: "say hello" } },
+              { name: "task", arguments: { prompt: "hello", description: "say hello", allowed_tools: ["list_dir"] } },
               undefined,
               { onprogress: () => {} }
             )
-            const task = result.structuredContent as { agent_id: string; status: string; summary: string }
+            const task = result.structuredContent as {
+              agent_id: string
+              status: string
+              summary: string
+              tokens: { input: number; output: number; cached: number }
+              duration_ms: number
+            }
             assert.strictEqual(task.status, "completed", JSON.stringify(result))
             assert.strictEqual(task.summary, "hello done")
             id = task.agent_id
+            // Tokens by kind and the run's duration, from the row the workers wrote (two model
+            // calls of 200 ms each).
+            assert.isAbove(task.tokens.input, 0)
+            assert.isAbove(task.tokens.output, 0)
+            assert.isAtLeast(task.duration_ms, 400)
+            assert.isBelow(task.duration_ms, 30_000)
+            assert.strictEqual(
+              s.psql(`SELECT grants FROM fibril_agents WHERE agent_id = '${id}'`),
+              "[{\"role\":\"general\",\"depth\":0,\"allowedTools\":[\"list_dir\"]}]"
+            )
             assert.isTrue(progress.some((m) => m.includes("→ list_dir")), progress.join("\n"))
             assert.isTrue(progress.some((m) => m.includes("completed")), progress.join("\n"))
             const listed = await mcp.callTool({ name: "agent_list", arguments: { include_archived: true } })
