@@ -19,7 +19,10 @@
  * - `agent_send_input` queues a message in the target's durable inbox, read by its next
  *   model step.
  * - `agent_cancel` cancels the agent and its non-detached descendants explicitly (interrupting
- *   a parent workflow alone does not stop the children it waits on).
+ *   a parent workflow alone does not stop the children it waits on); a step in flight watches
+ *   its agent's cancellation and interrupts its model or tool call.
+ * - a tool that is not idempotent commits a marker before it runs: a step run again after a
+ *   crash does not run it twice (the model reads `Interrupted`).
  *
  * Replay determinism: everything the body decides depends only on its payload, the worker
  * options (the same on every worker) and journaled results. Child ids are derived from the
@@ -121,6 +124,13 @@ export interface Options {
    * no child's end (no release) wakes it: a wake lost to a crash is found then.
    */
   readonly waitFallbackMs: number
+  /**
+   * While a model or tool step runs, how often its worker looks whether the agent was cancelled
+   * (outside the step's transaction); cancelled, the call in flight is interrupted (a `shell`
+   * command's processes are killed) and the step ends at once. 0: never (a cancel waits for the
+   * step). Default 250 ms: a step shorter than that reads nothing.
+   */
+  readonly cancelCheckMs?: number | undefined
   /** Observes each model and tool step's execution (not its replay): for logs and tests. */
   readonly onStep?:
     | ((event: "start" | "end", agentId: string, run: number, name: string) => Effect.Effect<void>)
@@ -213,6 +223,14 @@ export const view = (row: AgentRow): RowView => ({
 })
 
 const ToolFailure = (error: string, message: string) => ({ error, message })
+
+/** The result of a tool call stopped because its agent was cancelled while it ran. */
+export const cancelledCall = (call: AgentSteps.StepToolCall): AgentSteps.ToolStep => ({
+  id: call.id,
+  name: call.name,
+  isFailure: true,
+  result: ToolFailure("Cancelled", `the agent was cancelled while this ${call.name} call ran: it was interrupted`)
+})
 
 /**
  * The result a non-idempotent tool call gets when its step runs again and finds the call was
@@ -359,6 +377,18 @@ const body = (options: Partial<Options>) =>
     const maxTokens = depth === 0 ? undefined : config.childMaxTokens
     const maxWallSecs = depth === 0 ? undefined : config.maxWallSecs
     const onStep = config.onStep
+    // A step in flight watches the agent's cancellation (the workflow's interrupt reaches it only
+    // at the next step boundary): cancelled, the call is interrupted and `onCancel` is the step's
+    // outcome. The workflow, interrupted by the cancel, then stops at that boundary.
+    const cancelCheckMs = config.cancelCheckMs ?? 250
+    const cancelledMeanwhile = Effect.gen(function*() {
+      while (true) {
+        yield* Effect.sleep(cancelCheckMs)
+        if (yield* Effect.orElseSucceed(store.cancelled(agentId), () => false)) return
+      }
+    })
+    const stopOnCancel = <A, E, R, A2, E2>(effect: Effect.Effect<A, E, R>, onCancel: Effect.Effect<A2, E2>) =>
+      cancelCheckMs <= 0 ? effect : Effect.raceFirst(effect, Effect.andThen(cancelledMeanwhile, onCancel))
     const observed = <A, E, R>(name: string, effect: Effect.Effect<A, E, R>) =>
       onStep === undefined ? effect : Effect.andThen(
         onStep("start", agentId, run, name),
@@ -759,7 +789,10 @@ const body = (options: Partial<Options>) =>
               }))
               const first = idempotent || (yield* orDie(store.startToolCall(agentId, at)))
               const result = first
-                ? yield* steps.tool({ agentId, step, role: role.name, depth, rules, call })
+                ? yield* stopOnCancel(
+                  steps.tool({ agentId, step, role: role.name, depth, rules, call }),
+                  Effect.succeed(cancelledCall(call))
+                )
                 : interruptedCall(call)
               yield* orDie(store.recordStep(agentId, [{ at, message: AgentSteps.toolMessage([result]) }], zeroUsage))
               return result
@@ -804,15 +837,18 @@ const body = (options: Partial<Options>) =>
                 limit: config.treeMaxTokens
               })
             }
-            const result = yield* steps.model({
-              agentId,
-              step,
-              model: modelId,
-              system,
-              messages,
-              rules,
-              takeInbox: Effect.succeed(begin.inbox)
-            })
+            const result = yield* stopOnCancel(
+              steps.model({
+                agentId,
+                step,
+                model: modelId,
+                system,
+                messages,
+                rules,
+                takeInbox: Effect.succeed(begin.inbox)
+              }),
+              Effect.fail(new AgentFailed({ agentId, reason: "cancelled while its model call was in flight" }))
+            )
             yield* orDie(store.recordStep(
               agentId,
               [

@@ -173,7 +173,10 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   ) => Effect.Effect<ReadonlyArray<{ readonly executionId: string; readonly clock: string }>, StoreFailure>
   readonly release: (agentId: string) => Effect.Effect<void, StoreFailure>
   readonly permits: Effect.Effect<ReadonlyArray<string>, StoreFailure>
-  /** Marks a run started (running, its clock starts, progress now) and writes its prompt. */
+  /**
+   * Marks a run started (running, its clock starts, progress now) and writes its prompt. An agent
+   * cancelled before its first step began stays cancelled (its step in flight sees it and stops).
+   */
   readonly startRun: (agentId: string, at: Slot, prompt: Prompt.Message) => Effect.Effect<void, StoreFailure>
   /** A model step's first read: takes the inbox, reads the tree's tokens and the run's age. */
   readonly beginStep: (agentId: string, rootId: string) => Effect.Effect<StepStart, StoreFailure>
@@ -218,13 +221,19 @@ export class ClusterStore extends Context.Service<ClusterStore, {
    * crash, a lost lock) before its result was journaled.
    */
   readonly startToolCall: (agentId: string, at: Slot) => Effect.Effect<boolean, StoreFailure>
+  /**
+   * Has the agent been cancelled? Read outside the step's transaction (a step in flight watches
+   * it, to stop its model or tool call when the agent is cancelled meanwhile).
+   */
+  readonly cancelled: (agentId: string) => Effect.Effect<boolean, StoreFailure>
 }>()("@fibril/cluster/ClusterStore") {}
 
 /**
- * The connections the Postgres store commits tool-call markers on (`startToolCall`), apart from
- * the pool whose connections the steps' transactions hold, so a marker never waits for a
- * connection that only a step waiting for its marker would give back. Without it the store's
- * own pool is used, outside the step's transaction.
+ * The connections the Postgres store commits tool-call markers on (`startToolCall`) and a step
+ * in flight reads its agent's cancellation with (`cancelled`), apart from the pool whose
+ * connections the steps' transactions hold, so neither waits for a connection that only a step
+ * waiting for it would give back. Without it the store's own pool is used, outside the step's
+ * transaction.
  */
 export class MarkerClient extends Context.Service<MarkerClient, SqlClient.SqlClient>()(
   "@fibril/cluster/ClusterStore/MarkerClient"
@@ -349,9 +358,11 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
       permits: Effect.sync(() => [...held]),
       startRun: (agentId, at, prompt) =>
         Effect.map(currentTimeMillis, (now) => {
-          update(agentId, { status: "running", reason: null })
           const row = agents.get(agentId)
-          if (row !== undefined) agents.set(agentId, { ...row, startedAt: now, finishedAt: null })
+          if (row !== undefined && row.status !== "cancelled") {
+            update(agentId, { status: "running", reason: null })
+            agents.set(agentId, { ...agents.get(agentId)!, startedAt: now, finishedAt: null })
+          }
           const t = timesOf(agentId)
           t.started = now
           t.progress = now
@@ -438,6 +449,7 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
           }
           return out
         }),
+      cancelled: (agentId) => Effect.sync(() => agents.get(agentId)?.status === "cancelled"),
       startToolCall: (agentId, at) =>
         Effect.sync(() => {
           const key = `${agentId}/${at.run}/${at.step}/${at.slot}`
@@ -739,7 +751,7 @@ export const makeSql = Effect.gen(function*() {
         sql`WITH a AS (UPDATE fibril_agents SET status = 'running', reason = NULL, run_started_at = now(),
             run_finished_at = NULL,
             last_progress = now(), changed = nextval('fibril_changes'), updated_at = now()
-            WHERE agent_id = ${agentId})
+            WHERE agent_id = ${agentId} AND status <> 'cancelled')
           INSERT INTO fibril_transcript ${sql.insert(transcriptRow(agentId, at, prompt))} ON CONFLICT DO NOTHING`
       ),
     beginStep: (agentId, rootId) =>
@@ -860,6 +872,14 @@ export const makeSql = Effect.gen(function*() {
           return rows.map((r) => r.agent_id)
         })
       ),
+    cancelled: (agentId) => {
+      const read = (client: SqlClient.SqlClient) =>
+        client<{ status: string }>`SELECT status FROM fibril_agents WHERE agent_id = ${agentId}`
+      const statement = markers._tag === "Some"
+        ? read(markers.value)
+        : Effect.updateContext(read(sql), outsideTransaction)
+      return q("cancelled", Effect.map(statement, (rows) => rows[0]?.status === "cancelled"))
+    },
     startToolCall: (agentId, at) => {
       const insert = (client: SqlClient.SqlClient) =>
         client<{ one: number }>`INSERT INTO fibril_tool_calls (agent_id, run, step, slot, pid)

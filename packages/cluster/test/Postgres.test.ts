@@ -8,7 +8,7 @@ import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { Duration, Effect } from "effect"
 import type { SqlClient } from "effect/sql"
 import { type ChildProcess, spawn } from "node:child_process"
-import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -263,6 +263,49 @@ describe.skipIf(reason !== undefined)(
         const row = s.psql("SELECT message FROM fibril_transcript WHERE slot = 1000")
         assert.include(row, "Interrupted")
         assert.include(row, "not run again because shell is not idempotent")
+      },
+      60_000
+    )
+
+    it(
+      "a cancel from another process interrupts the shell command in flight on the worker: the step ends at once, its processes killed",
+      async () => {
+        const s = await setup({
+          rules: [{
+            match: { depth: 0 },
+            turns: [
+              {
+                tool_calls: [{
+                  name: "shell",
+                  args: { command: "echo started > started.txt; sleep 20; echo late > late.txt" }
+                }]
+              },
+              { text: "never" }
+            ]
+          }]
+        })
+        await s.worker()
+        const client = fibril(["run", "go", "--cluster", s.url, "--cwd", s.ws, "--json"])
+        await until(() => existsSync(path.join(s.ws, "started.txt")), "the shell command started")
+        const root = agentIdOf(client)!
+        const cancel = fibril(["cluster", "cancel", root, "--cluster", s.url])
+        assert.strictEqual(await cancel.done, 0, cancel.out.stderr)
+        const cancelledAt = Date.now()
+        // The step's result (written in its transaction) says it was cancelled, long before the
+        // command's 20 s sleep would have ended.
+        await until(
+          () =>
+            s.psql("SELECT count(*) FROM fibril_transcript WHERE slot = 1000 AND message LIKE '%Cancelled%'") === "1",
+          "the tool step ended cancelled",
+          10_000
+        )
+        const took = Date.now() - cancelledAt
+        assert.isBelow(took, 5000)
+        assert.strictEqual(await client.done, 1)
+        assert.strictEqual(s.psql(`SELECT status FROM fibril_agents WHERE agent_id = '${root}'`), "cancelled")
+        await sleep(500)
+        assert.isFalse(existsSync(path.join(s.ws, "late.txt")))
+        console.log(`cancel in flight: the shell step ended ${took} ms after the cancel`)
       },
       60_000
     )
