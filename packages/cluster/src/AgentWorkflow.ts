@@ -32,11 +32,14 @@ import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, ToolRegistry
 import * as Prompt from "effect/ai/Prompt"
 import * as Cause from "effect/Cause"
 import { ClusterSchema } from "effect/cluster"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
 import { Activity, DurableClock, DurableDeferred, Workflow, WorkflowEngine } from "effect/workflow"
 import { createHash } from "node:crypto"
 import {
@@ -125,10 +128,10 @@ export interface Options {
    */
   readonly waitFallbackMs: number
   /**
-   * While a model or tool step runs, how often its worker looks whether the agent was cancelled
-   * (outside the step's transaction); cancelled, the call in flight is interrupted (a `shell`
-   * command's processes are killed) and the step ends at once. 0: never (a cancel waits for the
-   * step). Default 250 ms: a step shorter than that reads nothing.
+   * How often a worker looks whether the agents whose model or tool steps it is running were
+   * cancelled (one query for all of them, outside any step's transaction, only while steps are
+   * in flight); cancelled, the call in flight is interrupted (a `shell` command's processes are
+   * killed) and the step ends at once. 0: never (a cancel waits for the step). Default 250 ms.
    */
   readonly cancelCheckMs?: number | undefined
   /** Observes each model and tool step's execution (not its replay): for logs and tests. */
@@ -343,6 +346,58 @@ export const watchdog = (seconds: number, checkMs: number) =>
     }
   })
 
+/**
+ * The steps in flight on this worker, by agent, and one look for all of them every `checkMs`
+ * (only while there are some): the agents cancelled meanwhile have their steps' calls stopped.
+ * One query per look whatever the number of steps in flight.
+ */
+export class CancelWatch extends Context.Service<CancelWatch, {
+  readonly enabled: boolean
+  /** Resolves when the agent is seen cancelled; watched until the scope closes. */
+  readonly watch: (agentId: string) => Effect.Effect<Effect.Effect<void>, never, Scope.Scope>
+}>()("@fibril/cluster/AgentWorkflow/CancelWatch") {}
+
+export const cancelWatch = (checkMs: number) =>
+  Layer.effect(
+    CancelWatch,
+    Effect.gen(function*() {
+      const store = yield* ClusterStore
+      const inFlight = new Map<string, Set<Deferred.Deferred<void>>>()
+      if (checkMs > 0) {
+        yield* Effect.forkScoped(Effect.forever(Effect.gen(function*() {
+          yield* Effect.sleep(checkMs)
+          if (inFlight.size === 0) return
+          const cancelled = yield* Effect.orElseSucceed(store.cancelledAmong([...inFlight.keys()]), () => [])
+          for (const agentId of cancelled) {
+            for (const deferred of inFlight.get(agentId) ?? []) Deferred.doneUnsafe(deferred, Exit.void)
+          }
+        })))
+      }
+      return CancelWatch.of({
+        enabled: checkMs > 0,
+        watch: (agentId) =>
+          Effect.map(
+            Effect.acquireRelease(
+              Effect.sync(() => {
+                const deferred = Deferred.makeUnsafe<void>()
+                let set = inFlight.get(agentId)
+                if (set === undefined) inFlight.set(agentId, set = new Set())
+                set.add(deferred)
+                return deferred
+              }),
+              (deferred) =>
+                Effect.sync(() => {
+                  const set = inFlight.get(agentId)
+                  set?.delete(deferred)
+                  if (set?.size === 0) inFlight.delete(agentId)
+                })
+            ),
+            Deferred.await
+          )
+      })
+    })
+  )
+
 /** The workflow's body on a worker (and the heartbeat's watchdog, when there is one). */
 export const layer = (options: Partial<Options> = {}) => {
   const heartbeat = options.heartbeatSecs ?? 0
@@ -351,7 +406,7 @@ export const layer = (options: Partial<Options> = {}) => {
       watchdog(heartbeat, options.heartbeatCheckMs ?? Math.max(1000, Math.min(30_000, (heartbeat * 1000) / 4)))
     ))
     : Layer.empty
-  return Layer.merge(body(options), watching)
+  return Layer.merge(body(options).pipe(Layer.provide(cancelWatch(options.cancelCheckMs ?? 250))), watching)
 }
 
 const body = (options: Partial<Options>) =>
@@ -380,19 +435,19 @@ const body = (options: Partial<Options>) =>
     // A step in flight watches the agent's cancellation (the workflow's interrupt reaches it only
     // at the next step boundary): cancelled, the call is interrupted and `onCancel` is the step's
     // outcome. The workflow, interrupted by the cancel, then stops at that boundary.
-    const cancelCheckMs = config.cancelCheckMs ?? 250
-    const cancelledMeanwhile = Effect.gen(function*() {
-      while (true) {
-        yield* Effect.sleep(cancelCheckMs)
-        if (yield* Effect.orElseSucceed(store.cancelled(agentId), () => false)) return
-      }
-    })
+    const watch = yield* CancelWatch
     const stopOnCancel = <A, E, R, A2, E2>(effect: Effect.Effect<A, E, R>, onCancel: Effect.Effect<A2, E2>) =>
-      cancelCheckMs <= 0 ? effect : Effect.raceFirst(effect, Effect.andThen(cancelledMeanwhile, onCancel))
+      watch.enabled
+        ? Effect.scoped(
+          Effect.flatMap(watch.watch(agentId), (cancelled) =>
+            Effect.raceFirst(effect, Effect.andThen(cancelled, onCancel)))
+        )
+        : effect
     const observed = <A, E, R>(name: string, effect: Effect.Effect<A, E, R>) =>
       onStep === undefined ? effect : Effect.andThen(
         onStep("start", agentId, run, name),
-        Effect.tap(effect, () => onStep("end", agentId, run, name))
+        Effect.tap(effect, () =>
+          onStep("end", agentId, run, name))
       )
 
     // A parent waiting in agent_wait sleeps on a durable clock it recorded: this agent's end
@@ -783,7 +838,8 @@ const body = (options: Partial<Options>) =>
               // is not idempotent commits a marker before it runs; found, it is not run twice.
               // (An unknown tool only fails: it may run again.)
               const idempotent = registry.get(call.name).pipe(Option.match({
-                onNone: () => true,
+                onNone: () =>
+                  true,
                 onSome: (tool) =>
                   tool.idempotent
               }))

@@ -222,10 +222,10 @@ export class ClusterStore extends Context.Service<ClusterStore, {
    */
   readonly startToolCall: (agentId: string, at: Slot) => Effect.Effect<boolean, StoreFailure>
   /**
-   * Has the agent been cancelled? Read outside the step's transaction (a step in flight watches
-   * it, to stop its model or tool call when the agent is cancelled meanwhile).
+   * Which of these agents have been cancelled? Read outside any step's transaction: a worker
+   * looks, for the agents whose steps it runs, to stop a model or tool call in flight.
    */
-  readonly cancelled: (agentId: string) => Effect.Effect<boolean, StoreFailure>
+  readonly cancelledAmong: (agentIds: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, StoreFailure>
 }>()("@fibril/cluster/ClusterStore") {}
 
 /**
@@ -449,7 +449,8 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
           }
           return out
         }),
-      cancelled: (agentId) => Effect.sync(() => agents.get(agentId)?.status === "cancelled"),
+      cancelledAmong: (agentIds) =>
+        Effect.sync(() => agentIds.filter((agentId) => agents.get(agentId)?.status === "cancelled")),
       startToolCall: (agentId, at) =>
         Effect.sync(() => {
           const key = `${agentId}/${at.run}/${at.step}/${at.slot}`
@@ -872,13 +873,15 @@ export const makeSql = Effect.gen(function*() {
           return rows.map((r) => r.agent_id)
         })
       ),
-    cancelled: (agentId) => {
+    cancelledAmong: (agentIds) => {
+      if (agentIds.length === 0) return Effect.succeed([])
       const read = (client: SqlClient.SqlClient) =>
-        client<{ status: string }>`SELECT status FROM fibril_agents WHERE agent_id = ${agentId}`
+        client<{ agent_id: string }>`SELECT agent_id FROM fibril_agents
+          WHERE agent_id IN ${client.in(agentIds)} AND status = 'cancelled'`
       const statement = markers._tag === "Some"
         ? read(markers.value)
         : Effect.updateContext(read(sql), outsideTransaction)
-      return q("cancelled", Effect.map(statement, (rows) => rows[0]?.status === "cancelled"))
+      return q("cancelledAmong", Effect.map(statement, (rows) => rows.map((r) => r.agent_id)))
     },
     startToolCall: (agentId, at) => {
       const insert = (client: SqlClient.SqlClient) =>

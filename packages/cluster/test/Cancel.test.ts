@@ -10,6 +10,7 @@ import type { Prompt } from "effect/ai"
 import * as nodePath from "node:path"
 import type * as AgentWorkflow from "../src/AgentWorkflow.ts"
 import * as ClusterClient from "../src/ClusterClient.ts"
+import type * as ClusterStore from "../src/ClusterStore.ts"
 import { get, provideNode, setup } from "./support.ts"
 
 const toolResults = (messages: ReadonlyArray<Prompt.Message>) =>
@@ -136,4 +137,75 @@ describe("a cancel interrupts the step in flight", () => {
       }).pipe(Effect.scoped, provideNode),
     20_000
   )
+
+  it.live("steps in flight on a worker are watched with one look per interval: a cancelled tree's five blocked calls all stop", () =>
+    Effect.gen(function*() {
+      const looks: Array<number> = []
+      const counting = (store: ClusterStore.ClusterStore["Service"]): ClusterStore.ClusterStore["Service"] => ({
+        ...store,
+        cancelledAmong: (ids) => Effect.andThen(Effect.sync(() => looks.push(ids.length)), store.cancelledAmong(ids))
+      })
+      const built = yield* setup(
+        {
+          rules: [
+            { match: { depth: 1 }, turns: [{ tool_calls: [{ name: "block", args: {} }] }, { text: "never" }] },
+            {
+              match: { depth: 0 },
+              turns: [
+                {
+                  tool_calls: [1, 2, 3, 4, 5].map((i) => ({
+                    name: "agent_spawn",
+                    args: { prompt: `child ${i}` }
+                  })) as never
+                },
+                { tool_calls: [{ name: "agent_wait", args: { wait_mode: "all" } }] },
+                { text: "never" }
+              ]
+            }
+          ]
+        },
+        options,
+        {},
+        undefined,
+        counting
+      )
+      const entered = { count: 0 }
+      const stopped = { count: 0 }
+      yield* get(built, ToolRegistry.ToolRegistry).register(ToolRegistry.define({
+        name: "block",
+        description: "blocks until interrupted",
+        parameters: Schema.Struct({}),
+        posture: "read",
+        handler: () =>
+          Effect.andThen(
+            Effect.sync(() => entered.count++),
+            Effect.never.pipe(Effect.onInterrupt(() => Effect.sync(() => stopped.count++)))
+          )
+      }))
+      const id = yield* built.provide(ClusterClient.start({ prompt: "tree", workspace: built.root }))
+      for (let i = 0; i < 500 && entered.count < 5; i++) yield* Effect.sleep(10)
+      assert.strictEqual(entered.count, 5)
+      looks.length = 0
+      yield* Effect.sleep(500)
+      // Five steps in flight, one look per 50 ms naming all five (not one look per step).
+      assert.isAtMost(looks.length, 12)
+      assert.isAtLeast(looks.length, 5)
+      assert.isTrue(looks.every((n) => n === 5), JSON.stringify(looks))
+      yield* built.provide(ClusterClient.cancel(id, "stop the tree"))
+      for (let i = 0; i < 500 && stopped.count < 5; i++) yield* Effect.sleep(10)
+      assert.strictEqual(stopped.count, 5)
+      const children = (yield* built.store.list).filter((r) => r.depth === 1)
+      assert.deepStrictEqual(children.map((r) => r.status), [
+        "cancelled",
+        "cancelled",
+        "cancelled",
+        "cancelled",
+        "cancelled"
+      ])
+      // Nothing in flight: no more looks.
+      yield* Effect.sleep(200)
+      looks.length = 0
+      yield* Effect.sleep(300)
+      assert.deepStrictEqual(looks, [])
+    }).pipe(Effect.scoped, provideNode))
 })
