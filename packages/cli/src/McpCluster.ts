@@ -60,6 +60,17 @@ const agentResult = (row: AgentRow): typeof TaskToolkit.AgentResult.Type => {
     status: row.status,
     ...(row.reason === null ? {} : { reason: row.reason }),
     summary: OutputContract.summaryOf(parsed, text),
+    // A finished answer's sections, as an embedded record's outcome gives them.
+    ...(row.status === "completed" ?
+      {
+        sections: {
+          changes: parsed.sections.changes,
+          evidence: parsed.sections.evidence,
+          risks: parsed.sections.risks,
+          blockers: parsed.sections.blockers
+        }
+      } :
+      {}),
     contract_violations: [],
     steps: row.steps,
     tool_calls: row.toolCalls,

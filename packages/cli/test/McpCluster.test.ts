@@ -156,9 +156,16 @@ describe("fibril mcp --cluster: the handlers on TestRunner", () => {
         assert.isBelow(cluster.duration_ms, 30_000)
         assert.isAtLeast(embedded.duration_ms, 300)
         const [row] = yield* Stream.runCollect(yield* toolkit.handle("agent_result", { agent_id: cluster.agent_id }))
-        const result = row?.encodedResult as { tokens: unknown; duration_ms: number }
-        assert.deepStrictEqual(result.tokens, cluster.tokens)
-        assert.strictEqual(result.duration_ms, cluster.duration_ms)
+        const result = row?.encodedResult as Record<string, unknown>
+        assert.deepStrictEqual(result["tokens"], cluster.tokens)
+        assert.strictEqual(result["duration_ms"], cluster.duration_ms)
+        const [theirRow] = yield* Stream.runCollect(
+          yield* embeddedKit.handle("agent_result", { agent_id: embedded.agent_id })
+        )
+        const theirResult = theirRow?.encodedResult as Record<string, unknown>
+        assert.deepStrictEqual(Object.keys(result).toSorted(), Object.keys(theirResult).toSorted())
+        assert.deepStrictEqual(result["sections"], theirResult["sections"])
+        assert.deepStrictEqual(result["tokens"], theirResult["tokens"])
       }).pipe(Effect.scoped, provideNode)
   )
 })
