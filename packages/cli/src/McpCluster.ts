@@ -3,14 +3,17 @@
  * with every agent run in the cluster. `task` starts a root agent on the workers and waits for
  * it (its tree's steps are sent as progress); `agent_spawn`/`agent_open` start one and return;
  * `agent_wait`, `agent_result`, `agent_cancel`/`agent_close`, `agent_send_input`,
- * `agent_resume`, `agent_list` and `handle_read` act on the cluster's agents. `agent_eval`
- * (the embedded run receipt) is refused with the reason. The agents are durable: closing the
+ * `agent_resume`, `agent_list` and `handle_read` act on the cluster's agents, with the
+ * embedded server's result shapes (tokens by kind, the run's duration) and `allowed_tools`
+ * narrowing the agent as embedded. `agent_eval` (the embedded run receipt) is refused with
+ * the reason. The agents are durable: closing the
  * server does not cancel background agents; an interrupted `task` cancels its tree.
  */
 import * as ClusterClient from "@fibril/cluster/ClusterClient"
 import type { AgentRow } from "@fibril/cluster/ClusterStore"
-import { ClusterStore, finished } from "@fibril/cluster/ClusterStore"
+import { ClusterStore, finished, zeroUsage } from "@fibril/cluster/ClusterStore"
 import * as OutputContract from "@fibril/core/OutputContract"
+import * as Roles from "@fibril/core/Roles"
 import * as TaskToolkit from "@fibril/core/TaskToolkit"
 import * as TranscriptView from "@fibril/core/TranscriptView"
 import * as McpServer from "effect/ai/McpServer"
@@ -32,9 +35,19 @@ const fail = (tool: string, kind: string, message: string) => new TaskToolkit.Ta
 const failWith = (tool: string) => (error: { readonly _tag: string; readonly message: string }) =>
   fail(tool, error._tag, error.message)
 
-const zeroTokens = { input: 0, output: 0, cached: 0 }
+/** The agent's tokens by kind, every run summed (as an embedded record counts them). */
+const tokensOf = (row: AgentRow) => {
+  const usage = row.usage ?? zeroUsage
+  return { input: Math.round(usage.input), output: Math.round(usage.output), cached: Math.round(usage.cached) }
+}
 
-/** An agent's row as the agent tools show one (`tokens` is not split by kind in the cluster). */
+/** The current run's duration, once it has ended (the store's clock: the same for every worker). */
+const durationOf = (row: AgentRow): number | undefined =>
+  row.startedAt === undefined || row.startedAt === null || row.finishedAt === undefined || row.finishedAt === null
+    ? undefined
+    : Math.max(0, Math.round(row.finishedAt - row.startedAt))
+
+/** An agent's row as the agent tools show one. */
 const agentResult = (row: AgentRow): typeof TaskToolkit.AgentResult.Type => {
   const text = row.text ?? ""
   const parsed = OutputContract.parse(text)
@@ -47,10 +60,22 @@ const agentResult = (row: AgentRow): typeof TaskToolkit.AgentResult.Type => {
     status: row.status,
     ...(row.reason === null ? {} : { reason: row.reason }),
     summary: OutputContract.summaryOf(parsed, text),
+    // A finished answer's sections, as an embedded record's outcome gives them.
+    ...(row.status === "completed" ?
+      {
+        sections: {
+          changes: parsed.sections.changes,
+          evidence: parsed.sections.evidence,
+          risks: parsed.sections.risks,
+          blockers: parsed.sections.blockers
+        }
+      } :
+      {}),
     contract_violations: [],
     steps: row.steps,
     tool_calls: row.toolCalls,
-    tokens: { ...zeroTokens, output: row.tokens },
+    tokens: tokensOf(row),
+    ...(durationOf(row) === undefined ? {} : { duration_ms: durationOf(row)! }),
     model: row.model,
     transcript_handle: row.agentId
   }
@@ -86,8 +111,26 @@ export const handlers = (options: Options) =>
     const run = <A, E>(effect: Effect.Effect<A, E, ClusterStore | ClusterClient.ClientServices>) =>
       Effect.provide(effect, context)
 
-    const start = (tool: string, prompt: string, description: string | undefined, role: string | undefined) =>
-      run(ClusterClient.start({ prompt, description, role, workspace: options.workspace })).pipe(
+    // The role is checked here, as the embedded server does (the tool names by the workers,
+    // which have the tools: a name they do not have fails the agent, saying which).
+    const start = (tool: string, request: {
+      readonly prompt: string
+      readonly description: string | undefined
+      readonly role: string | undefined
+      readonly allowedTools: ReadonlyArray<string> | undefined
+      readonly model?: string | undefined
+    }) =>
+      Roles.forRequest(request.role ?? "general", request.allowedTools).pipe(
+        Effect.flatMap((role) =>
+          run(ClusterClient.start({
+            prompt: request.prompt,
+            description: request.description,
+            role: role.name,
+            allowedTools: request.allowedTools,
+            model: request.model,
+            workspace: options.workspace
+          }))
+        ),
         Effect.mapError(failWith(tool)),
         Effect.tap((id) => Effect.sync(() => started.add(id)))
       )
@@ -118,12 +161,13 @@ export const handlers = (options: Options) =>
         if (prompt === undefined || prompt === "") {
           return yield* fail(tool, "MissingParameter", "\"prompt\" is required")
         }
-        const id = yield* start(
-          tool,
+        const id = yield* start(tool, {
           prompt,
-          params.description,
-          params.subagent_type ?? params.type ?? params.agent_type
-        )
+          description: params.description,
+          role: params.subagent_type ?? params.type ?? params.agent_type,
+          allowedTools: params.allowed_tools,
+          model: params.model
+        })
         return spawned(yield* rowOf(tool, id))
       })
 
@@ -140,7 +184,12 @@ export const handlers = (options: Options) =>
     return TaskToolkit.mcpToolkit.of({
       task: (params) =>
         Effect.gen(function*() {
-          const id = yield* start("task", params.prompt, params.description, params.subagent_type)
+          const id = yield* start("task", {
+            prompt: params.prompt,
+            description: params.description,
+            role: params.subagent_type,
+            allowedTools: params.allowed_tools
+          })
           const progress = yield* ClusterEvents.mcpProgress(server, id).pipe(Effect.provide(context))
           const outcome = yield* run(ClusterClient.await_(id)).pipe(
             Effect.onInterrupt(() => Effect.ignore(run(ClusterClient.cancel(id, Mcp.cancelReason)))),
@@ -165,8 +214,8 @@ export const handlers = (options: Options) =>
             contract_violations: [],
             tool_calls: row.toolCalls,
             steps: row.steps,
-            tokens: { ...zeroTokens, output: row.tokens },
-            duration_ms: 0,
+            tokens: tokensOf(row),
+            duration_ms: durationOf(row) ?? 0,
             model: row.model,
             transcript_handle: id
           } as const
@@ -193,7 +242,7 @@ export const handlers = (options: Options) =>
           fail(
             "agent_eval",
             "NotInClusterMode",
-            "agent_eval (the run receipt) is not available in cluster mode; use agent_result and handle_read"
+            "agent_eval is not available in cluster mode: its run receipt (per-run log, artifacts, verification, takeover) is built from the embedded runtime's records, which the cluster does not keep; use agent_result (status, summary, tokens, duration) and handle_read (the transcript)"
           )
         ),
       handle_read: (params) =>

@@ -19,23 +19,39 @@
  * - `agent_send_input` queues a message in the target's durable inbox, read by its next
  *   model step.
  * - `agent_cancel` cancels the agent and its non-detached descendants explicitly (interrupting
- *   a parent workflow alone does not stop the children it waits on).
+ *   a parent workflow alone does not stop the children it waits on); a step in flight watches
+ *   its agent's cancellation and interrupts its model or tool call.
+ * - a tool that is not idempotent commits a marker before it runs: a step run again after a
+ *   crash does not run it twice (the model reads `Interrupted`).
  *
  * Replay determinism: everything the body decides depends only on its payload, the worker
  * options (the same on every worker) and journaled results. Child ids are derived from the
  * parent's id, run, step and call index.
  */
-import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, Workspace } from "@fibril/core"
+import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, ToolRegistry, Workspace } from "@fibril/core"
 import * as Prompt from "effect/ai/Prompt"
 import * as Cause from "effect/Cause"
 import { ClusterSchema } from "effect/cluster"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
 import { Activity, DurableClock, DurableDeferred, Workflow, WorkflowEngine } from "effect/workflow"
 import { createHash } from "node:crypto"
-import { type AgentRow, ClusterStore, finished, type Slot, stepTokens, StoreFailure } from "./ClusterStore.ts"
+import {
+  type AgentRow,
+  ClusterStore,
+  finished,
+  Grant,
+  type Slot,
+  stepTokens,
+  StoreFailure,
+  zeroUsage
+} from "./ClusterStore.ts"
 
 export const AgentPayload = Schema.Struct({
   agentId: Schema.String,
@@ -51,7 +67,13 @@ export const AgentPayload = Schema.Struct({
   prompt: Schema.String,
   detached: Schema.Boolean,
   /** The workspace the agent works in: only a worker serving it runs the agent. */
-  workspace: Schema.String
+  workspace: Schema.String,
+  /**
+   * The grants from the root down to this agent, itself last (its caller's `allowed_tools`
+   * among them): its rules are these applied in turn to the worker's root rules. Absent (a
+   * payload of an older version): its role alone.
+   */
+  grants: Schema.optionalKey(Schema.Array(Grant))
 })
 export type AgentPayload = typeof AgentPayload.Type
 
@@ -105,6 +127,13 @@ export interface Options {
    * no child's end (no release) wakes it: a wake lost to a crash is found then.
    */
   readonly waitFallbackMs: number
+  /**
+   * How often a worker looks whether the agents whose model or tool steps it is running were
+   * cancelled (one query for all of them, outside any step's transaction, only while steps are
+   * in flight); cancelled, the call in flight is interrupted (a `shell` command's processes are
+   * killed) and the step ends at once. 0: never (a cancel waits for the step). Default 250 ms.
+   */
+  readonly cancelCheckMs?: number | undefined
   /** Observes each model and tool step's execution (not its replay): for logs and tests. */
   readonly onStep?:
     | ((event: "start" | "end", agentId: string, run: number, name: string) => Effect.Effect<void>)
@@ -112,7 +141,11 @@ export interface Options {
 }
 
 /** The services a worker's workflow body needs besides AgentSteps and the store. */
-export type WorkerServices = Permission.Permission | Workspace.Workspace | Models.Models
+export type WorkerServices =
+  | Permission.Permission
+  | Workspace.Workspace
+  | Models.Models
+  | ToolRegistry.ToolRegistry
 
 export const defaults: Options = {
   maxDepth: 1,
@@ -194,6 +227,28 @@ export const view = (row: AgentRow): RowView => ({
 
 const ToolFailure = (error: string, message: string) => ({ error, message })
 
+/** The result of a tool call stopped because its agent was cancelled while it ran. */
+export const cancelledCall = (call: AgentSteps.StepToolCall): AgentSteps.ToolStep => ({
+  id: call.id,
+  name: call.name,
+  isFailure: true,
+  result: ToolFailure("Cancelled", `the agent was cancelled while this ${call.name} call ran: it was interrupted`)
+})
+
+/**
+ * The result a non-idempotent tool call gets when its step runs again and finds the call was
+ * started before (`ClusterStore.startToolCall`): the tool is not run a second time.
+ */
+export const interruptedCall = (call: AgentSteps.StepToolCall): AgentSteps.ToolStep => ({
+  id: call.id,
+  name: call.name,
+  isFailure: true,
+  result: ToolFailure(
+    "Interrupted",
+    `this ${call.name} call was started, then interrupted before its result was saved (the worker running it stopped or crashed). It was not run again because ${call.name} is not idempotent: it may have run in part or in full. Check its effects (read the files it writes, look for what it creates) before calling it again.`
+  )
+})
+
 /**
  * Cancels an agent and every non-detached descendant: marks each cancelled (unless it has
  * finished) and interrupts its workflow, parent first. Usable from any process with the
@@ -227,6 +282,48 @@ export const ModelStepFailure = Schema.Union([AgentSteps.ModelStepError, Session
 
 const spawning = new Set(["task", "agent_spawn", "agent_open"])
 
+/** The agent's chain of grants (an older payload's: its role alone). */
+export const grantsOf = (payload: AgentPayload): ReadonlyArray<Grant> =>
+  payload.grants ?? [{ role: payload.role, depth: payload.depth }]
+
+/**
+ * An agent's rules: its chain's grants applied in turn to the root rules (Permission, rule 1),
+ * as the embedded runtime derives a child's rules from its parent's.
+ */
+export const rulesFor = (root: Permission.Rules, maxDepth: number, grants: ReadonlyArray<Grant>) =>
+  Effect.orDie(Effect.gen(function*() {
+    let rules = root
+    for (const grant of grants) {
+      const role = yield* Roles.resolve(grant.role)
+      rules = Permission.effective(
+        rules,
+        Session.grantFor(grant.depth, maxDepth, role, { allowedTools: grant.allowedTools })
+      )
+    }
+    return rules
+  }))
+
+/**
+ * Why a spawn request's role and `allowed_tools` are refused (the embedded runtime's checks:
+ * `custom` needs a non-empty list; every name must be a tool that exists), or undefined.
+ */
+export const refusedRequest = (
+  registry: ToolRegistry.ToolRegistry["Service"],
+  role: string,
+  allowedTools: ReadonlyArray<string> | undefined
+): string | undefined => {
+  const spec = Roles.canonical(role)
+  if (spec === undefined) return `unknown role "${role}"; accepted: ${Roles.acceptedNames}`
+  if (Roles.roles[spec].needsAllowedTools && (allowedTools === undefined || allowedTools.length === 0)) {
+    return `role ${spec}: custom agents need a non-empty allowed_tools list`
+  }
+  const unknown = allowedTools?.filter((name) => Option.isNone(registry.get(name))) ?? []
+  if (unknown.length === 0) return undefined
+  return `role ${spec}: allowed_tools names ${unknown.length === 1 ? "a tool that does" : "tools that do"} not exist: ${
+    unknown.map((name) => JSON.stringify(name)).join(", ")
+  }`
+}
+
 /** The reason an agent cancelled by the heartbeat gets (the embedded runtime's words). */
 export const heartbeatReason = (seconds: number) => `Auto-cancelled after ${seconds}s without sub-agent progress.`
 
@@ -249,6 +346,58 @@ export const watchdog = (seconds: number, checkMs: number) =>
     }
   })
 
+/**
+ * The steps in flight on this worker, by agent, and one look for all of them every `checkMs`
+ * (only while there are some): the agents cancelled meanwhile have their steps' calls stopped.
+ * One query per look whatever the number of steps in flight.
+ */
+export class CancelWatch extends Context.Service<CancelWatch, {
+  readonly enabled: boolean
+  /** Resolves when the agent is seen cancelled; watched until the scope closes. */
+  readonly watch: (agentId: string) => Effect.Effect<Effect.Effect<void>, never, Scope.Scope>
+}>()("@fibril/cluster/AgentWorkflow/CancelWatch") {}
+
+export const cancelWatch = (checkMs: number) =>
+  Layer.effect(
+    CancelWatch,
+    Effect.gen(function*() {
+      const store = yield* ClusterStore
+      const inFlight = new Map<string, Set<Deferred.Deferred<void>>>()
+      if (checkMs > 0) {
+        yield* Effect.forkScoped(Effect.forever(Effect.gen(function*() {
+          yield* Effect.sleep(checkMs)
+          if (inFlight.size === 0) return
+          const cancelled = yield* Effect.orElseSucceed(store.cancelledAmong([...inFlight.keys()]), () => [])
+          for (const agentId of cancelled) {
+            for (const deferred of inFlight.get(agentId) ?? []) Deferred.doneUnsafe(deferred, Exit.void)
+          }
+        })))
+      }
+      return CancelWatch.of({
+        enabled: checkMs > 0,
+        watch: (agentId) =>
+          Effect.map(
+            Effect.acquireRelease(
+              Effect.sync(() => {
+                const deferred = Deferred.makeUnsafe<void>()
+                let set = inFlight.get(agentId)
+                if (set === undefined) inFlight.set(agentId, set = new Set())
+                set.add(deferred)
+                return deferred
+              }),
+              (deferred) =>
+                Effect.sync(() => {
+                  const set = inFlight.get(agentId)
+                  set?.delete(deferred)
+                  if (set?.size === 0) inFlight.delete(agentId)
+                })
+            ),
+            Deferred.await
+          )
+      })
+    })
+  )
+
 /** The workflow's body on a worker (and the heartbeat's watchdog, when there is one). */
 export const layer = (options: Partial<Options> = {}) => {
   const heartbeat = options.heartbeatSecs ?? 0
@@ -257,7 +406,7 @@ export const layer = (options: Partial<Options> = {}) => {
       watchdog(heartbeat, options.heartbeatCheckMs ?? Math.max(1000, Math.min(30_000, (heartbeat * 1000) / 4)))
     ))
     : Layer.empty
-  return Layer.merge(body(options), watching)
+  return Layer.merge(body(options).pipe(Layer.provide(cancelWatch(options.cancelCheckMs ?? 250))), watching)
 }
 
 const body = (options: Partial<Options>) =>
@@ -268,11 +417,13 @@ const body = (options: Partial<Options>) =>
     const permission = yield* Permission.Permission
     const workspace = yield* Workspace.Workspace
     const models = yield* Models.Models
+    const registry = yield* ToolRegistry.ToolRegistry
     const { agentId, depth, run, rootId } = payload
     // "": the worker's default model (every worker must have the same one).
     const modelId = payload.model === "" ? models.defaultModel : payload.model
     const role = yield* Effect.orDie(Roles.resolve(payload.role))
-    const rules = Permission.effective(permission.root, Session.grantFor(depth, config.maxDepth, role))
+    const grants = grantsOf(payload)
+    const rules = yield* rulesFor(permission.root, config.maxDepth, grants)
     const system = Prompt.makeMessage("system", { content: Roles.systemPrompt(role, depth, payload.workspace) })
     const capped = depth > 0 && config.maxConcurrent > 0
     // With `reject` a spawn takes the child's permit in an activity of its own (the refusal is
@@ -281,10 +432,22 @@ const body = (options: Partial<Options>) =>
     const maxTokens = depth === 0 ? undefined : config.childMaxTokens
     const maxWallSecs = depth === 0 ? undefined : config.maxWallSecs
     const onStep = config.onStep
+    // A step in flight watches the agent's cancellation (the workflow's interrupt reaches it only
+    // at the next step boundary): cancelled, the call is interrupted and `onCancel` is the step's
+    // outcome. The workflow, interrupted by the cancel, then stops at that boundary.
+    const watch = yield* CancelWatch
+    const stopOnCancel = <A, E, R, A2, E2>(effect: Effect.Effect<A, E, R>, onCancel: Effect.Effect<A2, E2>) =>
+      watch.enabled
+        ? Effect.scoped(
+          Effect.flatMap(watch.watch(agentId), (cancelled) =>
+            Effect.raceFirst(effect, Effect.andThen(cancelled, onCancel)))
+        )
+        : effect
     const observed = <A, E, R>(name: string, effect: Effect.Effect<A, E, R>) =>
       onStep === undefined ? effect : Effect.andThen(
         onStep("start", agentId, run, name),
-        Effect.tap(effect, () => onStep("end", agentId, run, name))
+        Effect.tap(effect, () =>
+          onStep("end", agentId, run, name))
       )
 
     // A parent waiting in agent_wait sleeps on a durable clock it recorded: this agent's end
@@ -358,6 +521,9 @@ const body = (options: Partial<Options>) =>
             `refused by this worker: it serves the workspace ${workspace.root}, not ${payload.workspace}; start a worker with --cwd ${payload.workspace} on a machine that has it`
         })
       }
+      const own = grants.at(-1)
+      const refused = own === undefined ? undefined : refusedRequest(registry, own.role, own.allowedTools)
+      if (refused !== undefined) return yield* new AgentFailed({ agentId, reason: `refused: ${refused}` })
       yield* orDie(store.startRun(agentId, { run, step: -1, slot: 0 }, promptMessage))
     })
 
@@ -387,6 +553,11 @@ const body = (options: Partial<Options>) =>
           refused: ToolFailure("UnknownRole", `unknown role "${roleName}"; accepted: ${Roles.acceptedNames}`)
         } as const
       }
+      const allowedTools = Array.isArray(params["allowed_tools"])
+        ? params["allowed_tools"].filter((x): x is string => typeof x === "string")
+        : undefined
+      const refused = refusedRequest(registry, childRole, allowedTools)
+      if (refused !== undefined) return { refused: ToolFailure("InvalidRoleRequest", refused) } as const
       const child: AgentPayload = {
         agentId: childId(agentId, run, step, index),
         run: 0,
@@ -398,7 +569,12 @@ const body = (options: Partial<Options>) =>
         description: str(params, ["description"]) ?? prompt.slice(0, 60),
         prompt,
         detached: call.name !== "task" && params["detached"] === true,
-        workspace: payload.workspace
+        workspace: payload.workspace,
+        grants: [...grants, {
+          role: childRole,
+          depth: depth + 1,
+          ...(allowedTools === undefined ? {} : { allowedTools })
+        }]
       }
       return { child } as const
     }
@@ -657,12 +833,24 @@ const body = (options: Partial<Options>) =>
           execute: observed(
             `tool/${step}/${index}`,
             Effect.gen(function*() {
-              const result = yield* steps.tool({ agentId, step, role: role.name, depth, rules, call })
-              yield* orDie(store.recordStep(
-                agentId,
-                [{ at: { run, step, slot: slot.tool + index }, message: AgentSteps.toolMessage([result]) }],
-                0
-              ))
+              const at = { run, step, slot: slot.tool + index }
+              // Steps are at-least-once: this one may be running again after a crash. A tool that
+              // is not idempotent commits a marker before it runs; found, it is not run twice.
+              // (An unknown tool only fails: it may run again.)
+              const idempotent = registry.get(call.name).pipe(Option.match({
+                onNone: () =>
+                  true,
+                onSome: (tool) =>
+                  tool.idempotent
+              }))
+              const first = idempotent || (yield* orDie(store.startToolCall(agentId, at)))
+              const result = first
+                ? yield* stopOnCancel(
+                  steps.tool({ agentId, step, role: role.name, depth, rules, call }),
+                  Effect.succeed(cancelledCall(call))
+                )
+                : interruptedCall(call)
+              yield* orDie(store.recordStep(agentId, [{ at, message: AgentSteps.toolMessage([result]) }], zeroUsage))
               return result
             })
           )
@@ -705,15 +893,18 @@ const body = (options: Partial<Options>) =>
                 limit: config.treeMaxTokens
               })
             }
-            const result = yield* steps.model({
-              agentId,
-              step,
-              model: modelId,
-              system,
-              messages,
-              rules,
-              takeInbox: Effect.succeed(begin.inbox)
-            })
+            const result = yield* stopOnCancel(
+              steps.model({
+                agentId,
+                step,
+                model: modelId,
+                system,
+                messages,
+                rules,
+                takeInbox: Effect.succeed(begin.inbox)
+              }),
+              Effect.fail(new AgentFailed({ agentId, reason: "cancelled while its model call was in flight" }))
+            )
             yield* orDie(store.recordStep(
               agentId,
               [
@@ -724,7 +915,7 @@ const body = (options: Partial<Options>) =>
                 })),
                 { at: { run, step, slot: slot.assistant }, message: result.assistant }
               ],
-              stepTokens(result.usage)
+              result.usage
             ))
             // The children this turn asks for are recorded with it (unless each takes a permit
             // in a step of its own), so they exist before their workflows start.
@@ -778,7 +969,7 @@ const body = (options: Partial<Options>) =>
       yield* txActivity({
         name: "finish",
         execute: orDie(Effect.gen(function*() {
-          if (rest.length > 0) yield* store.recordStep(agentId, rest, 0)
+          if (rest.length > 0) yield* store.recordStep(agentId, rest, zeroUsage)
           yield* store.finishRun(agentId, {
             ...outcome,
             ...(Exit.isSuccess(exit) ? { steps: exit.value.steps, toolCalls: exit.value.toolCalls } : {})
@@ -820,7 +1011,8 @@ export const resumeRow = (agentId: string, message: string) =>
       description: row.description,
       prompt: message,
       detached: row.detached,
-      workspace: row.workspace
+      workspace: row.workspace,
+      ...(row.grants === undefined ? {} : { grants: row.grants })
     }
     const executionId = yield* AgentWorkflow.executionId(next)
     yield* store.update(agentId, { run: next.run, executionId, status: "pending", text: null, reason: null })

@@ -41,6 +41,11 @@ export interface StartOptions {
   readonly role?: string | undefined
   readonly model?: string | undefined
   readonly description?: string | undefined
+  /**
+   * The caller's `allowed_tools`: the agent gets no tool outside it (met with its role's and the
+   * workers' permissions). Names the workers do not have make the agent fail, saying which.
+   */
+  readonly allowedTools?: ReadonlyArray<string> | undefined
   /** Default: a new random id. */
   readonly agentId?: string | undefined
 }
@@ -55,18 +60,22 @@ export const start = (options: StartOptions) =>
   Effect.gen(function*() {
     const store = yield* ClusterStore
     const agentId = options.agentId ?? newAgentId()
+    const role = options.role ?? "general"
     const payload: AgentPayload = {
       agentId,
       run: 0,
       parentId: null,
       rootId: agentId,
       depth: 0,
-      role: options.role ?? "general",
+      role,
       model: options.model ?? "",
       description: options.description ?? options.prompt.slice(0, 60),
       prompt: options.prompt,
       detached: false,
-      workspace: options.workspace
+      workspace: options.workspace,
+      ...(options.allowedTools === undefined
+        ? {}
+        : { grants: [{ role, depth: 0, allowedTools: options.allowedTools }] })
     }
     const executionId = yield* AgentWorkflow.executionId(payload)
     yield* store.insert({

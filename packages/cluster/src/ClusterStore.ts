@@ -23,6 +23,24 @@ export type Status = typeof Status.Type
 export const finished = (status: Status): boolean =>
   status === "completed" || status === "failed" || status === "cancelled"
 
+/**
+ * What one agent of a chain was given (Permission, rule 1): its role at its depth and its
+ * caller's `allowed_tools`. An agent's rules are its chain's grants applied in turn from the
+ * root's rules, root first, itself last: a child never gets more than its parent had.
+ */
+export const Grant = Schema.Struct({
+  role: Schema.String,
+  depth: Schema.Int,
+  allowedTools: Schema.optionalKey(Schema.Array(Schema.String))
+})
+export type Grant = typeof Grant.Type
+
+/** Tokens by kind, every model step of every run summed (as the embedded records report them). */
+export const Usage = Schema.Struct({ input: Schema.Number, output: Schema.Number, cached: Schema.Number })
+export type Usage = typeof Usage.Type
+
+export const zeroUsage: Usage = { input: 0, output: 0, cached: 0 }
+
 export const AgentRow = Schema.Struct({
   agentId: Schema.String,
   parentId: Schema.NullOr(Schema.String),
@@ -43,7 +61,14 @@ export const AgentRow = Schema.Struct({
   steps: Schema.Int,
   toolCalls: Schema.Int,
   /** Tokens (input + output) of every model step of every run, summed. */
-  tokens: Schema.Number
+  tokens: Schema.Number,
+  /** The grants from the root down to this agent (absent: its role alone, from the root's rules). */
+  grants: Schema.optionalKey(Schema.Array(Grant)),
+  /** `tokens` by kind (as read from a store). */
+  usage: Schema.optionalKey(Usage),
+  /** When the current run started and ended (ms since the epoch, the store's clock), as read. */
+  startedAt: Schema.optionalKey(Schema.NullOr(Schema.Number)),
+  finishedAt: Schema.optionalKey(Schema.NullOr(Schema.Number))
 })
 export type AgentRow = typeof AgentRow.Type
 
@@ -97,7 +122,7 @@ export class StoreFailure extends Schema.TaggedError<StoreFailure>()("StoreFailu
 }
 
 /** The version of the `fibril_*` tables this code reads and writes. */
-export const schemaVersion = 2
+export const schemaVersion = 3
 
 export class SchemaMismatch extends Schema.TaggedError<SchemaMismatch>()("SchemaMismatch", {
   found: Schema.NullOr(Schema.Int),
@@ -148,7 +173,10 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   ) => Effect.Effect<ReadonlyArray<{ readonly executionId: string; readonly clock: string }>, StoreFailure>
   readonly release: (agentId: string) => Effect.Effect<void, StoreFailure>
   readonly permits: Effect.Effect<ReadonlyArray<string>, StoreFailure>
-  /** Marks a run started (running, its clock starts, progress now) and writes its prompt. */
+  /**
+   * Marks a run started (running, its clock starts, progress now) and writes its prompt. An agent
+   * cancelled before its first step began stays cancelled (its step in flight sees it and stops).
+   */
   readonly startRun: (agentId: string, at: Slot, prompt: Prompt.Message) => Effect.Effect<void, StoreFailure>
   /** A model step's first read: takes the inbox, reads the tree's tokens and the run's age. */
   readonly beginStep: (agentId: string, rootId: string) => Effect.Effect<StepStart, StoreFailure>
@@ -156,7 +184,7 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   readonly recordStep: (
     agentId: string,
     messages: ReadonlyArray<{ readonly at: Slot; readonly message: Prompt.Message }>,
-    tokens: number
+    usage: Usage
   ) => Effect.Effect<void, StoreFailure>
   /** Inserts rows unless their agents exist (a replayed step changes nothing). */
   readonly insertMany: (rows: ReadonlyArray<AgentRow>) => Effect.Effect<void, StoreFailure>
@@ -185,7 +213,31 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   readonly parentWaiting: (
     agentId: string
   ) => Effect.Effect<{ readonly executionId: string; readonly waitingOn: string | null } | undefined, StoreFailure>
+  /**
+   * The marker that a non-idempotent tool call is starting (`at`: run, step, the call's index),
+   * committed before the tool runs and outside the step's transaction, so it stays when the
+   * step's result never commits. True: this is the call's first start. False: a marker was
+   * already there: an earlier execution of the step started the tool and was interrupted (a
+   * crash, a lost lock) before its result was journaled.
+   */
+  readonly startToolCall: (agentId: string, at: Slot) => Effect.Effect<boolean, StoreFailure>
+  /**
+   * Which of these agents have been cancelled? Read outside any step's transaction: a worker
+   * looks, for the agents whose steps it runs, to stop a model or tool call in flight.
+   */
+  readonly cancelledAmong: (agentIds: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, StoreFailure>
 }>()("@fibril/cluster/ClusterStore") {}
+
+/**
+ * The connections the Postgres store commits tool-call markers on (`startToolCall`) and a step
+ * in flight reads its agent's cancellation with (`cancelled`), apart from the pool whose
+ * connections the steps' transactions hold, so neither waits for a connection that only a step
+ * waiting for it would give back. Without it the store's own pool is used, outside the step's
+ * transaction.
+ */
+export class MarkerClient extends Context.Service<MarkerClient, SqlClient.SqlClient>()(
+  "@fibril/cluster/ClusterStore/MarkerClient"
+) {}
 
 /** Tokens a step counts against budgets (as the embedded runtime: input + output). */
 export const stepTokens = (usage: { readonly input: number; readonly output: number }): number =>
@@ -231,6 +283,7 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
     const waiting = new Map<string, string | null>()
     /** Queued for a permit, oldest first. */
     const queue = new Map<string, { readonly executionId: string; readonly clock: string }>()
+    const toolCalls = new Set<string>()
     let seq = 0
     let changes = 0
     const timesOf = (agentId: string) => {
@@ -245,10 +298,11 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
       const key = slotKey(at)
       if (!rows.has(key.join("/"))) rows.set(key.join("/"), { key, at, message, seq: ++seq })
     }
-    const update = (agentId: string, u: AgentUpdate) => {
+    const update = (agentId: string, u: AgentUpdate, now?: number) => {
       const row = agents.get(agentId)
       if (row !== undefined) {
-        agents.set(agentId, applyUpdate(row, u))
+        const ended = u.status !== undefined && finished(u.status) && now !== undefined ? { finishedAt: now } : {}
+        agents.set(agentId, { ...applyUpdate(row, u), ...ended })
         touch(agentId)
       }
     }
@@ -260,7 +314,7 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
     return ClusterStore.of({
       insert: (row) => Effect.sync(() => insert(row)),
       insertMany: (rows) => Effect.sync(() => rows.forEach(insert)),
-      update: (agentId, u) => Effect.sync(() => update(agentId, u)),
+      update: (agentId, u) => Effect.map(currentTimeMillis, (now) => update(agentId, u, now)),
       get: (agentId) => Effect.sync(() => agents.get(agentId)),
       children: (agentId) => Effect.sync(() => [...agents.values()].filter((row) => row.parentId === agentId)),
       list: Effect.sync(() => [...agents.values()]),
@@ -304,7 +358,11 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
       permits: Effect.sync(() => [...held]),
       startRun: (agentId, at, prompt) =>
         Effect.map(currentTimeMillis, (now) => {
-          update(agentId, { status: "running", reason: null })
+          const row = agents.get(agentId)
+          if (row !== undefined && row.status !== "cancelled") {
+            update(agentId, { status: "running", reason: null })
+            agents.set(agentId, { ...agents.get(agentId)!, startedAt: now, finishedAt: null })
+          }
           const t = timesOf(agentId)
           t.started = now
           t.progress = now
@@ -318,17 +376,28 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
           for (const row of agents.values()) if (row.rootId === rootId) treeTokens += row.tokens
           return { inbox, treeTokens, runSecs: (now - timesOf(agentId).started) / 1000 }
         }),
-      recordStep: (agentId, messages, tokens) =>
+      recordStep: (agentId, messages, usage) =>
         Effect.map(currentTimeMillis, (now) => {
           for (const m of messages) append(agentId, m.at, m.message)
           const row = agents.get(agentId)
-          if (row !== undefined) agents.set(agentId, { ...row, tokens: row.tokens + tokens })
+          if (row !== undefined) {
+            const before = row.usage ?? zeroUsage
+            agents.set(agentId, {
+              ...row,
+              tokens: row.tokens + stepTokens(usage),
+              usage: {
+                input: before.input + usage.input,
+                output: before.output + usage.output,
+                cached: before.cached + usage.cached
+              }
+            })
+          }
           timesOf(agentId).progress = now
         }),
       finishRun: (agentId, u, release) =>
-        Effect.sync(() => {
+        Effect.map(currentTimeMillis, (now) => {
           // A cancel recorded meanwhile stands (its interrupt reaches the run at its next boundary).
-          if (agents.get(agentId)?.status !== "cancelled") update(agentId, u)
+          if (agents.get(agentId)?.status !== "cancelled") update(agentId, u, now)
           if (release) held.delete(agentId)
         }),
       changes: (rootId, cursor) =>
@@ -379,6 +448,15 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
             else if (row.depth > 0 && now - timesOf(row.agentId).progress >= seconds * 1000) out.push(row.agentId)
           }
           return out
+        }),
+      cancelledAmong: (agentIds) =>
+        Effect.sync(() => agentIds.filter((agentId) => agents.get(agentId)?.status === "cancelled")),
+      startToolCall: (agentId, at) =>
+        Effect.sync(() => {
+          const key = `${agentId}/${at.run}/${at.step}/${at.slot}`
+          if (toolCalls.has(key)) return false
+          toolCalls.add(key)
+          return true
         })
     })
   })
@@ -424,6 +502,16 @@ export const migrate = Effect.gen(function*() {
     clock text NOT NULL, at timestamptz NOT NULL DEFAULT now())`
   yield* sql`ALTER TABLE fibril_transcript ADD COLUMN IF NOT EXISTS seq bigserial`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_transcript_seq ON fibril_transcript (seq)`
+  // Version 3: the markers of non-idempotent tool calls started.
+  yield* sql`ALTER TABLE fibril_agents
+    ADD COLUMN IF NOT EXISTS tokens_input float8 NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS tokens_output float8 NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS tokens_cached float8 NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS run_finished_at timestamptz,
+    ADD COLUMN IF NOT EXISTS grants text`
+  yield* sql`CREATE TABLE IF NOT EXISTS fibril_tool_calls (agent_id text NOT NULL, run int NOT NULL,
+    step int NOT NULL, slot int NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (agent_id, run, step, slot))`
   yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 })
@@ -457,7 +545,23 @@ interface AgentDbRow {
   readonly reason: string | null
   readonly steps: number
   readonly tool_calls: number
+  readonly tokens_input: number
+  readonly tokens_output: number
+  readonly tokens_cached: number
+  readonly run_started_at: unknown
+  readonly run_finished_at: unknown
+  readonly grants: string | null
 }
+
+/** A timestamp as the driver gives it (a Date, or text), in ms since the epoch. */
+const millis = (value: unknown): number | null => {
+  if (value === null || value === undefined) return null
+  if (value instanceof Date) return value.getTime()
+  const parsed = typeof value === "number" ? value : Date.parse(String(value))
+  return Number.isNaN(parsed) ? null : parsed
+}
+
+const decodeGrants = Schema.decodeUnknownSync(Schema.fromJsonString(Schema.Array(Grant)))
 
 const fromDb = (r: AgentDbRow): AgentRow => ({
   agentId: r.agent_id,
@@ -477,7 +581,15 @@ const fromDb = (r: AgentDbRow): AgentRow => ({
   text: r.text,
   reason: r.reason,
   steps: r.steps,
-  toolCalls: r.tool_calls
+  toolCalls: r.tool_calls,
+  ...(r.grants === null || r.grants === undefined ? {} : { grants: decodeGrants(r.grants) }),
+  usage: {
+    input: Number(r.tokens_input ?? 0),
+    output: Number(r.tokens_output ?? 0),
+    cached: Number(r.tokens_cached ?? 0)
+  },
+  startedAt: millis(r.run_started_at),
+  finishedAt: millis(r.run_finished_at)
 })
 
 const encodeMessage = Schema.encodeSync(Schema.fromJsonString(Prompt.Message))
@@ -485,6 +597,11 @@ const decodeMessage = Schema.decodeSync(Schema.fromJsonString(Prompt.Message))
 
 export const makeSql = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
+  const markers = yield* Effect.serviceOption(MarkerClient)
+  // A step's transaction is the SqlClient's transaction connection in the context: without it, a
+  // statement takes a connection of its own and commits at once.
+  const omitTransaction = Context.omit(sql.transactionService)
+  const outsideTransaction = (context: Context.Context<never>): Context.Context<never> => omitTransaction(context)
   const fail = (operation: string) => (error: unknown) =>
     new StoreFailure({ operation, reason: error instanceof Error ? error.message : String(error) })
   const q = <A>(operation: string, effect: Effect.Effect<A, unknown>) => Effect.mapError(effect, fail(operation))
@@ -506,7 +623,8 @@ export const makeSql = Effect.gen(function*() {
     reason: row.reason,
     steps: row.steps,
     tool_calls: row.toolCalls,
-    tokens: row.tokens
+    tokens: row.tokens,
+    grants: row.grants === undefined ? null : JSON.stringify(row.grants)
   })
   const insertMany = (rows: ReadonlyArray<AgentRow>) =>
     rows.length === 0 ? Effect.void : q(
@@ -537,6 +655,8 @@ export const makeSql = Effect.gen(function*() {
           reason = CASE WHEN ${u.reason !== undefined} THEN ${u.reason ?? null} ELSE reason END,
           steps = COALESCE(${u.steps ?? null}, steps),
           tool_calls = COALESCE(${u.toolCalls ?? null}, tool_calls),
+          run_finished_at = CASE WHEN ${u.status !== undefined && finished(u.status)} THEN clock_timestamp()
+            ELSE run_finished_at END,
           changed = nextval('fibril_changes'),
           updated_at = now()
           WHERE agent_id = ${agentId}`
@@ -630,8 +750,9 @@ export const makeSql = Effect.gen(function*() {
       q(
         "startRun",
         sql`WITH a AS (UPDATE fibril_agents SET status = 'running', reason = NULL, run_started_at = now(),
+            run_finished_at = NULL,
             last_progress = now(), changed = nextval('fibril_changes'), updated_at = now()
-            WHERE agent_id = ${agentId})
+            WHERE agent_id = ${agentId} AND status <> 'cancelled')
           INSERT INTO fibril_transcript ${sql.insert(transcriptRow(agentId, at, prompt))} ON CONFLICT DO NOTHING`
       ),
     beginStep: (agentId, rootId) =>
@@ -651,18 +772,21 @@ export const makeSql = Effect.gen(function*() {
           })
         )
       ),
-    recordStep: (agentId, messages, tokens) =>
-      q(
+    recordStep: (agentId, messages, usage) => {
+      const tokens = sql`tokens = tokens + ${stepTokens(usage)}, tokens_input = tokens_input + ${usage.input},
+        tokens_output = tokens_output + ${usage.output}, tokens_cached = tokens_cached + ${usage.cached}`
+      return q(
         "recordStep",
         messages.length === 0
-          ? sql`UPDATE fibril_agents SET tokens = tokens + ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
+          ? sql`UPDATE fibril_agents SET ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
           : sql`WITH t AS (INSERT INTO fibril_transcript ${
             sql.insert(
               messages.map((m) => transcriptRow(agentId, m.at, m.message)) as [ReturnType<typeof transcriptRow>]
             )
           } ON CONFLICT DO NOTHING)
-            UPDATE fibril_agents SET tokens = tokens + ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
-      ),
+            UPDATE fibril_agents SET ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
+      )
+    },
     finishRun: (agentId, u, release) =>
       q(
         "finishRun",
@@ -673,6 +797,7 @@ export const makeSql = Effect.gen(function*() {
           reason = CASE WHEN ${u.reason !== undefined} THEN ${u.reason ?? null} ELSE reason END,
           steps = COALESCE(${u.steps ?? null}, steps),
           tool_calls = COALESCE(${u.toolCalls ?? null}, tool_calls),
+          run_finished_at = clock_timestamp(),
           changed = nextval('fibril_changes'),
           updated_at = now()
           WHERE agent_id = ${agentId} AND status <> 'cancelled'`
@@ -747,7 +872,27 @@ export const makeSql = Effect.gen(function*() {
               AND NOT EXISTS (SELECT 1 FROM fibril_agents c WHERE c.parent_id = a.agent_id AND c.status = 'running')`
           return rows.map((r) => r.agent_id)
         })
-      )
+      ),
+    cancelledAmong: (agentIds) => {
+      if (agentIds.length === 0) return Effect.succeed([])
+      const read = (client: SqlClient.SqlClient) =>
+        client<{ agent_id: string }>`SELECT agent_id FROM fibril_agents
+          WHERE agent_id IN ${client.in(agentIds)} AND status = 'cancelled'`
+      const statement = markers._tag === "Some"
+        ? read(markers.value)
+        : Effect.updateContext(read(sql), outsideTransaction)
+      return q("cancelledAmong", Effect.map(statement, (rows) => rows.map((r) => r.agent_id)))
+    },
+    startToolCall: (agentId, at) => {
+      const insert = (client: SqlClient.SqlClient) =>
+        client<{ one: number }>`INSERT INTO fibril_tool_calls (agent_id, run, step, slot, pid)
+          VALUES (${agentId}, ${at.run}, ${at.step}, ${at.slot}, ${process.pid})
+          ON CONFLICT DO NOTHING RETURNING 1 AS one`
+      const statement = markers._tag === "Some"
+        ? insert(markers.value)
+        : Effect.updateContext(insert(sql), outsideTransaction)
+      return q("startToolCall", Effect.map(statement, (rows) => rows.length === 1))
+    }
   })
 })
 

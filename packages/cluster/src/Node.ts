@@ -13,6 +13,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Reactivity from "effect/reactivity/Reactivity"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql"
@@ -82,6 +83,7 @@ export const prune = (olderThan: Duration.Duration) =>
       const ids = gone.map((r) => r.agent_id)
       yield* sql`DELETE FROM fibril_transcript WHERE agent_id IN ${sql.in(ids)}`
       yield* sql`DELETE FROM fibril_inbox WHERE agent_id IN ${sql.in(ids)}`
+      yield* sql`DELETE FROM fibril_tool_calls WHERE agent_id IN ${sql.in(ids)}`
       // The workflows' journal: their own messages, their activities' and clocks' (entity ids
       // start with the execution id).
       const executions = gone.map((r) => r.execution_id)
@@ -153,6 +155,20 @@ const sharding = (options: {
 })
 
 /**
+ * A worker's second, small pool on the same database: the markers of non-idempotent tool calls
+ * commit on it while the steps' transactions hold the main pool's connections.
+ */
+const markerClient = Layer.effect(
+  ClusterStore.MarkerClient,
+  Effect.gen(function*() {
+    const pg = yield* PgClient.PgClient
+    return yield* PgClient.make({ ...pg.config, maxConnections: 2 })
+  })
+).pipe(Layer.provide(Reactivity.layer), Layer.orDie)
+
+const workerStore = ClusterStore.layerSql.pipe(Layer.provide(markerClient))
+
+/**
  * A worker: hosts agent workflows over the given core services (its workspace, tools, models),
  * on the cluster in the database in context.
  */
@@ -163,7 +179,7 @@ export const worker = <E, R>(
   AgentWorkflow.layer({ ...options, onStep: stepLogger(options.stepLog) }).pipe(
     Layer.provide(ClusterWorkflowEngine.layer),
     Layer.provide(NodeClusterSocket.layer({ storage: "sql", shardingConfig: sharding(options) })),
-    Layer.provide(ClusterStore.layerSql),
+    Layer.provide(workerStore),
     Layer.provide(core)
   )
 
@@ -175,7 +191,7 @@ export const workerAndClient = <E, R>(
   AgentWorkflow.layer({ ...options, onStep: stepLogger(options.stepLog) }).pipe(
     Layer.provideMerge(ClusterWorkflowEngine.layer),
     Layer.provideMerge(NodeClusterSocket.layer({ storage: "sql", shardingConfig: sharding(options) })),
-    Layer.provideMerge(ClusterStore.layerSql),
+    Layer.provideMerge(workerStore),
     Layer.provide(core)
   )
 

@@ -376,4 +376,43 @@ describe("cluster contract on TestRunner", () => {
       assert.include(error.message, "refused by this worker")
       assert.include(error.message, "/srv/other-repo")
     }).pipe(Effect.scoped, provideNode))
+
+  it.live("a spawn's allowed_tools narrows the child as embedded; a tool that does not exist is refused, naming it", () =>
+    Effect.gen(function*() {
+      const seen: Array<ReadonlyArray<string>> = []
+      const built = yield* setup({
+        rules: [
+          {
+            match: { depth: 1 },
+            respond: (c) => {
+              seen.push(c.tools)
+              return c.turn === 0 ? { tool_calls: [{ name: "list_dir", args: {} }] } : { text: "child done" }
+            }
+          },
+          {
+            match: { depth: 0 },
+            turns: [
+              {
+                tool_calls: [
+                  { name: "task", args: { prompt: "look", allowed_tools: ["read_file", "grep"] } },
+                  { name: "task", args: { prompt: "look", allowed_tools: ["read_fil"] } }
+                ]
+              },
+              { text: "root done" }
+            ]
+          }
+        ]
+      })
+      const outcome = yield* built.provide(ClusterClient.run({ prompt: "go", workspace: built.root }))
+      assert.strictEqual(outcome.text, "root done")
+      assert.deepStrictEqual(seen[0]?.toSorted(), ["grep", "read_file"])
+      const [narrowed, refused] = toolResults(yield* built.store.transcript(outcome.agentId))
+      assert.isFalse(narrowed!.isFailure)
+      assert.isTrue(refused!.isFailure)
+      assert.deepInclude(refused!.result as object, { error: "InvalidRoleRequest" })
+      assert.include((refused!.result as { message: string }).message, "\"read_fil\"")
+      const [child] = byDepth(yield* rows(built), 1)
+      const childResults = toolResults(yield* built.store.transcript(child!.agentId))
+      assert.deepStrictEqual(childResults.map((p) => [p.name, p.isFailure]), [["list_dir", true]])
+    }).pipe(Effect.scoped, provideNode))
 })

@@ -8,7 +8,7 @@ import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { Duration, Effect } from "effect"
 import type { SqlClient } from "effect/sql"
 import { type ChildProcess, spawn } from "node:child_process"
-import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -222,6 +222,95 @@ describe.skipIf(reason !== undefined)(
     )
 
     it(
+      "kill -9 of the worker while a shell call runs, restart: the call is not run again (its marker was committed), the model reads Interrupted, the run completes",
+      async () => {
+        const s = await setup({
+          rules: [{
+            match: { depth: 0 },
+            turns: [
+              { tool_calls: [{ name: "shell", args: { command: "echo ran >> shell.log; sleep 5" } }] },
+              { text: "root ok" }
+            ]
+          }]
+        })
+        const port = String(await Pg.freePort())
+        const a = await s.worker(["--port", port])
+        const client = fibril(["run", "go", "--cluster", s.url, "--cwd", s.ws, "--json"])
+        const shellLog = path.join(s.ws, "shell.log")
+        const shellLines = () => {
+          try {
+            return readFileSync(shellLog, "utf8").split("\n").filter((l) => l !== "")
+          } catch {
+            return []
+          }
+        }
+        await until(() => shellLines().length === 1, "the shell command ran")
+        a.child.kill("SIGKILL")
+        await a.done
+        assert.strictEqual(
+          s.psql("SELECT count(*) FROM fibril_tool_calls"),
+          "1",
+          "the marker committed before the kill"
+        )
+        const b = await s.worker(["--port", port])
+        assert.strictEqual(await client.done, 0, client.out.stderr)
+        const last = JSON.parse(client.out.stdout.trim().split("\n").at(-1)!) as { text: string }
+        assert.strictEqual(last.text, "root ok")
+        // The tool step ran again on the restarted worker, and did not run the command.
+        const starts = steps(s.log).filter((e) => e.event === "start" && e.name === "tool/0/0")
+        assert.deepStrictEqual(starts.map((e) => e.pid), [a.child.pid, b.child.pid])
+        assert.deepStrictEqual(shellLines(), ["ran"])
+        const row = s.psql("SELECT message FROM fibril_transcript WHERE slot = 1000")
+        assert.include(row, "Interrupted")
+        assert.include(row, "not run again because shell is not idempotent")
+      },
+      60_000
+    )
+
+    it(
+      "a cancel from another process interrupts the shell command in flight on the worker: the step ends at once, its processes killed",
+      async () => {
+        const s = await setup({
+          rules: [{
+            match: { depth: 0 },
+            turns: [
+              {
+                tool_calls: [{
+                  name: "shell",
+                  args: { command: "echo started > started.txt; sleep 20; echo late > late.txt" }
+                }]
+              },
+              { text: "never" }
+            ]
+          }]
+        })
+        await s.worker()
+        const client = fibril(["run", "go", "--cluster", s.url, "--cwd", s.ws, "--json"])
+        await until(() => existsSync(path.join(s.ws, "started.txt")), "the shell command started")
+        const root = agentIdOf(client)!
+        const cancel = fibril(["cluster", "cancel", root, "--cluster", s.url])
+        assert.strictEqual(await cancel.done, 0, cancel.out.stderr)
+        const cancelledAt = Date.now()
+        // The step's result (written in its transaction) says it was cancelled, long before the
+        // command's 20 s sleep would have ended.
+        await until(
+          () =>
+            s.psql("SELECT count(*) FROM fibril_transcript WHERE slot = 1000 AND message LIKE '%Cancelled%'") === "1",
+          "the tool step ended cancelled",
+          10_000
+        )
+        const took = Date.now() - cancelledAt
+        assert.isBelow(took, 5000)
+        assert.strictEqual(await client.done, 1)
+        assert.strictEqual(s.psql(`SELECT status FROM fibril_agents WHERE agent_id = '${root}'`), "cancelled")
+        await sleep(500)
+        assert.isFalse(existsSync(path.join(s.ws, "late.txt")))
+        console.log(`cancel in flight: the shell step ended ${took} ms after the cancel`)
+      },
+      60_000
+    )
+
+    it(
       "one worker killed and not restarted: the survivor finishes the run once the dead one's locks expire",
       async () => {
         const s = await setup({
@@ -301,6 +390,7 @@ describe.skipIf(reason !== undefined)(
           db,
           "INSERT INTO fibril_transcript (agent_id, run, step, slot, message) VALUES ('old', 0, 0, 100, '{}')"
         )
+        pg!.psql(db, "INSERT INTO fibril_tool_calls (agent_id, run, step, slot, pid) VALUES ('old', 0, 0, 1000, 1)")
         const pruned = await inDb(Node.prune(Duration.days(7)))
         assert.strictEqual(pruned.agents, 1)
         assert.strictEqual(
@@ -308,6 +398,7 @@ describe.skipIf(reason !== undefined)(
           "busy,new"
         )
         assert.strictEqual(pg!.psql(db, "SELECT count(*) FROM fibril_transcript"), "0")
+        assert.strictEqual(pg!.psql(db, "SELECT count(*) FROM fibril_tool_calls"), "0")
         const bad = fibril(["cluster", "prune", "--older-than", "a while", "--cluster", url])
         assert.strictEqual(await bad.done, 2)
         assert.include(bad.out.stderr, "not a duration")
@@ -427,14 +518,30 @@ describe.skipIf(reason !== undefined)(
           let id: string
           try {
             const result = await mcp.callTool(
-              { name: "task", arguments: { prompt: "hello", description: "say hello" } },
+              { name: "task", arguments: { prompt: "hello", description: "say hello", allowed_tools: ["list_dir"] } },
               undefined,
               { onprogress: () => {} }
             )
-            const task = result.structuredContent as { agent_id: string; status: string; summary: string }
+            const task = result.structuredContent as {
+              agent_id: string
+              status: string
+              summary: string
+              tokens: { input: number; output: number; cached: number }
+              duration_ms: number
+            }
             assert.strictEqual(task.status, "completed", JSON.stringify(result))
             assert.strictEqual(task.summary, "hello done")
             id = task.agent_id
+            // Tokens by kind and the run's duration, from the row the workers wrote (two model
+            // calls of 200 ms each).
+            assert.isAbove(task.tokens.input, 0)
+            assert.isAbove(task.tokens.output, 0)
+            assert.isAtLeast(task.duration_ms, 400)
+            assert.isBelow(task.duration_ms, 30_000)
+            assert.strictEqual(
+              s.psql(`SELECT grants FROM fibril_agents WHERE agent_id = '${id}'`),
+              "[{\"role\":\"general\",\"depth\":0,\"allowedTools\":[\"list_dir\"]}]"
+            )
             assert.isTrue(progress.some((m) => m.includes("→ list_dir")), progress.join("\n"))
             assert.isTrue(progress.some((m) => m.includes("completed")), progress.join("\n"))
             const listed = await mcp.callTool({ name: "agent_list", arguments: { include_archived: true } })

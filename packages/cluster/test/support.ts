@@ -14,7 +14,9 @@ export const setup = Effect.fn("cluster.test.setup")(function*(
   options: Partial<AgentWorkflow.Options> = {},
   session: Partial<Session.Options> = {},
   /** The store's clock (default Effect's): tests move it to check wall-time budgets and the heartbeat. */
-  clock?: Effect.Effect<number>
+  clock?: Effect.Effect<number>,
+  /** What the workers see of the store (tests inject faults with it); `store` stays the real one. */
+  wrapStore: (store: ClusterStore.ClusterStore["Service"]) => ClusterStore.ClusterStore["Service"] = (s) => s
 ) {
   const fs = yield* FileSystem.FileSystem
   const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
@@ -26,7 +28,7 @@ export const setup = Effect.fn("cluster.test.setup")(function*(
     Layer.provideMerge(ClusterWorkflowEngine.layer),
     Layer.provideMerge(TestRunner.layer),
     Layer.provide(AgentSteps.layer({ ...Session.defaults, ...session })),
-    Layer.provideMerge(Layer.succeed(ClusterStore.ClusterStore, store)),
+    Layer.provideMerge(Layer.succeed(ClusterStore.ClusterStore, wrapStore(store))),
     Layer.provideMerge(core)
   )
   const context = yield* Layer.build(live)

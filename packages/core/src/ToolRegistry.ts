@@ -74,6 +74,12 @@ export interface ToolDefinition<P extends Parameters = Parameters, R = never> {
   readonly description: string
   readonly parameters: P
   readonly posture: Posture
+  /**
+   * Can a call run twice with the effect of once? Durable runs (cluster mode) run a step again
+   * after a crash: an idempotent tool simply runs again, another one is not run twice (its
+   * model is told the call was interrupted). Default: true for the `read` posture, else false.
+   */
+  readonly idempotent?: boolean | undefined
   readonly paths?: ((params: P["Type"]) => ReadonlyArray<string>) | undefined
   readonly handler: (params: P["Type"], context: ToolCallContext) => Effect.Effect<unknown, ToolErrorLike, R>
 }
@@ -87,6 +93,8 @@ export interface RegisteredTool {
   readonly name: string
   readonly description: string
   readonly posture: Posture
+  /** See `ToolDefinition.idempotent` (here with its default applied). */
+  readonly idempotent: boolean
   readonly parameters: Parameters
   readonly aiTool: AiTool.Any
   readonly decode: (input: unknown) => Effect.Effect<unknown, Schema.SchemaError>
@@ -214,6 +222,7 @@ export const make = Effect.sync(() => {
       name: tool.name,
       description: tool.description,
       posture: tool.posture,
+      idempotent: tool.idempotent ?? tool.posture === "read",
       parameters: tool.parameters,
       aiTool: AiTool.make(tool.name, { description: tool.description, parameters: tool.parameters }),
       decode,

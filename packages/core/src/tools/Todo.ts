@@ -63,6 +63,8 @@ export const write = ToolRegistry.define({
   description: text("./todowrite.md", import.meta.url),
   parameters: WriteParameters,
   posture: "plan",
+  // It replaces the whole list: twice is once.
+  idempotent: true,
   handler: Effect.fn("tool.todowrite")(function*(params: WriteParameters, context: ToolRegistry.ToolCallContext) {
     const todos = yield* Todos
     yield* todos.set(context.sessionId, params.todos)
