@@ -457,12 +457,18 @@ describe("loop/ edges (tests from the second mutation run)", () => {
   it.effect("changed names the paths of a writing call that succeeded, and nothing else", () =>
     Effect.gen(function*() {
       const { deps, state, subscription } = yield* tools
-      yield* runTools(deps, state, [
+      const message = yield* runTools(deps, state, [
         { id: "1", name: "peek", params: { path: "read.md" } },
         { id: "2", name: "touch_nothing", params: { path: "x" } },
         { id: "3", name: "write_fails", params: { path: "w.md" } }
       ])
       const results = (yield* PubSub.takeAll(subscription)).filter((e) => e.type === "tool_result")
+      // The loop ran these calls itself: no result says the provider did.
+      assert.deepStrictEqual(message.content.map((part) => (part as Prompt.ToolResultPart).providerExecuted), [
+        false,
+        false,
+        false
+      ])
       assert.deepStrictEqual(
         results.map((e) => [e.tool, e.isFailure, e.changed]).sort(),
         [["peek", false, undefined], ["touch_nothing", false, undefined], ["write_fails", true, undefined]].sort()
@@ -568,4 +574,45 @@ describe("loop/ edges (tests from the second mutation run)", () => {
       assert.isUndefined(fiber.pollUnsafe())
       yield* Fiber.interrupt(fiber)
     }))
+
+  // The same as "interrupting a waiting call clears its timer" above, watching the attempt's own
+  // timer rather than counting the process's timers (which other work can start or end meanwhile).
+  it.live("on the live clock, the attempt's own timer is cleared when the waiting call is interrupted", () =>
+    Effect.gen(function*() {
+      const timeoutMs = 123_456_000
+      const created: Array<unknown> = []
+      const cleared: Array<unknown> = []
+      const realSet = globalThis.setTimeout
+      const realClear = globalThis.clearTimeout
+      const spySet = (...args: Parameters<typeof setTimeout>) => {
+        const timer = realSet(...args)
+        if (args[1] === timeoutMs) created.push(timer)
+        return timer
+      }
+      const spyClear = (timer: Parameters<typeof clearTimeout>[0]) => {
+        if (created.includes(timer)) cleared.push(timer)
+        realClear(timer)
+      }
+      yield* Effect.acquireRelease(
+        Effect.sync(() => {
+          globalThis.setTimeout = spySet as typeof setTimeout
+          globalThis.clearTimeout = spyClear as typeof clearTimeout
+        }),
+        () =>
+          Effect.sync(() => {
+            globalThis.setTimeout = realSet
+            globalThis.clearTimeout = realClear
+          })
+      )
+      const { attempts, fiber } = yield* call(
+        { rules: [{ turns: [{ hang: true }] }] },
+        { ...policy, apiTimeoutSecs: timeoutMs / 1000 }
+      )
+      yield* Effect.yieldNow
+      assert.strictEqual(attempts.length, 1)
+      assert.strictEqual(created.length, 1, "one timer for the attempt")
+      assert.deepStrictEqual(cleared, [])
+      yield* Fiber.interrupt(fiber)
+      assert.deepStrictEqual(cleared, created)
+    }).pipe(Effect.scoped))
 })
