@@ -1486,5 +1486,35 @@ describe("SubAgentStore", () => {
         yield* store.flush
         assert.deepStrictEqual(ids(yield* store.all), ["done-3", "live"])
       }))
+
+    it.effect("sqlite: a crashed store neither reconciles others nor takes its requests", () =>
+      Effect.gen(function*() {
+        const leaseMs = 1000
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        yield* b.store.put(owned(b.store, "orphan"))
+        yield* b.store.flush
+        yield* b.store.request(a.store.owner.boot_id, { agent_id: "x", kind: "cancel", payload: "stop" })
+        yield* b.control.crash
+        yield* a.control.crash
+        yield* TestClock.adjust(leaseMs + 1)
+        assert.deepStrictEqual(yield* a.store.reconcile, [])
+        assert.deepStrictEqual(yield* a.store.takeRequests, [])
+        assert.deepStrictEqual(db.all("SELECT status FROM fibril_agents"), [{ status: "running" }])
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_requests"), 1)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a key this version retired is removed from a row when it is next written", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        yield* withStore({ dir }, (store) => Effect.andThen(store.put(sample("a")), store.flush))
+        db.run("UPDATE fibril_agents SET record = json_set(record, '$.history', json('[1,2]')) WHERE agent_id = 'a'")
+        yield* withStore({ dir }, (store) => Effect.andThen(store.put(sample("a", { steps: 1 })), store.flush))
+        const written = db.record("a")!
+        assert.deepStrictEqual([written["steps"], "history" in written], [1, false])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
   })
 })
