@@ -848,6 +848,7 @@ describe("SubAgentStore", () => {
         assert.strictEqual(error.path, file)
         assert.include(error.message, "schema version 99")
         assert.include(error.message, `(${SubAgentStore.schemaVersion})`)
+        assert.include(error.message, "the database was written by a different Fibril version")
         // Nothing moved aside or rewritten: the other version's data is still there.
         yield* withRaw(dir, (db) => {
           assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_agents"), 1)
@@ -1483,8 +1484,10 @@ describe("SubAgentStore", () => {
         for (const finished of [3, 1, 2]) {
           yield* store.put(sample(`done-${finished}`, { status: "completed", finished_at: finished }))
         }
+        yield* store.appendTranscript("done-1", ["evicted with its record"])
         yield* store.flush
         assert.deepStrictEqual(ids(yield* store.all), ["done-3", "live"])
+        assert.deepStrictEqual(yield* store.readTranscript("done-1"), [])
       }))
 
     it.effect("sqlite: a crashed store neither reconciles others nor takes its requests", () =>
