@@ -1207,12 +1207,13 @@ describe("SubAgentStore", () => {
           Effect.forEach(
             [
               sample("aged", { status: "completed", finished_at: 1 }),
+              sample("aged-too", { status: "cancelled", finished_at: 2 }),
               ...[1, 2, 3, 4].map((i) => sample(`done-${i}`, { status: "failed", finished_at: 9 * day + i }))
             ],
             (record) => store.put(record),
             { discard: true }
           ))
-        // 5 records, 1 aged: 4 left for a cap of 2, so the 2 oldest of them go with the aged one.
+        // 6 records, 2 aged: 4 left for a cap of 2, so the 2 oldest of them go with the aged ones.
         yield* withStore(
           { dir, evictAfterMs: day, maxRecords: 2 },
           (store) => Effect.map(store.all, (all) => assert.deepStrictEqual(ids(all), ["done-3", "done-4"]))
