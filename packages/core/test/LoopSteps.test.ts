@@ -6,7 +6,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { ScriptedModel } from "@fibril/testkit"
 import { Clock, Effect, Fiber, PubSub, Schema } from "effect"
-import { LanguageModel, Prompt, Response } from "effect/ai"
+import { AiError, LanguageModel, Prompt, Response } from "effect/ai"
 import { TestClock } from "effect/testing"
 import { type AgentEvent, AgentEvents } from "../src/AgentEvents.ts"
 import { backoffMs, callModel, ModelCallFailed, type RetryPolicy } from "../src/loop/CallModel.ts"
@@ -409,4 +409,212 @@ describe("loop/RunTools", () => {
       yield* Fiber.interrupt(plain)
       assert.strictEqual(state.messages.length, 1)
     }).pipe(provideNode))
+})
+
+describe("loop/ edges (tests from the second mutation run)", () => {
+  const Target = Schema.Struct({ path: Schema.String })
+
+  /** A registry of four tools that differ only in posture, paths and outcome, and a state over it. */
+  const tools = Effect.gen(function*() {
+    const { get } = yield* setup({ rules: [] })
+    const registry = get(ToolRegistry.ToolRegistry)
+    const define = (
+      name: string,
+      posture: "read" | "write",
+      paths: ((params: typeof Target.Type) => ReadonlyArray<string>) | undefined,
+      handler: () => Effect.Effect<unknown, ToolRegistry.ToolFailure>
+    ) =>
+      registry.register(ToolRegistry.define({ name, description: name, parameters: Target, posture, paths, handler }))
+    yield* define("peek", "read", (params) => [params.path], () => Effect.succeed("seen"))
+    yield* define("touch_nothing", "write", () => [], () => Effect.succeed("nothing"))
+    yield* define(
+      "write_fails",
+      "write",
+      (params) => [params.path],
+      () => Effect.fail(new ToolRegistry.ToolFailure({ tool: "write_fails", reason: "disk full" }))
+    )
+    yield* define("hang", "read", undefined, () => Effect.never)
+    const events = get(AgentEvents)
+    const subscription = yield* events.subscribe
+    const state = {
+      id: "child-1",
+      parent: { id: "root-1" },
+      depth: 1,
+      role: "explore",
+      model: "small",
+      description: "look around",
+      messages: [],
+      rules: Permission.allowAll,
+      view: registry.view(Permission.allowAll),
+      treeUsage: { input: 10, output: 20, cached: 5 },
+      steps: 3,
+      toolCalls: 0,
+      lastTool: undefined,
+      clock: yield* Clock.Clock
+    } as unknown as SessionState
+    const deps = { registry, permission: get(Permission.Permission), events, onResult: undefined, onEvent: undefined }
+    return { state, deps, subscription }
+  })
+
+  it.effect("changed names the paths of a writing call that succeeded, and nothing else", () =>
+    Effect.gen(function*() {
+      const { deps, state, subscription } = yield* tools
+      const message = yield* runTools(deps, state, [
+        { id: "1", name: "peek", params: { path: "read.md" } },
+        { id: "2", name: "touch_nothing", params: { path: "x" } },
+        { id: "3", name: "write_fails", params: { path: "w.md" } }
+      ])
+      const results = (yield* PubSub.takeAll(subscription)).filter((e) => e.type === "tool_result")
+      // The loop ran these calls itself: no result says the provider did.
+      assert.deepStrictEqual(message.content.map((part) => (part as Prompt.ToolResultPart).providerExecuted), [
+        false,
+        false,
+        false
+      ])
+      assert.deepStrictEqual(
+        results.map((e) => [e.tool, e.isFailure, e.changed]).sort(),
+        [["peek", false, undefined], ["touch_nothing", false, undefined], ["write_fails", true, undefined]].sort()
+      )
+    }).pipe(provideNode))
+
+  it.effect("an event carries a snapshot of the agent: its parent, place, step, calls and tree usage", () =>
+    Effect.gen(function*() {
+      const { deps, state, subscription } = yield* tools
+      yield* runTools(deps, state, [{ id: "1", name: "peek", params: { path: "a" } }])
+      const [called, landed] = yield* PubSub.takeAll(subscription)
+      const expected = {
+        agentId: "child-1",
+        parentId: "root-1",
+        depth: 1,
+        role: "explore",
+        model: "small",
+        description: "look around",
+        step: 3,
+        toolCalls: 1,
+        lastTool: "peek",
+        usage: { input: 10, output: 20, cached: 5 }
+      }
+      assert.deepStrictEqual(called!.agent, expected)
+      assert.deepStrictEqual(landed!.agent, expected)
+    }).pipe(provideNode))
+
+  it.effect("a turn's calls run at once: a later call lands while an earlier one still runs", () =>
+    Effect.gen(function*() {
+      const { deps, state } = yield* tools
+      const handed: Array<string> = []
+      const onResult = (_: SessionState, part: Prompt.ToolResultPart) => Effect.sync(() => void handed.push(part.id))
+      const fiber = yield* Effect.forkChild(
+        runTools({ ...deps, onResult }, state, [
+          { id: "slow", name: "hang", params: { path: "a" } },
+          { id: "fast", name: "peek", params: { path: "b" } }
+        ]),
+        { startImmediately: true }
+      )
+      yield* Effect.yieldNow
+      assert.deepStrictEqual(handed, ["fast"])
+      yield* Fiber.interrupt(fiber)
+      assert.deepStrictEqual(state.messages.map((m) => m.role), ["tool"])
+    }).pipe(provideNode))
+
+  it.effect("a turn interrupted before any result landed adds no message", () =>
+    Effect.gen(function*() {
+      const { deps, state } = yield* tools
+      const onResult = () => Effect.void
+      const fiber = yield* Effect.forkChild(
+        runTools({ ...deps, onResult }, state, [
+          { id: "a", name: "hang", params: { path: "a" } },
+          { id: "b", name: "hang", params: { path: "b" } }
+        ]),
+        { startImmediately: true }
+      )
+      yield* Effect.yieldNow
+      yield* Fiber.interrupt(fiber)
+      assert.deepStrictEqual(state.messages, [])
+    }).pipe(provideNode))
+
+  it.effect("a rate limit that names no Retry-After waits the backoff", () =>
+    Effect.gen(function*() {
+      const scripted = yield* ScriptedModel.make({ rules: [{ turns: [{ text: "after the limit" }] }] })
+      let calls = 0
+      const model: LanguageModel.LanguageModel = {
+        ...scripted,
+        // The call builds its request once and runs it again for each attempt.
+        generateText: (options: Parameters<LanguageModel.LanguageModel["generateText"]>[0]) =>
+          Effect.suspend(() =>
+            calls++ === 0
+              ? Effect.fail(
+                AiError.make({ module: "Test", method: "generateText", reason: new AiError.RateLimitError({}) })
+              )
+              : scripted.generateText(options)
+          )
+      } as LanguageModel.LanguageModel
+      const toolkit = yield* emptyToolkit
+      const retries: Array<number> = []
+      const fiber = yield* Effect.forkChild(
+        callModel(model, Prompt.make("hi"), toolkit, policy, (_, __, delayMs) =>
+          Effect.sync(() =>
+            void retries.push(delayMs)
+          )),
+        { startImmediately: true }
+      )
+      yield* TestClock.adjust("1 second")
+      assert.strictEqual((yield* Fiber.join(fiber)).text, "after the limit")
+      assert.strictEqual(retries.length, 1)
+      assert.isTrue(retries[0]! >= 500 && retries[0]! <= 1000, String(retries[0]))
+    }))
+
+  // A timer longer than 2^31 - 1 ms fires at once in Node (with a TimeoutOverflowWarning).
+  it.live("on the live clock, an api_timeout_secs past the timer's range waits, not times out at once", () =>
+    Effect.gen(function*() {
+      const { attempts, fiber, retries } = yield* call(
+        { rules: [{ turns: [{ hang: true }] }] },
+        { ...policy, apiTimeoutSecs: 30 * 24 * 60 * 60 }
+      )
+      // Long enough for an overflowed (1 ms) timer to have fired.
+      yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 20)))
+      assert.deepStrictEqual([attempts.length, retries.length], [1, 0])
+      assert.isUndefined(fiber.pollUnsafe())
+      yield* Fiber.interrupt(fiber)
+    }))
+
+  // The same as "interrupting a waiting call clears its timer" above, watching the attempt's own
+  // timer rather than counting the process's timers (which other work can start or end meanwhile).
+  it.live("on the live clock, the attempt's own timer is cleared when the waiting call is interrupted", () =>
+    Effect.gen(function*() {
+      const timeoutMs = 123_456_000
+      const created: Array<unknown> = []
+      const cleared: Array<unknown> = []
+      const realSet = globalThis.setTimeout
+      const realClear = globalThis.clearTimeout
+      const spySet = (...args: Parameters<typeof setTimeout>) => {
+        const timer = realSet(...args)
+        if (args[1] === timeoutMs) created.push(timer)
+        return timer
+      }
+      const spyClear = (timer: Parameters<typeof clearTimeout>[0]) => {
+        if (created.includes(timer)) cleared.push(timer)
+        realClear(timer)
+      }
+      yield* Effect.acquireRelease(
+        Effect.sync(() => {
+          globalThis.setTimeout = spySet as typeof setTimeout
+          globalThis.clearTimeout = spyClear as typeof clearTimeout
+        }),
+        () =>
+          Effect.sync(() => {
+            globalThis.setTimeout = realSet
+            globalThis.clearTimeout = realClear
+          })
+      )
+      const { attempts, fiber } = yield* call(
+        { rules: [{ turns: [{ hang: true }] }] },
+        { ...policy, apiTimeoutSecs: timeoutMs / 1000 }
+      )
+      yield* Effect.yieldNow
+      assert.strictEqual(attempts.length, 1)
+      assert.strictEqual(created.length, 1, "one timer for the attempt")
+      assert.deepStrictEqual(cleared, [])
+      yield* Fiber.interrupt(fiber)
+      assert.deepStrictEqual(cleared, created)
+    }).pipe(Effect.scoped))
 })

@@ -5,6 +5,7 @@ import {
   Context,
   Effect,
   Exit,
+  Fiber,
   FileSystem,
   Layer,
   Logger,
@@ -847,6 +848,7 @@ describe("SubAgentStore", () => {
         assert.strictEqual(error.path, file)
         assert.include(error.message, "schema version 99")
         assert.include(error.message, `(${SubAgentStore.schemaVersion})`)
+        assert.include(error.message, "the database was written by a different Fibril version")
         // Nothing moved aside or rewritten: the other version's data is still there.
         yield* withRaw(dir, (db) => {
           assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_agents"), 1)
@@ -1167,6 +1169,356 @@ describe("SubAgentStore", () => {
         assert.deepStrictEqual(logs, [
           "sub-agent record done does not match the SubAgentRecord schema; it will be dropped when read"
         ])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+  })
+
+  describe("commits, leases, sweeps and fallbacks (tests from the second mutation run)", () => {
+    const nextTurn = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+
+    it.effect("sqlite: a live put renews the lease once a third of it has passed, not before; a finished one never", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const { store } = yield* open({ dir, leaseMs: 900 })
+        const leaseUntil = () =>
+          db.all("SELECT lease_until FROM fibril_owners WHERE boot_id = ?", store.owner.boot_id)
+            .map((row) => Number(row["lease_until"]))
+        yield* store.put(owned(store, "a"))
+        yield* store.flush
+        assert.deepStrictEqual(leaseUntil(), [900])
+        yield* TestClock.adjust(299)
+        yield* store.put(owned(store, "a", { steps: 1 }))
+        yield* store.flush
+        assert.deepStrictEqual(leaseUntil(), [900], "601 ms of 900 left: not renewed")
+        yield* TestClock.adjust(1)
+        yield* store.put(owned(store, "b", { status: "completed", finished_at: 300 }))
+        yield* store.flush
+        assert.deepStrictEqual(leaseUntil(), [900], "a finished agent's write does not renew it")
+        yield* store.put(owned(store, "a", { steps: 2 }))
+        yield* store.flush
+        assert.deepStrictEqual(leaseUntil(), [1200], "600 ms of 900 left: renewed for a whole lease")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: at open, aged records go first, then the oldest others until maxRecords is met", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        yield* TestClock.setTime(10 * day)
+        yield* withStore({ dir }, (store) =>
+          Effect.forEach(
+            [
+              sample("aged", { status: "completed", finished_at: 1 }),
+              sample("aged-too", { status: "cancelled", finished_at: 2 }),
+              ...[1, 2, 3, 4].map((i) => sample(`done-${i}`, { status: "failed", finished_at: 9 * day + i }))
+            ],
+            (record) => store.put(record),
+            { discard: true }
+          ))
+        // 6 records, 2 aged: 4 left for a cap of 2, so the 2 oldest of them go with the aged ones.
+        yield* withStore(
+          { dir, evictAfterMs: day, maxRecords: 2 },
+          (store) => Effect.map(store.all, (all) => assert.deepStrictEqual(ids(all), ["done-3", "done-4"]))
+        )
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: puts in later turns of the event loop are committed in theirs too", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const { store } = yield* open({ dir })
+        for (const id of ["first", "second", "third"]) {
+          yield* store.put(sample(id))
+          yield* nextTurn
+          assert.deepStrictEqual(db.record(id), sample(id))
+        }
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a commit that fails fails its waiters, or else the next sync, once", () =>
+      Effect.gen(function*() {
+        const { dir, file } = yield* sandbox
+        const db = yield* raw(dir)
+        const { store } = yield* open({ dir })
+        // A BigInt has no JSON form: the commit's transaction throws and is rolled back.
+        const unwritable = (id: string) => owned(store, id, { tokens: { input: 1n as never, output: 0, cached: 0 } })
+
+        // No one waits on a put: its failure is kept for the next sync.
+        yield* store.put(unwritable("bad"))
+        yield* nextTurn
+        const kept = yield* Effect.flip(store.sync)
+        assert.deepStrictEqual([kept._tag, kept.path], ["StoreError", file])
+        assert.include(kept.reason, "BigInt")
+        yield* store.sync
+        assert.isUndefined(db.record("bad"))
+
+        // An append in the same turn waits on that commit: it fails, and nothing is left to report.
+        yield* store.put(unwritable("worse"))
+        const appended = yield* Effect.flip(store.appendTranscript("h", ["line"]))
+        assert.include(appended.reason, "BigInt")
+        yield* store.sync
+        assert.deepStrictEqual(yield* store.readTranscript("h"), [])
+        assert.isUndefined(db.record("worse"))
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: after a crash an append never returns and nothing is written", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const { control, store } = yield* open({ dir })
+        yield* control.crash
+        const fiber = yield* Effect.forkChild(store.appendTranscript("h", ["lost"]), { startImmediately: true })
+        yield* nextTurn
+        yield* nextTurn
+        assert.isUndefined(fiber.pollUnsafe(), "a killed process never answers")
+        yield* Fiber.interrupt(fiber)
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_transcripts"), 0)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a finished agent run again keeps the fields a newer Fibril added to its row", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const { store } = yield* open({ dir })
+        const addField = (id: string) =>
+          db.run(
+            "UPDATE fibril_agents SET record = json_set(record, '$.x_future_tag', 'kept') WHERE agent_id = ?",
+            id
+          )
+        // Started and finished here, then resumed.
+        yield* store.put(owned(store, "resumed"))
+        yield* store.flush
+        yield* store.put(owned(store, "resumed", { status: "completed", finished_at: 1 }))
+        yield* store.flush
+        addField("resumed")
+        yield* store.put(owned(store, "resumed", { steps: 3 }))
+        yield* store.flush
+        // First written finished (as an imported or adopted agent is), then resumed.
+        yield* store.put(owned(store, "finished-first", { status: "completed", finished_at: 1 }))
+        yield* store.flush
+        addField("finished-first")
+        yield* store.put(owned(store, "finished-first", { steps: 3 }))
+        yield* store.flush
+        for (const id of ["resumed", "finished-first"]) {
+          const written = db.record(id)!
+          assert.deepStrictEqual([written["status"], written["steps"], written["x_future_tag"]], ["running", 3, "kept"])
+        }
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: reconcile clears an idle gone owner and every request no live owner will take", () =>
+      Effect.gen(function*() {
+        const leaseMs = 1000
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const idle = yield* open({ dir, leaseMs })
+        const alive = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        // The idle owner registered (by taking its requests) and then died with no agents.
+        yield* idle.store.takeRequests
+        yield* idle.control.crash
+        yield* TestClock.adjust(leaseMs + 1)
+        // The live one renews its lease by running an agent.
+        yield* alive.store.put(owned(alive.store, "busy"))
+        yield* alive.store.flush
+        for (const target of [idle.store.owner.boot_id, alive.store.owner.boot_id, "never-registered"]) {
+          yield* b.store.request(target, { agent_id: "busy", kind: "input", payload: "hello" })
+        }
+        assert.deepStrictEqual(yield* b.store.reconcile, [])
+        const owners = db.all("SELECT boot_id FROM fibril_owners").map((row) => row["boot_id"])
+        assert.deepStrictEqual(owners, [alive.store.owner.boot_id])
+        const requests = db.all("SELECT owner_boot FROM fibril_requests").map((row) => row["owner_boot"])
+        assert.deepStrictEqual(requests, [alive.store.owner.boot_id])
+        assert.deepStrictEqual((yield* alive.store.takeRequests).map((r) => r.payload), ["hello"])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a store whose database is closed answers every read with its fallback and a warning", () =>
+      Effect.gen(function*() {
+        const { dir, file } = yield* sandbox
+        const logs: Array<string> = []
+        const capture = Logger.layer([
+          Logger.make(({ message }) => void logs.push((Array.isArray(message) ? message : [message]).join(" ")))
+        ])
+        const { close, store } = yield* open({ dir })
+        yield* store.put(owned(store, "a", { status: "completed", finished_at: 1 }))
+        yield* close
+        const answers = yield* Effect.all([
+          store.all,
+          Effect.map(store.get("a"), Option.isNone),
+          store.liveness("someone-else"),
+          store.reconcile,
+          store.takeRequests,
+          store.adopt("a"),
+          store.request("someone-else", { agent_id: "a", kind: "cancel", payload: "" })
+        ]).pipe(Effect.provide(capture))
+        assert.deepStrictEqual(answers, [[], true, "alive", [], [], false, undefined])
+        assert.strictEqual(logs.length, 6, logs.join("\n"))
+        for (const log of logs) assert.isTrue(log.startsWith(`sub-agent store: ${file}: `), log)
+        assert.strictEqual((yield* Effect.flip(store.readTranscript("a")))._tag, "StoreError")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a database path that cannot be opened fails with a StoreError and is not moved aside", () =>
+      Effect.gen(function*() {
+        const { dir, file, fs } = yield* sandbox
+        yield* fs.makeDirectory(file)
+        const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
+        assert.deepStrictEqual([error._tag, error.path], ["StoreError", file])
+        assert.include(error.reason, "unable to open")
+        assert.strictEqual((yield* fs.stat(file)).type, "Directory")
+        assert.deepStrictEqual([...yield* fs.readDirectory(dir)], [SubAgentStore.databaseFileName])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("migration: an unreadable state file is left in place; one of another format is renamed .corrupt", () =>
+      Effect.gen(function*() {
+        const { dir, fs, path } = yield* sandbox
+        const legacy = path.join(dir, SubAgentStore.legacyRecordsFileName)
+        const transcripts = path.join(dir, SubAgentStore.legacyTranscriptsDirName)
+        yield* fs.makeDirectory(legacy)
+        yield* withStore({ dir }, (store) =>
+          Effect.sync(() =>
+            assert.deepStrictEqual(store.warnings, [
+              `${legacy} could not be read; it was left in place and not imported`
+            ])
+          ))
+        assert.strictEqual((yield* fs.stat(legacy)).type, "Directory")
+        yield* fs.remove(legacy, { recursive: true })
+
+        yield* fs.writeFileString(legacy, `{"version":2,"records":[]}`)
+        yield* fs.makeDirectory(transcripts)
+        yield* withStore({ dir }, (store) =>
+          Effect.gen(function*() {
+            assert.deepStrictEqual(store.warnings, [
+              `${legacy} is not a readable v1 state file; renamed it ${legacy}.corrupt and imported nothing`
+            ])
+            assert.deepStrictEqual(yield* store.all, [])
+          }))
+        const listed = [...yield* fs.readDirectory(dir)].filter((name) =>
+          !name.startsWith(SubAgentStore.databaseFileName)
+        ).sort()
+        assert.deepStrictEqual(listed, [
+          `${SubAgentStore.legacyRecordsFileName}.corrupt`,
+          `${SubAgentStore.legacyTranscriptsDirName}.corrupt`
+        ])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("migration: records that do not decode are named in a warning (cut at 200 characters), the rest imported", () =>
+      Effect.gen(function*() {
+        const { dir, fs, path } = yield* sandbox
+        const legacy = path.join(dir, SubAgentStore.legacyRecordsFileName)
+        const long = { agent_id: "x".repeat(300) }
+        yield* fs.writeFileString(
+          legacy,
+          JSON.stringify({ version: 1, records: [sample("good", { status: "completed", finished_at: 1 }), long, 5] })
+        )
+        yield* withStore({ dir }, (store) =>
+          Effect.gen(function*() {
+            assert.deepStrictEqual(store.warnings, [
+              `${legacy}: a record could not be read and was not imported: ${JSON.stringify(long).slice(0, 200)}`,
+              `${legacy}: a record could not be read and was not imported: 5`,
+              `imported 1 sub-agent record(s) from ${legacy} into ${SubAgentStore.databaseFileName}; the old file is kept as ${legacy}.migrated`
+            ])
+            assert.deepStrictEqual(ids(yield* store.all), ["good"])
+            // No transcripts directory: the record has an empty transcript.
+            assert.deepStrictEqual(yield* store.readTranscript("good"), [])
+          }))
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a crashed owner's lease outlives its scope and holds up to its last millisecond", () =>
+      Effect.gen(function*() {
+        const leaseMs = 1000
+        const { dir } = yield* sandbox
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        yield* a.store.put(owned(a.store, "r"))
+        yield* a.store.flush
+        // A killed process runs no finalizer: its owner row stays until its lease ends.
+        yield* a.control.crash
+        yield* a.close
+        yield* TestClock.adjust(leaseMs)
+        assert.strictEqual(yield* b.store.liveness(a.store.owner.boot_id), "alive")
+        assert.deepStrictEqual(yield* b.store.reconcile, [])
+        yield* TestClock.adjust(1)
+        assert.strictEqual(yield* b.store.liveness(a.store.owner.boot_id), "gone")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: reconcile interrupts a gone owner's agents and skips a row that does not decode", () =>
+      Effect.gen(function*() {
+        const leaseMs = 1000
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        yield* a.store.put(owned(a.store, "good"))
+        yield* a.store.put(owned(a.store, "unreadable"))
+        yield* a.store.flush
+        db.run("UPDATE fibril_agents SET record = '{\"steps\":\"many\"}' WHERE agent_id = 'unreadable'")
+        yield* a.control.crash
+        yield* TestClock.adjust(leaseMs + 1)
+        assert.deepStrictEqual(ids(yield* b.store.reconcile), ["good"])
+        assert.strictEqual(Option.getOrThrow(yield* b.store.get("good")).status, "interrupted")
+        assert.deepStrictEqual(db.all("SELECT status FROM fibril_agents WHERE agent_id = 'unreadable'"), [{
+          status: "running"
+        }])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: adopt sees this process's puts of the same turn", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const { store } = yield* open({ dir })
+        yield* store.put(owned(store, "mine", { status: "completed", finished_at: 1 }))
+        assert.isTrue(yield* store.adopt("mine"))
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a stored transcript line that is not JSON is skipped when read", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const { store } = yield* open({ dir })
+        yield* store.appendTranscript("h", ["first"])
+        db.run("INSERT INTO fibril_transcripts (handle, message) VALUES ('h', '{cut sho')")
+        yield* store.appendTranscript("h", ["second"])
+        assert.deepStrictEqual(yield* store.readTranscript("h"), ["first", "second"])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("memory: a key set to undefined is not kept; beyond maxRecords the earliest finished go, live ones stay", () =>
+      Effect.gen(function*() {
+        const store = yield* SubAgentStore.makeMemory({ maxRecords: 2 })
+        // A view built in plain JavaScript may carry a key set to undefined.
+        yield* store.put({ ...sample("live", { created_at: 0 }), reason: undefined } as unknown as SubAgentRecord)
+        assert.isFalse("reason" in Option.getOrThrow(yield* store.get("live")))
+        for (const finished of [3, 1, 2]) {
+          yield* store.put(sample(`done-${finished}`, { status: "completed", finished_at: finished }))
+        }
+        yield* store.appendTranscript("done-1", ["evicted with its record"])
+        yield* store.flush
+        assert.deepStrictEqual(ids(yield* store.all), ["done-3", "live"])
+        assert.deepStrictEqual(yield* store.readTranscript("done-1"), [])
+      }))
+
+    it.effect("sqlite: a crashed store neither reconciles others nor takes its requests", () =>
+      Effect.gen(function*() {
+        const leaseMs = 1000
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        yield* b.store.put(owned(b.store, "orphan"))
+        yield* b.store.flush
+        yield* b.store.request(a.store.owner.boot_id, { agent_id: "x", kind: "cancel", payload: "stop" })
+        yield* b.control.crash
+        yield* a.control.crash
+        yield* TestClock.adjust(leaseMs + 1)
+        assert.deepStrictEqual(yield* a.store.reconcile, [])
+        assert.deepStrictEqual(yield* a.store.takeRequests, [])
+        assert.deepStrictEqual(db.all("SELECT status FROM fibril_agents"), [{ status: "running" }])
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_requests"), 1)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a key this version retired is removed from a row when it is next written", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        yield* withStore({ dir }, (store) => Effect.andThen(store.put(sample("a")), store.flush))
+        db.run("UPDATE fibril_agents SET record = json_set(record, '$.history', json('[1,2]')) WHERE agent_id = 'a'")
+        yield* withStore({ dir }, (store) => Effect.andThen(store.put(sample("a", { steps: 1 })), store.flush))
+        const written = db.record("a")!
+        assert.deepStrictEqual([written["steps"], "history" in written], [1, false])
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
   })
 })
