@@ -125,6 +125,11 @@ describe("Session: restore and dangling tool calls", () => {
       assert.deepStrictEqual(transcript.map((m) => m.role), ["system", "user", "assistant"])
       const system = transcript[0]!
       assert.include(system.role === "system" ? system.content : "", "role=explore depth=1")
+      // A fork of the restored session starts from its whole restored history (before it ran again).
+      const fork = yield* session.createChild("agent_child", { role: Roles.roles.explore, forkContext: true })
+      const forked = yield* session.transcript(fork.id)
+      assert.strictEqual(forked[1], transcript[1])
+      assert.strictEqual(forked[2], transcript[2])
       // Restoring an id that is live gives the live session, not a rebuilt one.
       yield* session.prompt("agent_child", "more")
       const again = yield* session.restore({
@@ -137,11 +142,6 @@ describe("Session: restore and dangling tool calls", () => {
       assert.strictEqual(again.steps, 1)
       assert.strictEqual(again.role, "explore")
       assert.strictEqual((yield* session.transcript("agent_child")).length, 5)
-      // A fork of the restored session starts from its whole restored history.
-      const fork = yield* session.createChild("agent_child", { role: Roles.roles.explore, forkContext: true })
-      const forked = yield* session.transcript(fork.id)
-      assert.strictEqual(forked[1], transcript[1])
-      assert.strictEqual(forked[2], transcript[2])
     }).pipe(provideNode))
 })
 
@@ -396,12 +396,14 @@ describe("Session: reassign", () => {
       const root = yield* session.create()
       const child = yield* session.createChild(root.id, { role: Roles.roles.general })
       const grandchild = yield* session.createChild(child.id, { role: Roles.roles.general })
+      const greatGrandchild = yield* session.createChild(grandchild.id, { role: Roles.roles.general })
       const other = yield* session.createChild(root.id, { role: Roles.roles.general })
       const narrowed = yield* session.reassign(child.id, { role: Roles.roles.explore })
       assert.strictEqual(narrowed.role, "explore")
       const writes = (rules: Permission.Rules) => rules.postures.has("write")
       assert.isFalse(writes(narrowed.rules))
       assert.isFalse(writes((yield* session.info(grandchild.id)).rules), "the grandchild narrows too")
+      assert.isFalse(writes((yield* session.info(greatGrandchild.id)).rules), "and its child")
       assert.isTrue(writes((yield* session.info(other.id)).rules), "a sibling is untouched")
       assert.isTrue(writes((yield* session.info(root.id)).rules), "the parent is untouched")
       const refused = yield* Effect.flip(session.reassign(child.id, { role: Roles.roles.general }))
