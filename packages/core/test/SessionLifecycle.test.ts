@@ -417,3 +417,106 @@ describe("Session: reassign", () => {
       assert.isFalse(writes(after.rules))
     }).pipe(provideNode))
 })
+
+describe("Session: system messages and forks", () => {
+  it.effect("the system message is the role header, the workspace, the prompt and the memory section; shared per role and depth", () =>
+    Effect.gen(function*() {
+      const { get, fs, path, root } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const session = get(Session)
+      const systemOf = (id: string) =>
+        Effect.map(session.transcript(id), (t) => t[0]!.role === "system" ? t[0]!.content : "")
+      const plain = yield* session.create({ systemPrompt: "CUSTOM PROMPT" })
+      assert.strictEqual(
+        yield* systemOf(plain.id),
+        `${Roles.header("general", 0)}\nWorkspace: ${root}\n\nCUSTOM PROMPT`
+      )
+      yield* fs.makeDirectory(path.join(root, ".fibril"), { recursive: true })
+      yield* fs.writeFileString(path.join(root, ".fibril", "memory.md"), "- the build uses make\n")
+      const remembering = yield* session.create({ systemPrompt: "CUSTOM PROMPT" })
+      const withMemory = yield* systemOf(remembering.id)
+      assert.isTrue(withMemory.startsWith(`${Roles.header("general", 0)}\nWorkspace: ${root}\n\nCUSTOM PROMPT\n\n`))
+      assert.include(withMemory, "the build uses make")
+      // Siblings share one system message; another depth or role gets its own.
+      const a = yield* session.createChild(plain.id, { role: Roles.roles.explore })
+      const b = yield* session.createChild(remembering.id, { role: Roles.roles.explore })
+      const c = yield* session.createChild(a.id, { role: Roles.roles.explore })
+      const d = yield* session.createChild(plain.id, { role: Roles.roles.review })
+      const first = (id: string) => Effect.map(session.transcript(id), (t) => t[0]!)
+      assert.strictEqual(yield* first(a.id), yield* first(b.id))
+      assert.include(yield* systemOf(a.id), Roles.roles.explore.prompt)
+      assert.include(yield* systemOf(a.id), "the build uses make")
+      assert.notStrictEqual(yield* first(c.id), yield* first(a.id))
+      assert.include(yield* systemOf(c.id), Roles.header("explore", 2))
+      assert.include(yield* systemOf(d.id), Roles.header("review", 1))
+      // After a hand edit a new conversation reads the file again; a sub-agent inherits what
+      // this process last read.
+      yield* fs.writeFileString(path.join(root, ".fibril", "memory.md"), "- the build uses bazel now\n")
+      const child = yield* session.createChild(plain.id, { role: Roles.roles.verifier })
+      assert.include(yield* systemOf(child.id), "the build uses make")
+      assert.notInclude(yield* systemOf(child.id), "bazel")
+      const fresh = yield* session.create({ systemPrompt: "CUSTOM PROMPT" })
+      assert.include(yield* systemOf(fresh.id), "the build uses bazel now")
+    }).pipe(provideNode))
+
+  it.effect("a fork starts from the parent's last request and says it is a fork and who it is; a plain child starts empty", () =>
+    Effect.gen(function*() {
+      const { get, root } = yield* setup({
+        rules: [{ turns: [{ tool_calls: [{ name: "list_dir", args: {} }] }, { text: "parent done" }] }]
+      })
+      const session = get(Session)
+      const parent = yield* session.create()
+      yield* session.prompt(parent.id, "parent task")
+      const history = yield* session.transcript(parent.id)
+      const fork = yield* session.createChild(parent.id, { role: Roles.roles.explore, forkContext: true })
+      const forked = yield* session.transcript(fork.id)
+      assert.strictEqual(forked[0], history[0], "the parent's system message, byte-identical")
+      // The last request was the system message, the task, the tool call and its result.
+      assert.deepStrictEqual(forked.slice(1, 4), history.slice(1, 4))
+      const texts = forked.slice(4).map((m) => m.role === "user" ? (m.content[0] as { text: string }).text : m.role)
+      assert.deepStrictEqual(texts, [
+        "[fork] You are a forked sub-agent: the conversation above is your parent's, shared for context. " +
+        "Do not continue the parent's work; do only the task that follows.",
+        `${Roles.header("explore", 1)}\nWorkspace: ${root}\n\n${Roles.roles.explore.prompt}`
+      ])
+      const plain = yield* session.createChild(parent.id, { role: Roles.roles.explore })
+      assert.strictEqual((yield* session.transcript(plain.id)).length, 1)
+      const orphan = yield* session.createChild(undefined, { role: Roles.roles.explore, forkContext: true })
+      const info = yield* session.info(orphan.id)
+      assert.deepStrictEqual([info.depth, info.parentId, info.model], [1, undefined, "default"])
+      assert.strictEqual((yield* session.transcript(orphan.id)).length, 1)
+    }).pipe(provideNode))
+
+  it.effect("a retry is published with its attempt, reason and delay; info counts tool calls and the last tool", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup(
+        {
+          rules: [{
+            turns: [
+              {
+                error: { kind: "retryable", message: "overloaded", retry_after_ms: 1500, times: 1 },
+                tool_calls: [{ name: "list_dir", args: {} }]
+              },
+              { text: "done" }
+            ]
+          }]
+        },
+        { maxRetries: 2, retryBaseMs: 1000, retryMaxMs: 30_000 }
+      )
+      const session = get(Session)
+      const subscription = yield* get(AgentEvents).subscribe
+      const agent = yield* session.create()
+      const fiber = yield* Effect.forkChild(session.prompt(agent.id, "go"))
+      yield* TestClock.adjust("31 seconds")
+      const answer = yield* Fiber.join(fiber)
+      assert.deepStrictEqual([answer.steps, answer.toolCalls], [2, 1])
+      const retries = (yield* PubSub.takeAll(subscription)).filter((e) => e.type === "retry")
+      assert.strictEqual(retries.length, 1)
+      assert.strictEqual(
+        retries[0]!.reason,
+        "attempt 1 failed (RateLimitError: ScriptedModel.generateText: Rate limit exceeded. Retry after 1s 500ms); " +
+          "retrying in 1500 ms"
+      )
+      const info = yield* session.info(agent.id)
+      assert.deepStrictEqual([info.steps, info.toolCalls, info.lastTool], [2, 1, "list_dir"])
+    }).pipe(Effect.scoped, provideNode))
+})
