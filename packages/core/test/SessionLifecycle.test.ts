@@ -520,3 +520,31 @@ describe("Session: system messages and forks", () => {
       assert.deepStrictEqual([info.steps, info.toolCalls, info.lastTool], [2, 1, "list_dir"])
     }).pipe(Effect.scoped, provideNode))
 })
+
+describe("Session: rules of new agents", () => {
+  it.effect("a definition, extra denials or another spec of the same role name are not served a sibling's cached rules", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const session = get(Session)
+      const plainRoot = yield* session.create()
+      const denyingRoot = yield* session.create({ deny: ["shell"] })
+      assert.isFalse(plainRoot.rules.deny.has("shell"))
+      assert.isTrue(denyingRoot.rules.deny.has("shell"))
+      const plain = yield* session.createChild(plainRoot.id, { role: Roles.roles.general })
+      const defined = yield* session.createChild(plainRoot.id, {
+        role: Roles.roles.general,
+        definition: { allow: ["read_file"] }
+      })
+      const denying = yield* session.createChild(plainRoot.id, { role: Roles.roles.general, deny: ["grep"] })
+      assert.deepStrictEqual(Permission.toJson(defined.rules).allow, ["read_file"])
+      assert.notDeepEqual(Permission.toJson(plain.rules).allow, ["read_file"])
+      assert.isTrue(denying.rules.deny.has("grep"))
+      assert.isFalse(plain.rules.deny.has("grep"))
+      // A role spec of the same name but a narrower ceiling (an agent definition named like a
+      // built-in role) gets its own rules.
+      const readOnly: Roles.RoleSpec = { ...Roles.roles.general, postures: Roles.roles.explore.postures }
+      const narrowed = yield* session.createChild(plainRoot.id, { role: readOnly })
+      assert.isTrue(plain.rules.postures.has("write"))
+      assert.isFalse(narrowed.rules.postures.has("write"))
+    }).pipe(provideNode))
+})
