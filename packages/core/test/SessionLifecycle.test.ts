@@ -548,3 +548,71 @@ describe("Session: rules of new agents", () => {
       assert.isFalse(narrowed.rules.postures.has("write"))
     }).pipe(provideNode))
 })
+
+describe("Session: hooks", () => {
+  it.effect("onMessage sees every message in order, each tool result on its own; beforeModelCall runs before each call; beforeFinish can go on", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({
+        rules: [{
+          turns: [
+            { tool_calls: [{ name: "list_dir", args: {} }, { name: "glob", args: { pattern: "*" } }] },
+            { text: "first answer" },
+            { text: "second answer" }
+          ]
+        }]
+      })
+      const session = get(Session)
+      const log: Array<string> = []
+      let finishes = 0
+      yield* session.setHooks({
+        onEvent: () => {},
+        beforeFinish: (id) =>
+          Effect.sync(() => {
+            log.push(`beforeFinish ${id === agent.id}`)
+            return finishes++ === 0 ? "children reported" : undefined
+          }),
+        onMessage: (id, message) =>
+          Effect.sync(() => {
+            const parts = message.role === "tool" || message.role === "assistant" ? message.content.length : 1
+            log.push(`${message.role}/${parts} ${id === agent.id}`)
+          }),
+        beforeModelCall: (id) => Effect.sync(() => void log.push(`call ${id === agent.id}`))
+      })
+      const agent = yield* session.create()
+      const answer = yield* session.prompt(agent.id, "go")
+      assert.strictEqual(answer.text, "second answer")
+      assert.deepStrictEqual(log, [
+        "user/1 true",
+        "call true",
+        "assistant/2 true",
+        "tool/1 true",
+        "tool/1 true",
+        "call true",
+        "assistant/1 true",
+        "beforeFinish true",
+        "user/1 true",
+        "call true",
+        "assistant/1 true",
+        "beforeFinish true"
+      ])
+      const transcript = yield* session.transcript(agent.id)
+      const handedBack = transcript.at(-2)!
+      assert.deepStrictEqual(handedBack.role === "user" ? handedBack.content[0] : undefined, {
+        ...Prompt.makePart("text", { text: "children reported" })
+      })
+    }).pipe(provideNode))
+
+  it.effect("a failed run's reason redacts credentials in URLs", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({
+        rules: [{ turns: [{ error: { kind: "fatal", message: "refused by https://bob:hunter2@api.example.com/v1" } }] }]
+      })
+      const session = get(Session)
+      const subscription = yield* get(AgentEvents).subscribe
+      const agent = yield* session.create()
+      yield* Effect.flip(session.prompt(agent.id, "go"))
+      const failed = (yield* PubSub.takeAll(subscription)).find((e) => e.type === "failed")!
+      assert.include(failed.reason!, "api.example.com/v1")
+      assert.notInclude(failed.reason!, "hunter2")
+    }).pipe(Effect.scoped, provideNode))
+})
