@@ -310,11 +310,14 @@ describe("Session: inbox", () => {
       const fiber = yield* Effect.forkChild(session.prompt(agent.id, "start"))
       yield* Effect.yieldNow
       yield* session.deliver(agent.id, "later", false)
+      yield* session.deliver(agent.id, "and more", false)
       yield* Deferred.succeed(gate, undefined)
       const answer = yield* Fiber.join(fiber)
       // The queued message kept the run going for one more step.
       assert.strictEqual(answer.text, "second")
-      assert.strictEqual(answer.steps, 2)
+      assert.strictEqual(answer.steps, 2, "both queued messages go with the next step")
+      const roles = (yield* session.transcript(agent.id)).map((m) => m.role)
+      assert.deepStrictEqual(roles, ["system", "user", "assistant", "user", "user", "assistant"])
       yield* session.deliver(agent.id, "too late", true)
       yield* session.deliver(agent.id, "and this", false)
       assert.deepStrictEqual(yield* session.takeUnread(agent.id), ["too late", "and this"])
