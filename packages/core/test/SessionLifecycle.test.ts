@@ -2,11 +2,13 @@
 // transcript, closing tool calls a run left without results, the lifecycle events, the inbox,
 // budgets of tokens and wall time, reassigning a role, and the errors it gives.
 // (Written against the survivors of `npm run mutate -- packages/core/src/Session.ts`.)
+import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, Option, PubSub } from "effect"
-import { Prompt } from "effect/ai"
+import { Context, Deferred, Effect, Exit, Fiber, FileSystem, Layer, Option, PubSub } from "effect"
+import { LanguageModel, Prompt } from "effect/ai"
 import { TestClock } from "effect/testing"
 import { type AgentEvent, AgentEvents } from "../src/AgentEvents.ts"
+import * as Fibril from "../src/Fibril.ts"
 import * as Permission from "../src/Permission.ts"
 import * as Roles from "../src/Roles.ts"
 import { Session } from "../src/Session.ts"
@@ -618,4 +620,39 @@ describe("Session: hooks", () => {
       assert.include(failed.reason!, "api.example.com/v1")
       assert.notInclude(failed.reason!, "hunter2")
     }).pipe(Effect.scoped, provideNode))
+})
+
+describe("Session: usage a provider does not report", () => {
+  it.effect("is estimated from the request and the answer, and counted as estimated up the tree", () =>
+    Effect.gen(function*() {
+      // A provider whose finish part has no token counts (ScriptedModel always reports them).
+      const unreporting = Layer.effect(
+        LanguageModel.LanguageModel,
+        LanguageModel.make({
+          generateText: () =>
+            Effect.succeed([
+              { type: "text", text: "an answer of some length" },
+              { type: "finish", reason: "stop", usage: { inputTokens: {}, outputTokens: {} } }
+            ] as never),
+          streamText: () => Effect.die("not used") as never
+        })
+      )
+      const fs = yield* FileSystem.FileSystem
+      const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      const context = yield* Layer.build(Fibril.layer({ cwd: root }).pipe(Layer.provide(unreporting)))
+      const session = Context.get(context, Session)
+      const parent = yield* session.create()
+      const child = yield* session.createChild(parent.id, { role: Roles.roles.explore })
+      const first = yield* session.prompt(child.id, "a short task")
+      const second = yield* session.prompt(child.id, "a second task, after the first answer")
+      // The estimate counts what was sent: the second request holds the first exchange too.
+      assert.isAbove(first.usage.input, 0)
+      assert.isAbove(first.usage.output, 0)
+      assert.isAbove(second.usage.input, first.usage.input)
+      assert.strictEqual(second.usage.output, first.usage.output)
+      const parentInfo = yield* session.info(parent.id)
+      assert.deepStrictEqual(parentInfo.usageSteps, { reported: 0, estimated: 2 })
+      assert.strictEqual(parentInfo.treeUsage.input, first.usage.input + second.usage.input)
+      assert.deepStrictEqual((yield* session.info(child.id)).usageSteps, { reported: 0, estimated: 2 })
+    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 })
