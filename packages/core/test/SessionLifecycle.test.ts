@@ -656,3 +656,24 @@ describe("Session: usage a provider does not report", () => {
       assert.deepStrictEqual((yield* session.info(child.id)).usageSteps, { reported: 0, estimated: 2 })
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 })
+
+describe("Session: what a new agent is given", () => {
+  it.effect("a root gets its role's prompt, the default model and its label; children lose task/todowrite, and spawn at max_depth", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] }, { maxDepth: 2 })
+      const session = get(Session)
+      const root = yield* session.create()
+      assert.strictEqual(root.model, "default")
+      assert.strictEqual(root.rules.label, "general agent")
+      const system = (yield* session.transcript(root.id))[0]!
+      assert.isTrue((system.role === "system" ? system.content : "").endsWith(Roles.roles.general.prompt))
+      assert.isFalse(root.rules.deny.has("task"))
+      assert.isTrue(root.rules.postures.has("spawn"))
+      const child = yield* session.createChild(root.id, { role: Roles.roles.general })
+      assert.strictEqual(child.rules.label, "general sub-agent at depth 1")
+      assert.isTrue(child.rules.deny.has("task") && child.rules.deny.has("todowrite"))
+      assert.isTrue(child.rules.postures.has("spawn"), "below max_depth a child may spawn")
+      const grandchild = yield* session.createChild(child.id, { role: Roles.roles.general })
+      assert.isFalse(grandchild.rules.postures.has("spawn"), "at max_depth nobody spawns")
+    }).pipe(provideNode))
+})
