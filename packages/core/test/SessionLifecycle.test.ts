@@ -547,6 +547,16 @@ describe("Session: rules of new agents", () => {
       assert.isFalse(plain.rules.deny.has("grep"))
       // A role spec of the same name but a narrower ceiling (an agent definition named like a
       // built-in role) gets its own rules.
+      // Siblings of one role with other allowed_tools (none given, an empty list, another list).
+      const all = yield* session.createChild(plainRoot.id, { role: Roles.roles.explore })
+      const none = yield* session.createChild(plainRoot.id, { role: Roles.roles.explore, allowedTools: [] })
+      const reads = yield* session.createChild(plainRoot.id, { role: Roles.roles.explore, allowedTools: ["read_file"] })
+      const greps = yield* session.createChild(plainRoot.id, { role: Roles.roles.explore, allowedTools: ["grep"] })
+      assert.deepStrictEqual(
+        [all, none, reads, greps].map((c) => Permission.toJson(c.rules).allow),
+        [Permission.toJson(all.rules).allow, [], ["read_file"], ["grep"]]
+      )
+      assert.notDeepEqual(Permission.toJson(all.rules).allow, [])
       const readOnly: Roles.RoleSpec = { ...Roles.roles.general, postures: Roles.roles.explore.postures }
       const narrowed = yield* session.createChild(plainRoot.id, { role: readOnly })
       assert.isTrue(plain.rules.postures.has("write"))
