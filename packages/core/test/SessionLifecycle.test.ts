@@ -68,6 +68,11 @@ describe("Session: restore and dangling tool calls", () => {
       const closed = transcript[4]!
       assert.strictEqual(closed.role, "tool")
       const parts = closed.role === "tool" ? closed.content : []
+      assert.deepStrictEqual(
+        parts.map((p) => p.type === "tool-result" ? p.providerExecuted : undefined),
+        [false, false],
+        "Fibril closed them, not the provider"
+      )
       assert.deepStrictEqual(parts.map((p) => p.type === "tool-result" ? [p.id, p.name, p.isFailure] : []), [
         ["c2", "list_dir", true],
         ["c3", "list_dir", true]
@@ -81,6 +86,11 @@ describe("Session: restore and dangling tool calls", () => {
       assert.strictEqual(handed[1], transcript[5])
       // A second prompt has nothing left to close.
       yield* session.prompt("agent_restored", "again")
+      assert.deepStrictEqual(
+        handed.slice(3).map((m) => m?.role),
+        ["user", "assistant"],
+        "nothing closed, nothing handed"
+      )
       const after = yield* session.transcript("agent_restored")
       assert.deepStrictEqual(after.slice(7).map((m) => m.role), ["user", "assistant"])
     }).pipe(provideNode))
@@ -420,6 +430,10 @@ describe("Session: reassign", () => {
       const after = yield* session.info(child.id)
       assert.strictEqual(after.role, "explore")
       assert.isFalse(writes(after.rules))
+      // A root is narrowed against the root rules.
+      const rootNarrowed = yield* session.reassign(root.id, { role: Roles.roles.review })
+      assert.strictEqual(rootNarrowed.role, "review")
+      assert.isFalse(writes(rootNarrowed.rules))
     }).pipe(provideNode))
 })
 
