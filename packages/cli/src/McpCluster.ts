@@ -14,6 +14,7 @@ import type { AgentRow } from "@fibril/cluster/ClusterStore"
 import { ClusterStore, finished, zeroUsage } from "@fibril/cluster/ClusterStore"
 import * as OutputContract from "@fibril/core/OutputContract"
 import * as Roles from "@fibril/core/Roles"
+import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
 import * as TaskToolkit from "@fibril/core/TaskToolkit"
 import * as TranscriptView from "@fibril/core/TranscriptView"
 import * as McpServer from "effect/ai/McpServer"
@@ -63,12 +64,7 @@ const agentResult = (row: AgentRow): typeof TaskToolkit.AgentResult.Type => {
     // A finished answer's sections, as an embedded record's outcome gives them.
     ...(row.status === "completed" ?
       {
-        sections: {
-          changes: parsed.sections.changes,
-          evidence: parsed.sections.evidence,
-          risks: parsed.sections.risks,
-          blockers: parsed.sections.blockers
-        }
+        sections: SubAgentRecord.resultSections(parsed.sections)
       } :
       {}),
     contract_violations: [],
@@ -205,12 +201,7 @@ export const handlers = (options: Options) =>
             description: row.description,
             status: row.status === "completed" ? "completed" : row.status === "cancelled" ? "cancelled" : "failed",
             summary: row.status === "completed" ? OutputContract.summaryOf(parsed, text) : row.reason ?? "failed",
-            sections: {
-              changes: parsed.sections.changes,
-              evidence: parsed.sections.evidence,
-              risks: parsed.sections.risks,
-              blockers: parsed.sections.blockers
-            },
+            sections: SubAgentRecord.resultSections(parsed.sections),
             contract_violations: [],
             tool_calls: row.toolCalls,
             steps: row.steps,
