@@ -18,7 +18,6 @@ import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -631,23 +630,27 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   // Each attempt of the model call runs in a fiber of its own (callModel), `state.modelCall`
   // while it runs, so a delivery with `interrupt` can cancel just this step: then there is no
   // turn (`undefined`), and the loop takes the step again.
-  const step = (state: SessionState): Effect.Effect<ModelStep | undefined, ModelCallFailed> =>
-    Effect.suspend(() => {
-      state.lastRequestLength = state.messages.length
-      const request = Prompt.fromMessages([state.system, ...state.messages])
-      const onAttempt = (call: Fiber.Fiber<unknown, unknown>) => void (state.modelCall = call)
-      return Effect.flatMap(
-        Effect.exit(callModel(state.languageModel, request, state.view.toolkit, config, retryEvent(state), onAttempt)),
-        (exit) => {
+  const step = (state: SessionState): Effect.Effect<ModelStep | undefined, ModelCallFailed> => {
+    state.lastRequestLength = state.messages.length
+    const request = Prompt.fromMessages([state.system, ...state.messages])
+    const onAttempt = (call: Fiber.Fiber<unknown, unknown>) => void (state.modelCall = call)
+    return Effect.matchCauseEffect(
+      callModel(state.languageModel, request, state.view.toolkit, config, retryEvent(state), onAttempt),
+      {
+        onSuccess: (response) => {
+          state.modelCall = undefined
+          state.stepInterrupted = false
+          return Effect.succeed(turnOf(state, response))
+        },
+        onFailure: (cause) => {
           state.modelCall = undefined
           const cut = state.stepInterrupted
           state.stepInterrupted = false
-          if (Exit.isSuccess(exit)) return Effect.succeed(turnOf(state, exit.value))
-          if (cut && Cause.hasInterruptsOnly(exit.cause)) return Effect.succeed(undefined)
-          return Effect.failCause(exit.cause)
+          return cut && Cause.hasInterruptsOnly(cause) ? Effect.succeed(undefined) : Effect.failCause(cause)
         }
-      )
-    })
+      }
+    )
+  }
 
   const deliverInbox = (state: SessionState): Effect.Effect<void> =>
     Effect.suspend(() =>
@@ -664,7 +667,10 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       const prelude = before === undefined
         ? deliverInbox(state)
         : Effect.andThen(deliverInbox(state), before(state.id))
-      return state.inbox.length === 0 && before === undefined ? step(state) : Effect.andThen(prelude, step(state))
+      // `step` reads the history when it is called: after the prelude, not before.
+      return state.inbox.length === 0 && before === undefined
+        ? step(state)
+        : Effect.andThen(prelude, Effect.suspend(() => step(state)))
     })
 
   // The run is AgentLoop's (the same loop cluster mode replays), over this session's steps

@@ -722,7 +722,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       yield* Deferred.succeed(entry.done, undefined)
       // A finished run's fiber (its context, spans, exit) is not kept for as long as the record.
       entry.fiber = undefined
-      yield* forgetEvicted
+      if (entries.size >= pruneAt) yield* forgetEvicted
     })
 
   // The store evicts finished records (by age and by count); an agent it no longer holds is
@@ -731,23 +731,26 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   // the last: amortised O(1) per agent, and at most about twice the store's records are kept.
   let pruneAt = 256
   const forgetEvicted = Effect.suspend(() => {
-    if (entries.size < pruneAt) return Effect.void
-    return Effect.andThen(
-      Effect.forEach(Array.from(entries), ([id, entry]) =>
-        isTerminal(entry.record.status)
-          ? Effect.flatMap(store.get(id), (stored) => {
-            if (Option.isSome(stored)) return Effect.void
-            entries.delete(id)
-            if (entry.record.session_name !== undefined && names.get(entry.record.session_name) === id) {
-              names.delete(entry.record.session_name)
-            }
-            childrenOf.delete(id)
-            const siblings = entry.parentSessionId === undefined ? undefined : childrenOf.get(entry.parentSessionId)
-            if (siblings?.delete(id) === true && siblings.size === 0) childrenOf.delete(entry.parentSessionId!)
-            return session.dispose(id)
-          })
-          : Effect.void, { discard: true }),
-      Effect.sync(() => void (pruneAt = Math.max(256, entries.size * 2)))
+    pruneAt = Math.max(256, entries.size * 2)
+    // One read of what the store holds, then one synchronous pass; a store that cannot be read
+    // now is asked again at the next doubling.
+    return store.ids.pipe(
+      Effect.flatMap((held) => {
+        const gone: Array<string> = []
+        for (const [id, entry] of entries) {
+          if (!isTerminal(entry.record.status) || held.has(id)) continue
+          gone.push(id)
+          entries.delete(id)
+          if (entry.record.session_name !== undefined && names.get(entry.record.session_name) === id) {
+            names.delete(entry.record.session_name)
+          }
+          childrenOf.delete(id)
+          const siblings = entry.parentSessionId === undefined ? undefined : childrenOf.get(entry.parentSessionId)
+          if (siblings?.delete(id) === true && siblings.size === 0) childrenOf.delete(entry.parentSessionId!)
+        }
+        return gone.length === 0 ? Effect.void : Effect.forEach(gone, session.dispose, { discard: true })
+      }),
+      Effect.ignore
     )
   })
 

@@ -75,6 +75,8 @@ export class SubAgentStore extends Context.Service<SubAgentStore, {
   /** All records, as they are now (every process's). */
   readonly all: Effect.Effect<ReadonlyArray<SubAgentRecord>>
   readonly get: (agentId: string) => Effect.Effect<Option.Option<SubAgentRecord>>
+  /** The ids of the records held now (every process's): what eviction has not dropped. One read. */
+  readonly ids: Effect.Effect<ReadonlySet<string>, StoreError>
   /** Upsert (this process owns the record). Queued for the next commit; does not wait for it. */
   readonly put: (record: SubAgentRecord) => Effect.Effect<void>
   /** Commits what is queued now. */
@@ -644,6 +646,8 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
       Effect.catch((error) => Effect.as(Effect.logWarning(error.message), Option.none()))
     )
 
+  const ids = read(() => new Set(db.all("SELECT agent_id FROM fibril_agents").map((row) => String(row["agent_id"]))))
+
   // --- ownership ------------------------------------------------------------------------
   const ownerRow = (bootId: string) =>
     db.get("SELECT pid, host, lease_until FROM fibril_owners WHERE boot_id = ?", bootId)
@@ -821,6 +825,7 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     owner,
     all,
     get,
+    ids,
     put,
     flush: flushNow,
     appendTranscript,
@@ -1017,6 +1022,7 @@ export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(option
     owner,
     all: Effect.sync(() => [...records.values()]),
     get: (agentId) => Effect.sync(() => Option.fromNullishOr(records.get(agentId))),
+    ids: Effect.sync(() => new Set(records.keys())),
     put: (record) =>
       Clock.clockWith((clock) =>
         Effect.sync(() => {

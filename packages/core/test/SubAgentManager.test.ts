@@ -929,6 +929,7 @@ describe("SubAgentManager", () => {
       const kept = (yield* store.all).map((r) => r.agent_id)
       assert.strictEqual(kept.length, 1000)
       assert.deepStrictEqual(kept.sort(), ids.slice(-1000).sort())
+      assert.deepStrictEqual([...(yield* store.ids)].sort(), kept)
       // Evicted agents are gone from the manager and their sessions are released...
       const oldest = ids[0]!
       const error = yield* Effect.flip(manager.result(oldest, { block: false }))

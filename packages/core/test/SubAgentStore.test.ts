@@ -757,6 +757,8 @@ describe("SubAgentStore", () => {
         yield* withStore({ dir, maxRecords: 5 }, (store) =>
           Effect.gen(function*() {
             assert.deepStrictEqual(ids(yield* store.all), ["done-5", "done-6", "run-1", "run-2", "run-3"])
+            // `ids` is what the store holds, in one read: the evicted are not in it.
+            assert.deepStrictEqual([...(yield* store.ids)].sort(), ["done-5", "done-6", "run-1", "run-2", "run-3"])
             assert.deepStrictEqual(yield* store.readTranscript("done-1"), [])
             assert.deepStrictEqual(yield* store.readTranscript("done-6"), ["done-6"])
           }))

@@ -77,11 +77,12 @@ const awaitWithin = <A, E>(
   call: Fiber.Fiber<A, E>,
   timeout: Duration.Duration,
   late: () => E
-): Effect.Effect<A, E> =>
-  Effect.withFiber((fiber) => {
-    // Started at once, a call that needed no wait (a scripted model) is already done: no timer.
-    const done = call.pollUnsafe()
-    if (done !== undefined) return done
+): Effect.Effect<A, E> => {
+  // Started at once, a call that needed no wait (a scripted model) is already done: its exit,
+  // with no timer and no further step.
+  const done = call.pollUnsafe()
+  if (done !== undefined) return done
+  return Effect.withFiber((fiber) => {
     if (fiber.getRef(Clock.Clock) !== liveClock) {
       return Effect.timeoutOrElse(Effect.flatten(Fiber.await(call)), {
         duration: timeout,
@@ -104,6 +105,7 @@ const awaitWithin = <A, E>(
       })
     })
   })
+}
 
 /**
  * Calls the model, retrying as the policy says. Each attempt runs in a fiber of its own, handed
@@ -132,15 +134,18 @@ export const callModel = (
     reason: `no answer within api_timeout_secs=${policy.apiTimeoutSecs}`,
     retryAfterMs: 0
   })
-  const attemptOnce: Effect.Effect<Response, AttemptFailure> = Effect.flatMap(
-    Effect.forkChild(Effect.mapError(generate, describeAiError), { startImmediately: true }),
+  // The provider's error is described where it is caught, not in the attempt's fiber: one
+  // step less per call.
+  const attemptOnce: Effect.Effect<Response, AiError.AiError | AttemptFailure> = Effect.flatMap(
+    Effect.forkChild(generate, { startImmediately: true }),
     (call) => {
       onAttempt?.(call)
-      return awaitWithin(call, timeout, late)
+      return awaitWithin<Response, AiError.AiError | AttemptFailure>(call, timeout, late)
     }
   )
   const loop = (attempt: number): Effect.Effect<Response, ModelCallFailed> =>
-    Effect.catch(attemptOnce, (failure) => {
+    Effect.catch(attemptOnce, (error) => {
+      const failure = "_tag" in error ? describeAiError(error) : error
       if (!failure.retryable || attempt > policy.maxRetries) {
         return Effect.fail(
           new ModelCallFailed({ attempts: attempt, retryable: failure.retryable, reason: failure.reason })

@@ -111,38 +111,52 @@ const execute = (
   )
 }
 
-const runOne = (
+// One step for the call and one for its outcome: the bookkeeping runs in the step that starts
+// the call, and success and failure are matched in one frame (no `Effect.result` and then a
+// `flatMap`). `wrap` shapes what the caller wants of the part (a single call's whole message).
+const runOne = <A>(
   deps: RunToolsDeps,
   state: SessionState,
   call: ToolCall,
-  landed: Array<Prompt.ToolResultPart> | undefined
-): Effect.Effect<Prompt.ToolResultPart> =>
-  Effect.suspend(() => {
-    state.toolCalls++
-    state.lastTool = call.name
-    const touched: { paths: ReadonlyArray<string> | undefined } = { paths: undefined }
-    emit(deps, state, { type: "tool_call", tool: call.name })
-    return Effect.flatMap(Effect.result(Effect.suspend(() => execute(deps, state, call, touched))), (result) => {
-      const isFailure = result._tag === "Failure"
-      const part = Prompt.makePart("tool-result", {
-        id: call.id,
-        name: call.name,
-        isFailure,
-        result: isFailure ? failurePayload(result.failure) : result.success,
-        providerExecuted: false
-      })
-      emit(deps, state, {
-        type: "tool_result",
-        tool: call.name,
-        isFailure,
-        reason: isFailure ? result.failure.message : undefined,
-        changed: isFailure ? undefined : touched.paths
-      })
-      if (landed === undefined || deps.onResult === undefined) return Effect.succeed(part)
-      landed.push(part)
-      return Effect.as(deps.onResult(state, part), part)
+  landed: Array<Prompt.ToolResultPart> | undefined,
+  wrap: (part: Prompt.ToolResultPart) => A
+): Effect.Effect<A> => {
+  const touched: { paths: ReadonlyArray<string> | undefined } = { paths: undefined }
+  const landing = (isFailure: boolean, result: unknown, reason: string | undefined): Effect.Effect<A> => {
+    const part = Prompt.makePart("tool-result", {
+      id: call.id,
+      name: call.name,
+      isFailure,
+      result,
+      providerExecuted: false
     })
-  })
+    emit(deps, state, {
+      type: "tool_result",
+      tool: call.name,
+      isFailure,
+      reason,
+      changed: isFailure ? undefined : touched.paths
+    })
+    if (landed === undefined || deps.onResult === undefined) return Effect.succeed(wrap(part))
+    landed.push(part)
+    return Effect.as(deps.onResult(state, part), wrap(part))
+  }
+  return Effect.matchEffect(
+    Effect.suspend(() => {
+      state.toolCalls++
+      state.lastTool = call.name
+      emit(deps, state, { type: "tool_call", tool: call.name })
+      return execute(deps, state, call, touched)
+    }),
+    {
+      onFailure: (failure) => landing(true, failurePayload(failure), failure.message),
+      onSuccess: (success) => landing(false, success, undefined)
+    }
+  )
+}
+
+const asPart = (part: Prompt.ToolResultPart) => part
+const asMessage = (part: Prompt.ToolResultPart) => Prompt.makeMessage("tool", { content: [part] })
 
 const run = (
   deps: RunToolsDeps,
@@ -150,14 +164,14 @@ const run = (
   calls: ReadonlyArray<ToolCall>,
   landed: Array<Prompt.ToolResultPart> | undefined
 ): Effect.Effect<Prompt.ToolMessage> =>
-  Effect.map(
-    // A single call runs in the loop's own fiber: forking one to run it alone would add a
-    // fiber to start, and to interrupt and unwind on cancellation, for nothing.
-    calls.length === 1
-      ? Effect.map(runOne(deps, state, calls[0]!, landed), (part) => [part])
-      : Effect.forEach(calls, (call) => runOne(deps, state, call, landed), { concurrency: "unbounded" }),
-    (content) => Prompt.makeMessage("tool", { content })
-  )
+  // A single call runs in the loop's own fiber: forking one to run it alone would add a
+  // fiber to start, and to interrupt and unwind on cancellation, for nothing.
+  calls.length === 1
+    ? runOne(deps, state, calls[0]!, landed, asMessage)
+    : Effect.map(
+      Effect.forEach(calls, (call) => runOne(deps, state, call, landed, asPart), { concurrency: "unbounded" }),
+      (content) => Prompt.makeMessage("tool", { content })
+    )
 
 /**
  * The turn's results as one tool message. With `deps.onResult` (a durable transcript), each
