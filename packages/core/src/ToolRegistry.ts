@@ -17,6 +17,7 @@ import * as Option from "effect/Option"
 import * as References from "effect/References"
 import * as Schema from "effect/Schema"
 import type * as SchemaAST from "effect/SchemaAST"
+import * as SchemaIssue from "effect/SchemaIssue"
 import * as Tracer from "effect/Tracer"
 import * as Permission from "./Permission.ts"
 
@@ -98,6 +99,11 @@ export interface RegisteredTool {
   readonly parameters: Parameters
   readonly aiTool: AiTool.Any
   readonly decode: (input: unknown) => Effect.Effect<unknown, Schema.SchemaError>
+  /**
+   * The argument names the parameters declare, when they are a struct with no index
+   * signatures: what a refusal of an unexpected argument lists as accepted.
+   */
+  readonly arguments: ReadonlyArray<string> | undefined
   readonly paths: (params: unknown) => ReadonlyArray<string>
   readonly handler: (params: unknown, context: ToolCallContext) => Effect.Effect<unknown, ToolErrorLike>
 }
@@ -143,18 +149,45 @@ const strictDecoder = (parameters: Parameters): RegisteredTool["decode"] => {
   ) return strict
   const loose = Schema.decodeUnknownEffect(parameters)
   const declared: ReadonlySet<PropertyKey> = new Set(ast.propertySignatures.map((property) => property.name))
-  const hasExcess = (input: unknown) => {
-    if (typeof input !== "object" || input === null || Array.isArray(input)) return true
+  const excessKey = (input: object): PropertyKey | undefined => {
     // Own enumerable string keys without an array of them (this runs for every tool call).
     for (const key in input) {
-      if (!declared.has(key) && Object.hasOwn(input, key)) return true
+      if (!declared.has(key) && Object.hasOwn(input, key)) return key
     }
     for (const key of Object.getOwnPropertySymbols(input)) {
-      if (!declared.has(key) && Object.prototype.propertyIsEnumerable.call(input, key)) return true
+      if (!declared.has(key) && Object.prototype.propertyIsEnumerable.call(input, key)) return key
     }
-    return false
+    return undefined
   }
-  return (input) => hasExcess(input) ? strict(input) : loose(input)
+  const isObject = (input: unknown): input is object =>
+    typeof input === "object" && input !== null && !Array.isArray(input)
+  if (ast.propertySignatures.length === 0) {
+    // `Schema.Struct({})` is the type `{}`: it takes any value but null and undefined, even
+    // with `onExcessProperty: "error"`. A tool that takes no arguments takes `{}` only.
+    return (input) => {
+      if (!isObject(input)) {
+        return Effect.fail(
+          new Schema.SchemaError(new SchemaIssue.InvalidValue({ message: "Expected an object with no keys" }, input))
+        )
+      }
+      const key = excessKey(input)
+      return key === undefined ? loose(input) : Effect.fail(
+        new Schema.SchemaError(
+          new SchemaIssue.Composite(ast, [new SchemaIssue.Pointer([key], new SchemaIssue.UnexpectedKey(ast))], input)
+        )
+      )
+    }
+  }
+  return (input) => !isObject(input) || excessKey(input) !== undefined ? strict(input) : loose(input)
+}
+
+/** The declared argument names of plain struct parameters (see `RegisteredTool.arguments`). */
+const argumentNames = (parameters: Parameters): ReadonlyArray<string> | undefined => {
+  const ast = parameters.ast
+  if (ast._tag !== "Objects" || ast.encoding !== undefined) return undefined
+  // A record of `Never` values (`Tool.EmptyParams`) accepts no key at all.
+  if (!ast.indexSignatures.every((index) => index.type._tag === "Never")) return undefined
+  return ast.propertySignatures.flatMap((property) => typeof property.name === "string" ? [property.name] : [])
 }
 
 const toToolkit = (tools: ReadonlyArray<RegisteredTool>): Toolkit.WithHandler<Record<string, AiTool.Any>> => {
@@ -226,6 +259,7 @@ export const make = Effect.sync(() => {
       parameters: tool.parameters,
       aiTool: AiTool.make(tool.name, { description: tool.description, parameters: tool.parameters }),
       decode,
+      arguments: argumentNames(tool.parameters),
       paths: paths ? (params) => paths(params as P["Type"]) : noPaths,
       handler: (params, ctx) => Effect.updateContext(tool.handler(params as P["Type"], ctx), withCaptured)
     })

@@ -42,6 +42,8 @@ describe("the agent loop", () => {
       assert.strictEqual(failureOf(parts[1]!).error, "InvalidArguments")
       assert.include(failureOf(parts[1]!).message, "Expected string")
       assert.strictEqual(failureOf(parts[2]!).error, "InvalidArguments")
+      // The refusal of an undeclared argument names it and what the tool accepts.
+      assert.include(failureOf(parts[2]!).message, "(unexpected: bogus; accepted: path, ")
       assert.strictEqual(failureOf(parts[3]!).error, "UnknownTool")
       assert.include(failureOf(parts[3]!).message, "available tools: read_file, list_dir, grep, glob")
       assert.include(String(parts[4]!.result), "hello")

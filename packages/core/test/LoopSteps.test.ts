@@ -334,7 +334,10 @@ describe("loop/RunTools", () => {
         messageOf(1),
         /^invalid arguments for "fail": arguments are not valid JSON \(SyntaxError: .*\)\. Fix/
       )
-      assert.match(messageOf(2), /^invalid arguments for "fail": .*extra.*\. Fix the arguments and call it again\.$/s)
+      assert.match(
+        messageOf(2),
+        /^invalid arguments for "fail": .*extra.* \(unexpected: extra; accepted: why\)\. Fix the arguments and call it again\.$/s
+      )
       // An empty argument string is no arguments: the call runs, and fails in its handler.
       assert.strictEqual(messageOf(4), "fail: as designed")
       assert.strictEqual(state.toolCalls, 5)

@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Context, Effect, Exit, Option, Schema, SchemaTransformation, Tracer } from "effect"
+import { Tool as AiTool } from "effect/ai"
 import * as Permission from "../src/Permission.ts"
 import * as ToolRegistry from "../src/ToolRegistry.ts"
 
@@ -279,6 +280,26 @@ describe("ToolRegistry", () => {
         assert.deepStrictEqual(yield* outcome(decode(input)), yield* outcome(strict(input)))
       }
       assert.match(String(yield* outcome(decode(inputs[0]))), /^error: Expected no excess property/)
+    }))
+
+  it.effect("a tool with no parameters takes {} only: Schema.Struct({}) and Tool.EmptyParams refuse keys and non-objects", () =>
+    Effect.gen(function*() {
+      // `Schema.Struct({})` alone is the type `{}`, which takes any value but null and
+      // undefined, excess keys included, even with onExcessProperty "error".
+      for (const parameters of [Schema.Struct({}), AiTool.EmptyParams]) {
+        const registry = yield* ToolRegistry.make
+        yield* registry.register({ ...tool("t", "read"), parameters })
+        const registered = Option.getOrThrow(registry.get("t"))
+        assert.deepStrictEqual(registered.arguments, [])
+        assert.deepStrictEqual(yield* outcome(registered.decode({})), {})
+        assert.match(
+          String(yield* outcome(registered.decode({ a: 1 }))),
+          /^error: Expected (no excess property|never)\n  at \["a"\]/
+        )
+        for (const input of ["abc", 5, [], null, true]) {
+          assert.match(String(yield* outcome(registered.decode(input))), /^error: /, JSON.stringify(input))
+        }
+      }
     }))
 
   // Which decoder ran is seen by a check on a property: Schema hands it the parse options.

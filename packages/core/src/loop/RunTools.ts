@@ -61,8 +61,22 @@ const parseArguments = (tool: RegisteredTool, params: unknown): Effect.Effect<un
   }
   return Effect.mapErrorEager(
     tool.decode(input),
-    (error) => new InvalidArguments({ tool: tool.name, reason: error.message })
+    (error) => new InvalidArguments({ tool: tool.name, reason: error.message + accepted(tool, input) })
   )
+}
+
+/**
+ * For a refusal of an argument the tool does not declare, what it does accept: a model
+ * that guessed a name gets the right ones in the same answer.
+ */
+const accepted = (tool: RegisteredTool, input: unknown): string => {
+  const names = tool.arguments
+  if (names === undefined || typeof input !== "object" || input === null || Array.isArray(input)) return ""
+  const unexpected = Object.keys(input).filter((key) => !names.includes(key))
+  if (unexpected.length === 0) return ""
+  return names.length === 0
+    ? " (this tool takes no arguments: call it with {})"
+    : ` (unexpected: ${unexpected.join(", ")}; accepted: ${names.join(", ")})`
 }
 
 // Done at once, inside the step that has the news: an event costs no Effect of its own.
