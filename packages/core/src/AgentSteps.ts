@@ -22,7 +22,7 @@ import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import { callModel, ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
 import { resolveTurn } from "./loop/ResolveTurn.ts"
-import { InvalidArguments, UnknownTool } from "./loop/RunTools.ts"
+import { parseArguments, UnknownTool } from "./loop/RunTools.ts"
 import { Models, UnknownModel } from "./Models.ts"
 import * as Permission from "./Permission.ts"
 import { ToolRegistry } from "./ToolRegistry.ts"
@@ -102,15 +102,6 @@ export const toolMessage = (results: ReadonlyArray<ToolStep>): Prompt.Message =>
     )
   })
 
-const parseArguments = (name: string, params: unknown): Effect.Effect<unknown, InvalidArguments> => {
-  if (typeof params !== "string") return Effect.succeed(params)
-  try {
-    return Effect.succeed(params.trim() === "" ? {} : JSON.parse(params))
-  } catch (cause) {
-    return Effect.fail(new InvalidArguments({ tool: name, reason: `arguments are not valid JSON (${String(cause)})` }))
-  }
-}
-
 /** The steps run directly, in the caller's fiber: the embedded runtime. */
 export const make = (policy: RetryPolicy) =>
   Effect.gen(function*() {
@@ -146,10 +137,7 @@ export const make = (policy: RetryPolicy) =>
         return Effect.fail(new UnknownTool({ name: call.name, available: view.tools.map((t) => t.name) }))
       }
       return permission.checkTool(rules, tool).pipe(
-        Effect.andThen(parseArguments(tool.name, call.params)),
-        Effect.flatMap((raw) =>
-          Effect.mapError(tool.decode(raw), (error) => new InvalidArguments({ tool: tool.name, reason: error.message }))
-        ),
+        Effect.andThen(parseArguments(tool, call.params)),
         Effect.tap((params) => permission.check(rules, tool, tool.paths(params))),
         Effect.flatMap((params) =>
           tool.handler(params, {

@@ -48,7 +48,11 @@ export class InvalidArguments extends Schema.TaggedError<InvalidArguments>()("In
 
 const failurePayload = (error: ToolErrorLike) => ({ error: error._tag, message: error.message })
 
-const parseArguments = (tool: RegisteredTool, params: unknown): Effect.Effect<unknown, InvalidArguments> => {
+/**
+ * A call's arguments as the tool's parameters decode them: a JSON string is parsed first (an
+ * empty one is no arguments), and a refusal says what was wrong and what the tool accepts.
+ */
+export const parseArguments = (tool: RegisteredTool, params: unknown): Effect.Effect<unknown, InvalidArguments> => {
   let input = params
   if (typeof params === "string") {
     try {
