@@ -3,6 +3,7 @@
  * FIBRIL_CLUSTER_URL or `[cluster] url`): the same commands over the cluster's agents instead
  * of the workspace's store. Loaded only when a cluster URL is given.
  */
+import type * as StoreModule from "@fibril/cluster/ClusterStore"
 import type { AgentRow } from "@fibril/cluster/ClusterStore"
 import * as TranscriptView from "@fibril/core/TranscriptView"
 import * as Console from "effect/Console"
@@ -12,7 +13,9 @@ import * as ClusterCommand from "./ClusterCommand.ts"
 const loadClient = Effect.promise(() => import("@fibril/cluster/ClusterClient"))
 const loadStore = Effect.promise(() => import("@fibril/cluster/ClusterStore"))
 
-const row = (r: AgentRow) => ({
+// The same keys as `fibril agents show` prints for an embedded record where they mean the
+// same: tokens by kind, the run's duration once it has ended.
+const row = (r: AgentRow, { durationOf, tokensOf }: typeof StoreModule) => ({
   agent_id: r.agentId,
   ...(r.parentId === null ? {} : { parent_id: r.parentId }),
   root_id: r.rootId,
@@ -23,7 +26,8 @@ const row = (r: AgentRow) => ({
   run: r.run,
   steps: r.steps,
   tool_calls: r.toolCalls,
-  tokens: r.tokens,
+  tokens: tokensOf(r),
+  ...(durationOf(r) === undefined ? {} : { duration_ms: durationOf(r) }),
   detached: r.detached,
   workspace: r.workspace,
   ...(r.reason === null ? {} : { reason: r.reason }),
@@ -41,7 +45,8 @@ export const list = (url: string, all: boolean, json: boolean) =>
     url,
     Effect.gen(function*() {
       const client = yield* loadClient
-      const { ClusterStore, finished } = yield* loadStore
+      const store = yield* loadStore
+      const { ClusterStore, finished } = store
       const rows = yield* (yield* ClusterStore).list
       const roots = rows.filter((r) => r.parentId === null)
       const trees: Array<ReadonlyArray<AgentRow>> = []
@@ -50,7 +55,7 @@ export const list = (url: string, all: boolean, json: boolean) =>
         if (all || tree.some((r) => !finished(r.status))) trees.push(tree)
       }
       if (json) {
-        yield* Console.log(JSON.stringify({ agents: trees.flat().map(row) }))
+        yield* Console.log(JSON.stringify({ agents: trees.flat().map((r) => row(r, store)) }))
       } else if (trees.length === 0) {
         yield* Console.log(all ? "no agents in the cluster" : "no running agents in the cluster (--all for every one)")
       } else {
@@ -68,7 +73,8 @@ export const show = (url: string, agentId: string) =>
       const client = yield* loadClient
       const rows = yield* client.tree(agentId)
       if (rows.length === 0) return yield* new client.AgentNotFound({ agentId })
-      for (const r of rows) yield* Console.log(JSON.stringify(row(r)))
+      const store = yield* loadStore
+      for (const r of rows) yield* Console.log(JSON.stringify(row(r, store)))
       return 0
     })
   )

@@ -11,7 +11,7 @@
  */
 import * as ClusterClient from "@fibril/cluster/ClusterClient"
 import type { AgentRow } from "@fibril/cluster/ClusterStore"
-import { ClusterStore, finished, zeroUsage } from "@fibril/cluster/ClusterStore"
+import { ClusterStore, durationOf, finished, tokensOf } from "@fibril/cluster/ClusterStore"
 import * as OutputContract from "@fibril/core/OutputContract"
 import * as Roles from "@fibril/core/Roles"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
@@ -35,18 +35,6 @@ export interface Options {
 const fail = (tool: string, kind: string, message: string) => new TaskToolkit.TaskToolError({ tool, kind, message })
 const failWith = (tool: string) => (error: { readonly _tag: string; readonly message: string }) =>
   fail(tool, error._tag, error.message)
-
-/** The agent's tokens by kind, every run summed (as an embedded record counts them). */
-const tokensOf = (row: AgentRow) => {
-  const usage = row.usage ?? zeroUsage
-  return { input: Math.round(usage.input), output: Math.round(usage.output), cached: Math.round(usage.cached) }
-}
-
-/** The current run's duration, once it has ended (the store's clock: the same for every worker). */
-const durationOf = (row: AgentRow): number | undefined =>
-  row.startedAt === undefined || row.startedAt === null || row.finishedAt === undefined || row.finishedAt === null
-    ? undefined
-    : Math.max(0, Math.round(row.finishedAt - row.startedAt))
 
 /** An agent's row as the agent tools show one. */
 const agentResult = (row: AgentRow): typeof TaskToolkit.AgentResult.Type => {

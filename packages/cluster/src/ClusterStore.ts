@@ -41,6 +41,20 @@ export type Usage = typeof Usage.Type
 
 export const zeroUsage: Usage = { input: 0, output: 0, cached: 0 }
 
+/** An agent's tokens by kind, every run summed, in whole tokens: what clients report. */
+export const tokensOf = (row: { readonly usage?: Usage | undefined }): Usage => {
+  const usage = row.usage ?? zeroUsage
+  return { input: Math.round(usage.input), output: Math.round(usage.output), cached: Math.round(usage.cached) }
+}
+
+/** The current run's duration, once it has ended (the store's clock: the same for every worker). */
+export const durationOf = (
+  row: { readonly startedAt?: number | null | undefined; readonly finishedAt?: number | null | undefined }
+): number | undefined =>
+  row.startedAt === undefined || row.startedAt === null || row.finishedAt === undefined || row.finishedAt === null
+    ? undefined
+    : Math.max(0, Math.round(row.finishedAt - row.startedAt))
+
 export const AgentRow = Schema.Struct({
   agentId: Schema.String,
   parentId: Schema.NullOr(Schema.String),

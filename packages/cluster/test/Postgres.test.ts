@@ -557,6 +557,14 @@ describe.skipIf(reason !== undefined)(
           const show = fibril(["agents", "show", id, "--cwd", s.ws], noUrl)
           assert.strictEqual(await show.done, 0, show.out.stderr)
           assert.include(show.out.stdout, "\"status\":\"completed\"")
+          // Tokens by kind and the run's duration, as `fibril agents show` prints an embedded record's.
+          const shown = JSON.parse(show.out.stdout.split("\n")[0]!) as {
+            tokens: { input: number; output: number; cached: number }
+            duration_ms: number
+          }
+          assert.deepStrictEqual(Object.keys(shown.tokens), ["input", "output", "cached"])
+          assert.isAbove(shown.tokens.input + shown.tokens.output, 0)
+          assert.isAtLeast(shown.duration_ms, 0)
           const transcript = fibril(["agents", "transcript", id, "--cwd", s.ws], noUrl)
           assert.strictEqual(await transcript.done, 0, transcript.out.stderr)
           assert.include(transcript.out.stdout, "hello done")
