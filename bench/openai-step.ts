@@ -1,12 +1,14 @@
 /**
  * `node bench/openai-step.ts [calls]`: what a model step through `OpenAiModel` costs beyond the
- * `openai` SDK itself. Both paths call the same in-process fake server (FakeOpenAiServer) with
- * the same request: (a) `OpenAiModel.generateText` as the agent loop calls it (a prompt with a
- * system message, a user message and two tools; the reply is a tool call), through
- * `LanguageModel.make`, Fibril's request building and response mapping and the SDK; (b) the
- * SDK's `chat.completions.create` with the body (a) sent. The server's work is in both, so the
- * difference of CPU per call is Fibril's and `effect/ai`'s. Interleaved batches; prints one
- * JSON line with the medians.
+ * `openai` SDK itself. Both paths send the same request through the SDK with the same `fetch`:
+ * the first call goes to the in-process fake server (FakeOpenAiServer), and its reply is
+ * then answered from memory, byte for byte, so neither path pays for a server or sockets
+ * (their noise was larger than the difference measured). (a) `OpenAiModel.generateText` as the
+ * agent loop calls it (a prompt with a system message, a user message and two tools; the reply
+ * is a tool call), through `LanguageModel.make`, Fibril's request building and response mapping
+ * and the SDK; (b) the SDK's `chat.completions.create` with the body (a) sent. The difference of
+ * CPU per call is Fibril's and `effect/ai`'s. Interleaved batches; prints one JSON line with
+ * the medians.
  */
 import { OpenAiClient, OpenAiModel } from "@fibril/openai"
 import { FakeOpenAiServer } from "@fibril/testkit"
@@ -47,7 +49,19 @@ const server = await Effect.runPromise(
     }
   }))
 )
-const client = await Effect.runPromise(OpenAiClient.make({ apiKey: Redacted.make("sk-bench"), baseURL: server.url }))
+// The server's first reply, then the same bytes from memory for every later request.
+let canned: string | undefined
+const cannedFetch = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
+  if (canned !== undefined) {
+    return new Response(canned, { status: 200, headers: { "content-type": "application/json" } })
+  }
+  const response = await fetch(input, init)
+  canned = await response.clone().text()
+  return response
+}
+const client = await Effect.runPromise(
+  OpenAiClient.make({ apiKey: Redacted.make("sk-bench"), baseURL: server.url, fetch: cannedFetch })
+)
 const model = await Effect.runPromise(OpenAiModel.makeWith(client, { model: "scripted" }))
 const step = model.generateText({
   prompt,
@@ -58,7 +72,7 @@ const step = model.generateText({
 
 await Effect.runPromise(step)
 const body = server.requests.at(-1)!.body as OpenAI.ChatCompletionCreateParamsNonStreaming
-const sdk = new OpenAI({ apiKey: "sk-bench", baseURL: server.url, maxRetries: 0 })
+const sdk = new OpenAI({ apiKey: "sk-bench", baseURL: server.url, maxRetries: 0, fetch: cannedFetch })
 
 const cpu = () => {
   const u = process.cpuUsage()

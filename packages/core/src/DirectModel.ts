@@ -33,6 +33,7 @@ import * as ResponseIdTracker from "effect/ai/ResponseIdTracker"
 import * as Telemetry from "effect/ai/Telemetry"
 import type * as Tool from "effect/ai/Tool"
 import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as References from "effect/References"
@@ -103,6 +104,64 @@ const hasApprovals = (prompt: Prompt.Prompt): boolean =>
 const decodeFinish = Schema.decodeEffect(Response.FinishPart)
 const decodeMetadata = Schema.decodeEffect(Response.ResponseMetadataPart)
 
+// The finish and metadata parts built directly when they are plainly valid (what the schema
+// checks, checked here: a known reason, whole token counts, a timestamp that parses; no
+// provider metadata or HTTP details); anything else goes through the schema, for the same
+// value or the same error. The schema path was about a quarter of the direct call's own CPU.
+const finishReasons: ReadonlySet<string> = new Set(Response.FinishReason.literals)
+const isCount = (n: unknown) => n === undefined || Number.isSafeInteger(n)
+const countsOk = (counts: object | undefined, keys: ReadonlyArray<string>): boolean => {
+  if (typeof counts !== "object" || counts === null) return false
+  for (const key in counts) {
+    if (!keys.includes(key) || !isCount((counts as Record<string, unknown>)[key])) return false
+  }
+  return true
+}
+const inputKeys = ["uncached", "total", "cacheRead", "cacheWrite"]
+const outputKeys = ["total", "text", "reasoning"]
+const finishPart = (part: Response.FinishPartEncoded): Effect.Effect<Response.AnyPart, Schema.SchemaError> => {
+  const usage = part.usage
+  if (
+    !finishReasons.has(part.reason) || part.response !== undefined || part.metadata !== undefined ||
+    Object.keys(usage).length !== 2 || !countsOk(usage.inputTokens, inputKeys) ||
+    !countsOk(usage.outputTokens, outputKeys)
+  ) return decodeFinish(part)
+  return Effect.succeed(
+    Response.makePart(
+      "finish",
+      {
+        reason: part.reason,
+        usage: new Response.Usage({ inputTokens: { ...usage.inputTokens }, outputTokens: { ...usage.outputTokens } }, {
+          disableChecks: true
+        })
+      } as Parameters<typeof Response.makePart<"finish">>[1]
+    )
+  )
+}
+const metadataPart = (
+  part: Response.ResponseMetadataPartEncoded
+): Effect.Effect<Response.AnyPart, Schema.SchemaError> => {
+  const { id, modelId, timestamp } = part
+  const time = typeof timestamp === "string" ? DateTime.make(timestamp) : Option.none()
+  if (
+    part.metadata !== undefined || (id !== undefined && typeof id !== "string") ||
+    (modelId !== undefined && typeof modelId !== "string") ||
+    (timestamp !== undefined && Option.isNone(time))
+  ) return decodeMetadata(part)
+  return Effect.succeed(Response.makePart(
+    "response-metadata",
+    {
+      ...("id" in part ? { id } : {}),
+      ...("modelId" in part ? { modelId } : {}),
+      ...(Option.isSome(time)
+        ? { timestamp: DateTime.toUtc(time.value) }
+        : "timestamp" in part
+        ? { timestamp: undefined }
+        : {})
+    } as Parameters<typeof Response.makePart<"response-metadata">>[1]
+  ))
+}
+
 /** The parts as `LanguageModel` decodes them with deferred validation (tool-call params kept as sent). */
 export const decodeParts = (
   encoded: ReadonlyArray<Response.PartEncoded>
@@ -121,9 +180,9 @@ export const decodeParts = (
           providerExecuted: part.providerExecuted ?? false
         }))
       case "finish":
-        return decodeFinish(part)
+        return finishPart(part)
       case "response-metadata":
-        return decodeMetadata(part)
+        return metadataPart(part)
       default:
         return Effect.die(`DirectModel: the provider gave a ${part.type} part, which the direct path does not build`)
     }

@@ -3,8 +3,9 @@
 // here on the ScriptedModel (the OpenAI provider has its own test on completions).
 import { assert, describe, it } from "@effect/vitest"
 import { ScriptedModel } from "@fibril/testkit"
-import { Effect, Schema, Tracer } from "effect"
-import { type LanguageModel, Prompt, Tool } from "effect/ai"
+import { Effect, Schema, Stream, Tracer } from "effect"
+import { LanguageModel, Prompt, type Response, Tool } from "effect/ai"
+import * as DirectModel from "../src/DirectModel.ts"
 
 const toolkit = {
   tools: {
@@ -82,4 +83,57 @@ describe("DirectModel on the ScriptedModel", () => {
       assert.strictEqual(direct.reason._tag, generic.reason._tag)
       assert.strictEqual(direct.message, generic.message)
     }))
+
+  // The finish and metadata parts are built directly only when plainly valid; every other
+  // shape goes through their schemas: the same value, or the same InvalidOutputError.
+  const withParts = (parts: ReadonlyArray<Response.PartEncoded>) =>
+    Effect.flatMap(
+      LanguageModel.make({
+        generateText: () => Effect.succeed([...parts]),
+        streamText: () => Stream.die("not used")
+      }),
+      (made) => DirectModel.make(made, () => Effect.succeed(parts))
+    )
+  const usage = { inputTokens: { total: 12, cacheRead: 2, uncached: 10 }, outputTokens: { total: 3, text: 3 } }
+  const shapes: ReadonlyArray<readonly [string, ReadonlyArray<Response.PartEncoded>, boolean]> = [
+    ["plain valid parts", [
+      { type: "response-metadata", id: "r1", modelId: "m", timestamp: "2026-11-23T12:00:00.000Z" },
+      { type: "text", text: "hi" },
+      { type: "finish", reason: "stop", usage }
+    ], true],
+    ["no timestamp, undefined counts", [
+      { type: "response-metadata", id: "r1", modelId: "m" },
+      { type: "finish", reason: "tool-calls", usage: { inputTokens: { total: undefined }, outputTokens: {} } }
+    ], true],
+    ["provider metadata (the schema's path)", [
+      { type: "response-metadata", id: "r1", metadata: { openai: { tier: "x" } } },
+      { type: "finish", reason: "stop", usage, metadata: { openai: { a: 1 } } }
+    ], true],
+    ["a fractional token count", [{
+      type: "finish",
+      reason: "stop",
+      usage: { ...usage, outputTokens: { total: 1.5 } }
+    }], false],
+    ["an unknown finish reason", [{ type: "finish", reason: "bored" as "stop", usage }], false],
+    ["a timestamp that is no date", [{ type: "response-metadata", id: "r1", timestamp: "yesterday" }], false],
+    ["an id that is not a string", [{ type: "response-metadata", id: 42 as unknown as string }], false]
+  ]
+  for (const [name, parts, valid] of shapes) {
+    it.effect(`finish and metadata parts as the schema makes them: ${name}`, () =>
+      Effect.gen(function*() {
+        const model = yield* withParts(parts)
+        const direct = yield* Effect.exit(call(model, "x"))
+        const generic = yield* Effect.exit(call(model, "x").pipe(Effect.withTracer(recordingTracer().tracer)))
+        assert.strictEqual(direct._tag, valid ? "Success" : "Failure")
+        if (direct._tag === "Success" && generic._tag === "Success") {
+          assert.deepStrictEqual(direct.value.content, generic.value.content)
+          assert.deepStrictEqual(direct.value.usage, generic.value.usage)
+        } else {
+          const reason = (exit: typeof direct) =>
+            exit._tag === "Failure" ? String(exit.cause).match(/InvalidOutputError/)?.[0] : undefined
+          assert.strictEqual(reason(direct), "InvalidOutputError")
+          assert.strictEqual(reason(direct), reason(generic))
+        }
+      }))
+  }
 })

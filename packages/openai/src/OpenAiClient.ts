@@ -40,6 +40,11 @@ export interface Options {
   readonly headers?: Readonly<Record<string, string>> | undefined
   /** The SDK's per-request timeout in milliseconds (its default is 10 minutes). */
   readonly timeoutMs?: number | undefined
+  /**
+   * The `fetch` the SDK sends requests with (default: the global one): a proxy agent,
+   * instrumentation, or a canned reply in a benchmark.
+   */
+  readonly fetch?: ((input: string | URL | Request, init?: RequestInit) => Promise<Response>) | undefined
 }
 
 export class OpenAiClient extends Context.Service<OpenAiClient, {
@@ -106,6 +111,7 @@ export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =
       // the CLI's live view (an explicit level also overrides OPENAI_LOG from the environment).
       logLevel: "off",
       ...(options.timeoutMs === undefined ? {} : { timeout: options.timeoutMs }),
+      ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
       ...(options.headers === undefined ? {} : { defaultHeaders: { ...options.headers } })
     })
     const shownURL = redactUrl(baseURL)
