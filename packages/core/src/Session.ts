@@ -739,8 +739,8 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     state.scope = scope
     return yield* loop(state).pipe(
       withWallBudget(state),
-      Effect.onExit((exit) =>
-        Effect.map(Scope.close(scope, exit), () => {
+      Effect.onExit((exit) => {
+        const ended = () => {
           state.busy = false
           state.scope = undefined
           state.modelCall = undefined
@@ -749,8 +749,14 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
             emit(state, { type: "failed", reason: describeFailure(exit.cause) })
           } else if (state.cancelReason === undefined) emit(state, { type: "interrupted", reason: "interrupted" })
           else emit(state, { type: "cancelled", reason: state.cancelReason })
-        })
-      )
+        }
+        // onExit runs this uninterruptibly, as `closeUnsafe` asks. A scope nothing was forked
+        // into (the usual run: no background child) is closed at once, with no effect to run.
+        const closing = Scope.closeUnsafe(scope, exit)
+        if (closing !== undefined) return Effect.map(closing, ended)
+        ended()
+        return Effect.void
+      })
     )
   }, withSpan("Session.prompt"))
 
