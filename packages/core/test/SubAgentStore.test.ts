@@ -1521,4 +1521,206 @@ describe("SubAgentStore", () => {
         assert.deepStrictEqual([written["steps"], "history" in written], [1, false])
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
   })
+
+  describe("columns, crashes and counters (tests from the third mutation run)", () => {
+    const nextTurn = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+    const columns = (db: Effect.Success<ReturnType<typeof raw>>, agentId: string) =>
+      db.all(
+        "SELECT parent_id, status, owner_boot, handle, created_at, finished_at FROM fibril_agents WHERE agent_id = ?",
+        agentId
+      ).map((row) => ({ ...row }))
+    const captureLogs = () => {
+      const logs: Array<string> = []
+      const layer = Logger.layer([
+        Logger.make(({ message }) => void logs.push((Array.isArray(message) ? message : [message]).join(" ")))
+      ])
+      return { logs, layer }
+    }
+
+    it.effect("sqlite: a failed commit no one waited on stays reported through later good commits, once", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const { store } = yield* open({ dir })
+        yield* store.put(owned(store, "bad", { tokens: { input: 1n as never, output: 0, cached: 0 } }))
+        yield* nextTurn
+        // A good commit with no one waiting on it does not clear the failure before it.
+        yield* store.put(owned(store, "good"))
+        yield* store.flush
+        assert.strictEqual(db.record("good")?.["agent_id"], "good")
+        assert.include((yield* Effect.flip(store.sync)).reason, "BigInt")
+        yield* store.sync
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: the columns other processes query follow the record on every write path", () =>
+      Effect.gen(function*() {
+        const leaseMs = 1000
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        const boot = a.store.owner.boot_id
+        // A new agent's row (inserted), then replaced as it runs and ends.
+        yield* a.store.put(owned(a.store, "child", { parent_id: "root", created_at: 5, transcript_handle: "t-child" }))
+        yield* a.store.flush
+        assert.deepStrictEqual(columns(db, "child"), [{
+          parent_id: "root",
+          status: "running",
+          owner_boot: boot,
+          handle: "t-child",
+          created_at: 5,
+          finished_at: null
+        }])
+        yield* a.store.put(
+          owned(a.store, "child", {
+            parent_id: "root",
+            created_at: 5,
+            transcript_handle: "t-child",
+            status: "completed",
+            finished_at: 9
+          })
+        )
+        yield* a.store.flush
+        assert.deepStrictEqual(columns(db, "child")[0], {
+          parent_id: "root",
+          status: "completed",
+          owner_boot: boot,
+          handle: "t-child",
+          created_at: 5,
+          finished_at: 9
+        })
+        // Run again by the same owner: the merging write (the row existed), with no parent.
+        yield* a.store.put(owned(a.store, "child", { created_at: 5, transcript_handle: "t-child", status: "running" }))
+        yield* a.store.flush
+        assert.deepStrictEqual(columns(db, "child")[0], {
+          parent_id: null,
+          status: "running",
+          owner_boot: boot,
+          handle: "t-child",
+          created_at: 5,
+          finished_at: null
+        })
+        // Its owner dies: reconcile leaves a tombstone naming the gone owner.
+        yield* a.control.crash
+        yield* TestClock.adjust(leaseMs + 1)
+        assert.deepStrictEqual(ids(yield* b.store.reconcile), ["child"])
+        assert.deepStrictEqual(columns(db, "child")[0], {
+          parent_id: null,
+          status: "interrupted",
+          owner_boot: `gone:${boot}`,
+          handle: "t-child",
+          created_at: 5,
+          finished_at: leaseMs + 1
+        })
+        // B adopts it: the row is B's.
+        assert.isTrue(yield* b.store.adopt("child"))
+        assert.strictEqual(columns(db, "child")[0]?.["owner_boot"], b.store.owner.boot_id)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("migration: an imported record's columns say what the record says (live ones interrupted now)", () =>
+      Effect.gen(function*() {
+        const { dir, fs, path } = yield* sandbox
+        yield* TestClock.setTime(1000)
+        yield* fs.writeFileString(
+          path.join(dir, SubAgentStore.legacyRecordsFileName),
+          JSON.stringify({
+            version: 1,
+            records: [
+              sample("done", { status: "failed", parent_id: "p", created_at: 10, finished_at: 50 }),
+              sample("live", { status: "running", created_at: 20 })
+            ]
+          })
+        )
+        yield* withStore({ dir }, () => Effect.void)
+        const db = yield* raw(dir)
+        assert.deepStrictEqual(columns(db, "done"), [{
+          parent_id: "p",
+          status: "failed",
+          owner_boot: "boot-1",
+          handle: "done",
+          created_at: 10,
+          finished_at: 50
+        }])
+        assert.deepStrictEqual(columns(db, "live"), [{
+          parent_id: null,
+          status: "interrupted",
+          owner_boot: "boot-1",
+          handle: "live",
+          created_at: 20,
+          finished_at: 1000
+        }])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    // 256 finished puts committed: the next put runs the periodic eviction.
+    const fillToEviction = (store: Store) =>
+      Effect.andThen(
+        Effect.forEach(
+          Array.from({ length: 256 }, (_, i) => sample(`done-${i}`, { status: "completed", finished_at: 0 })),
+          (record) => store.put(record),
+          { discard: true }
+        ),
+        store.flush
+      )
+
+    it.effect("sqlite: the put that runs the periodic eviction is committed first, and goes too if aged", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const { store } = yield* open({ dir, evictAfterMs: day })
+        yield* fillToEviction(store)
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_agents"), 256)
+        yield* TestClock.adjust(2 * day)
+        yield* store.put(sample("late", { status: "completed", finished_at: 0 }))
+        yield* nextTurn
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_agents"), 0)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a crashed store's put does nothing: no eviction, no schema warning", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const { control, store } = yield* open({ dir, evictAfterMs: day })
+        yield* fillToEviction(store)
+        yield* TestClock.adjust(2 * day)
+        yield* control.crash
+        const { layer, logs } = captureLogs()
+        yield* store.put(sample("late", { status: "completed", finished_at: 0, steps: 1.5 })).pipe(
+          Effect.provide(layer)
+        )
+        yield* nextTurn
+        assert.deepStrictEqual(logs, [])
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_agents"), 256)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: adopting an agent no one recorded is a plain no, with no warning", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const { store } = yield* open({ dir })
+        const { layer, logs } = captureLogs()
+        assert.isFalse(yield* store.adopt("nobody").pipe(Effect.provide(layer)))
+        assert.deepStrictEqual(logs, [])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("an owner's boot id is a short base-36 name, different per store", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const a = yield* open({ dir })
+        const b = yield* open({ dir })
+        const memory = yield* SubAgentStore.makeMemory()
+        const boots = [a.store.owner.boot_id, b.store.owner.boot_id, memory.owner.boot_id]
+        for (const boot of boots) assert.match(boot, /^[0-9a-z]{1,8}$/)
+        assert.strictEqual(new Set(boots).size, 3)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("memory: the periodic eviction runs at the 64th finished put", () =>
+      Effect.gen(function*() {
+        const store = yield* SubAgentStore.makeMemory({ maxRecords: 1 })
+        for (let i = 0; i < 63; i++) {
+          yield* store.put(sample(`done-${i}`, { status: "completed", finished_at: i }))
+        }
+        assert.strictEqual((yield* store.all).length, 63)
+        yield* store.put(sample("done-63", { status: "completed", finished_at: 63 }))
+        assert.deepStrictEqual(ids(yield* store.all), ["done-63"])
+      }))
+  })
 })
