@@ -19,6 +19,7 @@ import {
 } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { TestClock } from "effect/testing"
+import { readdirSync, readlinkSync } from "node:fs"
 import { hostname } from "node:os"
 import { DatabaseSync, type SQLInputValue } from "node:sqlite"
 import { fileURLToPath } from "node:url"
@@ -1710,6 +1711,103 @@ describe("SubAgentStore", () => {
         const boots = [a.store.owner.boot_id, b.store.owner.boot_id, memory.owner.boot_id]
         for (const boot of boots) assert.match(boot, /^[0-9a-z]{1,8}$/)
         assert.strictEqual(new Set(boots).size, 3)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    /** The targets of this process's open file descriptors that start with `prefix`. */
+    const openFiles = (prefix: string) =>
+      readdirSync("/proc/self/fd").flatMap((fd) => {
+        try {
+          const target = readlinkSync(`/proc/self/fd/${fd}`)
+          return target.startsWith(prefix) ? [target] : []
+        } catch {
+          return []
+        }
+      })
+
+    it.effect("sqlite: a state dir that cannot be created fails with a StoreError naming it", () =>
+      Effect.gen(function*() {
+        const { fs, path, dir } = yield* sandbox
+        const inTheWay = path.join(dir, "not-a-dir")
+        yield* fs.writeFileString(inTheWay, "a file")
+        const state = path.join(inTheWay, "state")
+        const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir: state })))
+        assert.deepStrictEqual([error._tag, error.path], ["StoreError", state])
+        assert.include(error.reason, "not-a-dir")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a corrupt file that cannot be moved aside fails with a StoreError and stays where it is", () =>
+      Effect.gen(function*() {
+        const { fs, dir, file } = yield* sandbox
+        yield* fs.writeFileString(file, "not a database at all, and long enough to be read as one".repeat(100))
+        // The name it would be moved to is a directory that is not empty: the rename fails.
+        yield* fs.makeDirectory(`${file}.corrupt-0/occupied`, { recursive: true })
+        const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
+        assert.deepStrictEqual([error._tag, error.path], ["StoreError", file])
+        assert.include(error.reason, "rename")
+        assert.include(yield* fs.readFileString(file), "not a database at all")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("migration: an import the database refuses fails the store with a StoreError naming the state file", () =>
+      Effect.gen(function*() {
+        const { fs, path, dir } = yield* sandbox
+        // A database (of this schema) whose agents table refuses every insert.
+        yield* withStore({ dir }, () => Effect.void)
+        yield* withRaw(dir, (db) =>
+          db.run(
+            "CREATE TRIGGER refuse BEFORE INSERT ON fibril_agents BEGIN SELECT RAISE(ABORT, 'inserts refused'); END"
+          ))
+        const legacy = path.join(dir, SubAgentStore.legacyRecordsFileName)
+        yield* fs.writeFileString(legacy, JSON.stringify({ version: 1, records: [sample("a")] }))
+        const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
+        assert.deepStrictEqual([error._tag, error.path], ["StoreError", legacy])
+        assert.include(error.reason, "inserts refused")
+        assert.isTrue(yield* fs.exists(legacy), "kept, to be imported once the database takes it")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("migration: a state file or transcripts dir that cannot even be looked at is left alone", () =>
+      Effect.gen(function*() {
+        const { fs, path, dir } = yield* sandbox
+        // Symbolic links to themselves: looking them up fails (ELOOP), which is not "not found".
+        const legacy = path.join(dir, SubAgentStore.legacyRecordsFileName)
+        yield* fs.symlink(legacy, legacy)
+        yield* withStore({ dir }, (store) => Effect.sync(() => assert.deepStrictEqual(store.warnings, [])))
+        yield* fs.remove(legacy)
+        const transcripts = path.join(dir, SubAgentStore.legacyTranscriptsDirName)
+        yield* fs.symlink(transcripts, transcripts)
+        yield* fs.writeFileString(legacy, JSON.stringify({ version: 1, records: [] }))
+        yield* withStore({ dir }, (store) => Effect.sync(() => assert.strictEqual(store.warnings.length, 1)))
+        const listed = [...yield* fs.readDirectory(dir)].filter((name) =>
+          !name.startsWith(SubAgentStore.databaseFileName)
+        ).sort()
+        assert.deepStrictEqual(listed, [
+          `${SubAgentStore.legacyRecordsFileName}.migrated`,
+          SubAgentStore.legacyTranscriptsDirName
+        ])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a database refused at open (another schema version, or corrupt) is closed, not left open", () =>
+      Effect.gen(function*() {
+        const { fs, dir } = yield* sandbox
+        const file = `${yield* fs.realPath(dir)}/${SubAgentStore.databaseFileName}`
+        yield* withStore({ dir }, () => Effect.void)
+        yield* withRaw(dir, (db) => db.run("UPDATE fibril_meta SET value = '99' WHERE key = 'schema_version'"))
+        assert.deepStrictEqual(openFiles(file), [])
+        yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
+        assert.deepStrictEqual(openFiles(file), [], "the refused database is not held open")
+        // fibril_meta's page overwritten: SQLite opens the file and fails on the schema's insert.
+        yield* withRaw(dir, (db) => db.run("UPDATE fibril_meta SET value = '1' WHERE key = 'schema_version'"))
+        const [meta, pageSize] = yield* withRaw(dir, (db) => [
+          Number(db.all("SELECT rootpage FROM sqlite_master WHERE name = 'fibril_meta'")[0]?.["rootpage"]),
+          Number(db.all("PRAGMA page_size")[0]?.["page_size"])
+        ])
+        const bytes = yield* fs.readFile(file)
+        for (let i = (meta - 1) * pageSize; i < meta * pageSize; i++) bytes[i] = (i * 7919 + 13) % 251
+        yield* fs.writeFile(file, bytes)
+        yield* withStore({ dir }, (store) =>
+          Effect.sync(() => {
+            assert.include(store.warnings[0], "moved it aside")
+            assert.deepStrictEqual(openFiles(`${file}.corrupt`), [], "the corrupt file is not held open")
+          }))
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
     it.effect("memory: the periodic eviction runs at the 64th finished put", () =>
