@@ -843,6 +843,53 @@ describe("Session: edges (tests from the second mutation run)", () => {
       assert.deepStrictEqual(resolved, ["small", "big"])
     }).pipe(Effect.scoped, provideNode))
 
+  it.effect("the shared system messages are bounded: after 256 distinct ones the cache starts over", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const session = get(Session)
+      const systemOf = (prompt: string) =>
+        Effect.flatMap(
+          session.create({ systemPrompt: prompt }),
+          (info) => Effect.map(session.transcript(info.id), (t) => t[0]!)
+        )
+      const first = yield* systemOf("p0")
+      for (let i = 1; i < 256; i++) yield* systemOf(`p${i}`)
+      // 256 cached: all still shared.
+      assert.strictEqual(yield* systemOf("p0"), first)
+      assert.strictEqual(yield* systemOf("p128"), yield* systemOf("p128"))
+      // The 257th starts the cache over with itself alone.
+      const newest = yield* systemOf("p256")
+      assert.strictEqual(yield* systemOf("p256"), newest, "the message that started it over is kept")
+      const again = yield* systemOf("p0")
+      assert.notStrictEqual(again, first, "an older one is built anew")
+      // The count starts again from that one: 254 more fit before the next start over.
+      for (let i = 257; i < 511; i++) yield* systemOf(`p${i}`)
+      assert.strictEqual(yield* systemOf("p256"), newest)
+      yield* systemOf("p511")
+      assert.notStrictEqual(yield* systemOf("p256"), newest)
+    }).pipe(provideNode))
+
+  it.effect("siblings' shared rules are bounded per parent: after 64 distinct grants the cache starts over", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const session = get(Session)
+      const parent = yield* session.create()
+      const tools = ["read_file", "list_dir", "grep", "glob", "write_file", "edit_file", "shell", "remember"]
+      // 64 distinct allowed_tools lists of tools that exist.
+      const grants: Array<ReadonlyArray<string>> = []
+      for (let i = 0; i < tools.length; i++) {
+        for (let j = 0; j < tools.length; j++) grants.push(i === j ? [tools[i]!] : [tools[i]!, tools[j]!])
+      }
+      assert.strictEqual(new Set(grants.map((g) => g.join())).size, 64)
+      const rulesOf = (allowedTools: ReadonlyArray<string>) =>
+        Effect.map(session.createChild(parent.id, { role: Roles.roles.general, allowedTools }), (info) => info.rules)
+      const first = yield* rulesOf(grants[0]!)
+      for (const grant of grants.slice(1)) yield* rulesOf(grant)
+      assert.strictEqual(yield* rulesOf(grants[0]!), first, "64 grants: all still shared")
+      yield* rulesOf(["read_file", "grep", "glob"])
+      assert.notStrictEqual(yield* rulesOf(grants[0]!), first, "the 65th started the cache over")
+    }).pipe(provideNode))
+
   it("optionsFrom takes the loop's settings from [agent] and [subagents]", () => {
     const settings: FibrilConfig.Settings = {
       ...FibrilConfig.defaults,
