@@ -1796,7 +1796,7 @@ describe("SubAgentStore", () => {
         assert.deepStrictEqual(openFiles(file), [], "the refused database is not held open")
         // fibril_meta's page overwritten: SQLite opens the file and fails on the schema's insert.
         yield* withRaw(dir, (db) => db.run("UPDATE fibril_meta SET value = '1' WHERE key = 'schema_version'"))
-        const [meta, pageSize] = yield* withRaw(dir, (db) => [
+        const [meta, pageSize] = yield* withRaw(dir, (db): [number, number] => [
           Number(db.all("SELECT rootpage FROM sqlite_master WHERE name = 'fibril_meta'")[0]?.["rootpage"]),
           Number(db.all("PRAGMA page_size")[0]?.["page_size"])
         ])
