@@ -5,7 +5,7 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { ScriptedModel } from "@fibril/testkit"
-import { Context, Deferred, Effect, Exit, Fiber, FileSystem, Layer, Option, PubSub } from "effect"
+import { Context, Deferred, Effect, Exit, Fiber, FileSystem, Layer, Option, PubSub, Schema } from "effect"
 import { LanguageModel, Prompt } from "effect/ai"
 import { TestClock } from "effect/testing"
 import * as AgentEventsModule from "../src/AgentEvents.ts"
@@ -888,6 +888,59 @@ describe("Session: edges (tests from the second mutation run)", () => {
       assert.strictEqual(yield* rulesOf(grants[0]!), first, "64 grants: all still shared")
       yield* rulesOf(["read_file", "grep", "glob"])
       assert.notStrictEqual(yield* rulesOf(grants[0]!), first, "the 65th started the cache over")
+    }).pipe(provideNode))
+
+  it.effect("with no onMessage hook, dangling calls are still closed before the next prompt", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }], repeat_last: true }] })
+      const session = get(Session)
+      yield* session.setHooks({ onEvent: () => {}, beforeFinish: () => Effect.succeed(undefined) })
+      const transcript = [user("first"), Prompt.makeMessage("assistant", { content: [call("c1")] })]
+      yield* session.restore({ id: "agent_quiet", depth: 0, role: Roles.roles.general, model: "default", transcript })
+      assert.strictEqual((yield* session.prompt("agent_quiet", "go on")).text, "fine")
+      const roles = (yield* session.transcript("agent_quiet")).map((m) => m.role)
+      assert.deepStrictEqual(roles, ["system", "user", "assistant", "tool", "user", "assistant"])
+    }).pipe(provideNode))
+
+  it.effect("siblings whose allowed_tools read the same run together are not served each other's rules", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const registry = get(ToolRegistry.ToolRegistry)
+      for (const name of ["probe", "xyz", "probex", "yz"]) {
+        yield* registry.register(ToolRegistry.define({
+          name,
+          description: name,
+          parameters: Schema.Struct({}),
+          posture: "read",
+          handler: () => Effect.succeed(name)
+        }))
+      }
+      const session = get(Session)
+      const parent = yield* session.create()
+      const allowed = (allowedTools: ReadonlyArray<string>) =>
+        Effect.map(
+          session.createChild(parent.id, { role: Roles.roles.general, allowedTools }),
+          (info) => Permission.toJson(info.rules).allow
+        )
+      assert.deepStrictEqual(yield* allowed(["probe", "xyz"]), ["probe", "xyz"])
+      assert.deepStrictEqual(yield* allowed(["probex", "yz"]), ["probex", "yz"])
+    }).pipe(provideNode))
+
+  it.effect("a child's denials are exactly task and todowrite plus what it was given", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const session = get(Session)
+      const root = yield* session.create()
+      const deny = (info: { readonly rules: Permission.Rules }) => [...Permission.toJson(info.rules).deny].sort()
+      assert.deepStrictEqual(deny(root), [])
+      assert.deepStrictEqual(deny(yield* session.createChild(root.id, { role: Roles.roles.general })), [
+        "task",
+        "todowrite"
+      ])
+      assert.deepStrictEqual(
+        deny(yield* session.createChild(root.id, { role: Roles.roles.general, deny: ["shell"] })),
+        ["shell", "task", "todowrite"]
+      )
     }).pipe(provideNode))
 
   it("optionsFrom takes the loop's settings from [agent] and [subagents]", () => {
