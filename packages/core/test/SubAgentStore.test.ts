@@ -1810,6 +1810,49 @@ describe("SubAgentStore", () => {
           }))
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
+    it.effect("sqlite: queueing or appending nothing leaves nothing to wait on, even on a crashed store", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const { control, store } = yield* open({ dir })
+        yield* store.queueTranscript("h", [])
+        const synced = yield* Effect.forkChild(store.sync, { startImmediately: true })
+        assert.isDefined(synced.pollUnsafe(), "sync returns at once: nothing was queued")
+        yield* control.crash
+        const appended = yield* Effect.forkChild(store.appendTranscript("h", []), { startImmediately: true })
+        assert.isDefined(appended.pollUnsafe(), "an empty append does not wait on the dead process")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: after a crash a read does not answer the writes waiting on the dead process", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const { control, store } = yield* open({ dir })
+        yield* control.crash
+        const waiting = yield* Effect.forkChild(store.appendTranscript("h", ["lost"]), { startImmediately: true })
+        yield* store.flush
+        yield* store.all
+        yield* nextTurn
+        assert.isUndefined(waiting.pollUnsafe())
+        yield* Fiber.interrupt(waiting)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a finished agent whose stored record does not decode is not adopted", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const a = yield* open({ dir })
+        const b = yield* open({ dir })
+        yield* a.store.put(owned(a.store, "done", { status: "completed", finished_at: 1 }))
+        yield* a.store.flush
+        db.run("UPDATE fibril_agents SET record = '{\"steps\":\"many\"}' WHERE agent_id = 'done'")
+        const { layer, logs } = captureLogs()
+        assert.isFalse(yield* b.store.adopt("done").pipe(Effect.provide(layer)))
+        assert.deepStrictEqual(logs, [], "a plain no, not a failed write")
+        assert.deepStrictEqual(db.all("SELECT owner_boot, record FROM fibril_agents"), [{
+          owner_boot: a.store.owner.boot_id,
+          record: "{\"steps\":\"many\"}"
+        }])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
     it.effect("memory: the periodic eviction runs at the 64th finished put", () =>
       Effect.gen(function*() {
         const store = yield* SubAgentStore.makeMemory({ maxRecords: 1 })
