@@ -387,6 +387,31 @@ describe("OutputContract edge cases (from a mutation run)", () => {
     assert.include(parsed.sections.summary, "RISKS: still inside")
   })
 
+  it("a heading's inline text loses its trailing blanks even when lines follow it", () => {
+    const parsed = OutputContract.parse("SUMMARY: did X \t \nand Y\nEVIDENCE:   ran it  \nok")
+    assert.strictEqual(parsed.sections.summary, "did X\nand Y")
+    assert.strictEqual(parsed.sections.evidence, "ran it\nok")
+  })
+
+  it("after a closed fence, a section ends where an unclosed fence's first heading starts", () => {
+    const text = [
+      "SUMMARY:",
+      "s",
+      "```",
+      "quoted",
+      "```",
+      "CHANGES:",
+      "- a.ts",
+      "```",
+      "EVIDENCE:",
+      "e"
+    ].join("\n")
+    const parsed = OutputContract.parse(text)
+    // The unclosed fence's headings are honoured: CHANGES stops at EVIDENCE.
+    assert.strictEqual(parsed.sections.changes, "- a.ts\n```")
+    assert.strictEqual(parsed.sections.evidence, "e")
+  })
+
   it("render trims each section", () => {
     assert.strictEqual(
       OutputContract.render({ summary: " s ", changes: "  c\n", evidence: "\ne ", risks: " r", blockers: "b  " }),

@@ -4,14 +4,21 @@
 // (Written against the survivors of `npm run mutate -- packages/core/src/Session.ts`.)
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Deferred, Effect, Exit, Fiber, FileSystem, Layer, Option, PubSub } from "effect"
+import { ScriptedModel } from "@fibril/testkit"
+import { Context, Deferred, Effect, Exit, Fiber, FileSystem, Layer, Option, PubSub, Schema } from "effect"
 import { LanguageModel, Prompt } from "effect/ai"
 import { TestClock } from "effect/testing"
+import * as AgentEventsModule from "../src/AgentEvents.ts"
 import { type AgentEvent, AgentEvents } from "../src/AgentEvents.ts"
 import * as Fibril from "../src/Fibril.ts"
+import * as FibrilConfig from "../src/FibrilConfig.ts"
+import * as Models from "../src/Models.ts"
 import * as Permission from "../src/Permission.ts"
 import * as Roles from "../src/Roles.ts"
+import * as SessionModule from "../src/Session.ts"
 import { Session } from "../src/Session.ts"
+import * as ToolRegistry from "../src/ToolRegistry.ts"
+import * as Workspace from "../src/Workspace.ts"
 import { provideNode, setup } from "./support.ts"
 
 const user = (text: string) => Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text })] })
@@ -700,4 +707,256 @@ describe("Session: what a new agent is given", () => {
       const grandchild = yield* session.createChild(child.id, { role: Roles.roles.general })
       assert.isFalse(grandchild.rules.postures.has("spawn"), "at max_depth nobody spawns")
     }).pipe(provideNode))
+})
+
+describe("Session: edges (tests from the second mutation run)", () => {
+  const systemText = (message: Prompt.Message | undefined) => message?.role === "system" ? message.content : ""
+
+  it.effect("a dangling call whose id an earlier, answered call also had is still closed", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }], repeat_last: true }] })
+      const session = get(Session)
+      // Some providers number calls per turn: the second turn's call reuses "call_0".
+      const transcript = [
+        user("first"),
+        Prompt.makeMessage("assistant", { content: [call("call_0")] }),
+        Prompt.makeMessage("tool", { content: [result("call_0")] }),
+        Prompt.makeMessage("assistant", { content: [call("call_0", "read_file")] })
+      ]
+      yield* session.restore({ id: "agent_reused", depth: 0, role: Roles.roles.general, model: "default", transcript })
+      yield* session.prompt("agent_reused", "go on")
+      const after = yield* session.transcript("agent_reused")
+      assert.deepStrictEqual(after.map((m) => m.role), [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "user",
+        "assistant"
+      ])
+      const closed = after[5]!
+      assert.deepStrictEqual(
+        closed.role === "tool" ? closed.content.map((p) => p.type === "tool-result" ? [p.id, p.name] : []) : [],
+        [["call_0", "read_file"]]
+      )
+    }).pipe(provideNode))
+
+  it.effect("restore of an empty transcript builds the system message and starts with no messages", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const session = get(Session)
+      const info = yield* session.restore({
+        id: "agent_empty",
+        depth: 0,
+        role: Roles.roles.general,
+        model: "default",
+        transcript: []
+      })
+      assert.strictEqual(info.id, "agent_empty")
+      const transcript = yield* session.transcript("agent_empty")
+      assert.strictEqual(transcript.length, 1)
+      assert.include(systemText(transcript[0]), Roles.header("general", 0))
+    }).pipe(provideNode))
+
+  it.effect("reassign with a definition narrows to the definition's tools too", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const session = get(Session)
+      const root = yield* session.create()
+      const child = yield* session.createChild(root.id, { role: Roles.roles.general })
+      const reassigned = yield* session.reassign(child.id, {
+        role: Roles.roles.explore,
+        definition: { allow: ["read_file"] }
+      })
+      assert.deepStrictEqual(Permission.toJson(reassigned.rules).allow, ["read_file"])
+    }).pipe(provideNode))
+
+  it.effect("scopeOf an unknown or idle session is none", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const session = get(Session)
+      const root = yield* session.create()
+      assert.isTrue(Option.isNone(session.scopeOf("agent_nobody")))
+      assert.isTrue(Option.isNone(session.scopeOf(root.id)))
+    }).pipe(provideNode))
+
+  it.effect("a memory file that cannot be read leaves the system message without a memory section", () =>
+    Effect.gen(function*() {
+      const { get, fs, path, root } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const session = get(Session)
+      // A directory where the file should be: reading it fails (not "not found").
+      yield* fs.makeDirectory(path.join(root, ".fibril", "memory.md"), { recursive: true })
+      const agent = yield* session.create({ systemPrompt: "CUSTOM PROMPT" })
+      assert.strictEqual(
+        systemText((yield* session.transcript(agent.id))[0]),
+        `${Roles.header("general", 0)}\nWorkspace: ${root}\n\nCUSTOM PROMPT`
+      )
+      const child = yield* session.createChild(agent.id, { role: Roles.roles.explore })
+      assert.isTrue(systemText((yield* session.transcript(child.id))[0]).endsWith(Roles.roles.explore.prompt))
+    }).pipe(provideNode))
+
+  it.effect("without a Memory service there is no memory section; a child runs on its parent's model", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      const big = yield* ScriptedModel.make({ rules: [{ turns: [{ text: "answered by big" }], repeat_last: true }] })
+      const small = yield* ScriptedModel.make({
+        rules: [{ turns: [{ text: "answered by small" }], repeat_last: true }]
+      })
+      const resolved: Array<string> = []
+      const catalog = Layer.succeed(
+        Models.Models,
+        Models.Models.of({
+          defaultModel: "big",
+          available: ["big", "small"],
+          resolve: (model) => {
+            resolved.push(model)
+            return model === "small" ? Effect.succeed(small) : Effect.succeed(big)
+          }
+        })
+      )
+      const context = yield* Layer.build(
+        SessionModule.layer().pipe(
+          Layer.provide(
+            Layer.mergeAll(ToolRegistry.layer, AgentEventsModule.layer, Permission.layer({ deny: [] })).pipe(
+              Layer.provideMerge(Workspace.layer(root))
+            )
+          ),
+          Layer.provide(catalog)
+        )
+      )
+      const session = Context.get(context, Session)
+      const parent = yield* session.create({ model: "small", systemPrompt: "CUSTOM PROMPT" })
+      assert.strictEqual(
+        systemText((yield* session.transcript(parent.id))[0]),
+        `${Roles.header("general", 0)}\nWorkspace: ${root}\n\nCUSTOM PROMPT`
+      )
+      const child = yield* session.createChild(parent.id, { role: Roles.roles.explore })
+      assert.strictEqual(child.model, "small")
+      assert.deepStrictEqual(resolved, ["small"], "the parent's model is reused, not resolved again")
+      assert.strictEqual((yield* session.prompt(child.id, "go")).text, "answered by small")
+      const other = yield* session.createChild(parent.id, { role: Roles.roles.explore, model: "big" })
+      assert.strictEqual(other.model, "big")
+      assert.strictEqual((yield* session.prompt(other.id, "go")).text, "answered by big")
+      assert.deepStrictEqual(resolved, ["small", "big"])
+    }).pipe(Effect.scoped, provideNode))
+
+  it.effect("the shared system messages are bounded: after 256 distinct ones the cache starts over", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const session = get(Session)
+      const systemOf = (prompt: string) =>
+        Effect.flatMap(
+          session.create({ systemPrompt: prompt }),
+          (info) => Effect.map(session.transcript(info.id), (t) => t[0]!)
+        )
+      const first = yield* systemOf("p0")
+      for (let i = 1; i < 256; i++) yield* systemOf(`p${i}`)
+      // 256 cached: all still shared.
+      assert.strictEqual(yield* systemOf("p0"), first)
+      assert.strictEqual(yield* systemOf("p128"), yield* systemOf("p128"))
+      // The 257th starts the cache over with itself alone.
+      const newest = yield* systemOf("p256")
+      assert.strictEqual(yield* systemOf("p256"), newest, "the message that started it over is kept")
+      const again = yield* systemOf("p0")
+      assert.notStrictEqual(again, first, "an older one is built anew")
+      // The count starts again from that one: 254 more fit before the next start over.
+      for (let i = 257; i < 511; i++) yield* systemOf(`p${i}`)
+      assert.strictEqual(yield* systemOf("p256"), newest)
+      yield* systemOf("p511")
+      assert.notStrictEqual(yield* systemOf("p256"), newest)
+    }).pipe(provideNode))
+
+  it.effect("siblings' shared rules are bounded per parent: after 64 distinct grants the cache starts over", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const session = get(Session)
+      const parent = yield* session.create()
+      const tools = ["read_file", "list_dir", "grep", "glob", "write_file", "edit_file", "shell", "remember"]
+      // 64 distinct allowed_tools lists of tools that exist.
+      const grants: Array<ReadonlyArray<string>> = []
+      for (let i = 0; i < tools.length; i++) {
+        for (let j = 0; j < tools.length; j++) grants.push(i === j ? [tools[i]!] : [tools[i]!, tools[j]!])
+      }
+      assert.strictEqual(new Set(grants.map((g) => g.join())).size, 64)
+      const rulesOf = (allowedTools: ReadonlyArray<string>) =>
+        Effect.map(session.createChild(parent.id, { role: Roles.roles.general, allowedTools }), (info) => info.rules)
+      const first = yield* rulesOf(grants[0]!)
+      for (const grant of grants.slice(1)) yield* rulesOf(grant)
+      assert.strictEqual(yield* rulesOf(grants[0]!), first, "64 grants: all still shared")
+      yield* rulesOf(["read_file", "grep", "glob"])
+      assert.notStrictEqual(yield* rulesOf(grants[0]!), first, "the 65th started the cache over")
+    }).pipe(provideNode))
+
+  it.effect("with no onMessage hook, dangling calls are still closed before the next prompt", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }], repeat_last: true }] })
+      const session = get(Session)
+      yield* session.setHooks({ onEvent: () => {}, beforeFinish: () => Effect.succeed(undefined) })
+      const transcript = [user("first"), Prompt.makeMessage("assistant", { content: [call("c1")] })]
+      yield* session.restore({ id: "agent_quiet", depth: 0, role: Roles.roles.general, model: "default", transcript })
+      assert.strictEqual((yield* session.prompt("agent_quiet", "go on")).text, "fine")
+      const roles = (yield* session.transcript("agent_quiet")).map((m) => m.role)
+      assert.deepStrictEqual(roles, ["system", "user", "assistant", "tool", "user", "assistant"])
+    }).pipe(provideNode))
+
+  it.effect("siblings whose allowed_tools read the same run together are not served each other's rules", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const registry = get(ToolRegistry.ToolRegistry)
+      for (const name of ["probe", "xyz", "probex", "yz"]) {
+        yield* registry.register(ToolRegistry.define({
+          name,
+          description: name,
+          parameters: Schema.Struct({}),
+          posture: "read",
+          handler: () => Effect.succeed(name)
+        }))
+      }
+      const session = get(Session)
+      const parent = yield* session.create()
+      const allowed = (allowedTools: ReadonlyArray<string>) =>
+        Effect.map(
+          session.createChild(parent.id, { role: Roles.roles.general, allowedTools }),
+          (info) => Permission.toJson(info.rules).allow
+        )
+      assert.deepStrictEqual(yield* allowed(["probe", "xyz"]), ["probe", "xyz"])
+      assert.deepStrictEqual(yield* allowed(["probex", "yz"]), ["probex", "yz"])
+    }).pipe(provideNode))
+
+  it.effect("a child's denials are exactly task and todowrite plus what it was given", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }] }] })
+      const session = get(Session)
+      const root = yield* session.create()
+      const deny = (info: { readonly rules: Permission.Rules }) => [...Permission.toJson(info.rules).deny].sort()
+      assert.deepStrictEqual(deny(root), [])
+      assert.deepStrictEqual(deny(yield* session.createChild(root.id, { role: Roles.roles.general })), [
+        "task",
+        "todowrite"
+      ])
+      assert.deepStrictEqual(
+        deny(yield* session.createChild(root.id, { role: Roles.roles.general, deny: ["shell"] })),
+        ["shell", "task", "todowrite"]
+      )
+    }).pipe(provideNode))
+
+  it("optionsFrom takes the loop's settings from [agent] and [subagents]", () => {
+    const settings: FibrilConfig.Settings = {
+      ...FibrilConfig.defaults,
+      agent: { maxSteps: 7, apiTimeoutSecs: 11, maxRetries: 2, retryBaseMs: 13, retryMaxMs: 17 },
+      subagents: { ...FibrilConfig.defaults.subagents, maxDepth: 3, maxSteps: 5 }
+    }
+    assert.deepStrictEqual(SessionModule.optionsFrom(settings), {
+      maxSteps: 7,
+      apiTimeoutSecs: 11,
+      maxRetries: 2,
+      retryBaseMs: 13,
+      retryMaxMs: 17,
+      maxDepth: 3,
+      childMaxSteps: 5
+    })
+  })
 })

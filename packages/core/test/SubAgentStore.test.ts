@@ -19,6 +19,7 @@ import {
 } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { TestClock } from "effect/testing"
+import { readdirSync, readlinkSync } from "node:fs"
 import { hostname } from "node:os"
 import { DatabaseSync, type SQLInputValue } from "node:sqlite"
 import { fileURLToPath } from "node:url"
@@ -1522,5 +1523,347 @@ describe("SubAgentStore", () => {
         const written = db.record("a")!
         assert.deepStrictEqual([written["steps"], "history" in written], [1, false])
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+  })
+
+  describe("columns, crashes and counters (tests from the third mutation run)", () => {
+    const nextTurn = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+    const columns = (db: Effect.Success<ReturnType<typeof raw>>, agentId: string) =>
+      db.all(
+        "SELECT parent_id, status, owner_boot, handle, created_at, finished_at FROM fibril_agents WHERE agent_id = ?",
+        agentId
+      ).map((row) => ({ ...row }))
+    const captureLogs = () => {
+      const logs: Array<string> = []
+      const layer = Logger.layer([
+        Logger.make(({ message }) => void logs.push((Array.isArray(message) ? message : [message]).join(" ")))
+      ])
+      return { logs, layer }
+    }
+
+    it.effect("sqlite: a failed commit no one waited on stays reported through later good commits, once", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const { store } = yield* open({ dir })
+        yield* store.put(owned(store, "bad", { tokens: { input: 1n as never, output: 0, cached: 0 } }))
+        yield* nextTurn
+        // A good commit with no one waiting on it does not clear the failure before it.
+        yield* store.put(owned(store, "good"))
+        yield* store.flush
+        assert.strictEqual(db.record("good")?.["agent_id"], "good")
+        assert.include((yield* Effect.flip(store.sync)).reason, "BigInt")
+        yield* store.sync
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: the columns other processes query follow the record on every write path", () =>
+      Effect.gen(function*() {
+        const leaseMs = 1000
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        const boot = a.store.owner.boot_id
+        // A new agent's row (inserted), then replaced as it runs and ends.
+        yield* a.store.put(owned(a.store, "child", { parent_id: "root", created_at: 5, transcript_handle: "t-child" }))
+        yield* a.store.flush
+        assert.deepStrictEqual(columns(db, "child"), [{
+          parent_id: "root",
+          status: "running",
+          owner_boot: boot,
+          handle: "t-child",
+          created_at: 5,
+          finished_at: null
+        }])
+        yield* a.store.put(
+          owned(a.store, "child", {
+            parent_id: "root",
+            created_at: 5,
+            transcript_handle: "t-child",
+            status: "completed",
+            finished_at: 9
+          })
+        )
+        yield* a.store.flush
+        assert.deepStrictEqual(columns(db, "child")[0], {
+          parent_id: "root",
+          status: "completed",
+          owner_boot: boot,
+          handle: "t-child",
+          created_at: 5,
+          finished_at: 9
+        })
+        // Run again by the same owner: the merging write (the row existed), with no parent.
+        yield* a.store.put(owned(a.store, "child", { created_at: 5, transcript_handle: "t-child", status: "running" }))
+        yield* a.store.flush
+        assert.deepStrictEqual(columns(db, "child")[0], {
+          parent_id: null,
+          status: "running",
+          owner_boot: boot,
+          handle: "t-child",
+          created_at: 5,
+          finished_at: null
+        })
+        // Its owner dies: reconcile leaves a tombstone naming the gone owner.
+        yield* a.control.crash
+        yield* TestClock.adjust(leaseMs + 1)
+        assert.deepStrictEqual(ids(yield* b.store.reconcile), ["child"])
+        assert.deepStrictEqual(columns(db, "child")[0], {
+          parent_id: null,
+          status: "interrupted",
+          owner_boot: `gone:${boot}`,
+          handle: "t-child",
+          created_at: 5,
+          finished_at: leaseMs + 1
+        })
+        // B adopts it: the row is B's.
+        assert.isTrue(yield* b.store.adopt("child"))
+        assert.strictEqual(columns(db, "child")[0]?.["owner_boot"], b.store.owner.boot_id)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("migration: an imported record's columns say what the record says (live ones interrupted now)", () =>
+      Effect.gen(function*() {
+        const { dir, fs, path } = yield* sandbox
+        yield* TestClock.setTime(1000)
+        yield* fs.writeFileString(
+          path.join(dir, SubAgentStore.legacyRecordsFileName),
+          JSON.stringify({
+            version: 1,
+            records: [
+              sample("done", { status: "failed", parent_id: "p", created_at: 10, finished_at: 50 }),
+              sample("live", { status: "running", created_at: 20 })
+            ]
+          })
+        )
+        yield* withStore({ dir }, () => Effect.void)
+        const db = yield* raw(dir)
+        assert.deepStrictEqual(columns(db, "done"), [{
+          parent_id: "p",
+          status: "failed",
+          owner_boot: "boot-1",
+          handle: "done",
+          created_at: 10,
+          finished_at: 50
+        }])
+        assert.deepStrictEqual(columns(db, "live"), [{
+          parent_id: null,
+          status: "interrupted",
+          owner_boot: "boot-1",
+          handle: "live",
+          created_at: 20,
+          finished_at: 1000
+        }])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    // 256 finished puts committed: the next put runs the periodic eviction.
+    const fillToEviction = (store: Store) =>
+      Effect.andThen(
+        Effect.forEach(
+          Array.from({ length: 256 }, (_, i) => sample(`done-${i}`, { status: "completed", finished_at: 0 })),
+          (record) => store.put(record),
+          { discard: true }
+        ),
+        store.flush
+      )
+
+    it.effect("sqlite: the put that runs the periodic eviction is committed first, and goes too if aged", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const { store } = yield* open({ dir, evictAfterMs: day })
+        yield* fillToEviction(store)
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_agents"), 256)
+        yield* TestClock.adjust(2 * day)
+        yield* store.put(sample("late", { status: "completed", finished_at: 0 }))
+        yield* nextTurn
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_agents"), 0)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a crashed store's put does nothing: no eviction, no schema warning", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const { control, store } = yield* open({ dir, evictAfterMs: day })
+        yield* fillToEviction(store)
+        yield* TestClock.adjust(2 * day)
+        yield* control.crash
+        const { layer, logs } = captureLogs()
+        yield* store.put(sample("late", { status: "completed", finished_at: 0, steps: 1.5 })).pipe(
+          Effect.provide(layer)
+        )
+        yield* nextTurn
+        assert.deepStrictEqual(logs, [])
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_agents"), 256)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: adopting an agent no one recorded is a plain no, with no warning", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const { store } = yield* open({ dir })
+        const { layer, logs } = captureLogs()
+        assert.isFalse(yield* store.adopt("nobody").pipe(Effect.provide(layer)))
+        assert.deepStrictEqual(logs, [])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("an owner's boot id is a short base-36 name, different per store", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const a = yield* open({ dir })
+        const b = yield* open({ dir })
+        const memory = yield* SubAgentStore.makeMemory()
+        const boots = [a.store.owner.boot_id, b.store.owner.boot_id, memory.owner.boot_id]
+        for (const boot of boots) assert.match(boot, /^[0-9a-z]{1,8}$/)
+        assert.strictEqual(new Set(boots).size, 3)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    /** The targets of this process's open file descriptors that start with `prefix`. */
+    const openFiles = (prefix: string) =>
+      readdirSync("/proc/self/fd").flatMap((fd) => {
+        try {
+          const target = readlinkSync(`/proc/self/fd/${fd}`)
+          return target.startsWith(prefix) ? [target] : []
+        } catch {
+          return []
+        }
+      })
+
+    it.effect("sqlite: a state dir that cannot be created fails with a StoreError naming it", () =>
+      Effect.gen(function*() {
+        const { fs, path, dir } = yield* sandbox
+        const inTheWay = path.join(dir, "not-a-dir")
+        yield* fs.writeFileString(inTheWay, "a file")
+        const state = path.join(inTheWay, "state")
+        const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir: state })))
+        assert.deepStrictEqual([error._tag, error.path], ["StoreError", state])
+        assert.include(error.reason, "not-a-dir")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a corrupt file that cannot be moved aside fails with a StoreError and stays where it is", () =>
+      Effect.gen(function*() {
+        const { fs, dir, file } = yield* sandbox
+        yield* fs.writeFileString(file, "not a database at all, and long enough to be read as one".repeat(100))
+        // The name it would be moved to is a directory that is not empty: the rename fails.
+        yield* fs.makeDirectory(`${file}.corrupt-0/occupied`, { recursive: true })
+        const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
+        assert.deepStrictEqual([error._tag, error.path], ["StoreError", file])
+        assert.include(error.reason, "rename")
+        assert.include(yield* fs.readFileString(file), "not a database at all")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("migration: an import the database refuses fails the store with a StoreError naming the state file", () =>
+      Effect.gen(function*() {
+        const { fs, path, dir } = yield* sandbox
+        // A database (of this schema) whose agents table refuses every insert.
+        yield* withStore({ dir }, () => Effect.void)
+        yield* withRaw(dir, (db) =>
+          db.run(
+            "CREATE TRIGGER refuse BEFORE INSERT ON fibril_agents BEGIN SELECT RAISE(ABORT, 'inserts refused'); END"
+          ))
+        const legacy = path.join(dir, SubAgentStore.legacyRecordsFileName)
+        yield* fs.writeFileString(legacy, JSON.stringify({ version: 1, records: [sample("a")] }))
+        const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
+        assert.deepStrictEqual([error._tag, error.path], ["StoreError", legacy])
+        assert.include(error.reason, "inserts refused")
+        assert.isTrue(yield* fs.exists(legacy), "kept, to be imported once the database takes it")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("migration: a state file or transcripts dir that cannot even be looked at is left alone", () =>
+      Effect.gen(function*() {
+        const { fs, path, dir } = yield* sandbox
+        // Symbolic links to themselves: looking them up fails (ELOOP), which is not "not found".
+        const legacy = path.join(dir, SubAgentStore.legacyRecordsFileName)
+        yield* fs.symlink(legacy, legacy)
+        yield* withStore({ dir }, (store) => Effect.sync(() => assert.deepStrictEqual(store.warnings, [])))
+        yield* fs.remove(legacy)
+        const transcripts = path.join(dir, SubAgentStore.legacyTranscriptsDirName)
+        yield* fs.symlink(transcripts, transcripts)
+        yield* fs.writeFileString(legacy, JSON.stringify({ version: 1, records: [] }))
+        yield* withStore({ dir }, (store) => Effect.sync(() => assert.strictEqual(store.warnings.length, 1)))
+        const listed = [...yield* fs.readDirectory(dir)].filter((name) =>
+          !name.startsWith(SubAgentStore.databaseFileName)
+        ).sort()
+        assert.deepStrictEqual(listed, [
+          `${SubAgentStore.legacyRecordsFileName}.migrated`,
+          SubAgentStore.legacyTranscriptsDirName
+        ])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a database refused at open (another schema version, or corrupt) is closed, not left open", () =>
+      Effect.gen(function*() {
+        const { fs, dir } = yield* sandbox
+        const file = `${yield* fs.realPath(dir)}/${SubAgentStore.databaseFileName}`
+        yield* withStore({ dir }, () => Effect.void)
+        yield* withRaw(dir, (db) => db.run("UPDATE fibril_meta SET value = '99' WHERE key = 'schema_version'"))
+        assert.deepStrictEqual(openFiles(file), [])
+        yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
+        assert.deepStrictEqual(openFiles(file), [], "the refused database is not held open")
+        // fibril_meta's page overwritten: SQLite opens the file and fails on the schema's insert.
+        yield* withRaw(dir, (db) => db.run("UPDATE fibril_meta SET value = '1' WHERE key = 'schema_version'"))
+        const [meta, pageSize] = yield* withRaw(dir, (db): [number, number] => [
+          Number(db.all("SELECT rootpage FROM sqlite_master WHERE name = 'fibril_meta'")[0]?.["rootpage"]),
+          Number(db.all("PRAGMA page_size")[0]?.["page_size"])
+        ])
+        const bytes = yield* fs.readFile(file)
+        for (let i = (meta - 1) * pageSize; i < meta * pageSize; i++) bytes[i] = (i * 7919 + 13) % 251
+        yield* fs.writeFile(file, bytes)
+        yield* withStore({ dir }, (store) =>
+          Effect.sync(() => {
+            assert.include(store.warnings[0], "moved it aside")
+            assert.deepStrictEqual(openFiles(`${file}.corrupt`), [], "the corrupt file is not held open")
+          }))
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: queueing or appending nothing leaves nothing to wait on, even on a crashed store", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const { control, store } = yield* open({ dir })
+        yield* store.queueTranscript("h", [])
+        const synced = yield* Effect.forkChild(store.sync, { startImmediately: true })
+        assert.isDefined(synced.pollUnsafe(), "sync returns at once: nothing was queued")
+        yield* control.crash
+        const appended = yield* Effect.forkChild(store.appendTranscript("h", []), { startImmediately: true })
+        assert.isDefined(appended.pollUnsafe(), "an empty append does not wait on the dead process")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: after a crash a read does not answer the writes waiting on the dead process", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const { control, store } = yield* open({ dir })
+        yield* control.crash
+        const waiting = yield* Effect.forkChild(store.appendTranscript("h", ["lost"]), { startImmediately: true })
+        yield* store.flush
+        yield* store.all
+        yield* nextTurn
+        assert.isUndefined(waiting.pollUnsafe())
+        yield* Fiber.interrupt(waiting)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("sqlite: a finished agent whose stored record does not decode is not adopted", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        const a = yield* open({ dir })
+        const b = yield* open({ dir })
+        yield* a.store.put(owned(a.store, "done", { status: "completed", finished_at: 1 }))
+        yield* a.store.flush
+        db.run("UPDATE fibril_agents SET record = '{\"steps\":\"many\"}' WHERE agent_id = 'done'")
+        const { layer, logs } = captureLogs()
+        assert.isFalse(yield* b.store.adopt("done").pipe(Effect.provide(layer)))
+        assert.deepStrictEqual(logs, [], "a plain no, not a failed write")
+        assert.deepStrictEqual(db.all("SELECT owner_boot, record FROM fibril_agents"), [{
+          owner_boot: a.store.owner.boot_id,
+          record: "{\"steps\":\"many\"}"
+        }])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("memory: the periodic eviction runs at the 64th finished put", () =>
+      Effect.gen(function*() {
+        const store = yield* SubAgentStore.makeMemory({ maxRecords: 1 })
+        for (let i = 0; i < 63; i++) {
+          yield* store.put(sample(`done-${i}`, { status: "completed", finished_at: i }))
+        }
+        assert.strictEqual((yield* store.all).length, 63)
+        yield* store.put(sample("done-63", { status: "completed", finished_at: 63 }))
+        assert.deepStrictEqual(ids(yield* store.all), ["done-63"])
+      }))
   })
 })
