@@ -4,8 +4,10 @@
 // stacks on one state directory in this process (each with its own store and boot id).
 import { assert, describe, it } from "@effect/vitest"
 import type { ScriptedModel } from "@fibril/testkit"
-import { Deferred, Effect, Fiber, FileSystem, Option } from "effect"
+import { Clock, Deferred, Effect, Fiber, FileSystem, Option, PubSub } from "effect"
 import { TestClock } from "effect/testing"
+import { AgentEvents } from "../src/AgentEvents.ts"
+import * as FibrilConfig from "../src/FibrilConfig.ts"
 import * as Roles from "../src/Roles.ts"
 import { Session } from "../src/Session.ts"
 import * as SubAgentManager from "../src/SubAgentManager.ts"
@@ -233,5 +235,191 @@ describe("SubAgentManager edges", () => {
       const unstarted = SubAgentManager.agentResultForModel({ ...done, started_at: undefined })
       assert.isUndefined(unstarted.duration_ms)
       assert.isUndefined(SubAgentManager.agentResultForModel({ ...done, finished_at: undefined }).duration_ms)
+    }).pipe(provideNode))
+
+  it("optionsFrom carries every [subagents] setting; an unset max_steps leaves the agent's own", () => {
+    const subagents = {
+      ...FibrilConfig.defaults.subagents,
+      maxConcurrent: 3,
+      admission: "queue" as const,
+      heartbeatTimeoutSecs: 90,
+      maxSteps: 7,
+      maxTokens: 1000,
+      maxWallSecs: 60,
+      treeMaxTokens: 5000,
+      maxResultChars: 512,
+      defaultModel: "m-default",
+      explorerModel: "m-explore"
+    }
+    assert.deepStrictEqual(SubAgentManager.optionsFrom({ ...FibrilConfig.defaults, subagents }), {
+      maxConcurrent: 3,
+      admission: "queue",
+      heartbeatTimeoutSecs: 90,
+      budgets: { maxSteps: 7, maxTokens: 1000, maxWallSecs: 60, treeMaxTokens: 5000 },
+      defaultModel: "m-default",
+      roleModels: { explore: "m-explore" },
+      maxResultChars: 512
+    })
+    const unset = SubAgentManager.optionsFrom(FibrilConfig.defaults)
+    assert.isFalse("maxSteps" in unset.budgets)
+  })
+
+  it.effect("queue admission: an agent cancelled while queued leaves the queue, ends once, and a later spawn gets the permit", () =>
+    Effect.gen(function*() {
+      const go = yield* Deferred.make<void>()
+      const { get } = yield* setup(
+        {
+          rules: [
+            {
+              match: { prompt: "first" },
+              respond: () => Effect.as(Deferred.await(go), { text: report("first done") })
+            },
+            { match: { prompt: "third" }, turns: [{ hang: true }] },
+            { turns: [{ text: report("done") }] }
+          ]
+        },
+        {},
+        { subagents: { maxConcurrent: 1, admission: "queue" } }
+      )
+      const manager = get(Manager)
+      const subscription = yield* get(AgentEvents).subscribe
+      const first = yield* manager.spawn(undefined, { prompt: "first" })
+      const queued = yield* manager.spawn(undefined, { prompt: "queued", description: "waits" })
+      assert.strictEqual(queued.status, "pending")
+      // A message to a queued agent is delivered: it reads it when it starts.
+      assert.isTrue((yield* manager.sendInput(queued.agent_id, "note for later", false)).delivered)
+      const cancelled = yield* manager.cancel(queued.agent_id, "not needed")
+      assert.deepStrictEqual([cancelled.status, cancelled.reason], ["cancelled", "not needed"])
+      assert.isUndefined(cancelled.started_at)
+      yield* Deferred.succeed(go, undefined)
+      yield* manager.result(first.agent_id, { block: true })
+      // The permit went back to the pool, not to the cancelled agent's place in the queue.
+      const third = yield* manager.spawn(undefined, { prompt: "third" })
+      assert.strictEqual(third.status, "running")
+      assert.strictEqual(yield* manager.running, 1)
+      const events = (yield* PubSub.takeAll(subscription)).filter((e) => e.agent.agentId === queued.agent_id)
+      assert.deepStrictEqual(events.map((e) => e.type), ["spawned", "cancelled"])
+      const ended = events[1]!
+      assert.strictEqual(ended.reason, "not needed")
+      assert.deepStrictEqual(ended.agent, {
+        agentId: queued.agent_id,
+        parentId: undefined,
+        depth: 1,
+        role: "general",
+        model: queued.model,
+        description: "waits",
+        step: 0,
+        toolCalls: 0,
+        lastTool: undefined,
+        usage: { input: 0, output: 0, cached: 0 }
+      })
+      yield* manager.cancel(third.agent_id)
+    }).pipe(provideNode))
+
+  it.effect("wait: any returns at once when one already ended; a timeout says so and names the pending", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({
+        rules: [
+          { match: { prompt: "quick" }, turns: [{ text: report("quick done") }] },
+          { match: { prompt: "slow" }, turns: [{ delay_ms: 10_000, text: report("slow done") }] }
+        ]
+      })
+      const manager = get(Manager)
+      const quick = yield* manager.spawn(undefined, { prompt: "quick" })
+      const slow = yield* manager.spawn(undefined, { prompt: "slow" })
+      yield* manager.result(quick.agent_id, { block: true })
+      const any = yield* manager.wait([slow.agent_id, quick.agent_id], { mode: "any" })
+      assert.isFalse(any.timed_out)
+      assert.deepStrictEqual(any.completed.map((v) => v.agent_id), [quick.agent_id])
+      assert.deepStrictEqual(any.pending, [slow.agent_id])
+      const timing = yield* Effect.forkChild(
+        manager.wait([slow.agent_id, quick.agent_id], { mode: "all", timeoutMs: 2000 }),
+        { startImmediately: true }
+      )
+      yield* TestClock.adjust("1999 millis")
+      assert.isUndefined(timing.pollUnsafe())
+      yield* TestClock.adjust("1 millis")
+      const timedOut = yield* Fiber.join(timing)
+      assert.isTrue(timedOut.timed_out)
+      assert.deepStrictEqual(timedOut.pending, [slow.agent_id])
+      const blocked = yield* Effect.forkChild(manager.result(slow.agent_id, { block: true, timeoutMs: 1000 }), {
+        startImmediately: true
+      })
+      yield* TestClock.adjust("1 second")
+      assert.strictEqual((yield* Fiber.join(blocked)).status, "running")
+      const all = yield* Effect.forkChild(manager.wait([slow.agent_id, quick.agent_id], { mode: "all" }), {
+        startImmediately: true
+      })
+      yield* TestClock.adjust("10 seconds")
+      const both = yield* Fiber.join(all)
+      assert.isFalse(both.timed_out)
+      assert.deepStrictEqual(both.completed.map((v) => v.status), ["completed", "completed"])
+      assert.deepStrictEqual(both.pending, [])
+    }).pipe(provideNode))
+
+  it.effect("unread children and markRead are per parent; a root is nobody's child; list filters by parent", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({
+        rules: [{ match: { depth: 0 }, turns: [{ hang: true }] }, { turns: [{ text: report("ok") }] }]
+      }, { maxDepth: 2 })
+      const manager = get(Manager)
+      const session = get(Session)
+      const root = yield* manager.startRoot({ prompt: "root" })
+      const rootId = root.agent.agent_id
+      for (let i = 0; i < 100 && Option.isNone(session.scopeOf(rootId)); i++) yield* Effect.yieldNow
+      const child = yield* manager.spawn(rootId, { prompt: "child" })
+      const orphan = yield* manager.spawn(undefined, { prompt: "orphan" })
+      yield* manager.wait([child.agent_id, orphan.agent_id], { mode: "all" })
+      assert.deepStrictEqual(yield* manager.unreadChildren(rootId), [child.agent_id])
+      assert.deepStrictEqual(yield* manager.unreadChildren(undefined), [orphan.agent_id])
+      // Marked read by someone who is not its parent: still unread.
+      yield* manager.markRead(undefined, [child.agent_id])
+      assert.deepStrictEqual(yield* manager.unreadChildren(rootId), [child.agent_id])
+      yield* manager.markRead(rootId, [child.agent_id, "agent_unknown"])
+      assert.deepStrictEqual(yield* manager.unreadChildren(rootId), [])
+      assert.deepStrictEqual(
+        (yield* manager.list({ includeArchived: true, parentSessionId: rootId })).map((v) => v.agent_id),
+        [child.agent_id]
+      )
+      assert.deepStrictEqual(
+        (yield* manager.list({ includeArchived: true })).map((v) => v.agent_id).sort(),
+        [rootId, child.agent_id, orphan.agent_id].sort()
+      )
+      // The root runs on no sub-agent permit.
+      assert.strictEqual(yield* manager.running, 0)
+      yield* manager.cancel(rootId)
+    }).pipe(provideNode))
+
+  it.effect("heartbeat: checked every quarter of the timeout, an agent cancelled at the first check past it", () =>
+    Effect.gen(function*() {
+      // early and late block in agent_result on a sleeper (not their child): no progress of
+      // theirs; the sleeper's own model call is its progress, so it is never cancelled.
+      let sleeper = ""
+      const blocked: ScriptedModel.Rule = {
+        match: { depth: 1 },
+        respond: (c) =>
+          c.prompt === "sleep"
+            ? { hang: true }
+            : { tool_calls: [{ name: "agent_result", args: { id: sleeper, block: true } }] }
+      }
+      const { get } = yield* setup(
+        { rules: [blocked] },
+        { apiTimeoutSecs: 600, maxDepth: 2 },
+        { subagents: { heartbeatTimeoutSecs: 60 } }
+      )
+      const manager = get(Manager)
+      const start = yield* Clock.currentTimeMillis
+      sleeper = (yield* manager.spawn(undefined, { prompt: "sleep" })).agent_id
+      const early = yield* manager.spawn(undefined, { prompt: "early" })
+      yield* TestClock.adjust("5 seconds")
+      const late = yield* manager.spawn(undefined, { prompt: "late" })
+      // Checks at 15, 30, 45, 60, 75 s: early is silent for 60 s at 60, late (from 5 s) at 65.
+      for (let i = 0; i < 72; i++) yield* TestClock.adjust("1 second")
+      const ended = (id: string) =>
+        Effect.map(manager.result(id, { block: false }), (v) => [v.status, (v.finished_at ?? start) - start])
+      assert.deepStrictEqual(yield* ended(early.agent_id), ["cancelled", 60_000])
+      assert.deepStrictEqual(yield* ended(late.agent_id), ["cancelled", 75_000])
+      assert.deepStrictEqual(yield* ended(sleeper), ["running", 0])
+      yield* manager.cancel(sleeper)
     }).pipe(provideNode))
 })
