@@ -3,11 +3,13 @@
 // code as it is. Real layers, the ScriptedModel, the TestClock; two "processes" are two
 // stacks on one state directory in this process (each with its own store and boot id).
 import { assert, describe, it } from "@effect/vitest"
-import type { ScriptedModel } from "@fibril/testkit"
-import { Clock, Deferred, Effect, Fiber, FileSystem, Option, PubSub } from "effect"
+import { ScriptedModel } from "@fibril/testkit"
+import { Clock, Context, Deferred, Effect, Fiber, FileSystem, Layer, Option, PubSub } from "effect"
 import { TestClock } from "effect/testing"
 import { AgentEvents } from "../src/AgentEvents.ts"
+import * as Fibril from "../src/Fibril.ts"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
+import * as Models from "../src/Models.ts"
 import * as Roles from "../src/Roles.ts"
 import { Session } from "../src/Session.ts"
 import * as SubAgentManager from "../src/SubAgentManager.ts"
@@ -421,5 +423,115 @@ describe("SubAgentManager edges", () => {
       assert.deepStrictEqual(yield* ended(late.agent_id), ["cancelled", 75_000])
       assert.deepStrictEqual(yield* ended(sleeper), ["running", 0])
       yield* manager.cancel(sleeper)
+    }).pipe(provideNode))
+
+  it.effect("an agent definition's model and max_steps apply; an explicit model still wins", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      yield* fs.makeDirectory(`${root}/.fibril/agents`, { recursive: true })
+      yield* fs.writeFileString(
+        `${root}/.fibril/agents/scribe.md`,
+        "---\nname: scribe\ndescription: Writes notes\nrole: general\nmodel: small\nmax_steps: 1\n---\nYou are Scribe.\n"
+      )
+      // Each model looks once (a tool call), then answers: two steps.
+      const script = (name: string): ScriptedModel.ScriptInput => ({
+        rules: [{ turns: [{ tool_calls: [{ name: "list_dir", args: {} }] }, { text: report(`answered by ${name}`) }] }]
+      })
+      const catalog = Layer.unwrap(Effect.gen(function*() {
+        const big = yield* ScriptedModel.make(script("big"))
+        const small = yield* ScriptedModel.make(script("small"))
+        return Models.fromRecord({ big, small }, "big")
+      }))
+      const built = yield* Layer.build(Fibril.layerWithModels({ cwd: root }).pipe(Layer.provideMerge(catalog)))
+      const manager = Context.get(built, Manager)
+      const scribe = yield* manager.run(undefined, { prompt: "note it", role: "scribe" })
+      assert.deepStrictEqual([scribe.role, scribe.model, scribe.status], ["scribe", "small", "failed"])
+      assert.include(scribe.reason!, "max_steps")
+      assert.strictEqual(scribe.steps, 1)
+      const explicit = yield* manager.run(undefined, { prompt: "note it", role: "scribe", model: "big" })
+      assert.deepStrictEqual([explicit.model, explicit.status], ["big", "failed"])
+      const general = yield* manager.run(undefined, { prompt: "note it" })
+      assert.deepStrictEqual([general.model, general.status, general.outcome?.summary], [
+        "big",
+        "completed",
+        "answered by big"
+      ])
+    }).pipe(provideNode))
+
+  it.effect("a running agent's view: its steps, calls, last tool and usage so far; the description from the prompt", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({
+        rules: [{
+          respond: (c) =>
+            c.turn === 0
+              ? { tool_calls: [{ name: "list_dir", args: {} }], usage: { input: 10, output: 5 } }
+              : { hang: true }
+        }]
+      })
+      const manager = get(Manager)
+      const session = get(Session)
+      const prompt = "Survey the repository and list every package with its purpose, then stop."
+      const agent = yield* manager.spawn(undefined, { prompt })
+      assert.strictEqual(agent.description, prompt.slice(0, 60))
+      assert.strictEqual(agent.objective, prompt)
+      assert.isFalse(agent.fork_context)
+      assert.isFalse("parent_id" in agent)
+      for (let i = 0; i < 100 && (yield* session.info(agent.agent_id)).steps < 2; i++) yield* Effect.yieldNow
+      const [running] = yield* manager.list({ includeArchived: false })
+      assert.strictEqual(running!.status, "running")
+      assert.strictEqual(running!.tool_calls, 1)
+      assert.strictEqual(running!.last_tool, "list_dir")
+      const info = yield* session.info(agent.agent_id)
+      assert.strictEqual(running!.steps, info.steps)
+      assert.deepStrictEqual(running!.tokens, info.treeUsage)
+      assert.isAtLeast(running!.tokens.input, 10)
+      assert.isDefined(running!.usage)
+      yield* manager.cancel(agent.agent_id)
+    }).pipe(provideNode))
+
+  it.effect("resume without a message says how the last run ended; a foreground run's caller interrupted is recorded so", () =>
+    Effect.gen(function*() {
+      const asked: Array<string> = []
+      const { get } = yield* setup({
+        rules: [
+          { match: { prompt: "foreground" }, turns: [{ hang: true }] },
+          {
+            respond: (c) => {
+              const last = userTexts(c.messages).at(-1)!
+              asked.push(last)
+              return last === "work" ? { hang: true } : { text: report("again") }
+            }
+          }
+        ]
+      })
+      const manager = get(Manager)
+      const agent = yield* manager.spawn(undefined, { prompt: "work" })
+      for (let i = 0; i < 100 && asked.length === 0; i++) yield* Effect.yieldNow
+      yield* manager.cancel(agent.agent_id, "pause")
+      yield* manager.resume(undefined, agent.agent_id)
+      const done = yield* manager.result(agent.agent_id, { block: true })
+      assert.strictEqual(done.status, "completed")
+      assert.strictEqual(asked.at(-1), "Continue where you left off. Your previous run ended cancelled: pause.")
+      yield* manager.resume(undefined, agent.agent_id)
+      yield* manager.result(agent.agent_id, { block: true })
+      assert.strictEqual(asked.at(-1), "Continue where you left off. Your previous run ended completed.")
+
+      const caller = yield* Effect.forkChild(manager.run(undefined, { prompt: "foreground", detached: true }), {
+        startImmediately: true
+      })
+      let id: string | undefined
+      for (let i = 0; i < 100 && id === undefined; i++) {
+        yield* Effect.yieldNow
+        id = (yield* manager.list({ includeArchived: false })).find((a) => a.objective === "foreground")?.agent_id
+      }
+      const foreground = yield* manager.result(id!, { block: false })
+      assert.isFalse(foreground.detached, "a foreground agent is never detached")
+      yield* Fiber.interrupt(caller)
+      const ended = yield* manager.result(id!, { block: false })
+      assert.deepStrictEqual([ended.status, ended.reason], [
+        "interrupted",
+        "Interrupted: its parent was interrupted or the runtime shut down"
+      ])
     }).pipe(provideNode))
 })
