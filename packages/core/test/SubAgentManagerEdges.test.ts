@@ -54,6 +54,12 @@ describe("SubAgentManager edges", () => {
         true
       ]])
       assert.strictEqual(yield* other.resolve(agent.session_name!), agent.agent_id)
+      assert.strictEqual(yield* other.resolve(`${agent.agent_id}-r1`), agent.agent_id)
+      assert.strictEqual(yield* other.resolve("no-such-name"), "no-such-name")
+      const host = Option.getOrThrow(yield* a.get(SubAgentStore).get(agent.agent_id)).owner_host
+      const seen = yield* other.workerRecord(listed[0]!)
+      assert.include(seen.takeover.reason!, `running in another live process (pid ${process.pid} on ${host})`)
+      assert.include((yield* owner.workerRecord(listed[0]!)).takeover.reason!, "running in this process")
       assert.strictEqual((yield* other.result(agent.session_name!, { block: false })).agent_id, agent.agent_id)
 
       // A message from B is queued for A, which delivers it at its next poll.
@@ -533,5 +539,52 @@ describe("SubAgentManager edges", () => {
         "interrupted",
         "Interrupted: its parent was interrupted or the runtime shut down"
       ])
+    }).pipe(provideNode))
+
+  it.effect("queue admission: a waiting caller lends its permit to each queued child in turn, and has it back after", () =>
+    Effect.gen(function*() {
+      const go = yield* Deferred.make<void>()
+      const { get } = yield* setup(
+        {
+          rules: [
+            { match: { prompt: "parent" }, turns: [{ hang: true }] },
+            { match: { prompt: "one" }, respond: () => Effect.as(Deferred.await(go), { text: report("child done") }) },
+            { turns: [{ text: report("child done") }] }
+          ]
+        },
+        {},
+        { subagents: { maxConcurrent: 1, admission: "queue" } }
+      )
+      const manager = get(Manager)
+      const session = get(Session)
+      const parent = yield* manager.spawn(undefined, { prompt: "parent" })
+      for (let i = 0; i < 100 && Option.isNone(session.scopeOf(parent.agent_id)); i++) yield* Effect.yieldNow
+      const one = yield* manager.spawn(parent.agent_id, { prompt: "one" })
+      const two = yield* manager.spawn(parent.agent_id, { prompt: "two" })
+      assert.deepStrictEqual([one.status, two.status], ["pending", "pending"])
+      // By its run id too.
+      assert.strictEqual((yield* manager.result(`${one.agent_id}-r1`, { block: false })).agent_id, one.agent_id)
+      const waiting = yield* Effect.forkChild(
+        manager.wait([one.agent_id, two.agent_id], { mode: "all", caller: parent.agent_id }),
+        { startImmediately: true }
+      )
+      for (let i = 0; i < 20; i++) yield* Effect.yieldNow
+      // Lent to one only: another agent queueing meanwhile does not start two on the same permit.
+      const other = yield* manager.spawn(undefined, { prompt: "other" })
+      const statuses = Effect.forEach(
+        [one, two, other],
+        (v) => Effect.map(manager.result(v.agent_id, { block: false }), (r) => r.status)
+      )
+      assert.deepStrictEqual(yield* statuses, ["running", "pending", "pending"])
+      assert.strictEqual(yield* manager.running, 2)
+      yield* Deferred.succeed(go, undefined)
+      const waited = yield* Fiber.join(waiting)
+      assert.isFalse(waited.timed_out)
+      assert.deepStrictEqual(waited.completed.map((v) => v.outcome?.summary), ["child done", "child done"])
+      // The parent has its permit back: nothing more can start until it ends.
+      assert.strictEqual(yield* manager.running, 1)
+      assert.strictEqual((yield* manager.result(other.agent_id, { block: false })).status, "pending")
+      yield* manager.cancel(parent.agent_id)
+      assert.strictEqual((yield* manager.result(other.agent_id, { block: true })).status, "completed")
     }).pipe(provideNode))
 })
