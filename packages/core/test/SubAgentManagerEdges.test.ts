@@ -10,6 +10,7 @@ import { AgentEvents } from "../src/AgentEvents.ts"
 import * as Fibril from "../src/Fibril.ts"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
 import * as Models from "../src/Models.ts"
+import * as OutputContract from "../src/OutputContract.ts"
 import * as Roles from "../src/Roles.ts"
 import { Session } from "../src/Session.ts"
 import * as SubAgentManager from "../src/SubAgentManager.ts"
@@ -586,5 +587,46 @@ describe("SubAgentManager edges", () => {
       assert.strictEqual((yield* manager.result(other.agent_id, { block: false })).status, "pending")
       yield* manager.cancel(parent.agent_id)
       assert.strictEqual((yield* manager.result(other.agent_id, { block: true })).status, "completed")
+    }).pipe(provideNode))
+
+  it.effect("a parent answering early gets its children's results in one message; a free-form answer keeps its violations", () =>
+    Effect.gen(function*() {
+      let told: string | undefined
+      const { get } = yield* setup({
+        rules: [
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              if (c.turn === 0) {
+                return { tool_calls: [{ name: "agent_spawn", args: { prompt: "child", description: "c" } }] }
+              }
+              if (c.turn === 1) return { text: "answering early" }
+              told = userTexts(c.messages).at(-1)
+              return { text: "final" }
+            }
+          },
+          { match: { prompt: "child" }, turns: [{ delay_ms: 1000, text: "just prose, no sections" }] }
+        ]
+      })
+      const manager = get(Manager)
+      const root = yield* manager.startRoot({ prompt: "go" })
+      yield* TestClock.adjust("1 second")
+      assert.strictEqual((yield* Fiber.join(root.fiber)).text, "final")
+      const [child] = yield* manager.list({ includeArchived: true, parentSessionId: root.agent.agent_id })
+      assert.strictEqual(child!.parent_id, root.agent.agent_id)
+      assert.deepStrictEqual(
+        child!.outcome?.contract_violations,
+        OutputContract.parse("just prose, no sections").violations.map((v) => v.message)
+      )
+      assert.isAbove(child!.outcome!.contract_violations.length, 0)
+      assert.strictEqual(child!.outcome?.text, "just prose, no sections")
+      const head = "Your background sub-agents were still running when you answered; they have now finished. " +
+        "Their results:\n"
+      const tail = "\nTake them into account, then give your final answer."
+      assert.isTrue(told!.startsWith(head), told)
+      assert.isTrue(told!.endsWith(tail), told)
+      assert.deepStrictEqual(JSON.parse(told!.slice(head.length, -tail.length)), [
+        JSON.parse(JSON.stringify(SubAgentManager.agentResultForModel(child!)))
+      ])
     }).pipe(provideNode))
 })
