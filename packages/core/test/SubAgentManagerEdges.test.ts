@@ -493,7 +493,7 @@ describe("SubAgentManager edges", () => {
       assert.strictEqual(running!.steps, info.steps)
       assert.deepStrictEqual(running!.tokens, info.treeUsage)
       assert.isAtLeast(running!.tokens.input, 10)
-      assert.isDefined(running!.usage)
+      assert.deepStrictEqual(running!.usage, { status: "reported", reported_steps: 1, estimated_steps: 0 })
       yield* manager.cancel(agent.agent_id)
     }).pipe(provideNode))
 
@@ -628,5 +628,63 @@ describe("SubAgentManager edges", () => {
       assert.deepStrictEqual(JSON.parse(told!.slice(head.length, -tail.length)), [
         JSON.parse(JSON.stringify(SubAgentManager.agentResultForModel(child!)))
       ])
+    }).pipe(provideNode))
+
+  it.effect("a durable store gets a new agent's opening messages; a fork's copy of its parent's history too", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup(
+        {
+          rules: [
+            { match: { depth: 0 }, turns: [{ hang: true }] },
+            { turns: [{ text: report("done") }] }
+          ]
+        },
+        {},
+        { store: "file" }
+      )
+      const manager = get(Manager)
+      const store = get(SubAgentStore)
+      const session = get(Session)
+      const root = yield* manager.startRoot({ prompt: "the root's task" })
+      const rootId = root.agent.agent_id
+      for (let i = 0; i < 100 && !(yield* session.info(rootId)).waitingOnModel; i++) yield* Effect.yieldNow
+      const plain = yield* manager.run(rootId, { prompt: "the child's task" })
+      const fork = yield* manager.run(rootId, { prompt: "the fork's task", forkContext: true })
+      assert.isTrue(fork.fork_context)
+      yield* store.flush
+      const stored = (handle: string) =>
+        Effect.map(store.readTranscript(handle), (lines) => lines as ReadonlyArray<{ role: string; content: unknown }>)
+      const plainMessages = yield* stored(plain.transcript_handle)
+      assert.deepStrictEqual(plainMessages.slice(0, 2).map((m) => m.role), ["system", "user"])
+      assert.deepStrictEqual(userTexts(plainMessages), ["the child's task"])
+      const forked = userTexts(yield* stored(fork.transcript_handle))
+      assert.deepStrictEqual([forked[0], forked.at(-1)], ["the root's task", "the fork's task"])
+      yield* manager.cancel(rootId)
+    }).pipe(provideNode))
+
+  it.effect("queue admission: a root waiting on its child lends nothing and takes no permit after", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup(
+        {
+          rules: [
+            { match: { depth: 0 }, turns: [{ hang: true }] },
+            { match: { prompt: "next" }, turns: [{ hang: true }] },
+            { turns: [{ text: report("done") }] }
+          ]
+        },
+        {},
+        { subagents: { maxConcurrent: 1, admission: "queue" } }
+      )
+      const manager = get(Manager)
+      const session = get(Session)
+      const root = yield* manager.startRoot({ prompt: "root" })
+      const rootId = root.agent.agent_id
+      for (let i = 0; i < 100 && Option.isNone(session.scopeOf(rootId)); i++) yield* Effect.yieldNow
+      const child = yield* manager.spawn(rootId, { prompt: "child" })
+      yield* manager.wait([child.agent_id], { mode: "all", caller: rootId })
+      assert.strictEqual(yield* manager.running, 0)
+      const next = yield* manager.spawn(rootId, { prompt: "next" })
+      assert.strictEqual(next.status, "running")
+      yield* manager.cancel(rootId)
     }).pipe(provideNode))
 })
