@@ -420,14 +420,19 @@ describe("SubAgentManager edges", () => {
       const start = yield* Clock.currentTimeMillis
       sleeper = (yield* manager.spawn(undefined, { prompt: "sleep" })).agent_id
       const early = yield* manager.spawn(undefined, { prompt: "early" })
+      const told = yield* manager.spawn(undefined, { prompt: "told" })
       yield* TestClock.adjust("5 seconds")
       const late = yield* manager.spawn(undefined, { prompt: "late" })
-      // Checks at 15, 30, 45, 60, 75 s: early is silent for 60 s at 60, late (from 5 s) at 65.
-      for (let i = 0; i < 72; i++) yield* TestClock.adjust("1 second")
+      yield* TestClock.adjust("25 seconds")
+      // A message delivered is progress: told is silent from 30 s.
+      assert.isTrue((yield* manager.sendInput(told.agent_id, "still there?", false)).delivered)
+      // Checks every 15 s: early is silent for 60 s at 60, late (from 5 s) at 65, told at 90.
+      for (let i = 0; i < 62; i++) yield* TestClock.adjust("1 second")
       const ended = (id: string) =>
         Effect.map(manager.result(id, { block: false }), (v) => [v.status, (v.finished_at ?? start) - start])
       assert.deepStrictEqual(yield* ended(early.agent_id), ["cancelled", 60_000])
       assert.deepStrictEqual(yield* ended(late.agent_id), ["cancelled", 75_000])
+      assert.deepStrictEqual(yield* ended(told.agent_id), ["cancelled", 90_000])
       assert.deepStrictEqual(yield* ended(sleeper), ["running", 0])
       yield* manager.cancel(sleeper)
     }).pipe(provideNode))
@@ -686,5 +691,45 @@ describe("SubAgentManager edges", () => {
       const next = yield* manager.spawn(rootId, { prompt: "next" })
       assert.strictEqual(next.status, "running")
       yield* manager.cancel(rootId)
+    }).pipe(provideNode))
+
+  it.effect("another process's finished agent is taken over by a resume: rebuilt from its transcript, recorded as ours", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      const seen: Array<ReadonlyArray<string>> = []
+      const script: ScriptedModel.ScriptInput = {
+        rules: [{
+          respond: (c) => {
+            seen.push(c.messages.map((m) => m.role))
+            return { text: report(`run ${seen.length}: ${userTexts(c.messages).join(" | ")}`) }
+          }
+        }]
+      }
+      const a = yield* setup(script, {}, { root, store: "file" })
+      const b = yield* setup(script, {}, { root, store: "file" })
+      const owner = a.get(Manager)
+      const other = b.get(Manager)
+      const first = yield* owner.run(undefined, { prompt: "first task" })
+      assert.strictEqual(first.outcome?.summary, "run 1: first task")
+      yield* a.get(SubAgentStore).flush
+      const resumed = yield* other.resume(undefined, first.session_name!, "and then this")
+      assert.strictEqual(resumed.agent_id, first.agent_id)
+      const done = yield* other.result(first.agent_id, { block: true })
+      assert.strictEqual(done.status, "completed")
+      // Its history came from the store: the first run's task and answer, then the new message.
+      assert.strictEqual(done.outcome?.summary, "run 2: first task | and then this")
+      assert.deepStrictEqual(seen[1], ["system", "user", "assistant", "user"])
+      assert.isFalse(done.from_prior_session)
+      assert.strictEqual(done.session_boot_id, other.bootId)
+      assert.deepStrictEqual(done.runs?.map((r) => r.steps), [1, 1])
+      // Once taken over, a second resume is ours to do (by its session name, now known here).
+      yield* other.resume(undefined, first.session_name!, "once more")
+      assert.strictEqual(
+        (yield* other.result(first.agent_id, { block: true })).outcome?.summary,
+        "run 3: first task | and then this | once more"
+      )
+      // Its runs here were handed to nobody yet.
+      assert.deepStrictEqual(yield* other.unreadChildren(undefined), [first.agent_id])
     }).pipe(provideNode))
 })
