@@ -732,4 +732,26 @@ describe("SubAgentManager edges", () => {
       // Its runs here were handed to nobody yet.
       assert.deepStrictEqual(yield* other.unreadChildren(undefined), [first.agent_id])
     }).pipe(provideNode))
+
+  it("bound: a text of exactly the limit is whole; a cut backs off only from a low surrogate (U+DC00..U+DFFF)", () => {
+    const marker = (n: number) => `\n[... cut: ${n} more characters; the whole answer is in the agent's transcript]`
+    assert.strictEqual(SubAgentManager.bound("abcde", 5), "abcde")
+    assert.strictEqual(SubAgentManager.bound("abcdef", 5), `abcde${marker(1)}`)
+    assert.strictEqual(SubAgentManager.bound("abcde\udc00x", 5), `abcd${marker(3)}`)
+    assert.strictEqual(SubAgentManager.bound("abcde\udfffx", 5), `abcd${marker(3)}`)
+    assert.strictEqual(SubAgentManager.bound("abcde\udbffx", 5), `abcde${marker(2)}`)
+    assert.strictEqual(SubAgentManager.bound("abcde\ue000x", 5), `abcde${marker(2)}`)
+  })
+
+  it("the errors' messages say what was refused and what to do", () => {
+    assert.strictEqual(
+      new SubAgentManager.CapReached({ max: 2, running: 2 }).message,
+      "sub-agent cap reached (max 2, running 2): nothing was spawned. " +
+        "Wait for a running agent to finish (agent_wait) or cancel one (agent_cancel), then try again."
+    )
+    assert.strictEqual(
+      new SubAgentManager.AgentNotFound({ agentId: "agent_x" }).message,
+      "no sub-agent with id \"agent_x\"; agent_list shows the known ones"
+    )
+  })
 })
