@@ -14,6 +14,7 @@ import * as OutputContract from "../src/OutputContract.ts"
 import * as Roles from "../src/Roles.ts"
 import { Session } from "../src/Session.ts"
 import * as SubAgentManager from "../src/SubAgentManager.ts"
+import * as SubAgentStoreModule from "../src/SubAgentStore.ts"
 import { SubAgentStore } from "../src/SubAgentStore.ts"
 import { provideNode, report, setup } from "./support.ts"
 
@@ -95,12 +96,15 @@ describe("SubAgentManager edges", () => {
         `sub-agent ${agent.agent_id} is running in another live process (pid ${process.pid}); only a finished agent (completed, failed, cancelled or interrupted) can be resumed`
       )
 
-      // A cancel from B: A acts on it and B returns the record as A wrote it.
+      // A cancel from B: A acts on it and B returns the record as A wrote it; B's blocking read ends with it.
+      const reading = yield* Effect.forkChild(other.result(agent.agent_id, { block: true }), { startImmediately: true })
       const cancelling = yield* Effect.forkChild(other.cancel(agent.agent_id, "stop, from B"), {
         startImmediately: true
       })
       for (let i = 0; i < 20 && cancelling.pollUnsafe() === undefined; i++) yield* TestClock.adjust("250 millis")
       const cancelled = yield* Fiber.join(cancelling)
+      for (let i = 0; i < 8 && reading.pollUnsafe() === undefined; i++) yield* TestClock.adjust("250 millis")
+      assert.strictEqual((yield* Fiber.join(reading)).status, "cancelled")
       assert.strictEqual(cancelled.status, "cancelled")
       assert.strictEqual(cancelled.reason, "stop, from B")
       assert.isTrue(cancelled.from_prior_session)
@@ -306,6 +310,9 @@ describe("SubAgentManager edges", () => {
       const third = yield* manager.spawn(undefined, { prompt: "third" })
       assert.strictEqual(third.status, "running")
       assert.strictEqual(yield* manager.running, 1)
+      // And it holds the only one: the cancelled agent gave back no permit it never had.
+      const fourth = yield* manager.spawn(undefined, { prompt: "fourth" })
+      assert.strictEqual(fourth.status, "pending")
       const events = (yield* PubSub.takeAll(subscription)).filter((e) => e.agent.agentId === queued.agent_id)
       assert.deepStrictEqual(events.map((e) => e.type), ["spawned", "cancelled"])
       const ended = events[1]!
@@ -688,9 +695,12 @@ describe("SubAgentManager edges", () => {
       const child = yield* manager.spawn(rootId, { prompt: "child" })
       yield* manager.wait([child.agent_id], { mode: "all", caller: rootId })
       assert.strictEqual(yield* manager.running, 0)
-      const next = yield* manager.spawn(rootId, { prompt: "next" })
+      const next = yield* manager.spawn(undefined, { prompt: "next" })
       assert.strictEqual(next.status, "running")
+      // The root's end gives back nothing and uncounts nothing.
       yield* manager.cancel(rootId)
+      assert.strictEqual(yield* manager.running, 1)
+      assert.strictEqual((yield* manager.spawn(undefined, { prompt: "next" })).status, "pending")
     }).pipe(provideNode))
 
   it.effect("another process's finished agent is taken over by a resume: rebuilt from its transcript, recorded as ours", () =>
@@ -754,4 +764,33 @@ describe("SubAgentManager edges", () => {
       "no sub-agent with id \"agent_x\"; agent_list shows the known ones"
     )
   })
+
+  it.effect("reject admission: a cancelled agent's permit is free again, and the cap error counts the running ones", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ hang: true }] }] }, {}, { subagents: { maxConcurrent: 2 } })
+      const manager = get(Manager)
+      const a = yield* manager.spawn(undefined, { prompt: "a" })
+      yield* manager.spawn(undefined, { prompt: "b" })
+      yield* manager.cancel(a.agent_id)
+      yield* manager.spawn(undefined, { prompt: "c" })
+      const refused = yield* Effect.flip(manager.spawn(undefined, { prompt: "d" }))
+      assert.strictEqual(refused._tag, "CapReached")
+      assert.include(refused.message, "(max 2, running 2)")
+    }).pipe(provideNode))
+
+  it.effect("a manager whose store keeps few records forgets the evicted agents at 256, and keeps the rest", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ text: report("done") }], repeat_last: true }] }, {}, {
+        layers: { store: Layer.effect(SubAgentStore, SubAgentStoreModule.makeMemory({ maxRecords: 10 })) }
+      })
+      const manager = get(Manager)
+      const session = get(Session)
+      const ids: Array<string> = []
+      for (let i = 0; i < 256; i++) ids.push((yield* manager.run(undefined, { prompt: `p${i}` })).agent_id)
+      yield* get(SubAgentStore).flush
+      const kept = ids.at(-2)!
+      assert.strictEqual((yield* session.info(kept)).id, kept, "a kept agent keeps its session")
+      assert.strictEqual((yield* Effect.flip(manager.result(ids[0]!, { block: false })))._tag, "AgentNotFound")
+      assert.isTrue(Option.isNone(yield* Effect.option(session.info(ids[0]!))))
+    }).pipe(provideNode))
 })
