@@ -44,12 +44,14 @@ describe("SubAgentManager edges", () => {
       const other = b.get(Manager)
       assert.notStrictEqual(owner.bootId, other.bootId)
       const agent = yield* owner.spawn(undefined, { prompt: "work in A", description: "a's job" })
+      // A second, later agent there: a name or run id must still find the first.
+      const second = yield* owner.spawn(undefined, { prompt: "more work in A" })
       const session = a.get(Session)
       for (let i = 0; i < 100 && !(yield* session.info(agent.agent_id)).waitingOnModel; i++) yield* Effect.yieldNow
       yield* a.get(SubAgentStore).sync
 
       // B sees it, from another process, and finds it by its session name.
-      const listed = yield* other.list({ includeArchived: false })
+      const listed = (yield* other.list({ includeArchived: false })).filter((v) => v.agent_id !== second.agent_id)
       assert.deepStrictEqual(listed.map((v) => [v.agent_id, v.status, v.from_prior_session]), [[
         agent.agent_id,
         "running",
@@ -58,6 +60,7 @@ describe("SubAgentManager edges", () => {
       assert.strictEqual(yield* other.resolve(agent.session_name!), agent.agent_id)
       assert.strictEqual(yield* other.resolve(`${agent.agent_id}-r1`), agent.agent_id)
       assert.strictEqual(yield* other.resolve("no-such-name"), "no-such-name")
+      assert.strictEqual(yield* other.resolve(second.session_name!), second.agent_id)
       const host = Option.getOrThrow(yield* a.get(SubAgentStore).get(agent.agent_id)).owner_host
       const seen = yield* other.workerRecord(listed[0]!)
       assert.include(seen.takeover.reason!, `running in another live process (pid ${process.pid} on ${host})`)
@@ -110,8 +113,14 @@ describe("SubAgentManager edges", () => {
       assert.isTrue(cancelled.from_prior_session)
       assert.strictEqual((yield* owner.result(agent.agent_id, { block: false })).status, "cancelled")
       // Ended: hidden from B's current list, shown archived; an input now is refused with the reason.
-      assert.deepStrictEqual(yield* other.list({ includeArchived: false }), [])
-      assert.deepStrictEqual((yield* other.list({ includeArchived: true })).map((v) => v.agent_id), [agent.agent_id])
+      assert.deepStrictEqual((yield* other.list({ includeArchived: false })).map((v) => v.agent_id), [second.agent_id])
+      assert.deepStrictEqual(
+        (yield* other.list({ includeArchived: true })).map((v) => v.agent_id).sort(),
+        [
+          agent.agent_id,
+          second.agent_id
+        ].sort()
+      )
       const late = yield* other.sendInput(agent.agent_id, "too late", false)
       assert.isFalse(late.delivered)
       assert.strictEqual(
@@ -173,6 +182,8 @@ describe("SubAgentManager edges", () => {
       const narrowed = yield* manager.assign(finished.agent_id, { role: "review" })
       assert.strictEqual(narrowed.agent.role, "review")
       // ...and then not widened back: refused, naming both roles, the record unchanged.
+      const unknown = yield* Effect.flip(manager.assign("agent_nope", { message: "hello" }))
+      assert.strictEqual(unknown.message, "no sub-agent with id \"agent_nope\"; agent_list shows the known ones")
       const widening = yield* Effect.flip(manager.assign(finished.agent_id, { role: "general", objective: "x" }))
       assert.strictEqual(widening._tag, "PermissionWidening")
       assert.include(widening.message, "review")
