@@ -232,7 +232,7 @@ describe("SubAgentManager edges", () => {
       const done = yield* manager.result(ok.agent_id, { block: true })
       assert.deepStrictEqual(SubAgentManager.agentResultForModel(done), {
         agent_id: done.agent_id,
-        session_name: done.session_name,
+        session_name: done.session_name!,
         run_id: `${done.agent_id}-r1`,
         description: "the job",
         role: "general",
@@ -256,9 +256,11 @@ describe("SubAgentManager edges", () => {
       assert.strictEqual(failed.duration_ms, 300)
       const prior = SubAgentManager.agentResultForModel({ ...done, from_prior_session: true })
       assert.isTrue(prior.from_prior_session)
-      const unstarted = SubAgentManager.agentResultForModel({ ...done, started_at: undefined })
-      assert.isUndefined(unstarted.duration_ms)
-      assert.isUndefined(SubAgentManager.agentResultForModel({ ...done, finished_at: undefined }).duration_ms)
+      const { started_at, ...unstarted } = done
+      const { finished_at, ...unfinished } = done
+      assert.deepStrictEqual([started_at, finished_at], [done.started_at, done.finished_at])
+      assert.isUndefined(SubAgentManager.agentResultForModel(unstarted).duration_ms)
+      assert.isUndefined(SubAgentManager.agentResultForModel(unfinished).duration_ms)
     }).pipe(provideNode))
 
   it("optionsFrom carries every [subagents] setting; an unset max_steps leaves the agent's own", () => {
