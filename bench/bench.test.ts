@@ -6,6 +6,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { spawn } from "node:child_process"
 import { fileURLToPath } from "node:url"
+import * as EffectAiFloor from "./effect-ai-floor.ts"
 import * as EffectFloor from "./effect-floor.ts"
 import * as Floor from "./floor.ts"
 import * as Fibril from "./peer-adapter.ts"
@@ -31,7 +32,8 @@ const adapters = [
   ["fibril (memory store)", Fibril, "memory"],
   ["fibril (SQLite store)", Fibril, "file"],
   ["floor", Floor, "memory"],
-  ["Effect floor", EffectFloor, "memory"]
+  ["Effect floor", EffectFloor, "memory"],
+  ["Effect floor with effect/ai values", EffectAiFloor, "memory"]
 ] as const
 
 describe("bench adapters", () => {

@@ -1,7 +1,8 @@
 /**
  * One measurement in this (fresh) process:
- * `node bench/measure.ts <w1|w2|w2warm|w3> <K> <cap|none> <store> [fibril|floor|effect]`
- * (`floor`: the plain-Promise floor, `effect`: the Effect floor).
+ * `node bench/measure.ts <w1|w2|w2warm|w3> <K> <cap|none> <store> [fibril|floor|effect|effect-ai]`
+ * (`floor`: the plain-Promise floor, `effect`: the Effect floor, `effect-ai`: the Effect floor with
+ * `effect/ai` Prompt/Response values per step).
  * Prints one JSON line with the figures and whether every count checked out.
  */
 import { performance } from "node:perf_hooks"
@@ -12,6 +13,8 @@ const Adapter = runtime === "floor"
   ? await import("./floor.ts")
   : runtime === "effect"
   ? await import("./effect-floor.ts")
+  : runtime === "effect-ai"
+  ? await import("./effect-ai-floor.ts")
   : await import("./peer-adapter.ts")
 const K = Number(kArg)
 const cap = capArg === "none" ? null : Number(capArg)

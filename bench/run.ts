@@ -58,10 +58,14 @@ const w2Fields = [
   "exits_on_its_own"
 ]
 const w3Fields = ["median_us", "p99_us"]
-// The floors first: the plain Promise loop ("floor") and the minimal Effect runtime with Fibril's
-// structure ("effect floor", bench/effect-floor.ts) on the same script say how fast this
-// machine is right now, and what the Effect machinery alone costs.
-for (const [name, runtime] of [["floor", "floor"], ["effect floor", "effect"]] as const) {
+// The floors first: the plain Promise loop ("floor"), the minimal Effect runtime with Fibril's
+// structure ("effect floor", bench/effect-floor.ts) and the same with `effect/ai` Prompt/Response
+// values per step ("effect/ai floor", bench/effect-ai-floor.ts: what the model port Fibril is
+// built on costs) on the same script say how fast this machine is right now, and what the
+// Effect machinery alone costs.
+for (
+  const [name, runtime] of [["floor", "floor"], ["effect floor", "effect"], ["effect/ai floor", "effect-ai"]] as const
+) {
   for (const cap of ["none", "10"]) {
     for (const K of ks) {
       show(run(`${name} W1 K=${K} cap=${cap}`, ["w1", String(K), cap, "memory", runtime], w1Fields))
@@ -92,7 +96,7 @@ const kMax = ks.at(-1)!
 /** One row's figure over another's, from this run. */
 const ratio = (label: string, over: string, field: string) => figure(label, field) / figure(over, field)
 const w1 = `W1 K=${kMax} cap=none store=memory`
-/** Fibril over one floor ("floor" or "effect floor"), same run. */
+/** Fibril over one floor ("floor", "effect floor" or "effect/ai floor"), same run. */
 const ratiosOver = (floor: string) => ({
   w1_us_per_subagent: ratio(w1, `${floor} W1 K=${kMax} cap=none`, "us_per_subagent"),
   w1_cpu: ratio(w1, `${floor} W1 K=${kMax} cap=none`, "cpu_ms"),
@@ -105,9 +109,15 @@ const ratiosOver = (floor: string) => ({
 })
 const ratios = ratiosOver("floor")
 const effectRatios = ratiosOver("effect floor")
+const effectAiRatios = ratiosOver("effect/ai floor")
 const flatness = ratio(w1, `W1 K=${ks.at(-2)} cap=none store=memory`, "us_per_subagent")
 const flatnessCpu = ratio(w1, `W1 K=${ks.at(-2)} cap=none store=memory`, "cpu_ms") * (ks.at(-2)! / kMax)
-for (const [name, r] of [["Promise floor", ratios], ["Effect floor", effectRatios]] as const) {
+for (
+  const [name, r] of [["Promise floor", ratios], ["Effect floor", effectRatios], [
+    "effect/ai floor",
+    effectAiRatios
+  ]] as const
+) {
   console.log(
     `     Fibril / ${name}, same run: W1 K=${kMax} ${r.w1_us_per_subagent.toFixed(1)}x per sub-agent (CPU ${
       r.w1_cpu.toFixed(1)
@@ -181,6 +191,7 @@ writeFileSync(
       results,
       ratios,
       effectRatios,
+      effectAiRatios,
       flatness,
       flatnessCpu,
       persistence,
