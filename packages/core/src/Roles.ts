@@ -149,7 +149,8 @@ export const forRequest = (
   name: string,
   allowedTools: ReadonlyArray<string> | undefined
 ): Effect.Effect<RoleSpec, UnknownRole | InvalidRoleRequest> =>
-  Effect.flatMap(
+  // Eager: both steps are decided at once, so the result is an Exit a generator reads for free.
+  Effect.flatMapEager(
     resolve(name),
     (role) =>
       role.needsAllowedTools && (allowedTools === undefined || allowedTools.length === 0)

@@ -38,6 +38,7 @@ import * as Scope from "effect/Scope"
 import * as AgentDefinitions from "./AgentDefinitions.ts"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
+import { nowMillis } from "./internal/clock.ts"
 import * as Names from "./internal/names.ts"
 import { sleepUnref } from "./internal/sleep.ts"
 import { withSpan } from "./internal/span.ts"
@@ -565,21 +566,35 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const definitions = config.agents ?? []
   const customNames = definitions.filter((d) => d.usableAsSubagent).map((d) => d.name)
 
+  interface ResolvedRole {
+    readonly role: Roles.RoleSpec
+    readonly allowedTools: ReadonlyArray<string> | undefined
+    readonly definition: Permission.Ceiling | undefined
+    readonly model: string | undefined
+    readonly maxSteps: number | undefined
+  }
+  type RoleError = Roles.UnknownRole | Roles.InvalidRoleRequest
+
   /**
    * A built-in role, or an agent defined in markdown (its base role's posture, its own prompt,
    * its tools as a ceiling of their own). The caller's `allowed_tools` stay a separate
-   * ceiling: they narrow a definition's tools, never replace them.
+   * ceiling: they narrow a definition's tools, never replace them. Eager forms: a role is
+   * decided at once, so the spawn path reads the result as an Exit, at no step of its own.
    */
-  const resolveRole = (name: string, allowedTools: ReadonlyArray<string> | undefined) =>
-    Roles.forRequest(name, allowedTools).pipe(
-      Effect.map((role) => ({
+  const resolveRole = (
+    name: string,
+    allowedTools: ReadonlyArray<string> | undefined
+  ): Effect.Effect<ResolvedRole, RoleError> =>
+    Effect.catchEager(
+      Effect.mapEager(Roles.forRequest(name, allowedTools), (role): ResolvedRole => ({
         role,
         allowedTools,
-        definition: undefined as Permission.Ceiling | undefined,
-        model: undefined as string | undefined,
-        maxSteps: undefined as number | undefined
+        definition: undefined,
+        model: undefined,
+        maxSteps: undefined
       })),
-      Effect.catchTag("UnknownRole", (error) => {
+      (error): Effect.Effect<ResolvedRole, RoleError> => {
+        if (error._tag !== "UnknownRole") return Effect.fail(error)
         const definition = AgentDefinitions.find(definitions, name)
         if (definition === undefined) {
           return Effect.fail(new Roles.UnknownRole({ name, accepted: error.accepted, custom: customNames }))
@@ -599,7 +614,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
           model: definition.model,
           maxSteps: definition.maxSteps
         })
-      })
+      }
     )
 
   /** Queues messages for the agent's transcript in the store (committed at the end of this turn). */
@@ -654,7 +669,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       yield* syncFromSession(entry)
       // Messages delivered that the run never read (it ended first) are recorded as such.
       const unread = yield* session.takeUnread(record.agent_id)
-      record.finished_at = yield* Clock.currentTimeMillis
+      record.finished_at = nowMillis()
       if (Exit.isSuccess(exit)) {
         // What the record keeps, and so what a parent receives, is bounded part by part; the
         // whole answer is in the transcript.
@@ -758,8 +773,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const runAgent = (entry: Entry, message: string, permit: Permit) => {
     if (permit === "held") entry.permit = "pool"
     let counted = false
-    const body = Effect.gen(function*() {
-      const now = yield* Clock.currentTimeMillis
+    const body = Effect.suspend(() => {
+      const now = nowMillis()
       // Counted and marked running in one synchronous step, so an interruption cannot split them.
       if (permit !== "none") {
         runningCount++
@@ -770,8 +785,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       entry.lastProgress = now
       const record = entry.record
       Receipt.started(record, now)
-      yield* store.put(record)
-      return yield* session.prompt(record.agent_id, message)
+      return Effect.flatMap(store.put(record), () => session.prompt(record.agent_id, message))
     })
     // One finalizer for the count, the permit taken at admission and the outcome: each
     // finalizer is a step to unwind when the agent is interrupted.
@@ -792,19 +806,17 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     if (!isTerminal(entry.record.status)) entry.fiber = fiber
   }
 
-  const admit = (): Effect.Effect<boolean, CapReached> =>
-    config.admission === "queue"
-      ? Effect.succeed(false)
-      : Effect.suspend(() => {
-        const taken = free > 0
-        if (taken) {
-          free--
-          held++
-        }
-        return taken
-          ? Effect.succeed(true)
-          : Effect.fail(new CapReached({ max: config.maxConcurrent, running: Math.max(held, runningCount) }))
-      })
+  // Decided at once: it is called inside the spawn's own step, which reads the Exit at no step
+  // of its own.
+  const admit = (): Exit.Exit<boolean, CapReached> => {
+    if (config.admission === "queue") return Exit.succeed(false)
+    if (free > 0) {
+      free--
+      held++
+      return Exit.succeed(true)
+    }
+    return Exit.fail(new CapReached({ max: config.maxConcurrent, running: Math.max(held, runningCount) }))
+  }
 
   // Internal to spawn and run, whose spans cover it; untraced because it runs once per
   // sub-agent on the spawn path.
@@ -839,7 +851,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         forkContext: request.forkContext,
         budgets: resolved.maxSteps === undefined ? config.budgets : { ...config.budgets, maxSteps: resolved.maxSteps }
       }).pipe(Effect.onError(() => released))
-    const now = yield* Clock.currentTimeMillis
+    const now = nowMillis()
     const detached = request.detached === true && !foreground
     const sessionName = Names.unique(created.id, (name) => names.has(name))
     const record: Mutable<SubAgentRecord> = {
@@ -878,7 +890,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       record,
       parentSessionId,
       fiber: undefined,
-      done: yield* Deferred.make<void>(),
+      done: Deferred.makeUnsafe<void>(),
       cancelReason: undefined,
       started: false,
       lastProgress: now,
@@ -927,13 +939,17 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     return { agent: view(entry.record), fiber }
   }, withSpan("SubAgentManager.startRoot"))
 
-  const run = Effect.fnUntraced(function*(parentSessionId: string | undefined, request: SpawnRequest) {
-    const { entry, fiber } = yield* start(parentSessionId, request, "foreground")
-    yield* Fiber.await(fiber)
-    // Its result is task's result: the parent has it.
-    entry.resultRead = true
-    return view(entry.record)
-  }, withSpan("SubAgentManager.run"))
+  // Combinators rather than a generator: `task` runs this once per sub-agent.
+  const runSpan = withSpan("SubAgentManager.run")
+  const run = (parentSessionId: string | undefined, request: SpawnRequest) =>
+    runSpan(
+      Effect.flatMap(start(parentSessionId, request, "foreground"), ({ entry, fiber }) =>
+        Effect.mapEager(Fiber.await(fiber), () => {
+          // Its result is task's result: the parent has it.
+          entry.resultRead = true
+          return view(entry.record)
+        }))
+    )
 
   type Target = Entry | SubAgentRecord
 

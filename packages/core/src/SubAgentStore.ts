@@ -36,6 +36,7 @@ import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import { hostname } from "node:os"
+import { nowMillis } from "./internal/clock.ts"
 import * as Sqlite from "./internal/sqlite.ts"
 import { isTerminal, migrate, retiredKeys, type Status, SubAgentRecord } from "./SubAgentRecord.ts"
 
@@ -1024,15 +1025,13 @@ export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(option
     get: (agentId) => Effect.sync(() => Option.fromNullishOr(records.get(agentId))),
     ids: Effect.sync(() => new Set(records.keys())),
     put: (record) =>
-      Clock.clockWith((clock) =>
-        Effect.sync(() => {
-          records.set(record.agent_id, knownOnly(record) as SubAgentRecord)
-          if (isTerminal(record.status) && ++terminalPuts >= 64) {
-            terminalPuts = 0
-            evict(clock.currentTimeMillisUnsafe())
-          }
-        })
-      ),
+      Effect.sync(() => {
+        records.set(record.agent_id, knownOnly(record) as SubAgentRecord)
+        if (isTerminal(record.status) && ++terminalPuts >= 64) {
+          terminalPuts = 0
+          evict(nowMillis())
+        }
+      }),
     flush: Clock.clockWith((clock) => Effect.sync(() => evict(clock.currentTimeMillisUnsafe()))),
     appendTranscript: append,
     queueTranscript: append,

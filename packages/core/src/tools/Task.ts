@@ -53,17 +53,20 @@ export const definition = ToolRegistry.define({
   description: text("./task.md", import.meta.url),
   parameters: TaskParameters,
   posture: "spawn",
-  // A span without `Effect.fn`'s per-call stack capture: this runs once per sub-agent.
-  handler: Effect.fnUntraced(function*(params, context) {
-    const manager = yield* SubAgentManager
-    const agent = yield* manager.run(context.sessionId, {
-      prompt: params.prompt,
-      description: params.description,
-      role: params.subagent_type ?? "general",
-      allowedTools: params.allowed_tools
-    })
-    return taskResult(agent)
-  }, withSpan("tool.task"))
+  // A span without `Effect.fn`'s per-call stack capture, and combinators rather than a
+  // generator: this runs once per sub-agent.
+  handler: (params, context) =>
+    withSpan("tool.task")(SubAgentManager.use((manager) =>
+      Effect.mapEager(
+        manager.run(context.sessionId, {
+          prompt: params.prompt,
+          description: params.description,
+          role: params.subagent_type ?? "general",
+          allowedTools: params.allowed_tools
+        }),
+        taskResult
+      )
+    ))
 })
 
 /** The `task` result of a finished agent record. */
