@@ -29,6 +29,7 @@ import * as AgentLoop from "./AgentLoop.ts"
 import type { ModelStep } from "./AgentSteps.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Ids from "./Ids.ts"
+import { clockNow } from "./internal/clock.ts"
 import { withSpan } from "./internal/span.ts"
 import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
 import { callModel, type ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
@@ -468,7 +469,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     const languageModel = yield* models.resolve(model)
     const rules = childRules(permission.root, 0, role, options)
     const state = register({
-      clock: yield* Clock.Clock,
+      clock: clockNow(),
       parent: undefined,
       depth: 0,
       role,
@@ -532,7 +533,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       ]
       : []
     const state = register({
-      clock: yield* Clock.Clock,
+      clock: clockNow(),
       parent,
       depth,
       role,
@@ -560,7 +561,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       options.recorded ?? {}
     )
     const state = register({
-      clock: yield* Clock.Clock,
+      clock: clockNow(),
       id: options.id,
       parent,
       depth: options.depth,
@@ -731,7 +732,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     if (closed !== undefined && hooks.onMessage !== undefined) yield* hooks.onMessage(state.id, closed)
     yield* addMessage(state, userMessage(message))
     // Events of this run are stamped by its clock (the caller's: a TestClock under test).
-    state.clock = yield* Clock.Clock
+    state.clock = clockNow()
     emit(state, { type: "started" })
     // The run's scope (background children are forked into it) is closed by the same
     // finalizer that publishes the terminal event, first: one finalizer to unwind, not two.

@@ -71,7 +71,9 @@ const maxTimerMs = 2 ** 31 - 1
  * Waits for an attempt's fiber, at most `timeout`: on time, the attempt's exit; late, the
  * attempt is interrupted and `late()` is the failure. On Effect's live clock the wait is one
  * timer, cleared when the call ends (no racing fiber per attempt); on another clock (TestClock)
- * it is a sleep raced with the call, so the clock under test drives it.
+ * it is a sleep raced with the call, so the clock under test drives it. The waiter interrupted
+ * (its agent cancelled, its run ended) interrupts the call and waits for it to stop: the call
+ * is not registered as a child of the waiting fiber, so this is where it goes with it.
  */
 const awaitWithin = <A, E>(
   call: Fiber.Fiber<A, E>,
@@ -84,10 +86,13 @@ const awaitWithin = <A, E>(
   if (done !== undefined) return done
   return Effect.withFiber((fiber) => {
     if (fiber.getRef(Clock.Clock) !== liveClock) {
-      return Effect.timeoutOrElse(Effect.flatten(Fiber.await(call)), {
-        duration: timeout,
-        orElse: () => Effect.andThen(Fiber.interrupt(call), Effect.fail(late()))
-      })
+      return Effect.onInterrupt(
+        Effect.timeoutOrElse(Effect.flatten(Fiber.await(call)), {
+          duration: timeout,
+          orElse: () => Effect.andThen(Fiber.interrupt(call), Effect.fail(late()))
+        }),
+        () => Fiber.interrupt(call)
+      )
     }
     return Effect.callback<A, E>((resume) => {
       const timer = setTimeout(() => {
@@ -98,10 +103,11 @@ const awaitWithin = <A, E>(
         clearTimeout(timer)
         resume(exit)
       })
-      // This fiber interrupted while it waits: the timer goes; the call, its child, is interrupted with it.
-      return Effect.sync(() => {
+      // This fiber interrupted while it waits: the timer goes, and so does the call.
+      return Effect.suspend(() => {
         clearTimeout(timer)
         remove()
+        return Fiber.interrupt(call)
       })
     })
   })
@@ -135,14 +141,13 @@ export const callModel = (
     retryAfterMs: 0
   })
   // The provider's error is described where it is caught, not in the attempt's fiber: one
-  // step less per call.
-  const attemptOnce: Effect.Effect<Response, AiError.AiError | AttemptFailure> = Effect.flatMap(
-    Effect.forkChild(generate, { startImmediately: true }),
-    (call) => {
-      onAttempt?.(call)
-      return awaitWithin<Response, AiError.AiError | AttemptFailure>(call, timeout, late)
-    }
-  )
+  // step less per call. The attempt's fiber starts at once, in this fiber's context, in the
+  // same step (no `forkChild` and then a `flatMap`); `awaitWithin` takes it down with this one.
+  const attemptOnce: Effect.Effect<Response, AiError.AiError | AttemptFailure> = Effect.withFiber((fiber) => {
+    const call = Effect.runForkWith(fiber.context)(generate)
+    onAttempt?.(call)
+    return awaitWithin<Response, AiError.AiError | AttemptFailure>(call, timeout, late)
+  })
   const loop = (attempt: number): Effect.Effect<Response, ModelCallFailed> =>
     Effect.catch(attemptOnce, (error) => {
       const failure = "_tag" in error ? describeAiError(error) : error
