@@ -6,6 +6,9 @@
  *
  * - small: generated experiments of 1-3 sub-agents with faults and up to 4 outside
  *   operations, fixed depth/budget/heartbeat (Lab.check, every invariant).
+ * - small, parallel: the same bounds over one worker thread per core (`fibril lab run
+ *   --workers 0`, packages/cli/src/LabParallel.ts), timed end to end: starting the workers and
+ *   loading the runtime in each is included.
  * - tree50: a tree of 50 agents (fan-out 3, cap 10, queue admission), every invariant checked.
  *
  * Prints one JSON object and writes bench/lab-results.json.
@@ -14,7 +17,9 @@ import * as NodeServices from "@effect/platform-node/NodeServices"
 import { Invariants, Lab, LabGenerators, Simulation } from "@fibril/testkit"
 import * as Effect from "effect/Effect"
 import { writeFileSync } from "node:fs"
+import { availableParallelism } from "node:os"
 import { fileURLToPath } from "node:url"
+import * as LabParallel from "../packages/cli/src/LabParallel.ts"
 
 const quick = process.argv.includes("--quick")
 
@@ -34,6 +39,10 @@ const main = Effect.gen(function*() {
   yield* Lab.check({ runs: 100, seed: 1, bounds })
   const small = yield* timed(Lab.check({ runs: smallRuns, seed: 2, bounds }))
   if (small.value._tag !== "Passed") throw new Error(Lab.describe(small.value))
+  const workers = availableParallelism()
+  const parallelRuns = quick ? 1000 : 4000
+  const parallel = yield* timed(LabParallel.check({ runs: parallelRuns, seed: 2, workers, bounds }))
+  if (parallel.value.result._tag !== "Passed") throw new Error(Lab.describe(parallel.value.result))
 
   const treeRuns = quick ? 10 : 40
   // Cap 50: under a lower cap with queue admission a tree this deep starves (docs/lab.md, experiment 1).
@@ -53,6 +62,9 @@ const main = Effect.gen(function*() {
     small_runs: smallRuns,
     small_per_s: smallRuns / (small.wallMs / 1000),
     small_cpu_ms_per_schedule: small.cpuMs / smallRuns,
+    parallel_workers: workers,
+    small_parallel_runs: parallelRuns,
+    small_parallel_per_s: parallelRuns / (parallel.wallMs / 1000),
     tree50_runs: treeRuns,
     tree50_per_s: treeRuns / (big.wallMs / 1000),
     tree50_cpu_ms_per_schedule: big.cpuMs / treeRuns

@@ -175,7 +175,9 @@ const lab = JSON.parse(
 console.log(
   `${lab["ok"] ? "ok  " : "FAIL"} lab: ${lab["small_per_s"]!.toFixed(0)} schedules/s for trees of 1-3 sub-agents (${
     lab["small_cpu_ms_per_schedule"]!.toFixed(2)
-  } ms CPU each; goal >= 2,000/s), ${lab["tree50_per_s"]!.toFixed(1)}/s for trees of 50 agents (${
+  } ms CPU each; goal >= 2,000/s; ${lab["small_parallel_per_s"]!.toFixed(0)}/s on ${
+    lab["parallel_workers"]
+  } worker threads, start-up included), ${lab["tree50_per_s"]!.toFixed(1)}/s for trees of 50 agents (${
     lab["tree50_cpu_ms_per_schedule"]!.toFixed(1)
   } ms CPU each)`
 )

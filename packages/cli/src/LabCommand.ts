@@ -1,13 +1,15 @@
 /**
  * `fibril lab` — the orchestration lab from the command line (docs/lab.md):
  *
- *   fibril lab run --runs 10000 --seed 42 [--invariants cap,terminal] [--config bounds.json] [--out trace.json]
+ *   fibril lab run --runs 10000 --seed 42 [--invariants cap,terminal] [--config bounds.json] [--out trace.json] [--workers N]
  *   fibril lab replay trace.json
  *   fibril lab report trace.json [--out run.svg] [--png]
  *
  * `run` generates experiments, runs each through the real runtime under a virtual clock and
  * checks the invariants, with a progress line and a summary; a failure is shrunk, printed with
  * its seed, and its trace is written (default `lab-trace.json`) for `replay` and `report`.
+ * With `--workers N` (0: one per core) the runs are spread over worker threads in seeded
+ * chunks (LabParallel.ts).
  */
 import { Invariants, Lab, LabBugs, LabGenerators, LabReport, Simulation } from "@fibril/testkit"
 import { Argument, Command, Flag } from "effect/cli"
@@ -17,7 +19,9 @@ import * as FileSystem from "effect/FileSystem"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { spawnSync } from "node:child_process"
+import { availableParallelism } from "node:os"
 import * as path from "node:path"
+import * as LabParallel from "./LabParallel.ts"
 import { UsageError } from "./ModelSelection.ts"
 
 export interface Context<R> {
@@ -110,12 +114,22 @@ export const make = <R>(context: Context<R>) =>
           tamper: Flag.String("tamper").pipe(
             Flag.withDescription(`Run against a planted bug: ${LabBugs.all.map((b) => b.tamper.name).join(", ")}`),
             Flag.optional
+          ),
+          workers: Flag.Int("workers").pipe(
+            Flag.withDescription(
+              `Worker threads (0: one per core, ${availableParallelism()} here); with more than one, the runs go in seeded chunks of ${LabParallel.chunkRuns}`
+            ),
+            Flag.withDefault(1)
           )
         },
         (flags) =>
           Effect.gen(function*() {
             const cwd = yield* context.cwd
             if (flags.runs < 1) return yield* Effect.fail(usage(`--runs must be at least 1 (got ${flags.runs})`))
+            if (flags.workers < 0) {
+              return yield* Effect.fail(usage(`--workers must be 0 (one per core) or more (got ${flags.workers})`))
+            }
+            const workers = flags.workers === 0 ? availableParallelism() : flags.workers
             const invariants = yield* invariantsOf(flags.invariants)
             const bounds = Option.isSome(flags.config)
               ? yield* readBounds(path.resolve(cwd, flags.config.value))
@@ -123,7 +137,9 @@ export const make = <R>(context: Context<R>) =>
             const tamper = yield* tamperByName(Option.getOrUndefined(flags.tamper))
             const tty = yield* context.tty
             const seed = Option.getOrElse(flags.seed, () => Math.floor(Math.random() * 2 ** 31))
-            yield* Console.error(`lab: ${flags.runs} experiments, seed ${seed}`)
+            yield* Console.error(
+              `lab: ${flags.runs} experiments, seed ${seed}${workers > 1 ? `, ${workers} worker threads` : ""}`
+            )
             const step = Math.max(1, Math.floor(flags.runs / (tty ? 100 : 10)))
             const started = performance.now()
             const progress = (done: number) => {
@@ -134,7 +150,21 @@ export const make = <R>(context: Context<R>) =>
               const text = `[${bar}] ${done}/${flags.runs} ${rate.toFixed(0)}/s`
               process.stderr.write(tty ? `\r${text}` : `${text}\n`)
             }
-            const result = yield* Lab.check({
+            const parallel = workers > 1
+              ? yield* Effect.mapError(
+                LabParallel.check({
+                  runs: flags.runs,
+                  seed,
+                  workers,
+                  bounds,
+                  invariants: invariants.map((invariant) => invariant.name),
+                  tamper: tamper?.name,
+                  onProgress: progress
+                }),
+                (error) => usage(error.message)
+              )
+              : undefined
+            const result = parallel !== undefined ? parallel.result : yield* Lab.check({
               runs: flags.runs,
               seed,
               invariants,
@@ -156,6 +186,12 @@ export const make = <R>(context: Context<R>) =>
             const file = path.resolve(cwd, Option.getOrElse(flags.out, () => "lab-trace.json"))
             yield* write(file, Simulation.encode(result.trace))
             yield* Console.log(Lab.describe(result).replace(/\n {2}replay: .*$/, ""))
+            const chunk = parallel?.chunk
+            if (chunk !== undefined) {
+              yield* Console.log(
+                `  found in chunk ${chunk.index} of this run: fibril lab run --seed ${chunk.seed} --runs ${chunk.runs} --workers 1 finds it again in one thread`
+              )
+            }
             yield* Console.log(
               `  trace: ${file}\n  replay: fibril lab replay ${file}\n  picture: fibril lab report ${file}`
             )
