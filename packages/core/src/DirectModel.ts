@@ -86,9 +86,9 @@ const directGenerateText = (
       const prompt = Prompt.make(options.prompt)
       if (hasApprovals(prompt)) return fallback(options)
       const tools = Object.values(toolkit.tools as Record<string, Tool.Any>)
-      return produce({ prompt, tools, toolChoice, responseFormat: { type: "text" } }).pipe(
-        Effect.flatMap(decodeParts),
-        Effect.map((parts) => new LanguageModel.GenerateTextResponse(parts))
+      return Effect.flatMap(
+        produce({ prompt, tools, toolChoice, responseFormat: { type: "text" } }),
+        (encoded) => Effect.mapEager(decodeParts(encoded), (parts) => new LanguageModel.GenerateTextResponse(parts))
       )
     })
   return generateText as unknown as LanguageModel.LanguageModel["generateText"]
@@ -119,14 +119,15 @@ const countsOk = (counts: object | undefined, keys: ReadonlyArray<string>): bool
 }
 const inputKeys = ["uncached", "total", "cacheRead", "cacheWrite"]
 const outputKeys = ["total", "text", "reasoning"]
-const finishPart = (part: Response.FinishPartEncoded): Effect.Effect<Response.AnyPart, Schema.SchemaError> => {
+/** The finish part, or undefined when it is not plainly valid (the schema decides then). */
+const finishPart = (part: Response.FinishPartEncoded): Response.AnyPart | undefined => {
   const usage = part.usage
   if (
     !finishReasons.has(part.reason) || part.response !== undefined || part.metadata !== undefined ||
     Object.keys(usage).length !== 2 || !countsOk(usage.inputTokens, inputKeys) ||
     !countsOk(usage.outputTokens, outputKeys)
-  ) return decodeFinish(part)
-  return Effect.succeed(
+  ) return undefined
+  return (
     Response.makePart(
       "finish",
       {
@@ -138,17 +139,16 @@ const finishPart = (part: Response.FinishPartEncoded): Effect.Effect<Response.An
     )
   )
 }
-const metadataPart = (
-  part: Response.ResponseMetadataPartEncoded
-): Effect.Effect<Response.AnyPart, Schema.SchemaError> => {
+/** The metadata part, or undefined when it is not plainly valid (the schema decides then). */
+const metadataPart = (part: Response.ResponseMetadataPartEncoded): Response.AnyPart | undefined => {
   const { id, modelId, timestamp } = part
   const time = typeof timestamp === "string" ? DateTime.make(timestamp) : Option.none()
   if (
     part.metadata !== undefined || (id !== undefined && typeof id !== "string") ||
     (modelId !== undefined && typeof modelId !== "string") ||
     (timestamp !== undefined && Option.isNone(time))
-  ) return decodeMetadata(part)
-  return Effect.succeed(Response.makePart(
+  ) return undefined
+  return (Response.makePart(
     "response-metadata",
     {
       ...("id" in part ? { id } : {}),
@@ -162,27 +162,57 @@ const metadataPart = (
   ))
 }
 
-/** The parts as `LanguageModel` decodes them with deferred validation (tool-call params kept as sent). */
+/** A part built directly, or undefined when a schema must decide (or it is not a part built here). */
+const directPart = (part: Response.PartEncoded): Response.AnyPart | undefined => {
+  switch (part.type) {
+    case "text":
+      return Response.makePart("text", { text: part.text })
+    case "reasoning":
+      return Response.makePart("reasoning", { text: part.text })
+    case "tool-call":
+      return Response.makePart("tool-call", {
+        id: part.id,
+        name: part.name,
+        params: part.params,
+        providerExecuted: part.providerExecuted ?? false
+      })
+    case "finish":
+      return finishPart(part)
+    case "response-metadata":
+      return metadataPart(part)
+    default:
+      return undefined
+  }
+}
+
+/**
+ * The parts as `LanguageModel` decodes them with deferred validation (tool-call params kept as
+ * sent): built at once when each is plainly valid (the usual answer: an Exit, no step of its
+ * own), else part by part through the schemas, for the same value or the same error.
+ */
 export const decodeParts = (
+  encoded: ReadonlyArray<Response.PartEncoded>
+): Effect.Effect<Array<Response.Part<Record<string, Tool.Any>>>, AiError.AiError> => {
+  const parts: Array<Response.AnyPart> = []
+  for (const part of encoded) {
+    const direct = directPart(part)
+    if (direct === undefined) return decodeSlowly(encoded)
+    parts.push(direct)
+  }
+  return Effect.succeed(parts as Array<Response.Part<Record<string, Tool.Any>>>)
+}
+
+const decodeSlowly = (
   encoded: ReadonlyArray<Response.PartEncoded>
 ): Effect.Effect<Array<Response.Part<Record<string, Tool.Any>>>, AiError.AiError> =>
   Effect.forEach(encoded, (part): Effect.Effect<Response.AnyPart, Schema.SchemaError> => {
+    const direct = directPart(part)
+    if (direct !== undefined) return Effect.succeed(direct)
     switch (part.type) {
-      case "text":
-        return Effect.succeed(Response.makePart("text", { text: part.text }))
-      case "reasoning":
-        return Effect.succeed(Response.makePart("reasoning", { text: part.text }))
-      case "tool-call":
-        return Effect.succeed(Response.makePart("tool-call", {
-          id: part.id,
-          name: part.name,
-          params: part.params,
-          providerExecuted: part.providerExecuted ?? false
-        }))
       case "finish":
-        return finishPart(part)
+        return decodeFinish(part)
       case "response-metadata":
-        return metadataPart(part)
+        return decodeMetadata(part)
       default:
         return Effect.die(`DirectModel: the provider gave a ${part.type} part, which the direct path does not build`)
     }
