@@ -77,13 +77,18 @@ const maxTimerMs = 2 ** 31 - 1
  */
 const awaitWithin = <A, E>(
   call: Fiber.Fiber<A, E>,
-  timeout: Duration.Duration,
-  late: () => E
-): Effect.Effect<A, E> => {
+  apiTimeoutSecs: number
+): Effect.Effect<A, E | AttemptFailure> => {
   // Started at once, a call that needed no wait (a scripted model) is already done: its exit,
-  // with no timer and no further step.
+  // with no timer and no further step (and nothing made for a timeout).
   const done = call.pollUnsafe()
   if (done !== undefined) return done
+  const timeout = Duration.seconds(apiTimeoutSecs)
+  const late = (): AttemptFailure => ({
+    retryable: true,
+    reason: `no answer within api_timeout_secs=${apiTimeoutSecs}`,
+    retryAfterMs: 0
+  })
   return Effect.withFiber((fiber) => {
     if (fiber.getRef(Clock.Clock) !== liveClock) {
       return Effect.onInterrupt(
@@ -94,7 +99,7 @@ const awaitWithin = <A, E>(
         () => Fiber.interrupt(call)
       )
     }
-    return Effect.callback<A, E>((resume) => {
+    return Effect.callback<A, E | AttemptFailure>((resume) => {
       const timer = setTimeout(() => {
         remove()
         resume(Effect.andThen(Fiber.interrupt(call), Effect.fail(late())))
@@ -126,7 +131,6 @@ export const callModel = (
   onRetry: (attempt: number, reason: string, delayMs: number) => Effect.Effect<void>,
   onAttempt?: (call: Fiber.Fiber<unknown, unknown>) => void
 ): Effect.Effect<Response, ModelCallFailed> => {
-  const timeout = Duration.seconds(policy.apiTimeoutSecs)
   // The toolkit's tools are typed `Tool.Any`, whose parameter-encoding services are `unknown`;
   // ToolRegistry only admits parameter schemas that need no services, so R is really never.
   const generate = model.generateText({
@@ -135,18 +139,13 @@ export const callModel = (
     disableToolCallResolution: true,
     toolCallValidation: "deferred"
   }) as Effect.Effect<Response, AiError.AiError>
-  const late = (): AttemptFailure => ({
-    retryable: true,
-    reason: `no answer within api_timeout_secs=${policy.apiTimeoutSecs}`,
-    retryAfterMs: 0
-  })
   // The provider's error is described where it is caught, not in the attempt's fiber: one
   // step less per call. The attempt's fiber starts at once, in this fiber's context, in the
   // same step (no `forkChild` and then a `flatMap`); `awaitWithin` takes it down with this one.
   const attemptOnce: Effect.Effect<Response, AiError.AiError | AttemptFailure> = Effect.withFiber((fiber) => {
     const call = Effect.runForkWith(fiber.context)(generate)
     onAttempt?.(call)
-    return awaitWithin<Response, AiError.AiError | AttemptFailure>(call, timeout, late)
+    return awaitWithin(call, policy.apiTimeoutSecs)
   })
   const loop = (attempt: number): Effect.Effect<Response, ModelCallFailed> =>
     Effect.catch(attemptOnce, (error) => {
