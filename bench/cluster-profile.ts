@@ -76,9 +76,14 @@ try {
         const cpu0 = process.cpuUsage()
         const pg0 = pg.cpuSeconds()
         const t0 = performance.now()
+        const h0 = process.hrtime.bigint()
         if (process.env["PROFILE_IDLE"] !== undefined) yield* Effect.sleep("3 seconds")
         const outcome = yield* ClusterClient.run({ prompt: "profile", workspace: ws })
         const elapsed = performance.now() - t0
+        // The measured window on the monotonic clock, for slicing a --cpu-prof profile.
+        if (process.env["PROFILE_MARKS"] !== undefined) {
+          console.log(`marks us ${h0 / 1000n} ${process.hrtime.bigint() / 1000n}`)
+        }
         const cpu = process.cpuUsage(cpu0)
         const pgSecs = pg.cpuSeconds() - pg0
         yield* mark("end")
