@@ -155,6 +155,25 @@ try {
       child.on("exit", () => reject(new Error(`worker exited: ${err}`)))
     })
   await Promise.all([worker(), worker()])
+  // A worker that joins takes its half of the shards from the other, which hands each over once
+  // the agents on it have stopped (up to effect/cluster's entityTerminationTimeout, 15 s): a run
+  // started meanwhile waits for that. Time the steady state: both workers hold their shards (the
+  // same split, seen twice a second apart).
+  const settleStart = performance.now()
+  const split = () =>
+    pg.psql(
+      "bench",
+      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted GROUP BY pid ORDER BY 1"
+    )
+  for (let last = "";;) {
+    await new Promise((resolve) => setTimeout(resolve, 1000))
+    const now = split()
+    const counts = now.split("\n").filter((l) => l !== "").map(Number)
+    if (now === last && counts.length === 2 && counts[0]! + counts[1]! === Node.shardsPerGroup) break
+    if (performance.now() - settleStart > 90_000) throw new Error(`shards did not settle: ${now}`)
+    last = now
+  }
+  const settleMs = performance.now() - settleStart
   const runs: Array<{ ms: number; workersMs: number; serverMs: number }> = []
   const workerPids = new Set([...children].map((c) => c.pid!))
   const workersCpu = () => Pg.processCpuSeconds((pid) => workerPids.has(pid))
@@ -179,7 +198,9 @@ try {
       runs.map((r) => r.ms.toFixed(0)).join(",")
     } ms (goal <= 2000)  cpu of that run: workers=${median.workersMs.toFixed(0)} ms postgres=${
       median.serverMs.toFixed(0)
-    } ms  load average ${os.loadavg().map((l) => l.toFixed(1)).join(" ")}`
+    } ms  load average ${os.loadavg().map((l) => l.toFixed(1)).join(" ")}  (shards settled ${
+      (settleMs / 1000).toFixed(1)
+    } s after the workers started)`
   )
 } finally {
   for (const child of children) child.kill("SIGKILL")
