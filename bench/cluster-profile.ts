@@ -124,6 +124,16 @@ try {
       (ms.elapsed / ms.steps).toFixed(2)
     } ms/step) statements=${total} (${(total / ms.steps).toFixed(1)}/step) server=${serverMs.toFixed(0)} ms`
   )
+  // Row updates of the agents' table, and how many were HOT (no index entry written).
+  await new Promise((resolve) => setTimeout(resolve, 1500))
+  console.log(
+    `fibril_agents updates (hot): ${
+      pg.psql(
+        "prof",
+        "SELECT n_tup_upd || ' (' || n_tup_hot_upd || ')' FROM pg_stat_user_tables WHERE relname = 'fibril_agents'"
+      )
+    }`
+  )
   for (const [text, k] of [...kinds].sort((a, b) => b[1].n - a[1].n).slice(0, 40)) {
     console.log(`${(k.n / ms.steps).toFixed(2).padStart(6)}/step ${k.ms.toFixed(1).padStart(8)} ms  ${text}`)
   }

@@ -882,7 +882,11 @@ const body = (options: Partial<Options>) =>
             const starts = step === 0 && run === 0
             if (starts) yield* admitRun
             const begin = yield* orDie(
-              store.beginStep(agentId, rootId, starts ? { at: promptAt, prompt: promptMessage } : undefined)
+              store.beginStep(agentId, {
+                treeOf: config.treeMaxTokens === undefined ? undefined : rootId,
+                runAge: maxWallSecs !== undefined,
+                start: starts ? { at: promptAt, prompt: promptMessage } : undefined
+              })
             )
             if (maxWallSecs !== undefined && begin.runSecs > maxWallSecs) {
               return yield* new Session.BudgetExceeded({

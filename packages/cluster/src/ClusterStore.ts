@@ -103,6 +103,19 @@ export interface StepStart {
   readonly runSecs: number
 }
 
+/** What a model step's first read reads besides the inbox, and whether it starts the run. */
+export interface StepRead {
+  /** The tree whose tokens to sum (`tree_max_tokens` is set); absent: not read (0). */
+  readonly treeOf?: string | undefined
+  /** Read the run's age (`max_wall_secs` is set); otherwise 0. */
+  readonly runAge?: boolean | undefined
+  /**
+   * A first run's first step: the run starts in the same statement, as `startRun` starts it;
+   * its age is then 0.
+   */
+  readonly start?: { readonly at: Slot; readonly prompt: Prompt.Message } | undefined
+}
+
 /** What changed in a tree since a cursor: new transcript messages and agents whose row changed. */
 export interface TreeChanges {
   readonly messages: ReadonlyArray<{ readonly agentId: string; readonly at: Slot; readonly message: Prompt.Message }>
@@ -193,15 +206,11 @@ export class ClusterStore extends Context.Service<ClusterStore, {
    */
   readonly startRun: (agentId: string, at: Slot, prompt: Prompt.Message) => Effect.Effect<void, StoreFailure>
   /**
-   * A model step's first read: takes the inbox, reads the tree's tokens and the run's age. With
-   * `start` (a first run's first step) it also starts the run as `startRun` does, in the same
-   * statement; the run's age is then 0.
+   * A model step's first read: takes the inbox and reads what `read` asks for (the tree's tokens,
+   * the run's age: only the budgets that are set cost a read); with `read.start` it also starts
+   * the run, in the same statement.
    */
-  readonly beginStep: (
-    agentId: string,
-    rootId: string,
-    start?: { readonly at: Slot; readonly prompt: Prompt.Message }
-  ) => Effect.Effect<StepStart, StoreFailure>
+  readonly beginStep: (agentId: string, read: StepRead) => Effect.Effect<StepStart, StoreFailure>
   /**
    * Writes a step's transcript messages (idempotently), adds its tokens, marks progress. With
    * `finish` it also ends the run as `finishRun` does, in the same statement.
@@ -399,14 +408,16 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
         }),
       permits: Effect.sync(() => [...held]),
       startRun: (agentId, at, prompt) => Effect.map(currentTimeMillis, (now) => startRun(agentId, at, prompt, now)),
-      beginStep: (agentId, rootId, start) =>
+      beginStep: (agentId, { runAge, start, treeOf }) =>
         Effect.map(currentTimeMillis, (now) => {
           if (start !== undefined) startRun(agentId, start.at, start.prompt, now)
           const inbox = inboxes.get(agentId) ?? []
           inboxes.delete(agentId)
           let treeTokens = 0
-          for (const row of agents.values()) if (row.rootId === rootId) treeTokens += row.tokens
-          return { inbox, treeTokens, runSecs: (now - timesOf(agentId).started) / 1000 }
+          if (treeOf !== undefined) {
+            for (const row of agents.values()) if (row.rootId === treeOf) treeTokens += row.tokens
+          }
+          return { inbox, treeTokens, runSecs: runAge === true ? (now - timesOf(agentId).started) / 1000 : 0 }
         }),
       recordStep: (agentId, messages, usage, finish) =>
         Effect.map(currentTimeMillis, (now) => {
@@ -524,7 +535,12 @@ export const migrate = Effect.gen(function*() {
   yield* sql`ALTER TABLE fibril_agents ALTER COLUMN changed SET DEFAULT nextval('fibril_changes')`
   yield* sql`UPDATE fibril_agents SET root_id = agent_id WHERE root_id = ''`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_root ON fibril_agents (root_id, changed)`
-  yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_running ON fibril_agents (last_progress) WHERE status = 'running'`
+  // The running agents, for the heartbeat's look. Not on last_progress, which every step updates:
+  // a step's update of its agent's row then changes no indexed column and can be a HOT update (no
+  // index entries written), for which the pages keep some room.
+  yield* sql`DROP INDEX IF EXISTS fibril_agents_running`
+  yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_live ON fibril_agents (agent_id) WHERE status = 'running'`
+  yield* sql`ALTER TABLE fibril_agents SET (fillfactor = 80)`
   yield* sql`ALTER TABLE fibril_agents ADD COLUMN IF NOT EXISTS waiting_on text`
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_waiters (agent_id text PRIMARY KEY, execution_id text NOT NULL,
     clock text NOT NULL, at timestamptz NOT NULL DEFAULT now())`
@@ -786,7 +802,7 @@ export const makeSql = Effect.gen(function*() {
         sql`WITH ${startRunCte(agentId)}
           INSERT INTO fibril_transcript ${sql.insert(transcriptRow(agentId, at, prompt))} ON CONFLICT DO NOTHING`
       ),
-    beginStep: (agentId, rootId, start) =>
+    beginStep: (agentId, { runAge, start, treeOf }) =>
       q(
         "beginStep",
         Effect.map(
@@ -801,9 +817,13 @@ export const makeSql = Effect.gen(function*() {
           }
               taken AS (DELETE FROM fibril_inbox WHERE agent_id = ${agentId} RETURNING id, text)
             SELECT (SELECT COALESCE(json_agg(text ORDER BY id), '[]'::json) FROM taken)::text AS inbox,
-              (SELECT COALESCE(sum(tokens), 0) FROM fibril_agents WHERE root_id = ${rootId})::float8 AS tree_tokens,
               ${
-            start === undefined
+            treeOf === undefined
+              ? sql`0::float8`
+              : sql`(SELECT COALESCE(sum(tokens), 0) FROM fibril_agents WHERE root_id = ${treeOf})::float8`
+          } AS tree_tokens,
+              ${
+            start === undefined && runAge === true
               ? sql`(SELECT EXTRACT(EPOCH FROM now() - run_started_at) FROM fibril_agents
                 WHERE agent_id = ${agentId})::float8`
               : sql`0::float8`

@@ -1,6 +1,7 @@
 // The store's joined statements do what the separate ones did: `beginStep` with `start` starts
 // the run (an agent cancelled before it stays cancelled), `recordStep` with `finish` ends it (a
-// cancel recorded meanwhile stands, the tokens still count, the permit is given back). Checked on
+// cancel recorded meanwhile stands, the tokens still count, the permit is given back); a step
+// reads only the budgets that are set. Checked on
 // the in-memory store and, when PostgreSQL's binaries are installed, on the SQL store.
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { afterAll, assert, describe, it } from "@effect/vitest"
@@ -59,13 +60,17 @@ const contract = Effect.gen(function*() {
   yield* store.update("ag_b", { status: "cancelled", reason: "stop" })
 
   // A first step's read starts the run: running, its prompt written, the inbox taken, age 0.
-  const begin = yield* store.beginStep("ag_a", "ag_root", { at: { run: 0, step: -1, slot: 0 }, prompt })
+  const begin = yield* store.beginStep("ag_a", {
+    treeOf: "ag_root",
+    runAge: true,
+    start: { at: { run: 0, step: -1, slot: 0 }, prompt }
+  })
   assert.deepStrictEqual(begin.inbox, ["hello"])
   assert.strictEqual(begin.runSecs, 0)
   assert.strictEqual((yield* store.get("ag_a"))?.status, "running")
   assert.deepStrictEqual(yield* store.transcript("ag_a"), [prompt])
   // Cancelled before its first step: it stays so (the prompt is still written).
-  yield* store.beginStep("ag_b", "ag_root", { at: { run: 0, step: -1, slot: 0 }, prompt })
+  yield* store.beginStep("ag_b", { start: { at: { run: 0, step: -1, slot: 0 }, prompt } })
   assert.strictEqual((yield* store.get("ag_b"))?.status, "cancelled")
   assert.deepStrictEqual(yield* store.transcript("ag_b"), [prompt])
 
@@ -101,6 +106,14 @@ const contract = Effect.gen(function*() {
   yield* store.recordStep("ag_a", [], usage)
   assert.strictEqual((yield* store.get("ag_a"))?.status, "running")
   assert.strictEqual((yield* store.get("ag_a"))?.tokens, 14)
+
+  // A step reads only the budgets that are set.
+  const both = yield* store.beginStep("ag_a", { treeOf: "ag_root", runAge: true })
+  assert.strictEqual(both.treeTokens, 21)
+  assert.isAtLeast(both.runSecs, 0)
+  const none = yield* store.beginStep("ag_a", {})
+  assert.strictEqual(none.treeTokens, 0)
+  assert.strictEqual(none.runSecs, 0)
 })
 
 describe("ClusterStore joined statements", () => {
