@@ -76,9 +76,14 @@ try {
         const cpu0 = process.cpuUsage()
         const pg0 = pg.cpuSeconds()
         const t0 = performance.now()
+        const h0 = process.hrtime.bigint()
         if (process.env["PROFILE_IDLE"] !== undefined) yield* Effect.sleep("3 seconds")
         const outcome = yield* ClusterClient.run({ prompt: "profile", workspace: ws })
         const elapsed = performance.now() - t0
+        // The measured window on the monotonic clock, for slicing a --cpu-prof profile.
+        if (process.env["PROFILE_MARKS"] !== undefined) {
+          console.log(`marks us ${h0 / 1000n} ${process.hrtime.bigint() / 1000n}`)
+        }
         const cpu = process.cpuUsage(cpu0)
         const pgSecs = pg.cpuSeconds() - pg0
         yield* mark("end")
@@ -118,6 +123,16 @@ try {
     `steps=${ms.steps} wall=${ms.elapsed.toFixed(0)} ms (${
       (ms.elapsed / ms.steps).toFixed(2)
     } ms/step) statements=${total} (${(total / ms.steps).toFixed(1)}/step) server=${serverMs.toFixed(0)} ms`
+  )
+  // Row updates of the agents' table, and how many were HOT (no index entry written).
+  await new Promise((resolve) => setTimeout(resolve, 1500))
+  console.log(
+    `fibril_agents updates (hot): ${
+      pg.psql(
+        "prof",
+        "SELECT n_tup_upd || ' (' || n_tup_hot_upd || ')' FROM pg_stat_user_tables WHERE relname = 'fibril_agents'"
+      )
+    }`
   )
   for (const [text, k] of [...kinds].sort((a, b) => b[1].n - a[1].n).slice(0, 40)) {
     console.log(`${(k.n / ms.steps).toFixed(2).padStart(6)}/step ${k.ms.toFixed(1).padStart(8)} ms  ${text}`)

@@ -7,7 +7,12 @@
  *   on Postgres (fsync on), against the same agent on the in-memory TestRunner; the
  *   difference per step is what durability costs (goal <= 5 ms).
  * - fan-out: K = 100 children of 5 steps each (502 steps, 101 workflows) over two
- *   `fibril worker` processes, timed by an in-process client from start to answer (goal <= 2 s).
+ *   `fibril worker` processes, timed by an in-process client from start to answer (goal <= 2 s),
+ *   once both workers hold their shards.
+ * - with pg_stat_statements installed (Debian's postgresql package has it): statements and WAL
+ *   syncs (each a commit's fsync) per step, which do not move with the machine's load as times do.
+ *   pg_stat_statements counts no transaction control (BEGIN, COMMIT, SAVEPOINT); the client's
+ *   polls for the answer are left out.
  */
 import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as AgentWorkflow from "@fibril/cluster/AgentWorkflow"
@@ -20,7 +25,7 @@ import { ClusterWorkflowEngine, TestRunner } from "effect/cluster"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { spawn } from "node:child_process"
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -73,10 +78,37 @@ const memory = Effect.gen(function*() {
   return yield* Effect.provide(timeRun, live)
 })
 
-const pg = await Pg.start({ fsync: true })
+// Statements and WAL syncs (fsyncs of commits) per step, when pg_stat_statements is installed:
+// counts that, unlike times, do not move with the machine's load.
+const counting = existsSync(path.join(Pg.findBin()!, "..", "lib", "pg_stat_statements.so"))
+const pg = await Pg.start({ fsync: true, settings: counting ? ["shared_preload_libraries=pg_stat_statements"] : [] })
 pg.createDatabase("bench")
+if (counting) pg.psql("bench", "CREATE EXTENSION pg_stat_statements")
 const url = pg.url("bench")
 serverCpu = pg.cpuSeconds
+/**
+ * Statements the workers ran in the bench database, and WAL syncs, so far (WAL statistics are
+ * flushed within a second). The client's polls for the answer are left out: each is 3 statements,
+ * one of them the agent's row by id, which nothing else reads on this path.
+ */
+const counts = async () => {
+  if (!counting) return { statements: 0, syncs: 0 }
+  await new Promise((resolve) => setTimeout(resolve, 1500))
+  const [statements, polls, syncs] = pg.psql(
+    "bench",
+    `SELECT sum(calls)::bigint || ' ' ||
+      coalesce(sum(calls) FILTER (WHERE query = 'SELECT * FROM fibril_agents WHERE agent_id = $1'), 0)::bigint || ' ' ||
+      (SELECT wal_sync FROM pg_stat_wal)
+     FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'bench')`
+  ).split(" ").map(Number)
+  return { statements: statements! - 3 * polls!, syncs: syncs! }
+}
+const perStep = (before: { statements: number; syncs: number }, after: typeof before, steps: number) =>
+  counting
+    ? `  statements=${((after.statements - before.statements - 1) / steps).toFixed(1)}/step  wal syncs=${
+      ((after.syncs - before.syncs) / steps).toFixed(2)
+    }/step`
+    : ""
 const children = new Set<ReturnType<typeof spawn>>()
 try {
   await Effect.runPromise(Effect.provide(Node.migrate, Node.database(url)))
@@ -84,7 +116,13 @@ try {
     const port = yield* Effect.orDie(Node.freePort("127.0.0.1"))
     const live = Node.workerAndClient({ host: "127.0.0.1", port, maxConcurrent: 0, maxSteps: 1000 }, core(sequential))
       .pipe(Layer.provideMerge(Node.database(url)))
-    return yield* Effect.provide(Effect.andThen(timeRun, timeRun), live)
+    const measured = Effect.gen(function*() {
+      yield* timeRun // warm-up
+      const before = yield* Effect.promise(counts)
+      const timed = yield* timeRun
+      return { ...timed, before, after: yield* Effect.promise(counts) }
+    })
+    return yield* Effect.provide(measured, live)
   })
   const mem = await Effect.runPromise(memory)
   const sql = await Effect.runPromise(Effect.scoped(onPostgres))
@@ -104,7 +142,7 @@ try {
       (mem.cpuMs / steps).toFixed(2)
     } ms  postgres server=${(sql.serverMs / steps).toFixed(2)} ms  load average ${
       os.loadavg().map((l) => l.toFixed(1)).join(" ")
-    }`
+    }${perStep(sql.before, sql.after, steps)}`
   )
 
   // K = 100 over two worker processes.
@@ -155,22 +193,41 @@ try {
       child.on("exit", () => reject(new Error(`worker exited: ${err}`)))
     })
   await Promise.all([worker(), worker()])
-  const runs: Array<{ ms: number; workersMs: number; serverMs: number }> = []
+  // A worker that joins takes its half of the shards from the other, which hands each over once
+  // the agents on it have stopped (up to effect/cluster's entityTerminationTimeout, 15 s): a run
+  // started meanwhile waits for that. Time the steady state: both workers hold their shards (the
+  // same split, seen twice a second apart).
+  const settleStart = performance.now()
+  const split = () =>
+    pg.psql(
+      "bench",
+      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted GROUP BY pid ORDER BY 1"
+    )
+  for (let last = "";;) {
+    await new Promise((resolve) => setTimeout(resolve, 1000))
+    const now = split()
+    const counts = now.split("\n").filter((l) => l !== "").map(Number)
+    if (now === last && counts.length === 2 && counts[0]! + counts[1]! === Node.shardsPerGroup) break
+    if (performance.now() - settleStart > 90_000) throw new Error(`shards did not settle: ${now}`)
+    last = now
+  }
+  const settleMs = performance.now() - settleStart
+  const runs: Array<{ ms: number; workersMs: number; serverMs: number; counted: string }> = []
   const workerPids = new Set([...children].map((c) => c.pid!))
   const workersCpu = () => Pg.processCpuSeconds((pid) => workerPids.has(pid))
   await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
     const context = yield* Layer.build(Node.client.pipe(Layer.provideMerge(Node.database(url))))
     for (let rep = 0; rep < 3; rep++) {
+      const before = yield* Effect.promise(counts)
       const t0 = performance.now()
       const workers0 = workersCpu()
       const server0 = pg.cpuSeconds()
       const outcome = yield* Effect.provide(ClusterClient.run({ prompt: `fan ${rep}`, workspace: fanWs }), context)
       if (outcome.text !== "root ok") throw new Error(`unexpected answer ${outcome.text}`)
-      runs.push({
-        ms: performance.now() - t0,
-        workersMs: (workersCpu() - workers0) * 1000,
-        serverMs: (pg.cpuSeconds() - server0) * 1000
-      })
+      const ms = performance.now() - t0
+      const workersMs = (workersCpu() - workers0) * 1000
+      const serverMs = (pg.cpuSeconds() - server0) * 1000
+      runs.push({ ms, workersMs, serverMs, counted: perStep(before, yield* Effect.promise(counts), 502) })
     }
   })))
   const median = [...runs].sort((a, b) => a.ms - b.ms)[1]!
@@ -179,7 +236,9 @@ try {
       runs.map((r) => r.ms.toFixed(0)).join(",")
     } ms (goal <= 2000)  cpu of that run: workers=${median.workersMs.toFixed(0)} ms postgres=${
       median.serverMs.toFixed(0)
-    } ms  load average ${os.loadavg().map((l) => l.toFixed(1)).join(" ")}`
+    } ms  load average ${os.loadavg().map((l) => l.toFixed(1)).join(" ")}  (shards settled ${
+      (settleMs / 1000).toFixed(1)
+    } s after the workers started)${median.counted}`
   )
 } finally {
   for (const child of children) child.kill("SIGKILL")

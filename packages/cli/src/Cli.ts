@@ -565,6 +565,13 @@ export const worker = Command.make(
         "Seconds before a dead worker's agents move to the others (default 35; lower is faster failover, more database traffic)"
       ),
       Flag.optional
+    ),
+    dbConnections: Flag.Int("db-connections").pipe(
+      Flag.withSchema(Schema.Int.pipe(Schema.check(Schema.isBetween({ minimum: 1, maximum: 10_000 })))),
+      Flag.withDescription(
+        "Database connections this worker opens at most (default 20; one is held for its shard locks). Each step in flight holds one for its whole model or tool call, so this bounds how many steps it runs at once; the server's max_connections must cover every worker's (plus 2 each) and the clients'"
+      ),
+      Flag.withDefault(20)
     )
   },
   Effect.fn("fibril.worker.command")(function*(flags) {
@@ -596,6 +603,7 @@ export const worker = Command.make(
       host: flags.host,
       port: Option.getOrUndefined(flags.port),
       lockExpirationSecs: Option.getOrUndefined(flags.lockExpiration),
+      dbConnections: flags.dbConnections,
       stepLog: environment.env["FIBRIL_CLUSTER_STEP_LOG"]
     })
   })

@@ -267,6 +267,8 @@ export interface WorkerFlags {
   readonly host: string
   readonly port: number | undefined
   readonly lockExpirationSecs: number | undefined
+  /** The worker's database connections at most: also how many steps it runs at once. */
+  readonly dbConnections: number
   /** FIBRIL_CLUSTER_STEP_LOG: a file each step's start and end are appended to (the tests count them). */
   readonly stepLog: string | undefined
 }
@@ -334,9 +336,9 @@ export const worker = (flags: WorkerFlags) =>
         yield* Console.error(
           `fibril worker: pid ${process.pid}, workspace ${flags.cwd}, runner ${flags.host}:${port}, cluster ${
             redactUrl(flags.url)
-          }, max_concurrent ${options.maxConcurrent}`
+          }, max_concurrent ${options.maxConcurrent}, db_connections ${flags.dbConnections}`
         )
         return yield* Effect.never
       }))
-    }).pipe(Effect.provide(node.database(flags.url)))
+    }).pipe(Effect.provide(node.database(flags.url, { maxConnections: flags.dbConnections })))
   })

@@ -511,9 +511,8 @@ const body = (options: Partial<Options>) =>
     const promptMessage = Prompt.makeMessage("user", {
       content: [Prompt.makePart("text", { text: payload.prompt })]
     })
-    // Refuses a workspace this worker does not have, then starts the run: running, its clock
-    // and heartbeat start, its prompt is written.
-    const startRun = Effect.gen(function*() {
+    // Refuses a workspace this worker does not have or a refused request.
+    const admitRun = Effect.gen(function*() {
       if (payload.workspace !== workspace.root) {
         return yield* new AgentFailed({
           agentId,
@@ -524,8 +523,10 @@ const body = (options: Partial<Options>) =>
       const own = grants.at(-1)
       const refused = own === undefined ? undefined : refusedRequest(registry, own.role, own.allowedTools)
       if (refused !== undefined) return yield* new AgentFailed({ agentId, reason: `refused: ${refused}` })
-      yield* orDie(store.startRun(agentId, { run, step: -1, slot: 0 }, promptMessage))
     })
+    // Where the run's prompt goes in its transcript. Starting the run marks it running (its clock
+    // and heartbeat start) and writes its prompt.
+    const promptAt = { run, step: -1, slot: 0 }
 
     // A first run's conversation is its prompt, and its first model step starts it. A resumed
     // run reads the conversation so far (the agent's transcript) in a step of its own.
@@ -534,7 +535,7 @@ const body = (options: Partial<Options>) =>
       success: Schema.Array(Prompt.Message),
       error: AgentFailed,
       execute: Effect.andThen(
-        startRun,
+        Effect.andThen(admitRun, orDie(store.startRun(agentId, promptAt, promptMessage))),
         Effect.map(orDie(store.transcript(agentId)), (messages) => messages.filter((m) => m.role !== "system"))
       )
     })
@@ -876,9 +877,17 @@ const body = (options: Partial<Options>) =>
         execute: observed(
           `model/${step}`,
           Effect.gen(function*() {
-            if (step === 0 && run === 0) yield* startRun
-            // The step's first read: the inbox, and the budgets that are checked at each step.
-            const begin = yield* orDie(store.beginStep(agentId, rootId))
+            // A first run starts in its first model step, in the statement of the step's first
+            // read: the inbox, and the budgets that are checked at each step.
+            const starts = step === 0 && run === 0
+            if (starts) yield* admitRun
+            const begin = yield* orDie(
+              store.beginStep(agentId, {
+                treeOf: config.treeMaxTokens === undefined ? undefined : rootId,
+                runAge: maxWallSecs !== undefined,
+                start: starts ? { at: promptAt, prompt: promptMessage } : undefined
+              })
+            )
             if (maxWallSecs !== undefined && begin.runSecs > maxWallSecs) {
               return yield* new Session.BudgetExceeded({
                 sessionId: agentId,
@@ -905,6 +914,8 @@ const body = (options: Partial<Options>) =>
               }),
               Effect.fail(new AgentFailed({ agentId, reason: "cancelled while its model call was in flight" }))
             )
+            // A final answer ends the run in the same statement.
+            const final = endsRun(result, tokensBefore)
             yield* orDie(store.recordStep(
               agentId,
               [
@@ -915,7 +926,19 @@ const body = (options: Partial<Options>) =>
                 })),
                 { at: { run, step, slot: slot.assistant }, message: result.assistant }
               ],
-              result.usage
+              result.usage,
+              final
+                ? {
+                  update: {
+                    status: "completed",
+                    text: result.text,
+                    reason: null,
+                    steps: step + 1,
+                    toolCalls: toolCallsBefore
+                  },
+                  release: capped
+                }
+                : undefined
             ))
             // The children this turn asks for are recorded with it (unless each takes a permit
             // in a step of its own), so they exist before their workflows start.
@@ -926,16 +949,6 @@ const body = (options: Partial<Options>) =>
                 return "child" in made ? [made.child] : []
               })
               if (children.length > 0) yield* orDie(store.insertMany(yield* Effect.forEach(children, rowOf)))
-            }
-            // A final answer ends the run in the same transaction.
-            if (endsRun(result, tokensBefore)) {
-              yield* orDie(store.finishRun(agentId, {
-                status: "completed",
-                text: result.text,
-                reason: null,
-                steps: step + 1,
-                toolCalls: toolCallsBefore
-              }, capped))
             }
             return result
           })

@@ -103,6 +103,19 @@ export interface StepStart {
   readonly runSecs: number
 }
 
+/** What a model step's first read reads besides the inbox, and whether it starts the run. */
+export interface StepRead {
+  /** The tree whose tokens to sum (`tree_max_tokens` is set); absent: not read (0). */
+  readonly treeOf?: string | undefined
+  /** Read the run's age (`max_wall_secs` is set); otherwise 0. */
+  readonly runAge?: boolean | undefined
+  /**
+   * A first run's first step: the run starts in the same statement, as `startRun` starts it;
+   * its age is then 0.
+   */
+  readonly start?: { readonly at: Slot; readonly prompt: Prompt.Message } | undefined
+}
+
 /** What changed in a tree since a cursor: new transcript messages and agents whose row changed. */
 export interface TreeChanges {
   readonly messages: ReadonlyArray<{ readonly agentId: string; readonly at: Slot; readonly message: Prompt.Message }>
@@ -192,13 +205,21 @@ export class ClusterStore extends Context.Service<ClusterStore, {
    * cancelled before its first step began stays cancelled (its step in flight sees it and stops).
    */
   readonly startRun: (agentId: string, at: Slot, prompt: Prompt.Message) => Effect.Effect<void, StoreFailure>
-  /** A model step's first read: takes the inbox, reads the tree's tokens and the run's age. */
-  readonly beginStep: (agentId: string, rootId: string) => Effect.Effect<StepStart, StoreFailure>
-  /** Writes a step's transcript messages (idempotently), adds its tokens, marks progress. */
+  /**
+   * A model step's first read: takes the inbox and reads what `read` asks for (the tree's tokens,
+   * the run's age: only the budgets that are set cost a read); with `read.start` it also starts
+   * the run, in the same statement.
+   */
+  readonly beginStep: (agentId: string, read: StepRead) => Effect.Effect<StepStart, StoreFailure>
+  /**
+   * Writes a step's transcript messages (idempotently), adds its tokens, marks progress. With
+   * `finish` it also ends the run as `finishRun` does, in the same statement.
+   */
   readonly recordStep: (
     agentId: string,
     messages: ReadonlyArray<{ readonly at: Slot; readonly message: Prompt.Message }>,
-    usage: Usage
+    usage: Usage,
+    finish?: { readonly update: AgentUpdate; readonly release: boolean }
   ) => Effect.Effect<void, StoreFailure>
   /** Inserts rows unless their agents exist (a replayed step changes nothing). */
   readonly insertMany: (rows: ReadonlyArray<AgentRow>) => Effect.Effect<void, StoreFailure>
@@ -320,6 +341,22 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
         touch(agentId)
       }
     }
+    const startRun = (agentId: string, at: Slot, prompt: Prompt.Message, now: number) => {
+      const row = agents.get(agentId)
+      if (row !== undefined && row.status !== "cancelled") {
+        update(agentId, { status: "running", reason: null })
+        agents.set(agentId, { ...agents.get(agentId)!, startedAt: now, finishedAt: null })
+      }
+      const t = timesOf(agentId)
+      t.started = now
+      t.progress = now
+      append(agentId, at, prompt)
+    }
+    const finishRun = (agentId: string, u: AgentUpdate, release: boolean, now: number) => {
+      // A cancel recorded meanwhile stands (its interrupt reaches the run at its next boundary).
+      if (agents.get(agentId)?.status !== "cancelled") update(agentId, u, now)
+      if (release) held.delete(agentId)
+    }
     const insert = (row: AgentRow) => {
       if (agents.has(row.agentId)) return
       agents.set(row.agentId, row)
@@ -370,27 +407,19 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
           queue.delete(agentId)
         }),
       permits: Effect.sync(() => [...held]),
-      startRun: (agentId, at, prompt) =>
+      startRun: (agentId, at, prompt) => Effect.map(currentTimeMillis, (now) => startRun(agentId, at, prompt, now)),
+      beginStep: (agentId, { runAge, start, treeOf }) =>
         Effect.map(currentTimeMillis, (now) => {
-          const row = agents.get(agentId)
-          if (row !== undefined && row.status !== "cancelled") {
-            update(agentId, { status: "running", reason: null })
-            agents.set(agentId, { ...agents.get(agentId)!, startedAt: now, finishedAt: null })
-          }
-          const t = timesOf(agentId)
-          t.started = now
-          t.progress = now
-          append(agentId, at, prompt)
-        }),
-      beginStep: (agentId, rootId) =>
-        Effect.map(currentTimeMillis, (now) => {
+          if (start !== undefined) startRun(agentId, start.at, start.prompt, now)
           const inbox = inboxes.get(agentId) ?? []
           inboxes.delete(agentId)
           let treeTokens = 0
-          for (const row of agents.values()) if (row.rootId === rootId) treeTokens += row.tokens
-          return { inbox, treeTokens, runSecs: (now - timesOf(agentId).started) / 1000 }
+          if (treeOf !== undefined) {
+            for (const row of agents.values()) if (row.rootId === treeOf) treeTokens += row.tokens
+          }
+          return { inbox, treeTokens, runSecs: runAge === true ? (now - timesOf(agentId).started) / 1000 : 0 }
         }),
-      recordStep: (agentId, messages, usage) =>
+      recordStep: (agentId, messages, usage, finish) =>
         Effect.map(currentTimeMillis, (now) => {
           for (const m of messages) append(agentId, m.at, m.message)
           const row = agents.get(agentId)
@@ -407,13 +436,9 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
             })
           }
           timesOf(agentId).progress = now
+          if (finish !== undefined) finishRun(agentId, finish.update, finish.release, now)
         }),
-      finishRun: (agentId, u, release) =>
-        Effect.map(currentTimeMillis, (now) => {
-          // A cancel recorded meanwhile stands (its interrupt reaches the run at its next boundary).
-          if (agents.get(agentId)?.status !== "cancelled") update(agentId, u, now)
-          if (release) held.delete(agentId)
-        }),
+      finishRun: (agentId, u, release) => Effect.map(currentTimeMillis, (now) => finishRun(agentId, u, release, now)),
       changes: (rootId, cursor) =>
         Effect.sync(() => {
           const tree = [...agents.values()].filter((row) => row.rootId === rootId)
@@ -510,7 +535,12 @@ export const migrate = Effect.gen(function*() {
   yield* sql`ALTER TABLE fibril_agents ALTER COLUMN changed SET DEFAULT nextval('fibril_changes')`
   yield* sql`UPDATE fibril_agents SET root_id = agent_id WHERE root_id = ''`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_root ON fibril_agents (root_id, changed)`
-  yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_running ON fibril_agents (last_progress) WHERE status = 'running'`
+  // The running agents, for the heartbeat's look. Not on last_progress, which every step updates:
+  // a step's update of its agent's row then changes no indexed column and can be a HOT update (no
+  // index entries written), for which the pages keep some room.
+  yield* sql`DROP INDEX IF EXISTS fibril_agents_running`
+  yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_live ON fibril_agents (agent_id) WHERE status = 'running'`
+  yield* sql`ALTER TABLE fibril_agents SET (fillfactor = 80)`
   yield* sql`ALTER TABLE fibril_agents ADD COLUMN IF NOT EXISTS waiting_on text`
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_waiters (agent_id text PRIMARY KEY, execution_id text NOT NULL,
     clock text NOT NULL, at timestamptz NOT NULL DEFAULT now())`
@@ -646,6 +676,12 @@ export const makeSql = Effect.gen(function*() {
       sql`INSERT INTO fibril_agents ${sql.insert(rows.map(dbRow) as [ReturnType<typeof dbRow>])}
         ON CONFLICT (agent_id) DO NOTHING`
     )
+  /** Starts a run (a CTE named `a`): an agent cancelled before its first step stays cancelled. */
+  const startRunCte = (agentId: string) =>
+    sql`a AS (UPDATE fibril_agents SET status = 'running', reason = NULL, run_started_at = now(),
+            run_finished_at = NULL,
+            last_progress = now(), changed = nextval('fibril_changes'), updated_at = now()
+            WHERE agent_id = ${agentId} AND status <> 'cancelled')`
   const transcriptRow = (agentId: string, at: Slot, message: Prompt.Message) => ({
     agent_id: agentId,
     run: at.run,
@@ -763,22 +799,35 @@ export const makeSql = Effect.gen(function*() {
     startRun: (agentId, at, prompt) =>
       q(
         "startRun",
-        sql`WITH a AS (UPDATE fibril_agents SET status = 'running', reason = NULL, run_started_at = now(),
-            run_finished_at = NULL,
-            last_progress = now(), changed = nextval('fibril_changes'), updated_at = now()
-            WHERE agent_id = ${agentId} AND status <> 'cancelled')
+        sql`WITH ${startRunCte(agentId)}
           INSERT INTO fibril_transcript ${sql.insert(transcriptRow(agentId, at, prompt))} ON CONFLICT DO NOTHING`
       ),
-    beginStep: (agentId, rootId) =>
+    beginStep: (agentId, { runAge, start, treeOf }) =>
       q(
         "beginStep",
         Effect.map(
+          // With `start`, the run starts in this statement (its CTEs' writes are not visible to the
+          // SELECT, which reads the rows as they were: the run's age is then 0, as it starts now).
           sql<{ inbox: string; tree_tokens: number; run_secs: number | null }>`
-            WITH taken AS (DELETE FROM fibril_inbox WHERE agent_id = ${agentId} RETURNING id, text)
+            WITH ${
+            start === undefined ? sql`` : sql`${startRunCte(agentId)},
+              p AS (INSERT INTO fibril_transcript ${
+              sql.insert(transcriptRow(agentId, start.at, start.prompt))
+            } ON CONFLICT DO NOTHING),`
+          }
+              taken AS (DELETE FROM fibril_inbox WHERE agent_id = ${agentId} RETURNING id, text)
             SELECT (SELECT COALESCE(json_agg(text ORDER BY id), '[]'::json) FROM taken)::text AS inbox,
-              (SELECT COALESCE(sum(tokens), 0) FROM fibril_agents WHERE root_id = ${rootId})::float8 AS tree_tokens,
-              (SELECT EXTRACT(EPOCH FROM now() - run_started_at) FROM fibril_agents
-                WHERE agent_id = ${agentId})::float8 AS run_secs`,
+              ${
+            treeOf === undefined
+              ? sql`0::float8`
+              : sql`(SELECT COALESCE(sum(tokens), 0) FROM fibril_agents WHERE root_id = ${treeOf})::float8`
+          } AS tree_tokens,
+              ${
+            start === undefined && runAge === true
+              ? sql`(SELECT EXTRACT(EPOCH FROM now() - run_started_at) FROM fibril_agents
+                WHERE agent_id = ${agentId})::float8`
+              : sql`0::float8`
+          } AS run_secs`,
           (rows) => ({
             inbox: JSON.parse(rows[0]?.inbox ?? "[]") as ReadonlyArray<string>,
             treeTokens: Number(rows[0]?.tree_tokens ?? 0),
@@ -786,19 +835,39 @@ export const makeSql = Effect.gen(function*() {
           })
         )
       ),
-    recordStep: (agentId, messages, usage) => {
+    recordStep: (agentId, messages, usage, finish) => {
       const tokens = sql`tokens = tokens + ${stepTokens(usage)}, tokens_input = tokens_input + ${usage.input},
         tokens_output = tokens_output + ${usage.output}, tokens_cached = tokens_cached + ${usage.cached}`
+      const transcript = messages.length === 0 ? sql`` : sql`t AS (INSERT INTO fibril_transcript ${
+        sql.insert(
+          messages.map((m) => transcriptRow(agentId, m.at, m.message)) as [ReturnType<typeof transcriptRow>]
+        )
+      } ON CONFLICT DO NOTHING)`
+      if (finish === undefined) {
+        return q(
+          "recordStep",
+          sql`${messages.length === 0 ? sql`` : sql`WITH ${transcript}`}
+            UPDATE fibril_agents SET ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
+        )
+      }
+      // One UPDATE of the row for both (a statement changes a row once): the tokens always, the
+      // outcome unless a cancel was recorded meanwhile (it stands, as in finishRun).
+      const u = finish.update
+      const live = sql.literal("status <> 'cancelled'")
       return q(
         "recordStep",
-        messages.length === 0
-          ? sql`UPDATE fibril_agents SET ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
-          : sql`WITH t AS (INSERT INTO fibril_transcript ${
-            sql.insert(
-              messages.map((m) => transcriptRow(agentId, m.at, m.message)) as [ReturnType<typeof transcriptRow>]
-            )
-          } ON CONFLICT DO NOTHING)
-            UPDATE fibril_agents SET ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
+        sql`WITH ${messages.length === 0 ? sql`` : sql`${transcript},`}
+            r AS (DELETE FROM fibril_permits WHERE agent_id = ${agentId} AND ${finish.release})
+          UPDATE fibril_agents SET ${tokens}, last_progress = now(),
+          status = CASE WHEN ${live} THEN COALESCE(${u.status ?? null}, status) ELSE status END,
+          text = CASE WHEN ${live} AND ${u.text !== undefined} THEN ${u.text ?? null} ELSE text END,
+          reason = CASE WHEN ${live} AND ${u.reason !== undefined} THEN ${u.reason ?? null} ELSE reason END,
+          steps = CASE WHEN ${live} THEN COALESCE(${u.steps ?? null}, steps) ELSE steps END,
+          tool_calls = CASE WHEN ${live} THEN COALESCE(${u.toolCalls ?? null}, tool_calls) ELSE tool_calls END,
+          run_finished_at = CASE WHEN ${live} THEN clock_timestamp() ELSE run_finished_at END,
+          changed = CASE WHEN ${live} THEN nextval('fibril_changes') ELSE changed END,
+          updated_at = CASE WHEN ${live} THEN now() ELSE updated_at END
+          WHERE agent_id = ${agentId}`
       )
     },
     finishRun: (agentId, u, release) =>

@@ -41,11 +41,25 @@ const reasonOf = (error: unknown): string => {
   return inner !== undefined && inner !== "" && inner !== own ? `${own} (${inner})` : own
 }
 
-/** A Postgres connection pool, checked with one query; unreachable: ClusterUnreachable. */
-export const database = (url: string) =>
+/** Connections a process's pool opens at most, unless told otherwise (`fibril worker --db-connections`). */
+export const defaultConnections = 20
+
+/**
+ * A Postgres connection pool, checked with one query; unreachable: ClusterUnreachable.
+ *
+ * On a worker every step in flight holds one connection from its start to its commit, its model
+ * or tool call included (the step runs in the transaction that saves its result), so
+ * `maxConnections` bounds how many steps a worker runs at once (less the one effect/cluster holds
+ * for its shard locks, and those its polls use meanwhile).
+ */
+export const database = (url: string, options: { readonly maxConnections?: number | undefined } = {}) =>
   Layer.effectContext(Effect.gen(function*() {
     const context = yield* Layer.build(
-      PgClient.layer({ url: Redacted.make(url), maxConnections: 20, connectTimeout: Duration.seconds(5) })
+      PgClient.layer({
+        url: Redacted.make(url),
+        maxConnections: options.maxConnections ?? defaultConnections,
+        connectTimeout: Duration.seconds(5)
+      })
     ).pipe(
       Effect.mapError((error) => new ClusterUnreachable({ url: displayUrl(url), reason: reasonOf(error) }))
     )

@@ -25,12 +25,12 @@ const crashOnce = (store: ClusterStore.ClusterStore["Service"]): ClusterStore.Cl
   let crashed = false
   return {
     ...store,
-    recordStep: (agentId, messages, tokens) => {
+    recordStep: (agentId, messages, tokens, finish) => {
       if (!crashed && messages.some((m) => m.message.role === "tool")) {
         crashed = true
         return Effect.interrupt
       }
-      return store.recordStep(agentId, messages, tokens)
+      return store.recordStep(agentId, messages, tokens, finish)
     }
   }
 }
@@ -160,13 +160,13 @@ describe("tool idempotency in cluster mode", () => {
         const crashed = new Set<number>()
         return {
           ...store,
-          recordStep: (agentId, messages, tokens) => {
+          recordStep: (agentId, messages, tokens, finish) => {
             const tool = messages.find((m) => m.message.role === "tool")
             if (tool !== undefined && !crashed.has(tool.at.step)) {
               crashed.add(tool.at.step)
               return Effect.interrupt
             }
-            return store.recordStep(agentId, messages, tokens)
+            return store.recordStep(agentId, messages, tokens, finish)
           }
         }
       }

@@ -453,15 +453,21 @@ describe.skipIf(reason !== undefined)(
         ]
       }
       const env = { FIBRIL_SUBAGENTS_ADMISSION: "queue", FIBRIL_SUBAGENTS_MAX_DEPTH: "2" }
+      let workers: ReadonlyArray<Proc> = []
       beforeAll(async () => {
         s = await setup(script)
         const [portA, portB] = await ports()
-        await Promise.all(
-          [portA, portB].map((port) => s.worker(["--max-concurrent", "2", "--port", String(port)], env))
-        )
+        // The first worker with a small pool of its own (--db-connections): it serves its steps
+        // with it; the second with the default.
+        workers = await Promise.all([
+          s.worker(["--max-concurrent", "2", "--port", String(portA), "--db-connections", "8"], env),
+          s.worker(["--max-concurrent", "2", "--port", String(portB)], env)
+        ])
       }, 60_000)
 
       it("never more than 2 sub-agents hold permits across both workers; all 6 finish", async () => {
+        assert.include(workers[0]!.out.stderr, "db_connections 8")
+        assert.include(workers[1]!.out.stderr, "db_connections 20")
         const client = fibril(["run", "fan", "--cluster", s.url, "--cwd", s.ws, "--json"])
         let max = 0
         let running = true

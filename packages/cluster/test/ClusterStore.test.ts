@@ -1,0 +1,127 @@
+// The store's joined statements do what the separate ones did: `beginStep` with `start` starts
+// the run (an agent cancelled before it stays cancelled), `recordStep` with `finish` ends it (a
+// cancel recorded meanwhile stands, the tokens still count, the permit is given back); a step
+// reads only the budgets that are set. Checked on
+// the in-memory store and, when PostgreSQL's binaries are installed, on the SQL store.
+import * as PgClient from "@effect/sql-pg/PgClient"
+import { afterAll, assert, describe, it } from "@effect/vitest"
+import * as Prompt from "effect/ai/Prompt"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import * as ClusterStore from "../src/ClusterStore.ts"
+import * as Pg from "./postgres.ts"
+
+const reason = Pg.skipReason()
+let pg: Pg.Postgres | undefined
+let dbs = 0
+afterAll(() => pg?.stop())
+
+const sqlStore = Effect.promise(async () => {
+  pg ??= await Pg.start()
+  const db = `store${dbs++}`
+  pg.createDatabase(db)
+  return pg.url(db)
+}).pipe(
+  Effect.map((url) =>
+    ClusterStore.layerSql.pipe(Layer.provideMerge(PgClient.layer({ url: Redacted.make(url), maxConnections: 2 })))
+  )
+)
+
+const row = (agentId: string): ClusterStore.AgentRow => ({
+  agentId,
+  parentId: "ag_root",
+  rootId: "ag_root",
+  depth: 1,
+  role: "general",
+  model: "",
+  description: agentId,
+  prompt: "go",
+  detached: false,
+  workspace: "/ws",
+  status: "pending",
+  run: 0,
+  executionId: `exec-${agentId}`,
+  text: null,
+  reason: null,
+  steps: 0,
+  toolCalls: 0,
+  tokens: 0
+})
+
+const prompt = Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: "go" })] })
+const answer = Prompt.makeMessage("assistant", { content: [Prompt.makePart("text", { text: "done" })] })
+const usage = { input: 3, output: 4, cached: 1 }
+
+const contract = Effect.gen(function*() {
+  const store = yield* ClusterStore.ClusterStore
+  yield* store.insertMany([row("ag_a"), row("ag_b")])
+  yield* store.sendInput("ag_a", "hello")
+  yield* store.update("ag_b", { status: "cancelled", reason: "stop" })
+
+  // A first step's read starts the run: running, its prompt written, the inbox taken, age 0.
+  const begin = yield* store.beginStep("ag_a", {
+    treeOf: "ag_root",
+    runAge: true,
+    start: { at: { run: 0, step: -1, slot: 0 }, prompt }
+  })
+  assert.deepStrictEqual(begin.inbox, ["hello"])
+  assert.strictEqual(begin.runSecs, 0)
+  assert.strictEqual((yield* store.get("ag_a"))?.status, "running")
+  assert.deepStrictEqual(yield* store.transcript("ag_a"), [prompt])
+  // Cancelled before its first step: it stays so (the prompt is still written).
+  yield* store.beginStep("ag_b", { start: { at: { run: 0, step: -1, slot: 0 }, prompt } })
+  assert.strictEqual((yield* store.get("ag_b"))?.status, "cancelled")
+  assert.deepStrictEqual(yield* store.transcript("ag_b"), [prompt])
+
+  // A final answer's write ends the run and gives the permit back.
+  assert.isTrue(yield* store.acquire("ag_a", 5))
+  const finish = {
+    update: { status: "completed" as const, text: "done", reason: null, steps: 1, toolCalls: 0 },
+    release: true
+  }
+  yield* store.recordStep("ag_a", [{ at: { run: 0, step: 0, slot: 100 }, message: answer }], usage, finish)
+  const a = yield* store.get("ag_a")
+  assert.strictEqual(a?.status, "completed")
+  assert.strictEqual(a?.text, "done")
+  assert.strictEqual(a?.steps, 1)
+  assert.strictEqual(a?.tokens, 7)
+  assert.deepStrictEqual(a?.usage, usage)
+  assert.deepStrictEqual(yield* store.transcript("ag_a"), [prompt, answer])
+  assert.deepStrictEqual(yield* store.permits, [])
+
+  // Cancelled meanwhile: the cancel stands, the step's tokens and rows count, the permit goes back.
+  assert.isTrue(yield* store.acquire("ag_b", 5))
+  yield* store.recordStep("ag_b", [{ at: { run: 0, step: 0, slot: 100 }, message: answer }], usage, finish)
+  const b = yield* store.get("ag_b")
+  assert.strictEqual(b?.status, "cancelled")
+  assert.strictEqual(b?.reason, "stop")
+  assert.strictEqual(b?.text, null)
+  assert.strictEqual(b?.tokens, 7)
+  assert.deepStrictEqual(yield* store.transcript("ag_b"), [prompt, answer])
+  assert.deepStrictEqual(yield* store.permits, [])
+
+  // Without `start` the age is read; without `finish` the status is left alone.
+  yield* store.update("ag_a", { status: "running" })
+  yield* store.recordStep("ag_a", [], usage)
+  assert.strictEqual((yield* store.get("ag_a"))?.status, "running")
+  assert.strictEqual((yield* store.get("ag_a"))?.tokens, 14)
+
+  // A step reads only the budgets that are set.
+  const both = yield* store.beginStep("ag_a", { treeOf: "ag_root", runAge: true })
+  assert.strictEqual(both.treeTokens, 21)
+  assert.isAtLeast(both.runSecs, 0)
+  const none = yield* store.beginStep("ag_a", {})
+  assert.strictEqual(none.treeTokens, 0)
+  assert.strictEqual(none.runSecs, 0)
+})
+
+describe("ClusterStore joined statements", () => {
+  it.effect("in memory", () => Effect.provide(contract, ClusterStore.layerMemory))
+
+  it.effect.skipIf(reason !== undefined)("on PostgreSQL", () =>
+    Effect.gen(function*() {
+      const layer = yield* sqlStore
+      yield* Effect.provide(Effect.andThen(ClusterStore.migrate, contract), layer)
+    }), 60_000)
+})
