@@ -806,6 +806,8 @@ describe("SubAgentStore", () => {
         }
         assert.isBelow(all.length, 100)
         assert.isTrue(all.includes(`done-${total - 1}`))
+        // `ids` is what it holds, the evicted left out, as the manager's prune reads it.
+        assert.deepStrictEqual([...(yield* store.ids)].sort(), [...all].sort())
       }))
   })
 
