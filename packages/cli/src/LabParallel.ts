@@ -74,7 +74,7 @@ const workerUrl = new URL(import.meta.url.endsWith(".ts") ? "./LabWorker.ts" : "
 type Outcome = Extract<WorkerMessage, { _tag: "Passed" | "Failed" }>
 
 /** Runs the chunks on `workers` threads; the lowest failing chunk's failure, or every chunk passed. */
-const runChunks = (options: ParallelOptions): Promise<Map<number, Outcome>> =>
+const runChunks = (options: ParallelOptions, signal: AbortSignal): Promise<Map<number, Outcome>> =>
   new Promise((resolve, reject) => {
     const chunks = Math.ceil(options.runs / chunkRuns)
     const outcomes = new Map<number, Outcome>()
@@ -115,6 +115,8 @@ const runChunks = (options: ParallelOptions): Promise<Map<number, Outcome>> =>
     const execArgv = import.meta.url.endsWith(".ts") && !process.execArgv.includes("--conditions=@fibril/source")
       ? [...process.execArgv, "--conditions=@fibril/source"]
       : process.execArgv
+    // Interrupted (Ctrl-C, a timeout around the check): the workers are stopped at once.
+    signal.addEventListener("abort", () => finish(new Error("the run was interrupted")), { once: true })
     for (let i = 0; i < Math.min(options.workers, chunks); i++) {
       const worker = new Worker(workerUrl, { execArgv })
       pool.push(worker)
@@ -160,7 +162,7 @@ export const check = (options: ParallelOptions): Effect.Effect<ParallelResult, L
     }
     const started = performance.now()
     const outcomes = yield* Effect.tryPromise({
-      try: () => runChunks(options),
+      try: (signal) => runChunks(options, signal),
       catch: (error) => new LabWorkerError({ message: error instanceof Error ? error.message : String(error) })
     })
     const elapsedMs = performance.now() - started

@@ -4,7 +4,7 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Invariants, Lab, LabBugs } from "@fibril/testkit"
-import { Effect, FileSystem } from "effect"
+import { Effect, Fiber, FileSystem } from "effect"
 import * as LabParallel from "../src/LabParallel.ts"
 import { fibril } from "./run.ts"
 
@@ -62,6 +62,20 @@ describe("the lab on worker threads", () => {
       }).pipe(Effect.provide(NodeServices.layer)),
     120_000
   )
+
+  it.live("interrupted, it stops its workers: nothing more is reported", () =>
+    Effect.gen(function*() {
+      let progress = 0
+      const fiber = yield* Effect.forkChild(
+        LabParallel.check({ runs: 100_000, seed: 1, workers: 2, bounds, onProgress: (done) => void (progress = done) })
+      )
+      while (progress === 0) yield* Effect.sleep("50 millis")
+      yield* Fiber.interrupt(fiber)
+      const stopped = progress
+      yield* Effect.sleep("1 second")
+      assert.strictEqual(progress, stopped, "no progress after the interruption")
+      assert.isBelow(stopped, 100_000)
+    }), 60_000)
 
   it.live(
     "every run is counted; the CLI's --workers runs it and refuses a negative count",
