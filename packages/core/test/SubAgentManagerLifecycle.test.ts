@@ -5,8 +5,10 @@
 // ScriptedModel, the TestClock; two "processes" are two stacks on one state directory.
 import { assert, describe, it } from "@effect/vitest"
 import type { ScriptedModel } from "@fibril/testkit"
-import { Clock, Deferred, Duration, Effect, Fiber, FileSystem, Option } from "effect"
+import { Clock, Deferred, Duration, Effect, Fiber, FileSystem, Option, PubSub } from "effect"
 import { TestClock } from "effect/testing"
+import { AgentEvents } from "../src/AgentEvents.ts"
+import * as Permission from "../src/Permission.ts"
 import { Session } from "../src/Session.ts"
 import * as SubAgentManager from "../src/SubAgentManager.ts"
 import { SubAgentStore } from "../src/SubAgentStore.ts"
@@ -127,12 +129,174 @@ describe("SubAgentManager lifecycle", () => {
           for (let i = 0; i < steps; i++) yield* TestClock.adjust(step)
           const ended = yield* manager.result(blocked.agent_id, { block: false })
           yield* manager.cancel(sleeper)
-          return [ended.status, (ended.finished_at ?? start) - start]
+          return [ended.status, (ended.finished_at ?? start) - start, ended.reason]
         })
       // 200 s: a quarter is 50 s, so checks every 30 s; silent from 0, cancelled at 210 s.
-      assert.deepStrictEqual(yield* silentFor(200, "0 millis", "1 second", 215), ["cancelled", 210_000])
+      assert.deepStrictEqual(yield* silentFor(200, "0 millis", "1 second", 215), [
+        "cancelled",
+        210_000,
+        "Auto-cancelled after 200s without sub-agent progress."
+      ])
       // 2 s: a quarter is 500 ms, so checks every second; silent from 400 ms, cancelled at 3 s.
-      assert.deepStrictEqual(yield* silentFor(2, "400 millis", "100 millis", 40), ["cancelled", 3000])
+      assert.deepStrictEqual(yield* silentFor(2, "400 millis", "100 millis", 40), [
+        "cancelled",
+        3000,
+        "Auto-cancelled after 2s without sub-agent progress."
+      ])
+    }).pipe(provideNode))
+
+  it.effect("a resumed agent is watched again: silent in its new run, it is auto-cancelled", () =>
+    Effect.gen(function*() {
+      // Its new run blocks in agent_result on another process's agent, so this process has no
+      // other live agent: only the resume can wake the watchdog.
+      const fs = yield* FileSystem.FileSystem
+      const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      let sleeper = ""
+      const script: ScriptedModel.ScriptInput = {
+        rules: [
+          { match: { prompt: "sleep" }, turns: [{ hang: true }] },
+          {
+            respond: (c) =>
+              userTexts(c.messages).at(-1) === "wait for it"
+                ? { tool_calls: [{ name: "agent_result", args: { id: sleeper, block: true } }] }
+                : { text: report("first run") }
+          }
+        ]
+      }
+      const options = { subagents: { heartbeatTimeoutSecs: 4 }, root, store: "file" as const }
+      const a = yield* setup(script, { apiTimeoutSecs: 600, maxDepth: 2 }, options)
+      const b = yield* setup(script, { apiTimeoutSecs: 600, maxDepth: 2 }, options)
+      sleeper = (yield* b.get(Manager).spawn(undefined, { prompt: "sleep" })).agent_id
+      yield* b.get(SubAgentStore).sync
+      const manager = a.get(Manager)
+      const agent = yield* manager.run(undefined, { prompt: "work" })
+      assert.strictEqual(agent.status, "completed")
+      const start = yield* Clock.currentTimeMillis
+      yield* manager.resume(undefined, agent.agent_id, "wait for it")
+      for (let i = 0; i < 10; i++) yield* TestClock.adjust("1 second")
+      const ended = yield* manager.result(agent.agent_id, { block: false })
+      assert.deepStrictEqual([ended.status, ended.reason, ended.finished_at! - start], [
+        "cancelled",
+        "Auto-cancelled after 4s without sub-agent progress.",
+        4000
+      ])
+      yield* b.get(Manager).cancel(sleeper)
+    }).pipe(provideNode))
+
+  it.effect("resume: an agent that never started is given its task, alone when no message comes with it", () =>
+    Effect.gen(function*() {
+      const go = yield* Deferred.make<void>()
+      const asked: Array<string> = []
+      const { get } = yield* setup(
+        {
+          rules: [
+            {
+              match: { prompt: "first" },
+              respond: () => Effect.as(Deferred.await(go), { text: report("first done") })
+            },
+            {
+              respond: (c) => {
+                asked.push(userTexts(c.messages).join(" | "))
+                return { text: report("done") }
+              }
+            }
+          ]
+        },
+        {},
+        { subagents: { maxConcurrent: 1, admission: "queue" } }
+      )
+      const manager = get(Manager)
+      const first = yield* manager.spawn(undefined, { prompt: "first" })
+      const queued = yield* manager.spawn(undefined, { prompt: "count the files" })
+      yield* manager.cancel(queued.agent_id, "not now")
+      yield* Deferred.succeed(go, undefined)
+      yield* manager.result(first.agent_id, { block: true })
+      yield* manager.resume(undefined, queued.agent_id)
+      assert.strictEqual((yield* manager.result(queued.agent_id, { block: true })).status, "completed")
+      assert.deepStrictEqual(asked, ["count the files"])
+    }).pipe(provideNode))
+
+  it.effect("queue admission: a resumed run cancelled while queued publishes its one terminal event", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup(
+        { rules: [{ match: { prompt: "holder" }, turns: [{ hang: true }] }, { turns: [{ text: report("done") }] }] },
+        {},
+        { subagents: { maxConcurrent: 1, admission: "queue" } }
+      )
+      const manager = get(Manager)
+      const agent = yield* manager.run(undefined, { prompt: "work" })
+      const holder = yield* manager.spawn(undefined, { prompt: "holder" })
+      const subscription = yield* get(AgentEvents).subscribe
+      const resumed = yield* manager.resume(undefined, agent.agent_id, "more")
+      assert.strictEqual(resumed.status, "pending")
+      yield* manager.cancel(agent.agent_id, "never mind")
+      const events = (yield* PubSub.takeAll(subscription)).filter((e) => e.agent.agentId === agent.agent_id)
+      assert.deepStrictEqual(events.map((e) => [e.type, e.reason]), [["cancelled", "never mind"]])
+      yield* manager.cancel(holder.agent_id)
+    }).pipe(provideNode))
+
+  it.effect("queue admission: a queued spawn refused when its session is created gives back no permit it never had", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ hang: true }] }] }, {}, {
+        subagents: { maxConcurrent: 1, admission: "queue" }
+      })
+      const manager = get(Manager)
+      const running = yield* manager.spawn(undefined, { prompt: "a" })
+      const refused = yield* Effect.flip(
+        manager.spawn(undefined, { prompt: "b", role: "custom", allowedTools: ["no_such_tool"] })
+      )
+      assert.strictEqual(refused._tag, "InvalidRoleRequest")
+      const next = yield* manager.spawn(undefined, { prompt: "c" })
+      assert.strictEqual(next.status, "pending")
+      assert.strictEqual(yield* manager.running, 1)
+      yield* manager.cancel(next.agent_id)
+      yield* manager.cancel(running.agent_id)
+    }).pipe(provideNode))
+
+  it.effect("a task's result is its parent's: no unread child after run; an undelivered input is stored at once", () =>
+    Effect.gen(function*() {
+      const script: ScriptedModel.ScriptInput = {
+        rules: [{ match: { depth: 0 }, turns: [{ hang: true }] }, { turns: [{ text: report("done") }] }]
+      }
+      const { get, root: dir } = yield* setup(script, {}, { store: "file" })
+      const manager = get(Manager)
+      const root = yield* manager.startRoot({ prompt: "root" })
+      const rootId = root.agent.agent_id
+      yield* untilRunning(get(Session), rootId)
+      const child = yield* manager.run(rootId, { prompt: "child" })
+      assert.strictEqual(child.status, "completed")
+      assert.deepStrictEqual(yield* manager.unreadChildren(rootId), [])
+      yield* get(SubAgentStore).sync
+      const late = yield* manager.sendInput(child.agent_id, "too late", false)
+      assert.isFalse(late.delivered)
+      yield* get(SubAgentStore).sync
+      // Read by another process: what the file holds, not this store's copy.
+      const other = yield* setup(script, {}, { root: dir, store: "file" })
+      const stored = Option.getOrThrow(yield* other.get(SubAgentStore).get(child.agent_id))
+      assert.deepStrictEqual(stored.inputs?.map((i) => [i.preview, i.delivered]), [["too late", false]])
+      yield* manager.cancel(rootId)
+    }).pipe(provideNode))
+
+  it.effect("another process's finished agent taken over keeps its recorded permissions, depth and model", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      const script: ScriptedModel.ScriptInput = { rules: [hangOn("carry on")] }
+      const a = yield* setup(script, {}, { root, store: "file" })
+      const b = yield* setup(script, {}, { root, store: "file" })
+      const first = yield* a.get(Manager).run(undefined, { prompt: "look", allowedTools: ["list_dir", "read_file"] })
+      assert.strictEqual(first.status, "completed")
+      yield* a.get(SubAgentStore).flush
+      yield* b.get(Manager).resume(undefined, first.agent_id, "carry on")
+      const info = yield* b.get(Session).info(first.agent_id)
+      assert.deepStrictEqual(Permission.toJson(info.rules), first.permissions)
+      assert.deepStrictEqual([info.depth, info.model, info.role, info.description], [
+        first.depth,
+        first.model,
+        first.role,
+        first.description
+      ])
+      yield* b.get(Manager).cancel(first.agent_id)
     }).pipe(provideNode))
 
   it.effect("another process's agents: a blocking read polls every 250 ms; list filters them by parent", () =>
