@@ -5,7 +5,7 @@
 // ScriptedModel, the TestClock; two "processes" are two stacks on one state directory.
 import { assert, describe, it } from "@effect/vitest"
 import type { ScriptedModel } from "@fibril/testkit"
-import { Clock, Deferred, Duration, Effect, Fiber, FileSystem, Option, PubSub } from "effect"
+import { Clock, Deferred, Duration, Effect, Fiber, FileSystem, Option, PubSub, Tracer } from "effect"
 import { TestClock } from "effect/testing"
 import { AgentEvents } from "../src/AgentEvents.ts"
 import * as Permission from "../src/Permission.ts"
@@ -337,5 +337,52 @@ describe("SubAgentManager lifecycle", () => {
         ["cancelled", "done with it"]
       )
       yield* owner.cancel(parentId)
+    }).pipe(provideNode))
+
+  it.effect("with a tracer installed, each manager operation is a span named after it", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({
+        rules: [{ match: { depth: 0 }, turns: [{ hang: true }] }, { turns: [{ text: report("done") }] }]
+      })
+      const manager = get(Manager)
+      const names: Array<string> = []
+      const tracer = Tracer.make({
+        span(options) {
+          names.push(options.name)
+          return Tracer.nativeTracer.span(options)
+        }
+      })
+      yield* Effect.gen(function*() {
+        const root = yield* manager.startRoot({ prompt: "root" })
+        const spawned = yield* manager.spawn(undefined, { prompt: "one" })
+        yield* manager.run(undefined, { prompt: "two" })
+        yield* manager.wait([spawned.agent_id], { mode: "all" })
+        yield* manager.result(spawned.agent_id, { block: false })
+        yield* manager.list({ includeArchived: true })
+        yield* manager.sendInput(spawned.agent_id, "note", false)
+        yield* manager.assign(spawned.agent_id, { message: "note" })
+        yield* manager.attachVerification(spawned.agent_id, { command: "true", exitCode: 0 })
+        yield* manager.readTranscript(spawned.transcript_handle, {})
+        yield* manager.resume(undefined, spawned.agent_id, "again")
+        yield* manager.cancel(root.agent.agent_id)
+      }).pipe(Effect.withTracer(tracer))
+      const ours = new Set(names.filter((name) => name.startsWith("SubAgentManager.")))
+      assert.deepStrictEqual(
+        [...ours].sort(),
+        [
+          "assign",
+          "attachVerification",
+          "cancel",
+          "list",
+          "readTranscript",
+          "result",
+          "resume",
+          "run",
+          "sendInput",
+          "spawn",
+          "startRoot",
+          "wait"
+        ].map((name) => `SubAgentManager.${name}`)
+      )
     }).pipe(provideNode))
 })
