@@ -385,4 +385,57 @@ describe("SubAgentManager lifecycle", () => {
         ].map((name) => `SubAgentManager.${name}`)
       )
     }).pipe(provideNode))
+
+  it.effect("wait on no agents returns at once; a root agent gets the role and tools it was started with", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ hang: true }] }] })
+      const manager = get(Manager)
+      for (const mode of ["any", "all"] as const) {
+        assert.deepStrictEqual(yield* manager.wait([], { mode }), { timed_out: false, completed: [], pending: [] })
+      }
+      const narrow = yield* manager.startRoot({ prompt: "look", role: "explore", allowedTools: ["list_dir"] })
+      const wide = yield* manager.startRoot({ prompt: "look" })
+      const session = get(Session)
+      const narrowInfo = yield* session.info(narrow.agent.agent_id)
+      const wideInfo = yield* session.info(wide.agent.agent_id)
+      assert.deepStrictEqual([narrowInfo.role, wideInfo.role], ["explore", "general"])
+      assert.deepStrictEqual(narrow.agent.permissions, Permission.toJson(narrowInfo.rules))
+      assert.notDeepEqual(Permission.toJson(narrowInfo.rules), Permission.toJson(wideInfo.rules))
+      yield* manager.cancel(narrow.agent.agent_id)
+      yield* manager.cancel(wide.agent.agent_id)
+    }).pipe(provideNode))
+
+  it.effect("with a durable store, a tool result is committed before the next model call", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      let handle = ""
+      let seenBefore: ReadonlyArray<string> = []
+      const reader = yield* setup({ rules: [] }, {}, { root, store: "file" })
+      const committed = () =>
+        Effect.map(
+          Effect.orDie(reader.get(SubAgentStore).readTranscript(handle)),
+          (lines) => (lines as ReadonlyArray<{ readonly role: string }>).map((m) => m.role)
+        )
+      const { get } = yield* setup(
+        {
+          rules: [{
+            respond: (c) =>
+              c.turn === 0
+                ? { tool_calls: [{ name: "list_dir", args: {} }] }
+                : Effect.map(committed(), (roles) => {
+                  seenBefore = roles
+                  return { text: report("done") }
+                })
+          }]
+        },
+        {},
+        { root, store: "file" }
+      )
+      const manager = get(Manager)
+      const agent = yield* manager.spawn(undefined, { prompt: "look" })
+      handle = agent.transcript_handle
+      assert.strictEqual((yield* manager.result(agent.agent_id, { block: true })).status, "completed")
+      assert.deepStrictEqual(seenBefore, ["system", "user", "assistant", "tool"])
+    }).pipe(provideNode))
 })
