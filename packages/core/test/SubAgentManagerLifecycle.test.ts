@@ -266,6 +266,8 @@ describe("SubAgentManager lifecycle", () => {
       const child = yield* manager.run(rootId, { prompt: "child" })
       assert.strictEqual(child.status, "completed")
       assert.deepStrictEqual(yield* manager.unreadChildren(rootId), [])
+      // Its own finished agent is current: listed without asking for the archive.
+      assert.include((yield* manager.list({ includeArchived: false })).map((v) => v.agent_id), child.agent_id)
       yield* get(SubAgentStore).sync
       const late = yield* manager.sendInput(child.agent_id, "too late", false)
       assert.isFalse(late.delivered)
@@ -320,6 +322,22 @@ describe("SubAgentManager lifecycle", () => {
       assert.deepStrictEqual(yield* ids({}), [parentId, child.agent_id, orphan.agent_id].sort())
       assert.deepStrictEqual(yield* ids({ parentSessionId: parentId }), [child.agent_id])
       assert.deepStrictEqual(yield* ids({ parentSessionId: "agent_nobody" }), [])
+      // The owner lists its own agents once, though its store holds them too.
+      const own = (yield* owner.list({ includeArchived: true })).map((v) => v.agent_id).sort()
+      assert.deepStrictEqual(own, [parentId, child.agent_id, orphan.agent_id].sort())
+
+      // An input from B is delivered by A at its next poll, as a plain message (no interruption).
+      assert.isTrue((yield* other.sendInput(child.agent_id, "from B", false)).delivered)
+      for (let i = 0; i < 2; i++) yield* TestClock.adjust("500 millis")
+      const inputs = (yield* owner.result(child.agent_id, { block: false })).inputs ?? []
+      assert.deepStrictEqual(inputs.map((input) => ({ ...input, at: 0 })), [{
+        at: 0,
+        run_id: `${child.agent_id}-r1`,
+        via: "request",
+        delivered: true,
+        preview: "from B",
+        chars: 6
+      }])
 
       // B blocks on A's orphan; A cancels it: B sees it at its next poll, 250 ms later.
       const reading = yield* Effect.forkChild(other.result(orphan.agent_id, { block: true }), {
