@@ -4,10 +4,12 @@
 // SubAgentManager.ts planted by hand and passes on the code as it is. Real layers, the
 // ScriptedModel, the TestClock; two "processes" are two stacks on one state directory.
 import { assert, describe, it } from "@effect/vitest"
-import type { ScriptedModel } from "@fibril/testkit"
-import { Clock, Deferred, Duration, Effect, Fiber, FileSystem, Option, PubSub, Tracer } from "effect"
+import { ScriptedModel } from "@fibril/testkit"
+import { Clock, Context, Deferred, Duration, Effect, Fiber, FileSystem, Layer, Option, PubSub, Tracer } from "effect"
 import { TestClock } from "effect/testing"
 import { AgentEvents } from "../src/AgentEvents.ts"
+import * as Fibril from "../src/Fibril.ts"
+import * as Models from "../src/Models.ts"
 import * as Permission from "../src/Permission.ts"
 import { Session } from "../src/Session.ts"
 import * as SubAgentManager from "../src/SubAgentManager.ts"
@@ -456,4 +458,318 @@ describe("SubAgentManager lifecycle", () => {
       assert.strictEqual((yield* manager.result(agent.agent_id, { block: true })).status, "completed")
       assert.deepStrictEqual(seenBefore, ["system", "user", "assistant", "tool"])
     }).pipe(provideNode))
+
+  describe("survivors of the first mutation run of lines 808-end", () => {
+    it.effect("assign with a message only: the note has no empty lines, arrives without interrupting, via agent_assign", () =>
+      Effect.gen(function*() {
+        const go = yield* Deferred.make<void>()
+        const { get } = yield* setup({
+          rules: [{
+            respond: (c) =>
+              c.turn === 0
+                ? Effect.as(Deferred.await(go), { tool_calls: [{ name: "list_dir", args: {} }] })
+                : { text: report(userTexts(c.messages).at(-1)!) }
+          }]
+        })
+        const manager = get(Manager)
+        const agent = yield* manager.spawn(undefined, { prompt: "work" })
+        const assigned = yield* manager.assign(agent.agent_id, { message: "only this" })
+        assert.deepStrictEqual([assigned.delivered, assigned.input?.via, assigned.input?.interrupt], [
+          true,
+          "agent_assign",
+          undefined
+        ])
+        yield* Deferred.succeed(go, undefined)
+        const done = yield* manager.result(agent.agent_id, { block: true })
+        assert.strictEqual(done.outcome?.summary, "Your assignment was updated by your parent.\nonly this")
+        // A plain sendInput is recorded as coming from the API.
+        const late = yield* manager.sendInput(agent.agent_id, "late", false)
+        assert.strictEqual(late.input?.via, "api")
+      }).pipe(provideNode))
+
+    it.effect("assign narrows a live agent to explore: its rules and record follow, and it keeps explore's tools", () =>
+      Effect.gen(function*() {
+        const go = yield* Deferred.make<void>()
+        const { get } = yield* setup({
+          rules: [{
+            respond: (c) =>
+              c.turn === 0
+                ? Effect.as(Deferred.await(go), { tool_calls: [{ name: "list_dir", args: {} }] })
+                : { text: report("listed") }
+          }]
+        })
+        const manager = get(Manager)
+        const session = get(Session)
+        const agent = yield* manager.spawn(undefined, { prompt: "work" })
+        const before = Permission.toJson((yield* session.info(agent.agent_id)).rules)
+        const assigned = yield* manager.assign(agent.agent_id, { role: "explore" })
+        const rules = Permission.toJson((yield* session.info(agent.agent_id)).rules)
+        assert.notDeepEqual(rules, before)
+        assert.deepStrictEqual(assigned.agent.permissions, rules)
+        yield* Deferred.succeed(go, undefined)
+        assert.strictEqual((yield* manager.result(agent.agent_id, { block: true })).status, "completed")
+        const results = (yield* session.transcript(agent.agent_id)).flatMap((m) =>
+          m.role === "tool" ? m.content.flatMap((p) => p.type === "tool-result" ? [p] : []) : []
+        )
+        assert.deepStrictEqual(results.map((r) => [r.name, r.isFailure]), [["list_dir", false]])
+        // A role that needs allowed_tools is not refused for naming none: its ceiling is every
+        // tool, and its meet with the agent's own rules is what applies.
+        const narrow = yield* manager.spawn(undefined, { prompt: "narrow", role: "custom", allowedTools: ["list_dir"] })
+        const again = yield* manager.assign(narrow.agent_id, { role: "custom" })
+        assert.deepStrictEqual(again.agent.permissions, narrow.permissions)
+      }).pipe(provideNode))
+
+    it.effect("wait any returns when the first of several running agents ends", () =>
+      Effect.gen(function*() {
+        const { get } = yield* setup({
+          rules: [
+            { match: { prompt: "quick" }, turns: [{ delay_ms: 1000, text: report("quick") }] },
+            { turns: [{ delay_ms: 10_000, text: report("slow") }] }
+          ]
+        })
+        const manager = get(Manager)
+        const slow = yield* manager.spawn(undefined, { prompt: "slow" })
+        const quick = yield* manager.spawn(undefined, { prompt: "quick" })
+        const waiting = yield* Effect.forkChild(manager.wait([slow.agent_id, quick.agent_id], { mode: "any" }), {
+          startImmediately: true
+        })
+        yield* TestClock.adjust("1 second")
+        for (let i = 0; i < 20 && waiting.pollUnsafe() === undefined; i++) yield* Effect.yieldNow
+        assert.isDefined(waiting.pollUnsafe(), "returned at the first end")
+        const any = yield* Fiber.join(waiting)
+        assert.deepStrictEqual([any.timed_out, any.completed.map((v) => v.agent_id), any.pending], [
+          false,
+          [quick.agent_id],
+          [slow.agent_id]
+        ])
+        yield* manager.cancel(slow.agent_id)
+      }).pipe(provideNode))
+
+    it.effect("a blocking read of a resumed agent that times out gets its current run, not the one before", () =>
+      Effect.gen(function*() {
+        const { get } = yield* setup({ rules: [hangOn("carry on")] })
+        const manager = get(Manager)
+        const agent = yield* manager.run(undefined, { prompt: "work" })
+        yield* manager.resume(undefined, agent.agent_id, "carry on")
+        const reading = yield* Effect.forkChild(manager.result(agent.agent_id, { block: true, timeoutMs: 1000 }), {
+          startImmediately: true
+        })
+        yield* TestClock.adjust("1 second")
+        const read = yield* Fiber.join(reading)
+        assert.deepStrictEqual([read.status, read.runs?.length], ["running", 2])
+        yield* manager.cancel(agent.agent_id)
+      }).pipe(provideNode))
+
+    it.effect("markRead of a child still running does not count: it is unread once it ends", () =>
+      Effect.gen(function*() {
+        const { get } = yield* setup({
+          rules: [{ match: { depth: 0 }, turns: [{ hang: true }] }, { turns: [{ delay_ms: 1000, text: report("ok") }] }]
+        })
+        const manager = get(Manager)
+        const root = yield* manager.startRoot({ prompt: "root" })
+        const rootId = root.agent.agent_id
+        yield* untilRunning(get(Session), rootId)
+        const child = yield* manager.spawn(rootId, { prompt: "child" })
+        yield* manager.markRead(rootId, [child.agent_id])
+        yield* TestClock.adjust("1 second")
+        assert.strictEqual((yield* manager.result(child.agent_id, { block: true })).status, "completed")
+        assert.deepStrictEqual(yield* manager.unreadChildren(rootId), [child.agent_id])
+        yield* manager.cancel(rootId)
+      }).pipe(provideNode))
+
+    it.effect("queue admission: a blocking read lends the caller's permit to the queued agent it reads", () =>
+      Effect.gen(function*() {
+        const { get } = yield* setup(
+          { rules: [{ match: { prompt: "parent" }, turns: [{ hang: true }] }, { turns: [{ text: report("done") }] }] },
+          {},
+          { subagents: { maxConcurrent: 1, admission: "queue" } }
+        )
+        const manager = get(Manager)
+        const parent = yield* manager.spawn(undefined, { prompt: "parent" })
+        yield* untilRunning(get(Session), parent.agent_id)
+        const child = yield* manager.spawn(parent.agent_id, { prompt: "child" })
+        assert.strictEqual(child.status, "pending")
+        const reading = yield* Effect.forkChild(
+          manager.result(child.agent_id, { block: true, caller: parent.agent_id }),
+          { startImmediately: true }
+        )
+        for (let i = 0; i < 100 && reading.pollUnsafe() === undefined; i++) yield* Effect.yieldNow
+        assert.isDefined(reading.pollUnsafe(), "the child ran on the lent permit")
+        assert.strictEqual((yield* Fiber.join(reading)).status, "completed")
+        yield* manager.cancel(parent.agent_id)
+      }).pipe(provideNode))
+
+    it.effect("queue admission: a parent answering early lends its permit to its queued child", () =>
+      Effect.gen(function*() {
+        const { get } = yield* setup(
+          {
+            rules: [
+              {
+                match: { prompt: "parent" },
+                respond: (c) =>
+                  c.turn === 0
+                    ? { tool_calls: [{ name: "agent_spawn", args: { prompt: "child", description: "c" } }] }
+                    : c.turn === 1
+                    ? { text: "early" }
+                    : { text: report("final") }
+              },
+              { turns: [{ text: report("child done") }] }
+            ]
+          },
+          { maxDepth: 2 },
+          { subagents: { maxConcurrent: 1, admission: "queue" } }
+        )
+        const manager = get(Manager)
+        const parent = yield* manager.spawn(undefined, { prompt: "parent" })
+        const reading = yield* Effect.forkChild(manager.result(parent.agent_id, { block: true }), {
+          startImmediately: true
+        })
+        for (let i = 0; i < 200 && reading.pollUnsafe() === undefined; i++) yield* Effect.yieldNow
+        assert.isDefined(reading.pollUnsafe(), "the parent finished")
+        assert.strictEqual((yield* Fiber.join(reading)).outcome?.summary, "final")
+      }).pipe(provideNode))
+
+    it.effect("resume: refused for a running agent; a reject-admission resume gives its permit back when it ends", () =>
+      Effect.gen(function*() {
+        const { get } = yield* setup(
+          {
+            rules: [{ match: { prompt: "hang" }, turns: [{ hang: true }] }, {
+              turns: [{ text: report("done") }],
+              repeat_last: true
+            }]
+          },
+          {},
+          { subagents: { maxConcurrent: 1 } }
+        )
+        const manager = get(Manager)
+        const agent = yield* manager.run(undefined, { prompt: "work" })
+        yield* manager.resume(undefined, agent.agent_id, "again")
+        assert.strictEqual((yield* manager.result(agent.agent_id, { block: true })).status, "completed")
+        const hanging = yield* manager.spawn(undefined, { prompt: "hang" })
+        assert.strictEqual(hanging.status, "running")
+        const refused = yield* Effect.flip(manager.resume(undefined, hanging.agent_id, "now"))
+        assert.strictEqual(
+          refused.message,
+          `sub-agent ${hanging.agent_id} is running; only a finished agent (completed, failed, cancelled or interrupted) can be resumed`
+        )
+        const missing = yield* Effect.flip(manager.readTranscript("agent_nope.jsonl", {}))
+        assert.strictEqual(
+          missing.message,
+          "no sub-agent with id \"agent_nope.jsonl\"; agent_list shows the known ones"
+        )
+        yield* manager.cancel(hanging.agent_id)
+      }).pipe(provideNode))
+
+    it.effect("a local resume continues the same conversation (the session is not rebuilt from the store)", () =>
+      Effect.gen(function*() {
+        const seen: Array<ReadonlyArray<string>> = []
+        const { get } = yield* setup({
+          rules: [{
+            respond: (c) => {
+              seen.push(c.messages.map((m) => m.role))
+              return { text: report(userTexts(c.messages).join(" | ")) }
+            }
+          }]
+        })
+        const manager = get(Manager)
+        const agent = yield* manager.run(undefined, { prompt: "first task" })
+        yield* manager.resume(undefined, agent.agent_id, "and then this")
+        const done = yield* manager.result(agent.agent_id, { block: true })
+        assert.strictEqual(done.outcome?.summary, "first task | and then this")
+        assert.deepStrictEqual(seen[1], ["system", "user", "assistant", "user"])
+      }).pipe(provideNode))
+
+    it.effect("a spawn or resume whose parent is not running a prompt lives in the manager's scope", () =>
+      Effect.gen(function*() {
+        const { get } = yield* setup({ rules: [{ turns: [{ text: report("done") }], repeat_last: true }] })
+        const manager = get(Manager)
+        const idle = yield* manager.run(undefined, { prompt: "idle parent" })
+        const child = yield* manager.spawn(idle.agent_id, { prompt: "child" })
+        assert.strictEqual((yield* manager.result(child.agent_id, { block: true })).status, "completed")
+        yield* manager.resume(idle.agent_id, child.agent_id, "again")
+        assert.strictEqual((yield* manager.result(child.agent_id, { block: true })).status, "completed")
+      }).pipe(provideNode))
+
+    it.effect("the watchdog: a parent whose children all ended is silent; a queued agent is never cancelled", () =>
+      Effect.gen(function*() {
+        let sleeper = ""
+        const rules: ReadonlyArray<ScriptedModel.Rule> = [
+          { match: { prompt: "sleep" }, turns: [{ hang: true }] },
+          { match: { prompt: "child" }, turns: [{ text: report("child done") }] },
+          { respond: () => ({ tool_calls: [{ name: "agent_result", args: { id: sleeper, block: true } }] }) }
+        ]
+        const first = yield* setup({ rules }, { apiTimeoutSecs: 600, maxDepth: 2 }, {
+          subagents: { heartbeatTimeoutSecs: 60 }
+        })
+        const manager = first.get(Manager)
+        const start = yield* Clock.currentTimeMillis
+        sleeper = (yield* manager.spawn(undefined, { prompt: "sleep" })).agent_id
+        const parent = yield* manager.spawn(undefined, { prompt: "parent" })
+        yield* untilRunning(first.get(Session), parent.agent_id)
+        const child = yield* manager.spawn(parent.agent_id, { prompt: "child" })
+        assert.strictEqual((yield* manager.result(child.agent_id, { block: true })).status, "completed")
+        for (let i = 0; i < 62; i++) yield* TestClock.adjust("1 second")
+        const ended = yield* manager.result(parent.agent_id, { block: false })
+        assert.deepStrictEqual([ended.status, ended.finished_at! - start], ["cancelled", 60_000])
+        yield* manager.cancel(sleeper)
+
+        const second = yield* setup({ rules: [{ turns: [{ hang: true }] }] }, { apiTimeoutSecs: 600 }, {
+          subagents: { heartbeatTimeoutSecs: 60, maxConcurrent: 1, admission: "queue" }
+        })
+        const queueing = second.get(Manager)
+        const holder = yield* queueing.spawn(undefined, { prompt: "holder" })
+        const queued = yield* queueing.spawn(undefined, { prompt: "queued" })
+        for (let i = 0; i < 130; i++) yield* TestClock.adjust("1 second")
+        assert.strictEqual((yield* queueing.result(queued.agent_id, { block: false })).status, "pending")
+        yield* queueing.cancel(queued.agent_id)
+        yield* queueing.cancel(holder.agent_id)
+      }).pipe(provideNode))
+
+    it.effect("a verifier's spawn event names the run it checks; another agent's has no detail and no verifies", () =>
+      Effect.gen(function*() {
+        const { get } = yield* setup({ rules: [{ turns: [{ hang: true }] }] })
+        const manager = get(Manager)
+        const worker = yield* manager.spawn(undefined, { prompt: "work" })
+        const verifier = yield* manager.spawn(undefined, { prompt: "check", verifies: worker.agent_id })
+        assert.isFalse("verifies" in worker)
+        const spawned = (view: SubAgentManager.AgentView) =>
+          view.events?.filter((e) => e.type === "spawned").map((e) => e.detail)
+        assert.deepStrictEqual(spawned(worker), [undefined])
+        assert.strictEqual(verifier.verifies, `${worker.agent_id}-r1`)
+        assert.deepStrictEqual(spawned(verifier), [`verifies ${worker.agent_id}-r1`])
+        yield* manager.cancel(verifier.agent_id)
+        yield* manager.cancel(worker.agent_id)
+      }).pipe(provideNode))
+
+    it.effect("[subagents] max_steps applies to an agent with no definition", () =>
+      Effect.gen(function*() {
+        const { get } = yield* setup(
+          { rules: [{ turns: [{ tool_calls: [{ name: "list_dir", args: {} }] }, { text: report("done") }] }] },
+          {},
+          { subagents: { budgets: { maxSteps: 1 } } }
+        )
+        const done = yield* get(Manager).run(undefined, { prompt: "work" })
+        assert.strictEqual(done.status, "failed")
+        assert.include(done.reason!, "max_steps=1")
+      }).pipe(provideNode))
+
+    it.effect("a child without a model of its own gets its parent's", () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+        const script: ScriptedModel.ScriptInput = { rules: [{ turns: [{ hang: true }] }] }
+        const catalog = Layer.unwrap(Effect.gen(function*() {
+          const big = yield* ScriptedModel.make(script)
+          const small = yield* ScriptedModel.make(script)
+          return Models.fromRecord({ big, small }, "big")
+        }))
+        const built = yield* Layer.build(Fibril.layerWithModels({ cwd: root }).pipe(Layer.provideMerge(catalog)))
+        const manager = Context.get(built, Manager)
+        const parent = yield* manager.spawn(undefined, { prompt: "parent", model: "small" })
+        yield* untilRunning(Context.get(built, Session), parent.agent_id)
+        const child = yield* manager.spawn(parent.agent_id, { prompt: "child" })
+        assert.deepStrictEqual([parent.model, child.model], ["small", "small"])
+        yield* manager.cancel(parent.agent_id)
+      }).pipe(provideNode))
+  })
 })
