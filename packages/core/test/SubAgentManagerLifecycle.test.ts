@@ -771,5 +771,29 @@ describe("SubAgentManager lifecycle", () => {
         assert.deepStrictEqual([parent.model, child.model], ["small", "small"])
         yield* manager.cancel(parent.agent_id)
       }).pipe(provideNode))
+
+    it.effect("a takeover whose stored transcript does not decode starts a fresh conversation instead of failing", () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+        const seen: Array<ReadonlyArray<string>> = []
+        const script: ScriptedModel.ScriptInput = {
+          rules: [{
+            respond: (c) => {
+              seen.push(c.messages.map((m) => m.role))
+              return { text: report(userTexts(c.messages).join(" | ")) }
+            }
+          }]
+        }
+        const a = yield* setup(script, {}, { root, store: "file" })
+        const b = yield* setup(script, {}, { root, store: "file" })
+        const first = yield* a.get(Manager).run(undefined, { prompt: "first task" })
+        yield* a.get(SubAgentStore).appendTranscript(first.transcript_handle, [{ role: "not a message" }])
+        yield* a.get(SubAgentStore).flush
+        yield* b.get(Manager).resume(undefined, first.agent_id, "go on")
+        const done = yield* b.get(Manager).result(first.agent_id, { block: true })
+        assert.deepStrictEqual([done.status, done.outcome?.summary], ["completed", "go on"])
+        assert.deepStrictEqual(seen[1], ["system", "user"])
+      }).pipe(provideNode))
   })
 })
