@@ -281,7 +281,7 @@ describe("SubAgentManager lifecycle", () => {
       yield* manager.cancel(rootId)
     }).pipe(provideNode))
 
-  it.effect("another process's finished agent taken over keeps its recorded permissions, depth and model", () =>
+  it.effect("another process's finished agent taken over keeps its recorded permissions, role and model", () =>
     Effect.gen(function*() {
       const fs = yield* FileSystem.FileSystem
       const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
