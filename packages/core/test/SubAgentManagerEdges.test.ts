@@ -226,6 +226,8 @@ describe("SubAgentManager edges", () => {
         ]
       }, { maxRetries: 0 })
       const manager = get(Manager)
+      // Not at time 0, so a duration is a difference and not the finish time itself.
+      yield* TestClock.adjust("1 second")
       const ok = yield* manager.spawn(undefined, { prompt: "work", description: "the job" })
       const bad = yield* manager.spawn(undefined, { prompt: "fail" })
       yield* TestClock.adjust("2 seconds")
