@@ -1066,7 +1066,10 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const entry = target
     if (isTerminal(entry.record.status) || entry.fiber === undefined) return view(entry.record)
     yield* markCancelled(entry, reason)
-    yield* markDescendants(id, `Cancelled because its parent ${id} was cancelled`)
+    // By agent id, whichever name it was asked by (a session name, a run id): children are
+    // known by their parent's agent id.
+    const agentId = entry.record.agent_id
+    yield* markDescendants(agentId, `Cancelled because its parent ${agentId} was cancelled`)
     yield* Fiber.interrupt(entry.fiber)
     yield* Deferred.await(entry.done)
     return view(entry.record)

@@ -217,6 +217,29 @@ describe("SubAgentManager edges", () => {
       yield* manager.cancel(detached.agent_id)
     }).pipe(provideNode))
 
+  it.effect("cancel by session name or run id: the descendants are cancelled, their reason naming the agent id", () =>
+    Effect.gen(function*() {
+      const { get } = yield* setup({ rules: [{ turns: [{ hang: true }] }] }, { maxDepth: 3 })
+      const manager = get(Manager)
+      const session = get(Session)
+      for (const by of ["session name", "run id"] as const) {
+        const parent = yield* manager.spawn(undefined, { prompt: `parent by ${by}` })
+        for (let i = 0; i < 100 && Option.isNone(session.scopeOf(parent.agent_id)); i++) yield* Effect.yieldNow
+        const child = yield* manager.spawn(parent.agent_id, { prompt: "child" })
+        for (let i = 0; i < 100 && Option.isNone(session.scopeOf(child.agent_id)); i++) yield* Effect.yieldNow
+        const grandchild = yield* manager.spawn(child.agent_id, { prompt: "grandchild" })
+        const name = by === "session name" ? parent.session_name! : `${parent.agent_id}-r1`
+        assert.notStrictEqual(name, parent.agent_id)
+        const cancelled = yield* manager.cancel(name)
+        assert.deepStrictEqual([cancelled.agent_id, cancelled.status], [parent.agent_id, "cancelled"])
+        const because = `Cancelled because its parent ${parent.agent_id} was cancelled`
+        for (const id of [child.agent_id, grandchild.agent_id]) {
+          const view = yield* manager.result(id, { block: false })
+          assert.deepStrictEqual([view.status, view.reason], ["cancelled", because], `${by}: ${id}`)
+        }
+      }
+    }).pipe(provideNode))
+
   it.effect("what a model sees of an agent: the record flattened, the duration, a prior session's flag", () =>
     Effect.gen(function*() {
       const { get } = yield* setup({
