@@ -5,7 +5,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { ScriptedModel } from "@fibril/testkit"
-import { Clock, Effect, Fiber, PubSub, Schema } from "effect"
+import { Clock, Effect, Exit, Fiber, PubSub, Schema } from "effect"
 import { AiError, LanguageModel, Prompt, Response } from "effect/ai"
 import { TestClock } from "effect/testing"
 import { type AgentEvent, AgentEvents } from "../src/AgentEvents.ts"
@@ -179,6 +179,31 @@ const finish = (u: Response.Usage) => Response.makePart("finish", { reason: "sto
 const responseOf = (content: ReadonlyArray<Response.AnyPart>) =>
   new LanguageModel.GenerateTextResponse(content as Array<never>) as unknown as Parameters<typeof resolveTurn>[0]
 
+describe("loop/CallModel: the waiter takes its call down", () => {
+  it.effect("interrupting the caller ends the model call it waits for (TestClock)", () =>
+    Effect.gen(function*() {
+      const { attempts, fiber } = yield* call({ rules: [{ turns: [{ hang: true }] }] })
+      yield* Effect.yieldNow
+      assert.strictEqual(attempts.length, 1)
+      assert.isUndefined(attempts[0]!.pollUnsafe(), "the call hangs")
+      yield* Fiber.interrupt(fiber)
+      const exit = attempts[0]!.pollUnsafe()
+      assert.isDefined(exit, "the call has ended with its caller")
+      assert.isTrue(Exit.hasInterrupts(exit!))
+    }))
+
+  it.live("interrupting the caller ends the model call it waits for (the live clock)", () =>
+    Effect.gen(function*() {
+      const { attempts, fiber } = yield* call({ rules: [{ turns: [{ hang: true }] }] })
+      yield* Effect.yieldNow
+      assert.strictEqual(attempts.length, 1)
+      yield* Fiber.interrupt(fiber)
+      const exit = attempts[0]!.pollUnsafe()
+      assert.isDefined(exit, "the call has ended with its caller")
+      assert.isTrue(Exit.hasInterrupts(exit!))
+    }))
+})
+
 describe("loop/ResolveTurn", () => {
   it("text parts are joined, reasoning is kept, calls the provider ran are left out, usage is the finish part's", () => {
     const turn = resolveTurn(responseOf([
@@ -344,6 +369,44 @@ describe("loop/RunTools", () => {
       const results = (yield* PubSub.takeAll(subscription)).filter((e) => e.type === "tool_result")
       assert.deepStrictEqual(results.map((e) => [e.isFailure, e.changed]), Array(5).fill([true, undefined]))
       assert.include(results.find((e) => e.tool === "teleport")!.reason!, "there is no tool named")
+    }).pipe(provideNode))
+
+  it.effect("a refusal's hint names keys only of an object; a tool without arguments says so; one tool message", () =>
+    Effect.gen(function*() {
+      const { deps, state } = yield* harness()
+      yield* deps.registry.register(ToolRegistry.define({
+        name: "ping",
+        description: "takes nothing",
+        parameters: Schema.Struct({}),
+        posture: "read",
+        handler: () => Effect.succeed("pong")
+      }))
+      const message = yield* runTools(deps, state, [
+        { id: "a", name: "fail", params: "\"text\"" },
+        { id: "b", name: "fail", params: "[1]" },
+        { id: "c", name: "fail", params: "null" },
+        { id: "d", name: "fail", params: { why: 5 } },
+        { id: "e", name: "ping", params: { x: 1 } }
+      ])
+      assert.strictEqual(message.role, "tool")
+      const texts = message.content.map((_, index) => {
+        const part = resultOf(message, index)
+        return [part.id, (part.result as { error: string }).error, (part.result as { message: string }).message]
+      })
+      assert.deepStrictEqual(texts.map(([id, error]) => [id, error]), [
+        ["a", "InvalidArguments"],
+        ["b", "InvalidArguments"],
+        ["c", "InvalidArguments"],
+        ["d", "InvalidArguments"],
+        ["e", "InvalidArguments"]
+      ])
+      // A string, an array, null, a declared key of the wrong type: nothing undeclared to name.
+      for (const [id, , text] of texts.slice(0, 4)) {
+        assert.notInclude(text, "unexpected", id)
+        assert.notInclude(text, "takes no arguments", id)
+        assert.match(text!, /^invalid arguments for "fail": .*\. Fix the arguments and call it again\.$/s, id)
+      }
+      assert.include(texts[4]![2], " (this tool takes no arguments: call it with {}). Fix the arguments")
     }).pipe(provideNode))
 
   it("UnknownTool with no tools at all says none", () => {
