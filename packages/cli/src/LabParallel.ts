@@ -44,17 +44,8 @@ export interface ParallelOptions {
 export type WorkerMessage =
   | { readonly _tag: "Progress"; readonly chunk: number; readonly done: number }
   | { readonly _tag: "Passed"; readonly chunk: number; readonly runs: number }
-  | {
-    readonly _tag: "Failed"
-    readonly chunk: number
-    readonly seed: number
-    readonly runs: number
-    readonly shrinks: number
-    readonly violation: Invariants.Violation
-    readonly original: LabGenerators.Experiment
-    readonly shrunk: LabGenerators.Experiment
-    readonly trace: string
-  }
+  // A chunk's `Lab.Failed`, its trace encoded (`Simulation.encode`) to cross the thread.
+  | Omit<Lab.Failed, "trace" | "elapsedMs"> & { readonly chunk: number; readonly trace: string }
   | { readonly _tag: "Error"; readonly chunk: number; readonly message: string }
 
 /** A chunk's job, as posted to a worker. */
