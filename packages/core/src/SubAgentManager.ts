@@ -40,6 +40,7 @@ import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import { nowMillis } from "./internal/clock.ts"
 import * as Names from "./internal/names.ts"
+import * as Permits from "./internal/permits.ts"
 import { sleepUnref } from "./internal/sleep.ts"
 import { withSpan } from "./internal/span.ts"
 import * as Transcript from "./internal/transcript.ts"
@@ -188,7 +189,7 @@ type Mutable<T> = { -readonly [K in keyof T]: T[K] }
 /** A run's sub-agent permit: taken at admission, to be waited for (queue), or none (a root agent). */
 type Permit = "held" | "wait" | "none"
 
-interface Entry {
+interface Entry extends Permits.Holder {
   record: Mutable<SubAgentRecord>
   readonly parentSessionId: string | undefined
   fiber: Fiber.Fiber<unknown, unknown> | undefined
@@ -201,12 +202,6 @@ interface Entry {
   runBase: Receipt.RunBase
   /** This run's result was handed to its parent (task's result, or agent_wait / agent_result). */
   resultRead: boolean
-  /** Where the permit it works on came from (the pool, or the agent that lent it); undefined: none. */
-  permit: Entry | "pool" | undefined
-  /** While it is blocked waiting for these agents: it lends its permit to one of them that is queued. */
-  lending: ReadonlySet<string> | undefined
-  /** The agent running on its permit now. */
-  lentTo: Entry | undefined
   /** Set by a resume: the record as its latest ended run ended. */
   lastEnded: AgentView | undefined
 }
@@ -365,102 +360,19 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const managerScope = yield* Effect.scope
   const bootId = store.owner.boot_id
   const maxResultChars = config.maxResultChars ?? defaultMaxResultChars
-  // Permits, `maxConcurrent` of them: taken at admission (reject), or waited for in order
-  // (queue). With queue admission an agent blocked waiting for agents (agent_wait, a blocking
-  // agent_result, its answer waiting for its background children) lends its permit to one of
-  // them that is queued: that one runs on it, and it goes back to the lender when that one
-  // ends. So agents able to work (holding a permit) never exceed the cap, and a tree deeper
-  // than the cap cannot deadlock on parents that keep their permits while their children queue.
-  let free = config.maxConcurrent
-  const queued: Array<{ readonly entry: Entry; readonly ready: Deferred.Deferred<void> }> = []
-  const lenders = new Set<Entry>()
-  const grant = (waiter: (typeof queued)[number], from: Entry | "pool") => {
-    queued.splice(queued.indexOf(waiter), 1)
-    waiter.entry.permit = from
-    if (from !== "pool") from.lentTo = waiter.entry
-    Deferred.doneUnsafe(waiter.ready, Effect.void)
-  }
-  /** A lender's permit is free: it goes to a queued agent the lender waits for, else stays. */
-  const offer = (lender: Entry) => {
-    if (lender.lending === undefined || lender.lentTo !== undefined || lender.permit === undefined) return
-    const next = queued.find((waiter) => lender.lending!.has(waiter.entry.record.agent_id))
-    if (next !== undefined) grant(next, lender)
-  }
-  /** Gives up the permit `entry` works on: back to its lender, else to the first queued agent or the pool. */
-  const release = (entry: Entry) => {
-    const from = entry.permit
-    entry.permit = undefined
-    if (from === undefined) return
-    const borrower = entry.lentTo
-    if (borrower !== undefined) {
-      // Still lent out: the borrower keeps it, owed to where it came from.
-      entry.lentTo = undefined
-      borrower.permit = from
-      if (from !== "pool") from.lentTo = borrower
-    } else if (from !== "pool") {
-      from.lentTo = undefined
-      offer(from)
-    } else if (queued.length > 0) grant(queued[0]!, "pool")
-    else free++
-  }
-  /** Waits for a permit (queue admission): a lender waiting for `entry`, else the pool, in order. */
-  const takePermit = (entry: Entry): Effect.Effect<void> =>
-    Effect.suspend(() => {
-      if (free > 0) {
-        free--
-        entry.permit = "pool"
-        return Effect.void
-      }
-      const waiter = { entry, ready: Deferred.makeUnsafe<void>() }
-      queued.push(waiter)
-      for (const lender of lenders) offer(lender)
-      // Interrupted while queued: it leaves the queue (a permit granted meanwhile is released with the run).
-      return Effect.onInterrupt(Deferred.await(waiter.ready), () =>
-        Effect.sync(() => {
-          const at = queued.indexOf(waiter)
-          if (at >= 0) queued.splice(at, 1)
-        }))
-    })
-  /**
-   * `waiting` (the caller blocked until `targets` end), with the caller's permit lent to a
-   * queued target. If the wait ends while a target still runs on it, that one keeps it and the
-   * caller waits for a permit again before it goes on.
-   */
+  // Permits, `maxConcurrent` of them (internal/permits.ts): taken at admission (reject), or
+  // waited for in order (queue), when a blocked agent may lend its own to one it waits for.
+  const permits = Permits.make(config.maxConcurrent)
+  /** `waiting`, in the run of agent `callerId`: its permit lent meanwhile to one of `targets` that is queued. */
   const lendWhile = <A, E>(
     callerId: string | undefined,
-    targets: ReadonlyArray<string>,
+    targets: ReadonlyArray<Entry | SubAgentRecord>,
     waiting: Effect.Effect<A, E>
-  ): Effect.Effect<A, E> => {
-    if (config.admission !== "queue" || callerId === undefined) return waiting
-    return Effect.suspend(() => {
-      const lender = entries.get(callerId)
-      if (lender === undefined || lender.permit === undefined || lender.lending !== undefined) return waiting
-      lender.lending = new Set(targets)
-      lenders.add(lender)
-      offer(lender)
-      const stop = Effect.sync(() => {
-        lender.lending = undefined
-        lenders.delete(lender)
-        const borrower = lender.lentTo
-        if (borrower === undefined) return
-        lender.lentTo = undefined
-        borrower.permit = lender.permit
-        if (lender.permit !== undefined && lender.permit !== "pool") lender.permit.lentTo = borrower
-        lender.permit = undefined
-      })
-      const retake = Effect.suspend(() => (lender.permit === undefined ? takePermit(lender) : Effect.void))
-      return Effect.onExit(waiting, () => stop).pipe(Effect.tap(() => retake), Effect.tapError(() => retake))
+  ): Effect.Effect<A, E> =>
+    Effect.suspend(() => {
+      const lender = callerId === undefined ? undefined : entries.get(callerId)
+      return lender === undefined ? waiting : permits.lendWhile(lender, new Set(targets.filter(isEntry)), waiting)
     })
-  }
-  // Permits taken at admission (reject mode): an agent holds one from then on, also before its
-  // run has started and counted itself running (while its session and record are created), so
-  // the cap error reports the larger of the two: never "running 0" at a full cap.
-  let held = 0
-  const releaseHeld = Effect.sync(() => {
-    held--
-    if (queued.length > 0) grant(queued[0]!, "pool")
-    else free++
-  })
   const entries = new Map<string, Entry>()
   /** Background, non-detached children by the session that spawned them. */
   const childrenOf = new Map<string, Set<string>>()
@@ -789,14 +701,13 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     })
     // One finalizer for the count, the permit taken at admission and the outcome: each
     // finalizer is a step to unwind when the agent is interrupted.
-    const admitted = permit === "wait" ? Effect.andThen(takePermit(entry), body) : body
+    const admitted = permit === "wait" ? Effect.andThen(permits.take(entry), body) : body
     return Effect.onExit(admitted, (exit) => {
       if (counted) {
         counted = false
         runningCount--
       }
-      if (permit === "held") held--
-      release(entry)
+      permits.release(entry, permit === "held")
       return finish(entry, exit)
     })
   }
@@ -810,12 +721,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   // of its own.
   const admit = (): Exit.Exit<boolean, CapReached> => {
     if (config.admission === "queue") return Exit.succeed(false)
-    if (free > 0) {
-      free--
-      held++
-      return Exit.succeed(true)
-    }
-    return Exit.fail(new CapReached({ max: config.maxConcurrent, running: Math.max(held, runningCount) }))
+    if (permits.admit()) return Exit.succeed(true)
+    return Exit.fail(new CapReached({ max: config.maxConcurrent, running: Math.max(permits.held(), runningCount) }))
   }
 
   // Internal to spawn and run, whose spans cover it; untraced because it runs once per
@@ -837,7 +744,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       : currentRunId(yield* Effect.map(lookupAny(request.verifies), (t) => isEntry(t) ? t.record : t))
     // The root of a tree (`fibril run`'s agent) is recorded but holds no sub-agent permit.
     const permit: Permit = mode === "root" ? "none" : (yield* admit()) ? "held" : "wait"
-    const released = permit === "held" ? releaseHeld : Effect.void
+    const released = permit === "held" ? Effect.sync(permits.unadmit) : Effect.void
     const created = mode === "root"
       ? yield* session.create({ role: role.name, model, allowedTools: request.allowedTools }).pipe(
         Effect.catchTag("UnknownModel", (error) => Effect.die(error))
@@ -996,11 +903,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   ) {
     const targets = yield* Effect.forEach(ids, lookupAny)
     const runs = targets.map(runOf)
-    const timedOut = yield* lendWhile(
-      options.caller,
-      targets.map(idOf),
-      waitFor(targets, options.mode, options.timeoutMs)
-    )
+    const timedOut = yield* lendWhile(options.caller, targets, waitFor(targets, options.mode, options.timeoutMs))
     const views = yield* Effect.forEach(targets, (target, i) => endedView(target, runs[i]))
     return {
       timed_out: timedOut,
@@ -1036,7 +939,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const target = yield* lookupAny(id)
     if (!options.block) return yield* currentView(target)
     const run = runOf(target)
-    yield* lendWhile(options.caller, [idOf(target)], waitFor([target], "all", options.timeoutMs))
+    yield* lendWhile(options.caller, [target], waitFor([target], "all", options.timeoutMs))
     return yield* endedView(target, run)
   }, withSpan("SubAgentManager.result"))
 
@@ -1111,7 +1014,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     via: InputVia = "api"
   ) {
     const target = yield* lookupAny(id)
-    const agentId = isEntry(target) ? target.record.agent_id : target.agent_id
+    const agentId = idOf(target)
     const status = isEntry(target) ? target.record.status : target.status
     const now = yield* Clock.currentTimeMillis
     if (status !== "running" && status !== "pending") {
@@ -1398,18 +1301,15 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         .map((id) => entries.get(id)!)
         .filter((entry) => !isTerminal(entry.record.status))
       if (open.length === 0) return Effect.succeed(undefined)
-      return lendWhile(
-        sessionId,
-        open.map((entry) => entry.record.agent_id),
-        Effect.forEach(open, (entry) => Deferred.await(entry.done), { discard: true })
-      ).pipe(
-        Effect.map(() =>
-          "Your background sub-agents were still running when you answered; they have now finished. " +
-          "Their results:\n" +
-          JSON.stringify(open.map((entry) => agentResultForModel(view(entry.record))), null, 2) +
-          "\nTake them into account, then give your final answer."
+      return lendWhile(sessionId, open, Effect.forEach(open, (entry) => Deferred.await(entry.done), { discard: true }))
+        .pipe(
+          Effect.map(() =>
+            "Your background sub-agents were still running when you answered; they have now finished. " +
+            "Their results:\n" +
+            JSON.stringify(open.map((entry) => agentResultForModel(view(entry.record))), null, 2) +
+            "\nTake them into account, then give your final answer."
+          )
         )
-      )
     }
   })
 
