@@ -1,0 +1,164 @@
+// SubAgentManager with what another process or the workspace left: a record whose model this
+// process does not know, definitions that are not sub-agent types, session names shared by
+// several stored records, a store that refuses a write. Real layers, the ScriptedModel; two
+// "processes" are two stacks on one state directory (each its own store and boot id). Each test
+// here failed with a mutant of SubAgentManager.ts (docs/testing.md).
+import { NodeServices } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { ScriptedModel } from "@fibril/testkit"
+import { Context, Effect, FileSystem, Layer, Logger, Option } from "effect"
+import * as Fibril from "../src/Fibril.ts"
+import * as Models from "../src/Models.ts"
+import * as SubAgentManager from "../src/SubAgentManager.ts"
+import { SubAgentStore } from "../src/SubAgentStore.ts"
+import * as SubAgentStoreModule from "../src/SubAgentStore.ts"
+import { provideNode, report } from "./support.ts"
+
+const Manager = SubAgentManager.SubAgentManager
+
+const answers: ScriptedModel.ScriptInput = { rules: [{ respond: () => ({ text: report("done") }) }] }
+
+/** A stack on `root` with a durable store whose model catalog is exactly `ids`. */
+const stack = (root: string, ids: ReadonlyArray<string>, extra: Partial<Fibril.Options> = {}) =>
+  Effect.gen(function*() {
+    const catalog = Layer.unwrap(Effect.gen(function*() {
+      const model = yield* ScriptedModel.make(answers)
+      return Models.fromRecord(Object.fromEntries(ids.map((id) => [id, model])))
+    }))
+    const built = yield* Layer.build(
+      Fibril.layerWithModels({ cwd: root, store: "file", ...extra }).pipe(Layer.provideMerge(catalog))
+    )
+    return { manager: Context.get(built, Manager), store: Context.get(built, SubAgentStore) }
+  })
+
+const tempRoot = Effect.gen(function*() {
+  const fs = yield* FileSystem.FileSystem
+  return yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+})
+
+describe("SubAgentManager and what others left", () => {
+  it.effect("a finished agent recorded with a model unknown here: its resume is refused, and an assign still only narrows", () =>
+    Effect.gen(function*() {
+      const root = yield* tempRoot
+      const a = yield* stack(root, ["model-a"])
+      const agent = yield* a.manager.run(undefined, { prompt: "first task", description: "a's job" })
+      assert.deepStrictEqual([agent.status, agent.model, agent.role], ["completed", "model-a", "general"])
+      yield* a.store.flush
+
+      const b = yield* stack(root, ["model-b"])
+      const refused = yield* Effect.flip(b.manager.resume(undefined, agent.agent_id, "again"))
+      assert.strictEqual(refused._tag, "UnknownModel")
+      assert.include(refused.message, "model-a")
+      assert.include(refused.message, "model-b")
+
+      // Taken over, but no session could be built here: an assign checks the new role against
+      // the recorded one. Narrowing to explore is taken: recorded, logged, and the note kept as
+      // an input nobody received.
+      const narrowed = yield* b.manager.assign(agent.agent_id, { role: "explore", objective: "only look" })
+      assert.isFalse(narrowed.delivered)
+      assert.strictEqual(
+        narrowed.reason,
+        `agent ${agent.agent_id} is completed; nothing is running to receive input (agent_resume continues it)`
+      )
+      assert.deepStrictEqual([narrowed.agent.role, narrowed.agent.objective], ["explore", "only look"])
+      assert.deepStrictEqual(narrowed.agent.permissions, agent.permissions)
+      assert.deepStrictEqual(
+        (narrowed.agent.events ?? []).filter((e) => e.type === "assigned").map((e) => e.detail),
+        ["role explore; objective: only look"]
+      )
+      assert.strictEqual(narrowed.input?.via, "agent_assign")
+      const stored = Option.getOrThrow(yield* b.store.get(agent.agent_id))
+      assert.deepStrictEqual([stored.role, stored.objective], ["explore", "only look"])
+
+      // Widening back to general is refused, naming both roles and what it would grant; the
+      // record is unchanged.
+      const widening = yield* Effect.flip(b.manager.assign(agent.agent_id, { role: "general", objective: "write" }))
+      assert.strictEqual(widening._tag, "PermissionWidening")
+      assert.include(widening.message, "explore")
+      assert.include(widening.message, "general")
+      assert.include(widening.message, "write")
+      const after = yield* b.manager.result(agent.agent_id, { block: false })
+      assert.deepStrictEqual([after.role, after.objective], ["explore", "only look"])
+      // The same role again widens nothing.
+      const same = yield* b.manager.assign(agent.agent_id, { role: "explore" })
+      assert.strictEqual(same.agent.role, "explore")
+    }).pipe(provideNode))
+
+  it.effect("an opencode primary agent is loaded but is no sub-agent type: refused, and not offered", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const root = yield* tempRoot
+      yield* fs.makeDirectory(`${root}/.opencode/agent`, { recursive: true })
+      yield* fs.writeFileString(
+        `${root}/.opencode/agent/boss.md`,
+        "---\ndescription: Runs things\nmode: primary\n---\nBoss.\n"
+      )
+      yield* fs.writeFileString(
+        `${root}/.opencode/agent/helper.md`,
+        "---\ndescription: Helps\nmode: subagent\n---\nHelper.\n"
+      )
+      const { manager } = yield* stack(root, ["m"])
+      const refused = yield* Effect.flip(manager.spawn(undefined, { prompt: "lead", role: "boss" }))
+      assert.strictEqual(refused._tag, "UnknownRole")
+      assert.include(refused.message, "unknown sub-agent type \"boss\"")
+      assert.isTrue(
+        refused.message.endsWith("; agents defined in .fibril/agents, .claude/agents or .opencode/agent: helper"),
+        refused.message
+      )
+      const helper = yield* manager.run(undefined, { prompt: "help", role: "helper" })
+      assert.deepStrictEqual([helper.role, helper.status], ["helper", "completed"])
+    }).pipe(provideNode))
+
+  it.effect("a session name several stored records share names the most recent of them", () =>
+    Effect.gen(function*() {
+      const root = yield* tempRoot
+      const a = yield* stack(root, ["m"])
+      const runs = [
+        yield* a.manager.run(undefined, { prompt: "one" }),
+        yield* a.manager.run(undefined, { prompt: "two" }),
+        yield* a.manager.run(undefined, { prompt: "three" })
+      ]
+      // Another process drew the same name for each (names are unique only within a process).
+      const createdAt = [2_000, 3_000, 1_000]
+      for (const [i, run] of runs.entries()) {
+        yield* a.store.put({ ...run, session_name: "shared-name", created_at: createdAt[i]! })
+      }
+      yield* a.store.flush
+      const b = yield* stack(root, ["m"])
+      assert.strictEqual(yield* b.manager.resolve("shared-name"), runs[1]!.agent_id)
+      // An agent id is itself, whatever names the records carry.
+      assert.strictEqual(yield* b.manager.resolve(runs[2]!.agent_id), runs[2]!.agent_id)
+    }).pipe(provideNode))
+
+  it.effect("a store that refuses a transcript write: the agent still runs, and the refusal is logged", () =>
+    Effect.gen(function*() {
+      const root = yield* tempRoot
+      const logs: Array<string> = []
+      const capture = Logger.layer([
+        Logger.make(({ message }) => void logs.push((Array.isArray(message) ? message : [message]).join(" ")))
+      ])
+      const refusing = Layer.effect(
+        SubAgentStore,
+        Effect.gen(function*() {
+          const store = yield* SubAgentStore
+          return SubAgentStore.of({
+            ...store,
+            queueTranscript: (handle) =>
+              Effect.fail(new SubAgentStoreModule.StoreError({ path: handle, reason: "disk full" }))
+          })
+        })
+      ).pipe(
+        Layer.provide(SubAgentStoreModule.layerSqlite({ dir: `${root}/.fibril/state` })),
+        Layer.provide(NodeServices.layer)
+      )
+      const agent = yield* Effect.gen(function*() {
+        const { manager } = yield* stack(root, ["m"], { layers: { store: refusing } })
+        return yield* manager.run(undefined, { prompt: "work" })
+      }).pipe(Effect.provide(capture))
+      assert.strictEqual(agent.status, "completed")
+      assert.isTrue(
+        logs.includes(`sub-agent store: ${agent.agent_id}.jsonl: disk full`),
+        `expected the refusal in the log:\n${logs.join("\n")}`
+      )
+    }).pipe(provideNode))
+})
