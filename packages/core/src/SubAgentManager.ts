@@ -375,7 +375,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     })
   const entries = new Map<string, Entry>()
   /** Background, non-detached children by the session that spawned them. */
-  const childrenOf = new Map<string, Set<string>>()
+  const childrenOf = new Map<string, Set<Entry>>()
   let runningCount = 0
 
   // Agents of processes that ended without finishing them are interrupted; those of live
@@ -418,8 +418,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     if (!store.durable || !(nameShape.test(id) || run !== undefined)) return Effect.succeed(id)
     return Effect.map(store.all, (records) => {
       let found: SubAgentRecord | undefined
+      // A session name, or a run id (an agent id is neither: it has an underscore, no run suffix).
       for (const record of records) {
-        if (record.agent_id === id) return id
         if (record.agent_id === run || Receipt.sessionName(record) === id) {
           if (found === undefined || record.created_at >= found.created_at) found = record
         }
@@ -435,10 +435,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     })
 
   /** One of this process's agents, or the record of another process's (reconciled first). */
-  const lookupAny = (id: string): Effect.Effect<Entry | SubAgentRecord, AgentNotFound> => {
-    const entry = entries.get(id)
-    if (entry !== undefined) return Effect.succeed(entry)
-    return Effect.flatMap(resolve(id), (agentId): Effect.Effect<Entry | SubAgentRecord, AgentNotFound> => {
+  const lookupAny = (id: string): Effect.Effect<Entry | SubAgentRecord, AgentNotFound> =>
+    Effect.flatMap(resolve(id), (agentId): Effect.Effect<Entry | SubAgentRecord, AgentNotFound> => {
       const local = entries.get(agentId)
       if (local !== undefined) return Effect.succeed(local)
       return Effect.flatMap(
@@ -451,7 +449,6 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
           )
       )
     })
-  }
 
   /** Paths as receipts keep them: workspace-relative. */
   const relativize = Option.isSome(workspace) ? workspace.value.relativize : (path: string) => path
@@ -673,7 +670,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
           }
           childrenOf.delete(id)
           const siblings = entry.parentSessionId === undefined ? undefined : childrenOf.get(entry.parentSessionId)
-          if (siblings?.delete(id) === true && siblings.size === 0) childrenOf.delete(entry.parentSessionId!)
+          if (siblings?.delete(entry) === true && siblings.size === 0) childrenOf.delete(entry.parentSessionId!)
         }
         return gone.length === 0 ? Effect.void : Effect.forEach(gone, session.dispose, { discard: true })
       }),
@@ -822,8 +819,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         ? managerScope
         : Option.getOrElse(session.scopeOf(parentSessionId), () => managerScope)
       if (!detached && parentSessionId !== undefined) {
-        const set = childrenOf.get(parentSessionId) ?? new Set<string>()
-        set.add(record.agent_id)
+        const set = childrenOf.get(parentSessionId) ?? new Set<Entry>()
+        set.add(entry)
         childrenOf.set(parentSessionId, set)
       }
       fiber = yield* Effect.forkIn(run, scope, { startImmediately: true })
@@ -951,9 +948,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
 
   const markDescendants = (sessionId: string, reason: string): Effect.Effect<void> =>
     Effect.forEach(childrenOf.get(sessionId) ?? [], (child) => {
-      const entry = entries.get(child)
-      if (entry === undefined || isTerminal(entry.record.status) || entry.record.detached) return Effect.void
-      return Effect.andThen(markCancelled(entry, reason), markDescendants(child, reason))
+      if (isTerminal(child.record.status)) return Effect.void
+      return Effect.andThen(markCancelled(child, reason), markDescendants(child.record.agent_id, reason))
     }, { discard: true })
 
   /**
@@ -1097,13 +1093,13 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const { definition, role } = yield* resolveRole(record.role, undefined)
     // After a restart the session is gone: rebuild it from its transcript, where each tool
     // result was written as it landed.
-    if (Option.isNone(yield* Effect.option(session.info(agentId)))) {
+    const restore = Effect.gen(function*() {
       const raw = yield* Effect.orElseSucceed(store.readTranscript(record.transcript_handle), () => [])
       const transcript = yield* Effect.orElseSucceed(
         Transcript.decode(raw),
         () => [] as ReadonlyArray<Prompt.Message>
       )
-      yield* session.restore({
+      return yield* session.restore({
         id: agentId,
         parentId: record.parent_id,
         depth: record.depth,
@@ -1115,13 +1111,10 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
         transcript: Transcript.mergeToolMessages(transcript),
         budgets: config.budgets
       })
-    }
-    // What the session has counted so far (nothing, when restored): the new run adds to it.
-    const before = yield* Effect.option(session.info(agentId))
-    entry.runBase = Option.match(before, {
-      onNone: () => ({ steps: 0, toolCalls: 0, tokens: { input: 0, output: 0, cached: 0 } }),
-      onSome: (info) => ({ steps: info.steps, toolCalls: info.toolCalls, tokens: info.treeUsage })
     })
+    // What the session has counted so far (nothing, when restored): the new run adds to it.
+    const before = yield* session.info(agentId).pipe(Effect.catchTag("SessionNotFound", () => restore))
+    entry.runBase = { steps: before.steps, toolCalls: before.toolCalls, tokens: before.treeUsage }
     const permit: Permit = (yield* admit()) ? "held" : "wait"
     const previous = `${status}${record.reason === undefined ? "" : `: ${record.reason}`}`
     // An agent that never started (cancelled while queued) never read its task: it comes first.
@@ -1297,9 +1290,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       ? () => Effect.catch(store.sync, (error) => Effect.logWarning(error.message))
       : undefined,
     beforeFinish: (sessionId) => {
-      const open = [...(childrenOf.get(sessionId) ?? [])]
-        .map((id) => entries.get(id)!)
-        .filter((entry) => !isTerminal(entry.record.status))
+      const open = [...(childrenOf.get(sessionId) ?? [])].filter((entry) => !isTerminal(entry.record.status))
       if (open.length === 0) return Effect.succeed(undefined)
       return lendWhile(sessionId, open, Effect.forEach(open, (entry) => Deferred.await(entry.done), { discard: true }))
         .pipe(
@@ -1322,9 +1313,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const hasRunningChild = (agentId: string): boolean => {
     const children = childrenOf.get(agentId)
     if (children === undefined) return false
-    for (const id of children) {
-      const child = entries.get(id)
-      if (child !== undefined && child.record.status === "running") return true
+    for (const child of children) {
+      if (child.record.status === "running") return true
     }
     return false
   }

@@ -19,10 +19,15 @@ const Manager = SubAgentManager.SubAgentManager
 const answers: ScriptedModel.ScriptInput = { rules: [{ respond: () => ({ text: report("done") }) }] }
 
 /** A stack on `root` with a durable store whose model catalog is exactly `ids`. */
-const stack = (root: string, ids: ReadonlyArray<string>, extra: Partial<Fibril.Options> = {}) =>
+const stack = (
+  root: string,
+  ids: ReadonlyArray<string>,
+  extra: Partial<Fibril.Options> = {},
+  script: ScriptedModel.ScriptInput = answers
+) =>
   Effect.gen(function*() {
     const catalog = Layer.unwrap(Effect.gen(function*() {
-      const model = yield* ScriptedModel.make(answers)
+      const model = yield* ScriptedModel.make(script)
       return Models.fromRecord(Object.fromEntries(ids.map((id) => [id, model])))
     }))
     const built = yield* Layer.build(
@@ -128,6 +133,17 @@ describe("SubAgentManager and what others left", () => {
       assert.strictEqual(yield* b.manager.resolve("shared-name"), runs[1]!.agent_id)
       // An agent id is itself, whatever names the records carry.
       assert.strictEqual(yield* b.manager.resolve(runs[2]!.agent_id), runs[2]!.agent_id)
+      // Once B takes the oldest over, the name is B's own agent's first.
+      yield* b.manager.resume(undefined, runs[2]!.agent_id, "yours now")
+      assert.strictEqual(yield* b.manager.resolve("shared-name"), runs[2]!.agent_id)
+      assert.strictEqual((yield* b.manager.result("shared-name", { block: true })).agent_id, runs[2]!.agent_id)
+      // A name B's own agent already has stays its: a record taken over under the same name
+      // does not take it.
+      const own = yield* b.manager.run(undefined, { prompt: "b's own" })
+      yield* a.store.put({ ...runs[0]!, session_name: own.session_name! })
+      yield* a.store.flush
+      yield* b.manager.resume(undefined, runs[0]!.agent_id, "also yours")
+      assert.strictEqual(yield* b.manager.resolve(own.session_name!), own.agent_id)
     }).pipe(provideNode))
 
   it.effect("a store that refuses a transcript write: the agent still runs, and the refusal is logged", () =>
@@ -156,9 +172,49 @@ describe("SubAgentManager and what others left", () => {
         return yield* manager.run(undefined, { prompt: "work" })
       }).pipe(Effect.provide(capture))
       assert.strictEqual(agent.status, "completed")
+      // Not a verifier: nothing said about one.
+      assert.isFalse(logs.some((line) => line.includes("verifier")), logs.join("\n"))
       assert.isTrue(
         logs.includes(`sub-agent store: ${agent.agent_id}.jsonl: disk full`),
         `expected the refusal in the log:\n${logs.join("\n")}`
       )
+    }).pipe(provideNode))
+
+  it.effect("a store that cannot read a transcript: a takeover starts a fresh conversation, and the transcript reads empty", () =>
+    Effect.gen(function*() {
+      const root = yield* tempRoot
+      const a = yield* stack(root, ["m"])
+      const agent = yield* a.manager.run(undefined, { prompt: "first task" })
+      yield* a.store.flush
+      const unreadable = Layer.effect(
+        SubAgentStore,
+        Effect.gen(function*() {
+          const store = yield* SubAgentStore
+          return SubAgentStore.of({
+            ...store,
+            readTranscript: (handle) =>
+              Effect.fail(new SubAgentStoreModule.StoreError({ path: handle, reason: "unreadable" }))
+          })
+        })
+      ).pipe(
+        Layer.provide(SubAgentStoreModule.layerSqlite({ dir: `${root}/.fibril/state` })),
+        Layer.provide(NodeServices.layer)
+      )
+      const seen: Array<ReadonlyArray<string>> = []
+      const b = yield* stack(root, ["m"], { layers: { store: unreadable } }, {
+        rules: [{
+          respond: (c) => {
+            seen.push(c.messages.map((m) => m.role))
+            return { text: report("again") }
+          }
+        }]
+      })
+      yield* b.manager.resume(undefined, agent.agent_id, "go on")
+      const done = yield* b.manager.result(agent.agent_id, { block: true })
+      assert.strictEqual(done.status, "completed")
+      // No history could be read: the system prompt and the new message only.
+      assert.deepStrictEqual(seen, [["system", "user"]])
+      const page = yield* b.manager.readTranscript(agent.transcript_handle, {})
+      assert.deepStrictEqual([page.total, page.messages], [0, []])
     }).pipe(provideNode))
 })
