@@ -7,6 +7,7 @@ import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { ScriptedModel } from "@fibril/testkit"
 import { Context, Effect, FileSystem, Layer, Logger, Option } from "effect"
+import { TestClock } from "effect/testing"
 import * as Fibril from "../src/Fibril.ts"
 import * as Models from "../src/Models.ts"
 import * as SubAgentManager from "../src/SubAgentManager.ts"
@@ -216,5 +217,51 @@ describe("SubAgentManager and what others left", () => {
       assert.deepStrictEqual(seen, [["system", "user"]])
       const page = yield* b.manager.readTranscript(agent.transcript_handle, {})
       assert.deepStrictEqual([page.total, page.messages], [0, []])
+    }).pipe(provideNode))
+
+  it.effect("requests from other processes are read while agents are live, and not after", () =>
+    Effect.gen(function*() {
+      const root = yield* tempRoot
+      let reads = 0
+      const counting = Layer.effect(
+        SubAgentStore,
+        Effect.gen(function*() {
+          const store = yield* SubAgentStore
+          return SubAgentStore.of({ ...store, takeRequests: Effect.suspend(() => (reads++, store.takeRequests)) })
+        })
+      ).pipe(
+        Layer.provide(SubAgentStoreModule.layerSqlite({ dir: `${root}/.fibril/state` })),
+        Layer.provide(NodeServices.layer)
+      )
+      const { manager } = yield* stack(root, ["m"], { layers: { store: counting } }, {
+        rules: [{ turns: [{ text: report("slow"), delay_ms: 2_000 }] }]
+      })
+      const agent = yield* manager.spawn(undefined, { prompt: "work" })
+      yield* TestClock.adjust("1 second")
+      // Read at once, then every half second while the agent runs.
+      assert.isAtLeast(reads, 2)
+      yield* TestClock.adjust("2 seconds")
+      assert.strictEqual((yield* manager.result(agent.agent_id, { block: true })).status, "completed")
+      yield* TestClock.adjust("1 second")
+      const settled = reads
+      yield* TestClock.adjust("10 seconds")
+      assert.strictEqual(reads, settled)
+    }).pipe(provideNode))
+
+  it.effect("a cancel asked of another process for an agent that has since finished leaves it no request", () =>
+    Effect.gen(function*() {
+      const root = yield* tempRoot
+      const a = yield* stack(root, ["m"])
+      const b = yield* stack(root, ["m"])
+      const agent = yield* a.manager.run(undefined, { prompt: "work" })
+      yield* a.store.flush
+      // B read it while it ran; by the time B asks, it has finished.
+      const stale = { ...agent, status: "running" as const }
+      const latest = yield* SubAgentManager.requestCancel(stale, "stop").pipe(
+        Effect.provideService(SubAgentStore, b.store)
+      )
+      assert.strictEqual(latest.status, "completed")
+      yield* b.store.flush
+      assert.deepStrictEqual(yield* a.store.takeRequests, [])
     }).pipe(provideNode))
 })
