@@ -383,9 +383,9 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   yield* store.reconcile
   /** Own agents not yet terminal: while there are any, requests from other processes are read. */
   let liveCount = 0
-  const requestsWake = yield* Latch.make(false)
+  const requestsWake = yield* Latch.make()
   /** Opened when an agent starts: the heartbeat watchdog runs while agents are live. */
-  const watchdogWake = yield* Latch.make(false)
+  const watchdogWake = yield* Latch.make()
   const agentStarted = () => {
     liveCount++
     requestsWake.openUnsafe()

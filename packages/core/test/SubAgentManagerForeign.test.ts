@@ -264,4 +264,34 @@ describe("SubAgentManager and what others left", () => {
       yield* b.store.flush
       assert.deepStrictEqual(yield* a.store.takeRequests, [])
     }).pipe(provideNode))
+
+  it.effect("only what could be a session name or a run id makes a lookup read the stored records", () =>
+    Effect.gen(function*() {
+      const root = yield* tempRoot
+      let scans = 0
+      const counting = Layer.effect(
+        SubAgentStore,
+        Effect.gen(function*() {
+          const store = yield* SubAgentStore
+          return SubAgentStore.of({ ...store, all: Effect.suspend(() => (scans++, store.all)) })
+        })
+      ).pipe(
+        Layer.provide(SubAgentStoreModule.layerSqlite({ dir: `${root}/.fibril/state` })),
+        Layer.provide(NodeServices.layer)
+      )
+      const { manager } = yield* stack(root, ["m"], { layers: { store: counting } })
+      const scanned = (id: string) =>
+        Effect.gen(function*() {
+          const before = scans
+          assert.strictEqual(yield* manager.resolve(id), id)
+          return scans - before
+        })
+      // Names are two lowercase words and an optional number; run ids end in -r<n>.
+      for (const name of ["brave-otter", "brave-otter-2", "brave-otter-12", "agent_x1-r3"]) {
+        assert.strictEqual(yield* scanned(name), 1, name)
+      }
+      for (const other of ["agent_k3x91", "9brave-otter", "brave-otter_x", "brave-otter-x", "brave", "Brave-Otter"]) {
+        assert.strictEqual(yield* scanned(other), 0, other)
+      }
+    }).pipe(provideNode))
 })
