@@ -715,11 +715,13 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   }
 
   // Decided at once: it is called inside the spawn's own step, which reads the Exit at no step
-  // of its own.
+  // of its own. The cap error counts the permits taken at admission: every running agent took
+  // one, and so did one still being set up (its session and record created), so a full cap
+  // never reports "running 0".
   const admit = (): Exit.Exit<boolean, CapReached> => {
     if (config.admission === "queue") return Exit.succeed(false)
     if (permits.admit()) return Exit.succeed(true)
-    return Exit.fail(new CapReached({ max: config.maxConcurrent, running: Math.max(permits.held(), runningCount) }))
+    return Exit.fail(new CapReached({ max: config.maxConcurrent, running: permits.held() }))
   }
 
   // Internal to spawn and run, whose spans cover it; untraced because it runs once per
