@@ -537,7 +537,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const persistStart = (entry: Entry) =>
     store.durable
       ? Effect.flatMap(
-        Effect.orElseSucceed(session.transcript(entry.record.agent_id), () => []),
+        // The session was created a step before: it is there.
+        Effect.orDie(session.transcript(entry.record.agent_id)),
         (messages) => queueMessages(entry.record.transcript_handle, messages)
       )
       : Effect.void
