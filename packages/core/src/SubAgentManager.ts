@@ -371,7 +371,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   ): Effect.Effect<A, E> =>
     Effect.suspend(() => {
       const lender = callerId === undefined ? undefined : entries.get(callerId)
-      return lender === undefined ? waiting : permits.lendWhile(lender, new Set(targets.filter(isEntry)), waiting)
+      return lender === undefined ? waiting : permits.lendWhile(lender, new Set(targets), waiting)
     })
   const entries = new Map<string, Entry>()
   /** Background, non-detached children by the session that spawned them. */
@@ -410,7 +410,6 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
    * store's, the most recent one) or a run id. `id` itself when nothing matches.
    */
   const resolve = (id: string): Effect.Effect<string> => {
-    if (entries.has(id)) return Effect.succeed(id)
     const local = names.get(id)
     if (local !== undefined) return Effect.succeed(local)
     const run = agentOfRunId(id)
@@ -620,26 +619,23 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       // An agent that never started its prompt has no session events: say it here, so every
       // agent publishes exactly one terminal event.
       if (!entry.started) {
-        const info = yield* Effect.option(session.info(record.agent_id))
-        if (Option.isSome(info)) {
-          yield* events.publish({
-            type: record.status,
-            reason: record.reason,
-            at: record.finished_at,
-            agent: {
-              agentId: record.agent_id,
-              parentId: record.parent_id,
-              depth: record.depth,
-              role: record.role,
-              model: record.model,
-              description: record.description,
-              step: 0,
-              toolCalls: 0,
-              lastTool: undefined,
-              usage: record.tokens
-            }
-          })
-        }
+        yield* events.publish({
+          type: record.status,
+          reason: record.reason,
+          at: record.finished_at,
+          agent: {
+            agentId: record.agent_id,
+            parentId: record.parent_id,
+            depth: record.depth,
+            role: record.role,
+            model: record.model,
+            description: record.description,
+            step: 0,
+            toolCalls: 0,
+            lastTool: undefined,
+            usage: record.tokens
+          }
+        })
       }
       yield* store.put(record)
       if (record.verifies !== undefined) yield* attachVerifierResult(record)
@@ -701,10 +697,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     // finalizer is a step to unwind when the agent is interrupted.
     const admitted = permit === "wait" ? Effect.andThen(permits.take(entry), body) : body
     return Effect.onExit(admitted, (exit) => {
-      if (counted) {
-        counted = false
-        runningCount--
-      }
+      if (counted) runningCount--
       permits.release(entry, permit === "held")
       return finish(entry, exit)
     })

@@ -6,7 +6,7 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { ScriptedModel } from "@fibril/testkit"
-import { Context, Effect, FileSystem, Layer, Logger, Option } from "effect"
+import { Context, Effect, Fiber, FileSystem, Layer, Logger, Option } from "effect"
 import { TestClock } from "effect/testing"
 import * as Fibril from "../src/Fibril.ts"
 import * as Models from "../src/Models.ts"
@@ -56,6 +56,8 @@ describe("SubAgentManager and what others left", () => {
       assert.strictEqual(refused._tag, "UnknownModel")
       assert.include(refused.message, "model-a")
       assert.include(refused.message, "model-b")
+      // Its run was another process's: whoever waited for it was there, so nobody here has it unread.
+      assert.deepStrictEqual(yield* b.manager.unreadChildren(undefined), [])
 
       // Taken over, but no session could be built here: an assign checks the new role against
       // the recorded one. Narrowing to explore is taken: recorded, logged, and the note kept as
@@ -293,5 +295,53 @@ describe("SubAgentManager and what others left", () => {
       for (const other of ["agent_k3x91", "9brave-otter", "brave-otter_x", "brave-otter-x", "brave", "Brave-Otter"]) {
         assert.strictEqual(yield* scanned(other), 0, other)
       }
+    }).pipe(provideNode))
+
+  it.effect("a verifier of another process's agent: its result stays in its own record, and the log says so", () =>
+    Effect.gen(function*() {
+      const root = yield* tempRoot
+      const logs: Array<string> = []
+      const capture = Logger.layer([
+        Logger.make(({ message }) => void logs.push((Array.isArray(message) ? message : [message]).join(" ")))
+      ])
+      const a = yield* stack(root, ["m"])
+      const checked = yield* a.manager.run(undefined, { prompt: "work" })
+      yield* a.store.flush
+      const b = yield* stack(root, ["m"])
+      const verifier = yield* b.manager.run(undefined, { prompt: "check it", verifies: checked.agent_id }).pipe(
+        Effect.provide(capture)
+      )
+      assert.strictEqual(verifier.verifies, `${checked.agent_id}-r1`)
+      assert.include(
+        logs,
+        `verifier ${verifier.agent_id}: ${checked.agent_id}-r1 is not an agent of this process; its result stays in the verifier's record`
+      )
+      // A's record has no check attached by B.
+      yield* b.store.flush
+      assert.isUndefined(Option.getOrThrow(yield* a.store.get(checked.agent_id)).verification)
+    }).pipe(provideNode))
+
+  it.effect("role requests: a role that needs allowed_tools without them is refused as such, not as unknown", () =>
+    Effect.gen(function*() {
+      const root = yield* tempRoot
+      const { manager } = yield* stack(root, ["m"])
+      const refused = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", role: "custom" }))
+      assert.strictEqual(refused._tag, "InvalidRoleRequest")
+    }).pipe(provideNode))
+
+  it.effect("reject admission: a root's end gives back no permit it never took", () =>
+    Effect.gen(function*() {
+      const root = yield* tempRoot
+      const { manager } = yield* stack(root, ["m"], { subagents: { maxConcurrent: 2 } }, {
+        rules: [{
+          respond: (c) => JSON.stringify(c.messages).includes("HOLD") ? { hang: true } : { text: report("ok") }
+        }]
+      })
+      const { fiber } = yield* manager.startRoot({ prompt: "the root" })
+      yield* Fiber.join(fiber)
+      yield* manager.spawn(undefined, { prompt: "HOLD one" })
+      yield* manager.spawn(undefined, { prompt: "HOLD two" })
+      const refused = yield* Effect.flip(manager.spawn(undefined, { prompt: "HOLD three" }))
+      assert.strictEqual(refused.message.split(":")[0], "sub-agent cap reached (max 2, running 2)")
     }).pipe(provideNode))
 })

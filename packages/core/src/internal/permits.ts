@@ -20,7 +20,7 @@ export interface Holder {
   /** Where the permit it works on came from: the pool, or the holder that lent it; undefined: none. */
   permit: Holder | "pool" | undefined
   /** While it is blocked waiting for these: it lends its permit to one of them that is queued. */
-  lending: ReadonlySet<Holder> | undefined
+  lending: ReadonlySet<unknown> | undefined
   /** The holder working on its permit now. */
   lentTo: Holder | undefined
 }
@@ -53,7 +53,7 @@ export interface Permits {
    */
   readonly lendWhile: <A, E>(
     lender: Holder,
-    targets: ReadonlySet<Holder>,
+    targets: ReadonlySet<unknown>,
     waiting: Effect.Effect<A, E>
   ) => Effect.Effect<A, E>
 }
@@ -130,7 +130,7 @@ export const make = (max: number): Permits => {
 
   const lendWhile = <A, E>(
     lender: Holder,
-    targets: ReadonlySet<Holder>,
+    targets: ReadonlySet<unknown>,
     waiting: Effect.Effect<A, E>
   ): Effect.Effect<A, E> =>
     Effect.suspend(() => {
