@@ -361,6 +361,13 @@ const respondWith = (world: { readonly state: { current: RunState | undefined } 
 /** The reason a store gives the records of a process found gone (SubAgentStore.goneReason). */
 const goneReason = /^Interrupted: the process that ran it .* ended before it finished$/
 
+/**
+ * A reason without what differs from process to process: generated ids, and the pid and host
+ * of a process found gone (SubAgentStore.goneReason) after a crash.
+ */
+const anonymous = (reason: string): string =>
+  reason.replace(/(agent|session)_\w+/g, "<id>").replace(/\(pid \d+ on [^)]*\)/g, "(pid <pid> on <host>)")
+
 /** A crashed process's lease, after which another process may declare it gone. */
 const leaseMs = 15_000
 
@@ -681,7 +688,7 @@ const runIn = (
           depth: event.agent.depth,
           ...(event.tool === undefined ? {} : { tool: event.tool }),
           ...(event.isFailure === true ? { failed: true as const } : {}),
-          ...(event.reason === undefined ? {} : { reason: event.reason.replace(/(agent|session)_\w+/g, "<id>") })
+          ...(event.reason === undefined ? {} : { reason: anonymous(event.reason) })
         })
       }
     })
@@ -870,7 +877,7 @@ const runIn = (
         steps: record.steps ?? 0,
         toolCalls: record.tool_calls ?? 0,
         outputTokens: record.tokens.output,
-        ...(record.reason === undefined ? {} : { reason: record.reason.replace(/(agent|session)_\w+/g, "<id>") }),
+        ...(record.reason === undefined ? {} : { reason: anonymous(record.reason) }),
         tools: [...(state.tools.get(index) ?? [])].sort(),
         roundTrip: Option.isSome(stored) && roundTrips(stored.value, record)
       })

@@ -120,6 +120,22 @@ describe("Simulation", () => {
       assert.strictEqual(Simulation.encode(again), Simulation.encode(trace))
     }).pipe(provideNode))
 
+  it.effect("an agent a crash left interrupted: its reason names no pid or host, so the trace is the same in any process", () =>
+    Effect.gen(function*() {
+      const trace = yield* Simulation.run({
+        seed: 5,
+        tree: [{ work: 2, delayMs: 1000 }],
+        schedule: [{ after: 1500, op: "crash", target: 0 }]
+      })
+      const n1 = trace.records[0]!
+      assert.strictEqual(n1.status, "interrupted")
+      assert.strictEqual(
+        n1.reason,
+        "Interrupted: the process that ran it (pid <pid> on <host>) ended before it finished"
+      )
+      assert.notInclude(Simulation.encode(trace), `pid ${process.pid}`)
+    }).pipe(provideNode))
+
   it.effect("generated experiments with crashes hold every invariant", () =>
     Effect.gen(function*() {
       const result = yield* Lab.check({
