@@ -233,6 +233,31 @@ const report = (summary: string) =>
 
 const markers = /(?:result|transcript):n\d+/g
 
+/**
+ * The markers in a value's JSON text, without writing it: those of its strings (keys
+ * included). JSON's escapes cannot make or break one (a marker has no character that is
+ * escaped, an escape starts with a backslash), and nothing between two strings is a letter.
+ */
+const markersIn = (value: unknown, seen: Set<string>): void => {
+  if (typeof value === "string") {
+    if (value.includes(":n")) { for (const marker of value.match(markers) ?? []) seen.add(marker) }
+  } else if (Array.isArray(value)) {
+    for (const item of value) markersIn(item, seen)
+  } else if (typeof value === "object" && value !== null) {
+    if (typeof (value as { toJSON?: unknown }).toJSON === "function") {
+      for (const marker of JSON.stringify(value).match(markers) ?? []) seen.add(marker)
+      return
+    }
+    for (const key of Object.keys(value)) {
+      const field = (value as Record<string, unknown>)[key]
+      // JSON leaves out what it cannot write.
+      if (field === undefined || typeof field === "function" || typeof field === "symbol") continue
+      markersIn(key, seen)
+      markersIn(field, seen)
+    }
+  }
+}
+
 /** The markers in the messages after the last assistant message, one per message part. */
 const carriedOf = (conversation: ScriptedModel.Conversation): Array<string> => {
   const messages = conversation.messages
@@ -243,9 +268,9 @@ const carriedOf = (conversation: ScriptedModel.Conversation): Array<string> => {
     const message = messages[i]!
     const parts: ReadonlyArray<unknown> = typeof message.content === "string" ? [message.content] : message.content
     for (const part of parts) {
-      const text = JSON.stringify(part)
-      const seen = new Set(text.match(markers) ?? [])
-      found.push(...[...seen].sort())
+      const seen = new Set<string>()
+      markersIn(part, seen)
+      if (seen.size > 0) found.push(...[...seen].sort())
     }
   }
   return found
@@ -623,7 +648,7 @@ const runExperiment = Effect.fn("Simulation.run")(function*(experiment: Experime
       world.context as Context.Context<Session | Manager.SubAgentManager | SubAgentStore.SubAgentStore | AgentEvents>
     ),
     Effect.scoped,
-    Random.withSeed(options.seed ?? JSON.stringify(experiment))
+    withLazySeed(() => options.seed ?? JSON.stringify(experiment))
   )
   if (dir === undefined) {
     const trace = yield* traced
@@ -639,6 +664,20 @@ const runExperiment = Effect.fn("Simulation.run")(function*(experiment: Experime
     ))
   )
 })
+
+/**
+ * `Random.withSeed(seed())`, the generator made at its first draw: most runs draw nothing (a
+ * retry's jitter does), and seeding one is most of what it costs. The same draws either way.
+ */
+const withLazySeed = (seed: () => string | number) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.suspend(() => {
+    let seeded: Random.Random | undefined
+    const generator = () => (seeded ??= Effect.runSync(Random.withSeed(Effect.service(Random.Random), seed())))
+    return Effect.provideService(effect, Random.Random, {
+      nextIntUnsafe: () => generator().nextIntUnsafe(),
+      nextDoubleUnsafe: () => generator().nextDoubleUnsafe()
+    })
+  })
 
 const runIn = (
   world: World,
@@ -924,13 +963,24 @@ const decodeRecord = Schema.decodeUnknownSync(SubAgentRecord.SubAgentRecord, { o
 const same = (a: unknown, b: unknown): boolean => {
   if (a === b) return true
   if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false
-  if (Array.isArray(a)) return Array.isArray(b) && a.length === b.length && a.every((x, i) => same(x, b[i]))
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false
+    for (let i = 0; i < a.length; i++) if (!same(a[i], b[i])) return false
+    return true
+  }
   if (Array.isArray(b)) return false
-  const left = Object.entries(a).filter(([, v]) => v !== undefined)
+  const left = a as Record<string, unknown>
   const right = b as Record<string, unknown>
+  // Without allocating: the defined fields of each side, counted, and each of the left's compared.
   let count = 0
-  for (const key in right) if (right[key] !== undefined) count++
-  return left.length === count && left.every(([key, value]) => same(value, right[key]))
+  for (const key of Object.keys(left)) {
+    const value = left[key]
+    if (value === undefined) continue
+    count++
+    if (!same(value, right[key])) return false
+  }
+  for (const key in right) if (right[key] !== undefined) count--
+  return count === 0
 }
 
 // The stored record equals the manager's, and its JSON decodes (strictly) to the same record.
