@@ -1090,9 +1090,9 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     // After a restart the session is gone: rebuild it from its transcript, where each tool
     // result was written as it landed.
     const restore = Effect.gen(function*() {
-      const raw = yield* Effect.orElseSucceed(store.readTranscript(record.transcript_handle), () => [])
+      // One that cannot be read or decoded: a fresh conversation.
       const transcript = yield* Effect.orElseSucceed(
-        Transcript.decode(raw),
+        Effect.flatMap(store.readTranscript(record.transcript_handle), Transcript.decode),
         () => [] as ReadonlyArray<Prompt.Message>
       )
       return yield* session.restore({
@@ -1399,7 +1399,6 @@ export const requestCancel = (record: SubAgentRecord, reason: string) =>
   Effect.gen(function*() {
     const store = yield* SubAgentStore
     const latest = () => Effect.map(store.get(record.agent_id), Option.getOrElse(() => record))
-    if (isTerminal(record.status)) return record
     yield* store.reconcile
     const now = yield* latest()
     if (isTerminal(now.status)) return now
