@@ -90,7 +90,20 @@ export const run = <E, R>(
   input: LoopInput,
   steps: LoopSteps<E, R>,
   hooks: LoopHooks<E, R> = {}
-): Effect.Effect<LoopResult, E | BudgetExceeded, R> =>
+): Effect.Effect<LoopResult, E | BudgetExceeded, R> => runAs(input, steps, hooks, identity)
+
+const identity = (result: LoopResult): LoopResult => result
+
+/**
+ * `run`, its result given to `finish` as the loop returns it: the caller's own shape of the
+ * result, made in the loop's last step rather than in a step of its own.
+ */
+export const runAs = <E, R, B>(
+  input: LoopInput,
+  steps: LoopSteps<E, R>,
+  hooks: LoopHooks<E, R>,
+  finish: (result: LoopResult) => B
+): Effect.Effect<B, E | BudgetExceeded, R> =>
   Effect.gen(function*() {
     const messages: Array<Prompt.Message> = input.history ?? [...input.messages]
     const { onMessage, afterModel, beforeFinish } = hooks
@@ -132,7 +145,7 @@ export const run = <E, R>(
       }
       const more = beforeFinish === undefined ? undefined : yield* beforeFinish()
       if (more === undefined) {
-        return { text: turn.text, steps: step, toolCalls, usage: Usage.snapshot(usage), messages }
+        return finish({ text: turn.text, steps: step, toolCalls, usage: Usage.snapshot(usage), messages })
       }
       for (const message of more) yield* append(message)
     }
