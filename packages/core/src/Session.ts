@@ -699,7 +699,8 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       {
         model: () => modelStep(state),
         // Each result was handed to `onMessage` as it landed (deps.onResult): only kept here.
-        tools: (_, calls) => runTools(deps, state, calls)
+        // The loop runs what it gets at once, in this fiber: a single call starts here.
+        tools: (_, calls) => runTools(deps, state, calls, true)
       },
       {
         onMessage: (message) => hooks.onMessage === undefined ? Effect.void : hooks.onMessage(state.id, message),
