@@ -439,7 +439,8 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       stepInterrupted: false,
       scope: undefined,
       cancelReason: undefined,
-      clock: init.clock
+      clock: init.clock,
+      lastSnapshot: undefined
     }
     sessions.set(state.id, state)
     return state
