@@ -16,6 +16,7 @@
  */
 import type * as Prompt from "effect/ai/Prompt"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import { type ModelStep, type StepToolCall, toolMessage, type ToolStep, userMessage } from "./AgentSteps.ts"
 import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
 import * as Usage from "./Usage.ts"
@@ -90,7 +91,24 @@ export const run = <E, R>(
   input: LoopInput,
   steps: LoopSteps<E, R>,
   hooks: LoopHooks<E, R> = {}
-): Effect.Effect<LoopResult, E | BudgetExceeded, R> =>
+): Effect.Effect<LoopResult, E | BudgetExceeded, R> => runAs(input, steps, hooks, identity)
+
+const identity = (result: LoopResult): LoopResult => result
+
+/** A hook's answer decided at once: read as it is, with no `yield*` (an iterator and its results). */
+const isSuccess = <A, E, R>(effect: Effect.Effect<A, E, R>): effect is Exit.Success<A, E> =>
+  Exit.isExit(effect) && Exit.isSuccess(effect)
+
+/**
+ * `run`, its result given to `finish` as the loop returns it: the caller's own shape of the
+ * result, made in the loop's last step rather than in a step of its own.
+ */
+export const runAs = <E, R, B>(
+  input: LoopInput,
+  steps: LoopSteps<E, R>,
+  hooks: LoopHooks<E, R>,
+  finish: (result: LoopResult) => B
+): Effect.Effect<B, E | BudgetExceeded, R> =>
   Effect.gen(function*() {
     const messages: Array<Prompt.Message> = input.history ?? [...input.messages]
     const { onMessage, afterModel, beforeFinish } = hooks
@@ -111,7 +129,10 @@ export const run = <E, R>(
       const appended = append(turn.assistant)
       if (appended !== Effect.void) yield* appended
       Usage.add(usage, turn.usage)
-      if (afterModel !== undefined) yield* afterModel(turn, usage)
+      if (afterModel !== undefined) {
+        const after = afterModel(turn, usage)
+        if (!isSuccess(after)) yield* after
+      }
       if (input.maxTokens !== undefined && Usage.total(usage) > input.maxTokens) {
         return yield* new BudgetExceeded({ sessionId: input.agentId, budget: "max_tokens", limit: input.maxTokens })
       }
@@ -130,9 +151,10 @@ export const run = <E, R>(
         )
         continue
       }
-      const more = beforeFinish === undefined ? undefined : yield* beforeFinish()
+      const asked = beforeFinish?.()
+      const more = asked === undefined ? undefined : isSuccess(asked) ? asked.value : yield* asked
       if (more === undefined) {
-        return { text: turn.text, steps: step, toolCalls, usage: Usage.snapshot(usage), messages }
+        return finish({ text: turn.text, steps: step, toolCalls, usage: Usage.snapshot(usage), messages })
       }
       for (const message of more) yield* append(message)
     }

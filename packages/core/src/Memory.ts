@@ -58,6 +58,13 @@ export class Memory extends Context.Service<Memory, {
    * edit shows up at the next `read` or `section`.
    */
   readonly inheritedSection: Effect.Effect<string, MemoryError>
+  /**
+   * What `section` (`inherited`: `inheritedSection`) would give, when it is known at once: the
+   * file unchanged since it was last read (one `stat`), or, inherited, read or written before.
+   * `undefined` when it has to be read: run the effect then. A new conversation asks this in
+   * its own step instead of running a read that would find nothing to read.
+   */
+  readonly knownSection: (inherited: boolean) => string | undefined
 }>()("@fibril/core/Memory") {}
 
 /** A note made one line and capped; `note` is "" when nothing but whitespace was given. */
@@ -146,7 +153,11 @@ const fromStorage = Effect.fnUntraced(function*(path: string, shownPath: string,
     section: current.pipe(Effect.map((loaded) => loaded.section), withSpan("Memory.section")),
     inheritedSection: Effect.suspend(() =>
       known === undefined ? Effect.map(load, (loaded) => loaded.section) : Effect.succeed(known.section)
-    )
+    ),
+    knownSection: (inherited) =>
+      known !== undefined && (inherited || (knownVersion !== undefined && storage.version?.() === knownVersion))
+        ? known.section
+        : undefined
   })
 })
 

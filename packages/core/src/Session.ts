@@ -30,9 +30,9 @@ import type { ModelStep } from "./AgentSteps.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Ids from "./Ids.ts"
 import { clockNow } from "./internal/clock.ts"
-import { withSpan } from "./internal/span.ts"
+import { spanned, tracing } from "./internal/span.ts"
 import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
-import { callModel, type ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
+import { callModelIn, type ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
 import { resolveTurn } from "./loop/ResolveTurn.ts"
 import { runTools, type RunToolsDeps } from "./loop/RunTools.ts"
 import { type Budgets, eventOf, type SessionState } from "./loop/State.ts"
@@ -358,10 +358,17 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
 
   // A new conversation reads the memory file; a sub-agent inherits what this process last
   // read or wrote (with every note remembered since), so a fan-out does not read it per child.
-  const memorySection = (inherited: boolean) =>
-    Option.isNone(memory)
-      ? Effect.succeed("")
-      : Effect.orElseSucceed(inherited ? memory.value.inheritedSection : memory.value.section, () => "")
+  // Usually the section is known at once (the file unchanged since it was read): then it is an
+  // Exit, read with no step. With a tracer, the read runs as an effect (its `Memory.section` span).
+  const memorySection = (inherited: boolean): Effect.Effect<string> => {
+    if (Option.isNone(memory)) return Effect.succeed("")
+    const fiber = Fiber.getCurrent()
+    if (fiber !== undefined && !tracing(fiber)) {
+      const known = memory.value.knownSection(inherited)
+      if (known !== undefined) return Effect.succeed(known)
+    }
+    return Effect.orElseSucceed(inherited ? memory.value.inheritedSection : memory.value.section, () => "")
+  }
 
   // Children of one role at one depth get the same system message: one shared (immutable)
   // message instead of a new ~1 KB string per sub-agent, retained for as long as its session.
@@ -370,7 +377,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   let systemCache = new Map<string, Map<string, Map<string, Prompt.SystemMessage>>>()
   let systemCached = 0
   const systemFor = (role: Roles.RoleSpec, depth: number, prompt: string) =>
-    Effect.map(memorySection(depth > 0), (section) => {
+    Effect.mapEager(memorySection(depth > 0), (section) => {
       let bySection = systemCache.get(prompt)
       if (bySection === undefined) systemCache.set(prompt, bySection = new Map())
       let byRole = bySection.get(section)
@@ -432,7 +439,8 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       stepInterrupted: false,
       scope: undefined,
       cancelReason: undefined,
-      clock: init.clock
+      clock: init.clock,
+      lastSnapshot: undefined
     }
     sessions.set(state.id, state)
     return state
@@ -462,7 +470,10 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       ))
   }
 
-  const create = Effect.fnUntraced(function*(options: CreateOptions = {}) {
+  // create and createChild run in one step when everything they need is known at once (the
+  // usual case): an eager generator (each yield of an Exit read on the spot) inside the span's
+  // own step; whatever has to wait (a memory file to read) runs as an effect from there.
+  const createNow = Effect.fnUntracedEager(function*(options: CreateOptions) {
     const role = yield* Roles.forRequest(options.role ?? "general", options.allowedTools)
     yield* checkAllowedTools(role.name, options.allowedTools)
     const model = options.model ?? models.defaultModel
@@ -483,7 +494,8 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     })
     emit(state, { type: "spawned" })
     return info(state)
-  }, withSpan("Session.create"))
+  })
+  const create = (options: CreateOptions = {}) => spanned("Session.create", () => createNow(options))
 
   // Siblings given the same grant (same role, depth and allowed_tools, no definition or extra
   // denials) get the same rules, and so do root agents given the same grant: rules are
@@ -508,7 +520,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
 
   // createChild and prompt run once per sub-agent: spans without `Effect.fn`'s per-call
   // stack capture, which measured ~3 µs a call on the spawn path.
-  const createChild = Effect.fnUntraced(function*(parentId: string | undefined, options: ChildOptions) {
+  const createChildNow = Effect.fnUntracedEager(function*(parentId: string | undefined, options: ChildOptions) {
     yield* checkAllowedTools(options.role.name, options.allowedTools)
     const parent = parentId === undefined ? undefined : yield* lookup(parentId)
     const depth = parent === undefined ? 1 : parent.depth + 1
@@ -547,7 +559,9 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     })
     emit(state, { type: "spawned" })
     return info(state)
-  }, withSpan("Session.createChild"))
+  })
+  const createChild = (parentId: string | undefined, options: ChildOptions) =>
+    spanned("Session.createChild", () => createChildNow(parentId, options))
 
   const restore = Effect.fn("Session.restore")(function*(options: RestoreOptions) {
     const existing = sessions.get(options.id)
@@ -630,28 +644,31 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
 
   // Each attempt of the model call runs in a fiber of its own (callModel), `state.modelCall`
   // while it runs, so a delivery with `interrupt` can cancel just this step: then there is no
-  // turn (`undefined`), and the loop takes the step again.
-  const step = (state: SessionState): Effect.Effect<ModelStep | undefined, ModelCallFailed> => {
-    state.lastRequestLength = state.messages.length
-    const request = Prompt.fromMessages([state.system, ...state.messages])
-    const onAttempt = (call: Fiber.Fiber<unknown, unknown>) => void (state.modelCall = call)
-    return Effect.matchCauseEffect(
-      callModel(state.languageModel, request, state.view.toolkit, config, retryEvent(state), onAttempt),
-      {
-        onSuccess: (response) => {
-          state.modelCall = undefined
-          state.stepInterrupted = false
-          return Effect.succeed(turnOf(state, response))
-        },
-        onFailure: (cause) => {
-          state.modelCall = undefined
-          const cut = state.stepInterrupted
-          state.stepInterrupted = false
-          return cut && Cause.hasInterruptsOnly(cause) ? Effect.succeed(undefined) : Effect.failCause(cause)
-        }
-      }
-    )
-  }
+  // turn (`undefined`), and the loop takes the step again. The call is started and, when it is
+  // done at once (a scripted or cached answer), matched in this step: one step per model call.
+  const step = (state: SessionState): Effect.Effect<ModelStep | undefined, ModelCallFailed> =>
+    Effect.withFiber((fiber) => {
+      state.lastRequestLength = state.messages.length
+      const request = Prompt.fromMessages([state.system, ...state.messages])
+      const onAttempt = (call: Fiber.Fiber<unknown, unknown>) => void (state.modelCall = call)
+      return Effect.matchCauseEffectEager(
+        callModelIn(fiber, state.languageModel, request, state.view.toolkit, config, retryEvent(state), onAttempt),
+        stepOutcome(state)
+      )
+    })
+  const stepOutcome = (state: SessionState) => ({
+    onSuccess: (response: Parameters<typeof resolveTurn>[0]): Effect.Effect<ModelStep | undefined> => {
+      state.modelCall = undefined
+      state.stepInterrupted = false
+      return Effect.succeed(turnOf(state, response))
+    },
+    onFailure: (cause: Cause.Cause<ModelCallFailed>): Effect.Effect<ModelStep | undefined, ModelCallFailed> => {
+      state.modelCall = undefined
+      const cut = state.stepInterrupted
+      state.stepInterrupted = false
+      return cut && Cause.hasInterruptsOnly(cause) ? Effect.succeed(undefined) : Effect.failCause(cause)
+    }
+  })
 
   const deliverInbox = (state: SessionState): Effect.Effect<void> =>
     Effect.suspend(() =>
@@ -661,18 +678,16 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     )
 
   // The session's model step: deliver queued input, let the store catch up (beforeModelCall),
-  // then the model call.
-  const modelStep = (state: SessionState): Effect.Effect<ModelStep | undefined, ModelCallFailed> =>
-    Effect.suspend(() => {
-      const before = hooks.beforeModelCall
-      const prelude = before === undefined
-        ? deliverInbox(state)
-        : Effect.andThen(deliverInbox(state), before(state.id))
-      // `step` reads the history when it is called: after the prelude, not before.
-      return state.inbox.length === 0 && before === undefined
-        ? step(state)
-        : Effect.andThen(prelude, Effect.suspend(() => step(state)))
-    })
+  // then the model call. The loop asks for it when it is about to run it (no suspension of
+  // its own); `step` reads the history when it runs: after the prelude, not before.
+  const modelStep = (state: SessionState): Effect.Effect<ModelStep | undefined, ModelCallFailed> => {
+    const before = hooks.beforeModelCall
+    if (state.inbox.length === 0 && before === undefined) return step(state)
+    const prelude = before === undefined
+      ? deliverInbox(state)
+      : Effect.andThen(deliverInbox(state), before(state.id))
+    return Effect.andThen(prelude, step(state))
+  }
 
   // The run is AgentLoop's (the same loop cluster mode replays), over this session's steps
   // and hooks: the history is appended in place, each message handed to `onMessage`; after
@@ -680,29 +695,30 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   // token budgets (own and tree) checked; a turn without tool calls ends the run unless
   // input is queued or background children leave something to say (`beforeFinish`).
   const loop = (state: SessionState): Effect.Effect<PromptResult, PromptError> =>
-    Effect.map(
-      AgentLoop.run<ModelCallFailed | BudgetExceeded, never>(
-        { agentId: state.id, messages: state.messages, history: state.messages, maxSteps: state.budgets.maxSteps },
-        {
-          model: () => modelStep(state),
-          // Each result was handed to `onMessage` as it landed (deps.onResult): only kept here.
-          tools: (_, calls) => runTools(deps, state, calls)
+    AgentLoop.runAs<ModelCallFailed | BudgetExceeded, never, PromptResult>(
+      { agentId: state.id, messages: state.messages, history: state.messages, maxSteps: state.budgets.maxSteps },
+      {
+        model: () => modelStep(state),
+        // Each result was handed to `onMessage` as it landed (deps.onResult): only kept here.
+        // The loop runs what it gets at once, in this fiber: a single call starts here.
+        tools: (_, calls) => runTools(deps, state, calls, true)
+      },
+      {
+        onMessage: (message) => hooks.onMessage === undefined ? Effect.void : hooks.onMessage(state.id, message),
+        // Called when the turn is appended (the loop runs what it returns at once).
+        afterModel: (turn, own) => {
+          state.steps++
+          addUsage(state, turn.usage, turn.usageReported)
+          emit(state, { type: "step" })
+          return checkTokens(state, own)
         },
-        {
-          onMessage: (message) => hooks.onMessage === undefined ? Effect.void : hooks.onMessage(state.id, message),
-          // Called when the turn is appended (the loop runs what it returns at once).
-          afterModel: (turn, own) => {
-            state.steps++
-            addUsage(state, turn.usage, turn.usageReported)
-            emit(state, { type: "step" })
-            return checkTokens(state, own)
-          },
-          beforeFinish: () =>
-            state.inbox.length > 0
-              ? Effect.succeed(noMessages)
-              : Effect.map(hooks.beforeFinish(state.id), (more) => more === undefined ? undefined : [userMessage(more)])
-        }
-      ),
+        // Usually decided at once (no background child): then read with no step.
+        beforeFinish: () =>
+          state.inbox.length > 0
+            ? Effect.succeed(noMessages)
+            : Effect.mapEager(hooks.beforeFinish(state.id), (more) =>
+              more === undefined ? undefined : [userMessage(more)])
+      },
       (result) => ({
         sessionId: state.id,
         text: result.text,
@@ -722,15 +738,23 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     )
   }
 
-  // A span without the per-call stack capture (see createChild).
-  const prompt = Effect.fnUntraced(function*(sessionId: string, message: string) {
-    const state = yield* lookup(sessionId)
-    if (state.busy) return yield* new SessionBusy({ sessionId })
-    state.busy = true
-    state.cancelReason = undefined
-    const closed = closeDanglingCalls(state)
-    if (closed !== undefined && hooks.onMessage !== undefined) yield* hooks.onMessage(state.id, closed)
-    yield* addMessage(state, userMessage(message))
+  // The run from the span's own step (see createChild): input checked and appended, the
+  // `started` event, the scope, then the loop, with one finalizer that ends it.
+  const prompt = (sessionId: string, message: string): Effect.Effect<PromptResult, PromptError> =>
+    spanned("Session.prompt", () => {
+      const state = sessions.get(sessionId)
+      if (state === undefined) return Effect.fail(new SessionNotFound({ sessionId }))
+      if (state.busy) return Effect.fail(new SessionBusy({ sessionId }))
+      state.busy = true
+      state.cancelReason = undefined
+      const closed = closeDanglingCalls(state)
+      return Effect.flatMapEager(
+        closed !== undefined && hooks.onMessage !== undefined ? hooks.onMessage(state.id, closed) : Effect.void,
+        () => Effect.flatMapEager(addMessage(state, userMessage(message)), () => start(state))
+      )
+    })
+
+  const start = (state: SessionState): Effect.Effect<PromptResult, PromptError> => {
     // Events of this run are stamped by its clock (the caller's: a TestClock under test).
     state.clock = clockNow()
     emit(state, { type: "started" })
@@ -738,28 +762,26 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     // finalizer that publishes the terminal event, first: one finalizer to unwind, not two.
     const scope = Scope.makeUnsafe()
     state.scope = scope
-    return yield* loop(state).pipe(
-      withWallBudget(state),
-      Effect.onExit((exit) => {
-        const ended = () => {
-          state.busy = false
-          state.scope = undefined
-          state.modelCall = undefined
-          if (exit._tag === "Success") emit(state, { type: "completed" })
-          else if (!Cause.hasInterruptsOnly(exit.cause)) {
-            emit(state, { type: "failed", reason: describeFailure(exit.cause) })
-          } else if (state.cancelReason === undefined) emit(state, { type: "interrupted", reason: "interrupted" })
-          else emit(state, { type: "cancelled", reason: state.cancelReason })
-        }
-        // onExit runs this uninterruptibly, as `closeUnsafe` asks. A scope nothing was forked
-        // into (the usual run: no background child) is closed at once, with no effect to run.
-        const closing = Scope.closeUnsafe(scope, exit)
-        if (closing !== undefined) return Effect.map(closing, ended)
-        ended()
-        return Effect.void
-      })
-    )
-  }, withSpan("Session.prompt"))
+    return Effect.onExitPrimitive(withWallBudget(state)(loop(state)), (exit) => {
+      const ended = () => {
+        state.busy = false
+        state.scope = undefined
+        state.modelCall = undefined
+        if (exit._tag === "Success") emit(state, { type: "completed" })
+        else if (!Cause.hasInterruptsOnly(exit.cause)) {
+          emit(state, { type: "failed", reason: describeFailure(exit.cause) })
+        } else if (state.cancelReason === undefined) emit(state, { type: "interrupted", reason: "interrupted" })
+        else emit(state, { type: "cancelled", reason: state.cancelReason })
+      }
+      // Run uninterruptibly (the default of `onExitPrimitive`, as of `onExit`), as `closeUnsafe`
+      // asks. A scope nothing was forked into (the usual run: no background child) is closed at
+      // once, and then there is no effect to run at all (`undefined`: no step to unwind).
+      const closing = Scope.closeUnsafe(scope, exit)
+      if (closing !== undefined) return Effect.map(closing, ended)
+      ended()
+      return undefined
+    })
+  }
 
   const setRules = (state: SessionState, rules: Permission.Rules) => {
     state.rules = rules
@@ -823,7 +845,8 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       }),
     scopeOf: (sessionId) => Option.fromNullishOr(sessions.get(sessionId)?.scope),
     transcript: (sessionId) => Effect.map(lookup(sessionId), (state) => [state.system, ...state.messages]),
-    info: (sessionId) => Effect.map(lookup(sessionId), info),
+    // Eager: the lookup is decided at once, and so is the snapshot (a caller reads it with no step).
+    info: (sessionId) => Effect.mapEager(lookup(sessionId), info),
     reassign,
     dispose: (sessionId) => Effect.sync(() => void sessions.delete(sessionId)),
     setHooks: (next) =>

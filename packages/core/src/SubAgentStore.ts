@@ -37,6 +37,7 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import { hostname } from "node:os"
 import { nowMillis } from "./internal/clock.ts"
+import { firstBy } from "./internal/firstBy.ts"
 import * as Sqlite from "./internal/sqlite.ts"
 import { isTerminal, migrate, retiredKeys, type Status, SubAgentRecord } from "./SubAgentRecord.ts"
 
@@ -978,6 +979,8 @@ const migrateLegacy = (db: Sqlite.Database, dir: string, now: number) =>
 // Memory
 // ---------------------------------------------------------------------------
 
+const finishedAt = (r: SubAgentRecord) => r.finished_at ?? r.created_at
+
 /** The same store with nothing on disk: one process, one owner, nothing outlives it. */
 export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(options: Limits = {}) {
   const limits = resolve(options)
@@ -987,19 +990,17 @@ export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(option
   let terminalPuts = 0
 
   const evict = (now: number) => {
-    const finishedAt = (r: SubAgentRecord) => r.finished_at ?? r.created_at
+    const finished: Array<SubAgentRecord> = []
     for (const record of records.values()) {
-      if (isTerminal(record.status) && now - finishedAt(record) > limits.evictAfterMs) {
+      if (!isTerminal(record.status)) continue
+      if (now - finishedAt(record) > limits.evictAfterMs) {
         records.delete(record.agent_id)
         transcripts.delete(record.transcript_handle)
-      }
+      } else finished.push(record)
     }
     const excess = records.size - limits.maxRecords
     if (excess <= 0) return
-    const oldest = [...records.values()].filter((r) => isTerminal(r.status)).sort((a, b) =>
-      finishedAt(a) - finishedAt(b)
-    )
-    for (const record of oldest.slice(0, excess)) {
+    for (const record of firstBy(finished, excess, finishedAt)) {
       records.delete(record.agent_id)
       transcripts.delete(record.transcript_handle)
     }

@@ -19,6 +19,7 @@
  */
 import type * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import type * as Fiber from "effect/Fiber"
 import * as References from "effect/References"
 import * as Tracer from "effect/Tracer"
 
@@ -29,4 +30,23 @@ export const tracing = (fiber: { readonly getRef: <A>(ref: Context.Reference<A>)
 export const withSpan = (name: string) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   Effect.withFiber((fiber) =>
     tracing(fiber) ? Effect.useSpan(name, (span) => Effect.provideService(self, Tracer.ParentSpan, span)) : self
+  )
+
+/**
+ * `body`'s effect under a span named `name` when the fiber has a tracer (`withSpan`), built in
+ * the running fiber's step: one step where `Effect.fnUntraced(…, withSpan(name))` takes a
+ * span check, a suspension and the generator's own steps. `body` gets the fiber, so what it
+ * decides at once (a session looked up, a clock read) is read from it with no step more.
+ */
+export const spanned = <A, E, R>(
+  name: string,
+  body: (fiber: Fiber.Fiber<unknown, unknown>) => Effect.Effect<A, E, R>
+): Effect.Effect<A, E, R> =>
+  Effect.withFiber((fiber) =>
+    tracing(fiber)
+      ? Effect.useSpan(
+        name,
+        (span) => Effect.provideService(Effect.suspend(() => body(fiber)), Tracer.ParentSpan, span)
+      )
+      : body(fiber)
   )

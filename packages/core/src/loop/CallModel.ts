@@ -130,6 +130,22 @@ export const callModel = (
   policy: RetryPolicy,
   onRetry: (attempt: number, reason: string, delayMs: number) => Effect.Effect<void>,
   onAttempt?: (call: Fiber.Fiber<unknown, unknown>) => void
+): Effect.Effect<Response, ModelCallFailed> =>
+  Effect.withFiber((fiber) => callModelIn(fiber, model, prompt, toolkit, policy, onRetry, onAttempt))
+
+/**
+ * `callModel` from a step of the running `fiber`: the first attempt starts now, and a call that
+ * is done at once (a scripted or cached answer) is its Exit, which the caller can read with no
+ * step (`matchCauseEffectEager`).
+ */
+export const callModelIn = (
+  fiber: Fiber.Fiber<unknown, unknown>,
+  model: LanguageModel.LanguageModel,
+  prompt: Prompt.Prompt,
+  toolkit: Toolkit,
+  policy: RetryPolicy,
+  onRetry: (attempt: number, reason: string, delayMs: number) => Effect.Effect<void>,
+  onAttempt?: (call: Fiber.Fiber<unknown, unknown>) => void
 ): Effect.Effect<Response, ModelCallFailed> => {
   // The toolkit's tools are typed `Tool.Any`, whose parameter-encoding services are `unknown`;
   // ToolRegistry only admits parameter schemas that need no services, so R is really never.
@@ -142,28 +158,30 @@ export const callModel = (
   // The provider's error is described where it is caught, not in the attempt's fiber: one
   // step less per call. The attempt's fiber starts at once, in this fiber's context, in the
   // same step (no `forkChild` and then a `flatMap`); `awaitWithin` takes it down with this one.
-  const attemptOnce: Effect.Effect<Response, AiError.AiError | AttemptFailure> = Effect.withFiber((fiber) => {
-    const call = Effect.runForkWith(fiber.context)(generate)
+  const attempt = (
+    current: Fiber.Fiber<unknown, unknown>,
+    n: number
+  ): Effect.Effect<Response, ModelCallFailed> => {
+    const call = Effect.runForkWith(current.context)(generate)
     onAttempt?.(call)
-    return awaitWithin(call, policy.apiTimeoutSecs)
-  })
-  const loop = (attempt: number): Effect.Effect<Response, ModelCallFailed> =>
-    Effect.catch(attemptOnce, (error) => {
-      const failure = "_tag" in error ? describeAiError(error) : error
-      if (!failure.retryable || attempt > policy.maxRetries) {
-        return Effect.fail(
-          new ModelCallFailed({ attempts: attempt, retryable: failure.retryable, reason: failure.reason })
-        )
-      }
-      return Effect.flatMap(Random.next, (jitter) => {
-        // Whole milliseconds, as a real clock keeps time: a fractional sleep would move a
-        // TestClock to fractional times, which records (integer times) reject.
-        const delayMs = Math.round(Math.max(failure.retryAfterMs, backoffMs(policy, attempt, jitter)))
-        return onRetry(attempt, failure.reason, delayMs).pipe(
-          Effect.andThen(Effect.sleep(Duration.millis(delayMs))),
-          Effect.andThen(loop(attempt + 1))
-        )
-      })
+    return Effect.catchEager(awaitWithin(call, policy.apiTimeoutSecs), (error) => retry(error, n))
+  }
+  const retry = (error: AiError.AiError | AttemptFailure, n: number): Effect.Effect<Response, ModelCallFailed> => {
+    const failure = "_tag" in error ? describeAiError(error) : error
+    if (!failure.retryable || n > policy.maxRetries) {
+      return Effect.fail(
+        new ModelCallFailed({ attempts: n, retryable: failure.retryable, reason: failure.reason })
+      )
+    }
+    return Effect.flatMap(Random.next, (jitter) => {
+      // Whole milliseconds, as a real clock keeps time: a fractional sleep would move a
+      // TestClock to fractional times, which records (integer times) reject.
+      const delayMs = Math.round(Math.max(failure.retryAfterMs, backoffMs(policy, n, jitter)))
+      return onRetry(n, failure.reason, delayMs).pipe(
+        Effect.andThen(Effect.sleep(Duration.millis(delayMs))),
+        Effect.andThen(Effect.withFiber((current) => attempt(current, n + 1)))
+      )
     })
-  return loop(1)
+  }
+  return attempt(fiber, 1)
 }

@@ -10,6 +10,7 @@
  */
 import * as Prompt from "effect/ai/Prompt"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { AgentEvent, AgentEvents } from "../AgentEvents.ts"
@@ -132,12 +133,15 @@ const execute = (
 // One step for the call and one for its outcome: the bookkeeping runs in the step that starts
 // the call, and success and failure are matched in one frame (no `Effect.result` and then a
 // `flatMap`). `wrap` shapes what the caller wants of the part (a single call's whole message).
+// `now`: the caller runs the call next, in the step it is made in (the loop's single call), so
+// the bookkeeping is done here and a call that is done at once is read with no step at all.
 const runOne = <A>(
   deps: RunToolsDeps,
   state: SessionState,
   call: ToolCall,
   landed: Array<Prompt.ToolResultPart> | undefined,
-  wrap: (part: Prompt.ToolResultPart) => A
+  wrap: (part: Prompt.ToolResultPart) => A,
+  now: boolean
 ): Effect.Effect<A> => {
   const touched: { paths: ReadonlyArray<string> | undefined } = { paths: undefined }
   const landing = (isFailure: boolean, result: unknown, reason: string | undefined): Effect.Effect<A> => {
@@ -159,18 +163,21 @@ const runOne = <A>(
     landed.push(part)
     return Effect.as(deps.onResult(state, part), wrap(part))
   }
-  return Effect.matchEffect(
-    Effect.suspend(() => {
-      state.toolCalls++
-      state.lastTool = call.name
-      emit(deps, state, { type: "tool_call", tool: call.name })
-      return execute(deps, state, call, touched)
-    }),
-    {
-      onFailure: (failure) => landing(true, failurePayload(failure), failure.message),
-      onSuccess: (success) => landing(false, success, undefined)
-    }
-  )
+  const start = () => {
+    state.toolCalls++
+    state.lastTool = call.name
+    emit(deps, state, { type: "tool_call", tool: call.name })
+    return execute(deps, state, call, touched)
+  }
+  const outcome = {
+    onFailure: (failure: ToolErrorLike) => landing(true, failurePayload(failure), failure.message),
+    onSuccess: (success: unknown) => landing(false, success, undefined)
+  }
+  if (!now) return Effect.matchEffect(Effect.suspend(start), outcome)
+  const started = start()
+  return Exit.isExit(started) && Exit.isSuccess(started)
+    ? outcome.onSuccess(started.value)
+    : Effect.matchEffect(started, outcome)
 }
 
 const asPart = (part: Prompt.ToolResultPart) => part
@@ -180,14 +187,17 @@ const run = (
   deps: RunToolsDeps,
   state: SessionState,
   calls: ReadonlyArray<ToolCall>,
-  landed: Array<Prompt.ToolResultPart> | undefined
+  landed: Array<Prompt.ToolResultPart> | undefined,
+  now: boolean
 ): Effect.Effect<Prompt.ToolMessage> =>
   // A single call runs in the loop's own fiber: forking one to run it alone would add a
   // fiber to start, and to interrupt and unwind on cancellation, for nothing.
   calls.length === 1
-    ? runOne(deps, state, calls[0]!, landed, asMessage)
+    ? runOne(deps, state, calls[0]!, landed, asMessage, now)
     : Effect.map(
-      Effect.forEach(calls, (call) => runOne(deps, state, call, landed, asPart), { concurrency: "unbounded" }),
+      Effect.forEach(calls, (call) => runOne(deps, state, call, landed, asPart, false), {
+        concurrency: "unbounded"
+      }),
       (content) => Prompt.makeMessage("tool", { content })
     )
 
@@ -196,15 +206,20 @@ const run = (
  * result is handed over as it lands, and if the turn is interrupted, the results that did
  * land are kept in the conversation: a resumed run then reports as interrupted only the
  * calls that really did not finish.
+ *
+ * `now`: the caller runs the returned effect next, in the fiber whose step this is (the agent
+ * loop's step): a single call then starts here, in the caller's step, rather than in a step
+ * of its own.
  */
 export const runTools = (
   deps: RunToolsDeps,
   state: SessionState,
-  calls: ReadonlyArray<ToolCall>
+  calls: ReadonlyArray<ToolCall>,
+  now = false
 ): Effect.Effect<Prompt.ToolMessage> => {
-  if (deps.onResult === undefined) return run(deps, state, calls, undefined)
+  if (deps.onResult === undefined) return run(deps, state, calls, undefined, now)
   const landed: Array<Prompt.ToolResultPart> = []
-  return Effect.onInterrupt(run(deps, state, calls, landed), () =>
+  return Effect.onInterrupt(run(deps, state, calls, landed, false), () =>
     Effect.sync(() => {
       if (landed.length > 0) state.messages.push(Prompt.makeMessage("tool", { content: landed }))
     }))

@@ -8,13 +8,14 @@
  * A child that fails (step budget, model errors) is a `failed` result the parent's model can
  * act on, not a failure of the parent; a cap or an unknown role is a tool error.
  */
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
-import { withSpan } from "../internal/span.ts"
+import { spanned } from "../internal/span.ts"
 import * as Roles from "../Roles.ts"
-import { type AgentView, SubAgentManager } from "../SubAgentManager.ts"
+import { type AgentView, type SpawnError, SubAgentManager } from "../SubAgentManager.ts"
 import { type ResultSections, resultSections } from "../SubAgentRecord.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 
@@ -54,19 +55,19 @@ export const definition = ToolRegistry.define({
   parameters: TaskParameters,
   posture: "spawn",
   // A span without `Effect.fn`'s per-call stack capture, and combinators rather than a
-  // generator: this runs once per sub-agent.
+  // generator: this runs once per sub-agent. The manager is read from the fiber in the span's
+  // own step.
   handler: (params, context) =>
-    withSpan("tool.task")(SubAgentManager.use((manager) =>
+    spanned("tool.task", (fiber) =>
       Effect.mapEager(
-        manager.run(context.sessionId, {
+        Context.get(fiber.context as Context.Context<SubAgentManager>, SubAgentManager).run(context.sessionId, {
           prompt: params.prompt,
           description: params.description,
           role: params.subagent_type ?? "general",
           allowedTools: params.allowed_tools
         }),
         taskResult
-      )
-    ))
+      ) as Effect.Effect<TaskResult, SpawnError, SubAgentManager>)
 })
 
 /** The `task` result of a finished agent record. */
