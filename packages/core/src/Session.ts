@@ -439,8 +439,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       stepInterrupted: false,
       scope: undefined,
       cancelReason: undefined,
-      clock: init.clock,
-      lastSnapshot: undefined
+      clock: init.clock
     }
     sessions.set(state.id, state)
     return state

@@ -60,37 +60,20 @@ export interface SessionState {
   cancelReason: string | undefined
   /** The clock events are stamped with: the creating fiber's, then the running prompt's. */
   clock: Clock.Clock
-  /** The snapshot of the last event, shared by the next ones while nothing in it changed. */
-  lastSnapshot: AgentSnapshot | undefined
 }
 
-/**
- * The agent as an event shows it. Snapshots are immutable: consecutive events with nothing
- * changed in between (spawned and started, a tool call and its result, the last step and the
- * end) share one.
- */
-export const snapshot = (state: SessionState): AgentSnapshot => {
-  const last = state.lastSnapshot
-  const usage = state.treeUsage
-  if (
-    last !== undefined && last.step === state.steps && last.toolCalls === state.toolCalls &&
-    last.lastTool === state.lastTool && last.role === state.role && last.model === state.model &&
-    last.description === state.description && last.usage.input === usage.input &&
-    last.usage.output === usage.output && last.usage.cached === usage.cached
-  ) return last
-  return state.lastSnapshot = {
-    agentId: state.id,
-    parentId: state.parent?.id,
-    depth: state.depth,
-    role: state.role,
-    model: state.model,
-    description: state.description,
-    step: state.steps,
-    toolCalls: state.toolCalls,
-    lastTool: state.lastTool,
-    usage: { input: usage.input, output: usage.output, cached: usage.cached }
-  }
-}
+export const snapshot = (state: SessionState): AgentSnapshot => ({
+  agentId: state.id,
+  parentId: state.parent?.id,
+  depth: state.depth,
+  role: state.role,
+  model: state.model,
+  description: state.description,
+  step: state.steps,
+  toolCalls: state.toolCalls,
+  lastTool: state.lastTool,
+  usage: { input: state.treeUsage.input, output: state.treeUsage.output, cached: state.treeUsage.cached }
+})
 
 /** An event as published: with the agent's snapshot, stamped by the session's clock. */
 export const eventOf = (state: SessionState, event: Omit<AgentEvent, "agent" | "at">): AgentEvent => ({
