@@ -37,6 +37,22 @@ const stack = (
     return { manager: Context.get(built, Manager), store: Context.get(built, SubAgentStore) }
   })
 
+/** The SQLite store on `root`'s state directory, with some of its operations replaced. */
+const storeWith = (
+  root: string,
+  replace: (store: SubAgentStore["Service"]) => Partial<SubAgentStore["Service"]>
+) =>
+  Layer.effect(
+    SubAgentStore,
+    Effect.gen(function*() {
+      const store = yield* SubAgentStore
+      return SubAgentStore.of({ ...store, ...replace(store) })
+    })
+  ).pipe(
+    Layer.provide(SubAgentStoreModule.layerSqlite({ dir: `${root}/.fibril/state` })),
+    Layer.provide(NodeServices.layer)
+  )
+
 const tempRoot = Effect.gen(function*() {
   const fs = yield* FileSystem.FileSystem
   return yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
@@ -156,19 +172,12 @@ describe("SubAgentManager and what others left", () => {
       const capture = Logger.layer([
         Logger.make(({ message }) => void logs.push((Array.isArray(message) ? message : [message]).join(" ")))
       ])
-      const refusing = Layer.effect(
-        SubAgentStore,
-        Effect.gen(function*() {
-          const store = yield* SubAgentStore
-          return SubAgentStore.of({
-            ...store,
-            queueTranscript: (handle) =>
-              Effect.fail(new SubAgentStoreModule.StoreError({ path: handle, reason: "disk full" }))
-          })
+      const refusing = storeWith(
+        root,
+        () => ({
+          queueTranscript: (handle) =>
+            Effect.fail(new SubAgentStoreModule.StoreError({ path: handle, reason: "disk full" }))
         })
-      ).pipe(
-        Layer.provide(SubAgentStoreModule.layerSqlite({ dir: `${root}/.fibril/state` })),
-        Layer.provide(NodeServices.layer)
       )
       const agent = yield* Effect.gen(function*() {
         const { manager } = yield* stack(root, ["m"], { layers: { store: refusing } })
@@ -189,19 +198,12 @@ describe("SubAgentManager and what others left", () => {
       const a = yield* stack(root, ["m"])
       const agent = yield* a.manager.run(undefined, { prompt: "first task" })
       yield* a.store.flush
-      const unreadable = Layer.effect(
-        SubAgentStore,
-        Effect.gen(function*() {
-          const store = yield* SubAgentStore
-          return SubAgentStore.of({
-            ...store,
-            readTranscript: (handle) =>
-              Effect.fail(new SubAgentStoreModule.StoreError({ path: handle, reason: "unreadable" }))
-          })
+      const unreadable = storeWith(
+        root,
+        () => ({
+          readTranscript: (handle) =>
+            Effect.fail(new SubAgentStoreModule.StoreError({ path: handle, reason: "unreadable" }))
         })
-      ).pipe(
-        Layer.provide(SubAgentStoreModule.layerSqlite({ dir: `${root}/.fibril/state` })),
-        Layer.provide(NodeServices.layer)
       )
       const seen: Array<ReadonlyArray<string>> = []
       const b = yield* stack(root, ["m"], { layers: { store: unreadable } }, {
@@ -225,15 +227,9 @@ describe("SubAgentManager and what others left", () => {
     Effect.gen(function*() {
       const root = yield* tempRoot
       let reads = 0
-      const counting = Layer.effect(
-        SubAgentStore,
-        Effect.gen(function*() {
-          const store = yield* SubAgentStore
-          return SubAgentStore.of({ ...store, takeRequests: Effect.suspend(() => (reads++, store.takeRequests)) })
-        })
-      ).pipe(
-        Layer.provide(SubAgentStoreModule.layerSqlite({ dir: `${root}/.fibril/state` })),
-        Layer.provide(NodeServices.layer)
+      const counting = storeWith(
+        root,
+        (store) => ({ takeRequests: Effect.suspend(() => (reads++, store.takeRequests)) })
       )
       const { manager } = yield* stack(root, ["m"], { layers: { store: counting } }, {
         rules: [{ turns: [{ text: report("slow"), delay_ms: 2_000 }] }]
@@ -271,16 +267,7 @@ describe("SubAgentManager and what others left", () => {
     Effect.gen(function*() {
       const root = yield* tempRoot
       let scans = 0
-      const counting = Layer.effect(
-        SubAgentStore,
-        Effect.gen(function*() {
-          const store = yield* SubAgentStore
-          return SubAgentStore.of({ ...store, all: Effect.suspend(() => (scans++, store.all)) })
-        })
-      ).pipe(
-        Layer.provide(SubAgentStoreModule.layerSqlite({ dir: `${root}/.fibril/state` })),
-        Layer.provide(NodeServices.layer)
-      )
+      const counting = storeWith(root, (store) => ({ all: Effect.suspend(() => (scans++, store.all)) }))
       const { manager } = yield* stack(root, ["m"], { layers: { store: counting } })
       const scanned = (id: string) =>
         Effect.gen(function*() {
