@@ -29,4 +29,12 @@ describe("firstBy", () => {
       )
     }
   })
+
+  it("a count at or past the end gives every item, in its order, without a heap", () => {
+    const items = [5, 1, 4, 1, 3, 9, 2].map((at, id) => ({ id, at }))
+    assert.strictEqual(firstBy(items, items.length, (i) => i.at), items)
+    assert.strictEqual(firstBy(items, items.length + 2, (i) => i.at), items)
+    assert.deepStrictEqual(firstBy(items, 0, (i) => i.at), [])
+    assert.deepStrictEqual(firstBy(items, -1, (i) => i.at), [])
+  })
 })

@@ -2,7 +2,8 @@
  * The `count` items of `items` with the least `key`, ties in their order in `items`: what a
  * stable sort by `key` and its first `count` give, without sorting them all (the memory store
  * holds up to `maxRecords` finished records and evicts a few dozen at a time). A max-heap of
- * the `count` least seen so far, by (key, position); O(n log count). In no particular order.
+ * the `count` least seen so far, by (key, position); O(n log count). In no particular order,
+ * except that a `count` at or past the end gives `items` themselves, in their order.
  */
 export const firstBy = <A>(items: ReadonlyArray<A>, count: number, key: (item: A) => number): ReadonlyArray<A> => {
   if (count >= items.length) return items
