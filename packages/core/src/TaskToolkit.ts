@@ -366,7 +366,8 @@ export interface Options {
    * It is run in the call's scope *before* the agent is spawned, so it can subscribe to
    * `AgentEvents` without missing any, and returns what to run beside the call once the agent
    * exists (or `undefined` for nothing). The call waits for that to return before it returns
-   * its result (at most 1 s), so what it reports comes first. An interrupted call interrupts it.
+   * its result (at most 5 s: it ends at the agent's terminal event, so only a starved process
+   * waits long), so what it reports comes first. An interrupted call interrupts it.
    */
   readonly whileTaskRuns?:
     | Effect.Effect<((agent: AgentView) => Effect.Effect<void>) | undefined, never, Scope.Scope>
@@ -450,7 +451,7 @@ export const makeHandlers = Effect.fn("TaskToolkit.makeHandlers")(function*(opti
           Effect.onInterrupt(() => Effect.ignore(manager.cancel(agent.agent_id, cancelReason)))
         )
         if (watcher !== undefined) {
-          yield* restore(Fiber.await(watcher)).pipe(Effect.timeoutOption("1 second"), Effect.ignore)
+          yield* restore(Fiber.await(watcher)).pipe(Effect.timeoutOption("5 seconds"), Effect.ignore)
           yield* Fiber.interrupt(watcher)
         }
         return TaskTool.taskResult(done)
