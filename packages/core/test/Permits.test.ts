@@ -4,6 +4,9 @@ import * as Permits from "../src/internal/permits.ts"
 
 const holder = (): Permits.Holder => ({ permit: undefined, lending: undefined, lentTo: undefined })
 
+/** Forked, and run at once until it blocks. */
+const started = <A, E>(effect: Effect.Effect<A, E>) => Effect.forkChild(effect, { startImmediately: true })
+
 /** Lets forked fibers run until they block again. */
 const settle = Effect.gen(function*() {
   for (let i = 0; i < 8; i++) yield* Effect.yieldNow
@@ -60,9 +63,9 @@ describe("Permits", () => {
       yield* permits.take(a)
       assert.strictEqual(a.permit, "pool")
       assert.strictEqual(permits.free(), 0)
-      const fb = yield* Effect.forkChild(permits.take(b), { startImmediately: true })
-      const fc = yield* Effect.forkChild(permits.take(c), { startImmediately: true })
-      const fd = yield* Effect.forkChild(permits.take(d), { startImmediately: true })
+      const fb = yield* started(permits.take(b))
+      const fc = yield* started(permits.take(c))
+      const fd = yield* started(permits.take(d))
       assert.strictEqual(permits.queued(), 3)
       // The head of the queue, interrupted, leaves it: c is next.
       yield* Fiber.interrupt(fb)
@@ -76,7 +79,7 @@ describe("Permits", () => {
       // e queues behind d; d's interruption is handled at once (before the permit c gives back
       // is granted): d is out of the queue, and e gets it.
       const e = holder()
-      const fe = yield* Effect.forkChild(permits.take(e), { startImmediately: true })
+      const fe = yield* started(permits.take(e))
       fd.interruptUnsafe()
       permits.release(c, false)
       assert.isUndefined(d.permit)
@@ -94,12 +97,10 @@ describe("Permits", () => {
       const [lender, b, c, other] = [holder(), holder(), holder(), holder()]
       const all = [lender, b, c, other]
       yield* permits.take(lender)
-      yield* Effect.forkChild(permits.take(other), { startImmediately: true })
-      const fb = yield* Effect.forkChild(permits.take(b), { startImmediately: true })
+      yield* started(permits.take(other))
+      const fb = yield* started(permits.take(b))
       const { gate, waiting } = yield* gated()
-      const lend = yield* Effect.forkChild(permits.lendWhile(lender, new Set([b, c]), waiting), {
-        startImmediately: true
-      })
+      const lend = yield* started(permits.lendWhile(lender, new Set([b, c]), waiting))
       // b queued before the lend began: it gets the permit at once.
       yield* settle
       assert.isDefined(fb.pollUnsafe())
@@ -107,7 +108,7 @@ describe("Permits", () => {
       assert.strictEqual(lender.lentTo, b)
       conserved(permits, 1, all, "with b on the lent permit")
       // c queues meanwhile: the permit is in use, so c waits (one borrower per permit).
-      const fc = yield* Effect.forkChild(permits.take(c), { startImmediately: true })
+      const fc = yield* started(permits.take(c))
       yield* settle
       assert.isUndefined(fc.pollUnsafe())
       assert.isUndefined(c.permit)
@@ -138,9 +139,9 @@ describe("Permits", () => {
       const permits = Permits.make(1)
       const [lender, b] = [holder(), holder()]
       yield* permits.take(lender)
-      yield* Effect.forkChild(permits.take(b), { startImmediately: true })
+      yield* started(permits.take(b))
       const { gate, waiting } = yield* gated()
-      const lend = yield* Effect.forkChild(permits.lendWhile(lender, new Set([b]), waiting), { startImmediately: true })
+      const lend = yield* started(permits.lendWhile(lender, new Set([b]), waiting))
       yield* settle
       assert.strictEqual(b.permit, lender)
       yield* Deferred.succeed(gate, undefined)
@@ -162,11 +163,9 @@ describe("Permits", () => {
       const permits = Permits.make(1)
       const [lender, b] = [holder(), holder()]
       yield* permits.take(lender)
-      yield* Effect.forkChild(permits.take(b), { startImmediately: true })
+      yield* started(permits.take(b))
       const failing = yield* gated()
-      const lend = yield* Effect.forkChild(permits.lendWhile(lender, new Set([b]), failing.waiting), {
-        startImmediately: true
-      })
+      const lend = yield* started(permits.lendWhile(lender, new Set([b]), failing.waiting))
       yield* settle
       yield* Deferred.fail(failing.gate, "timed out")
       yield* settle
@@ -179,11 +178,9 @@ describe("Permits", () => {
       // Interrupted (the lender's run is cancelled): its borrower keeps the permit, and the
       // lender takes none.
       const c = holder()
-      yield* Effect.forkChild(permits.take(c), { startImmediately: true })
+      yield* started(permits.take(c))
       const never = yield* gated()
-      const lend2 = yield* Effect.forkChild(permits.lendWhile(lender, new Set([c]), never.waiting), {
-        startImmediately: true
-      })
+      const lend2 = yield* started(permits.lendWhile(lender, new Set([c]), never.waiting))
       yield* settle
       assert.strictEqual(c.permit, lender)
       yield* Fiber.interrupt(lend2)
@@ -200,19 +197,15 @@ describe("Permits", () => {
       const [a, b, c] = [holder(), holder(), holder()]
       const all = [a, b, c]
       yield* permits.take(a)
-      yield* Effect.forkChild(permits.take(b), { startImmediately: true })
+      yield* started(permits.take(b))
       const waitA = yield* gated()
-      const lendA = yield* Effect.forkChild(permits.lendWhile(a, new Set([b]), waitA.waiting), {
-        startImmediately: true
-      })
+      const lendA = yield* started(permits.lendWhile(a, new Set([b]), waitA.waiting))
       yield* settle
       assert.strictEqual(b.permit, a)
       // b waits for c and lends a's permit on.
-      yield* Effect.forkChild(permits.take(c), { startImmediately: true })
+      yield* started(permits.take(c))
       const waitB = yield* gated()
-      const lendB = yield* Effect.forkChild(permits.lendWhile(b, new Set([c]), waitB.waiting), {
-        startImmediately: true
-      })
+      const lendB = yield* started(permits.lendWhile(b, new Set([c]), waitB.waiting))
       yield* settle
       assert.strictEqual(c.permit, b)
       assert.strictEqual(b.lentTo, c)
@@ -251,13 +244,13 @@ describe("Permits", () => {
       const permits = Permits.make(1)
       const [a, b, c] = [holder(), holder(), holder()]
       yield* permits.take(a)
-      yield* Effect.forkChild(permits.take(b), { startImmediately: true })
+      yield* started(permits.take(b))
       const waitA = yield* gated()
-      yield* Effect.forkChild(permits.lendWhile(a, new Set([b]), waitA.waiting), { startImmediately: true })
+      yield* started(permits.lendWhile(a, new Set([b]), waitA.waiting))
       yield* settle
-      yield* Effect.forkChild(permits.take(c), { startImmediately: true })
+      yield* started(permits.take(c))
       const waitB = yield* gated()
-      yield* Effect.forkChild(permits.lendWhile(b, new Set([c]), waitB.waiting), { startImmediately: true })
+      yield* started(permits.lendWhile(b, new Set([c]), waitB.waiting))
       yield* settle
       yield* Deferred.succeed(waitA.gate, undefined)
       yield* settle
@@ -281,9 +274,9 @@ describe("Permits", () => {
       const permits = Permits.make(1)
       const [a, b, d] = [holder(), holder(), holder()]
       yield* permits.take(a)
-      yield* Effect.forkChild(permits.take(b), { startImmediately: true })
+      yield* started(permits.take(b))
       const wait = yield* gated()
-      const lend = yield* Effect.forkChild(permits.lendWhile(a, new Set([b]), wait.waiting), { startImmediately: true })
+      const lend = yield* started(permits.lendWhile(a, new Set([b]), wait.waiting))
       yield* settle
       permits.release(a, false)
       assert.strictEqual(b.permit, "pool")
@@ -295,7 +288,7 @@ describe("Permits", () => {
       assert.isUndefined(a.permit)
       assert.strictEqual(permits.queued(), 0)
       // d queues; b ends: d has the pool's permit.
-      yield* Effect.forkChild(permits.take(d), { startImmediately: true })
+      yield* started(permits.take(d))
       permits.release(b, false)
       yield* settle
       assert.strictEqual(d.permit, "pool")
@@ -310,10 +303,8 @@ describe("Permits", () => {
       // A root holds no permit: it lends none (also to a target that queues while it waits)
       // and takes none after.
       const rootWait = yield* gated()
-      const rootLend = yield* Effect.forkChild(permits.lendWhile(root, new Set([b]), rootWait.waiting), {
-        startImmediately: true
-      })
-      yield* Effect.forkChild(permits.take(b), { startImmediately: true })
+      const rootLend = yield* started(permits.lendWhile(root, new Set([b]), rootWait.waiting))
+      yield* started(permits.take(b))
       yield* settle
       assert.isUndefined(b.permit)
       assert.isUndefined(root.lentTo)
@@ -323,9 +314,7 @@ describe("Permits", () => {
       assert.strictEqual(permits.queued(), 1)
       // A second wait inside a first (already lending to nobody queued yet) lends nothing more.
       const outer = yield* gated()
-      const lend = yield* Effect.forkChild(permits.lendWhile(a, new Set<Permits.Holder>(), outer.waiting), {
-        startImmediately: true
-      })
+      const lend = yield* started(permits.lendWhile(a, new Set<Permits.Holder>(), outer.waiting))
       yield* settle
       const lending = a.lending
       assert.strictEqual(yield* permits.lendWhile(a, new Set([b]), Effect.succeed("inner")), "inner")
@@ -347,10 +336,10 @@ describe("Permits", () => {
       const [a, b] = [holder(), holder()]
       yield* permits.take(a)
       const wait = yield* gated()
-      yield* Effect.forkChild(permits.lendWhile(a, new Set([b]), wait.waiting), { startImmediately: true })
+      yield* started(permits.lendWhile(a, new Set([b]), wait.waiting))
       yield* settle
       assert.isUndefined(a.lentTo)
-      const fb = yield* Effect.forkChild(permits.take(b), { startImmediately: true })
+      const fb = yield* started(permits.take(b))
       yield* settle
       assert.isDefined(fb.pollUnsafe())
       assert.strictEqual(b.permit, a)
@@ -382,13 +371,13 @@ describe("Permits", () => {
           const h = holders[who]!
           const busy = pending(taking[who]) || pending(lending[who]?.fiber)
           if (op === "take" && !busy && h.permit === undefined && h.lentTo === undefined) {
-            taking[who] = yield* Effect.forkChild(permits.take(h), { startImmediately: true })
+            taking[who] = yield* started(permits.take(h))
           } else if (op === "release" && !busy && h.permit !== undefined) {
             permits.release(h, false)
           } else if (op === "lend" && !busy && h.permit !== undefined) {
             const targets = new Set(holders.filter((_, i) => (mask & (1 << i)) !== 0 && i !== who))
             const { gate, waiting } = yield* gated()
-            const fiber = yield* Effect.forkChild(permits.lendWhile(h, targets, waiting), { startImmediately: true })
+            const fiber = yield* started(permits.lendWhile(h, targets, waiting))
             lending[who] = { fiber, gate }
           } else if ((op === "end" || op === "fail") && lending[who] !== undefined) {
             yield* op === "end"

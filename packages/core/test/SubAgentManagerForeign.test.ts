@@ -53,6 +53,15 @@ const storeWith = (
     Layer.provide(NodeServices.layer)
   )
 
+/** A logger layer that keeps each message's text in `logs`. */
+const captureLogs = () => {
+  const logs: Array<string> = []
+  const capture = Logger.layer([
+    Logger.make(({ message }) => void logs.push((Array.isArray(message) ? message : [message]).join(" ")))
+  ])
+  return { capture, logs }
+}
+
 const tempRoot = Effect.gen(function*() {
   const fs = yield* FileSystem.FileSystem
   return yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
@@ -168,10 +177,7 @@ describe("SubAgentManager and what others left", () => {
   it.effect("a store that refuses a transcript write: the agent still runs, and the refusal is logged", () =>
     Effect.gen(function*() {
       const root = yield* tempRoot
-      const logs: Array<string> = []
-      const capture = Logger.layer([
-        Logger.make(({ message }) => void logs.push((Array.isArray(message) ? message : [message]).join(" ")))
-      ])
+      const { capture, logs } = captureLogs()
       const refusing = storeWith(
         root,
         () => ({
@@ -287,10 +293,7 @@ describe("SubAgentManager and what others left", () => {
   it.effect("a verifier of another process's agent: its result stays in its own record, and the log says so", () =>
     Effect.gen(function*() {
       const root = yield* tempRoot
-      const logs: Array<string> = []
-      const capture = Logger.layer([
-        Logger.make(({ message }) => void logs.push((Array.isArray(message) ? message : [message]).join(" ")))
-      ])
+      const { capture, logs } = captureLogs()
       const a = yield* stack(root, ["m"])
       const checked = yield* a.manager.run(undefined, { prompt: "work" })
       yield* a.store.flush
