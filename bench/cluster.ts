@@ -21,7 +21,7 @@ import * as ClusterStore from "@fibril/cluster/ClusterStore"
 import * as Node from "@fibril/cluster/Node"
 import { AgentSteps, Fibril, Session } from "@fibril/core"
 import { ScriptedModel } from "@fibril/testkit"
-import { ClusterWorkflowEngine, TestRunner } from "effect/cluster"
+import { ClusterWorkflowEngine } from "effect/cluster"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { spawn } from "node:child_process"
@@ -70,7 +70,7 @@ const timeRun = Effect.gen(function*() {
 const memory = Effect.gen(function*() {
   const live = AgentWorkflow.layer({ maxConcurrent: 0, maxSteps: 1000 }).pipe(
     Layer.provideMerge(ClusterWorkflowEngine.layer),
-    Layer.provideMerge(TestRunner.layer),
+    Layer.provideMerge(AgentWorkflow.memoryRunner),
     Layer.provideMerge(ClusterStore.layerMemory),
     Layer.provide(core(sequential))
   )

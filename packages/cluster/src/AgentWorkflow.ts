@@ -1,12 +1,14 @@
 /**
  * AgentWorkflow — one durable workflow per agent run, keyed by agent id and run number, its
- * name versioned (`fibril/agent/v1`): a change to what the loop does between steps gets a new
+ * name versioned (`fibril/agent/v3`): a change to what the loop does between steps gets a new
  * name, so a journal written by older code is never replayed by newer code.
  *
- * The body is `AgentLoop` over steps that are activities: `model/<step>` (takes the agent's
- * inbox, calls the model, writes the delivered input and the answer to the transcript in the
- * transaction that journals the result) and `tool/<step>/<index>` (one tool call, its result
- * written the same way). The sub-agent tools run in the workflow itself:
+ * The body is `AgentLoop` over journaled steps: `model/<step>` (takes the agent's inbox, calls
+ * the model, writes the delivered input and the answer to the transcript in the transaction
+ * that journals the result) and `tool/<step>/<index>` (one tool call, its result written the
+ * same way). Fibril journals these two itself (`ClusterStore.runStep`, one transaction and one
+ * commit per step); everything else that must happen once is an effect/workflow activity. The
+ * sub-agent tools run in the workflow itself:
  *
  * - `task` executes a child workflow and waits for it; `agent_spawn` starts one and goes on.
  *   A child is joined through `Effect.exit`, so a failed or cancelled child is a tool result.
@@ -31,9 +33,18 @@
 import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, ToolRegistry, Workspace } from "@fibril/core"
 import * as Prompt from "effect/ai/Prompt"
 import * as Cause from "effect/Cause"
-import { ClusterSchema } from "effect/cluster"
+import {
+  ClusterSchema,
+  MessageStorage,
+  RunnerHealth,
+  Runners,
+  RunnerStorage,
+  Sharding,
+  ShardingConfig
+} from "effect/cluster"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
@@ -48,6 +59,7 @@ import {
   finished,
   Grant,
   type Slot,
+  type StepKey,
   stepTokens,
   StoreFailure,
   zeroUsage
@@ -94,7 +106,7 @@ export class AgentFailed extends Schema.TaggedError<AgentFailed>()("AgentFailed"
   }
 }
 
-export const AgentWorkflow = Workflow.make("fibril/agent/v2", {
+export const AgentWorkflow = Workflow.make("fibril/agent/v3", {
   payload: AgentPayload,
   success: AgentOutcome,
   error: AgentFailed,
@@ -178,7 +190,16 @@ const slot = { assistant: 100, tool: 1000 }
 const txActivity: typeof Activity.make = (options) =>
   Activity.make(options).annotate(ClusterSchema.WithTransaction, true)
 
+/** How many times a step interrupted from within runs before its run fails. */
+const maxStepAttempts = 5
+
 const orDie = <A, R>(effect: Effect.Effect<A, StoreFailure, R>) => Effect.orDie(effect)
+
+/** How a journaled step's outcome is written in Fibril's journal (JSON, as an activity's reply). */
+const journalCodec = <A, E>(codec: Schema.Codec<Exit.Exit<A, E>, string>) => ({
+  encode: Schema.encodeSync(codec),
+  decode: Schema.decodeSync(codec)
+})
 
 const parseParams = (params: unknown): Readonly<Record<string, unknown>> => {
   let value = params
@@ -281,6 +302,28 @@ const failureReason = (cause: Cause.Cause<unknown>): string => {
 export const ModelStepFailure = Schema.Union([AgentSteps.ModelStepError, Session.BudgetExceeded, AgentFailed])
 
 const spawning = new Set(["task", "agent_spawn", "agent_open"])
+
+const modelJournal = journalCodec(
+  Schema.fromJsonString(Schema.toCodecJson(Schema.Exit(AgentSteps.ModelStep, ModelStepFailure, Schema.Defect())))
+)
+const toolJournal = journalCodec(
+  Schema.fromJsonString(Schema.toCodecJson(Schema.Exit(AgentSteps.ToolStep, Schema.Never, Schema.Defect())))
+)
+
+/**
+ * A step's outcome as its journal keeps it: a success or a typed failure is journaled; a defect
+ * or an interruption is not (the step's transaction rolls back and the step runs again).
+ */
+const settle = <A, E, R>(
+  encode: (exit: Exit.Exit<A, E>) => string,
+  execute: Effect.Effect<A, E, R>
+): Effect.Effect<string, never, R> =>
+  Effect.flatMap(Effect.exit(execute), (exit) =>
+    Exit.isSuccess(exit) || exit.cause.reasons.every(Cause.isFailReason)
+      ? Effect.sync(() => encode(exit))
+      : Cause.hasInterruptsOnly(exit.cause)
+      ? Effect.failCause(exit.cause as Cause.Cause<never>)
+      : Effect.die(Cause.squash(exit.cause)))
 
 /** The agent's chain of grants (an older payload's: its role alone). */
 export const grantsOf = (payload: AgentPayload): ReadonlyArray<Grant> =>
@@ -398,6 +441,25 @@ export const cancelWatch = (checkMs: number) =>
     })
   )
 
+/**
+ * How often a runner reads its unprocessed messages from storage (workers and the in-memory
+ * runner alike). The durable clocks (`agent_wait`'s timeouts, a queued agent's fallback) are
+ * delivered by this read, so it bounds how late they fire.
+ */
+export const messagePollInterval = Duration.millis(200)
+
+/**
+ * effect/cluster's in-memory runner (TestRunner's parts: one process, messages in memory) with
+ * the workers' `messagePollInterval` instead of TestRunner's 10 s: the engine of the unit tests
+ * and of the in-memory benchmarks.
+ */
+export const memoryRunner = Sharding.layer.pipe(
+  Layer.provideMerge(Runners.layerNoop),
+  Layer.provideMerge(MessageStorage.layerMemory),
+  Layer.provide([RunnerStorage.layerMemory, RunnerHealth.layerNoop]),
+  Layer.provide(ShardingConfig.layer({ entityMessagePollInterval: messagePollInterval }))
+)
+
 /** The workflow's body on a worker (and the heartbeat's watchdog, when there is one). */
 export const layer = (options: Partial<Options> = {}) => {
   const heartbeat = options.heartbeatSecs ?? 0
@@ -443,6 +505,51 @@ const body = (options: Partial<Options>) =>
             Effect.raceFirst(effect, Effect.andThen(cancelled, onCancel)))
         )
         : effect
+    // The model and tool steps, the loop's hot path, are journaled by Fibril
+    // (`ClusterStore.runStep`: claim, run, journal, one commit), not as effect/workflow
+    // activities (an activity is a persisted cluster message, its read-back, a lock check and
+    // its reply: about 12 statements and 4 commits). The run's journal is read once, at its
+    // first step: a replay returns the journaled results without running them. A cancelled
+    // agent's next step does not run: the run suspends as at an activity boundary, and the
+    // cancel's interrupt (sent again here, should the cancel have stopped before sending it)
+    // ends it.
+    const instance = yield* WorkflowEngine.WorkflowInstance
+    let journal: ReadonlyMap<string, string> | undefined
+    // A step interrupted from within (its transaction rolled back) runs again, as effect/workflow
+    // runs an interrupted activity again; an interruption of the run itself stops the run.
+    const runOnce = <R>(key: StepKey, execute: Effect.Effect<string, never, R>) =>
+      Effect.gen(function*() {
+        for (let attempt = 1;; attempt++) {
+          const exit = yield* Effect.exit(orDie(store.runStep(key, execute)))
+          if (Exit.isSuccess(exit) || !Cause.hasInterruptsOnly(exit.cause)) {
+            return yield* exit
+          }
+          if (attempt === maxStepAttempts) {
+            return yield* Effect.die(`step ${key.name} of ${agentId} was interrupted ${attempt} times`)
+          }
+        }
+      })
+    const journaled = <A, E, R>(
+      name: string,
+      codec: {
+        readonly encode: (exit: Exit.Exit<A, E>) => string
+        readonly decode: (encoded: string) => Exit.Exit<A, E>
+      },
+      execute: Effect.Effect<A, E, R>
+    ) =>
+      Effect.gen(function*() {
+        journal ??= yield* orDie(store.journal(executionId))
+        let encoded = journal.get(name)
+        if (encoded === undefined) {
+          const outcome = yield* runOnce({ agentId, executionId, name }, settle(codec.encode, execute))
+          if (outcome._tag === "Cancelled") {
+            yield* AgentWorkflow.interrupt(executionId)
+            return yield* Workflow.suspend(instance)
+          }
+          encoded = outcome.result
+        }
+        return yield* codec.decode(encoded)
+      })
     const observed = <A, E, R>(name: string, effect: Effect.Effect<A, E, R>) =>
       onStep === undefined ? effect : Effect.andThen(
         onStep("start", agentId, run, name),
@@ -828,10 +935,10 @@ const body = (options: Partial<Options>) =>
           Effect.sync(() =>
             unwritten.push({ at: { run, step, slot: slot.tool + index }, message: AgentSteps.toolMessage([result]) })
           ))
-        : txActivity({
-          name: `tool/${step}/${index}`,
-          success: AgentSteps.ToolStep,
-          execute: observed(
+        : journaled(
+          `tool/${step}/${index}`,
+          toolJournal,
+          observed(
             `tool/${step}/${index}`,
             Effect.gen(function*() {
               const at = { run, step, slot: slot.tool + index }
@@ -855,7 +962,7 @@ const body = (options: Partial<Options>) =>
               return result
             })
           )
-        })
+        )
 
     // What the loop has done so far, from journaled results only (so a replay computes the same).
     let runTokens = 0
@@ -870,11 +977,10 @@ const body = (options: Partial<Options>) =>
       const earlier = takeUnwritten()
       const tokensBefore = runTokens
       const toolCallsBefore = toolCallsSoFar
-      return txActivity({
-        name: `model/${step}`,
-        success: AgentSteps.ModelStep,
-        error: ModelStepFailure,
-        execute: observed(
+      return journaled(
+        `model/${step}`,
+        modelJournal,
+        observed(
           `model/${step}`,
           Effect.gen(function*() {
             // A first run starts in its first model step, in the statement of the step's first
@@ -953,7 +1059,7 @@ const body = (options: Partial<Options>) =>
             return result
           })
         )
-      }).pipe(Effect.tap((result) =>
+      ).pipe(Effect.tap((result) =>
         Effect.sync(() => {
           ended = endsRun(result, tokensBefore)
           runTokens = tokensBefore + stepTokens(result.usage)

@@ -149,7 +149,7 @@ export class StoreFailure extends Schema.TaggedError<StoreFailure>()("StoreFailu
 }
 
 /** The version of the `fibril_*` tables this code reads and writes. */
-export const schemaVersion = 3
+export const schemaVersion = 4
 
 export class SchemaMismatch extends Schema.TaggedError<SchemaMismatch>()("SchemaMismatch", {
   found: Schema.NullOr(Schema.Int),
@@ -261,7 +261,37 @@ export class ClusterStore extends Context.Service<ClusterStore, {
    * looks, for the agents whose steps it runs, to stop a model or tool call in flight.
    */
   readonly cancelledAmong: (agentIds: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, StoreFailure>
+  /** Fibril's journal of an execution's steps: each journaled step's result (encoded), by name. */
+  readonly journal: (executionId: string) => Effect.Effect<ReadonlyMap<string, string>, StoreFailure>
+  /**
+   * Runs a step of an agent's execution to a journaled result, in one transaction: it claims the
+   * step's name (unless the agent is cancelled: then nothing runs), runs `execute` (the store's
+   * writes inside it join the transaction) and journals the result `execute` returns, all
+   * committed together. A step another execution journaled first is not run: its result is
+   * returned (a concurrent claim of the same step waits for the first to commit or roll back).
+   * `execute` dying or interrupted rolls the whole step back; it runs again on the next attempt.
+   */
+  readonly runStep: <R>(
+    step: StepKey,
+    execute: Effect.Effect<string, never, R>
+  ) => Effect.Effect<StepOutcome, StoreFailure, R>
 }>()("@fibril/cluster/ClusterStore") {}
+
+/** A step of Fibril's journal: the agent, its workflow execution, the step's name. */
+export interface StepKey {
+  readonly agentId: string
+  readonly executionId: string
+  readonly name: string
+}
+
+/**
+ * What `runStep` did: ran the step and journaled `result`, found it journaled (`result` from
+ * the journal), or found the agent cancelled (nothing ran).
+ */
+export type StepOutcome =
+  | { readonly _tag: "Ran"; readonly result: string }
+  | { readonly _tag: "Journaled"; readonly result: string }
+  | { readonly _tag: "Cancelled" }
 
 /**
  * The connections the Postgres store commits tool-call markers on (`startToolCall`) and a step
@@ -319,6 +349,8 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
     /** Queued for a permit, oldest first. */
     const queue = new Map<string, { readonly executionId: string; readonly clock: string }>()
     const toolCalls = new Set<string>()
+    /** Fibril's step journal: execution id, then step name, to the encoded result. */
+    const journals = new Map<string, Map<string, string>>()
     let seq = 0
     let changes = 0
     const timesOf = (agentId: string) => {
@@ -496,6 +528,19 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
           if (toolCalls.has(key)) return false
           toolCalls.add(key)
           return true
+        }),
+      journal: (executionId) => Effect.sync(() => new Map(journals.get(executionId))),
+      runStep: ({ agentId, executionId, name }, execute) =>
+        Effect.suspend(() => {
+          const journaled = journals.get(executionId)?.get(name)
+          if (journaled !== undefined) return Effect.succeed<StepOutcome>({ _tag: "Journaled", result: journaled })
+          if (agents.get(agentId)?.status === "cancelled") return Effect.succeed<StepOutcome>({ _tag: "Cancelled" })
+          return Effect.map(execute, (result): StepOutcome => {
+            let journal = journals.get(executionId)
+            if (journal === undefined) journals.set(executionId, journal = new Map())
+            journal.set(name, result)
+            return { _tag: "Ran", result }
+          })
         })
     })
   })
@@ -556,6 +601,10 @@ export const migrate = Effect.gen(function*() {
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_tool_calls (agent_id text NOT NULL, run int NOT NULL,
     step int NOT NULL, slot int NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (agent_id, run, step, slot))`
+  // Version 4: Fibril's journal of the model and tool steps (each committed with the step's writes).
+  yield* sql`CREATE TABLE IF NOT EXISTS fibril_steps (execution_id text NOT NULL, name text NOT NULL,
+    agent_id text NOT NULL, result text, at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (execution_id, name))`
+  yield* sql`CREATE INDEX IF NOT EXISTS fibril_steps_agent ON fibril_steps (agent_id)`
   yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 })
@@ -975,7 +1024,46 @@ export const makeSql = Effect.gen(function*() {
         ? insert(markers.value)
         : Effect.updateContext(insert(sql), outsideTransaction)
       return q("startToolCall", Effect.map(statement, (rows) => rows.length === 1))
-    }
+    },
+    journal: (executionId) =>
+      q(
+        "journal",
+        Effect.map(
+          sql<{ name: string; result: string }>`SELECT name, result FROM fibril_steps
+            WHERE execution_id = ${executionId} AND result IS NOT NULL`,
+          (rows) => new Map(rows.map((r) => [r.name, r.result]))
+        )
+      ),
+    runStep: ({ agentId, executionId, name }, execute) =>
+      Effect.mapError(
+        sql.withTransaction(Effect.gen(function*() {
+          // The claim: the step's row, written unless the agent is cancelled. A row already there
+          // was committed by another execution of the step (a claim waits for the transaction
+          // that holds it), with its result.
+          const [claim] = yield* sql<{ claimed: boolean; cancelled: boolean; result: string | null }>`
+            WITH s AS (SELECT status FROM fibril_agents WHERE agent_id = ${agentId}),
+              c AS (INSERT INTO fibril_steps (execution_id, name, agent_id)
+                SELECT ${executionId}, ${name}, ${agentId}
+                WHERE NOT EXISTS (SELECT 1 FROM s WHERE status = 'cancelled')
+                ON CONFLICT DO NOTHING RETURNING 1)
+            SELECT EXISTS (SELECT 1 FROM c) AS claimed,
+              EXISTS (SELECT 1 FROM s WHERE status = 'cancelled') AS cancelled,
+              (SELECT result FROM fibril_steps WHERE execution_id = ${executionId} AND name = ${name}) AS result`
+          if (claim === undefined) return yield* Effect.die(`step ${name}: the claim returned no row`)
+          if (!claim.claimed) {
+            // A row committed while the claim waited is not in the statement's snapshot: read again.
+            const journaled = claim.result ?? (yield* sql<{ result: string | null }>`SELECT result FROM fibril_steps
+              WHERE execution_id = ${executionId} AND name = ${name}`)[0]?.result ?? null
+            if (journaled !== null) return { _tag: "Journaled", result: journaled } as const
+            if (claim.cancelled) return { _tag: "Cancelled" } as const
+            return yield* Effect.die(`step ${name} of ${executionId}: claimed by another execution without a result`)
+          }
+          const result = yield* execute
+          yield* sql`UPDATE fibril_steps SET result = ${result} WHERE execution_id = ${executionId} AND name = ${name}`
+          return { _tag: "Ran", result } as const
+        })),
+        fail("runStep")
+      )
   })
 })
 

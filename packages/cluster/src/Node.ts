@@ -98,6 +98,7 @@ export const prune = (olderThan: Duration.Duration) =>
       yield* sql`DELETE FROM fibril_transcript WHERE agent_id IN ${sql.in(ids)}`
       yield* sql`DELETE FROM fibril_inbox WHERE agent_id IN ${sql.in(ids)}`
       yield* sql`DELETE FROM fibril_tool_calls WHERE agent_id IN ${sql.in(ids)}`
+      yield* sql`DELETE FROM fibril_steps WHERE agent_id IN ${sql.in(ids)}`
       // The workflows' journal: their own messages, their activities' and clocks' (entity ids
       // start with the execution id).
       const executions = gone.map((r) => r.execution_id)
@@ -162,7 +163,7 @@ const sharding = (options: {
   shardsPerGroup,
   // Local messages are not serialized as if they were remote (a testing aid of effect/cluster).
   simulateRemoteSerialization: false,
-  entityMessagePollInterval: Duration.millis(200),
+  entityMessagePollInterval: AgentWorkflow.messagePollInterval,
   entityReplyPollInterval: Duration.millis(100),
   ...(options.lockExpiration === undefined ? {} : { shardLockExpiration: options.lockExpiration }),
   ...(options.lockRefresh === undefined ? {} : { shardLockRefreshInterval: options.lockRefresh })

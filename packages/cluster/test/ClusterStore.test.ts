@@ -1,12 +1,16 @@
 // The store's joined statements do what the separate ones did: `beginStep` with `start` starts
 // the run (an agent cancelled before it stays cancelled), `recordStep` with `finish` ends it (a
 // cancel recorded meanwhile stands, the tokens still count, the permit is given back); a step
-// reads only the budgets that are set. Checked on
-// the in-memory store and, when PostgreSQL's binaries are installed, on the SQL store.
+// reads only the budgets that are set. Fibril's step journal (`runStep`): a step runs once to a
+// journaled result, a journaled one is read back instead of run, a cancelled agent's next step
+// does not run, a step that dies is not journaled. Checked on the in-memory store and, when
+// PostgreSQL's binaries are installed, on the SQL store (there also: a step that dies leaves
+// none of its writes, and two executions of one step at once run it once).
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import * as Prompt from "effect/ai/Prompt"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as ClusterStore from "../src/ClusterStore.ts"
@@ -116,6 +120,85 @@ const contract = Effect.gen(function*() {
   assert.strictEqual(none.runSecs, 0)
 })
 
+const journalContract = Effect.gen(function*() {
+  const store = yield* ClusterStore.ClusterStore
+  yield* store.insertMany([row("ag_j")])
+  const key = { agentId: "ag_j", executionId: "exec-ag_j", name: "model/0" }
+  let runs = 0
+  const step = (result: string) =>
+    Effect.gen(function*() {
+      runs++
+      yield* Effect.orDie(store.recordStep("ag_j", [{ at: { run: 0, step: 0, slot: 100 }, message: answer }], usage))
+      return result
+    })
+
+  // It runs; its writes and its result commit together.
+  assert.deepStrictEqual(yield* store.runStep(key, step("first")), { _tag: "Ran", result: "first" })
+  assert.deepStrictEqual(yield* store.transcript("ag_j"), [answer])
+  // Again (a replay, or another execution of the same step): the journaled result; not run.
+  assert.deepStrictEqual(yield* store.runStep(key, step("second")), { _tag: "Journaled", result: "first" })
+  assert.strictEqual(runs, 1)
+  assert.deepStrictEqual(yield* store.journal("exec-ag_j"), new Map([["model/0", "first"]]))
+  assert.deepStrictEqual(yield* store.journal("exec-other"), new Map())
+
+  // A step that dies is not journaled: its next attempt runs.
+  const tool = { ...key, name: "tool/0/0" }
+  const died = yield* Effect.exit(store.runStep(tool, Effect.die("boom")))
+  assert.isTrue(Exit.isFailure(died))
+  assert.isFalse((yield* store.journal("exec-ag_j")).has("tool/0/0"))
+  assert.deepStrictEqual(yield* store.runStep(tool, Effect.succeed("tool")), { _tag: "Ran", result: "tool" })
+
+  // Cancelled: its next step does not run; a journaled step still reads back.
+  yield* store.update("ag_j", { status: "cancelled", reason: "stop" })
+  assert.deepStrictEqual(yield* store.runStep({ ...key, name: "model/1" }, step("late")), { _tag: "Cancelled" })
+  assert.deepStrictEqual(yield* store.runStep(key, step("third")), { _tag: "Journaled", result: "first" })
+  assert.strictEqual(runs, 1)
+})
+
+/** On PostgreSQL: a step that dies leaves none of its writes; two executions at once run it once. */
+const journalTransactions = Effect.gen(function*() {
+  const store = yield* ClusterStore.ClusterStore
+  yield* store.insertMany([row("ag_t")])
+  const dies = store.runStep(
+    { agentId: "ag_t", executionId: "exec-ag_t", name: "model/0" },
+    Effect.andThen(
+      Effect.orDie(store.recordStep("ag_t", [{ at: { run: 0, step: 0, slot: 100 }, message: answer }], usage)),
+      Effect.die("crash after the write")
+    )
+  )
+  assert.isTrue(Exit.isFailure(yield* Effect.exit(dies)))
+  assert.deepStrictEqual(yield* store.transcript("ag_t"), [])
+  assert.strictEqual((yield* store.get("ag_t"))?.tokens, 0)
+
+  let runs = 0
+  const key = { agentId: "ag_t", executionId: "exec-ag_t", name: "model/0" }
+  const outcomes = yield* Effect.all(
+    ["a", "b", "c"].map((name) =>
+      store.runStep(
+        key,
+        Effect.gen(function*() {
+          runs++
+          yield* Effect.orDie(
+            store.recordStep("ag_t", [{ at: { run: 0, step: 0, slot: 100 }, message: answer }], usage)
+          )
+          return name
+        })
+      )
+    ),
+    { concurrency: "unbounded" }
+  )
+  assert.strictEqual(runs, 1)
+  const ran = outcomes.filter((o) => o._tag === "Ran")
+  assert.strictEqual(ran.length, 1)
+  const result = ran[0]!._tag === "Ran" ? ran[0]!.result : ""
+  assert.deepStrictEqual(outcomes.filter((o) => o._tag === "Journaled"), [
+    { _tag: "Journaled", result },
+    { _tag: "Journaled", result }
+  ])
+  assert.deepStrictEqual(yield* store.transcript("ag_t"), [answer])
+  assert.strictEqual((yield* store.get("ag_t"))?.tokens, 7)
+})
+
 describe("ClusterStore joined statements", () => {
   it.effect("in memory", () => Effect.provide(contract, ClusterStore.layerMemory))
 
@@ -123,5 +206,18 @@ describe("ClusterStore joined statements", () => {
     Effect.gen(function*() {
       const layer = yield* sqlStore
       yield* Effect.provide(Effect.andThen(ClusterStore.migrate, contract), layer)
+    }), 60_000)
+})
+
+describe("ClusterStore step journal", () => {
+  it.effect("in memory", () => Effect.provide(journalContract, ClusterStore.layerMemory))
+
+  it.effect.skipIf(reason !== undefined)("on PostgreSQL", () =>
+    Effect.gen(function*() {
+      const layer = yield* sqlStore
+      yield* Effect.provide(
+        Effect.andThen(ClusterStore.migrate, Effect.andThen(journalContract, journalTransactions)),
+        layer
+      )
     }), 60_000)
 })

@@ -391,6 +391,10 @@ describe.skipIf(reason !== undefined)(
           "INSERT INTO fibril_transcript (agent_id, run, step, slot, message) VALUES ('old', 0, 0, 100, '{}')"
         )
         pg!.psql(db, "INSERT INTO fibril_tool_calls (agent_id, run, step, slot, pid) VALUES ('old', 0, 0, 1000, 1)")
+        pg!.psql(
+          db,
+          "INSERT INTO fibril_steps (execution_id, name, agent_id, result) VALUES ('x-old', 'model/0', 'old', '{}'), ('x-busy', 'model/0', 'busy', '{}')"
+        )
         const pruned = await inDb(Node.prune(Duration.days(7)))
         assert.strictEqual(pruned.agents, 1)
         assert.strictEqual(
@@ -399,6 +403,7 @@ describe.skipIf(reason !== undefined)(
         )
         assert.strictEqual(pg!.psql(db, "SELECT count(*) FROM fibril_transcript"), "0")
         assert.strictEqual(pg!.psql(db, "SELECT count(*) FROM fibril_tool_calls"), "0")
+        assert.strictEqual(pg!.psql(db, "SELECT string_agg(agent_id, ',') FROM fibril_steps"), "busy")
         const bad = fibril(["cluster", "prune", "--older-than", "a while", "--cluster", url])
         assert.strictEqual(await bad.done, 2)
         assert.include(bad.out.stderr, "not a duration")

@@ -5,7 +5,7 @@ import { NodeServices } from "@effect/platform-node"
 import { AgentSteps, Fibril, Session } from "@fibril/core"
 import { ScriptedModel } from "@fibril/testkit"
 import { Context, Effect, FileSystem, Layer } from "effect"
-import { ClusterWorkflowEngine, TestRunner } from "effect/cluster"
+import { ClusterWorkflowEngine } from "effect/cluster"
 import * as AgentWorkflow from "../src/AgentWorkflow.ts"
 import * as ClusterStore from "../src/ClusterStore.ts"
 
@@ -26,7 +26,7 @@ export const setup = Effect.fn("cluster.test.setup")(function*(
   )
   const live = AgentWorkflow.layer(options).pipe(
     Layer.provideMerge(ClusterWorkflowEngine.layer),
-    Layer.provideMerge(TestRunner.layer),
+    Layer.provideMerge(AgentWorkflow.memoryRunner),
     Layer.provide(AgentSteps.layer({ ...Session.defaults, ...session })),
     Layer.provideMerge(Layer.succeed(ClusterStore.ClusterStore, wrapStore(store))),
     Layer.provideMerge(core)
