@@ -4,8 +4,9 @@
 // the model reads an `Interrupted` result; an idempotent one simply runs again.
 //
 // The interruption is injected where a crash would hit: the step's transcript write (the last
-// thing before its result commits) is interrupted once, after the tool ran; effect/workflow then
-// runs the activity's body again in the same process, as a restarted worker would.
+// thing before its result commits) is interrupted once, after the tool ran; the step's
+// transaction rolls back and the workflow runs the step again in the same process, as a
+// restarted worker would.
 import { assert, describe, it } from "@effect/vitest"
 import { ToolRegistry } from "@fibril/core"
 import type { ScriptedModel } from "@fibril/testkit"
@@ -89,7 +90,7 @@ describe("tool idempotency in cluster mode", () => {
         )
         const outcome = yield* built.provide(ClusterClient.run({ prompt: "go", workspace: built.root }))
         assert.strictEqual(outcome.text, "done")
-        // The tool step ran twice (the interruption made effect/workflow run it again)...
+        // The tool step ran twice (the interruption made the workflow run it again)...
         assert.strictEqual(counter.starts.get("tool/0/0"), 2)
         // ...and the command once.
         assert.deepStrictEqual(yield* lines(built, "log.txt"), ["ran"])
