@@ -105,7 +105,7 @@ try {
   for (const line of log.split("\n")) {
     const m = /duration: ([\d.]+) ms\s+(?:statement|execute [^:]*|parse [^:]*|bind [^:]*): (.*)$/.exec(line)
     if (m === null) continue
-    if (/^\d+ LOG:\s+duration: [\d.]+ ms\s+(parse|bind)/.test(line)) continue
+    if (/duration: [\d.]+ ms\s+(parse|bind) /.test(line)) continue
     const text = m[2]!.replace(/\$\d+/g, "?").replace(/\s+/g, " ").slice(0, 110)
     const k = kinds.get(text) ?? { n: 0, ms: 0 }
     k.n++
