@@ -569,7 +569,7 @@ export const worker = Command.make(
     dbConnections: Flag.Int("db-connections").pipe(
       Flag.withSchema(Schema.Int.pipe(Schema.check(Schema.isBetween({ minimum: 1, maximum: 10_000 })))),
       Flag.withDescription(
-        "Database connections this worker opens at most (default 20; one is held for its shard locks). Each step in flight holds one for its whole model or tool call, so this bounds how many steps it runs at once; the server's max_connections must cover every worker's (plus 2 each) and the clients'"
+        "Database connections this worker opens at most (default 20; one is held for its shard locks). A step holds one only for its reads and its commit, not during its model or tool call; the server's max_connections must cover every worker's (plus 2 each) and the clients'"
       ),
       Flag.withDefault(20)
     )

@@ -3,12 +3,13 @@
  * name versioned (`fibril/agent/v3`): a change to what the loop does between steps gets a new
  * name, so a journal written by older code is never replayed by newer code.
  *
- * The body is `AgentLoop` over journaled steps: `model/<step>` (takes the agent's inbox, calls
- * the model, writes the delivered input and the answer to the transcript in the transaction
- * that journals the result) and `tool/<step>/<index>` (one tool call, its result written the
- * same way). Fibril journals these two itself (`ClusterStore.runStep`, one transaction and one
- * commit per step); everything else that must happen once is an effect/workflow activity. The
- * sub-agent tools run in the workflow itself:
+ * The body is `AgentLoop` over journaled steps: `model/<step>` (reads the agent's inbox, calls
+ * the model, then takes the delivered input and writes it and the answer to the transcript in
+ * the transaction that journals the result) and `tool/<step>/<index>` (one tool call, its result
+ * written the same way). Fibril journals these two itself (`ClusterStore.runStep`: the call
+ * outside any transaction, then one short transaction and one commit); everything else that
+ * must happen once is an effect/workflow activity. The sub-agent tools run in the workflow
+ * itself:
  *
  * - `task` executes a child workflow and waits for it; `agent_spawn` starts one and goes on.
  *   A child is joined through `Effect.exit`, so a failed or cancelled child is a tool result.
@@ -61,6 +62,7 @@ import {
   type Slot,
   type StepKey,
   stepTokens,
+  type StepWork,
   StoreFailure,
   zeroUsage
 } from "./ClusterStore.ts"
@@ -310,17 +312,26 @@ const toolJournal = journalCodec(
   Schema.fromJsonString(Schema.toCodecJson(Schema.Exit(AgentSteps.ToolStep, Schema.Never, Schema.Defect())))
 )
 
+/** What a step's call gives: its result, and the writes its commit makes. */
+interface Done<A, R> {
+  readonly value: A
+  readonly commit: Effect.Effect<void, StoreFailure, R>
+}
+
 /**
- * A step's outcome as its journal keeps it: a success or a typed failure is journaled; a defect
- * or an interruption is not (the step's transaction rolls back and the step runs again).
+ * A step's outcome as its journal keeps it: a success (with its writes) or a typed failure
+ * (with none) is journaled; a defect or an interruption is not (nothing is committed, and the
+ * step runs again).
  */
-const settle = <A, E, R>(
+const settle = <A, E, R1, R2>(
   encode: (exit: Exit.Exit<A, E>) => string,
-  execute: Effect.Effect<A, E, R>
-): Effect.Effect<string, never, R> =>
-  Effect.flatMap(Effect.exit(execute), (exit) =>
-    Exit.isSuccess(exit) || exit.cause.reasons.every(Cause.isFailReason)
-      ? Effect.sync(() => encode(exit))
+  execute: Effect.Effect<Done<A, R2>, E, R1>
+): Effect.Effect<StepWork<R2>, never, R1> =>
+  Effect.flatMap(Effect.exit(execute), (exit): Effect.Effect<StepWork<R2>> =>
+    Exit.isSuccess(exit)
+      ? Effect.sync(() => ({ result: encode(Exit.succeed(exit.value.value)), commit: exit.value.commit }))
+      : exit.cause.reasons.every(Cause.isFailReason)
+      ? Effect.sync(() => ({ result: encode(exit as Exit.Exit<never, E>), commit: Effect.void }))
       : Cause.hasInterruptsOnly(exit.cause)
       ? Effect.failCause(exit.cause as Cause.Cause<never>)
       : Effect.die(Cause.squash(exit.cause)))
@@ -506,18 +517,18 @@ const body = (options: Partial<Options>) =>
         )
         : effect
     // The model and tool steps, the loop's hot path, are journaled by Fibril
-    // (`ClusterStore.runStep`: claim, run, journal, one commit), not as effect/workflow
-    // activities (an activity is a persisted cluster message, its read-back, a lock check and
-    // its reply: about 12 statements and 4 commits). The run's journal is read once, at its
-    // first step: a replay returns the journaled results without running them. A cancelled
-    // agent's next step does not run: the run suspends as at an activity boundary, and the
-    // cancel's interrupt (sent again here, should the cancel have stopped before sending it)
-    // ends it.
+    // (`ClusterStore.runStep`: the call, then its claim, writes and result in one short
+    // transaction), not as effect/workflow activities (an activity is a persisted cluster
+    // message, its read-back, a lock check and its reply: about 12 statements and 4 commits, and
+    // it holds a connection for its whole call). The run's journal is read once, at its first
+    // step: a replay returns the journaled results without running them. A cancelled agent's
+    // next step does not run: the run suspends as at an activity boundary, and the cancel's
+    // interrupt (sent again here, should the cancel have stopped before sending it) ends it.
     const instance = yield* WorkflowEngine.WorkflowInstance
     let journal: ReadonlyMap<string, string> | undefined
     // A step interrupted from within (its transaction rolled back) runs again, as effect/workflow
     // runs an interrupted activity again; an interruption of the run itself stops the run.
-    const runOnce = <R>(key: StepKey, execute: Effect.Effect<string, never, R>) =>
+    const runOnce = <R1, R2>(key: StepKey, execute: Effect.Effect<StepWork<R2>, never, R1>) =>
       Effect.gen(function*() {
         for (let attempt = 1;; attempt++) {
           const exit = yield* Effect.exit(orDie(store.runStep(key, execute)))
@@ -529,13 +540,13 @@ const body = (options: Partial<Options>) =>
           }
         }
       })
-    const journaled = <A, E, R>(
+    const journaled = <A, E, R1, R2>(
       name: string,
       codec: {
         readonly encode: (exit: Exit.Exit<A, E>) => string
         readonly decode: (encoded: string) => Exit.Exit<A, E>
       },
-      execute: Effect.Effect<A, E, R>
+      execute: Effect.Effect<Done<A, R2>, E, R1>
     ) =>
       Effect.gen(function*() {
         journal ??= yield* orDie(store.journal(executionId))
@@ -958,8 +969,10 @@ const body = (options: Partial<Options>) =>
                   Effect.succeed(cancelledCall(call))
                 )
                 : interruptedCall(call)
-              yield* orDie(store.recordStep(agentId, [{ at, message: AgentSteps.toolMessage([result]) }], zeroUsage))
-              return result
+              return {
+                value: result,
+                commit: store.recordStep(agentId, [{ at, message: AgentSteps.toolMessage([result]) }], zeroUsage)
+              }
             })
           )
         )
@@ -1020,9 +1033,17 @@ const body = (options: Partial<Options>) =>
               }),
               Effect.fail(new AgentFailed({ agentId, reason: "cancelled while its model call was in flight" }))
             )
-            // A final answer ends the run in the same statement.
+            // A final answer ends the run in the statement that records it.
             const final = endsRun(result, tokensBefore)
-            yield* orDie(store.recordStep(
+            // The children this turn asks for are recorded with it (unless each takes a permit
+            // in a step of its own), so they exist before their workflows start.
+            const children = rejecting ? [] : result.toolCalls.flatMap((call, index) => {
+              if (!spawning.has(call.name) || !Permission.decideTool(rules, call.name, "spawn").allowed) return []
+              const made = childFor(step, index, call)
+              return "child" in made ? [made.child] : []
+            })
+            const rows = children.length === 0 ? [] : yield* Effect.forEach(children, rowOf)
+            const record = store.recordStep(
               agentId,
               [
                 ...earlier,
@@ -1044,19 +1065,14 @@ const body = (options: Partial<Options>) =>
                   },
                   release: capped
                 }
-                : undefined
-            ))
-            // The children this turn asks for are recorded with it (unless each takes a permit
-            // in a step of its own), so they exist before their workflows start.
-            if (!rejecting) {
-              const children = result.toolCalls.flatMap((call, index) => {
-                if (!spawning.has(call.name) || !Permission.decideTool(rules, call.name, "spawn").allowed) return []
-                const made = childFor(step, index, call)
-                return "child" in made ? [made.child] : []
-              })
-              if (children.length > 0) yield* orDie(store.insertMany(yield* Effect.forEach(children, rowOf)))
+                : undefined,
+              // The queued input this step delivered is taken by its commit.
+              begin.inboxIds.slice(0, result.delivered.length)
+            )
+            return {
+              value: result,
+              commit: rows.length === 0 ? record : Effect.andThen(record, store.insertMany(rows))
             }
-            return result
           })
         )
       ).pipe(Effect.tap((result) =>

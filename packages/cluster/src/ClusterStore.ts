@@ -93,10 +93,15 @@ export interface Slot {
   readonly slot: number
 }
 
-/** What a model step reads first, in its transaction. */
+/** What a model step reads before its call. */
 export interface StepStart {
-  /** The agent's queued input, oldest first, taken (each message once). */
+  /**
+   * The agent's queued input, oldest first. Read, not taken: the step's commit takes these
+   * (`recordStep`'s `taken`), so input read by a step that never commits is read again.
+   */
   readonly inbox: ReadonlyArray<string>
+  /** The ids of those messages, for `recordStep`'s `taken`. */
+  readonly inboxIds: ReadonlyArray<string>
   /** Tokens used so far by every agent of the tree. */
   readonly treeTokens: number
   /** Seconds since this run started (the store's clock, the same for every worker). */
@@ -206,20 +211,22 @@ export class ClusterStore extends Context.Service<ClusterStore, {
    */
   readonly startRun: (agentId: string, at: Slot, prompt: Prompt.Message) => Effect.Effect<void, StoreFailure>
   /**
-   * A model step's first read: takes the inbox and reads what `read` asks for (the tree's tokens,
-   * the run's age: only the budgets that are set cost a read); with `read.start` it also starts
-   * the run, in the same statement.
+   * A model step's first read, before its call: the inbox (read, not taken) and what `read` asks
+   * for (the tree's tokens, the run's age: only the budgets that are set cost a read); with
+   * `read.start` it also starts the run, in the same statement.
    */
   readonly beginStep: (agentId: string, read: StepRead) => Effect.Effect<StepStart, StoreFailure>
   /**
-   * Writes a step's transcript messages (idempotently), adds its tokens, marks progress. With
-   * `finish` it also ends the run as `finishRun` does, in the same statement.
+   * Writes a step's transcript messages (idempotently), adds its tokens, marks progress, and
+   * takes the queued input it delivered (`taken`: ids from `beginStep`). With `finish` it also
+   * ends the run as `finishRun` does, in the same statement.
    */
   readonly recordStep: (
     agentId: string,
     messages: ReadonlyArray<{ readonly at: Slot; readonly message: Prompt.Message }>,
     usage: Usage,
-    finish?: { readonly update: AgentUpdate; readonly release: boolean }
+    finish?: { readonly update: AgentUpdate; readonly release: boolean } | undefined,
+    taken?: ReadonlyArray<string> | undefined
   ) => Effect.Effect<void, StoreFailure>
   /** Inserts rows unless their agents exist (a replayed step changes nothing). */
   readonly insertMany: (rows: ReadonlyArray<AgentRow>) => Effect.Effect<void, StoreFailure>
@@ -264,17 +271,18 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   /** Fibril's journal of an execution's steps: each journaled step's result (encoded), by name. */
   readonly journal: (executionId: string) => Effect.Effect<ReadonlyMap<string, string>, StoreFailure>
   /**
-   * Runs a step of an agent's execution to a journaled result, in one transaction: it claims the
-   * step's name (unless the agent is cancelled: then nothing runs), runs `execute` (the store's
-   * writes inside it join the transaction) and journals the result `execute` returns, all
-   * committed together. A step another execution journaled first is not run: its result is
-   * returned (a concurrent claim of the same step waits for the first to commit or roll back).
-   * `execute` dying or interrupted rolls the whole step back; it runs again on the next attempt.
+   * Runs a step of an agent's execution to a journaled result. A step already journaled is not
+   * run (its result is returned), nor is a cancelled agent's. Otherwise `execute` runs, outside
+   * any transaction (its model or tool call holds no connection), and gives the step's result
+   * (encoded) and its writes; then one short transaction claims the step's name with that result
+   * and makes the writes, committed together. Two executions of one step may both run
+   * `execute`: the first commit wins, the other's writes are not made and it gets the winner's
+   * result. `execute` dying or interrupted journals nothing: the step runs again.
    */
-  readonly runStep: <R>(
+  readonly runStep: <R1, R2 = never>(
     step: StepKey,
-    execute: Effect.Effect<string, never, R>
-  ) => Effect.Effect<StepOutcome, StoreFailure, R>
+    execute: Effect.Effect<StepWork<R2>, never, R1>
+  ) => Effect.Effect<StepOutcome, StoreFailure, R1 | R2>
 }>()("@fibril/cluster/ClusterStore") {}
 
 /** A step of Fibril's journal: the agent, its workflow execution, the step's name. */
@@ -284,9 +292,17 @@ export interface StepKey {
   readonly name: string
 }
 
+/** What a step's execution gives `runStep`: its result, encoded, and its writes. */
+export interface StepWork<R> {
+  readonly result: string
+  /** The step's writes, made in the transaction that journals `result`. */
+  readonly commit: Effect.Effect<void, StoreFailure, R>
+}
+
 /**
  * What `runStep` did: ran the step and journaled `result`, found it journaled (`result` from
- * the journal), or found the agent cancelled (nothing ran).
+ * the journal: before it ran, or by another execution that committed first), or found the
+ * agent cancelled (nothing ran).
  */
 export type StepOutcome =
   | { readonly _tag: "Ran"; readonly result: string }
@@ -294,11 +310,10 @@ export type StepOutcome =
   | { readonly _tag: "Cancelled" }
 
 /**
- * The connections the Postgres store commits tool-call markers on (`startToolCall`) and a step
- * in flight reads its agent's cancellation with (`cancelled`), apart from the pool whose
- * connections the steps' transactions hold, so neither waits for a connection that only a step
- * waiting for it would give back. Without it the store's own pool is used, outside the step's
- * transaction.
+ * The connections the Postgres store commits tool-call markers on (`startToolCall`) and the
+ * worker's cancellation watch reads with (`cancelledAmong`), apart from the pool the steps'
+ * reads and commits use, so neither waits behind them. Without it the store's own pool is used,
+ * outside any transaction.
  */
 export class MarkerClient extends Context.Service<MarkerClient, SqlClient.SqlClient>()(
   "@fibril/cluster/ClusterStore/MarkerClient"
@@ -343,7 +358,8 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
       string,
       Map<string, { key: ReadonlyArray<number>; at: Slot; message: Prompt.Message; seq: number }>
     >()
-    const inboxes = new Map<string, Array<string>>()
+    const inboxes = new Map<string, Array<{ readonly id: string; readonly text: string }>>()
+    let inboxSeq = 0
     const held = new Set<string>()
     const waiting = new Map<string, string | null>()
     /** Queued for a permit, oldest first. */
@@ -410,16 +426,17 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
         ),
       sendInput: (agentId, text) =>
         Effect.sync(() => {
+          const entry = { id: String(++inboxSeq), text }
           const inbox = inboxes.get(agentId)
-          if (inbox === undefined) inboxes.set(agentId, [text])
-          else inbox.push(text)
+          if (inbox === undefined) inboxes.set(agentId, [entry])
+          else inbox.push(entry)
         }),
       takeInbox: (agentId) =>
         Effect.sync(() => {
           const inbox = inboxes.get(agentId)
           if (inbox === undefined) return []
           inboxes.delete(agentId)
-          return inbox
+          return inbox.map((entry) => entry.text)
         }),
       acquire: (agentId, cap, waiter) =>
         Effect.sync(() => {
@@ -444,15 +461,25 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
         Effect.map(currentTimeMillis, (now) => {
           if (start !== undefined) startRun(agentId, start.at, start.prompt, now)
           const inbox = inboxes.get(agentId) ?? []
-          inboxes.delete(agentId)
           let treeTokens = 0
           if (treeOf !== undefined) {
             for (const row of agents.values()) if (row.rootId === treeOf) treeTokens += row.tokens
           }
-          return { inbox, treeTokens, runSecs: runAge === true ? (now - timesOf(agentId).started) / 1000 : 0 }
+          return {
+            inbox: inbox.map((entry) => entry.text),
+            inboxIds: inbox.map((entry) => entry.id),
+            treeTokens,
+            runSecs: runAge === true ? (now - timesOf(agentId).started) / 1000 : 0
+          }
         }),
-      recordStep: (agentId, messages, usage, finish) =>
+      recordStep: (agentId, messages, usage, finish, taken) =>
         Effect.map(currentTimeMillis, (now) => {
+          if (taken !== undefined && taken.length > 0) {
+            const gone = new Set(taken)
+            const left = (inboxes.get(agentId) ?? []).filter((entry) => !gone.has(entry.id))
+            if (left.length === 0) inboxes.delete(agentId)
+            else inboxes.set(agentId, left)
+          }
           for (const m of messages) append(agentId, m.at, m.message)
           const row = agents.get(agentId)
           if (row !== undefined) {
@@ -531,16 +558,20 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
         }),
       journal: (executionId) => Effect.sync(() => new Map(journals.get(executionId))),
       runStep: ({ agentId, executionId, name }, execute) =>
-        Effect.suspend(() => {
-          const journaled = journals.get(executionId)?.get(name)
-          if (journaled !== undefined) return Effect.succeed<StepOutcome>({ _tag: "Journaled", result: journaled })
-          if (agents.get(agentId)?.status === "cancelled") return Effect.succeed<StepOutcome>({ _tag: "Cancelled" })
-          return Effect.map(execute, (result): StepOutcome => {
-            let journal = journals.get(executionId)
-            if (journal === undefined) journals.set(executionId, journal = new Map())
-            journal.set(name, result)
-            return { _tag: "Ran", result }
-          })
+        Effect.gen(function*() {
+          const journaled = () => journals.get(executionId)?.get(name)
+          const before = journaled()
+          if (before !== undefined) return { _tag: "Journaled", result: before } as StepOutcome
+          if (agents.get(agentId)?.status === "cancelled") return { _tag: "Cancelled" } as StepOutcome
+          const work = yield* execute
+          // Another execution committed first: its result stands, these writes are not made.
+          const first = journaled()
+          if (first !== undefined) return { _tag: "Journaled", result: first } as StepOutcome
+          yield* work.commit
+          let journal = journals.get(executionId)
+          if (journal === undefined) journals.set(executionId, journal = new Map())
+          journal.set(name, work.result)
+          return { _tag: "Ran", result: work.result } as StepOutcome
         })
     })
   })
@@ -858,14 +889,14 @@ export const makeSql = Effect.gen(function*() {
           // With `start`, the run starts in this statement (its CTEs' writes are not visible to the
           // SELECT, which reads the rows as they were: the run's age is then 0, as it starts now).
           sql<{ inbox: string; tree_tokens: number; run_secs: number | null }>`
-            WITH ${
-            start === undefined ? sql`` : sql`${startRunCte(agentId)},
+            ${
+            start === undefined ? sql`` : sql`WITH ${startRunCte(agentId)},
               p AS (INSERT INTO fibril_transcript ${
               sql.insert(transcriptRow(agentId, start.at, start.prompt))
-            } ON CONFLICT DO NOTHING),`
+            } ON CONFLICT DO NOTHING)`
           }
-              taken AS (DELETE FROM fibril_inbox WHERE agent_id = ${agentId} RETURNING id, text)
-            SELECT (SELECT COALESCE(json_agg(text ORDER BY id), '[]'::json) FROM taken)::text AS inbox,
+            SELECT (SELECT COALESCE(json_agg(json_build_array(id::text, text) ORDER BY id), '[]'::json)
+                FROM fibril_inbox WHERE agent_id = ${agentId})::text AS inbox,
               ${
             treeOf === undefined
               ? sql`0::float8`
@@ -877,14 +908,18 @@ export const makeSql = Effect.gen(function*() {
                 WHERE agent_id = ${agentId})::float8`
               : sql`0::float8`
           } AS run_secs`,
-          (rows) => ({
-            inbox: JSON.parse(rows[0]?.inbox ?? "[]") as ReadonlyArray<string>,
-            treeTokens: Number(rows[0]?.tree_tokens ?? 0),
-            runSecs: Number(rows[0]?.run_secs ?? 0)
-          })
+          (rows) => {
+            const inbox = JSON.parse(rows[0]?.inbox ?? "[]") as ReadonlyArray<readonly [string, string]>
+            return {
+              inbox: inbox.map(([, text]) => text),
+              inboxIds: inbox.map(([id]) => id),
+              treeTokens: Number(rows[0]?.tree_tokens ?? 0),
+              runSecs: Number(rows[0]?.run_secs ?? 0)
+            }
+          }
         )
       ),
-    recordStep: (agentId, messages, usage, finish) => {
+    recordStep: (agentId, messages, usage, finish, taken) => {
       const tokens = sql`tokens = tokens + ${stepTokens(usage)}, tokens_input = tokens_input + ${usage.input},
         tokens_output = tokens_output + ${usage.output}, tokens_cached = tokens_cached + ${usage.cached}`
       const transcript = messages.length === 0 ? sql`` : sql`t AS (INSERT INTO fibril_transcript ${
@@ -892,10 +927,15 @@ export const makeSql = Effect.gen(function*() {
           messages.map((m) => transcriptRow(agentId, m.at, m.message)) as [ReturnType<typeof transcriptRow>]
         )
       } ON CONFLICT DO NOTHING)`
+      // The queued input the step delivered is taken with it.
+      const inbox = taken === undefined || taken.length === 0
+        ? undefined
+        : sql`i AS (DELETE FROM fibril_inbox WHERE id IN ${sql.in(taken.map(BigInt))})`
+      const ctes = [...(messages.length === 0 ? [] : [transcript]), ...(inbox === undefined ? [] : [inbox])]
       if (finish === undefined) {
         return q(
           "recordStep",
-          sql`${messages.length === 0 ? sql`` : sql`WITH ${transcript}`}
+          sql`${ctes.length === 0 ? sql`` : sql`WITH ${sql.csv(ctes)}`}
             UPDATE fibril_agents SET ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
         )
       }
@@ -905,7 +945,7 @@ export const makeSql = Effect.gen(function*() {
       const live = sql.literal("status <> 'cancelled'")
       return q(
         "recordStep",
-        sql`WITH ${messages.length === 0 ? sql`` : sql`${transcript},`}
+        sql`WITH ${ctes.length === 0 ? sql`` : sql`${sql.csv(ctes)},`}
             r AS (DELETE FROM fibril_permits WHERE agent_id = ${agentId} AND ${finish.release})
           UPDATE fibril_agents SET ${tokens}, last_progress = now(),
           status = CASE WHEN ${live} THEN COALESCE(${u.status ?? null}, status) ELSE status END,
@@ -1035,35 +1075,38 @@ export const makeSql = Effect.gen(function*() {
         )
       ),
     runStep: ({ agentId, executionId, name }, execute) =>
-      Effect.mapError(
-        sql.withTransaction(Effect.gen(function*() {
-          // The claim: the step's row, written unless the agent is cancelled. A row already there
-          // was committed by another execution of the step (a claim waits for the transaction
-          // that holds it), with its result.
-          const [claim] = yield* sql<{ claimed: boolean; cancelled: boolean; result: string | null }>`
-            WITH s AS (SELECT status FROM fibril_agents WHERE agent_id = ${agentId}),
-              c AS (INSERT INTO fibril_steps (execution_id, name, agent_id)
-                SELECT ${executionId}, ${name}, ${agentId}
-                WHERE NOT EXISTS (SELECT 1 FROM s WHERE status = 'cancelled')
-                ON CONFLICT DO NOTHING RETURNING 1)
-            SELECT EXISTS (SELECT 1 FROM c) AS claimed,
-              EXISTS (SELECT 1 FROM s WHERE status = 'cancelled') AS cancelled,
-              (SELECT result FROM fibril_steps WHERE execution_id = ${executionId} AND name = ${name}) AS result`
-          if (claim === undefined) return yield* Effect.die(`step ${name}: the claim returned no row`)
-          if (!claim.claimed) {
-            // A row committed while the claim waited is not in the statement's snapshot: read again.
-            const journaled = claim.result ?? (yield* sql<{ result: string | null }>`SELECT result FROM fibril_steps
-              WHERE execution_id = ${executionId} AND name = ${name}`)[0]?.result ?? null
-            if (journaled !== null) return { _tag: "Journaled", result: journaled } as const
-            if (claim.cancelled) return { _tag: "Cancelled" } as const
-            return yield* Effect.die(`step ${name} of ${executionId}: claimed by another execution without a result`)
-          }
-          const result = yield* execute
-          yield* sql`UPDATE fibril_steps SET result = ${result} WHERE execution_id = ${executionId} AND name = ${name}`
-          return { _tag: "Ran", result } as const
-        })),
-        fail("runStep")
-      )
+      Effect.gen(function*() {
+        const journaled = Effect.map(
+          sql<{ result: string | null }>`SELECT result FROM fibril_steps
+            WHERE execution_id = ${executionId} AND name = ${name}`,
+          (rows) => rows[0]?.result ?? undefined
+        )
+        // Before the call: journaled already (a replay that read the run's journal before
+        // another execution committed), or the agent cancelled?
+        const [before] = yield* sql<{ result: string | null; cancelled: boolean }>`
+          SELECT (SELECT result FROM fibril_steps WHERE execution_id = ${executionId} AND name = ${name}) AS result,
+            EXISTS (SELECT 1 FROM fibril_agents WHERE agent_id = ${agentId} AND status = 'cancelled') AS cancelled`
+        if (before?.result !== null && before?.result !== undefined) {
+          return { _tag: "Journaled", result: before.result } as StepOutcome
+        }
+        if (before?.cancelled === true) return { _tag: "Cancelled" } as StepOutcome
+        const work = yield* execute
+        // The claim, with the result: the first execution of the step to commit wins. A claim
+        // held by a transaction in flight is waited for; one committed makes this one give way.
+        const ran = yield* sql.withTransaction(Effect.gen(function*() {
+          const claimed = yield* sql<{ one: number }>`INSERT INTO fibril_steps (execution_id, name, agent_id, result)
+            VALUES (${executionId}, ${name}, ${agentId}, ${work.result}) ON CONFLICT DO NOTHING RETURNING 1 AS one`
+          if (claimed.length === 0) return false
+          yield* work.commit
+          return true
+        }))
+        if (ran) return { _tag: "Ran", result: work.result } as StepOutcome
+        const first = yield* journaled
+        if (first === undefined) {
+          return yield* Effect.die(`step ${name} of ${executionId}: its claim is taken but has no result`)
+        }
+        return { _tag: "Journaled", result: first } as StepOutcome
+      }).pipe(Effect.mapError(fail("runStep")))
   })
 })
 

@@ -47,10 +47,10 @@ export const defaultConnections = 20
 /**
  * A Postgres connection pool, checked with one query; unreachable: ClusterUnreachable.
  *
- * On a worker every step in flight holds one connection from its start to its commit, its model
- * or tool call included (the step runs in the transaction that saves its result), so
- * `maxConnections` bounds how many steps a worker runs at once (less the one effect/cluster holds
- * for its shard locks, and those its polls use meanwhile).
+ * On a worker a step holds a connection for its reads and for its commit, not during its model
+ * or tool call (it commits after the call), so `maxConnections` bounds the statements and short
+ * transactions in flight at once (less the one effect/cluster holds for its shard locks), not how
+ * many calls a worker makes at once.
  */
 export const database = (url: string, options: { readonly maxConnections?: number | undefined } = {}) =>
   Layer.effectContext(Effect.gen(function*() {
@@ -171,7 +171,7 @@ const sharding = (options: {
 
 /**
  * A worker's second, small pool on the same database: the markers of non-idempotent tool calls
- * commit on it while the steps' transactions hold the main pool's connections.
+ * commit on it, and the cancellation watch reads on it, whatever the main pool is busy with.
  */
 const markerClient = Layer.effect(
   ClusterStore.MarkerClient,

@@ -1,11 +1,12 @@
 // The store's joined statements do what the separate ones did: `beginStep` with `start` starts
 // the run (an agent cancelled before it stays cancelled), `recordStep` with `finish` ends it (a
 // cancel recorded meanwhile stands, the tokens still count, the permit is given back); a step
-// reads only the budgets that are set. Fibril's step journal (`runStep`): a step runs once to a
-// journaled result, a journaled one is read back instead of run, a cancelled agent's next step
-// does not run, a step that dies is not journaled. Checked on the in-memory store and, when
-// PostgreSQL's binaries are installed, on the SQL store (there also: a step that dies leaves
-// none of its writes, and two executions of one step at once run it once).
+// reads only the budgets that are set. Fibril's step journal (`runStep`): a step runs to a
+// journaled result, a journaled one is read back instead of run, of two executions the first
+// commit wins, a model step's input is taken by its commit, a cancelled agent's next step does
+// not run, a step that dies is not journaled. Checked on the in-memory store and, when
+// PostgreSQL's binaries are installed, on the SQL store (there also: a commit that fails leaves
+// none of its writes, and three executions of one step at once make their writes once).
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import * as Prompt from "effect/ai/Prompt"
@@ -123,16 +124,19 @@ const contract = Effect.gen(function*() {
 const journalContract = Effect.gen(function*() {
   const store = yield* ClusterStore.ClusterStore
   yield* store.insertMany([row("ag_j")])
+  yield* store.sendInput("ag_j", "queued")
   const key = { agentId: "ag_j", executionId: "exec-ag_j", name: "model/0" }
   let runs = 0
   const step = (result: string) =>
-    Effect.gen(function*() {
+    Effect.sync(() => {
       runs++
-      yield* Effect.orDie(store.recordStep("ag_j", [{ at: { run: 0, step: 0, slot: 100 }, message: answer }], usage))
-      return result
+      return {
+        result,
+        commit: store.recordStep("ag_j", [{ at: { run: 0, step: 0, slot: 100 }, message: answer }], usage)
+      }
     })
 
-  // It runs; its writes and its result commit together.
+  // It runs; its writes are made with its result.
   assert.deepStrictEqual(yield* store.runStep(key, step("first")), { _tag: "Ran", result: "first" })
   assert.deepStrictEqual(yield* store.transcript("ag_j"), [answer])
   // Again (a replay, or another execution of the same step): the journaled result; not run.
@@ -141,53 +145,70 @@ const journalContract = Effect.gen(function*() {
   assert.deepStrictEqual(yield* store.journal("exec-ag_j"), new Map([["model/0", "first"]]))
   assert.deepStrictEqual(yield* store.journal("exec-other"), new Map())
 
+  // Another execution commits while this one makes its call: the first commit wins; this
+  // one's writes are not made, and it gets the winner's result.
+  const raced = { ...key, name: "model/1" }
+  const outcome = yield* store.runStep(
+    raced,
+    Effect.gen(function*() {
+      const other = yield* Effect.orDie(store.runStep(raced, step("winner")))
+      assert.deepStrictEqual(other, { _tag: "Ran", result: "winner" })
+      return {
+        result: "loser",
+        commit: store.recordStep("ag_j", [{ at: { run: 0, step: 1, slot: 100 }, message: answer }], usage)
+      }
+    })
+  )
+  assert.deepStrictEqual(outcome, { _tag: "Journaled", result: "winner" })
+  assert.strictEqual((yield* store.get("ag_j"))?.tokens, 14)
+
+  // The input a model step read is taken by its commit, not by the read.
+  const begin = yield* store.beginStep("ag_j", {})
+  assert.deepStrictEqual(begin.inbox, ["queued"])
+  assert.deepStrictEqual((yield* store.beginStep("ag_j", {})).inbox, ["queued"])
+  yield* store.recordStep("ag_j", [], usage, undefined, begin.inboxIds)
+  assert.deepStrictEqual((yield* store.beginStep("ag_j", {})).inbox, [])
+
   // A step that dies is not journaled: its next attempt runs.
   const tool = { ...key, name: "tool/0/0" }
   const died = yield* Effect.exit(store.runStep(tool, Effect.die("boom")))
   assert.isTrue(Exit.isFailure(died))
   assert.isFalse((yield* store.journal("exec-ag_j")).has("tool/0/0"))
-  assert.deepStrictEqual(yield* store.runStep(tool, Effect.succeed("tool")), { _tag: "Ran", result: "tool" })
+  assert.deepStrictEqual(
+    yield* store.runStep(tool, Effect.succeed({ result: "tool", commit: Effect.void })),
+    { _tag: "Ran", result: "tool" }
+  )
 
   // Cancelled: its next step does not run; a journaled step still reads back.
   yield* store.update("ag_j", { status: "cancelled", reason: "stop" })
-  assert.deepStrictEqual(yield* store.runStep({ ...key, name: "model/1" }, step("late")), { _tag: "Cancelled" })
+  runs = 0
+  assert.deepStrictEqual(yield* store.runStep({ ...key, name: "model/2" }, step("late")), { _tag: "Cancelled" })
   assert.deepStrictEqual(yield* store.runStep(key, step("third")), { _tag: "Journaled", result: "first" })
-  assert.strictEqual(runs, 1)
+  assert.strictEqual(runs, 0)
 })
 
-/** On PostgreSQL: a step that dies leaves none of its writes; two executions at once run it once. */
+/**
+ * On PostgreSQL: a commit that fails leaves none of its writes and no journal entry; three
+ * executions of one step at once make their writes once, and all get one result.
+ */
 const journalTransactions = Effect.gen(function*() {
   const store = yield* ClusterStore.ClusterStore
   yield* store.insertMany([row("ag_t")])
+  const key = { agentId: "ag_t", executionId: "exec-ag_t", name: "model/0" }
+  const record = store.recordStep("ag_t", [{ at: { run: 0, step: 0, slot: 100 }, message: answer }], usage)
   const dies = store.runStep(
-    { agentId: "ag_t", executionId: "exec-ag_t", name: "model/0" },
-    Effect.andThen(
-      Effect.orDie(store.recordStep("ag_t", [{ at: { run: 0, step: 0, slot: 100 }, message: answer }], usage)),
-      Effect.die("crash after the write")
-    )
+    key,
+    Effect.succeed({ result: "never", commit: Effect.andThen(record, Effect.die("crash after the write")) })
   )
   assert.isTrue(Exit.isFailure(yield* Effect.exit(dies)))
   assert.deepStrictEqual(yield* store.transcript("ag_t"), [])
   assert.strictEqual((yield* store.get("ag_t"))?.tokens, 0)
+  assert.deepStrictEqual(yield* store.journal("exec-ag_t"), new Map())
 
-  let runs = 0
-  const key = { agentId: "ag_t", executionId: "exec-ag_t", name: "model/0" }
   const outcomes = yield* Effect.all(
-    ["a", "b", "c"].map((name) =>
-      store.runStep(
-        key,
-        Effect.gen(function*() {
-          runs++
-          yield* Effect.orDie(
-            store.recordStep("ag_t", [{ at: { run: 0, step: 0, slot: 100 }, message: answer }], usage)
-          )
-          return name
-        })
-      )
-    ),
+    ["a", "b", "c"].map((name) => store.runStep(key, Effect.succeed({ result: name, commit: record }))),
     { concurrency: "unbounded" }
   )
-  assert.strictEqual(runs, 1)
   const ran = outcomes.filter((o) => o._tag === "Ran")
   assert.strictEqual(ran.length, 1)
   const result = ran[0]!._tag === "Ran" ? ran[0]!.result : ""
