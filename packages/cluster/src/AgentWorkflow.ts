@@ -526,7 +526,7 @@ const body = (options: Partial<Options>) =>
     // interrupt (sent again here, should the cancel have stopped before sending it) ends it.
     const instance = yield* WorkflowEngine.WorkflowInstance
     let journal: ReadonlyMap<string, string> | undefined
-    // A step interrupted from within (its transaction rolled back) runs again, as effect/workflow
+    // A step interrupted from within (nothing of it committed) runs again, as effect/workflow
     // runs an interrupted activity again; an interruption of the run itself stops the run.
     const runOnce = <R1, R2>(key: StepKey, execute: Effect.Effect<StepWork<R2>, never, R1>) =>
       Effect.gen(function*() {
