@@ -482,21 +482,31 @@ describe.skipIf(reason !== undefined)(
           await sleep(30)
         }
         assert.strictEqual(await client.done, 0, client.out.stderr)
+        // What the store and the client saw, for the message of any assertion below.
+        const seen = () =>
+          `agents: ${
+            s.psql("SELECT string_agg(agent_id || ' ' || status || ' ' || depth, '; ') FROM fibril_agents")
+          }\nclient: ${client.out.stdout}\nclient stderr: ${client.out.stderr}`
         assert.strictEqual(
           s.psql("SELECT count(*) FROM fibril_agents WHERE prompt LIKE 'capped%' AND status = 'completed'"),
-          "6"
+          "6",
+          seen()
         )
-        assert.strictEqual(max, 2)
+        assert.strictEqual(max, 2, `permits held at once, at most: ${max}\n${seen()}`)
         const pids = new Set(steps(s.log).filter((e) => e.name.startsWith("model")).map((e) => e.pid))
         // The events of every agent's steps reached the client, from whichever worker ran them.
         const events = client.out.stdout.split("\n").filter((l) => l.startsWith("{")).map((l) =>
           JSON.parse(l) as { type: string; depth?: number; tool?: string }
         )
         const children = events.filter((e) => e.depth === 1)
-        assert.strictEqual(children.filter((e) => e.type === "spawned").length, 6)
-        assert.strictEqual(children.filter((e) => e.type === "tool_call" && e.tool === "list_dir").length, 6)
-        assert.strictEqual(children.filter((e) => e.type === "completed").length, 6)
-        assert.strictEqual(events.filter((e) => e.depth === 0 && e.type === "tool_call").length, 6)
+        assert.strictEqual(children.filter((e) => e.type === "spawned").length, 6, seen())
+        assert.strictEqual(
+          children.filter((e) => e.type === "tool_call" && e.tool === "list_dir").length,
+          6,
+          seen()
+        )
+        assert.strictEqual(children.filter((e) => e.type === "completed").length, 6, seen())
+        assert.strictEqual(events.filter((e) => e.depth === 0 && e.type === "tool_call").length, 6, seen())
         console.log(
           `cap: at most ${max} permits held at once; steps ran on ${pids.size} workers; ${events.length} events reached the client`
         )
