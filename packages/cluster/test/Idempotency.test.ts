@@ -26,12 +26,12 @@ const crashOnce = (store: ClusterStore.ClusterStore["Service"]): ClusterStore.Cl
   let crashed = false
   return {
     ...store,
-    recordStep: (agentId, messages, tokens, finish) => {
+    recordStep: (agentId, messages, tokens, finish, taken) => {
       if (!crashed && messages.some((m) => m.message.role === "tool")) {
         crashed = true
         return Effect.interrupt
       }
-      return store.recordStep(agentId, messages, tokens, finish)
+      return store.recordStep(agentId, messages, tokens, finish, taken)
     }
   }
 }
@@ -161,13 +161,13 @@ describe("tool idempotency in cluster mode", () => {
         const crashed = new Set<number>()
         return {
           ...store,
-          recordStep: (agentId, messages, tokens, finish) => {
+          recordStep: (agentId, messages, tokens, finish, taken) => {
             const tool = messages.find((m) => m.message.role === "tool")
             if (tool !== undefined && !crashed.has(tool.at.step)) {
               crashed.add(tool.at.step)
               return Effect.interrupt
             }
-            return store.recordStep(agentId, messages, tokens, finish)
+            return store.recordStep(agentId, messages, tokens, finish, taken)
           }
         }
       }
@@ -181,6 +181,29 @@ describe("tool idempotency in cluster mode", () => {
       assert.deepStrictEqual(yield* lines(built, "peek.txt"), ["peek"])
       const results = toolResults(yield* built.store.transcript(outcome.agentId))
       assert.deepStrictEqual(results.map((r) => r.isFailure), [false, true])
+    }).pipe(Effect.scoped, provideNode))
+
+  it.live("a step interrupted at every attempt fails its run after 5, saying so; the shell ran once", () =>
+    Effect.gen(function*() {
+      const counter = stepCounter()
+      const always = (store: ClusterStore.ClusterStore["Service"]): ClusterStore.ClusterStore["Service"] => ({
+        ...store,
+        recordStep: (agentId, messages, tokens, finish, taken) =>
+          messages.some((m) => m.message.role === "tool")
+            ? Effect.interrupt
+            : store.recordStep(agentId, messages, tokens, finish, taken)
+      })
+      const built = yield* setup(
+        oneCall("shell", { command: "echo ran >> log.txt" }),
+        { onStep: counter.onStep },
+        {},
+        undefined,
+        always
+      )
+      const failed = yield* Effect.flip(built.provide(ClusterClient.run({ prompt: "go", workspace: built.root })))
+      assert.match(String(failed.message), /step tool\/0\/0 of \S+ was interrupted 5 times/)
+      assert.strictEqual(counter.starts.get("tool/0/0"), 5)
+      assert.deepStrictEqual(yield* lines(built, "log.txt"), ["ran"])
     }).pipe(Effect.scoped, provideNode))
 
   it.live("without an interruption a non-idempotent tool runs once, with its result", () =>
