@@ -650,7 +650,8 @@ export const checkSchema = Effect.gen(function*() {
   if (found !== schemaVersion) return yield* new SchemaMismatch({ found, expected: schemaVersion })
 })
 
-interface AgentDbRow {
+/** An agent's row as a SQL store reads it (the SQLite store's too). */
+export interface AgentDbRow {
   readonly agent_id: string
   readonly parent_id: string | null
   readonly root_id: string
@@ -687,7 +688,8 @@ const millis = (value: unknown): number | null => {
 
 const decodeGrants = Schema.decodeUnknownSync(Schema.fromJsonString(Schema.Array(Grant)))
 
-const fromDb = (r: AgentDbRow): AgentRow => ({
+/** An agent's row from its SQL row. */
+export const fromDb = (r: AgentDbRow): AgentRow => ({
   agentId: r.agent_id,
   parentId: r.parent_id,
   rootId: r.root_id,
@@ -697,7 +699,7 @@ const fromDb = (r: AgentDbRow): AgentRow => ({
   model: r.model,
   description: r.description,
   prompt: r.prompt,
-  detached: r.detached,
+  detached: Boolean(r.detached),
   workspace: r.workspace,
   status: r.status,
   run: r.run,
@@ -716,8 +718,9 @@ const fromDb = (r: AgentDbRow): AgentRow => ({
   finishedAt: millis(r.run_finished_at)
 })
 
-const encodeMessage = Schema.encodeSync(Schema.fromJsonString(Prompt.Message))
-const decodeMessage = Schema.decodeSync(Schema.fromJsonString(Prompt.Message))
+/** A transcript message as a SQL store keeps it (JSON). */
+export const encodeMessage = Schema.encodeSync(Schema.fromJsonString(Prompt.Message))
+export const decodeMessage = Schema.decodeSync(Schema.fromJsonString(Prompt.Message))
 
 export const makeSql = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient

@@ -5,6 +5,7 @@
  * command without `--cluster` never imports it.
  */
 import * as NodeClusterSocket from "@effect/platform-node/NodeClusterSocket"
+import * as NodeCrypto from "@effect/platform-node/NodeCrypto"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { AgentSteps } from "@fibril/core"
 import { redactUrl } from "@fibril/core/Secrets"
@@ -21,6 +22,8 @@ import { appendFileSync } from "node:fs"
 import * as net from "node:net"
 import * as AgentWorkflow from "./AgentWorkflow.ts"
 import * as ClusterStore from "./ClusterStore.ts"
+import * as Sqlite from "./Sqlite.ts"
+import * as SqliteStore from "./SqliteStore.ts"
 
 export class ClusterUnreachable extends Schema.TaggedError<ClusterUnreachable>()("ClusterUnreachable", {
   url: Schema.String,
@@ -54,13 +57,16 @@ export const defaultConnections = 20
  */
 export const database = (url: string, options: { readonly maxConnections?: number | undefined } = {}) =>
   Layer.effectContext(Effect.gen(function*() {
-    const context = yield* Layer.build(
-      PgClient.layer({
+    const file = Sqlite.fileOf(url)
+    const client = file === undefined
+      ? PgClient.layer({
         url: Redacted.make(url),
         maxConnections: options.maxConnections ?? defaultConnections,
         connectTimeout: Duration.seconds(5)
       })
-    ).pipe(
+      // One machine, no server: a SQLite file (effect/cluster's storage hashes with `Digest`).
+      : Layer.merge(Sqlite.layer(file), NodeCrypto.layerDigest)
+    const context = yield* Layer.build(client).pipe(
       Effect.mapError((error) => new ClusterUnreachable({ url: displayUrl(url), reason: reasonOf(error) }))
     )
     yield* SqlClient.SqlClient.pipe(
@@ -75,15 +81,22 @@ export const database = (url: string, options: { readonly maxConnections?: numbe
     return context
   }))
 
+/** The Postgres or the SQLite variant, by the database in context. */
+const byDialect = <A>(postgres: A, sqlite: A) =>
+  Effect.map(SqlClient.SqlClient, (sql) => sql.onDialectOrElse({ sqlite: () => sqlite, orElse: () => postgres }))
+
 /** Creates the cluster's tables (`cluster_*`, effect/cluster's) and Fibril's (`fibril_*`). */
 export const migrate = Effect.gen(function*() {
-  yield* ClusterStore.migrate
+  yield* Effect.flatten(byDialect(ClusterStore.migrate, SqliteStore.migrate))
   // effect/cluster creates its tables when its storage starts: start a client once, here.
   yield* Layer.build(NodeClusterSocket.layer({ clientOnly: true, storage: "sql" })).pipe(Effect.scoped)
 }).pipe(Effect.orDie)
 
 /** Drops finished agents older than `olderThan` and their journal: how many agents went. */
 export const prune = (olderThan: Duration.Duration) =>
+  Effect.flatten(byDialect(prunePostgres(olderThan), SqliteStore.prune(olderThan)))
+
+const prunePostgres = (olderThan: Duration.Duration) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const seconds = Duration.toSeconds(olderThan)
@@ -112,7 +125,7 @@ export const prune = (olderThan: Duration.Duration) =>
   })
 
 /** Fails with SchemaMismatch (naming `fibril cluster migrate`) unless the tables match this code. */
-export const checkSchema = ClusterStore.checkSchema
+export const checkSchema = Effect.flatten(byDialect(ClusterStore.checkSchema, SqliteStore.checkSchema))
 
 /** A free TCP port on `host`, for a runner's address. */
 export const freePort = (host: string) =>
@@ -181,7 +194,11 @@ const markerClient = Layer.effect(
   })
 ).pipe(Layer.provide(Reactivity.layer), Layer.orDie)
 
-const workerStore = ClusterStore.layerSql.pipe(Layer.provide(markerClient))
+/** The store on the database in context: Postgres (with its marker pool) or SQLite. */
+const storeFor = (postgres: Layer.Layer<ClusterStore.ClusterStore, never, SqlClient.SqlClient>) =>
+  Layer.unwrap(byDialect(postgres, SqliteStore.layer))
+
+const workerStore = storeFor(ClusterStore.layerSql.pipe(Layer.provide(markerClient)))
 
 /**
  * A worker: hosts agent workflows over the given core services (its workspace, tools, models),
@@ -213,5 +230,5 @@ export const workerAndClient = <E, R>(
 /** A client: the engine (no shards hosted) and the store, on the database in context. */
 export const client = ClusterWorkflowEngine.layer.pipe(
   Layer.provideMerge(NodeClusterSocket.layer({ clientOnly: true, storage: "sql", shardingConfig: sharding({}) })),
-  Layer.provideMerge(ClusterStore.layerSql)
+  Layer.provideMerge(storeFor(ClusterStore.layerSql))
 )

@@ -14,13 +14,33 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import { mkdtempSync, rmSync } from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
 import * as ClusterStore from "../src/ClusterStore.ts"
+import * as Sqlite from "../src/Sqlite.ts"
+import * as SqliteStore from "../src/SqliteStore.ts"
 import * as Pg from "./postgres.ts"
 
 const reason = Pg.skipReason()
 let pg: Pg.Postgres | undefined
 let dbs = 0
-afterAll(() => pg?.stop())
+const sqliteDir = mkdtempSync(path.join(os.tmpdir(), "fibril-store-sqlite-"))
+let sqliteFiles = 0
+afterAll(() => {
+  pg?.stop()
+  rmSync(sqliteDir, { recursive: true, force: true })
+})
+
+/** The SQLite store on a new file, its tables made. */
+const sqliteStore = (run: Effect.Effect<void, unknown, ClusterStore.ClusterStore>) =>
+  Effect.gen(function*() {
+    const file = path.join(sqliteDir, `store${sqliteFiles++}.db`)
+    yield* Effect.provide(
+      Effect.andThen(SqliteStore.migrate, Effect.provide(run, SqliteStore.layer)),
+      Sqlite.layer(file)
+    )
+  })
 
 const sqlStore = Effect.promise(async () => {
   pg ??= await Pg.start()
@@ -228,6 +248,8 @@ describe("ClusterStore joined statements", () => {
       const layer = yield* sqlStore
       yield* Effect.provide(Effect.andThen(ClusterStore.migrate, contract), layer)
     }), 60_000)
+
+  it.live("on SQLite", () => Effect.scoped(sqliteStore(contract)))
 })
 
 describe("ClusterStore step journal", () => {
@@ -241,4 +263,6 @@ describe("ClusterStore step journal", () => {
         layer
       )
     }), 60_000)
+
+  it.live("on SQLite", () => Effect.scoped(sqliteStore(Effect.andThen(journalContract, journalTransactions))))
 })

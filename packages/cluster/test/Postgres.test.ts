@@ -7,55 +7,18 @@
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { Duration, Effect } from "effect"
 import type { SqlClient } from "effect/sql"
-import { type ChildProcess, spawn } from "node:child_process"
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { fileURLToPath } from "node:url"
 import * as Node from "../src/Node.ts"
 import * as Pg from "./postgres.ts"
+import { agentIdOf, bin, children, fibril, type Proc, sleep, stepOfRow, steps, until } from "./processes.ts"
 
-const bin = fileURLToPath(new URL("../../cli/src/bin.ts", import.meta.url))
 const reason = Pg.skipReason()
 
 let pg: Pg.Postgres | undefined
 let dbs = 0
-const children = new Set<ChildProcess>()
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-it-"))
-
-interface Proc {
-  readonly child: ChildProcess
-  readonly out: { stdout: string; stderr: string }
-  readonly done: Promise<number>
-}
-
-const fibril = (args: ReadonlyArray<string>, env: Record<string, string> = {}): Proc => {
-  const child = spawn(process.execPath, ["--conditions=@fibril/source", bin, ...args], {
-    env: { ...process.env, OPENAI_API_KEY: "", FIBRIL_MODEL: "", ...env },
-    stdio: ["ignore", "pipe", "pipe"]
-  })
-  children.add(child)
-  const out = { stdout: "", stderr: "" }
-  child.stdout!.on("data", (d) => out.stdout += String(d))
-  child.stderr!.on("data", (d) => out.stderr += String(d))
-  const done = new Promise<number>((resolve) =>
-    child.on("exit", (code, signal) => {
-      children.delete(child)
-      resolve(code ?? (signal === "SIGKILL" ? 137 : 1))
-    })
-  )
-  return { child, out, done }
-}
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-
-const until = async (check: () => boolean, what: string, ms = 30_000) => {
-  const deadline = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
-    await sleep(50)
-  }
-}
 
 interface Setup {
   readonly url: string
@@ -90,33 +53,6 @@ const setup = async (script: unknown, migrateWith: "cli" | "library" = "library"
     return proc
   }
   return { url, ws, log, psql: (q) => pg!.psql(db, q), worker }
-}
-
-interface StepEvent {
-  readonly pid: number
-  readonly event: "start" | "end"
-  readonly agentId: string
-  readonly run: number
-  readonly name: string
-  readonly t: number
-}
-
-const steps = (log: string): ReadonlyArray<StepEvent> =>
-  readFileSync(log, "utf8").split("\n").filter((l) => l !== "").map((l) => JSON.parse(l) as StepEvent)
-
-/** The step a transcript row belongs to (see AgentWorkflow: slot 100 the answer, 1000+i tool call i). */
-const stepOfRow = (step: number, slot: number) =>
-  slot === 100
-    ? `model/${step}`
-    : slot >= 1000
-    ? `tool/${step}/${slot - 1000}`
-    : slot >= 0 && step >= 0
-    ? `model/${step}`
-    : undefined
-
-const agentIdOf = (proc: Proc) => {
-  const line = proc.out.stdout.split("\n").find((l) => l.includes("\"started\""))
-  return line === undefined ? undefined : (JSON.parse(line) as { agent_id: string }).agent_id
 }
 
 const ports = async () => [await Pg.freePort(), await Pg.freePort()] as const

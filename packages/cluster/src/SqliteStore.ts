@@ -1,0 +1,450 @@
+/**
+ * The cluster store on SQLite (`--cluster sqlite:<file>`): the same `ClusterStore` as the
+ * Postgres one, for a cluster on one machine with no database server. SQLite has one writer per
+ * file, so where the Postgres store joins writes into one statement (data-modifying CTEs) or
+ * takes an advisory lock, this one runs a few plain statements in one `BEGIN IMMEDIATE`
+ * transaction (statements on a local file cost microseconds, not round trips). Times are
+ * milliseconds since the epoch from this machine's clock, the one clock of such a cluster;
+ * change numbers are the agents' table's largest plus one, taken under the write lock.
+ */
+import type * as Prompt from "effect/ai/Prompt"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { SqlClient } from "effect/sql"
+import {
+  type AgentDbRow,
+  type AgentRow,
+  type AgentUpdate,
+  ClusterStore,
+  decodeMessage,
+  encodeMessage,
+  finished,
+  fromDb,
+  SchemaMismatch,
+  schemaVersion,
+  type Slot,
+  type StepOutcome,
+  stepTokens,
+  StoreFailure,
+  type Usage
+} from "./ClusterStore.ts"
+
+/** Creates (or brings up to date) the `fibril_*` tables in a SQLite file. */
+export const migrate = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE TABLE IF NOT EXISTS fibril_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`
+  yield* sql`CREATE TABLE IF NOT EXISTS fibril_agents (
+    agent_id TEXT PRIMARY KEY, parent_id TEXT, root_id TEXT NOT NULL, depth INTEGER NOT NULL,
+    role TEXT NOT NULL, model TEXT NOT NULL, description TEXT NOT NULL, prompt TEXT NOT NULL,
+    detached INTEGER NOT NULL, workspace TEXT NOT NULL, status TEXT NOT NULL, run INTEGER NOT NULL,
+    execution_id TEXT NOT NULL, text TEXT, reason TEXT, steps INTEGER NOT NULL DEFAULT 0,
+    tool_calls INTEGER NOT NULL DEFAULT 0, tokens REAL NOT NULL DEFAULT 0,
+    tokens_input REAL NOT NULL DEFAULT 0, tokens_output REAL NOT NULL DEFAULT 0,
+    tokens_cached REAL NOT NULL DEFAULT 0, grants TEXT, waiting_on TEXT,
+    run_started_at INTEGER, run_finished_at INTEGER, last_progress INTEGER,
+    changed INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)`
+  yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_parent ON fibril_agents (parent_id)`
+  yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_root ON fibril_agents (root_id, changed)`
+  yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_live ON fibril_agents (agent_id) WHERE status = 'running'`
+  yield* sql`CREATE TABLE IF NOT EXISTS fibril_transcript (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent_id TEXT NOT NULL, run INTEGER NOT NULL, step INTEGER NOT NULL, slot INTEGER NOT NULL,
+    message TEXT NOT NULL, pid INTEGER NOT NULL DEFAULT 0, at INTEGER NOT NULL,
+    UNIQUE (agent_id, run, step, slot))`
+  yield* sql`CREATE TABLE IF NOT EXISTS fibril_inbox (id INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent_id TEXT NOT NULL, text TEXT NOT NULL, at INTEGER NOT NULL)`
+  yield* sql`CREATE INDEX IF NOT EXISTS fibril_inbox_agent ON fibril_inbox (agent_id)`
+  yield* sql`CREATE TABLE IF NOT EXISTS fibril_permits (agent_id TEXT PRIMARY KEY, at INTEGER NOT NULL)`
+  yield* sql`CREATE TABLE IF NOT EXISTS fibril_waiters (agent_id TEXT PRIMARY KEY, execution_id TEXT NOT NULL,
+    clock TEXT NOT NULL, at INTEGER NOT NULL)`
+  yield* sql`CREATE TABLE IF NOT EXISTS fibril_tool_calls (agent_id TEXT NOT NULL, run INTEGER NOT NULL,
+    step INTEGER NOT NULL, slot INTEGER NOT NULL, pid INTEGER NOT NULL, at INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, run, step, slot))`
+  yield* sql`CREATE TABLE IF NOT EXISTS fibril_steps (execution_id TEXT NOT NULL, name TEXT NOT NULL,
+    agent_id TEXT NOT NULL, result TEXT, at INTEGER NOT NULL, PRIMARY KEY (execution_id, name))`
+  yield* sql`CREATE INDEX IF NOT EXISTS fibril_steps_agent ON fibril_steps (agent_id)`
+  yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value`
+})
+
+/** Fails with SchemaMismatch unless the file has this code's `fibril_*` tables. */
+export const checkSchema = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const exists = yield* sql<
+    { name: string }
+  >`SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'fibril_meta'`
+  if (exists.length === 0) return yield* new SchemaMismatch({ found: null, expected: schemaVersion })
+  const rows = yield* sql<{ value: string }>`SELECT value FROM fibril_meta WHERE key = 'schema_version'`
+  const found = rows[0] === undefined ? null : Number(rows[0].value)
+  if (found !== schemaVersion) return yield* new SchemaMismatch({ found, expected: schemaVersion })
+})
+
+/** Drops finished agents older than `olderThan` and their journal: how many agents and messages went. */
+export const prune = (olderThan: Duration.Duration) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const before = Date.now() - Duration.toMillis(olderThan)
+    return yield* sql.withTransaction(Effect.gen(function*() {
+      const gone = yield* sql<{ agent_id: string; execution_id: string }>`
+        SELECT agent_id, execution_id FROM fibril_agents
+        WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < ${before}`
+      if (gone.length === 0) return { agents: 0, messages: 0 }
+      const ids = gone.map((r) => r.agent_id)
+      for (const table of ["fibril_agents", "fibril_transcript", "fibril_inbox", "fibril_tool_calls", "fibril_steps"]) {
+        yield* sql`DELETE FROM ${sql(table)} WHERE agent_id IN ${sql.in(ids)}`
+      }
+      const executions = gone.map((r) => r.execution_id)
+      const messages = yield* sql<{ n: number }>`
+        SELECT count(*) AS n FROM cluster_messages
+        WHERE substr(entity_id, 1, instr(entity_id || '/', '/') - 1) IN ${sql.in(executions)}`
+      yield* sql`DELETE FROM cluster_messages
+        WHERE substr(entity_id, 1, instr(entity_id || '/', '/') - 1) IN ${sql.in(executions)}`
+      yield* sql`DELETE FROM cluster_replies WHERE request_id NOT IN (SELECT id FROM cluster_messages)`
+      return { agents: gone.length, messages: Number(messages[0]?.n ?? 0) }
+    }))
+  })
+
+export const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const omitTransaction = Context.omit(sql.transactionService)
+  const fail = (operation: string) => (error: unknown) =>
+    new StoreFailure({ operation, reason: error instanceof Error ? error.message : String(error) })
+  const q = <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) => Effect.mapError(effect, fail(operation))
+  const tx = <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) => q(operation, sql.withTransaction(effect))
+  const nextChange = sql`(SELECT COALESCE(max(changed), 0) + 1 FROM fibril_agents)`
+
+  const insertOne = (row: AgentRow) => {
+    const now = Date.now()
+    return sql`INSERT INTO fibril_agents (agent_id, parent_id, root_id, depth, role, model, description, prompt,
+        detached, workspace, status, run, execution_id, text, reason, steps, tool_calls, tokens, grants,
+        changed, created_at, updated_at)
+      VALUES (${row.agentId}, ${row.parentId}, ${row.rootId}, ${row.depth}, ${row.role}, ${row.model},
+        ${row.description}, ${row.prompt}, ${row.detached ? 1 : 0}, ${row.workspace}, ${row.status}, ${row.run},
+        ${row.executionId}, ${row.text}, ${row.reason}, ${row.steps}, ${row.toolCalls}, ${row.tokens},
+        ${row.grants === undefined ? null : JSON.stringify(row.grants)}, ${nextChange}, ${now}, ${now})
+      ON CONFLICT DO NOTHING`
+  }
+  const insertMany = (rows: ReadonlyArray<AgentRow>) =>
+    rows.length === 0 ? Effect.void : tx("insert", Effect.forEach(rows, insertOne, { discard: true }))
+  const appendRows = (
+    agentId: string,
+    messages: ReadonlyArray<{ readonly at: Slot; readonly message: Prompt.Message }>
+  ) =>
+    Effect.forEach(
+      messages,
+      ({ at, message }) =>
+        sql`INSERT INTO fibril_transcript (agent_id, run, step, slot, message, pid, at)
+        VALUES (${agentId}, ${at.run}, ${at.step}, ${at.slot}, ${encodeMessage(message)}, ${process.pid}, ${Date.now()})
+        ON CONFLICT DO NOTHING`,
+      { discard: true }
+    )
+  const startRun = (agentId: string, at: Slot, prompt: Prompt.Message) => {
+    const now = Date.now()
+    return Effect.andThen(
+      sql`UPDATE fibril_agents SET status = 'running', reason = NULL, run_started_at = ${now}, run_finished_at = NULL,
+          last_progress = ${now}, changed = ${nextChange}, updated_at = ${now}
+        WHERE agent_id = ${agentId} AND status <> 'cancelled'`,
+      appendRows(agentId, [{ at, message: prompt }])
+    )
+  }
+  /** The outcome's columns, unless the agent was cancelled meanwhile (the cancel stands). */
+  const finish = (agentId: string, u: AgentUpdate, release: boolean) => {
+    const now = Date.now()
+    const released: Effect.Effect<unknown, unknown> = release
+      ? sql`DELETE FROM fibril_permits WHERE agent_id = ${agentId}`
+      : Effect.void
+    return Effect.andThen(
+      released,
+      sql`UPDATE fibril_agents SET
+          status = COALESCE(${u.status ?? null}, status),
+          text = CASE WHEN ${u.text !== undefined ? 1 : 0} THEN ${u.text ?? null} ELSE text END,
+          reason = CASE WHEN ${u.reason !== undefined ? 1 : 0} THEN ${u.reason ?? null} ELSE reason END,
+          steps = COALESCE(${u.steps ?? null}, steps),
+          tool_calls = COALESCE(${u.toolCalls ?? null}, tool_calls),
+          run_finished_at = ${now}, changed = ${nextChange}, updated_at = ${now}
+        WHERE agent_id = ${agentId} AND status <> 'cancelled'`
+    )
+  }
+  const addTokens = (agentId: string, usage: Usage) =>
+    sql`UPDATE fibril_agents SET tokens = tokens + ${stepTokens(usage)}, tokens_input = tokens_input + ${usage.input},
+        tokens_output = tokens_output + ${usage.output}, tokens_cached = tokens_cached + ${usage.cached},
+        last_progress = ${Date.now()}
+      WHERE agent_id = ${agentId}`
+  const rowsOf = (rows: ReadonlyArray<AgentDbRow>) => rows.map(fromDb)
+
+  return ClusterStore.of({
+    insert: (row) => insertMany([row]),
+    insertMany,
+    update: (agentId, u) => {
+      const now = Date.now()
+      return q(
+        "update",
+        sql`UPDATE fibril_agents SET
+          status = COALESCE(${u.status ?? null}, status),
+          run = COALESCE(${u.run ?? null}, run),
+          execution_id = COALESCE(${u.executionId ?? null}, execution_id),
+          prompt = COALESCE(${u.prompt ?? null}, prompt),
+          text = CASE WHEN ${u.text !== undefined ? 1 : 0} THEN ${u.text ?? null} ELSE text END,
+          reason = CASE WHEN ${u.reason !== undefined ? 1 : 0} THEN ${u.reason ?? null} ELSE reason END,
+          steps = COALESCE(${u.steps ?? null}, steps),
+          tool_calls = COALESCE(${u.toolCalls ?? null}, tool_calls),
+          run_finished_at = CASE WHEN ${u.status !== undefined && finished(u.status) ? 1 : 0} THEN ${now}
+            ELSE run_finished_at END,
+          changed = ${nextChange}, updated_at = ${now}
+          WHERE agent_id = ${agentId}`
+      )
+    },
+    get: (agentId) =>
+      q(
+        "get",
+        Effect.map(sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE agent_id = ${agentId}`, (rows) =>
+          rows[0] === undefined ? undefined : fromDb(rows[0]))
+      ),
+    children: (agentId) =>
+      q(
+        "children",
+        Effect.map(
+          sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE parent_id = ${agentId} ORDER BY created_at, rowid`,
+          rowsOf
+        )
+      ),
+    list: q("list", Effect.map(sql<AgentDbRow>`SELECT * FROM fibril_agents ORDER BY created_at, rowid`, rowsOf)),
+    append: (agentId, at, message) => q("append", appendRows(agentId, [{ at, message }])),
+    transcript: (agentId) =>
+      q(
+        "transcript",
+        Effect.map(
+          sql<{ message: string }>`SELECT message FROM fibril_transcript WHERE agent_id = ${agentId}
+            ORDER BY run, step, slot`,
+          (rows) => rows.map((r) => decodeMessage(r.message))
+        )
+      ),
+    sendInput: (agentId, text) =>
+      q("sendInput", sql`INSERT INTO fibril_inbox (agent_id, text, at) VALUES (${agentId}, ${text}, ${Date.now()})`),
+    takeInbox: (agentId) =>
+      tx(
+        "takeInbox",
+        Effect.gen(function*() {
+          const rows = yield* sql<{ id: number; text: string }>`SELECT id, text FROM fibril_inbox
+            WHERE agent_id = ${agentId} ORDER BY id`
+          yield* sql`DELETE FROM fibril_inbox WHERE agent_id = ${agentId} AND id <= ${rows.at(-1)?.id ?? 0}`
+          return rows.map((r) => r.text)
+        })
+      ),
+    acquire: (agentId, cap, waiter) =>
+      tx(
+        "acquire",
+        Effect.gen(function*() {
+          const held = yield* sql`SELECT 1 FROM fibril_permits WHERE agent_id = ${agentId}`
+          const [count] = yield* sql<{ n: number }>`SELECT count(*) AS n FROM fibril_permits`
+          const ok = held.length > 0 || Number(count?.n ?? 0) < cap
+          if (ok) {
+            yield* sql`INSERT INTO fibril_permits (agent_id, at) VALUES (${agentId}, ${Date.now()}) ON CONFLICT DO NOTHING`
+            yield* sql`DELETE FROM fibril_waiters WHERE agent_id = ${agentId}`
+          } else if (waiter !== undefined) {
+            yield* sql`INSERT INTO fibril_waiters (agent_id, execution_id, clock, at)
+              VALUES (${agentId}, ${waiter.executionId}, ${waiter.clock}, ${Date.now()})
+              ON CONFLICT (agent_id) DO UPDATE SET clock = excluded.clock`
+          }
+          return ok
+        })
+      ),
+    waiters: (cap) =>
+      tx(
+        "waiters",
+        Effect.gen(function*() {
+          const [count] = yield* sql<{ n: number }>`SELECT count(*) AS n FROM fibril_permits`
+          const free = Math.max(0, cap - Number(count?.n ?? 0))
+          if (free === 0) return []
+          const rows = yield* sql<{ execution_id: string; clock: string }>`SELECT execution_id, clock
+            FROM fibril_waiters ORDER BY at, agent_id LIMIT ${free}`
+          return rows.map((r) => ({ executionId: r.execution_id, clock: r.clock }))
+        })
+      ),
+    release: (agentId) =>
+      tx(
+        "release",
+        Effect.andThen(
+          sql`DELETE FROM fibril_waiters WHERE agent_id = ${agentId}`,
+          sql`DELETE FROM fibril_permits WHERE agent_id = ${agentId}`
+        )
+      ),
+    permits: q(
+      "permits",
+      Effect.map(sql<{ agent_id: string }>`SELECT agent_id FROM fibril_permits`, (r) => r.map((x) => x.agent_id))
+    ),
+    startRun: (agentId, at, prompt) => tx("startRun", startRun(agentId, at, prompt)),
+    beginStep: (agentId, { runAge, start, treeOf }) =>
+      tx(
+        "beginStep",
+        Effect.gen(function*() {
+          if (start !== undefined) yield* startRun(agentId, start.at, start.prompt)
+          const inbox = yield* sql<{ id: number; text: string }>`SELECT id, text FROM fibril_inbox
+            WHERE agent_id = ${agentId} ORDER BY id`
+          const tree = treeOf === undefined
+            ? 0
+            : Number(
+              (yield* sql<{ n: number }>`SELECT COALESCE(sum(tokens), 0) AS n FROM fibril_agents
+                WHERE root_id = ${treeOf}`)[0]?.n ?? 0
+            )
+          const started = start === undefined && runAge === true
+            ? (yield* sql<{ at: number | null }>`SELECT run_started_at AS at FROM fibril_agents
+                WHERE agent_id = ${agentId}`)[0]?.at ?? null
+            : null
+          return {
+            inbox: inbox.map((r) => r.text),
+            inboxIds: inbox.map((r) => String(r.id)),
+            treeTokens: tree,
+            runSecs: started === null ? 0 : (Date.now() - Number(started)) / 1000
+          }
+        })
+      ),
+    recordStep: (agentId, messages, usage, end, taken) =>
+      tx(
+        "recordStep",
+        Effect.gen(function*() {
+          yield* appendRows(agentId, messages)
+          if (taken !== undefined && taken.length > 0) {
+            yield* sql`DELETE FROM fibril_inbox WHERE id IN ${sql.in(taken.map(Number))}`
+          }
+          yield* addTokens(agentId, usage)
+          if (end !== undefined) yield* finish(agentId, end.update, end.release)
+        })
+      ),
+    finishRun: (agentId, u, release) => Effect.asVoid(tx("finishRun", finish(agentId, u, release))),
+    changes: (rootId, cursor) =>
+      q(
+        "changes",
+        Effect.gen(function*() {
+          const messages = yield* sql<
+            { agent_id: string; run: number; step: number; slot: number; message: string; seq: number }
+          >`SELECT t.agent_id, t.run, t.step, t.slot, t.message, t.seq FROM fibril_transcript t
+            WHERE t.seq > ${cursor.transcript}
+              AND t.agent_id IN (SELECT agent_id FROM fibril_agents WHERE root_id = ${rootId})
+            ORDER BY t.seq`
+          const agents = yield* sql<AgentDbRow & { changed: number }>`SELECT * FROM fibril_agents
+            WHERE root_id = ${rootId} AND changed > ${cursor.agents} ORDER BY changed`
+          return {
+            messages: messages.map((r) => ({
+              agentId: r.agent_id,
+              at: { run: r.run, step: r.step, slot: r.slot },
+              message: decodeMessage(r.message)
+            })),
+            agents: rowsOf(agents),
+            cursor: {
+              transcript: messages.length === 0 ? cursor.transcript : Number(messages.at(-1)!.seq),
+              agents: agents.length === 0 ? cursor.agents : Number(agents.at(-1)!.changed)
+            }
+          }
+        })
+      ),
+    look: (agentId, ids, waitingOn) =>
+      tx(
+        "look",
+        Effect.gen(function*() {
+          yield* sql`UPDATE fibril_agents SET waiting_on = ${waitingOn} WHERE agent_id = ${agentId}`
+          const rows = ids === undefined
+            ? yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE parent_id = ${agentId}
+                AND status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_at, rowid`
+            : ids.length === 0
+            ? []
+            : yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE agent_id IN ${sql.in(ids)}`
+          const byId = new Map(rows.map((r) => [r.agent_id, fromDb(r)]))
+          return {
+            rows: ids === undefined ? rowsOf(rows) : ids.flatMap((id) => byId.get(id) ?? []),
+            now: Date.now()
+          }
+        })
+      ),
+    parentWaiting: (agentId) =>
+      q(
+        "parentWaiting",
+        Effect.map(
+          sql<{ execution_id: string; waiting_on: string | null }>`SELECT p.execution_id, p.waiting_on
+            FROM fibril_agents c JOIN fibril_agents p ON p.agent_id = c.parent_id WHERE c.agent_id = ${agentId}`,
+          (rows) =>
+            rows[0] === undefined ? undefined : { executionId: rows[0].execution_id, waitingOn: rows[0].waiting_on }
+        )
+      ),
+    stale: (seconds) =>
+      tx(
+        "stale",
+        Effect.gen(function*() {
+          const now = Date.now()
+          // A running child is its parent's progress (as embedded).
+          yield* sql`UPDATE fibril_agents SET last_progress = ${now} WHERE status = 'running'
+            AND EXISTS (SELECT 1 FROM fibril_agents c WHERE c.parent_id = fibril_agents.agent_id
+              AND c.status = 'running')`
+          const rows = yield* sql<{ agent_id: string }>`SELECT a.agent_id FROM fibril_agents a
+            WHERE a.status = 'running' AND a.depth > 0 AND a.last_progress < ${now - seconds * 1000}
+              AND NOT EXISTS (SELECT 1 FROM fibril_agents c WHERE c.parent_id = a.agent_id AND c.status = 'running')`
+          return rows.map((r) => r.agent_id)
+        })
+      ),
+    cancelledAmong: (agentIds) =>
+      agentIds.length === 0 ? Effect.succeed([]) : q(
+        "cancelledAmong",
+        Effect.map(
+          sql<{ agent_id: string }>`SELECT agent_id FROM fibril_agents
+            WHERE agent_id IN ${sql.in(agentIds)} AND status = 'cancelled'`,
+          (rows) => rows.map((r) => r.agent_id)
+        )
+      ),
+    // Committed by itself, outside any step's transaction: it stays when the step never commits.
+    startToolCall: (agentId, at) =>
+      q(
+        "startToolCall",
+        Effect.map(
+          Effect.updateContext(
+            sql<{ one: number }>`INSERT INTO fibril_tool_calls (agent_id, run, step, slot, pid, at)
+              VALUES (${agentId}, ${at.run}, ${at.step}, ${at.slot}, ${process.pid}, ${Date.now()})
+              ON CONFLICT DO NOTHING RETURNING 1 AS one`,
+            omitTransaction
+          ),
+          (rows) => rows.length === 1
+        )
+      ),
+    journal: (executionId) =>
+      q(
+        "journal",
+        Effect.map(
+          sql<{ name: string; result: string }>`SELECT name, result FROM fibril_steps
+            WHERE execution_id = ${executionId} AND result IS NOT NULL`,
+          (rows) => new Map(rows.map((r) => [r.name, r.result]))
+        )
+      ),
+    runStep: ({ agentId, executionId, name }, execute) =>
+      Effect.gen(function*() {
+        const journaled = Effect.map(
+          sql<{ result: string | null }>`SELECT result FROM fibril_steps
+            WHERE execution_id = ${executionId} AND name = ${name}`,
+          (rows) => rows[0]?.result ?? undefined
+        )
+        const before = yield* journaled
+        if (before !== undefined) return { _tag: "Journaled", result: before } as StepOutcome
+        const cancelled = yield* sql`SELECT 1 FROM fibril_agents WHERE agent_id = ${agentId} AND status = 'cancelled'`
+        if (cancelled.length > 0) return { _tag: "Cancelled" } as StepOutcome
+        const work = yield* execute
+        // The claim, with the result: the first execution of the step to commit wins.
+        const ran = yield* sql.withTransaction(Effect.gen(function*() {
+          const claimed = yield* sql<
+            { one: number }
+          >`INSERT INTO fibril_steps (execution_id, name, agent_id, result, at)
+            VALUES (${executionId}, ${name}, ${agentId}, ${work.result}, ${Date.now()})
+            ON CONFLICT DO NOTHING RETURNING 1 AS one`
+          if (claimed.length === 0) return false
+          yield* work.commit
+          return true
+        }))
+        if (ran) return { _tag: "Ran", result: work.result } as StepOutcome
+        const first = yield* journaled
+        if (first === undefined) {
+          return yield* Effect.die(`step ${name} of ${executionId}: its claim is taken but has no result`)
+        }
+        return { _tag: "Journaled", result: first } as StepOutcome
+      }).pipe(Effect.mapError(fail("runStep")))
+  })
+})
+
+export const layer: Layer.Layer<ClusterStore, never, SqlClient.SqlClient> = Layer.effect(ClusterStore, make)

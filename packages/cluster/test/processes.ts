@@ -1,0 +1,73 @@
+// Real `fibril` processes for the cluster's integration tests (Postgres.test.ts, Sqlite.test.ts):
+// spawning them, waiting for a condition, the workers' step log.
+import { type ChildProcess, spawn } from "node:child_process"
+import { readFileSync } from "node:fs"
+import { fileURLToPath } from "node:url"
+
+export const bin = fileURLToPath(new URL("../../cli/src/bin.ts", import.meta.url))
+
+/** Every process still running (each test file kills what is left when it ends). */
+export const children = new Set<ChildProcess>()
+
+export interface Proc {
+  readonly child: ChildProcess
+  readonly out: { stdout: string; stderr: string }
+  readonly done: Promise<number>
+}
+
+export const fibril = (args: ReadonlyArray<string>, env: Record<string, string> = {}): Proc => {
+  const child = spawn(process.execPath, ["--conditions=@fibril/source", bin, ...args], {
+    env: { ...process.env, OPENAI_API_KEY: "", FIBRIL_MODEL: "", ...env },
+    stdio: ["ignore", "pipe", "pipe"]
+  })
+  children.add(child)
+  const out = { stdout: "", stderr: "" }
+  child.stdout!.on("data", (d) => out.stdout += String(d))
+  child.stderr!.on("data", (d) => out.stderr += String(d))
+  const done = new Promise<number>((resolve) =>
+    child.on("exit", (code, signal) => {
+      children.delete(child)
+      resolve(code ?? (signal === "SIGKILL" ? 137 : 1))
+    })
+  )
+  return { child, out, done }
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+export const until = async (check: () => boolean, what: string, ms = 30_000) => {
+  const deadline = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
+    await sleep(50)
+  }
+}
+
+export interface StepEvent {
+  readonly pid: number
+  readonly event: "start" | "end"
+  readonly agentId: string
+  readonly run: number
+  readonly name: string
+  readonly t: number
+}
+
+/** The workers' step log (`FIBRIL_CLUSTER_STEP_LOG`): one line per step start and end. */
+export const steps = (log: string): ReadonlyArray<StepEvent> =>
+  readFileSync(log, "utf8").split("\n").filter((l) => l !== "").map((l) => JSON.parse(l) as StepEvent)
+
+/** The step a transcript row belongs to (see AgentWorkflow: slot 100 the answer, 1000+i tool call i). */
+export const stepOfRow = (step: number, slot: number) =>
+  slot === 100
+    ? `model/${step}`
+    : slot >= 1000
+    ? `tool/${step}/${slot - 1000}`
+    : slot >= 0 && step >= 0
+    ? `model/${step}`
+    : undefined
+
+/** The root agent's id, from `fibril run --json`'s output. */
+export const agentIdOf = (proc: Proc) => {
+  const line = proc.out.stdout.split("\n").find((l) => l.includes("\"started\""))
+  return line === undefined ? undefined : (JSON.parse(line) as { agent_id: string }).agent_id
+}
