@@ -5,7 +5,8 @@
  *
  * - per-step overhead: one agent, 100 tool calls (201 durable steps) on one in-process worker
  *   on Postgres (fsync on), against the same agent on the in-memory TestRunner; the
- *   difference per step is what durability costs (goal <= 5 ms).
+ *   difference per step is what durability costs (goal <= 5 ms). The same on a SQLite file
+ *   (`--cluster sqlite:<file>`, synchronous = FULL).
  * - fan-out: K = 100 children of 5 steps each (502 steps, 101 workflows) over two
  *   `fibril worker` processes, timed by an in-process client from start to answer (goal <= 2 s),
  *   once both workers hold their shards; then the same with a 3 s model call in each child's
@@ -125,8 +126,18 @@ try {
     })
     return yield* Effect.provide(measured, live)
   })
+  // The same agent on a SQLite file (`--cluster sqlite:<file>`: one machine, no server).
+  const sqliteUrl = `sqlite:${path.join(ws, "bench.db")}`
+  await Effect.runPromise(Effect.provide(Node.migrate, Node.database(sqliteUrl)))
+  const onSqlite = Effect.gen(function*() {
+    const port = yield* Effect.orDie(Node.freePort("127.0.0.1"))
+    const live = Node.workerAndClient({ host: "127.0.0.1", port, maxConcurrent: 0, maxSteps: 1000 }, core(sequential))
+      .pipe(Layer.provideMerge(Node.database(sqliteUrl)))
+    return yield* Effect.provide(Effect.andThen(timeRun, timeRun), live)
+  })
   const mem = await Effect.runPromise(memory)
   const sql = await Effect.runPromise(Effect.scoped(onPostgres))
+  const lite = await Effect.runPromise(Effect.scoped(onSqlite))
   const steps = sql.steps + 1
   const perStepPg = sql.ms / steps
   const perStepMem = mem.ms / steps
@@ -136,6 +147,13 @@ try {
     } ms/step)  memory=${mem.ms.toFixed(0)} ms (${perStepMem.toFixed(2)} ms/step)  overhead=${
       (perStepPg - perStepMem).toFixed(2)
     } ms/step (goal <= 5)`
+  )
+  console.log(
+    `ok   cluster: one agent on SQLite (one machine, no server), ${steps} durable steps  sqlite=${
+      lite.ms.toFixed(0)
+    } ms (${(lite.ms / steps).toFixed(2)} ms/step)  overhead=${((lite.ms - mem.ms) / steps).toFixed(2)} ms/step  cpu=${
+      (lite.cpuMs / steps).toFixed(2)
+    } ms/step`
   )
   // CPU per step: this process on Postgres and in memory, and the Postgres server's processes.
   console.log(
