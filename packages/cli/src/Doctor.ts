@@ -10,7 +10,8 @@
  * - sandbox: whether bubblewrap confines `shell` here;
  * - store: whether `.fibril/state` is writable (or can be created), and which other live
  *   processes run agents on it (those hold a lease in its owners table);
- * - cluster: not configured (fibril has no cluster mode yet).
+ * - cluster: the cluster's URL when one is configured (password masked; not connected to), or
+ *   not configured (the embedded runtime).
  *
  * Exit code 0 when no check failed (warnings allowed), 1 otherwise.
  */
@@ -275,7 +276,21 @@ export const run = Effect.fn("fibril.doctor")(function*(input: Input) {
   )
 
   checks.push(yield* storeCheck(root.dir))
-  checks.push(check("cluster", "skip", "not configured (agents run in this process; fibril has no cluster mode yet)"))
+  const fromEnv = input.environment.env["FIBRIL_CLUSTER_URL"]
+  const clusterUrl = fromEnv !== undefined && fromEnv !== "" ? fromEnv : settings.cluster.url
+  checks.push(
+    clusterUrl === undefined || clusterUrl === ""
+      ? check(
+        "cluster",
+        "skip",
+        "not configured (agents run in this process; --cluster, FIBRIL_CLUSTER_URL or [cluster] url for cluster mode: docs/cluster.md)"
+      )
+      : check(
+        "cluster",
+        "skip",
+        `${redactUrl(clusterUrl)} (not connected to here: \`fibril cluster migrate\` checks it and creates the tables)`
+      )
+  )
   return checks
 })
 

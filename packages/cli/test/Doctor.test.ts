@@ -115,7 +115,7 @@ describe("fibril doctor", () => {
         )
         assert.strictEqual(
           checks["cluster"],
-          "- not configured (agents run in this process; fibril has no cluster mode yet)"
+          "- not configured (agents run in this process; --cluster, FIBRIL_CLUSTER_URL or [cluster] url for cluster mode: docs/cluster.md)"
         )
         assert.match(stdout, /No problem found/)
         assert.notInclude(stdout + stderr, key)
@@ -133,6 +133,16 @@ describe("fibril doctor", () => {
           "cluster"
         ])
         assert.notInclude(json.stdout, key)
+        // A configured cluster is named, its password masked (doctor does not connect to it).
+        const clustered = yield* fibril(["doctor"], {
+          cwd: dir,
+          env: { ...env, FIBRIL_CLUSTER_URL: "postgres://fibril:hunter2@db-host:5432/fibril" }
+        })
+        assert.match(
+          lines(clustered.stdout)["cluster"]!,
+          /^- postgres:\/\/\*\*\*@db-host:5432\/fibril \(not connected to/
+        )
+        assert.notInclude(clustered.stdout + clustered.stderr, "hunter2")
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
     60_000
   )
