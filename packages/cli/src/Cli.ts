@@ -582,7 +582,7 @@ export const worker = Command.make(
     if (url === undefined) {
       return yield* new ModelSelection.UsageError({
         problem:
-          "fibril worker needs the cluster database: --cluster postgres://user@host:5432/db, FIBRIL_CLUSTER_URL, or url in [cluster] of .fibril/config.toml"
+          "fibril worker needs the cluster database: --cluster postgres://user@host:5432/db (or sqlite:<file> on one machine), FIBRIL_CLUSTER_URL, or url in [cluster] of .fibril/config.toml"
       })
     }
     const selection = yield* ModelSelection.select({

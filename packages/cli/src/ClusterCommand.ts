@@ -4,7 +4,7 @@
  * @effect/sql-pg) is imported only when one of these runs, so the CLI's cold start does not
  * grow.
  *
- * The database: `--cluster <postgres-url>`, else FIBRIL_CLUSTER_URL. Unreachable: exit 2
+ * The database: `--cluster <postgres-url | sqlite:file>`, else FIBRIL_CLUSTER_URL. Unreachable: exit 2
  * naming the host (password masked) and what to check; tables missing or of another version:
  * exit 2 naming `fibril cluster migrate`.
  */
@@ -54,7 +54,7 @@ const requireUrl = (
     ? Effect.fail(
       new ModelSelection.UsageError({
         problem:
-          "no cluster database: give --cluster postgres://user@host:5432/db, set FIBRIL_CLUSTER_URL, or url in [cluster] of .fibril/config.toml"
+          "no cluster database: give --cluster postgres://user@host:5432/db (or sqlite:<file> on one machine), set FIBRIL_CLUSTER_URL, or url in [cluster] of .fibril/config.toml"
       })
     )
     : Effect.succeed(url)

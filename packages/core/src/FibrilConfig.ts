@@ -154,7 +154,10 @@ export interface SandboxSettings {
  * @since 0.1.0
  */
 export interface ClusterSettings {
-  /** The cluster's PostgreSQL URL: set, `run`, `agents` and `mcp` are clients of the cluster. */
+  /**
+   * The cluster's database: a PostgreSQL URL, or `sqlite:<file>` on one machine. Set, `run`,
+   * `agents` and `mcp` are clients of the cluster.
+   */
   readonly url: string | undefined
 }
 
