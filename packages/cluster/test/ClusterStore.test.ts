@@ -208,6 +208,77 @@ const journalContract = Effect.gen(function*() {
 })
 
 /**
+ * The rest of the store, the same on every implementation: the tree's rows and changes, the
+ * queue for permits, a parent's wait, the heartbeat's look, the markers.
+ */
+const everyMethod = Effect.gen(function*() {
+  const store = yield* ClusterStore.ClusterStore
+  // Rows made in one statement have one creation time: their order among themselves is not kept.
+  const ids = (rows: ReadonlyArray<ClusterStore.AgentRow>) => rows.map((r) => r.agentId).sort()
+  const child = (agentId: string): ClusterStore.AgentRow => ({ ...row(agentId), parentId: "ag_p", rootId: "ag_p" })
+  yield* store.insert({ ...row("ag_p"), parentId: null, rootId: "ag_p", depth: 0 })
+  yield* store.insertMany([child("ag_c1"), child("ag_c2")])
+  yield* store.insert({ ...child("ag_c1"), description: "a second insert changes nothing" })
+  assert.deepStrictEqual(ids(yield* store.children("ag_p")), ["ag_c1", "ag_c2"])
+  assert.strictEqual((yield* store.get("ag_c1"))?.description, "ag_c1")
+  assert.deepStrictEqual(ids(yield* store.list), ["ag_c1", "ag_c2", "ag_p"])
+  assert.isUndefined(yield* store.get("ag_none"))
+
+  // The client follows the tree from a cursor: the rows and messages since.
+  const start = yield* store.changes("ag_p", { transcript: 0, agents: 0 })
+  assert.deepStrictEqual(ids(start.agents), ["ag_c1", "ag_c2", "ag_p"])
+  yield* store.startRun("ag_c1", { run: 0, step: -1, slot: 0 }, prompt)
+  yield* store.append("ag_c1", { run: 0, step: 0, slot: 100 }, answer)
+  const next = yield* store.changes("ag_p", start.cursor)
+  assert.deepStrictEqual(next.agents.map((r) => [r.agentId, r.status]), [["ag_c1", "running"]])
+  assert.deepStrictEqual(next.messages.map((m) => [m.agentId, m.at.slot]), [["ag_c1", 0], ["ag_c1", 100]])
+  const idle = yield* store.changes("ag_p", next.cursor)
+  assert.deepStrictEqual([idle.agents, idle.messages], [[], []])
+
+  // The queue: over the cap a waiter is recorded; a release makes room for the oldest.
+  assert.isTrue(yield* store.acquire("ag_c1", 1))
+  assert.isFalse(yield* store.acquire("ag_c2", 1, { executionId: "exec-ag_c2", clock: "permit/0" }))
+  assert.deepStrictEqual(yield* store.waiters(1), [])
+  yield* store.release("ag_c1")
+  assert.deepStrictEqual(yield* store.waiters(1), [{ executionId: "exec-ag_c2", clock: "permit/0" }])
+  assert.isTrue(yield* store.acquire("ag_c2", 1))
+  assert.deepStrictEqual(yield* store.waiters(1), [])
+
+  // A parent's wait: the look records its clock and reads its unfinished children.
+  const looked = yield* store.look("ag_p", undefined, "wait/1/0/0")
+  assert.deepStrictEqual(ids(looked.rows), ["ag_c1", "ag_c2"])
+  assert.isAtLeast(looked.now, 0)
+  assert.deepStrictEqual(yield* store.parentWaiting("ag_c1"), { executionId: "exec-ag_p", waitingOn: "wait/1/0/0" })
+  const byId = yield* store.look("ag_p", ["ag_c2", "ag_none"], null)
+  assert.deepStrictEqual(byId.rows.map((r) => r.agentId), ["ag_c2"])
+  assert.deepStrictEqual(yield* store.parentWaiting("ag_c1"), { executionId: "exec-ag_p", waitingOn: null })
+  assert.isUndefined(yield* store.parentWaiting("ag_p"))
+
+  // The end of a run gives its permit back; a cancel recorded before it stands.
+  yield* store.finishRun("ag_c2", { status: "completed", text: "ok", steps: 1, toolCalls: 0 }, true)
+  assert.strictEqual((yield* store.get("ag_c2"))?.status, "completed")
+  assert.deepStrictEqual(yield* store.permits, [])
+  yield* store.update("ag_c1", { status: "cancelled", reason: "stop" })
+  yield* store.finishRun("ag_c1", { status: "completed", text: "late" }, false)
+  assert.strictEqual((yield* store.get("ag_c1"))?.status, "cancelled")
+  assert.deepStrictEqual(yield* store.cancelledAmong(["ag_c1", "ag_c2", "ag_none"]), ["ag_c1"])
+  assert.deepStrictEqual(yield* store.cancelledAmong([]), [])
+  assert.deepStrictEqual((yield* store.look("ag_p", undefined, null)).rows, [])
+
+  // The inbox, and a marker that is there once.
+  yield* store.sendInput("ag_p", "one")
+  yield* store.sendInput("ag_p", "two")
+  assert.deepStrictEqual(yield* store.takeInbox("ag_p"), ["one", "two"])
+  assert.deepStrictEqual(yield* store.takeInbox("ag_p"), [])
+  assert.isTrue(yield* store.startToolCall("ag_p", { run: 0, step: 1, slot: 1000 }))
+  assert.isFalse(yield* store.startToolCall("ag_p", { run: 0, step: 1, slot: 1000 }))
+
+  // The heartbeat's look: a running sub-agent without progress for `seconds` (none at 1 hour).
+  yield* store.update("ag_p", { status: "running" })
+  assert.deepStrictEqual(yield* store.stale(3600), [])
+})
+
+/**
  * On PostgreSQL: a commit that fails leaves none of its writes and no journal entry; three
  * executions of one step at once make their writes once, and all get one result.
  */
@@ -250,6 +321,18 @@ describe("ClusterStore joined statements", () => {
     }), 60_000)
 
   it.live("on SQLite", () => Effect.scoped(sqliteStore(contract)))
+})
+
+describe("ClusterStore, every other method", () => {
+  it.effect("in memory", () => Effect.provide(everyMethod, ClusterStore.layerMemory))
+
+  it.effect.skipIf(reason !== undefined)("on PostgreSQL", () =>
+    Effect.gen(function*() {
+      const layer = yield* sqlStore
+      yield* Effect.provide(Effect.andThen(ClusterStore.migrate, everyMethod), layer)
+    }), 60_000)
+
+  it.live("on SQLite", () => Effect.scoped(sqliteStore(everyMethod)))
 })
 
 describe("ClusterStore step journal", () => {
