@@ -30,7 +30,9 @@ export class ClusterUnreachable extends Schema.TaggedError<ClusterUnreachable>()
   reason: Schema.String
 }) {
   override get message() {
-    return `cannot reach the cluster database at ${this.url}: ${this.reason}. Check that Postgres is running and reachable at that host and port, that the database exists, and the user and password (--cluster, FIBRIL_CLUSTER_URL)`
+    return this.url.startsWith("sqlite:")
+      ? `cannot open the cluster database ${this.url}: ${this.reason}. Check that its directory exists and is writable (--cluster, FIBRIL_CLUSTER_URL)`
+      : `cannot reach the cluster database at ${this.url}: ${this.reason}. Check that Postgres is running and reachable at that host and port, that the database exists, and the user and password (--cluster, FIBRIL_CLUSTER_URL)`
   }
 }
 
@@ -48,7 +50,8 @@ const reasonOf = (error: unknown): string => {
 export const defaultConnections = 20
 
 /**
- * A Postgres connection pool, checked with one query; unreachable: ClusterUnreachable.
+ * A Postgres connection pool (or, for `sqlite:<file>`, that SQLite file), checked with one
+ * query; unreachable: ClusterUnreachable.
  *
  * On a worker a step holds a connection for its reads and for its commit, not during its model
  * or tool call (it commits after the call), so `maxConnections` bounds the statements and short

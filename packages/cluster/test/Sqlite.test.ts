@@ -40,6 +40,14 @@ const query = (file: string, sql: string): ReadonlyArray<Record<string, unknown>
 }
 
 describe("cluster mode on SQLite (one machine, no server) with fibril worker processes", () => {
+  it("a file that cannot be opened: exit 2, naming it and what to check", async () => {
+    const url = `sqlite:${path.join(tmp, "missing", "dir", "cluster.db")}`
+    const migrated = fibril(["cluster", "migrate", "--cluster", url])
+    assert.strictEqual(await migrated.done, 2)
+    assert.include(migrated.out.stderr, `cannot open the cluster database ${url}`)
+    assert.include(migrated.out.stderr, "Check that its directory exists and is writable")
+  })
+
   it(
     "kill -9 of the worker mid-run, restart: the run completes, no step journaled before the kill runs again, input sent meanwhile is delivered",
     async () => {
