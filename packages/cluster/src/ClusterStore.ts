@@ -722,6 +722,53 @@ export const fromDb = (r: AgentDbRow): AgentRow => ({
 export const encodeMessage = Schema.encodeSync(Schema.fromJsonString(Prompt.Message))
 export const decodeMessage = Schema.decodeSync(Schema.fromJsonString(Prompt.Message))
 
+/**
+ * `runStep` on a SQL store, the same statements on PostgreSQL and SQLite: a read before the call
+ * (journaled already? the agent cancelled?), the call, then the claim with the result and the
+ * step's writes in one transaction; a claim that finds the step's row gives way to its result.
+ */
+export const runStepSql = (sql: SqlClient.SqlClient) =>
+<R1, R2 = never>(
+  { agentId, executionId, name }: StepKey,
+  execute: Effect.Effect<StepWork<R2>, never, R1>
+): Effect.Effect<StepOutcome, StoreFailure, R1 | R2> =>
+  Effect.gen(function*() {
+    const journaled = Effect.map(
+      sql<{ result: string | null }>`SELECT result FROM fibril_steps
+        WHERE execution_id = ${executionId} AND name = ${name}`,
+      (rows) => rows[0]?.result ?? undefined
+    )
+    // Before the call: journaled already (a replay that read the run's journal before another
+    // execution committed), or the agent cancelled? (SQLite's EXISTS is 0 or 1.)
+    const [before] = yield* sql<{ result: string | null; cancelled: boolean | number }>`
+      SELECT (SELECT result FROM fibril_steps WHERE execution_id = ${executionId} AND name = ${name}) AS result,
+        EXISTS (SELECT 1 FROM fibril_agents WHERE agent_id = ${agentId} AND status = 'cancelled') AS cancelled`
+    if (before?.result !== null && before?.result !== undefined) {
+      return { _tag: "Journaled", result: before.result } as StepOutcome
+    }
+    if (before?.cancelled === true || before?.cancelled === 1) return { _tag: "Cancelled" } as StepOutcome
+    const work = yield* execute
+    // The claim, with the result: the first execution of the step to commit wins. A claim held
+    // by a transaction in flight is waited for; one committed makes this one give way.
+    const ran = yield* sql.withTransaction(Effect.gen(function*() {
+      const claimed = yield* sql<{ one: number }>`INSERT INTO fibril_steps (execution_id, name, agent_id, result)
+        VALUES (${executionId}, ${name}, ${agentId}, ${work.result}) ON CONFLICT DO NOTHING RETURNING 1 AS one`
+      if (claimed.length === 0) return false
+      yield* work.commit
+      return true
+    }))
+    if (ran) return { _tag: "Ran", result: work.result } as StepOutcome
+    const first = yield* journaled
+    if (first === undefined) {
+      return yield* Effect.die(`step ${name} of ${executionId}: its claim is taken but has no result`)
+    }
+    return { _tag: "Journaled", result: first } as StepOutcome
+  }).pipe(
+    Effect.mapError((error) =>
+      new StoreFailure({ operation: "runStep", reason: error instanceof Error ? error.message : String(error) })
+    )
+  )
+
 export const makeSql = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const markers = yield* Effect.serviceOption(MarkerClient)
@@ -1077,39 +1124,7 @@ export const makeSql = Effect.gen(function*() {
           (rows) => new Map(rows.map((r) => [r.name, r.result]))
         )
       ),
-    runStep: ({ agentId, executionId, name }, execute) =>
-      Effect.gen(function*() {
-        const journaled = Effect.map(
-          sql<{ result: string | null }>`SELECT result FROM fibril_steps
-            WHERE execution_id = ${executionId} AND name = ${name}`,
-          (rows) => rows[0]?.result ?? undefined
-        )
-        // Before the call: journaled already (a replay that read the run's journal before
-        // another execution committed), or the agent cancelled?
-        const [before] = yield* sql<{ result: string | null; cancelled: boolean }>`
-          SELECT (SELECT result FROM fibril_steps WHERE execution_id = ${executionId} AND name = ${name}) AS result,
-            EXISTS (SELECT 1 FROM fibril_agents WHERE agent_id = ${agentId} AND status = 'cancelled') AS cancelled`
-        if (before?.result !== null && before?.result !== undefined) {
-          return { _tag: "Journaled", result: before.result } as StepOutcome
-        }
-        if (before?.cancelled === true) return { _tag: "Cancelled" } as StepOutcome
-        const work = yield* execute
-        // The claim, with the result: the first execution of the step to commit wins. A claim
-        // held by a transaction in flight is waited for; one committed makes this one give way.
-        const ran = yield* sql.withTransaction(Effect.gen(function*() {
-          const claimed = yield* sql<{ one: number }>`INSERT INTO fibril_steps (execution_id, name, agent_id, result)
-            VALUES (${executionId}, ${name}, ${agentId}, ${work.result}) ON CONFLICT DO NOTHING RETURNING 1 AS one`
-          if (claimed.length === 0) return false
-          yield* work.commit
-          return true
-        }))
-        if (ran) return { _tag: "Ran", result: work.result } as StepOutcome
-        const first = yield* journaled
-        if (first === undefined) {
-          return yield* Effect.die(`step ${name} of ${executionId}: its claim is taken but has no result`)
-        }
-        return { _tag: "Journaled", result: first } as StepOutcome
-      }).pipe(Effect.mapError(fail("runStep")))
+    runStep: runStepSql(sql)
   })
 })
 

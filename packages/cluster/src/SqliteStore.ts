@@ -22,10 +22,10 @@ import {
   encodeMessage,
   finished,
   fromDb,
+  runStepSql,
   SchemaMismatch,
   schemaVersion,
   type Slot,
-  type StepOutcome,
   stepTokens,
   StoreFailure,
   type Usage
@@ -62,7 +62,9 @@ export const migrate = Effect.gen(function*() {
     step INTEGER NOT NULL, slot INTEGER NOT NULL, pid INTEGER NOT NULL, at INTEGER NOT NULL,
     PRIMARY KEY (agent_id, run, step, slot))`
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_steps (execution_id TEXT NOT NULL, name TEXT NOT NULL,
-    agent_id TEXT NOT NULL, result TEXT, at INTEGER NOT NULL, PRIMARY KEY (execution_id, name))`
+    agent_id TEXT NOT NULL, result TEXT,
+    at INTEGER NOT NULL DEFAULT (CAST(strftime('%s', 'now') AS INTEGER) * 1000),
+    PRIMARY KEY (execution_id, name))`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_steps_agent ON fibril_steps (agent_id)`
   yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`
@@ -414,36 +416,7 @@ export const make = Effect.gen(function*() {
           (rows) => new Map(rows.map((r) => [r.name, r.result]))
         )
       ),
-    runStep: ({ agentId, executionId, name }, execute) =>
-      Effect.gen(function*() {
-        const journaled = Effect.map(
-          sql<{ result: string | null }>`SELECT result FROM fibril_steps
-            WHERE execution_id = ${executionId} AND name = ${name}`,
-          (rows) => rows[0]?.result ?? undefined
-        )
-        const before = yield* journaled
-        if (before !== undefined) return { _tag: "Journaled", result: before } as StepOutcome
-        const cancelled = yield* sql`SELECT 1 FROM fibril_agents WHERE agent_id = ${agentId} AND status = 'cancelled'`
-        if (cancelled.length > 0) return { _tag: "Cancelled" } as StepOutcome
-        const work = yield* execute
-        // The claim, with the result: the first execution of the step to commit wins.
-        const ran = yield* sql.withTransaction(Effect.gen(function*() {
-          const claimed = yield* sql<
-            { one: number }
-          >`INSERT INTO fibril_steps (execution_id, name, agent_id, result, at)
-            VALUES (${executionId}, ${name}, ${agentId}, ${work.result}, ${Date.now()})
-            ON CONFLICT DO NOTHING RETURNING 1 AS one`
-          if (claimed.length === 0) return false
-          yield* work.commit
-          return true
-        }))
-        if (ran) return { _tag: "Ran", result: work.result } as StepOutcome
-        const first = yield* journaled
-        if (first === undefined) {
-          return yield* Effect.die(`step ${name} of ${executionId}: its claim is taken but has no result`)
-        }
-        return { _tag: "Journaled", result: first } as StepOutcome
-      }).pipe(Effect.mapError(fail("runStep")))
+    runStep: runStepSql(sql)
   })
 })
 

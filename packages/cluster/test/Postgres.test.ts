@@ -12,7 +12,18 @@ import * as os from "node:os"
 import * as path from "node:path"
 import * as Node from "../src/Node.ts"
 import * as Pg from "./postgres.ts"
-import { agentIdOf, bin, children, fibril, type Proc, sleep, stepOfRow, steps, until } from "./processes.ts"
+import {
+  agentIdOf,
+  bin,
+  children,
+  crashScript,
+  fibril,
+  type Proc,
+  sleep,
+  stepOfRow,
+  steps,
+  until
+} from "./processes.ts"
 
 const reason = Pg.skipReason()
 
@@ -72,26 +83,7 @@ describe.skipIf(reason !== undefined)(
     it(
       "kill -9 of both workers mid-run, restart: the run completes, no step journaled before the kill runs again, input sent meanwhile is delivered",
       async () => {
-        const s = await setup({
-          rules: [
-            {
-              match: { depth: 1 },
-              turns: [
-                { tool_calls: [{ name: "read_file", args: { path: "a.txt" } }], delay_ms: 150 },
-                { tool_calls: [{ name: "list_dir", args: {} }], delay_ms: 150 },
-                { tool_calls: [{ name: "read_file", args: { path: "a.txt" } }], delay_ms: 150 },
-                { text: "child ok", delay_ms: 150 }
-              ]
-            },
-            {
-              match: { depth: 0 },
-              turns: [
-                { tool_calls: [1, 2, 3, 4].map((i) => ({ name: "task", args: { prompt: `part ${i}` } })) },
-                { text: "root ok" }
-              ]
-            }
-          ]
-        }, "cli")
+        const s = await setup(crashScript, "cli")
         // A worker restarted at its address takes its shards back at once (a new address would
         // wait for the dead one's locks to expire).
         const [portA, portB] = await ports()

@@ -9,7 +9,7 @@ import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { DatabaseSync } from "node:sqlite"
-import { agentIdOf, children, fibril, stepOfRow, steps, until } from "./processes.ts"
+import { agentIdOf, children, crashScript, fibril, stepOfRow, steps, until } from "./processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-sqlite-"))
 
@@ -54,29 +54,7 @@ describe("cluster mode on SQLite (one machine, no server) with fibril worker pro
       const ws = path.join(tmp, "crash")
       mkdirSync(path.join(ws, ".fibril"), { recursive: true })
       writeFileSync(path.join(ws, "a.txt"), "hello")
-      writeFileSync(
-        path.join(ws, "script.json"),
-        JSON.stringify({
-          rules: [
-            {
-              match: { depth: 1 },
-              turns: [
-                { tool_calls: [{ name: "read_file", args: { path: "a.txt" } }], delay_ms: 150 },
-                { tool_calls: [{ name: "list_dir", args: {} }], delay_ms: 150 },
-                { tool_calls: [{ name: "read_file", args: { path: "a.txt" } }], delay_ms: 150 },
-                { text: "child ok", delay_ms: 150 }
-              ]
-            },
-            {
-              match: { depth: 0 },
-              turns: [
-                { tool_calls: [1, 2, 3, 4].map((i) => ({ name: "task", args: { prompt: `part ${i}` } })) },
-                { text: "root ok" }
-              ]
-            }
-          ]
-        })
-      )
+      writeFileSync(path.join(ws, "script.json"), JSON.stringify(crashScript))
       const file = path.join(ws, "cluster.db")
       const url = `sqlite:${file}`
       const log = path.join(ws, "steps.log")

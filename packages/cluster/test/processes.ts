@@ -71,3 +71,28 @@ export const agentIdOf = (proc: Proc) => {
   const line = proc.out.stdout.split("\n").find((l) => l.includes("\"started\""))
   return line === undefined ? undefined : (JSON.parse(line) as { agent_id: string }).agent_id
 }
+
+/**
+ * The crash tests' script: a root that starts 4 children with `task`, each child three tool
+ * steps (150 ms a model call) then its answer, so a kill lands mid-run with steps journaled.
+ */
+export const crashScript = {
+  rules: [
+    {
+      match: { depth: 1 },
+      turns: [
+        { tool_calls: [{ name: "read_file", args: { path: "a.txt" } }], delay_ms: 150 },
+        { tool_calls: [{ name: "list_dir", args: {} }], delay_ms: 150 },
+        { tool_calls: [{ name: "read_file", args: { path: "a.txt" } }], delay_ms: 150 },
+        { text: "child ok", delay_ms: 150 }
+      ]
+    },
+    {
+      match: { depth: 0 },
+      turns: [
+        { tool_calls: [1, 2, 3, 4].map((i) => ({ name: "task", args: { prompt: `part ${i}` } })) },
+        { text: "root ok" }
+      ]
+    }
+  ]
+}
