@@ -361,13 +361,6 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
         onprogress: progress.onprogress
       })
       assert.strictEqual(structured(result)["summary"], "slow done")
-      const messages = progress.seen.map((p) => p.message ?? "")
-      assert.isAtLeast(messages.length, 4, messages.join("\n"))
-      const values = progress.seen.map((p) => p.progress)
-      assert.deepStrictEqual(values, [...values].sort((a, b) => a - b))
-      assert.strictEqual(new Set(values).size, values.length)
-      assert.isTrue(messages.some((m) => m.includes("→ list_dir")), messages.join("\n"))
-      assert.isTrue(messages.some((m) => m.includes("step 2")), messages.join("\n"))
       // On the wire, the agent's end is the last progress notification, sent before the response.
       const wire = wireOf.get(client) ?? []
       const response = wire.findIndex((m) =>
@@ -379,9 +372,19 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
           return progress
         })
       assert.isAbove(response, 0)
-      assert.match(sent.at(-1)?.message ?? "", /completed$/, sent.map((p) => p.message).join("\n"))
+      const messages = sent.map((p) => p.message ?? "")
+      assert.isAtLeast(messages.length, 4, messages.join("\n"))
+      const values = sent.map((p) => p.progress)
+      assert.deepStrictEqual(values, [...values].sort((a, b) => a - b))
+      assert.strictEqual(new Set(values).size, values.length)
+      assert.isTrue(messages.some((m) => m.includes("→ list_dir")), messages.join("\n"))
+      assert.isTrue(messages.some((m) => m.includes("step 2")), messages.join("\n"))
+      assert.match(messages.at(-1) ?? "", /completed$/, messages.join("\n"))
       assert.isEmpty(wire.slice(response).filter((m) => m["method"] === "notifications/progress"))
-      // What the client handed to `onprogress` is what was sent, possibly without that last one.
+      // What the client handed to `onprogress` is what was sent, while the task ran: a prefix.
+      // The SDK runs progress handlers a microtask late, so the ones that arrive together with
+      // the response (the run's last steps, under load several) can be dropped on its side.
+      assert.isAtLeast(progress.seen.length, 1)
       assert.deepStrictEqual(progress.seen, sent.slice(0, progress.seen.length))
     }).pipe(Effect.provide(NodeServices.layer)))
 
