@@ -20,6 +20,7 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
+import * as Parts from "./internal/parts.ts"
 import { callModel, ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
 import { resolveTurn } from "./loop/ResolveTurn.ts"
 import { parseArguments, UnknownTool } from "./loop/RunTools.ts"
@@ -85,22 +86,11 @@ export class AgentSteps extends Context.Service<AgentSteps, {
   readonly tool: (input: ToolStepInput) => Effect.Effect<ToolStep>
 }>()("@fibril/core/AgentSteps") {}
 
-export const userMessage = (text: string): Prompt.Message =>
-  Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text })] })
+export const userMessage = (text: string): Prompt.Message => Parts.userText(text)
 
 /** The tool message that carries one step's results, in call order. */
 export const toolMessage = (results: ReadonlyArray<ToolStep>): Prompt.Message =>
-  Prompt.makeMessage("tool", {
-    content: results.map((r) =>
-      Prompt.makePart("tool-result", {
-        id: r.id,
-        name: r.name,
-        isFailure: r.isFailure,
-        result: r.result,
-        providerExecuted: false
-      })
-    )
-  })
+  Parts.toolMessage(results.map((r) => Parts.toolResultPart(r.id, r.name, r.isFailure, r.result)))
 
 /** The steps run directly, in the caller's fiber: the embedded runtime. */
 export const make = (policy: RetryPolicy) =>

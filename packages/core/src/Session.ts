@@ -30,6 +30,7 @@ import type { ModelStep } from "./AgentSteps.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Ids from "./Ids.ts"
 import { clockNow } from "./internal/clock.ts"
+import * as Parts from "./internal/parts.ts"
 import { spanned, tracing } from "./internal/span.ts"
 import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
 import { callModelIn, type ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
@@ -321,7 +322,7 @@ const closeDanglingCalls = (state: SessionState): Prompt.ToolMessage | undefined
   return message
 }
 
-const userMessage = (text: string) => Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text })] })
+const userMessage = Parts.userText
 
 export const make = Effect.fn("Session.make")(function*(options: Partial<Options> = {}) {
   const config: Options = { ...defaults, ...options }
@@ -385,11 +386,11 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       const key = `${role.name}:${depth}`
       let message = byRole.get(key)
       if (message === undefined) {
-        message = Prompt.makeMessage("system", {
-          content: `${Roles.header(role.name, depth)}\nWorkspace: ${workspace.root}\n\n${prompt}${
+        message = Parts.systemMessage(
+          `${Roles.header(role.name, depth)}\nWorkspace: ${workspace.root}\n\n${prompt}${
             section === "" ? "" : `\n\n${section}`
           }`
-        })
+        )
         if (++systemCached > 256) {
           systemCache = new Map([[prompt, new Map([[section, byRole = new Map()]])]])
           systemCached = 1
@@ -855,7 +856,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
         const onMessage = next.onMessage
         deps.onResult = onMessage === undefined
           ? undefined
-          : (state, part) => onMessage(state.id, Prompt.makeMessage("tool", { content: [part] }))
+          : (state, part) => onMessage(state.id, Parts.toolMessage([part]))
       })
   })
 })

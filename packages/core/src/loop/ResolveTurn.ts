@@ -6,6 +6,7 @@
  * call becomes a result the model can correct) and the turn's usage.
  */
 import * as Prompt from "effect/ai/Prompt"
+import * as Parts from "../internal/parts.ts"
 import * as Usage from "../Usage.ts"
 import type { Response } from "./CallModel.ts"
 
@@ -34,20 +35,15 @@ export const resolveTurn = (response: Response): Turn => {
     switch (part.type) {
       case "text":
         text += part.text
-        content.push(Prompt.makePart("text", { text: part.text }))
+        content.push(Parts.textPart(part.text))
         break
       case "reasoning":
-        content.push(Prompt.makePart("reasoning", { text: part.text }))
+        content.push(Parts.reasoningPart(part.text))
         break
       case "tool-call":
         if (part.providerExecuted) break
         toolCalls.push({ id: part.id, name: part.name, params: part.params })
-        content.push(Prompt.makePart("tool-call", {
-          id: part.id,
-          name: part.name,
-          params: part.params,
-          providerExecuted: false
-        }))
+        content.push(Parts.toolCallPart(part.id, part.name, part.params))
         break
       case "finish":
         usage = Usage.fromResponse(part.usage)
@@ -60,6 +56,6 @@ export const resolveTurn = (response: Response): Turn => {
     toolCalls,
     usage: usage ?? { input: 0, output: 0, cached: 0 },
     usageReported,
-    assistant: Prompt.makeMessage("assistant", { content })
+    assistant: Parts.assistantMessage(content)
   }
 }

@@ -14,6 +14,7 @@ import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { AgentEvent, AgentEvents } from "../AgentEvents.ts"
+import * as Parts from "../internal/parts.ts"
 import type { Permission } from "../Permission.ts"
 import type { RegisteredTool, ToolErrorLike, ToolRegistry } from "../ToolRegistry.ts"
 import type { ToolCall } from "./ResolveTurn.ts"
@@ -145,13 +146,7 @@ const runOne = <A>(
 ): Effect.Effect<A> => {
   const touched: { paths: ReadonlyArray<string> | undefined } = { paths: undefined }
   const landing = (isFailure: boolean, result: unknown, reason: string | undefined): Effect.Effect<A> => {
-    const part = Prompt.makePart("tool-result", {
-      id: call.id,
-      name: call.name,
-      isFailure,
-      result,
-      providerExecuted: false
-    })
+    const part = Parts.toolResultPart(call.id, call.name, isFailure, result)
     emit(deps, state, {
       type: "tool_result",
       tool: call.name,
@@ -181,7 +176,7 @@ const runOne = <A>(
 }
 
 const asPart = (part: Prompt.ToolResultPart) => part
-const asMessage = (part: Prompt.ToolResultPart) => Prompt.makeMessage("tool", { content: [part] })
+const asMessage = (part: Prompt.ToolResultPart) => Parts.toolMessage([part])
 
 const run = (
   deps: RunToolsDeps,
@@ -198,7 +193,7 @@ const run = (
       Effect.forEach(calls, (call) => runOne(deps, state, call, landed, asPart, false), {
         concurrency: "unbounded"
       }),
-      (content) => Prompt.makeMessage("tool", { content })
+      Parts.toolMessage
     )
 
 /**
@@ -221,6 +216,6 @@ export const runTools = (
   const landed: Array<Prompt.ToolResultPart> = []
   return Effect.onInterrupt(run(deps, state, calls, landed, false), () =>
     Effect.sync(() => {
-      if (landed.length > 0) state.messages.push(Prompt.makeMessage("tool", { content: landed }))
+      if (landed.length > 0) state.messages.push(Parts.toolMessage(landed))
     }))
 }
