@@ -37,7 +37,6 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import { hostname } from "node:os"
 import { nowMillis } from "./internal/clock.ts"
-import { firstBy } from "./internal/firstBy.ts"
 import * as Sqlite from "./internal/sqlite.ts"
 import { isTerminal, migrate, retiredKeys, type Status, SubAgentRecord } from "./SubAgentRecord.ts"
 
@@ -987,22 +986,48 @@ export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(option
   const owner = thisOwner()
   const records = new Map<string, SubAgentRecord>()
   const transcripts = new Map<string, Array<unknown>>()
+  // The terminal records' finish times, in the order they became terminal: what eviction
+  // reads, without reading the records (objects of many shapes: each read there is a slow
+  // one). Records usually finish in clock order, so the times are usually non-decreasing in
+  // that order (`sorted`): then the aged and the earliest finished are a prefix, and an
+  // eviction reads only what it drops.
+  const finished = new Map<string, number>()
+  let sorted = true
+  let latest = Number.NEGATIVE_INFINITY // the greatest time set since `finished` was last sorted
   let terminalPuts = 0
 
+  const markFinished = (agentId: string, at: number) => {
+    const known = finished.get(agentId)
+    if (known === at) return
+    if (known !== undefined) finished.delete(agentId)
+    if (at < latest) sorted = false
+    else latest = at
+    finished.set(agentId, at)
+  }
+
+  const drop = (agentId: string) => {
+    const record = records.get(agentId)
+    records.delete(agentId)
+    finished.delete(agentId)
+    if (record !== undefined) transcripts.delete(record.transcript_handle)
+  }
+
+  // Aged terminal records go, then the earliest finished beyond `maxRecords` (equal times in
+  // the order they became terminal); pending and running ones never do.
   const evict = (now: number) => {
-    const finished: Array<SubAgentRecord> = []
-    for (const record of records.values()) {
-      if (!isTerminal(record.status)) continue
-      if (now - finishedAt(record) > limits.evictAfterMs) {
-        records.delete(record.agent_id)
-        transcripts.delete(record.transcript_handle)
-      } else finished.push(record)
+    if (!sorted) {
+      // A stable sort: equal times keep the order they became terminal.
+      const entries = [...finished].sort((a, b) => a[1] - b[1])
+      finished.clear()
+      for (const [agentId, at] of entries) finished.set(agentId, at)
+      sorted = true
+      latest = entries.at(-1)?.[1] ?? Number.NEGATIVE_INFINITY
     }
-    const excess = records.size - limits.maxRecords
-    if (excess <= 0) return
-    for (const record of firstBy(finished, excess, finishedAt)) {
-      records.delete(record.agent_id)
-      transcripts.delete(record.transcript_handle)
+    let excess = records.size - limits.maxRecords
+    for (const [agentId, at] of finished) {
+      if (now - at <= limits.evictAfterMs && excess <= 0) break
+      drop(agentId)
+      excess--
     }
   }
 
@@ -1028,7 +1053,12 @@ export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(option
     put: (record) =>
       Effect.sync(() => {
         records.set(record.agent_id, knownOnly(record) as SubAgentRecord)
-        if (isTerminal(record.status) && ++terminalPuts >= 64) {
+        if (!isTerminal(record.status)) {
+          finished.delete(record.agent_id)
+          return
+        }
+        markFinished(record.agent_id, finishedAt(record))
+        if (++terminalPuts >= 64) {
           terminalPuts = 0
           evict(nowMillis())
         }

@@ -1857,6 +1857,64 @@ describe("SubAgentStore", () => {
         }])
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
+    // The memory store keeps the finish times beside the records, and reads only a prefix
+    // of them while they are in clock order: eviction must still drop exactly what the rule
+    // says (aged ones, then the earliest finished beyond maxRecords, equal times in the order
+    // they became terminal), whatever the puts and evictions before.
+    it.effect.prop(
+      "memory: eviction drops what the rule says, after any puts and evictions (a model of it)",
+      [
+        Schema.Array(Schema.Union([
+          Schema.Struct({
+            id: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 7 })),
+            terminal: Schema.Boolean,
+            // Few times, so that equal ones often meet at the eviction's boundary.
+            finished: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 4 }))
+          }),
+          Schema.Struct({ flushAfter: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 3 })) })
+        ])).check(Schema.isMaxLength(40)),
+        Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 6 }))
+      ],
+      ([ops, maxRecords]) =>
+        Effect.gen(function*() {
+          const evictAfterMs = 3
+          const store = yield* SubAgentStore.makeMemory({ maxRecords, evictAfterMs })
+          // The model: each id's last status, and for terminal ones their finish time, in the
+          // order they became terminal; an eviction sorts them all.
+          const live = new Set<string>()
+          let finished = new Map<string, number>()
+          const evict = (now: number) => {
+            const kept = [...finished].filter(([, at]) => now - at <= evictAfterMs).sort((a, b) => a[1] - b[1])
+            finished = new Map(kept.slice(Math.max(0, live.size + kept.length - maxRecords)))
+          }
+          for (const op of ops) {
+            if ("flushAfter" in op) {
+              yield* TestClock.adjust(op.flushAfter)
+              yield* store.flush
+              evict(yield* Clock.currentTimeMillis)
+              assert.deepStrictEqual(ids(yield* store.all), [...live, ...finished.keys()].sort())
+              continue
+            }
+            const id = `a${op.id}`
+            yield* store.put(sample(id, op.terminal ? { status: "completed", finished_at: op.finished } : {}))
+            if (op.terminal) {
+              live.delete(id)
+              // Put again finished at another time: it moves to the end of the order.
+              if (finished.get(id) !== op.finished) finished.delete(id)
+              finished.set(id, op.finished)
+            } else {
+              finished.delete(id)
+              live.add(id)
+            }
+          }
+          yield* TestClock.adjust(2)
+          yield* store.flush
+          evict(yield* Clock.currentTimeMillis)
+          assert.deepStrictEqual(ids(yield* store.all), [...live, ...finished.keys()].sort())
+        }),
+      { arbitrary: { runs: 500 } }
+    )
+
     it.effect("memory: the periodic eviction runs at the 64th finished put", () =>
       Effect.gen(function*() {
         const store = yield* SubAgentStore.makeMemory({ maxRecords: 1 })
