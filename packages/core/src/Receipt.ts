@@ -86,14 +86,18 @@ export const initial = (options: {
   } as const
 }
 
-/** Appends to the event log with the current run's id; beyond the bound, tool calls go first. */
+/**
+ * Appends to the event log with the current run's id; beyond the bound, tool calls go first.
+ * The entry is built field by field, in the log's order: one spread of the several shapes
+ * logged here would be a megamorphic copy, several times the cost, a few times per agent.
+ */
 export const log = (record: Draft, event: Omit<LogEventType, "run_id">): void => {
-  const next = append(
-    record.events,
-    { ...event, run_id: currentRunId(record) },
-    limits.events,
-    (e) => e.type === "tool_call"
-  )
+  const entry: { -readonly [K in keyof LogEventType]: LogEventType[K] } = { at: event.at, type: event.type }
+  if ("tool" in event) entry.tool = event.tool
+  if ("failed" in event) entry.failed = event.failed
+  if ("detail" in event) entry.detail = event.detail
+  entry.run_id = currentRunId(record)
+  const next = append(record.events, entry, limits.events, (e) => e.type === "tool_call")
   record.events = next.list
   if (next.dropped > 0) record.events_dropped = (record.events_dropped ?? 0) + next.dropped
 }
@@ -153,27 +157,38 @@ export interface RunBase {
 export const finished = (record: Draft, base: RunBase): void => {
   const now = record.finished_at
   updateRun(record, (run) => {
-    const { reason: _reason, summary: _summary, ...rest } = run
-    return {
-      ...rest,
+    // The run's own fields, then how it ended (its earlier reason and summary replaced);
+    // field by field, not a rest and spreads (slow copies of the run's several shapes).
+    const ended: { -readonly [K in keyof Run]: Run[K] } = {
+      run_id: run.run_id,
+      kind: run.kind,
       status: record.status,
-      ...(record.reason === undefined ? {} : { reason: preview(record.reason) }),
-      ...(now === undefined ? {} : { finished_at: now }),
-      ...(record.outcome === undefined ? {} : { summary: preview(record.outcome.summary) }),
-      steps: Math.max(0, record.steps - base.steps),
-      tool_calls: Math.max(0, record.tool_calls - base.toolCalls),
-      tokens: {
-        input: Math.max(0, record.tokens.input - base.tokens.input),
-        output: Math.max(0, record.tokens.output - base.tokens.output),
-        cached: Math.max(0, record.tokens.cached - base.tokens.cached)
-      }
+      session_boot_id: run.session_boot_id
     }
+    if (run.requested_at !== undefined) ended.requested_at = run.requested_at
+    if (run.started_at !== undefined) ended.started_at = run.started_at
+    if (run.message !== undefined) ended.message = run.message
+    if (run.owner_pid !== undefined) ended.owner_pid = run.owner_pid
+    if (record.reason !== undefined) ended.reason = preview(record.reason)
+    if (now !== undefined) ended.finished_at = now
+    else if (run.finished_at !== undefined) ended.finished_at = run.finished_at
+    if (record.outcome !== undefined) ended.summary = preview(record.outcome.summary)
+    ended.steps = Math.max(0, record.steps - base.steps)
+    ended.tool_calls = Math.max(0, record.tool_calls - base.toolCalls)
+    ended.tokens = {
+      input: Math.max(0, record.tokens.input - base.tokens.input),
+      output: Math.max(0, record.tokens.output - base.tokens.output),
+      cached: Math.max(0, record.tokens.cached - base.tokens.cached)
+    }
+    return ended
   })
-  log(record, {
-    at: now ?? record.created_at,
-    type: record.status === "pending" || record.status === "running" ? "failed" : record.status,
-    ...(record.reason === undefined ? {} : { detail: preview(record.reason) })
-  })
+  const type = record.status === "pending" || record.status === "running" ? "failed" : record.status
+  log(
+    record,
+    record.reason === undefined
+      ? { at: now ?? record.created_at, type }
+      : { at: now ?? record.created_at, type, detail: preview(record.reason) }
+  )
 }
 
 /** Records a message sent to the agent, delivered or not; returns the entry. */
@@ -258,12 +273,12 @@ const artifact = (record: Draft, kind: Artifact["kind"], ref: string, tool: stri
  */
 export const toolResult = (record: Draft, event: AgentEvent, relativize: (path: string) => string): void => {
   const tool = event.tool ?? "tool"
-  log(record, {
-    at: event.at,
-    type: "tool_call",
-    tool,
-    ...(event.isFailure === true ? { failed: true, detail: preview(event.reason ?? "failed") } : {})
-  })
+  log(
+    record,
+    event.isFailure === true
+      ? { at: event.at, type: "tool_call", tool, failed: true, detail: preview(event.reason ?? "failed") }
+      : { at: event.at, type: "tool_call", tool }
+  )
   if (event.isFailure === true) return
   for (const path of event.changed ?? []) {
     const ref = relativize(path)

@@ -11,7 +11,18 @@ import * as Names from "../src/internal/names.ts"
 import * as Receipt from "../src/Receipt.ts"
 import { Session } from "../src/Session.ts"
 import { SubAgentManager } from "../src/SubAgentManager.ts"
-import { append, EventType, limits, type LogEvent, migrate, Status, SubAgentRecord } from "../src/SubAgentRecord.ts"
+import {
+  append,
+  currentRunId,
+  EventType,
+  limits,
+  type LogEvent,
+  LogEvent as LogEventSchema,
+  migrate,
+  preview,
+  Status,
+  SubAgentRecord
+} from "../src/SubAgentRecord.ts"
 import * as SubAgentStore from "../src/SubAgentStore.ts"
 import * as AgentTools from "../src/tools/Agents.ts"
 import type * as TranscriptView from "../src/TranscriptView.ts"
@@ -599,6 +610,95 @@ describe("receipt invariants", () => {
       if (lifecycle <= limits.events) assert.strictEqual(events.filter((e) => e.type !== "tool_call").length, lifecycle)
       // Order is kept.
       assert.deepStrictEqual(events.map((e) => e.at), [...events.map((e) => e.at)].sort((a, b) => a - b))
+    }
+  )
+
+  // `finished` and `log` build their values field by field (for speed): they must give what
+  // the plain definition gives, whatever the record and its current run hold.
+  it.prop(
+    "finished: the run keeps its own fields, its reason and summary replaced, what it did added; the log gets its end",
+    [SubAgentRecord, Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 5 }))],
+    ([generated, baseSteps]) => {
+      const record = structuredClone(generated) as Receipt.Draft
+      // Also a record with no end time, whose run may have one.
+      if (baseSteps % 2 === 1) delete record.finished_at
+      const run = record.runs?.at(-1)
+      const base = { steps: baseSteps, toolCalls: 1, tokens: { input: 2, output: 0, cached: 1 } }
+      Receipt.finished(record, base)
+      if (run === undefined) {
+        assert.deepStrictEqual(record.runs, generated.runs)
+      } else {
+        const { reason: _reason, summary: _summary, ...rest } = run
+        const now = record.finished_at
+        assert.deepStrictEqual(record.runs!.at(-1), {
+          ...rest,
+          status: record.status,
+          ...(record.reason === undefined ? {} : { reason: preview(record.reason) }),
+          ...(now === undefined ? {} : { finished_at: now }),
+          ...(record.outcome === undefined ? {} : { summary: preview(record.outcome.summary) }),
+          steps: Math.max(0, record.steps - base.steps),
+          tool_calls: Math.max(0, record.tool_calls - base.toolCalls),
+          tokens: {
+            input: Math.max(0, record.tokens.input - base.tokens.input),
+            output: Math.max(0, record.tokens.output - base.tokens.output),
+            cached: Math.max(0, record.tokens.cached - base.tokens.cached)
+          }
+        })
+        assert.deepStrictEqual(record.runs!.slice(0, -1), generated.runs!.slice(0, -1))
+      }
+      const last = record.events!.at(-1)!
+      assert.deepStrictEqual(last, {
+        at: record.finished_at ?? record.created_at,
+        type: record.status === "pending" || record.status === "running" ? "failed" : record.status,
+        ...(record.reason === undefined ? {} : { detail: preview(record.reason) }),
+        run_id: currentRunId(record)
+      })
+      assert.isTrue(isRecord(record))
+    }
+  )
+
+  it("finished: a record with no end time keeps its run's", () => {
+    const record: Receipt.Draft = {
+      record_version: 2,
+      agent_id: "a",
+      depth: 1,
+      role: "worker",
+      model: "m",
+      description: "d",
+      objective: "o",
+      status: "failed",
+      detached: false,
+      fork_context: false,
+      session_boot_id: "b",
+      created_at: 1,
+      steps: 0,
+      tool_calls: 0,
+      tokens: { input: 0, output: 0, cached: 0 },
+      transcript_handle: "a.jsonl",
+      runs: [{ run_id: "a-r1", kind: "spawn", status: "running", session_boot_id: "b", finished_at: 7, message: "m" }]
+    }
+    Receipt.finished(record, { steps: 0, toolCalls: 0, tokens: { input: 0, output: 0, cached: 0 } })
+    assert.deepStrictEqual(record.runs, [{
+      run_id: "a-r1",
+      kind: "spawn",
+      status: "failed",
+      session_boot_id: "b",
+      finished_at: 7,
+      message: "m",
+      steps: 0,
+      tool_calls: 0,
+      tokens: { input: 0, output: 0, cached: 0 }
+    }])
+  })
+
+  it.prop(
+    "log: the entry is the event with the current run's id, every field it has and no other",
+    [SubAgentRecord, LogEventSchema.mapFields(({ run_id: _, ...fields }) => fields)],
+    ([generated, event]) => {
+      const record = structuredClone(generated) as Receipt.Draft
+      Receipt.log(record, event)
+      const entries = record.events!
+      assert.deepStrictEqual(entries.at(-1), { ...event, run_id: currentRunId(record) })
     }
   )
 
