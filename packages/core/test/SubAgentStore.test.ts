@@ -1225,6 +1225,39 @@ describe("SubAgentStore", () => {
         )
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
+    // The deletes go several rows to a statement: more victims than one statement takes (and
+    // a remainder) must all go, with their transcripts, and nothing else.
+    it.effect("sqlite: an eviction of many records deletes each with its transcript, and keeps the rest whole", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const victims = 150
+        yield* TestClock.setTime(10 * day)
+        yield* withStore({ dir }, (store) =>
+          Effect.forEach(
+            Array.from({ length: victims + 3 }, (_, i) => i),
+            (i) =>
+              Effect.andThen(
+                store.put(sample(`done-${i}`, { status: "completed", finished_at: 9 * day + i })),
+                store.appendTranscript(`done-${i}`, [`line ${i}`, `more ${i}`])
+              ),
+            { discard: true }
+          ))
+        yield* withStore({ dir, maxRecords: 3 }, (store) =>
+          Effect.gen(function*() {
+            const kept = [victims, victims + 1, victims + 2].map((i) => `done-${i}`)
+            assert.deepStrictEqual(ids(yield* store.all), kept)
+            for (const i of [0, 63, 64, 127, 128, victims - 1]) {
+              assert.deepStrictEqual(yield* store.readTranscript(`done-${i}`), [])
+            }
+            for (const [at, id] of kept.entries()) {
+              assert.deepStrictEqual(yield* store.readTranscript(id), [`line ${victims + at}`, `more ${victims + at}`])
+            }
+          }))
+        const db = yield* raw(dir)
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_transcripts"), 6)
+        assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_agents"), 3)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
     it.effect("sqlite: puts in later turns of the event loop are committed in theirs too", () =>
       Effect.gen(function*() {
         const { dir } = yield* sandbox
