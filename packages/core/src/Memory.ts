@@ -184,13 +184,29 @@ export const make = Effect.fn("Memory.make")(function*(options: { readonly path?
     )
 
   // Identity, size and times: a write in place, a replace (new inode) or a delete changes it.
-  const version = (): string | undefined => {
+  const stat = (): string | undefined => {
     try {
       const stat = statSync(file, { throwIfNoEntry: false })
       return stat === undefined ? "absent" : `${stat.ino}:${stat.size}:${stat.mtimeMs}:${stat.ctimeMs}`
     } catch {
       return undefined // no version: `section` reads the file (and reports why it cannot)
     }
+  }
+  // One `stat` per turn of the event loop: nothing outside this process's synchronous code can
+  // be seen to change the file within a turn (a hand edit that lands during it is the same as
+  // one just after it), and a write through `remember` is known anyway. Conversations created
+  // one after another with no I/O between them (a harness's loop, the benchmark's round
+  // trips) share the turn's look; one started by a request (its own turn) looks again.
+  let turnVersion: string | undefined
+  const version = (): string | undefined => {
+    if (turnVersion !== undefined) return turnVersion
+    const current = stat()
+    if (current !== undefined) {
+      turnVersion = current
+      // Unref'd: it never keeps a process alive on its own.
+      setImmediate(() => (turnVersion = undefined)).unref()
+    }
+    return current
   }
 
   return yield* fromStorage(file, shown, { load, append, version })

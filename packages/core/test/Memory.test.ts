@@ -1,6 +1,7 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, FileSystem, Layer, Option, Path } from "effect"
+import { writeFileSync } from "node:fs"
 import * as Memory from "../src/Memory.ts"
 import * as ToolRegistry from "../src/ToolRegistry.ts"
 import * as Remember from "../src/tools/Remember.ts"
@@ -130,6 +131,20 @@ describe("Memory (file)", () => {
       // A note remembered here is in the next section.
       yield* h.memory.remember("eeee")
       assert.strictEqual(yield* h.memory.section, section("- dddd\n- eeee\n"))
+    }).pipe(provide))
+
+  // One stat per turn of the event loop: an edit is seen from the next turn on, however it
+  // was made (here synchronously, in the very turn the section was last taken).
+  it.effect("a hand edit made in the same turn as a look is seen from the next turn on", () =>
+    Effect.gen(function*() {
+      const h = yield* setup()
+      yield* h.fs.makeDirectory(h.path.dirname(h.file), { recursive: true })
+      yield* h.fs.writeFileString(h.file, "- aaaa\n")
+      assert.strictEqual(yield* h.memory.section, Memory.formatSection("- aaaa\n"))
+      writeFileSync(h.file, "- bbbb\n")
+      yield* Effect.promise(() => new Promise((resolve) => setImmediate(resolve)))
+      assert.strictEqual(yield* h.memory.section, Memory.formatSection("- bbbb\n"))
+      assert.strictEqual(h.memory.knownSection(false), Memory.formatSection("- bbbb\n"))
     }).pipe(provide))
 
   it.effect("inheritedSection: the content last read or written, with every note remembered since", () =>
