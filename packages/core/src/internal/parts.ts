@@ -5,25 +5,44 @@
  * `makePart` and `makeMessage` spread their parameters into a new object. One spread site sees
  * every kind of part and message, so V8's cache for it goes megamorphic in a running agent:
  * about 330 ns a part where a literal takes about 20 (measured on the benchmark's machine), and
- * a sub-agent's run makes a dozen or more. The type markers are read from values
- * `effect/ai` built, so they cannot drift from the library's; `parts.test.ts` checks each
- * constructor against `makePart`/`makeMessage`.
+ * a sub-agent's run makes a dozen or more. The type markers are checked on import against
+ * values `effect/ai` built; `Parts.test.ts` checks each constructor against
+ * `makePart`/`makeMessage`.
  */
 import * as Prompt from "effect/ai/Prompt"
 
-const markerOf = (value: object): string => {
-  const marker = Object.keys(value).find((key) => (value as Record<string, unknown>)[key] === key)
-  if (marker === undefined) throw new Error("effect/ai's prompt values carry no type marker")
-  return marker
+const markerOf = (value: object): string | undefined =>
+  Object.keys(value).find((key) => (value as Record<string, unknown>)[key] === key)
+
+// The markers as literal keys: a literal with a computed key is built a field at a time, one
+// with constant keys is copied from its template at once. Checked against values `effect/ai`
+// built, so an `effect` whose markers differ fails here, on import, not with wrong values.
+for (
+  const [made, marker] of [
+    [Prompt.makePart("text", { text: "" }), "~effect/ai/Prompt/Part"],
+    [Prompt.makeMessage("user", { content: [] }), "~effect/ai/Prompt/Message"]
+  ] as const
+) {
+  if (markerOf(made) !== marker) {
+    throw new Error(`internal/parts.ts: effect/ai's prompt values no longer carry the marker ${marker}`)
+  }
 }
-const partMarker = markerOf(Prompt.makePart("text", { text: "" }))
-const messageMarker = markerOf(Prompt.makeMessage("user", { content: [] }))
 
 export const textPart = (text: string): Prompt.TextPart =>
-  ({ text, [partMarker]: partMarker, type: "text", options: {} }) as unknown as Prompt.TextPart
+  ({
+    text,
+    "~effect/ai/Prompt/Part": "~effect/ai/Prompt/Part",
+    type: "text",
+    options: {}
+  }) as unknown as Prompt.TextPart
 
 export const reasoningPart = (text: string): Prompt.ReasoningPart =>
-  ({ text, [partMarker]: partMarker, type: "reasoning", options: {} }) as unknown as Prompt.ReasoningPart
+  ({
+    text,
+    "~effect/ai/Prompt/Part": "~effect/ai/Prompt/Part",
+    type: "reasoning",
+    options: {}
+  }) as unknown as Prompt.ReasoningPart
 
 export const toolCallPart = (id: string, name: string, params: unknown): Prompt.ToolCallPart =>
   ({
@@ -31,7 +50,7 @@ export const toolCallPart = (id: string, name: string, params: unknown): Prompt.
     name,
     params,
     providerExecuted: false,
-    [partMarker]: partMarker,
+    "~effect/ai/Prompt/Part": "~effect/ai/Prompt/Part",
     type: "tool-call",
     options: {}
   }) as unknown as Prompt.ToolCallPart
@@ -43,22 +62,42 @@ export const toolResultPart = (id: string, name: string, isFailure: boolean, res
     isFailure,
     result,
     providerExecuted: false,
-    [partMarker]: partMarker,
+    "~effect/ai/Prompt/Part": "~effect/ai/Prompt/Part",
     type: "tool-result",
     options: {}
   }) as unknown as Prompt.ToolResultPart
 
 export const systemMessage = (content: string): Prompt.SystemMessage =>
-  ({ content, [messageMarker]: messageMarker, role: "system", options: {} }) as unknown as Prompt.SystemMessage
+  ({
+    content,
+    "~effect/ai/Prompt/Message": "~effect/ai/Prompt/Message",
+    role: "system",
+    options: {}
+  }) as unknown as Prompt.SystemMessage
 
 export const userMessage = (content: ReadonlyArray<Prompt.UserMessagePart>): Prompt.UserMessage =>
-  ({ content, [messageMarker]: messageMarker, role: "user", options: {} }) as unknown as Prompt.UserMessage
+  ({
+    content,
+    "~effect/ai/Prompt/Message": "~effect/ai/Prompt/Message",
+    role: "user",
+    options: {}
+  }) as unknown as Prompt.UserMessage
 
 /** A user message of one text part. */
 export const userText = (text: string): Prompt.UserMessage => userMessage([textPart(text)])
 
 export const assistantMessage = (content: ReadonlyArray<Prompt.AssistantMessagePart>): Prompt.AssistantMessage =>
-  ({ content, [messageMarker]: messageMarker, role: "assistant", options: {} }) as unknown as Prompt.AssistantMessage
+  ({
+    content,
+    "~effect/ai/Prompt/Message": "~effect/ai/Prompt/Message",
+    role: "assistant",
+    options: {}
+  }) as unknown as Prompt.AssistantMessage
 
 export const toolMessage = (content: ReadonlyArray<Prompt.ToolMessagePart>): Prompt.ToolMessage =>
-  ({ content, [messageMarker]: messageMarker, role: "tool", options: {} }) as unknown as Prompt.ToolMessage
+  ({
+    content,
+    "~effect/ai/Prompt/Message": "~effect/ai/Prompt/Message",
+    role: "tool",
+    options: {}
+  }) as unknown as Prompt.ToolMessage
