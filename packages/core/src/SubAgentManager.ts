@@ -754,19 +754,27 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const now = nowMillis()
     const detached = request.detached === true && !foreground
     const sessionName = Names.unique(created.id, (name) => names.has(name))
+    const receipt = Receipt.initial({
+      agentId: created.id,
+      sessionName,
+      transcriptHandle: `${created.id}.jsonl`,
+      now,
+      bootId,
+      pid: store.owner.pid,
+      message: request.prompt,
+      detail: verifies === undefined ? undefined : `verifies ${verifies}`
+    })
+    // Constant keys, no spread: the literal is copied from its template at once (after a
+    // spread, each of these 30 fields would be added one at a time). A root has no parent
+    // and most agents verify nothing: those two keys are added only when they have a value.
     const record: Mutable<SubAgentRecord> = {
-      ...Receipt.initial({
-        agentId: created.id,
-        sessionName,
-        transcriptHandle: `${created.id}.jsonl`,
-        now,
-        bootId,
-        pid: store.owner.pid,
-        message: request.prompt,
-        detail: verifies === undefined ? undefined : `verifies ${verifies}`
-      }),
+      record_version: receipt.record_version,
+      session_name: receipt.session_name,
+      runs: receipt.runs,
+      events: receipt.events,
+      artifacts: receipt.artifacts,
+      usage: receipt.usage,
       agent_id: created.id,
-      ...(parentSessionId === undefined ? {} : { parent_id: parentSessionId }),
       depth: created.depth,
       role: role.name,
       model,
@@ -783,9 +791,10 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       tool_calls: 0,
       tokens: { input: 0, output: 0, cached: 0 },
       transcript_handle: `${created.id}.jsonl`,
-      ...(verifies === undefined ? {} : { verifies }),
       permissions: Permission.toJson(created.rules)
     }
+    if (parentSessionId !== undefined) record.parent_id = parentSessionId
+    if (verifies !== undefined) record.verifies = verifies
     const entry: Entry = {
       record,
       parentSessionId,
