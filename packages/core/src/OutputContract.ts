@@ -125,7 +125,8 @@ const nameAt = (i: number): SectionName => SectionNames[i] ?? "SUMMARY"
  * parsed.violations       // []
  */
 export const parse = (text: string): ParsedOutput => {
-  const lines = text.split(lineBreak)
+  // One line (a short answer, often): no regex split.
+  const lines = text.includes("\n") || text.includes("\r") ? text.split(lineBreak) : [text]
   const headings = scanHeadings(lines)
   const first = headings[0]
   if (first === undefined) {
