@@ -20,6 +20,8 @@ import * as Mcp from "./Mcp.ts"
 interface Known {
   snapshot: AgentSnapshot
   status: string
+  /** Was its `started` published? (Once: when it is seen running, or its first message.) */
+  started: boolean
   /** Its own tokens, as its row last said. */
   own: number
 }
@@ -62,7 +64,7 @@ export const eventsOf = (changes: TreeChanges, known: Map<string, Known>, at: nu
       usage: { input: 0, output: 0, cached: 0 }
     })
     if (k === undefined) {
-      k = { snapshot: snapshot(undefined), status: "pending", own: row.tokens }
+      k = { snapshot: snapshot(undefined), status: "pending", started: false, own: row.tokens }
       known.set(row.agentId, k)
       if (row.depth > 0) emit("spawned", k)
     } else {
@@ -72,8 +74,11 @@ export const eventsOf = (changes: TreeChanges, known: Map<string, Known>, at: nu
     const was = k.status
     k.status = row.status
     const agent = k
+    if (row.status === "running" && !agent.started) {
+      agent.started = true
+      emit("started", agent)
+    }
     if (row.status !== was) {
-      if (row.status === "running" && was === "pending") emit("started", agent)
       if (row.status === "completed" || row.status === "failed" || row.status === "cancelled") {
         ends.set(
           row.agentId,
@@ -93,8 +98,10 @@ export const eventsOf = (changes: TreeChanges, known: Map<string, Known>, at: nu
   changes.messages.forEach((m, i) => {
     const k = known.get(m.agentId)
     if (k === undefined) return
-    if (k.status === "pending") {
-      k.status = "running"
+    // An agent first seen already ended (it ran between two looks) started all the same:
+    // its first message says so, before its steps.
+    if (!k.started) {
+      k.started = true
       emit("started", k)
     }
     if (m.message.role === "assistant") {

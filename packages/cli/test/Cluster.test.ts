@@ -3,8 +3,10 @@
 // the events a client follows (ClusterEvents) from a tree run on TestRunner.
 import { assert, describe, it } from "@effect/vitest"
 import * as ClusterClient from "@fibril/cluster/ClusterClient"
+import type { AgentRow } from "@fibril/cluster/ClusterStore"
 import type { AgentEvent } from "@fibril/core/AgentEvents"
 import { Effect, FileSystem, Option, Path } from "effect"
+import * as Prompt from "effect/ai/Prompt"
 import { provideNode, setup } from "../../cluster/test/support.ts"
 import * as ClusterCommand from "../src/ClusterCommand.ts"
 import * as ClusterEvents from "../src/ClusterEvents.ts"
@@ -49,6 +51,86 @@ describe("cluster mode: the URL", () => {
 })
 
 describe("cluster mode: the events a client follows", () => {
+  // A child can run whole between two looks of the follower (a scripted one often does): the
+  // first look sees it ended, with all its messages. It still started, before its first step.
+  it("an agent first seen ended is spawned, started, stepped, then ended, in that order", () => {
+    const row = (agentId: string, parentId: string | null, status: AgentRow["status"]): AgentRow => ({
+      agentId,
+      parentId,
+      rootId: "root",
+      depth: parentId === null ? 0 : 1,
+      role: "general",
+      model: "m",
+      description: agentId,
+      prompt: "p",
+      detached: false,
+      workspace: "/w",
+      status,
+      run: 1,
+      executionId: "e",
+      text: null,
+      reason: null,
+      steps: 0,
+      toolCalls: 0,
+      tokens: 0
+    })
+    const at = (step: number) => ({ run: 1, step, slot: 0 })
+    const known = new Map()
+    const first = ClusterEvents.eventsOf(
+      {
+        agents: [row("root", null, "running")],
+        messages: [{
+          agentId: "root",
+          at: at(0),
+          message: Prompt.makeMessage("assistant", {
+            content: [Prompt.makePart("tool-call", { id: "c", name: "task", params: {}, providerExecuted: false })]
+          })
+        }],
+        cursor: { transcript: 1, agents: 1 }
+      },
+      known,
+      1
+    )
+    assert.deepStrictEqual(first.map((e) => e.type), ["started", "step", "tool_call"])
+    const second = ClusterEvents.eventsOf(
+      {
+        agents: [row("child", "root", "completed")],
+        messages: [
+          {
+            agentId: "child",
+            at: at(-1),
+            message: Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: "look" })] })
+          },
+          {
+            agentId: "child",
+            at: at(0),
+            message: Prompt.makeMessage("assistant", { content: [Prompt.makePart("text", { text: "done" })] })
+          }
+        ],
+        cursor: { transcript: 3, agents: 2 }
+      },
+      known,
+      2
+    )
+    assert.deepStrictEqual(second.map((e) => `${e.agent.agentId}:${e.type}`), [
+      "child:spawned",
+      "child:started",
+      "child:step",
+      "child:completed"
+    ])
+    // An agent ended before it ran (cancelled while queued) never started.
+    const third = ClusterEvents.eventsOf(
+      {
+        agents: [row("queued", "root", "cancelled")],
+        messages: [],
+        cursor: { transcript: 3, agents: 3 }
+      },
+      known,
+      3
+    )
+    assert.deepStrictEqual(third.map((e) => `${e.agent.agentId}:${e.type}`), ["queued:spawned", "queued:cancelled"])
+  })
+
   it.live("a tree run on TestRunner: every agent's steps, tool calls and end reach the follower, in order", () =>
     Effect.gen(function*() {
       const built = yield* setup({
