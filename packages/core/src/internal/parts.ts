@@ -67,37 +67,25 @@ export const toolResultPart = (id: string, name: string, isFailure: boolean, res
     options: {}
   }) as unknown as Prompt.ToolResultPart
 
-export const systemMessage = (content: string): Prompt.SystemMessage =>
+// Every message has the same fields (the role is a value, not a key): one literal, one shape.
+const message = <M>(role: Prompt.Message["role"], content: unknown): M =>
   ({
     content,
     "~effect/ai/Prompt/Message": "~effect/ai/Prompt/Message",
-    role: "system",
+    role,
     options: {}
-  }) as unknown as Prompt.SystemMessage
+  }) as unknown as M
+
+export const systemMessage = (content: string): Prompt.SystemMessage => message("system", content)
 
 export const userMessage = (content: ReadonlyArray<Prompt.UserMessagePart>): Prompt.UserMessage =>
-  ({
-    content,
-    "~effect/ai/Prompt/Message": "~effect/ai/Prompt/Message",
-    role: "user",
-    options: {}
-  }) as unknown as Prompt.UserMessage
+  message("user", content)
 
 /** A user message of one text part. */
 export const userText = (text: string): Prompt.UserMessage => userMessage([textPart(text)])
 
 export const assistantMessage = (content: ReadonlyArray<Prompt.AssistantMessagePart>): Prompt.AssistantMessage =>
-  ({
-    content,
-    "~effect/ai/Prompt/Message": "~effect/ai/Prompt/Message",
-    role: "assistant",
-    options: {}
-  }) as unknown as Prompt.AssistantMessage
+  message("assistant", content)
 
 export const toolMessage = (content: ReadonlyArray<Prompt.ToolMessagePart>): Prompt.ToolMessage =>
-  ({
-    content,
-    "~effect/ai/Prompt/Message": "~effect/ai/Prompt/Message",
-    role: "tool",
-    options: {}
-  }) as unknown as Prompt.ToolMessage
+  message("tool", content)
