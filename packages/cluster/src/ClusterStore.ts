@@ -722,6 +722,14 @@ export const fromDb = (r: AgentDbRow): AgentRow => ({
 export const encodeMessage = Schema.encodeSync(Schema.fromJsonString(Prompt.Message))
 export const decodeMessage = Schema.decodeSync(Schema.fromJsonString(Prompt.Message))
 
+/** An execution's journaled steps (name to result) on a SQL store: the same statement on PostgreSQL and SQLite. */
+export const journalSql = (sql: SqlClient.SqlClient, executionId: string) =>
+  Effect.map(
+    sql<{ name: string; result: string }>`SELECT name, result FROM fibril_steps
+      WHERE execution_id = ${executionId} AND result IS NOT NULL`,
+    (rows) => new Map(rows.map((r) => [r.name, r.result]))
+  )
+
 /**
  * `runStep` on a SQL store, the same statements on PostgreSQL and SQLite: a read before the call
  * (journaled already? the agent cancelled?), the call, then the claim with the result and the
@@ -1115,15 +1123,7 @@ export const makeSql = Effect.gen(function*() {
         : Effect.updateContext(insert(sql), outsideTransaction)
       return q("startToolCall", Effect.map(statement, (rows) => rows.length === 1))
     },
-    journal: (executionId) =>
-      q(
-        "journal",
-        Effect.map(
-          sql<{ name: string; result: string }>`SELECT name, result FROM fibril_steps
-            WHERE execution_id = ${executionId} AND result IS NOT NULL`,
-          (rows) => new Map(rows.map((r) => [r.name, r.result]))
-        )
-      ),
+    journal: (executionId) => q("journal", journalSql(sql, executionId)),
     runStep: runStepSql(sql)
   })
 })

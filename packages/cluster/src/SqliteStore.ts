@@ -22,6 +22,7 @@ import {
   encodeMessage,
   finished,
   fromDb,
+  journalSql,
   runStepSql,
   SchemaMismatch,
   schemaVersion,
@@ -407,15 +408,7 @@ export const make = Effect.gen(function*() {
           (rows) => rows.length === 1
         )
       ),
-    journal: (executionId) =>
-      q(
-        "journal",
-        Effect.map(
-          sql<{ name: string; result: string }>`SELECT name, result FROM fibril_steps
-            WHERE execution_id = ${executionId} AND result IS NOT NULL`,
-          (rows) => new Map(rows.map((r) => [r.name, r.result]))
-        )
-      ),
+    journal: (executionId) => q("journal", journalSql(sql, executionId)),
     runStep: runStepSql(sql)
   })
 })
