@@ -12,7 +12,7 @@ import { type AgentEvent, AgentEvents } from "../src/AgentEvents.ts"
 import { backoffMs, callModel, ModelCallFailed, type RetryPolicy } from "../src/loop/CallModel.ts"
 import { resolveTurn } from "../src/loop/ResolveTurn.ts"
 import { InvalidArguments, runTools, UnknownTool } from "../src/loop/RunTools.ts"
-import type { SessionState } from "../src/loop/State.ts"
+import { eventOf, type SessionState, snapshot } from "../src/loop/State.ts"
 import * as Permission from "../src/Permission.ts"
 import * as ToolRegistry from "../src/ToolRegistry.ts"
 import { provideNode, setup } from "./support.ts"
@@ -689,4 +689,47 @@ describe("loop/ edges (tests from the second mutation run)", () => {
       yield* Fiber.interrupt(fiber)
       assert.deepStrictEqual(cleared, created)
     }).pipe(Effect.scoped))
+})
+
+// eventOf builds an event field by field (a spread of every event shape was a megamorphic
+// copy): it must give what the spread gives, for any event, keys set to undefined included.
+describe("loop/State.eventOf", () => {
+  const EventType = Schema.Literals([
+    "spawned",
+    "started",
+    "step",
+    "retry",
+    "tool_call",
+    "tool_result",
+    "completed",
+    "failed",
+    "cancelled",
+    "interrupted"
+  ])
+  const Given = Schema.Struct({
+    type: EventType,
+    tool: Schema.optionalKey(Schema.UndefinedOr(Schema.String)),
+    reason: Schema.optionalKey(Schema.UndefinedOr(Schema.String)),
+    isFailure: Schema.optionalKey(Schema.UndefinedOr(Schema.Boolean)),
+    changed: Schema.optionalKey(Schema.UndefinedOr(Schema.Array(Schema.String)))
+  })
+  const state = {
+    id: "agent-1",
+    parent: { id: "agent-0" },
+    depth: 1,
+    role: "worker",
+    model: "m",
+    description: "d",
+    treeUsage: { input: 1, output: 2, cached: 3 },
+    steps: 4,
+    toolCalls: 5,
+    lastTool: "read",
+    clock: { currentTimeMillisUnsafe: () => 1234 }
+  } as unknown as SessionState
+
+  it.prop("the event as given, with the agent's snapshot and the clock's time", [Given], ([event]) => {
+    const got = eventOf(state, event)
+    assert.deepStrictEqual(got, { ...event, agent: snapshot(state), at: 1234 })
+    assert.deepStrictEqual(Object.keys(got).sort(), Object.keys({ ...event, agent: 0, at: 0 }).sort())
+  })
 })
