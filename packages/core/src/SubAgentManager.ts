@@ -526,11 +526,16 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     )
 
   /** Queues messages for the agent's transcript in the store (committed at the end of this turn). */
-  const queueMessages = (handle: string, messages: ReadonlyArray<Prompt.Message>) =>
-    Effect.flatMap(
-      Transcript.encode(messages),
-      (encoded) => Effect.catch(store.queueTranscript(handle, encoded), (error) => Effect.logWarning(error.message))
+  const queueMessages = (handle: string, messages: ReadonlyArray<Prompt.Message>) => {
+    // Plain messages (every one but a file's) are encoded here and now: one step, not a chain.
+    const plain = Transcript.encodePlain(messages)
+    return Effect.catch(
+      plain === undefined
+        ? Effect.flatMap(Transcript.encode(messages), (encoded) => store.queueTranscript(handle, encoded))
+        : store.queueTranscript(handle, plain),
+      (error) => Effect.logWarning(error.message)
     )
+  }
 
   /** The conversation a new session starts with (system prompt, a fork's copied history), into the store. */
   const persistStart = (entry: Entry) =>

@@ -201,33 +201,38 @@ const knownOnly = (record: SubAgentRecord): Record<string, unknown> => {
   return out
 }
 
-/** Handles are opaque keys; still, nothing that could name a path elsewhere. */
-const checkHandle = (handle: string): Effect.Effect<void, StoreError> =>
+/** Handles are opaque keys; still, nothing that could name a path elsewhere. The refusal, or undefined. */
+const handleRefusal = (handle: string): StoreError | undefined =>
   handle === "" || handle.includes("/") || handle.includes("\\") || handle.includes("..") || handle.includes("\0")
-    ? Effect.fail(
-      new StoreError({ path: handle, reason: "a transcript handle must be a plain name (no '/', '\\' or '..')" })
-    )
-    : Effect.void
+    ? new StoreError({ path: handle, reason: "a transcript handle must be a plain name (no '/', '\\' or '..')" })
+    : undefined
 
-// A plain loop: this runs for every message of every agent on a durable store.
-const toLines = (handle: string, entries: ReadonlyArray<unknown>): Effect.Effect<ReadonlyArray<string>, StoreError> => {
+const checkHandle = (handle: string): Effect.Effect<void, StoreError> => {
+  const refused = handleRefusal(handle)
+  return refused === undefined ? Effect.void : Effect.fail(refused)
+}
+
+/**
+ * The entries as JSON lines, or why one has none: a plain loop, called synchronously (this runs
+ * for every message of every agent on a durable store, and a chain of Effects per message cost
+ * more than the JSON).
+ */
+const toLines = (handle: string, entries: ReadonlyArray<unknown>): Array<string> | StoreError => {
   const lines: Array<string> = []
   for (let i = 0; i < entries.length; i++) {
     let line: string | undefined
     try {
       line = JSON.stringify(entries[i])
     } catch (cause) {
-      return Effect.fail(
-        new StoreError({ path: handle, reason: `entry ${i} is not JSON-serialisable: ${String(cause)}` })
-      )
+      return new StoreError({ path: handle, reason: `entry ${i} is not JSON-serialisable: ${String(cause)}` })
     }
     // JSON.stringify returns undefined for undefined, functions and symbols.
     if (typeof line !== "string") {
-      return Effect.fail(new StoreError({ path: handle, reason: `entry ${i} has no JSON representation` }))
+      return new StoreError({ path: handle, reason: `entry ${i} has no JSON representation` })
     }
     lines.push(line)
   }
-  return Effect.succeed(lines)
+  return lines
 }
 
 /** The known record in a stored JSON object, or undefined when it does not decode. */
@@ -616,16 +621,19 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
       )
     })
 
+  // One synchronous step: the handle, the JSON, the queue.
   const queueTranscript = (handle: string, entries: ReadonlyArray<unknown>): Effect.Effect<void, StoreError> =>
-    entries.length === 0 ? checkHandle(handle) : Effect.flatMap(
-      Effect.andThen(checkHandle(handle), toLines(handle, entries)),
-      (lines) =>
-        Effect.sync(() => {
-          if (crashed) return
-          queue.push({ handle, lines })
-          schedule()
-        })
-    )
+    Effect.suspend(() => {
+      const refused = handleRefusal(handle)
+      if (refused !== undefined) return Effect.fail(refused)
+      if (entries.length === 0) return Effect.void
+      const lines = toLines(handle, entries)
+      if (!Array.isArray(lines)) return Effect.fail(lines)
+      if (crashed) return Effect.void
+      queue.push({ handle, lines })
+      schedule()
+      return Effect.void
+    })
 
   const sync: Effect.Effect<void, StoreError> = Effect.suspend(() => {
     if (unreported !== undefined) {
@@ -1060,19 +1068,20 @@ export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(option
     }
   }
 
-  const append = (handle: string, entries: ReadonlyArray<unknown>) =>
-    Effect.flatMap(
-      Effect.andThen(checkHandle(handle), toLines(handle, entries)),
-      (lines) =>
-        Effect.sync(() => {
-          if (lines.length === 0) return
-          const existing = transcripts.get(handle)
-          // Copies through JSON, as a persistent store would (and refuses what it would).
-          const copies = lines.map((line) => JSON.parse(line) as unknown)
-          if (existing === undefined) transcripts.set(handle, copies)
-          else existing.push(...copies)
-        })
-    )
+  const append = (handle: string, entries: ReadonlyArray<unknown>): Effect.Effect<void, StoreError> =>
+    Effect.suspend(() => {
+      const refused = handleRefusal(handle)
+      if (refused !== undefined) return Effect.fail(refused)
+      const lines = toLines(handle, entries)
+      if (!Array.isArray(lines)) return Effect.fail(lines)
+      if (lines.length === 0) return Effect.void
+      // Copies through JSON, as a persistent store would (and refuses what it would).
+      const copies = lines.map((line) => JSON.parse(line) as unknown)
+      const existing = transcripts.get(handle)
+      if (existing === undefined) transcripts.set(handle, copies)
+      else existing.push(...copies)
+      return Effect.void
+    })
 
   return SubAgentStore.of({
     owner,

@@ -14,7 +14,7 @@ const TranscriptMessages = Schema.Array(Prompt.Message)
 const encodeWithSchema = Schema.encodeUnknownEffect(TranscriptMessages)
 export const decode = Schema.decodeUnknownEffect(TranscriptMessages)
 
-const typeMarker = /^~effect\/ai\/Prompt\//
+const typeMarker = "~effect/ai/Prompt/"
 
 const isEmptyObject = (value: unknown): boolean =>
   typeof value === "object" && value !== null && Object.keys(value).length === 0
@@ -23,7 +23,7 @@ const isEmptyObject = (value: unknown): boolean =>
 const compactObject = (value: object): Record<string, unknown> => {
   const out: Record<string, unknown> = {}
   for (const key of Object.keys(value)) {
-    if (typeMarker.test(key)) continue
+    if (key.startsWith(typeMarker)) continue
     const field = (value as Record<string, unknown>)[key]
     if (key === "options" && isEmptyObject(field)) continue
     out[key] = field
@@ -40,9 +40,15 @@ const compact = (message: Prompt.Message): unknown => {
   return out
 }
 
+/** JSON-ready values of the messages, computed at once; undefined when one has binary data (see `encode`). */
+export const encodePlain = (messages: ReadonlyArray<Prompt.Message>): ReadonlyArray<unknown> | undefined =>
+  messages.some(hasBinary) ? undefined : messages.map(compact)
+
 /** JSON-ready values of the messages. */
-export const encode = (messages: ReadonlyArray<Prompt.Message>): Effect.Effect<ReadonlyArray<unknown>> =>
-  messages.some(hasBinary) ? Effect.orDie(encodeWithSchema(messages)) : Effect.succeed(messages.map(compact))
+export const encode = (messages: ReadonlyArray<Prompt.Message>): Effect.Effect<ReadonlyArray<unknown>> => {
+  const plain = encodePlain(messages)
+  return plain === undefined ? Effect.orDie(encodeWithSchema(messages)) : Effect.succeed(plain)
+}
 
 /** Consecutive tool messages as one: the store keeps each tool result as its own message, as it lands. */
 export const mergeToolMessages = (messages: ReadonlyArray<Prompt.Message>): Array<Prompt.Message> => {
