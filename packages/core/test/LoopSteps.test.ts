@@ -481,6 +481,39 @@ describe("loop/RunTools", () => {
       yield* Fiber.interrupt(plain)
       assert.strictEqual(state.messages.length, 1)
     }).pipe(provideNode))
+
+  it.effect("with onResult and now (the loop's single call), a call that lands at once is kept when the hand-over is interrupted", () =>
+    Effect.gen(function*() {
+      const { deps, state } = yield* harness()
+      const handed: Array<string> = []
+      // The hand-over never returns: the turn is interrupted after the result landed, during it.
+      const onResult = (_: SessionState, part: Prompt.ToolResultPart) =>
+        Effect.andThen(Effect.sync(() => void handed.push(part.id)), Effect.never)
+      const fiber = yield* Effect.forkChild(
+        Effect.suspend(() =>
+          runTools({ ...deps, onResult }, state, [{ id: "n", name: "echo", params: { path: "z" } }], true)
+        ),
+        { startImmediately: true }
+      )
+      yield* Effect.yieldNow
+      assert.deepStrictEqual(handed, ["n"])
+      assert.strictEqual(state.messages.length, 0)
+      yield* Fiber.interrupt(fiber)
+      assert.strictEqual(state.messages.length, 1)
+      assert.deepStrictEqual(
+        (state.messages[0] as Prompt.ToolMessage).content.map((_, index) =>
+          resultOf(state.messages[0] as Prompt.ToolMessage, index).id
+        ),
+        ["n"]
+      )
+      // Landed and handed over: the whole message, and nothing kept twice.
+      const done = yield* runTools({ ...deps, onResult: () => Effect.void }, state, [{
+        id: "m",
+        name: "echo",
+        params: { path: "w" }
+      }], true)
+      assert.deepStrictEqual([done.content.length, state.messages.length], [1, 1])
+    }).pipe(provideNode))
 })
 
 describe("loop/ edges (tests from the second mutation run)", () => {
