@@ -126,3 +126,27 @@ describe("an idle runtime", () => {
     }, 30_000)
   }
 })
+
+describe("the persistent store's floor (bench/sqlite-floor.ts)", () => {
+  it("writes back every agent and message a W1 run stored, and reports its figures", async () => {
+    const script = fileURLToPath(new URL("./sqlite-floor.ts", import.meta.url))
+    const { code, out, err } = await new Promise<{ code: number | null; out: string; err: string }>((resolve) => {
+      const child = spawn(process.execPath, [script, "10"], {
+        env: { ...process.env, NODE_OPTIONS: "--conditions=@fibril/source" },
+        stdio: ["ignore", "pipe", "pipe"]
+      })
+      let out = ""
+      let err = ""
+      child.stdout.on("data", (chunk) => (out += String(chunk)))
+      child.stderr.on("data", (chunk) => (err += String(chunk)))
+      child.on("exit", (code) => resolve({ code, out, err }))
+    })
+    assert.strictEqual(code, 0, `exit: ${code}; stderr: ${err}`)
+    const row = JSON.parse(out.trim()) as Record<string, number | boolean>
+    // The W1 script's child conversation: system, task, M lookups (call and result), the answer.
+    assert.deepStrictEqual([row["ok"], row["agents"], row["messages_per_agent"]], [true, 10, 2 * M + 3])
+    for (const field of ["us_per_agent", "cpu_us_per_agent", "json_us_per_agent", "json_bytes_per_agent"]) {
+      assert.isAbove(row[field] as number, 0, field)
+    }
+  }, 30_000)
+})

@@ -142,6 +142,36 @@ const persistence = {
   sqlite_over_memory_per_subagent: w1Store("sqlite", "us_per_subagent") / w1Store("memory", "us_per_subagent"),
   sqlite_over_memory_cpu: w1Store("sqlite", "cpu_ms") / w1Store("memory", "cpu_ms")
 }
+interface SqliteFloorRow {
+  readonly ok: boolean
+  readonly us_per_agent: number
+  readonly cpu_us_per_agent: number
+  readonly json_us_per_agent: number
+  readonly json_bytes_per_agent: number
+}
+// The persistent store's floor: the same rows written by node:sqlite with nothing of Fibril
+// around the writes (bench/sqlite-floor.ts), medians of fresh processes.
+const sqliteFloorRows = Array.from({ length: reps }, () =>
+  JSON.parse(
+    execFileSync(process.execPath, [fileURLToPath(new URL("./sqlite-floor.ts", import.meta.url)), String(kMax)], {
+      encoding: "utf8"
+    }).trim()
+  ) as SqliteFloorRow)
+const sqliteFloor = {
+  ok: sqliteFloorRows.every((row) => row.ok),
+  us_per_agent: median(sqliteFloorRows.map((row) => row.us_per_agent)),
+  cpu_us_per_agent: median(sqliteFloorRows.map((row) => row.cpu_us_per_agent)),
+  json_us_per_agent: median(sqliteFloorRows.map((row) => row.json_us_per_agent)),
+  json_bytes_per_agent: median(sqliteFloorRows.map((row) => row.json_bytes_per_agent))
+}
+const persistenceFloor = {
+  ...sqliteFloor,
+  /** The least the SQLite store could cost over the memory store: the memory store plus the writes alone. */
+  floor_over_memory: (w1Store("memory", "us_per_subagent") + sqliteFloor.us_per_agent) /
+    w1Store("memory", "us_per_subagent"),
+  /** What the store adds beyond the writes themselves (the queue, the waits, the hand-over). */
+  store_beyond_writes_us: persistence.sqlite_minus_memory_us_per_subagent - sqliteFloor.us_per_agent
+}
 const context = JSON.parse(
   execFileSync(process.execPath, [fileURLToPath(new URL("./context.ts", import.meta.url))], { encoding: "utf8" }).trim()
 ) as { delegation: Record<string, number>; fork: Record<string, number> }
@@ -152,6 +182,17 @@ console.log(
   }x the memory store per sub-agent (+${persistence.sqlite_minus_memory_us_per_subagent.toFixed(1)} us; CPU ${
     persistence.sqlite_over_memory_cpu.toFixed(2)
   }x) (goal <= 1.5x)`
+)
+console.log(
+  `     ${persistenceFloor.ok ? "" : "FAIL "}persistence floor: node:sqlite alone writing the same rows (${
+    persistenceFloor.json_bytes_per_agent.toFixed(0)
+  } B of JSON per sub-agent, the store's schema, statements and settings) costs ${
+    persistenceFloor.us_per_agent.toFixed(1)
+  } us per sub-agent (CPU ${persistenceFloor.cpu_us_per_agent.toFixed(1)}; the JSON alone ${
+    persistenceFloor.json_us_per_agent.toFixed(1)
+  }): memory + that = ${persistenceFloor.floor_over_memory.toFixed(2)}x the memory store; the store adds ${
+    persistenceFloor.store_beyond_writes_us.toFixed(1)
+  } us beyond its writes`
 )
 console.log(
   `     context growth per delegated task: the parent gains ${delegation["parent_bytes_added_per_task"]} B (~${
@@ -197,6 +238,7 @@ writeFileSync(
       flatness,
       flatnessCpu,
       persistence,
+      persistenceFloor,
       context
     },
     null,
@@ -204,7 +246,7 @@ writeFileSync(
   )
 )
 console.log(`wrote ${out}`)
-if (!results.every((r) => r.ok) || !lab["ok"]) process.exitCode = 1
+if (!results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok) process.exitCode = 1
 
 // Cluster mode on PostgreSQL: per-step overhead and a K = 100 fan-out over two workers
 // (bench/cluster.ts; it says why when it cannot run, e.g. without PostgreSQL).
