@@ -19,7 +19,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as Stream from "effect/Stream"
-import OpenAI from "openai"
+import type OpenAI from "openai"
 import type {
   ChatCompletion,
   ChatCompletionChunk,
@@ -93,9 +93,18 @@ const modelIds = (page: unknown): ReadonlyArray<string> | undefined => {
   return ids
 }
 
-/** Builds the client. Construction does no I/O. */
+/**
+ * The SDK, imported when the first client is made: about 240 modules and 100 ms that a process
+ * which never calls an OpenAI-compatible server (a scripted model, `fibril --help`, an MCP server
+ * on the scripted default) does not load.
+ */
+const loadSdk: Effect.Effect<typeof OpenAI> = Effect.promise(() => import("openai")).pipe(
+  Effect.map((module) => module.default)
+)
+
+/** Builds the client (the SDK is loaded on first use). Construction does no network I/O. */
 export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =>
-  Effect.sync(() => {
+  Effect.map(loadSdk, (OpenAI) => {
     const baseURL = trimSlash(options.baseURL ?? defaultBaseURL)
     const sdk = new OpenAI({
       apiKey: Redacted.value(options.apiKey),

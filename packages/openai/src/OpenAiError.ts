@@ -26,7 +26,9 @@ import * as AiError from "effect/ai/AiError"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as OpenAI from "openai"
+// The SDK's error classes alone (three small modules): the client itself, and the rest of the
+// SDK, are loaded only when a client is made (OpenAiClient.make).
+import * as OpenAI from "openai/core/error"
 
 /** The request that failed, for `NetworkError` and error descriptions. */
 export interface RequestInfo {
