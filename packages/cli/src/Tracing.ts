@@ -7,9 +7,12 @@
  */
 import { redactUrl } from "@fibril/core/Secrets"
 import * as Effect from "effect/Effect"
-import { FetchHttpClient, HttpClient, HttpClientResponse } from "effect/http"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
+import * as HttpClient from "effect/http/HttpClient"
+import * as HttpClientResponse from "effect/http/HttpClientResponse"
 import * as Layer from "effect/Layer"
-import { OtlpSerialization, OtlpTracer } from "effect/observability"
+import * as OtlpSerialization from "effect/observability/OtlpSerialization"
+import * as OtlpTracer from "effect/observability/OtlpTracer"
 
 /** The warning for an endpoint that failed, with why. */
 export const unreachable = (url: string, why: string) =>
