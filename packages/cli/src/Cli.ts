@@ -43,7 +43,6 @@ import * as McpCommand from "./McpCommand.ts"
 import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
 import * as Run from "./Run.ts"
-import * as Tracing from "./Tracing.ts"
 import * as Workspace from "./Workspace.ts"
 
 /** This package's version (package.json sits one level above both src/ and dist/). */
@@ -111,7 +110,13 @@ const clusterFor = (flag: Option.Option<string>, cwdFlag: Option.Option<string>)
     return Option.isNone(cwd) ? undefined : yield* configuredCluster(cwd.value)
   })
 
-const tracing = (url: Option.Option<string>) => Option.match(url, { onNone: () => Layer.empty, onSome: Tracing.layer })
+// The OTLP exporter (effect's HTTP and observability modules) is loaded only when spans go somewhere.
+const tracing = (url: Option.Option<string>) =>
+  Option.match(url, {
+    onNone: () => Layer.empty,
+    onSome: (endpoint) =>
+      Layer.unwrap(Effect.map(Effect.promise(() => import("./Tracing.ts")), (Tracing) => Tracing.layer(endpoint)))
+  })
 
 /**
  * The prompt of `fibril run`: the argument, `-` (stdin) or `--prompt-file FILE` (`-`: stdin),

@@ -22,7 +22,7 @@ import * as Schema from "effect/Schema"
 import type { Environment } from "./Cli.ts"
 import * as ClusterCommand from "./ClusterCommand.ts"
 import * as ConfigFlags from "./ConfigFlags.ts"
-import * as Mcp from "./Mcp.ts"
+import type * as McpModule from "./Mcp.ts"
 import * as ModelSelection from "./ModelSelection.ts"
 import * as Workspace from "./Workspace.ts"
 
@@ -54,6 +54,8 @@ export const make = <I>(environment: Context.Key<I, Environment>, version: strin
       cluster: ClusterCommand.clusterFlag
     },
     Effect.fn("fibril.mcp.command")(function*(flags) {
+      // The MCP server (effect's MCP, RPC and HTTP modules) is loaded by this command only.
+      const Mcp: typeof McpModule = yield* Effect.promise(() => import("./Mcp.ts"))
       const env = yield* environment
       const cwd = yield* Workspace.resolve(flags.cwd, env)
       const config = yield* ConfigFlags.load(env, cwd)

@@ -1,7 +1,7 @@
 // `fibril --version` answers before the CLI is loaded, from both entry points (the installed
 // launcher, which must not need dist/ for it, and the sources), with the package's version.
 import { assert, describe, it } from "@effect/vitest"
-import { execFileSync } from "node:child_process"
+import { execFileSync, spawnSync } from "node:child_process"
 import { readFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
 import { bin, sourceCondition } from "./run.ts"
@@ -20,4 +20,35 @@ describe("fibril --version", () => {
       expected
     )
   })
+})
+
+// A command loads what it uses: `fibril --help` (like `fibril run` on the scripted model) loads
+// neither the MCP server, nor the OTLP exporter, nor the openai SDK (together about 300
+// modules and a third of the start-up). Recorded by a module hook in a fresh process.
+const recordLoads = `data:text/javascript,${
+  encodeURIComponent(`
+import { registerHooks } from "node:module"
+const loaded = []
+registerHooks({ load(url, context, next) { loaded.push(url); return next(url, context) } })
+process.on("exit", () => process.stderr.write("LOADED " + JSON.stringify(loaded) + "\\n"))
+`)
+}`
+
+describe("fibril --help", () => {
+  it("loads neither the MCP server, the OTLP exporter nor the openai SDK", () => {
+    const { stderr, status } = spawnSync(process.execPath, ["--import", recordLoads, sourceCondition, bin, "--help"], {
+      encoding: "utf8"
+    })
+    assert.strictEqual(status, 0, stderr)
+    const line = stderr.split("\n").find((l) => l.startsWith("LOADED "))
+    assert.isDefined(line, stderr)
+    const loaded = JSON.parse(line!.slice("LOADED ".length)) as Array<string>
+    // The hook sees the CLI itself load (so an empty list cannot pass).
+    assert.isTrue(loaded.some((url) => url.endsWith("/cli/src/Cli.ts")), `${loaded.length} modules`)
+    const unwanted = loaded.filter((url) =>
+      /\/cli\/src\/(Mcp|Tracing)\.ts$/.test(url) || /\/effect\/dist\/(observability|rpc)\//.test(url) ||
+      /\/node_modules\/openai\/(index|client)\.mjs$/.test(url)
+    )
+    assert.deepStrictEqual(unwanted, [])
+  }, 30_000)
 })
