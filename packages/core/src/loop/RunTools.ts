@@ -214,8 +214,9 @@ export const runTools = (
 ): Effect.Effect<Prompt.ToolMessage> => {
   if (deps.onResult === undefined) return run(deps, state, calls, undefined, now)
   const landed: Array<Prompt.ToolResultPart> = []
-  // With `now`, a single call that lands at once has landed before the handler below is in
-  // place; the caller runs this next, so an interruption is seen only inside it, which keeps it.
+  // With `now`, a single call that is done at once lands before the handler below is installed.
+  // Nothing is lost: the caller runs this effect next, so an interruption can only be seen once
+  // it runs, inside the handler, which keeps what landed (LoopSteps.test.ts checks it).
   return Effect.onInterrupt(run(deps, state, calls, landed, now), () =>
     Effect.sync(() => {
       if (landed.length > 0) state.messages.push(Parts.toolMessage(landed))
