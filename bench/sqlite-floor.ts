@@ -8,7 +8,7 @@
  * the store's own connection settings (`internal/sqlite.ts`: WAL, `synchronous = NORMAL`), with
  * the statements the store uses for a new agent — its row inserted, then replaced whole, and its
  * messages 32 to a multi-row insert — each value encoded with `JSON.stringify` as the store does,
- * in as many transactions as the run committed. Nothing else: no queue, no wait for a commit, no
+ * in 7 transactions (what such a run commits, whatever K). Nothing else: no queue, no wait for a commit, no
  * Effect. The record is written twice at its final size (the store's first write is of the
  * running record, a little smaller), so the floor is, if anything, a little high.
  *
@@ -42,7 +42,7 @@ interface Agent {
 }
 
 try {
-  // 1. A W1 run on the SQLite store, its commits counted.
+  // 1. A W1 run on the SQLite store (not timed).
   const cwd = join(root, "run")
   const s = makeScript({ K, M, blocking: false })
   const runtime = ManagedRuntime.make(
