@@ -91,11 +91,14 @@ describe("bench adapters", () => {
   }
 })
 
-/** Runs bench/idle-exit.ts in a child process; resolves with its exit code and output, or "hung". */
-const idleExit = (store: "memory" | "file") =>
+/**
+ * Runs a bench script in a child process on the sources; resolves with its exit code and output,
+ * or "hung" when it is still running after `hungAfterMs` (then it is killed).
+ */
+const runScript = (name: string, args: ReadonlyArray<string>, hungAfterMs: number) =>
   new Promise<{ readonly code: number | null | "hung"; readonly out: string; readonly err: string }>((resolve) => {
-    const script = fileURLToPath(new URL("./idle-exit.ts", import.meta.url))
-    const child = spawn(process.execPath, [script, store], {
+    const script = fileURLToPath(new URL(name, import.meta.url))
+    const child = spawn(process.execPath, [script, ...args], {
       env: { ...process.env, NODE_OPTIONS: "--conditions=@fibril/source" },
       stdio: ["ignore", "pipe", "pipe"]
     })
@@ -103,17 +106,19 @@ const idleExit = (store: "memory" | "file") =>
     let err = ""
     child.stdout.on("data", (chunk) => (out += String(chunk)))
     child.stderr.on("data", (chunk) => (err += String(chunk)))
-    // Generous: the run itself takes about a second; the heartbeat watchdog alone would keep an
-    // idle runtime's process alive for good (it slept 30 s at a time, forever).
     const timer = setTimeout(() => {
       child.kill("SIGKILL")
       resolve({ code: "hung", out, err })
-    }, 25_000)
+    }, hungAfterMs)
     child.on("exit", (code) => {
       clearTimeout(timer)
       resolve({ code, out, err })
     })
   })
+
+// Generous: the run itself takes about a second; the heartbeat watchdog alone would keep an
+// idle runtime's process alive for good (it slept 30 s at a time, forever).
+const idleExit = (store: "memory" | "file") => runScript("./idle-exit.ts", [store], 25_000)
 
 describe("an idle runtime", () => {
   for (const store of ["memory", "file"] as const) {
@@ -129,18 +134,7 @@ describe("an idle runtime", () => {
 
 describe("the persistent store's floor (bench/sqlite-floor.ts)", () => {
   it("writes back every agent and message a W1 run stored, and reports its figures", async () => {
-    const script = fileURLToPath(new URL("./sqlite-floor.ts", import.meta.url))
-    const { code, out, err } = await new Promise<{ code: number | null; out: string; err: string }>((resolve) => {
-      const child = spawn(process.execPath, [script, "10"], {
-        env: { ...process.env, NODE_OPTIONS: "--conditions=@fibril/source" },
-        stdio: ["ignore", "pipe", "pipe"]
-      })
-      let out = ""
-      let err = ""
-      child.stdout.on("data", (chunk) => (out += String(chunk)))
-      child.stderr.on("data", (chunk) => (err += String(chunk)))
-      child.on("exit", (code) => resolve({ code, out, err }))
-    })
+    const { code, out, err } = await runScript("./sqlite-floor.ts", ["10"], 25_000)
     assert.strictEqual(code, 0, `exit: ${code}; stderr: ${err}`)
     const row = JSON.parse(out.trim()) as Record<string, number | boolean>
     // The W1 script's child conversation: system, task, M lookups (call and result), the answer.
