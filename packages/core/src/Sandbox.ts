@@ -569,12 +569,14 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
   const spawn = (launch: Launch) =>
     Effect.gen(function*() {
       if (launch.cgroup !== undefined) yield* cgroupScoped(launch.cgroup.parents, launch.cgroup.name, options)
+      const handle = yield* spawner.spawn(launch.command)
       const marker = launch.marker
       if (marker !== undefined) {
-        // Added before the process's own finalizer, so it runs after the group was stopped.
+        // Runs before the spawner's own finalizer (which signals the process group only, and
+        // may finish after the call returned): every process the command started, in its
+        // group or not, is killed before the call's result is given.
         yield* Effect.addFinalizer(() => Effect.sync(() => HostProcess.killWithEnv(marker)))
       }
-      const handle = yield* spawner.spawn(launch.command)
       if (launch.sandbox === "none") return { handle, sandbox: launch.sandbox } satisfies Spawned
       const pid = yield* Deferred.make<number | undefined>()
       yield* Stream.mkString(Stream.decodeText(handle.getOutputFd(4))).pipe(
