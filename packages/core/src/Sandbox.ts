@@ -644,3 +644,26 @@ export const describeRoles = (
       : ""
     return [{ role: name, shell: `${policy.mode}${policy.network ? ", network" : ", no network"}${extras}${narrowed}` }]
   })
+
+/**
+ * The bounds a sandboxed command runs under, in words (for `fibril doctor`), and whether the
+ * process cap holds: RLIMIT_NPROC does not bind root, so as root only a cgroup caps processes.
+ */
+export const describeBounds = (
+  options: Options,
+  status: Status,
+  root: boolean
+): { readonly enforced: boolean; readonly text: string } => {
+  const cgroup = status.available && status.cgroups.some((parent) => parent.controller === "pids")
+  const memoryInCgroup = status.available && status.cgroups.some((parent) => parent.controller === "memory")
+  const tmp = `/tmp and /dev/shm ${options.tmpSizeMb} MiB each, /dev read-only`
+  const processes = cgroup
+    ? `${options.maxProcesses} processes (cgroup)`
+    : root
+    ? `processes not capped (running as root, and no writable cgroup: RLIMIT_NPROC does not bind root)`
+    : `${options.maxProcesses} processes (RLIMIT_NPROC in the sandbox's user namespace)`
+  const memory = memoryInCgroup
+    ? `${options.memoryMb} MiB of memory in all (cgroup), and per process (RLIMIT_DATA)`
+    : `${options.memoryMb} MiB of memory per process (RLIMIT_DATA)`
+  return { enforced: cgroup || !root, text: `${tmp}; ${processes}; ${memory}; inherited descriptors replaced` }
+}
