@@ -18,6 +18,10 @@
  * of the layer. (`@anthropic-ai/sandbox-runtime` wraps the same tool with network proxies;
  * docs/security.md says why Fibril calls it directly.)
  *
+ * Every sandbox is bounded (docs/security.md, "Shell sandbox bounds"): a sized /tmp and
+ * /dev/shm, /dev read-only, a process and memory cap (a cgroup where one can be made, else
+ * rlimits), and no descriptor this process inherited reaches the command.
+ *
  * Where no sandbox works, an agent that may not write gets no shell at all — a denial that
  * says why and how to enable it — never an unconfined one. An agent that may write runs its
  * commands unconfined, as it would without Fibril (`fibril config` says so).
@@ -324,9 +328,10 @@ export const bwrapArgs = (layout: Layout): Array<string> => {
  */
 const boundedMounts = (limits: Limits): Array<string> => {
   const size = String(limits.tmpSizeMb * mib)
+  // dprint-ignore
   return [
-    ...["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"],
-    ...["--size", size, "--tmpfs", privateTmp, "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+    "--size", size, "--tmpfs", privateTmp, "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"
   ]
 }
 
@@ -470,9 +475,8 @@ const cgroupScoped = (parents: ReadonlyArray<HostProcess.CgroupParent>, name: st
       })
     ),
     (dirs) =>
-      Effect.suspend(() =>
-        dirs.every(HostProcess.removeCgroup) ? Effect.void : Effect.fail("cgroup not empty yet")
-      ).pipe(Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 100 }), Effect.ignore)
+      Effect.suspend(() => dirs.every(HostProcess.removeCgroup) ? Effect.void : Effect.fail("cgroup not empty yet"))
+        .pipe(Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 100 }), Effect.ignore)
   )
 
 export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: Host) {

@@ -80,38 +80,44 @@ describe.skipIf(process.platform !== "linux")("shell sandbox bounds, under bubbl
 
   // The fixture runs with `node file.ts`, as the other process fixtures do (Node >= 22.18).
   const stripsTypes = (process.features as { readonly typescript?: unknown }).typescript !== undefined
-  it.live.skipIf(!stripsTypes)("a descriptor the Fibril process inherited is not writable from explore's shell", () =>
-    Effect.gen(function*() {
-      const h = yield* setup()
-      const target = h.path.join(h.outside, "inherited.txt")
-      yield* h.fs.writeFileString(target, "before\n")
-      const fixture = fileURLToPath(new URL("./fixtures/exploreShell.ts", import.meta.url))
-      const attack = [
-        "bash -c 'echo through-200 >&200'",
-        "echo through-proc > /proc/self/fd/200",
-        "echo through-201 > /proc/self/fd/201",
-        "ls -l /proc/self/fd/ | sed 's/.* \\([0-9]* ->\\)/\\1/'"
-      ].join("; ")
-      const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
-      // fd 200 open for append, fd 201 read-write, both without close-on-exec (bash's exec).
-      const handle = yield* spawner.spawn(
-        ChildProcess.make(
-          "bash",
-          ["-c", `exec 200>>"$1" 201<>"$1"; exec "$2" "$3" "$4"`, "bash", target, process.execPath, fixture, attack],
-          { cwd: h.root }
+  it.live.skipIf(!stripsTypes)(
+    "a descriptor the Fibril process inherited is not writable from explore's shell",
+    () =>
+      Effect.gen(function*() {
+        const h = yield* setup()
+        const target = h.path.join(h.outside, "inherited.txt")
+        yield* h.fs.writeFileString(target, "before\n")
+        const fixture = fileURLToPath(new URL("./fixtures/exploreShell.ts", import.meta.url))
+        const attack = [
+          "bash -c 'echo through-200 >&200'",
+          "echo through-proc > /proc/self/fd/200",
+          "echo through-201 > /proc/self/fd/201",
+          "ls -l /proc/self/fd/ | sed 's/.* \\([0-9]* ->\\)/\\1/'"
+        ].join("; ")
+        const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
+        // fd 200 open for append, fd 201 read-write, both without close-on-exec (bash's exec).
+        const handle = yield* spawner.spawn(
+          ChildProcess.make(
+            "bash",
+            ["-c", `exec 200>>"$1" 201<>"$1"; exec "$2" "$3" "$4"`, "bash", target, process.execPath, fixture, attack],
+            { cwd: h.root }
+          )
         )
-      )
-      const [stdout, stderr, code] = yield* Effect.all(
-        [Stream.mkString(Stream.decodeText(handle.stdout)), Stream.mkString(Stream.decodeText(handle.stderr)),
-          handle.exitCode],
-        { concurrency: "unbounded" }
-      )
-      assert.strictEqual(Number(code), 0, stderr)
-      const result = JSON.parse(stdout) as Shell.Result
-      assert.strictEqual(result.sandbox, "read-only")
-      assert.strictEqual(yield* h.fs.readFileString(target), "before\n", result.stdout + result.stderr)
-      assert.notInclude(result.stdout, target, "the command saw the file behind a descriptor")
-    }).pipe(Effect.scoped, provide))
+        const [stdout, stderr, code] = yield* Effect.all(
+          [
+            Stream.mkString(Stream.decodeText(handle.stdout)),
+            Stream.mkString(Stream.decodeText(handle.stderr)),
+            handle.exitCode
+          ],
+          { concurrency: "unbounded" }
+        )
+        assert.strictEqual(Number(code), 0, stderr)
+        const result = JSON.parse(stdout) as Shell.Result
+        assert.strictEqual(result.sandbox, "read-only")
+        assert.strictEqual(yield* h.fs.readFileString(target), "before\n", result.stdout + result.stderr)
+        assert.notInclude(result.stdout, target, "the command saw the file behind a descriptor")
+      }).pipe(Effect.scoped, provide)
+  )
 })
 
 describe("shell without a sandbox (bwrap missing): nothing a call started outlives it", () => {
