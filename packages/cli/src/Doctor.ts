@@ -276,6 +276,10 @@ export const run = Effect.fn("fibril.doctor")(function*(input: Input) {
           "Install bubblewrap (apt-get install bubblewrap) to confine it."
       )
   )
+  if (sandbox.available) {
+    const bounds = Sandbox.describeBounds(settings.sandbox, sandbox, process.getuid?.() === 0)
+    checks.push(check("bounds", bounds.enforced ? "ok" : "warn", bounds.text))
+  }
 
   checks.push(yield* storeCheck(root.dir))
   const fromEnv = input.environment.env["FIBRIL_CLUSTER_URL"]

@@ -107,6 +107,9 @@ describe("fibril doctor", () => {
         assert.strictEqual(checks["model"], "✓ gpt-4.1-mini; OPENAI_API_KEY is set (not shown)")
         assert.strictEqual(checks["endpoint"], `✓ ${server.url} is reachable and lists gpt-4.1-mini`)
         assert.match(checks["sandbox"]!, /^[✓!] /)
+        const sandboxed = checks["sandbox"]!.startsWith("✓")
+        // The defaults of [sandbox]'s bounds, with how each is enforced here.
+        if (sandboxed) assert.match(checks["bounds"]!, /^[✓!] \/tmp and \/dev\/shm 256 MiB each, \/dev read-only; /)
         assert.match(
           checks["store"]!,
           new RegExp(
@@ -129,6 +132,7 @@ describe("fibril doctor", () => {
           "model",
           "endpoint",
           "sandbox",
+          ...(sandboxed ? ["bounds"] : []),
           "store",
           "cluster"
         ])

@@ -145,6 +145,12 @@ export interface SandboxSettings {
   readonly writablePaths: ReadonlyArray<string>
   /** The bubblewrap binary (a name looked up on PATH, or a path). */
   readonly bwrapPath: string
+  /** Size of the sandbox's private /tmp, and of its /dev/shm, each (MiB). */
+  readonly tmpSizeMb: number
+  /** Processes (threads included) a sandboxed command may run at once, all together. */
+  readonly maxProcesses: number
+  /** Memory of a sandboxed command (MiB): in total where a cgroup is available, else per process. */
+  readonly memoryMb: number
   readonly roles: Readonly<Record<string, SandboxRoleSettings>>
 }
 
@@ -238,7 +244,16 @@ export const defaults: Settings = {
   },
   tools: { shellTimeoutSecs: 120, maxOutputChars: 30_000 },
   permissions: { deny: [] },
-  sandbox: { mode: "workspace-write", network: false, writablePaths: [], bwrapPath: "bwrap", roles: {} },
+  sandbox: {
+    mode: "workspace-write",
+    network: false,
+    writablePaths: [],
+    bwrapPath: "bwrap",
+    tmpSizeMb: 256,
+    maxProcesses: 256,
+    memoryMb: 4096,
+    roles: {}
+  },
   cluster: { url: undefined }
 }
 
@@ -379,7 +394,7 @@ export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> 
   "subagents.models": "any",
   tools: ["shell_timeout_secs", "max_output_chars"],
   permissions: ["deny"],
-  sandbox: ["mode", "network", "writable_paths", "bwrap_path"],
+  sandbox: ["mode", "network", "writable_paths", "bwrap_path", "tmp_size_mb", "max_processes", "memory_mb"],
   "sandbox.roles": [],
   "sandbox.roles.*": ["mode", "network", "writable_paths"],
   cluster: ["url"]
@@ -512,7 +527,10 @@ const bounds = {
   "subagents.tree_max_tokens": [1, Number.MAX_SAFE_INTEGER],
   "subagents.max_result_chars": [256, 1_048_576],
   "tools.shell_timeout_secs": [1, 3600],
-  "tools.max_output_chars": [1000, 1_000_000]
+  "tools.max_output_chars": [1000, 1_000_000],
+  "sandbox.tmp_size_mb": [1, 65_536],
+  "sandbox.max_processes": [16, 65_536],
+  "sandbox.memory_mb": [64, 1_048_576]
 } as const satisfies Record<string, readonly [number, number]>
 
 type IntKey = keyof typeof bounds
@@ -739,6 +757,9 @@ const readSettings = Effect.fnUntraced(function*(
         accepts.bwrapPath,
         (name) => Config.String(name).pipe(Config.withDefault(d.sandbox.bwrapPath))
       ),
+      tmpSizeMb: required("sandbox.tmp_size_mb", d.sandbox.tmpSizeMb),
+      maxProcesses: required("sandbox.max_processes", d.sandbox.maxProcesses),
+      memoryMb: required("sandbox.memory_mb", d.sandbox.memoryMb),
       roles: yield* readRoles(sources, read)
     },
     cluster: { url: yield* optionalString("cluster.url") }

@@ -18,6 +18,10 @@
  * of the layer. (`@anthropic-ai/sandbox-runtime` wraps the same tool with network proxies;
  * docs/security.md says why Fibril calls it directly.)
  *
+ * Every sandbox is bounded (docs/security.md, "Shell sandbox bounds"): a sized /tmp and
+ * /dev/shm, /dev read-only, a process and memory cap (a cgroup where one can be made, else
+ * rlimits), and no descriptor this process inherited reaches the command.
+ *
  * Where no sandbox works, an agent that may not write gets no shell at all — a denial that
  * says why and how to enable it — never an unconfined one. An agent that may write runs its
  * commands unconfined, as it would without Fibril (`fibril config` says so).
@@ -31,10 +35,12 @@ import * as Layer from "effect/Layer"
 import * as Path from "effect/Path"
 import type * as PlatformError from "effect/PlatformError"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import type * as FibrilConfig from "./FibrilConfig.ts"
+import * as HostProcess from "./internal/hostProcess.ts"
 import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
 import { Workspace } from "./Workspace.ts"
@@ -50,8 +56,23 @@ export const defaults: Options = {
   network: false,
   writablePaths: [],
   bwrapPath: "bwrap",
+  tmpSizeMb: 256,
+  maxProcesses: 256,
+  memoryMb: 4096,
   roles: {}
 }
+
+/** The bounds of one sandbox: its tmpfs sizes, processes and memory. */
+export interface Limits {
+  /** Size of the private /tmp, and of /dev/shm, each. */
+  readonly tmpSizeMb: number
+  /** Processes (threads included) of the sandboxed command, all together. */
+  readonly maxProcesses: number
+  /** Memory of the command: all together in a cgroup, else each process's data segment. */
+  readonly memoryMb: number
+}
+
+const mib = 1024 * 1024
 
 /** Inside the workspace, read-only even where the workspace is writable (unless listed in `writable_paths`). */
 export const protectedPaths: ReadonlyArray<string> = [".git", ".fibril"]
@@ -123,7 +144,13 @@ export const policyFor = (options: Options, role: string, label: string, access:
 
 /** Whether a sandbox works here. */
 export type Status =
-  | { readonly available: true; readonly kind: "bubblewrap"; readonly path: string }
+  | {
+    readonly available: true
+    readonly kind: "bubblewrap"
+    readonly path: string
+    /** Where a cgroup per call bounds processes and memory (empty: rlimits only). */
+    readonly cgroups: ReadonlyArray<HostProcess.CgroupParent>
+  }
   | { readonly available: false; readonly reason: string }
 
 /** A read-only agent's shell, where no sandbox works: nothing runs. */
@@ -148,6 +175,10 @@ export type Confinement = "read-only" | "workspace-write" | "none"
 export interface Launch {
   readonly command: ChildProcess.Command
   readonly sandbox: Confinement
+  /** The cgroups `command` moves itself into (made before it starts, removed after). */
+  readonly cgroup?: { readonly parents: ReadonlyArray<HostProcess.CgroupParent>; readonly name: string } | undefined
+  /** Unconfined: the environment entry that marks every process it starts. */
+  readonly marker?: string | undefined
 }
 
 /** A running command, and under which sandbox. */
@@ -249,6 +280,7 @@ export interface Layout {
   readonly writable: ReadonlyArray<string>
   /** Pass the seccomp program on fd 3. */
   readonly seccomp: boolean
+  readonly limits: Limits
   readonly script: string
 }
 
@@ -262,7 +294,7 @@ const privateTmp = "/tmp"
  * protected directories, and the writable extras.
  */
 export const bwrapArgs = (layout: Layout): Array<string> => {
-  const args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", privateTmp]
+  const args = [...boundedMounts(layout.limits)]
   const underTmp = layout.workspace === privateTmp || layout.workspace.startsWith(`${privateTmp}/`)
   if (underTmp) {
     const top = layout.workspace === privateTmp
@@ -284,21 +316,41 @@ export const bwrapArgs = (layout: Layout): Array<string> => {
   args.push("--cap-drop", "ALL", "--die-with-parent", "--new-session")
   if (layout.seccomp) args.push("--seccomp", "3")
   args.push("--info-fd", "4")
-  args.push("--setenv", "TMPDIR", privateTmp, "--chdir", layout.workspace, "--", "sh", "-c", layout.script)
+  args.push("--setenv", "TMPDIR", privateTmp, "--chdir", layout.workspace, "--", ...bounded(layout.limits))
+  args.push("sh", "-c", layout.script)
   return args
 }
 
-/** The probe's sandbox: the same isolation as a real call, running `true`. */
-const probeArgs = (seccomp: boolean): Array<string> => [
-  "--ro-bind",
-  "/",
-  "/",
-  "--dev",
-  "/dev",
-  "--proc",
-  "/proc",
-  "--tmpfs",
-  privateTmp,
+/**
+ * The root read-only, fresh /dev and /proc, and the only writable memory-backed mounts
+ * sized: a private /tmp and /dev/shm of `tmpSizeMb` each; /dev itself (a tmpfs bubblewrap
+ * fills with device nodes) read-only, so nothing can be stored there at all.
+ */
+const boundedMounts = (limits: Limits): Array<string> => {
+  const size = String(limits.tmpSizeMb * mib)
+  // dprint-ignore
+  return [
+    "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+    "--size", size, "--tmpfs", privateTmp, "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"
+  ]
+}
+
+/**
+ * The first step inside the sandbox (util-linux `prlimit`, which then execs the command, so
+ * the command stays pid 1): RLIMIT_NPROC, counted per user in the sandbox's own user
+ * namespace, caps its processes for an ordinary user (root is exempt: the cgroup caps it);
+ * RLIMIT_DATA caps each process's memory.
+ */
+const bounded = (limits: Limits): Array<string> => [
+  "prlimit",
+  `--nproc=${limits.maxProcesses}`,
+  `--data=${limits.memoryMb * mib}`,
+  "--"
+]
+
+/** The probe's sandbox: the same isolation and bounds as a real call, running `true`. */
+const probeArgs = (seccomp: boolean, limits: Limits): Array<string> => [
+  ...boundedMounts(limits),
   "--unshare-all",
   "--cap-drop",
   "ALL",
@@ -306,6 +358,7 @@ const probeArgs = (seccomp: boolean): Array<string> => [
   "--new-session",
   ...(seccomp ? ["--seccomp", "3"] : []),
   "--",
+  ...bounded(limits),
   "true"
 ]
 
@@ -350,7 +403,7 @@ const unavailable = (reason: string): Status => ({ available: false, reason })
  * isolation as a real call (seccomp program included). Never fails; the reason is in the status.
  */
 export const probe = (
-  options: Pick<Options, "bwrapPath">,
+  options: Pick<Options, "bwrapPath"> & Limits,
   host: Host
 ): Effect.Effect<Status, never, ChildProcessSpawner.ChildProcessSpawner> =>
   Effect.gen(function*() {
@@ -363,7 +416,7 @@ export const probe = (
       const handle = yield* spawner.spawn(
         ChildProcess.make(
           options.bwrapPath,
-          probeArgs(filter !== undefined),
+          probeArgs(filter !== undefined, options),
           withSeccomp(filter, {
             stdin: "ignore",
             stdout: "ignore"
@@ -394,9 +447,37 @@ export const probe = (
       const said = stderr.trim().split("\n")[0] ?? ""
       return unavailable(`${options.bwrapPath} failed (exit ${code}${said === "" ? "" : `: ${said}`})`)
     }
-    const found: Status = { available: true, kind: "bubblewrap", path: options.bwrapPath }
+    const cgroups = yield* Effect.sync(() => HostProcess.probeCgroups(`fibril-probe-${process.pid}`))
+    const found: Status = { available: true, kind: "bubblewrap", path: options.bwrapPath, cgroups }
     return found
   }).pipe(Effect.withSpan("Sandbox.probe"))
+
+/** The environment variable that marks the processes of one unconfined call. */
+export const callMarker = "FIBRIL_SHELL_CALL"
+
+/** `sh -c` that moves itself into each cgroup `name`, then execs `$0 "$@"` (bubblewrap). */
+const joinCgroups = (parents: ReadonlyArray<HostProcess.CgroupParent>, name: string): string =>
+  [...new Set(parents.map((parent) => `${parent.dir}/${name}/cgroup.procs`))]
+    .map((procs) => `echo $$ > '${procs.replaceAll("'", `'\\''`)}'`)
+    .concat(`exec "$0" "$@"`)
+    .join(" && ")
+
+/**
+ * One call's cgroups, made with the limits before the process starts and removed once it
+ * is gone (bubblewrap's exit means the pid namespace is empty; reaping may trail a little).
+ */
+const cgroupScoped = (parents: ReadonlyArray<HostProcess.CgroupParent>, name: string, limits: Limits) =>
+  Effect.acquireRelease(
+    Effect.sync(() =>
+      HostProcess.makeCgroups(parents, name, {
+        maxProcesses: limits.maxProcesses,
+        memoryBytes: limits.memoryMb * mib
+      })
+    ),
+    (dirs) =>
+      Effect.suspend(() => dirs.every(HostProcess.removeCgroup) ? Effect.void : Effect.fail("cgroup not empty yet"))
+        .pipe(Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 100 }), Effect.ignore)
+  )
 
 export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: Host) {
   const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
@@ -420,10 +501,22 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
       (found) => found.flat()
     )
 
-  const unconfined = (script: string, extra: ChildProcess.CommandOptions): Launch => ({
-    command: ChildProcess.make("sh", ["-c", script], { ...extra, cwd: workspace.root }),
-    sandbox: "none"
-  })
+  // Every process an unconfined command starts inherits this entry in its environment,
+  // also one that left the process group with `setsid`: the end of the call kills them all.
+  let calls = 0
+  const unconfined = (script: string, extra: ChildProcess.CommandOptions): Launch => {
+    const value = `${process.pid}.${++calls}.${Math.random().toString(36).slice(2)}`
+    return {
+      command: ChildProcess.make("sh", ["-c", script], {
+        ...extra,
+        cwd: workspace.root,
+        env: { ...extra.env, [callMarker]: value },
+        extendEnv: true
+      }),
+      sandbox: "none",
+      marker: `${callMarker}=${value}`
+    }
+  }
 
   const launch = Effect.fn("Sandbox.launch")(function*(
     policy: Policy,
@@ -447,11 +540,28 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
       protected: protectedDirs,
       writable,
       seccomp: seccomp !== undefined,
+      limits: options,
       script
     })
+    const spawnOptions = withInfo(withSeccomp(seccomp, { ...extra, cwd: workspace.root }))
+    // Descriptors this process inherited would pass through bubblewrap to the command
+    // (libuv closes none): each becomes the read end of an empty pipe in the child instead.
+    const leaked = yield* Effect.sync(HostProcess.inheritableFds)
+    const additionalFds = { ...spawnOptions.additionalFds }
+    for (const fd of leaked) {
+      if (fd !== 3 && fd !== 4) additionalFds[`fd${fd}`] = { type: "input", stream: Stream.empty }
+    }
+    const name = `fibril-${process.pid}-${++calls}`
+    const command = found.cgroups.length === 0
+      ? ChildProcess.make(found.path, args, { ...spawnOptions, additionalFds })
+      : ChildProcess.make("sh", ["-c", joinCgroups(found.cgroups, name), found.path, ...args], {
+        ...spawnOptions,
+        additionalFds
+      })
     return {
-      command: ChildProcess.make(found.path, args, withInfo(withSeccomp(seccomp, { ...extra, cwd: workspace.root }))),
-      sandbox: policy.mode
+      command,
+      sandbox: policy.mode,
+      cgroup: found.cgroups.length === 0 ? undefined : { parents: found.cgroups, name }
     } satisfies Launch
   })
 
@@ -462,7 +572,15 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
   // exits, then the spawner's own finalizer finds nothing left to stop.
   const spawn = (launch: Launch) =>
     Effect.gen(function*() {
+      if (launch.cgroup !== undefined) yield* cgroupScoped(launch.cgroup.parents, launch.cgroup.name, options)
       const handle = yield* spawner.spawn(launch.command)
+      const marker = launch.marker
+      if (marker !== undefined) {
+        // Runs before the spawner's own finalizer (which signals the process group only, and
+        // may finish after the call returned): every process the command started, in its
+        // group or not, is killed before the call's result is given.
+        yield* Effect.addFinalizer(() => Effect.sync(() => HostProcess.killWithEnv(marker)))
+      }
       if (launch.sandbox === "none") return { handle, sandbox: launch.sandbox } satisfies Spawned
       const pid = yield* Deferred.make<number | undefined>()
       yield* Stream.mkString(Stream.decodeText(handle.getOutputFd(4))).pipe(
@@ -530,3 +648,26 @@ export const describeRoles = (
       : ""
     return [{ role: name, shell: `${policy.mode}${policy.network ? ", network" : ", no network"}${extras}${narrowed}` }]
   })
+
+/**
+ * The bounds a sandboxed command runs under, in words (for `fibril doctor`), and whether the
+ * process cap holds: RLIMIT_NPROC does not bind root, so as root only a cgroup caps processes.
+ */
+export const describeBounds = (
+  options: Options,
+  status: Status,
+  root: boolean
+): { readonly enforced: boolean; readonly text: string } => {
+  const cgroup = status.available && status.cgroups.some((parent) => parent.controller === "pids")
+  const memoryInCgroup = status.available && status.cgroups.some((parent) => parent.controller === "memory")
+  const tmp = `/tmp and /dev/shm ${options.tmpSizeMb} MiB each, /dev read-only`
+  const processes = cgroup
+    ? `${options.maxProcesses} processes (cgroup)`
+    : root
+    ? `processes not capped (running as root, and no writable cgroup: RLIMIT_NPROC does not bind root)`
+    : `${options.maxProcesses} processes (RLIMIT_NPROC in the sandbox's user namespace)`
+  const memory = memoryInCgroup
+    ? `${options.memoryMb} MiB of memory in all (cgroup), and per process (RLIMIT_DATA)`
+    : `${options.memoryMb} MiB of memory per process (RLIMIT_DATA)`
+  return { enforced: cgroup || !root, text: `${tmp}; ${processes}; ${memory}; inherited descriptors replaced` }
+}

@@ -657,6 +657,9 @@ describe("FibrilConfig, exactly (tests from its mutation run)", () => {
         network: true,
         writablePaths: ["/a", "b"],
         bwrapPath: "/bin/bw",
+        tmpSizeMb: 256,
+        maxProcesses: 256,
+        memoryMb: 4096,
         roles: {
           verifier: { mode: "read-only", network: undefined, writablePaths: undefined },
           x: { mode: undefined, network: true, writablePaths: ["c"] }

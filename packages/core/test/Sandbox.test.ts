@@ -133,6 +133,7 @@ describe("Sandbox policy", () => {
       protected: ["/tmp/x/ws/.git"],
       writable: ["/cache"],
       seccomp: true,
+      limits: { tmpSizeMb: 8, maxProcesses: 32, memoryMb: 100 },
       script: "echo hi"
     })
     const text = args.join(" ")
@@ -144,10 +145,20 @@ describe("Sandbox policy", () => {
     assert.notInclude(text, "--share-net")
     assert.include(
       text,
-      "--ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --ro-bind /tmp/x /tmp/x --bind /tmp/x/ws /tmp/x/ws " +
+      "--ro-bind / / --dev /dev --proc /proc --size 8388608 --tmpfs /tmp --size 8388608 --tmpfs /dev/shm " +
+        "--remount-ro /dev --ro-bind /tmp/x /tmp/x --bind /tmp/x/ws /tmp/x/ws " +
         "--ro-bind /tmp/x/ws/.git /tmp/x/ws/.git --bind /cache /cache"
     )
-    assert.deepStrictEqual(args.slice(-4), ["--", "sh", "-c", "echo hi"])
+    assert.deepStrictEqual(args.slice(-8), [
+      "--",
+      "prlimit",
+      "--nproc=32",
+      `--data=${100 * 1024 * 1024}`,
+      "--",
+      "sh",
+      "-c",
+      "echo hi"
+    ])
     const readOnly = Sandbox.bwrapArgs({
       workspace: "/home/me/ws",
       mode: "read-only",
@@ -155,6 +166,7 @@ describe("Sandbox policy", () => {
       protected: [],
       writable: [],
       seccomp: false,
+      limits: Sandbox.defaults,
       script: "ls"
     }).join(" ")
     assert.notInclude(readOnly, "--bind ")
@@ -195,6 +207,9 @@ describe("[sandbox] configuration", () => {
         network: true,
         writablePaths: ["cache", "/var/cache/x"],
         bwrapPath: "/opt/bwrap",
+        tmpSizeMb: 256,
+        maxProcesses: 256,
+        memoryMb: 4096,
         roles: {
           verifier: { mode: "off", network: undefined, writablePaths: undefined },
           reader: { mode: undefined, network: false, writablePaths: [] }

@@ -11,7 +11,8 @@
  * whether the command finished, timed out or the calling fiber was interrupted, signals
  * the whole group (SIGTERM, then SIGKILL), so background grandchildren die with it. In the
  * sandbox, bubblewrap's pid namespace ends every process the command started, including
- * those that left the group with `setsid`.
+ * those that left the group with `setsid`; without it, every process the command started
+ * is found by an entry in its environment and killed before the result is returned.
  * A non-zero exit is a normal result the model reads, not a failure; only a spawn that
  * cannot happen at all fails the call. Output is kept bounded while it streams (head and
  * tail), so a command that prints gigabytes cannot exhaust memory.
