@@ -32,13 +32,22 @@ const files = (dir: string): Array<string> =>
     return entry.isDirectory() ? files(full) : [full]
   })
 
+/**
+ * Pages of docs/ a package ships (repository path -> path in the package): the CLI's messages
+ * point at the script format, so an installed CLI carries it (packages/cli/src/ModelSelection.ts).
+ */
+const docsOf: Partial<Record<string, Record<string, string>>> = {
+  cli: { "docs/script-format.md": "dist/docs/script-format.md" }
+}
+
 const newestInput = (name: string): number => {
   const dir = join(root, "packages", name)
   const inputs = [
     ...files(join(dir, "src")),
     join(dir, "package.json"),
     join(dir, "tsconfig.build.json"),
-    join(root, "tsconfig.json")
+    join(root, "tsconfig.json"),
+    ...Object.keys(docsOf[name] ?? {}).map((doc) => join(root, doc))
   ]
   return Math.max(...inputs.map((file) => statSync(file).mtimeMs))
 }
@@ -59,6 +68,10 @@ const build = (name: (typeof order)[number]) => {
     const target = join(dir, "dist", relative(join(dir, "src"), file))
     mkdirSync(dirname(target), { recursive: true })
     copyFileSync(file, target)
+  }
+  for (const [doc, target] of Object.entries(docsOf[name] ?? {})) {
+    mkdirSync(dirname(join(dir, target)), { recursive: true })
+    copyFileSync(join(root, doc), join(dir, target))
   }
   writeFileSync(stamp(name), `${new Date().toISOString()}\n`)
 }

@@ -1,6 +1,7 @@
 /**
  * `fibril config`: the effective configuration after defaults, files, environment and
- * flags, with every clamped value marked, and the files that were read.
+ * flags, with every clamped value marked, each value that is not a default with where it came
+ * from, and the files that were read.
  */
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as Sandbox from "@fibril/core/Sandbox"
@@ -11,7 +12,7 @@ import type * as Output from "./Output.ts"
 const snake = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)
 
 /** Tables whose keys are names a user chose (roles, agent types), kept as written. */
-const namedTables = new Set(["models", "roles", "sandbox_roles"])
+const namedTables = new Set(["models", "roles", "sandbox_roles", "origins"])
 
 /**
  * The JSON form: every key snake_case like the TOML keys and `FIBRIL_*` variables (the
@@ -34,10 +35,16 @@ export const lines = (resolved: FibrilConfig.Resolved): Array<string> => {
   const out: Array<string> = []
   const value = (key: string, v: unknown) => {
     const mark = clamped.get(key)
-    const note = mark === undefined ? "" : `   # clamped: ${mark.given} given, ${mark.used} used`
+    const origin = resolved.origins[key]
+    // Each value that is not a default says where it came from (a key written under the
+    // seed's name too: "subagents.api_timeout_secs in …, line 2 (alias of agent.api_timeout_secs)").
+    const notes = [
+      ...(mark === undefined ? [] : [`clamped: ${mark.given} given, ${mark.used} used`]),
+      ...(origin === undefined ? [] : [`from ${origin}`])
+    ]
     return v === undefined
       ? `# ${key.split(".").at(-1)} (unset)`
-      : `${key.split(".").at(-1)} = ${JSON.stringify(v)}${note}`
+      : `${key.split(".").at(-1)} = ${JSON.stringify(v)}${notes.length === 0 ? "" : `   # ${notes.join("; ")}`}`
   }
   const settings = resolved.settings
   out.push(value("model", settings.model))
@@ -59,7 +66,11 @@ export const lines = (resolved: FibrilConfig.Resolved): Array<string> => {
     }
   }
   out.push("", "[subagents.models]")
-  for (const [role, model] of Object.entries(settings.subagents.models)) out.push(`${role} = ${JSON.stringify(model)}`)
+  const modelsOrigin = resolved.origins["subagents.models"]
+  for (const [role, model] of Object.entries(settings.subagents.models)) {
+    const origin = resolved.origins[`subagents.models.${role}`] ?? modelsOrigin
+    out.push(`${role} = ${JSON.stringify(model)}${origin === undefined ? "" : `   # from ${origin}`}`)
+  }
   for (const [role, overrides] of Object.entries(settings.sandbox.roles)) {
     out.push("", `[sandbox.roles.${role}]`)
     for (const [key, v] of Object.entries(overrides)) {

@@ -17,7 +17,9 @@ import type * as FileSystem from "effect/FileSystem"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
+import { existsSync } from "node:fs"
 import * as path from "node:path"
+import { fileURLToPath } from "node:url"
 
 export const defaultModel = "gpt-4.1-mini"
 
@@ -28,10 +30,20 @@ export class UsageError extends Schema.TaggedError<UsageError>()("UsageError", {
   }
 }
 
+/**
+ * The script format's documentation where this `fibril` can read it: the copy the build puts
+ * beside the compiled CLI (`dist/docs/`, shipped in the package), or the repository's when the
+ * sources run.
+ */
+export const scriptFormatDoc: string = [
+  new URL("./docs/script-format.md", import.meta.url),
+  new URL("../../../docs/script-format.md", import.meta.url)
+].map((url) => fileURLToPath(url)).find((file) => existsSync(file)) ?? "docs/script-format.md"
+
 export const missingKey = new UsageError({
   problem: "No model to run on: OPENAI_API_KEY is not set.\n" +
     "  Set OPENAI_API_KEY (and OPENAI_BASE_URL for DeepSeek, vLLM, Ollama or OpenRouter; FIBRIL_MODEL or --model for the model id),\n" +
-    "  or run on a scripted model: --model scripted:<script.json> (see docs/script-format.md)."
+    `  or run on a scripted model: --model scripted:<script.json> (see ${scriptFormatDoc}).`
 })
 
 export type Selection =

@@ -3,7 +3,8 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, FileSystem, Path } from "effect"
-import { fibril } from "./run.ts"
+import { readFileSync } from "node:fs"
+import { fibril, repoRoot } from "./run.ts"
 
 const configIn = (toml: string) =>
   Effect.gen(function*() {
@@ -29,7 +30,11 @@ describe("fibril config: the shell sandbox", () => {
       assert.include(stdout, "#   implementer: unconfined (no sandbox available)")
       assert.include(stdout, "#   verifier: unconfined (sandbox mode off)")
       assert.include(stdout, "#   review: no shell (role)")
-      assert.include(stdout, `[sandbox]\nmode = "workspace-write"\nnetwork = false\nwritable_paths = ["cache"]`)
+      const file = `${dir}/.fibril/config.toml`
+      assert.include(
+        stdout,
+        `[sandbox]\nmode = "workspace-write"\nnetwork = false\nwritable_paths = ["cache"]   # from ${file}, line 3`
+      )
       assert.include(stdout, `[sandbox.roles.verifier]\nmode = "off"`)
 
       const json = yield* fibril(["config", "--json"], { cwd: dir })
@@ -58,4 +63,42 @@ describe("fibril config: the shell sandbox", () => {
       assert.include(bad.stderr, "sandbox.roles")
       assert.include(bad.stderr, `"read-only" | "workspace-write" | "off"`)
     }).pipe(Effect.provide(NodeServices.layer)))
+})
+
+describe("fibril config: the seed's configuration", () => {
+  const seed = (name: string) => readFileSync(`${repoRoot}/packages/core/test/fixtures/seed/${name}`, "utf8")
+
+  it.live("the seed's [subagents] blocks load as written; each value says where it came from", () =>
+    Effect.gen(function*() {
+      // The seed's per-role models block, then its timeout block's key under the same table.
+      const timeout = seed("api-timeout.toml").split("\n")[1]!
+      const models = seed("models.toml").split("\n")
+      const dir = yield* configIn([...models.slice(0, 7), timeout, ...models.slice(7)].join("\n"))
+      const file = `${dir}/.fibril/config.toml`
+      const { exitCode, stdout, stderr } = yield* fibril(["config"], { cwd: dir, env: { HOME: dir } })
+      assert.strictEqual(exitCode, 0, stderr)
+      assert.notInclude(stderr, "unknown")
+      for (
+        const line of [
+          `api_timeout_secs = 900   # from subagents.api_timeout_secs in ${file}, line 8 (alias of agent.api_timeout_secs)`,
+          `heartbeat_timeout_secs = 930   # clamped: 300 given, 930 used`,
+          `default_model = "deepseek-v4-flash"   # from ${file}, line 2`,
+          `worker_model = "deepseek-v4-pro"   # from ${file}, line 3`,
+          `explorer_model = "deepseek-v4-flash"   # from ${file}, line 4`,
+          `awaiter_model = "deepseek-v4-flash"   # from ${file}, line 5`,
+          `review_model = "deepseek-v4-pro"   # from ${file}, line 6`,
+          `custom_model = "deepseek-v4-pro"   # from ${file}, line 7`,
+          `implementation = "deepseek-v4-pro"   # from ${file}, line 12`,
+          // A default says nothing.
+          "max_concurrent = 10\n"
+        ]
+      ) assert.include(stdout, line)
+      const json = yield* fibril(["config", "--json"], { cwd: dir, env: { HOME: dir } })
+      const origins = (JSON.parse(json.stdout) as { origins: Record<string, string> }).origins
+      assert.strictEqual(
+        origins["agent.api_timeout_secs"],
+        `subagents.api_timeout_secs in ${file}, line 8 (alias of agent.api_timeout_secs)`
+      )
+      assert.strictEqual(origins["subagents.models.implementation"], `${file}, line 12`)
+    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 })

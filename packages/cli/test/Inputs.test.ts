@@ -195,7 +195,8 @@ describe("fibril inputs", () => {
         if (typeof value !== "object" || value === null) return
         for (const [key, v] of Object.entries(value)) {
           if (!named && !Array.isArray(value)) keys.push(key)
-          walk(v, key === "models" || key === "roles" || key === "sandbox_roles")
+          // `origins` is keyed by dotted config paths, role names under [subagents.models] as written.
+          walk(v, key === "models" || key === "roles" || key === "sandbox_roles" || key === "origins")
         }
       }
       walk(JSON.parse(stdout), false)
@@ -206,6 +207,7 @@ describe("fibril inputs", () => {
       // Names under a table keyed by role or agent stay as written.
       assert.include(stdout, `"models":{"myReviewer":"m1"}`)
       assert.include(stdout, `"clamped":[{"key":"subagents.max_concurrent","given":50,"used":20}]`)
+      assert.include(stdout, `"subagents.models.myReviewer":"${dir}/.fibril/config.toml, line 4"`)
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
   it.live("agents resume takes --model; agents cancel needs no model, not even for a finished agent", () =>

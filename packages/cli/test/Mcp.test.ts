@@ -291,6 +291,19 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
       assert.deepStrictEqual(structured(yield* call(client, "agent_list", {}))["agents"], [])
     }).pipe(Effect.provide(NodeServices.layer)))
 
+  it.live("a wrongly typed argument is a tool error naming each bad parameter (docs/mcp.md), not invalid params", () =>
+    Effect.gen(function*() {
+      const { dir } = yield* workspace()
+      const client = yield* connect(dir)
+      const result = yield* call(client, "task", { description: 5, prompt: ["x"] })
+      assert.isTrue(result.isError)
+      assert.strictEqual(
+        textOf(result),
+        "Invalid parameters for tool 'task': Expected string\n  at [\"description\"]\nExpected string\n  at [\"prompt\"]"
+      )
+      assert.deepStrictEqual(structured(yield* call(client, "agent_list", {}))["agents"], [])
+    }).pipe(Effect.provide(NodeServices.layer)))
+
   it.live("the concurrency cap is a tool error saying the cap (config max_concurrent = 1)", () =>
     Effect.gen(function*() {
       const { dir } = yield* workspace("[subagents]\nmax_concurrent = 1\n")

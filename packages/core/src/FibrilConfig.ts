@@ -205,8 +205,19 @@ export interface Resolved {
   readonly clamped: ReadonlyArray<Clamped>
   /** Config files that existed and were read, highest precedence first. */
   readonly sources: ReadonlyArray<string>
-  /** Unknown tables and keys, when not strict (each as {@link describeUnknown} words it). */
+  /**
+   * Unknown tables and keys, when not strict (each as {@link describeUnknown} words it), and
+   * seed names a file sets next to their Fibril key (see {@link seedAliases}).
+   */
   readonly warnings: ReadonlyArray<string>
+  /**
+   * Where each value that is not a default came from, by dotted Fibril key: `"environment
+   * variable FIBRIL_MODEL"`, `"/repo/.fibril/config.toml, line 3"`, or for a key written under
+   * its seed name (see {@link seedAliases}) `"subagents.api_timeout_secs in
+   * /repo/.fibril/config.toml, line 2 (alias of agent.api_timeout_secs)"`. A key not here has
+   * its default.
+   */
+  readonly origins: Readonly<Record<string, string>>
 }
 
 /**
@@ -777,6 +788,8 @@ interface ConfigFile {
   readonly path: string
   readonly table: TomlModule.TomlTable
   readonly lines: ReadonlyMap<string, number>
+  /** Fibril key -> the seed's name it was written under in this file ({@link withSeedAliases}). */
+  readonly aliased?: ReadonlyMap<string, string>
 }
 
 /** The parsed file, or `None` when it does not exist. */
@@ -812,7 +825,9 @@ const locate = (
   const file = files.find((file) => valueAt(file.table, key) !== undefined)
   if (file === undefined) return "defaults"
   const line = file.lines.get(key)
-  return line === undefined ? file.path : `${file.path}, line ${line}`
+  const where = line === undefined ? file.path : `${file.path}, line ${line}`
+  const written = file.aliased?.get(key)
+  return written === undefined ? where : `${written} in ${where} (alias of ${key})`
 }
 
 /**
@@ -906,6 +921,102 @@ const unknownTools = (deny: ReadonlyArray<string>, known: ReadonlyArray<string>)
   })
 
 // ---------------------------------------------------------------------------
+// The seed's names (DeepSeek TUI / CodeWhale)
+// ---------------------------------------------------------------------------
+
+/**
+ * Keys a DeepSeek TUI / CodeWhale config file holds that Fibril names differently, by the
+ * seed's dotted name -> the Fibril key it is read as. Every other key the seed documents for
+ * sub-agents (`[subagents]` `max_concurrent`, `heartbeat_timeout_secs`, `default_model`,
+ * `worker_model`, `explorer_model`, `awaiter_model`, `review_model`, `custom_model`, and
+ * `[subagents.models]`) has the same name in Fibril, so a seed config file loads as written.
+ * (Keys with no Fibril counterpart, such as CodeWhale 0.9's `launch_concurrency` or
+ * `[subagents.providers.*]`, stay unknown keys: an error, or with `strict = false` a warning.)
+ * Where one file sets both names, the Fibril key wins and a warning says so (the seed's own
+ * rule for `max_subagents`: `[subagents] max_concurrent` overrides it); between files and the
+ * environment the usual precedence holds.
+ *
+ * @since 0.1.0
+ */
+export const seedAliases: Readonly<Record<string, string>> = {
+  // The seed's per-step timeout of sub-agents' model calls; Fibril's applies to every agent.
+  "subagents.api_timeout_secs": "agent.api_timeout_secs",
+  max_subagents: "subagents.max_concurrent",
+  // CodeWhale 0.9's names (its Fleet roles, and the budgets it moved out of the tool call).
+  "subagents.scout_model": "subagents.explorer_model",
+  "subagents.planner_model": "subagents.awaiter_model",
+  "subagents.reviewer_model": "subagents.review_model",
+  "subagents.default_max_steps": "subagents.max_steps",
+  "subagents.default_wall_time_secs": "subagents.max_wall_secs",
+  "subagents.token_budget": "subagents.tree_max_tokens"
+}
+
+/** `table` with the value at the dotted `key` replaced (`undefined`: removed), copied along the path. */
+const withValueAt = (table: Record<string, unknown>, key: string, value: unknown): Record<string, unknown> => {
+  const [head, ...rest] = key.split(".")
+  const copy = { ...table }
+  if (rest.length === 0) {
+    if (value === undefined) delete copy[head!]
+    else copy[head!] = value
+    return copy
+  }
+  const inner = copy[head!]
+  copy[head!] = withValueAt(isTable(inner) ? inner : {}, rest.join("."), value)
+  return copy
+}
+
+/**
+ * The file as Fibril reads it: each seed name moved to its Fibril key (remembered in
+ * `aliased`, with its line), or dropped with a warning where the file sets the Fibril key too.
+ */
+const withSeedAliases = (file: ConfigFile): { readonly file: ConfigFile; readonly conflicts: Array<string> } => {
+  let table: Record<string, unknown> = file.table
+  const lines = new Map(file.lines)
+  const aliased = new Map<string, string>()
+  const conflicts: Array<string> = []
+  for (const [seedKey, key] of Object.entries(seedAliases)) {
+    const value = valueAt(file.table, seedKey)
+    if (value === undefined || isTable(value)) continue
+    table = withValueAt(table, seedKey, undefined)
+    const own = valueAt(file.table, key)
+    if (own === undefined) {
+      table = withValueAt(table, key, value)
+      aliased.set(key, seedKey)
+      const line = file.lines.get(seedKey)
+      if (line !== undefined) lines.set(key, line)
+    } else {
+      const line = (name: string) => file.lines.has(name) ? `, line ${file.lines.get(name)}` : ""
+      conflicts.push(
+        `${file.path}${line(seedKey)}: ${seedKey} = ${JSON.stringify(value)} (the seed's name of ${key}) is ignored: ` +
+          `${key} = ${JSON.stringify(own)} is set too (line ${file.lines.get(key) ?? "?"}), and the Fibril key wins`
+      )
+    }
+  }
+  return { file: { ...file, table: table as TomlModule.TomlTable, lines, aliased }, conflicts }
+}
+
+/** Where each value that is not a default came from (see {@link Resolved.origins}). */
+const originsOf = (
+  settings: Settings,
+  env: Readonly<Record<string, string | undefined>>,
+  files: ReadonlyArray<ConfigFile>
+): Record<string, string> => {
+  const sourceOf = locate(env, files)
+  const keys = Object.entries(knownKeys).flatMap(([table, names]) =>
+    Array.isArray(names) && !table.includes("*") ? names.map((name) => join(table, name)) : []
+  )
+  const models = envVarOf("subagents.models") in env && env[envVarOf("subagents.models")] !== ""
+    ? ["subagents.models"]
+    : Object.keys(settings.subagents.models).map((role) => `subagents.models.${role}`)
+  return Object.fromEntries(
+    [...keys, ...models].flatMap((key) => {
+      const source = sourceOf(key)
+      return source === "defaults" ? [] : [[key, source]]
+    })
+  )
+}
+
+// ---------------------------------------------------------------------------
 // Constructors
 // ---------------------------------------------------------------------------
 
@@ -947,9 +1058,16 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
   const fs = yield* FileSystem.FileSystem
   const projectFile = path.join(options.cwd, ".fibril", "config.toml")
   const userFile = path.join(options.home, ".fibril", "config.toml")
-  const project = yield* readToml(fs, projectFile)
+  // Keys written under the seed's names are read as the Fibril keys they mean.
+  const seedConflicts: Array<string> = []
+  const aliasing = Option.map((file: ConfigFile) => {
+    const read = withSeedAliases(file)
+    seedConflicts.push(...read.conflicts)
+    return read.file
+  })
+  const project = aliasing(yield* readToml(fs, projectFile))
   // When cwd is home, the same file is both; read it once.
-  const user = userFile === projectFile ? Option.none<ConfigFile>() : yield* readToml(fs, userFile)
+  const user = userFile === projectFile ? Option.none<ConfigFile>() : aliasing(yield* readToml(fs, userFile))
   const files = [...Option.toArray(project), ...Option.toArray(user)]
   const sources = makeSources(
     options.env,
@@ -992,7 +1110,8 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
     settings,
     clamped,
     sources: files.map((file) => file.path),
-    warnings: unknown.map(describeUnknown)
+    warnings: [...seedConflicts, ...unknown.map(describeUnknown)],
+    origins: originsOf(settings, options.env, files)
   } satisfies Resolved
 })
 
@@ -1037,7 +1156,8 @@ export const fromSettings = (overrides: SettingsOverrides = {}): Resolved => ({
   },
   clamped: [],
   sources: [],
-  warnings: []
+  warnings: [],
+  origins: {}
 })
 
 /**
