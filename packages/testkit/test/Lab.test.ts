@@ -151,7 +151,11 @@ describe("Lab", () => {
       const depthFirst = preorder(after).every((index, at) => index === at)
       if (!depthFirst) {
         assert.isTrue(count % 2 === 0 && experiment.schedule.some((step) => step.op === "assign"))
-        const specs = (e: LabGenerators.Experiment) => e.nodes.map(({ fork: _, parent: __, ...spec }) => spec)
+        const specs = (e: LabGenerators.Experiment) =>
+          e.nodes.map((node) => {
+            const { fork: _, parent: __, ...spec } = node
+            return spec
+          })
         assert.deepStrictEqual(specs(normalised), specs(experiment))
       }
       // The same shape: the same tree read depth first (depth, fan-out and node spec, fork unset or true).
