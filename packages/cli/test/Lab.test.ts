@@ -117,6 +117,13 @@ describe("fibril lab", () => {
         assert.strictEqual(quiet.exitCode, 1, quiet.stdout + quiet.stderr)
         assert.include(quiet.stdout, `FAILED quiet: a spawn\n  evidence: {"spawns":1}\n  seed 3`)
 
+        const threads = yield* fibril(
+          ["lab", "run", "--runs", "5", "--invariants-from", "quiet.mjs", "--workers", "2"],
+          { cwd: dir }
+        )
+        assert.strictEqual(threads.exitCode, 2)
+        assert.include(threads.stderr, "--invariants-from runs in one thread")
+
         const missing = yield* fibril(["lab", "run", "--runs", "5", "--invariants-from", "missing.mjs"], { cwd: dir })
         assert.strictEqual(missing.exitCode, 2)
         assert.include(missing.stderr, `--invariants-from ${dir}/missing.mjs: cannot load it`)
