@@ -3,9 +3,9 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { heartbeat, starvation } from "./lab-experiments.ts"
+import { heartbeat, plantedBug, starvation } from "./lab-experiments.ts"
 
-const lanes = (svg: string) => [...svg.matchAll(/<g class="lane" data-agent="(n\d+)">/g)].map((m) => m[1])
+const lanes = (svg: string) => [...svg.matchAll(/<g class="lane" data-agent="(n\d+)"/g)].map((m) => m[1])
 
 it.effect(
   "experiment 1: under a cap of 3 with queue admission, trees of depth 1-3 complete; working agents never exceed the cap",
@@ -35,6 +35,19 @@ it.effect(
         [300, 4, 0]
       ])
       assert.strictEqual(lanes(figure).length, 5)
+    }).pipe(Effect.provide(NodeServices.layer)),
+  60_000
+)
+
+it.effect(
+  "the picture of a failure: cap+1 at seed 7, the violation marked on n2 at 10 ms, the axis fitted to the run",
+  () =>
+    Effect.gen(function*() {
+      const { figure, violation } = yield* plantedBug
+      assert.deepStrictEqual([violation.invariant, violation.agent, violation.at], ["cap", "n2", 10])
+      assert.include(figure, `<g class="violation" data-invariant="cap" data-agent="n2" data-at="10">`)
+      assert.include(figure, `<g class="time-axis" data-t-max="30" `)
+      assert.strictEqual(lanes(figure).length, 3)
     }).pipe(Effect.provide(NodeServices.layer)),
   60_000
 )

@@ -1,11 +1,12 @@
 /**
  * Two orchestration experiments with the lab (docs/lab.md). Each returns its measurements and
- * an SVG figure of one representative run. Run directly to write the figures to docs/lab/:
+ * an SVG figure of one representative run; a third figure is the picture of a failure, a
+ * planted bug found and shrunk. Run directly to write the figures to docs/lab/:
  *
  *   NODE_OPTIONS=--conditions=@fibril/source node examples/lab-experiments.ts
  */
 import { NodeServices } from "@effect/platform-node"
-import { LabGenerators, LabReport, Simulation } from "@fibril/testkit"
+import { Lab, LabBugs, LabGenerators, LabReport, Simulation } from "@fibril/testkit"
 import { Effect } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
@@ -133,15 +134,28 @@ export const heartbeat = Effect.gen(function*() {
   return { rows, figure }
 })
 
+/**
+ * The picture of a failure: the lab against a manager that admits one sub-agent over its cap
+ * (`LabBugs.capPlusOne`), as `fibril lab run --tamper cap+1 --seed 7` then `fibril lab report`
+ * draw it: the shrunk experiment's run, its violation marked.
+ */
+export const plantedBug = Effect.gen(function*() {
+  const result = yield* Lab.check({ runs: 300, seed: 7, tamper: LabBugs.capPlusOne })
+  if (result._tag === "Passed") return yield* Effect.die(new Error("cap+1 was not caught"))
+  return { violation: result.violation, figure: LabReport.svg(result.trace, { violation: result.violation }) }
+})
+
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const dir = fileURLToPath(new URL("../docs/lab/", import.meta.url))
   mkdirSync(dir, { recursive: true })
   const program = Effect.gen(function*() {
     const one = yield* starvation
     const two = yield* heartbeat
+    const three = yield* plantedBug
     yield* Simulation.reset
     writeFileSync(`${dir}starvation.svg`, one.figure)
     writeFileSync(`${dir}heartbeat.svg`, two.figure)
+    writeFileSync(`${dir}cap-plus-one.svg`, three.figure)
     console.table(one.rows)
     console.table(two.rows)
   })

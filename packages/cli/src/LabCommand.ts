@@ -1,9 +1,9 @@
 /**
  * `fibril lab` — the orchestration lab from the command line (docs/lab.md):
  *
- *   fibril lab run --runs 10000 --seed 42 [--invariants cap,terminal] [--config bounds.json] [--out trace.json] [--workers N]
- *   fibril lab replay trace.json
- *   fibril lab report trace.json [--out run.svg] [--png]
+ *   fibril lab run --runs 10000 --seed 42 [--invariants cap,terminal] [--invariants-from mine.mjs] [--config bounds.json] [--out trace.json] [--workers N]
+ *   fibril lab replay trace.json [--invariants-from mine.mjs]
+ *   fibril lab report trace.json [--out run.svg] [--png] [--invariants-from mine.mjs]
  *
  * `run` generates experiments, runs each through the real runtime under a virtual clock and
  * checks the invariants, with a progress line and a summary; a failure is shrunk, printed with
@@ -21,6 +21,7 @@ import * as Schema from "effect/Schema"
 import { spawnSync } from "node:child_process"
 import { availableParallelism } from "node:os"
 import * as path from "node:path"
+import * as LabInvariants from "./LabInvariants.ts"
 import * as LabParallel from "./LabParallel.ts"
 import { UsageError } from "./ModelSelection.ts"
 
@@ -41,16 +42,6 @@ const tamperByName = (name: string | undefined) => {
       usage(`unknown --tamper "${name}"; the planted bugs are: ${LabBugs.all.map((b) => b.tamper.name).join(", ")}`)
     )
     : Effect.succeed(found.tamper)
-}
-
-const invariantsOf = (flag: Option.Option<string>) => {
-  if (Option.isNone(flag)) return Effect.succeed(Invariants.all)
-  const found = Invariants.byNames(flag.value.split(",").map((name) => name.trim()).filter((name) => name !== ""))
-  return "unknown" in found
-    ? Effect.fail(
-      usage(`unknown invariant "${found.unknown}"; the invariants are: ${Invariants.all.map((i) => i.name).join(", ")}`)
-    )
-    : Effect.succeed(found)
 }
 
 const readText = (file: string, what: string) =>
@@ -83,6 +74,13 @@ const readTrace = (file: string) =>
 const write = (file: string, text: string) =>
   Effect.flatMap(FileSystem.FileSystem, (fs) => fs.writeFileString(file, text))
 
+const invariantsFrom = Flag.String("invariants-from").pipe(
+  Flag.withDescription(
+    "A module (.mjs, .js, .ts) whose exports are invariants of your own, { name, description, check(trace) }, checked with the built-in ones"
+  ),
+  Flag.optional
+)
+
 export const make = <R>(context: Context<R>) =>
   Command.make("lab").pipe(
     Command.withDescription(
@@ -103,6 +101,7 @@ export const make = <R>(context: Context<R>) =>
             Flag.withDescription(`Comma-separated, of: ${Invariants.all.map((i) => i.name).join(", ")} (default all)`),
             Flag.optional
           ),
+          invariantsFrom,
           config: Flag.String("config").pipe(
             Flag.withDescription("A JSON file of bounds: maxNodes, maxOps, config {cap, admission, …}, faults, ops"),
             Flag.optional
@@ -130,7 +129,13 @@ export const make = <R>(context: Context<R>) =>
               return yield* Effect.fail(usage(`--workers must be 0 (one per core) or more (got ${flags.workers})`))
             }
             const workers = flags.workers === 0 ? availableParallelism() : flags.workers
-            const invariants = yield* invariantsOf(flags.invariants)
+            const invariants = yield* LabInvariants.select(cwd, flags.invariants, flags.invariantsFrom)
+            if (workers > 1 && Option.isSome(flags.invariantsFrom)) {
+              // Functions do not cross to worker threads (LabParallel.ts): such a run is one thread's.
+              return yield* Effect.fail(
+                usage("--invariants-from runs in one thread: leave out --workers (or give --workers 1)")
+              )
+            }
             const bounds = Option.isSome(flags.config)
               ? yield* readBounds(path.resolve(cwd, flags.config.value))
               : undefined
@@ -192,21 +197,30 @@ export const make = <R>(context: Context<R>) =>
                 `  found in chunk ${chunk.index} of this run: fibril lab run --seed ${chunk.seed} --runs ${chunk.runs} --workers 1 finds it again in one thread`
               )
             }
+            const own = Option.match(flags.invariantsFrom, {
+              onNone: () => "",
+              onSome: (module) => ` --invariants-from ${path.resolve(cwd, module)}`
+            })
             yield* Console.log(
-              `  trace: ${file}\n  replay: fibril lab replay ${file}\n  picture: fibril lab report ${file}`
+              `  trace: ${file}\n  replay: fibril lab replay ${file}${own}\n  picture: fibril lab report ${file}${own}`
             )
             yield* context.setExit(1)
           })
       ).pipe(Command.withDescription("Generate and run experiments, check invariants, shrink and save a failure")),
       Command.make(
         "replay",
-        { trace: Argument.String("trace").pipe(Argument.withDescription("A trace file (fibril lab run --out)")) },
+        {
+          trace: Argument.String("trace").pipe(Argument.withDescription("A trace file (fibril lab run --out)")),
+          invariantsFrom
+        },
         (flags) =>
           Effect.gen(function*() {
-            const file = path.resolve(yield* context.cwd, flags.trace)
+            const cwd = yield* context.cwd
+            const file = path.resolve(cwd, flags.trace)
+            const invariants = yield* LabInvariants.select(cwd, Option.none(), flags.invariantsFrom)
             const trace = yield* readTrace(file)
             const tamper = yield* tamperByName(trace.tamper)
-            const replayed = yield* Lab.replay(trace, { tamper })
+            const replayed = yield* Lab.replay(trace, { tamper, invariants })
             yield* Simulation.reset
             yield* Console.log(
               replayed.identical
@@ -216,7 +230,10 @@ export const make = <R>(context: Context<R>) =>
             yield* Console.log(
               replayed.violation === undefined
                 ? "invariants: all hold"
-                : `invariant ${replayed.violation.invariant} fails: ${replayed.violation.message}`
+                : [
+                  `invariant ${replayed.violation.invariant} fails: ${replayed.violation.message}`,
+                  ...Lab.whereAndEvidence(replayed.violation)
+                ].join("\n")
             )
             if (!replayed.identical || replayed.violation !== undefined) yield* context.setExit(1)
           })
@@ -232,16 +249,28 @@ export const make = <R>(context: Context<R>) =>
           png: Flag.Boolean("png").pipe(
             Flag.withDescription("Also a PNG, with rsvg-convert or ImageMagick's convert if one is installed"),
             Flag.withDefault(false)
-          )
+          ),
+          invariantsFrom
         },
         (flags) =>
           Effect.gen(function*() {
             const cwd = yield* context.cwd
             const file = path.resolve(cwd, flags.trace)
+            const invariants = yield* LabInvariants.select(cwd, Option.none(), flags.invariantsFrom)
             const trace = yield* readTrace(file)
             const svgFile = path.resolve(cwd, Option.getOrElse(flags.out, () => file.replace(/(\.json)?$/, ".svg")))
-            yield* write(svgFile, LabReport.svg(trace))
-            yield* Console.log(`wrote ${svgFile} (${LabReport.lanes(trace).length} agents)`)
+            // The picture marks the first invariant the run breaks (the trace holds the run, not the verdict).
+            const violation = Invariants.firstViolation(trace, invariants)
+            yield* write(svgFile, LabReport.svg(trace, { violation }))
+            yield* Console.log(
+              `wrote ${svgFile} (${LabReport.lanes(trace).length} agents${
+                violation === undefined
+                  ? "; every invariant holds"
+                  : `; marks ${violation.invariant}${violation.agent === undefined ? "" : ` on ${violation.agent}`}${
+                    violation.at === undefined ? "" : ` at ${violation.at} ms`
+                  }`
+              })`
+            )
             if (flags.png) {
               const pngFile = svgFile.replace(/\.svg$/, "") + ".png"
               // The first renderer present: librsvg's rsvg-convert, else ImageMagick's convert.

@@ -33,7 +33,110 @@ describe("fibril lab", () => {
       const svg = yield* fs.readFileString(path.join(dir, "run.svg"))
       assert.isTrue(svg.startsWith("<svg "))
       assert.strictEqual([...svg.matchAll(/<g class="lane" data-agent=/g)].length, 3) // n0, n1, n2
+      // The picture shows the failure: the invariant in its title, the violation marked on n2 at
+      // 10 ms, and a time axis fitted to the 30 ms of activity (not the 30 s the run idled to).
+      assert.include(report.stdout, "marks cap on n2 at 10 ms")
+      assert.match(svg, /<title>invariant cap violated: 2 sub-agents working at once/)
+      assert.match(svg, /<g class="violation" data-invariant="cap" data-agent="n2" data-at="10">/)
+      assert.match(svg, /<g class="time-axis" data-t-max="30" /)
+      assert.match(svg, /class="y-tick">2<\/text>/)
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 120_000)
+
+  it.live(
+    "an invariant of your own (--invariants-from): its counterexample printed with its evidence, and pictured",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const dir = yield* fs.makeTempDirectoryScoped()
+        // Plain data and a function, as docs/lab.md writes one: no import from Fibril needed.
+        yield* fs.writeFileString(
+          `${dir}/mine.mjs`,
+          [
+            `export const early = {`,
+            `  name: "early",`,
+            `  description: "no sub-agent calls its model after 5 ms",`,
+            `  check: (trace) => {`,
+            `    const late = trace.requests.find((request) => request.agent !== "n0" && request.t > 5)`,
+            `    return late === undefined ? undefined : {`,
+            `      message: late.agent + " called its model at " + late.t + " ms",`,
+            `      agent: late.agent,`,
+            `      at: late.t,`,
+            `      evidence: { turn: late.turn, working: late.working }`,
+            `    }`,
+            `  }`,
+            `}`
+          ].join("\n")
+        )
+        // Fields of its own are its evidence; with no agent or time, no empty counterexample line.
+        yield* fs.writeFileString(
+          `${dir}/quiet.mjs`,
+          `export default [{ name: "quiet", description: "nobody spawns", check: (trace) =>\n` +
+            `  trace.events.some((e) => e.type === "spawned" && e.agent !== "n0") ? { message: "a spawn", spawns: 1 } : undefined }]\n`
+        )
+        const found = yield* fibril(
+          [
+            "lab",
+            "run",
+            "--runs",
+            "20",
+            "--seed",
+            "3",
+            "--invariants",
+            "cap",
+            "--invariants-from",
+            "mine.mjs",
+            "--out",
+            "t.json"
+          ],
+          { cwd: dir }
+        )
+        assert.strictEqual(found.exitCode, 1, found.stdout + found.stderr)
+        assert.include(
+          found.stdout,
+          `FAILED early: n1 called its model at 10 ms\n  counterexample: agent n1 at 10 ms (virtual)\n  evidence: {"turn":0,"working":1}\n`
+        )
+        assert.notInclude(found.stdout, "agent -")
+        assert.include(found.stdout, `picture: fibril lab report ${dir}/t.json --invariants-from ${dir}/mine.mjs`)
+
+        const replayed = yield* fibril(["lab", "replay", "t.json", "--invariants-from", "mine.mjs"], { cwd: dir })
+        assert.include(
+          replayed.stdout,
+          `invariant early fails: n1 called its model at 10 ms\n  counterexample: agent n1 at 10 ms`
+        )
+        const report = yield* fibril(["lab", "report", "t.json", "--invariants-from", "mine.mjs", "--out", "run.svg"], {
+          cwd: dir
+        })
+        assert.include(report.stdout, "marks early on n1 at 10 ms")
+        const svg = yield* fs.readFileString(`${dir}/run.svg`)
+        assert.match(svg, /<g class="violation" data-invariant="early" data-agent="n1" data-at="10">/)
+
+        const quiet = yield* fibril(
+          ["lab", "run", "--runs", "20", "--seed", "3", "--invariants", "cap", "--invariants-from", "quiet.mjs"],
+          { cwd: dir }
+        )
+        assert.strictEqual(quiet.exitCode, 1, quiet.stdout + quiet.stderr)
+        assert.include(quiet.stdout, `FAILED quiet: a spawn\n  evidence: {"spawns":1}\n  seed 3`)
+
+        const threads = yield* fibril(
+          ["lab", "run", "--runs", "5", "--invariants-from", "quiet.mjs", "--workers", "2"],
+          { cwd: dir }
+        )
+        assert.strictEqual(threads.exitCode, 2)
+        assert.include(threads.stderr, "--invariants-from runs in one thread")
+
+        const missing = yield* fibril(["lab", "run", "--runs", "5", "--invariants-from", "missing.mjs"], { cwd: dir })
+        assert.strictEqual(missing.exitCode, 2)
+        assert.include(missing.stderr, `--invariants-from ${dir}/missing.mjs: cannot load it`)
+        yield* fs.writeFileString(`${dir}/none.mjs`, `export const answer = 42\n`)
+        const none = yield* fibril(["lab", "run", "--runs", "5", "--invariants-from", "none.mjs"], { cwd: dir })
+        assert.strictEqual(none.exitCode, 2)
+        assert.include(
+          none.stderr,
+          "exports no invariant; expected exports (or a default array) of { name, description, check(trace) }"
+        )
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    120_000
+  )
 
   it.live(
     "the --config of docs/lab.md runs; an unknown invariant or key is a usage error",

@@ -10,28 +10,72 @@
 import { tree as treeOf } from "./LabGenerators.ts"
 import type { Trace, TraceEvent } from "./Simulation.ts"
 
-export interface Violation {
-  readonly invariant: string
+/**
+ * What a failing check reports: a message, and where it can say so the agent, the virtual time
+ * and the evidence (any JSON-like value: it is printed as JSON and shown on the picture).
+ */
+export interface Counterexample {
   readonly message: string
+  /** The agent it happened to, by its place in the tree (`n2`). */
   readonly agent?: string | undefined
   /** Virtual milliseconds since the run began. */
   readonly at?: number | undefined
   readonly evidence?: unknown
 }
 
+/** A counterexample with the name of the invariant it breaks. */
+export interface Violation extends Counterexample {
+  readonly invariant: string
+}
+
+/**
+ * An invariant: plain data and a function, so a module needs nothing from Fibril to define one
+ * (`fibril lab run --invariants-from`). `check` returns `undefined` (or `true`) when the
+ * invariant holds; otherwise a `Counterexample`, a message (a string), or `false` (the
+ * description is the message). `counterexampleOf` reads what it returned.
+ */
 export interface Invariant {
   readonly name: string
   readonly description: string
-  readonly check: (trace: Trace) => Violation | undefined
+  readonly check: (trace: Trace) => Counterexample | Violation | string | boolean | undefined
 }
 
+/**
+ * The violation a check's result describes, or `undefined` when it holds. What the check gave
+ * is kept: a string is the message; `agent`, `at` (or `t`, the trace's own name for a time) and
+ * `evidence` are taken as they are; any other fields of the object are its evidence, so that
+ * `{ message, end: 30000 }` prints `evidence {"end":30000}` rather than losing it.
+ */
+export const counterexampleOf = (invariant: Invariant, result: unknown): Violation | undefined => {
+  if (result === undefined || result === null || result === true) return undefined
+  if (result === false) return { invariant: invariant.name, message: invariant.description }
+  if (typeof result !== "object") return { invariant: invariant.name, message: String(result) }
+  const { invariant: _, message, agent, at, t, evidence, ...rest } = result as Record<string, unknown>
+  const time = typeof at === "number" ? at : typeof t === "number" ? t : undefined
+  const extra = Object.keys(rest).length > 0 ? rest : undefined
+  return {
+    invariant: invariant.name,
+    message: typeof message === "string" ? message : invariant.description,
+    ...(agent === undefined || agent === null
+      ? {}
+      : { agent: typeof agent === "number" ? `n${agent}` : String(agent) }),
+    ...(time === undefined ? {} : { at: time }),
+    ...(evidence !== undefined ? { evidence: extra === undefined ? evidence : { ...extra, evidence } } : {}),
+    ...(evidence === undefined && extra !== undefined ? { evidence: extra } : {})
+  }
+}
+
+/**
+ * An invariant from a check that may build its counterexample with `fail(message, { agent, at,
+ * evidence })`, or return a message or a `Counterexample` itself.
+ */
 export const make = (
   name: string,
   description: string,
   check: (
     trace: Trace,
-    fail: (message: string, details?: Omit<Violation, "invariant" | "message">) => Violation
-  ) => Violation | undefined
+    fail: (message: string, details?: Omit<Counterexample, "message">) => Violation
+  ) => Counterexample | string | boolean | undefined
 ): Invariant => ({
   name,
   description,
@@ -382,7 +426,7 @@ export const all: ReadonlyArray<Invariant> = [
 /** The first violation of `invariants` in `trace`, if any. */
 export const firstViolation = (trace: Trace, invariants: ReadonlyArray<Invariant> = all): Violation | undefined => {
   for (const invariant of invariants) {
-    const violation = invariant.check(trace)
+    const violation = counterexampleOf(invariant, invariant.check(trace))
     if (violation !== undefined) return violation
   }
   return undefined

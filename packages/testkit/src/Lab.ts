@@ -76,8 +76,17 @@ export const check = Effect.fn("Lab.check")(function*(options: CheckOptions = {}
   if (result._tag !== "Falsified") {
     return yield* Effect.die(new Error(`Lab.check: the property check ended ${result._tag}`))
   }
-  const trace = yield* Simulation.run(result.shrunkInput, { tamper: options.tamper })
-  const violation = Invariants.firstViolation(trace, invariants) ?? {
+  const raw = yield* Simulation.run(result.shrunkInput, { tamper: options.tamper })
+  const rawViolation = Invariants.firstViolation(raw, invariants)
+  // The shrunk experiment as a person reads it (nodes in tree order, values resolved), kept
+  // when it fails the same way: its retry jitter is seeded from its text, which differs.
+  const normalised = LabGenerators.normalise(result.shrunkInput)
+  const again = yield* Simulation.run(normalised, { tamper: options.tamper })
+  const againViolation = Invariants.firstViolation(again, invariants)
+  const useNormalised = againViolation !== undefined && againViolation.invariant === rawViolation?.invariant
+  const shrunk = useNormalised ? normalised : result.shrunkInput
+  const trace = useNormalised ? again : raw
+  const violation = (useNormalised ? againViolation : rawViolation) ?? {
     invariant: "?",
     message: "the shrunk experiment passed when run again (a nondeterministic failure)"
   }
@@ -88,7 +97,7 @@ export const check = Effect.fn("Lab.check")(function*(options: CheckOptions = {}
     shrinks: result.shrinks,
     violation,
     original: result.initialInput,
-    shrunk: result.shrunkInput,
+    shrunk,
     trace,
     elapsedMs
   } satisfies Result as Result
@@ -130,9 +139,30 @@ export const describe = (result: Result): string => {
   const v = result.violation
   return [
     `FAILED ${v.invariant}: ${v.message}`,
-    `  agent ${v.agent ?? "-"} at ${v.at ?? "-"} ms; evidence ${JSON.stringify(v.evidence ?? null)}`,
+    ...whereAndEvidence(v),
     `  seed ${result.seed} (failed after ${result.runs} runs, ${result.shrinks} shrinks)`,
     `  shrunk experiment: ${JSON.stringify(result.shrunk)}`,
     `  replay: save the trace (fibril lab run --seed ${result.seed} --out trace.json) and run fibril lab replay trace.json`
   ].join("\n")
+}
+
+/** The counterexample's lines: what the invariant gave (agent, time, evidence), nothing it did not. */
+export const whereAndEvidence = (violation: Invariants.Violation): ReadonlyArray<string> => {
+  const where = [
+    ...(violation.agent === undefined ? [] : [`agent ${violation.agent}`]),
+    ...(violation.at === undefined ? [] : [`at ${violation.at} ms (virtual)`])
+  ]
+  return [
+    ...(where.length === 0 ? [] : [`  counterexample: ${where.join(" ")}`]),
+    ...(violation.evidence === undefined ? [] : [`  evidence: ${printable(violation.evidence)}`])
+  ]
+}
+
+/** JSON where it can be (bigints as numbers' text); otherwise the value's own text. */
+const printable = (value: unknown): string => {
+  try {
+    return JSON.stringify(value, (_, inner) => (typeof inner === "bigint" ? inner.toString() : inner)) ?? String(value)
+  } catch {
+    return String(value)
+  }
 }

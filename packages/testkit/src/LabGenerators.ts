@@ -179,3 +179,54 @@ export const balanced = (count: number, fanOut: number, config: Partial<Config> 
   })),
   schedule: []
 })
+
+/**
+ * The same experiment written as a person would: every value the simulation takes modulo
+ * something is given as what it means. Nodes are renumbered in tree order (depth first, each
+ * parent before its children, siblings in their order), each `parent` is the node it resolves
+ * to (not `871`, taken modulo the node's position), an operation's `target` is the node it
+ * picks (`target - 1` of `n<target>`), a `jump`'s the seconds it moves the clock (`% 600`), and
+ * `kill`'s and `crash`'s, which pick nothing, 0; `fork: false` is left out. The tree, the
+ * agents' scripts and the schedule are the same, so the run is the same under other names.
+ *
+ * An `assign` picks its role by the parity of `target`: when renumbering would change that
+ * parity (an even node count), the nodes keep their order and only the values are resolved.
+ */
+export const normalise = (experiment: Experiment): Experiment => {
+  const nodes = tree(experiment)
+  const count = experiment.nodes.length
+  const preorder: Array<number> = []
+  const visit = (index: number) => {
+    preorder.push(index)
+    for (const child of nodes[index]!.children) visit(child)
+  }
+  visit(0)
+  const picked = (target: number) => (count === 0 ? 0 : 1 + (target % count))
+  const renumber = (order: ReadonlyArray<number>) => {
+    const position = new Map(order.map((index, at) => [index, at]))
+    return (index: number) => position.get(index)!
+  }
+  const treeOrder = renumber(preorder)
+  const keepsRoles = experiment.schedule.every((step) =>
+    step.op !== "assign" || count === 0 || count % 2 === 1 ||
+    (treeOrder(picked(step.target)) - 1) % 2 === step.target % 2
+  )
+  const newIndex = keepsRoles ? treeOrder : (index: number) => index
+  const order = keepsRoles ? preorder : nodes.map((node) => node.index)
+  const target = (step: Op): number => {
+    if (step.op === "jump") return step.target % 600
+    if (step.op === "kill" || step.op === "crash" || count === 0) return 0
+    const resolved = newIndex(picked(step.target)) - 1
+    // An odd count: the smallest target with the same node and the same parity (the role).
+    if (step.op === "assign" && resolved % 2 !== step.target % 2) return resolved + count
+    return resolved
+  }
+  return {
+    config: experiment.config,
+    nodes: order.slice(1).map((index) => {
+      const { fork, ...spec } = nodes[index]!.spec!
+      return { ...spec, parent: newIndex(nodes[index]!.parent!), ...(fork === true ? { fork } : {}) }
+    }),
+    schedule: experiment.schedule.map((step) => ({ ...step, target: target(step) }))
+  }
+}
