@@ -64,7 +64,9 @@ const snapshot = (dir: string): Record<string, string> => {
   const found: Record<string, string> = {}
   for (const entry of nodeFs.readdirSync(dir, { recursive: true, withFileTypes: true })) {
     const full = nodePath.join(entry.parentPath, entry.name)
-    found[nodePath.relative(dir, full)] = entry.isFile() ? nodeFs.readFileSync(full, "utf8") : `<${entry.isDirectory() ? "dir" : "other"}>`
+    found[nodePath.relative(dir, full)] = entry.isFile()
+      ? nodeFs.readFileSync(full, "utf8")
+      : `<${entry.isDirectory() ? "dir" : "other"}>`
   }
   return found
 }
@@ -135,7 +137,10 @@ describe("confinement under races", () => {
               for (const path of [name, `${name}.fifo`, `${name}.reg`]) {
                 try {
                   nodeFs.closeSync(
-                    nodeFs.openSync(nodePath.join(h.root, path), nodeFs.constants.O_WRONLY | nodeFs.constants.O_NONBLOCK)
+                    nodeFs.openSync(
+                      nodePath.join(h.root, path),
+                      nodeFs.constants.O_WRONLY | nodeFs.constants.O_NONBLOCK
+                    )
                   )
                 } catch {
                   // not a FIFO, or no reader
