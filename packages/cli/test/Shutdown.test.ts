@@ -12,6 +12,8 @@ import * as nodePath from "node:path"
 import { pidsWith, storedRecords } from "./inspect.ts"
 import { bin, sourceCondition } from "./run.ts"
 
+const shutdownModule = new URL("../src/Shutdown.ts", import.meta.url).href
+
 /** Swaps `<dir>/<name>` with `<name>.fifo` (a FIFO) and back, in a tight loop, until killed. */
 const swapperSource = String.raw`
 const fs = require("node:fs")
@@ -123,12 +125,41 @@ describe("fibril run and SIGTERM", () => {
           Effect.timeoutOrElse({ duration: "10 seconds", orElse: () => Effect.succeed("alive") })
         )
         const elapsed = (yield* Clock.currentTimeMillis) - sent
-        assert.isTrue(reachedShell, `every read came back and the shell call started; stderr: ${stderr}`)
         assert.isBelow(elapsed, 5_000, `ended ${elapsed} ms after SIGTERM (${code})`)
+        assert.isTrue(reachedShell, `every read came back and the shell call started; stderr: ${stderr}`)
         assert.strictEqual(code, 143, "128 + SIGTERM")
         assert.deepStrictEqual(pidsWith(marker), [], "the shell's process group was killed")
         for (const row of storedRecords<{ status: string }>(dir)) assert.notInclude(["running", "pending"], row.status)
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
     90_000
+  )
+
+  it.live(
+    "a process whose shutdown never completes still ends within 5 s of SIGTERM (the bound of Shutdown.ts)",
+    () =>
+      Effect.gen(function*() {
+        // bin.ts's wiring, with a shutdown that never finishes: the listener replaces Node's
+        // default exit, and the interval keeps the event loop alive, as a stuck finalizer does.
+        const source = [
+          `import * as Shutdown from ${JSON.stringify(shutdownModule)}`,
+          `process.on("SIGTERM", () => Shutdown.signalled(143, "SIGTERM"))`,
+          `setInterval(() => {}, 1000)`,
+          `process.stdout.write("go\\n")`
+        ].join("\n")
+        const child = yield* spawned(["--input-type=module", "-e", source], process.cwd())
+        let stderr = ""
+        child.stderr?.on("data", (chunk: Buffer) => void (stderr += chunk.toString()))
+        yield* started(child, undefined)
+        const sent = yield* Clock.currentTimeMillis
+        child.kill("SIGTERM")
+        const code = yield* exited(child).pipe(
+          Effect.timeoutOrElse({ duration: "10 seconds", orElse: () => Effect.succeed("alive") })
+        )
+        const elapsed = (yield* Clock.currentTimeMillis) - sent
+        assert.strictEqual(code, 143)
+        assert.isBelow(elapsed, 5_000)
+        assert.include(stderr, "still running 3 s after SIGTERM; stopping now")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    30_000
   )
 })
