@@ -22,6 +22,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
+import * as Shutdown from "./Shutdown.ts"
 import * as TreeView from "./TreeView.ts"
 
 export const clusterFlag = Flag.String("cluster").pipe(
@@ -321,14 +322,11 @@ export const worker = (flags: WorkerFlags) =>
         }),
       ...(stepLog === undefined || stepLog === "" ? {} : { stepLog })
     }
-    const hardStop = () => {
-      setTimeout(() => {
-        process.stderr.write(`fibril worker: not stopped after ${flags.shutdownTimeoutSecs} s; stopping now\n`)
-        process.exit(143)
-      }, flags.shutdownTimeoutSecs * 1000).unref()
-    }
-    process.once("SIGTERM", hardStop)
-    process.once("SIGINT", hardStop)
+    // The stop turns hard after --shutdown-timeout (Shutdown.ts starts the timer on the signal).
+    Shutdown.setGrace(flags.shutdownTimeoutSecs * 1000, {
+      message: `fibril worker: not stopped after ${flags.shutdownTimeoutSecs} s; stopping now\n`,
+      code: 143
+    })
     return yield* Effect.gen(function*() {
       yield* node.checkSchema
       yield* Effect.scoped(Effect.gen(function*() {

@@ -14,12 +14,13 @@ if (process.argv.length === 3 && process.argv[2] === "--version") {
 }
 
 async function main() {
-  const [NodeRuntime, Cause, Effect, Exit, Cli] = await Promise.all([
+  const [NodeRuntime, Cause, Effect, Exit, Cli, Shutdown] = await Promise.all([
     import("@effect/platform-node/NodeRuntime"),
     import("effect/Cause"),
     import("effect/Effect"),
     import("effect/Exit"),
-    import("./Cli.ts")
+    import("./Cli.ts"),
+    import("./Shutdown.ts")
   ])
 
   // Ctrl-C, SIGTERM and SIGHUP interrupt the run (NodeRuntime listens for SIGINT and SIGTERM;
@@ -31,11 +32,17 @@ async function main() {
     SIGTERM: { code: 143, label: "SIGTERM" },
     SIGHUP: { code: 129, label: "SIGHUP (the terminal closed)" }
   }
+  // The first signal also bounds how long the process may take to end (Shutdown.ts): a
+  // finalizer stuck behind a blocked file operation must not keep it alive for good.
   let received: keyof typeof signals | undefined
-  process.on("SIGINT", () => void (received ??= "SIGINT"))
-  process.on("SIGTERM", () => void (received ??= "SIGTERM"))
+  const receive = (signal: keyof typeof signals) => {
+    received ??= signal
+    Shutdown.signalled(signals[received].code, signals[received].label)
+  }
+  process.on("SIGINT", () => receive("SIGINT"))
+  process.on("SIGTERM", () => receive("SIGTERM"))
   process.on("SIGHUP", () => {
-    received ??= "SIGHUP"
+    receive("SIGHUP")
     process.emit("SIGTERM")
   })
 

@@ -29,6 +29,8 @@ import { statSync } from "node:fs"
 import { withSpan } from "./internal/span.ts"
 import { Workspace } from "./Workspace.ts"
 
+const decoder = new TextDecoder("utf-8")
+
 /** Longest note kept, in characters (code points); longer notes end in "…". */
 export const maxNoteChars = 500
 
@@ -169,19 +171,52 @@ export const make = Effect.fn("Memory.make")(function*(options: { readonly path?
   const file = path.resolve(workspace.root, options.path ?? defaultPath)
   const shown = workspace.containsLexically(file) ? workspace.relative(file) : file
 
-  const load = fs.readFileString(file).pipe(
-    Effect.catch((error) =>
-      error.reason._tag === "NotFound"
-        ? Effect.succeed("")
-        : Effect.fail(new MemoryError({ reason: `cannot read ${shown}: ${error.message}` }))
+  // Inside the workspace, the file is reached through `Workspace.open` like every file tool's:
+  // an agent's shell that swaps `.fibril` for a link to outside cannot make `remember` append
+  // there, nor a FIFO planted as the file hang the read. A file configured outside the
+  // workspace (a user's own choice) is used by its path.
+  const confined = workspace.containsLexically(file)
+  const utf8 = new TextEncoder()
+  const readConfined = Effect.scoped(Effect.gen(function*() {
+    const handle = yield* workspace.open(file)
+    if (handle.type === undefined) return ""
+    if (handle.type !== "File") return yield* new MemoryError({ reason: `cannot read ${shown}: not a regular file` })
+    return decoder.decode(yield* handle.read)
+  }))
+  const load = confined
+    ? readConfined.pipe(
+      Effect.catchTags({
+        OutsideWorkspace: (error) => Effect.fail(new MemoryError({ reason: `cannot read ${shown}: ${error.message}` })),
+        PlatformError: (error) => Effect.fail(new MemoryError({ reason: `cannot read ${shown}: ${error.message}` }))
+      })
     )
-  )
+    : fs.readFileString(file).pipe(
+      Effect.catch((error) =>
+        error.reason._tag === "NotFound"
+          ? Effect.succeed("")
+          : Effect.fail(new MemoryError({ reason: `cannot read ${shown}: ${error.message}` }))
+      )
+    )
 
   const append = (text: string) =>
-    fs.makeDirectory(path.dirname(file), { recursive: true }).pipe(
-      Effect.andThen(fs.writeFileString(file, text, { flag: "a" })),
-      Effect.mapError((error) => new MemoryError({ reason: `cannot write ${shown}: ${error.message}` }))
-    )
+    confined
+      ? Effect.scoped(Effect.gen(function*() {
+        const handle = yield* workspace.open(file, { createParents: true })
+        if (handle.type !== undefined && handle.type !== "File") {
+          return yield* new MemoryError({ reason: `cannot write ${shown}: not a regular file` })
+        }
+        yield* handle.append(utf8.encode(text))
+      })).pipe(
+        Effect.catchTags({
+          OutsideWorkspace: (error) =>
+            Effect.fail(new MemoryError({ reason: `cannot write ${shown}: ${error.message}` })),
+          PlatformError: (error) => Effect.fail(new MemoryError({ reason: `cannot write ${shown}: ${error.message}` }))
+        })
+      )
+      : fs.makeDirectory(path.dirname(file), { recursive: true }).pipe(
+        Effect.andThen(fs.writeFileString(file, text, { flag: "a" })),
+        Effect.mapError((error) => new MemoryError({ reason: `cannot write ${shown}: ${error.message}` }))
+      )
 
   // Identity, size and times: a write in place, a replace (new inode) or a delete changes it.
   const stat = (): string | undefined => {

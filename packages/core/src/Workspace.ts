@@ -1,17 +1,25 @@
 /**
  * Workspace — the directory an agent tree works in, and the only one its file tools touch.
  *
- * Every path a tool receives goes through `resolve`: it is resolved against the root, then
- * through the real file system (symlinks included), and refused if the result is not inside
- * the root's real path. A path that does not exist yet is checked through its nearest
- * existing ancestor, so `write_file` into a symlinked directory cannot escape either.
+ * A file tool reaches the disk only through `open`: the path is resolved against the root and
+ * walked from a descriptor of the root, directory by directory, each one verified inside the
+ * root on what was opened, links resolved and checked here (internal/safeFs.ts); the tool then
+ * reads, writes (a temporary file renamed in the verified directory) or lists through that
+ * handle, so a directory swapped for a symlink while it works cannot redirect it.
+ *
+ * `resolve` is the path-level check (the real path of the path or of its nearest existing
+ * ancestor, refused outside the root): for what only needs a path, such as permission scopes
+ * and the sandbox's writable paths.
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as FileSystem from "effect/FileSystem"
 import * as Layer from "effect/Layer"
 import * as Path from "effect/Path"
+import type * as PlatformError from "effect/PlatformError"
 import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import * as SafeFs from "./internal/safeFs.ts"
 
 export class OutsideWorkspace extends Schema.TaggedError<OutsideWorkspace>()("OutsideWorkspace", {
   path: Schema.String,
@@ -33,6 +41,15 @@ export class Workspace extends Context.Service<Workspace, {
   readonly relativize: (path: string) => string
   /** Lexical check only (no file system access): is `path` inside the root? */
   readonly containsLexically: (path: string) => boolean
+  /**
+   * `path` opened inside the root (links resolved and checked, each directory verified on its
+   * descriptor): the handle reads, replaces, appends or lists what was opened, until the scope
+   * ends. `createParents` makes missing directories on the way, one verified step at a time.
+   */
+  readonly open: (
+    path: string,
+    options?: { readonly createParents?: boolean }
+  ) => Effect.Effect<SafeFs.Handle, OutsideWorkspace | PlatformError.PlatformError, Scope.Scope>
 }>()("@fibril/core/Workspace") {}
 
 export const make = Effect.fn("Workspace.make")(function*(root: string) {
@@ -61,6 +78,14 @@ export const make = Effect.fn("Workspace.make")(function*(root: string) {
     return real
   })
 
+  const confined = SafeFs.make(realRoot, SafeFs.probeDescriptorRelative(realRoot))
+  const open = (given: string, options?: { readonly createParents?: boolean }) => {
+    const lexical = path.resolve(realRoot, given)
+    return confined.open(lexical, options).pipe(
+      Effect.catchTag("Outside", () => Effect.fail(new OutsideWorkspace({ path: given, root: realRoot })))
+    )
+  }
+
   const relative = (absolute: string) => path.relative(realRoot, absolute).split(path.sep).join("/") || "."
 
   return Workspace.of({
@@ -68,7 +93,8 @@ export const make = Effect.fn("Workspace.make")(function*(root: string) {
     resolve,
     relative,
     relativize: (given) => relative(path.resolve(realRoot, given)),
-    containsLexically: (given) => inside(path.resolve(realRoot, given))
+    containsLexically: (given) => inside(path.resolve(realRoot, given)),
+    open
   })
 })
 

@@ -1,6 +1,7 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, FileSystem, Layer, Option, Path } from "effect"
+import { execFileSync } from "node:child_process"
 import { writeFileSync } from "node:fs"
 import * as Memory from "../src/Memory.ts"
 import * as ToolRegistry from "../src/ToolRegistry.ts"
@@ -42,6 +43,26 @@ describe("Memory (file)", () => {
       const content = yield* h.fs.readFileString(h.file)
       assert.strictEqual(content, "- tests run with `npm test`\n- the CLI lives in packages/cli\n")
       assert.strictEqual(yield* h.memory.read, content)
+    }).pipe(provide))
+
+  it.effect("a .fibril linked to outside is refused, and a FIFO planted as the file is an error, not a hang", () =>
+    Effect.gen(function*() {
+      const h = yield* setup()
+      const outside = yield* h.fs.realPath(yield* h.fs.makeTempDirectoryScoped())
+      writeFileSync(h.path.join(outside, "memory.md"), "- a secret from outside\n")
+      yield* h.fs.symlink(outside, h.path.join(h.root, ".fibril"))
+      const read = yield* Effect.flip(h.memory.read)
+      assert.include(read.message, "resolves outside the workspace")
+      const write = yield* Effect.flip(h.memory.remember("leaked"))
+      assert.include(write.message, "resolves outside the workspace")
+      assert.deepStrictEqual(yield* h.fs.readDirectory(outside), ["memory.md"])
+      assert.strictEqual(yield* h.fs.readFileString(h.path.join(outside, "memory.md")), "- a secret from outside\n")
+
+      yield* h.fs.remove(h.path.join(h.root, ".fibril"))
+      yield* h.fs.makeDirectory(h.path.join(h.root, ".fibril"))
+      execFileSync("mkfifo", [h.file])
+      assert.include((yield* Effect.flip(h.memory.read)).message, "not a regular file")
+      assert.include((yield* Effect.flip(h.memory.remember("x"))).message, "not a regular file")
     }).pipe(provide))
 
   it.effect("creates the file and .fibril/ on first use", () =>

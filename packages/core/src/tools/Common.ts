@@ -1,10 +1,7 @@
 /**
  * Helpers shared by the built-in tools: turning file-system errors into model-readable
- * `ToolFailure`s, and looking at a resolved path before a tool touches it. Kept here so
- * every tool words "not found" / "is a directory" the same way.
+ * `ToolFailure`s, and reading text. Kept here so every tool words "not found" the same way.
  */
-import * as Effect from "effect/Effect"
-import * as FileSystem from "effect/FileSystem"
 import type * as PlatformError from "effect/PlatformError"
 import { ToolFailure } from "../ToolRegistry.ts"
 
@@ -23,17 +20,6 @@ export const describe = (error: PlatformError.PlatformError): string => {
 /** `ToolFailure` for `tool` about the path the model gave (not the resolved one it never saw). */
 export const fsFailure = (tool: string, given: string) => (error: PlatformError.PlatformError) =>
   new ToolFailure({ tool, reason: `"${given}": ${describe(error)}` })
-
-/** The type of `absolute` (following symlinks), or `undefined` if nothing is there. */
-export const typeOf = Effect.fnUntraced(function*(tool: string, given: string, absolute: string) {
-  const fs = yield* FileSystem.FileSystem
-  return yield* fs.stat(absolute).pipe(
-    Effect.map((info): FileSystem.File.Type | undefined => info.type),
-    Effect.catch((error) =>
-      error.reason._tag === "NotFound" ? Effect.succeed(undefined) : Effect.fail(fsFailure(tool, given)(error))
-    )
-  )
-})
 
 /** Does the file start like a binary (a NUL byte in its first 8 KiB, as git and grep decide)? */
 export const looksBinary = (bytes: Uint8Array): boolean => bytes.subarray(0, 8192).includes(0)

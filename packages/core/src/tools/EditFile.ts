@@ -6,12 +6,11 @@
  * matches without `replace_all`), so an edit never lands on the wrong occurrence.
  */
 import * as Effect from "effect/Effect"
-import * as FileSystem from "effect/FileSystem"
 import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 import { Workspace } from "../Workspace.ts"
-import { decodeUtf8, fsFailure, looksBinary, plural, typeOf } from "./Common.ts"
+import { decodeUtf8, fsFailure, looksBinary, plural } from "./Common.ts"
 
 export const name = "edit_file"
 
@@ -29,6 +28,8 @@ export const Parameters = Schema.Struct({
 })
 export type Parameters = typeof Parameters.Type
 
+const utf8 = new TextEncoder()
+
 /** Non-overlapping occurrences of `needle`, left to right (what a replacement would touch). */
 const count = (haystack: string, needle: string): number => {
   let n = 0
@@ -43,7 +44,6 @@ export const definition = ToolRegistry.define({
   posture: "write",
   paths: (params) => [params.path],
   handler: Effect.fn("tool.edit_file")(function*(params: Parameters) {
-    const fs = yield* FileSystem.FileSystem
     const workspace = yield* Workspace
     const fail = (reason: string) => new ToolRegistry.ToolFailure({ tool: name, reason })
     if (params.old_string === "") {
@@ -52,29 +52,33 @@ export const definition = ToolRegistry.define({
     if (params.old_string === params.new_string) {
       return yield* fail("old_string and new_string are identical; nothing would change")
     }
-    const absolute = yield* workspace.resolve(params.path)
-    const type = yield* typeOf(name, params.path, absolute)
-    if (type === undefined) return yield* fail(`file not found: "${params.path}"; use write_file to create it`)
-    if (type !== "File") return yield* fail(`"${params.path}" is not a regular file`)
-
-    const bytes = yield* fs.readFile(absolute).pipe(Effect.mapError(fsFailure(name, params.path)))
-    if (looksBinary(bytes)) return yield* fail(`"${params.path}" looks like a binary file (it contains NUL bytes)`)
-    const content = decodeUtf8(bytes)
-    const found = count(content, params.old_string)
-    if (found === 0) return yield* fail(`old_string not found in ${params.path}`)
-    if (found > 1 && params.replace_all !== true) {
-      return yield* fail(
-        `old_string occurs ${found} times in ${params.path}; add surrounding context to make it unique, or pass replace_all: true to replace all ${found}`
+    // Read and replaced through one handle: the edit lands on the file it was computed from.
+    return yield* Effect.scoped(Effect.gen(function*() {
+      const file = yield* workspace.open(params.path).pipe(
+        Effect.catchTag("PlatformError", (error) => Effect.fail(fsFailure(name, params.path)(error)))
       )
-    }
-    // split/join and slicing, not String.replace: `$&`, `$1`… in new_string must stay literal.
-    const updated = params.replace_all === true
-      ? content.split(params.old_string).join(params.new_string)
-      : (() => {
-        const at = content.indexOf(params.old_string)
-        return content.slice(0, at) + params.new_string + content.slice(at + params.old_string.length)
-      })()
-    yield* fs.writeFileString(absolute, updated).pipe(Effect.mapError(fsFailure(name, params.path)))
-    return `replaced ${plural(found, "occurrence")} in ${workspace.relative(absolute)}`
+      if (file.type === undefined) return yield* fail(`file not found: "${params.path}"; use write_file to create it`)
+      if (file.type !== "File") return yield* fail(`"${params.path}" is not a regular file`)
+
+      const bytes = yield* file.read.pipe(Effect.mapError(fsFailure(name, params.path)))
+      if (looksBinary(bytes)) return yield* fail(`"${params.path}" looks like a binary file (it contains NUL bytes)`)
+      const content = decodeUtf8(bytes)
+      const found = count(content, params.old_string)
+      if (found === 0) return yield* fail(`old_string not found in ${params.path}`)
+      if (found > 1 && params.replace_all !== true) {
+        return yield* fail(
+          `old_string occurs ${found} times in ${params.path}; add surrounding context to make it unique, or pass replace_all: true to replace all ${found}`
+        )
+      }
+      // split/join and slicing, not String.replace: `$&`, `$1`… in new_string must stay literal.
+      const updated = params.replace_all === true
+        ? content.split(params.old_string).join(params.new_string)
+        : (() => {
+          const at = content.indexOf(params.old_string)
+          return content.slice(0, at) + params.new_string + content.slice(at + params.old_string.length)
+        })()
+      yield* file.replace(utf8.encode(updated)).pipe(Effect.mapError(fsFailure(name, params.path)))
+      return `replaced ${plural(found, "occurrence")} in ${workspace.relative(file.real)}`
+    }))
   })
 })

@@ -15,13 +15,12 @@
  * so the model knows to narrow the search rather than trust a partial list.
  */
 import * as Effect from "effect/Effect"
-import * as FileSystem from "effect/FileSystem"
 import * as Schema from "effect/Schema"
 import { RE2JS, RE2JSSyntaxException } from "re2js"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 import { Workspace } from "../Workspace.ts"
-import { decodeUtf8, looksBinary, plural, splitLines, typeOf } from "./Common.ts"
+import { decodeUtf8, fsFailure, looksBinary, plural, splitLines } from "./Common.ts"
 import * as Walk from "./Walk.ts"
 
 export const name = "grep"
@@ -111,6 +110,88 @@ export const compile = (pattern: string, ignoreCase: boolean): Effect.Effect<RE2
       catch: (error) => new ToolRegistry.ToolFailure({ tool: name, reason: compileFailure(pattern, error) })
     })
 
+/** The search itself, under a scope that closes every descriptor the walk opened. */
+const search = Effect.fnUntraced(function*(params: Parameters, limits: Limits) {
+  const workspace = yield* Workspace
+  const fail = (reason: string) => new ToolRegistry.ToolFailure({ tool: name, reason })
+
+  const regex = yield* compile(params.pattern, params.ignore_case === true)
+  const include = params.include === undefined ? undefined : yield* Walk.glob(name, params.include, "include")
+  const given = params.path ?? "."
+  const start = yield* workspace.open(given).pipe(
+    Effect.catchTag("PlatformError", (error) => Effect.fail(fsFailure(name, given)(error)))
+  )
+  if (start.type === undefined) return yield* fail(`path not found: "${given}"`)
+
+  const maxMatches = params.max_matches ?? defaultMaxMatches
+  const out: Array<string> = []
+  let chars = 0
+  let matches = 0
+  let cut: "matches" | "chars" | undefined
+  let tooLarge = 0
+
+  yield* Walk.files(start, (entry) =>
+    Effect.gen(function*() {
+      if (include !== undefined && !Walk.matches(include, entry, { basename: true })) return true
+      // Opened, then looked at: a file swapped for a FIFO is reported as one and skipped.
+      const file = yield* entry.open.pipe(Effect.orElseSucceed(() => undefined))
+      if (file?.type !== "File") return true
+      if (file.size > maxFileBytes) {
+        tooLarge++
+        return true
+      }
+      const bytes = yield* file.read.pipe(Effect.orElseSucceed(() => undefined))
+      if (bytes === undefined || looksBinary(bytes)) return true
+      // Reading is asynchronous, so every file starts on a fresh macrotask; within a
+      // large file the loop below yields every `yieldEveryChars`.
+      const lines = splitLines(decodeUtf8(bytes))
+      let sinceYield = 0
+      for (let i = 0; i < lines.length; i++) {
+        const line = lines[i] ?? ""
+        sinceYield += line.length + 1
+        if (sinceYield > yieldEveryChars) {
+          sinceYield = 0
+          yield* Effect.yieldNow
+        }
+        if (!regex.test(line)) continue
+        if (matches >= maxMatches) {
+          cut = "matches"
+          return false
+        }
+        const shown = line.length > maxLineChars ? `${line.slice(0, maxLineChars)} [...]` : line
+        const rendered = `${entry.relative}:${i + 1}: ${shown}`
+        if (chars + rendered.length + 1 > limits.maxOutputChars) {
+          cut = "chars"
+          return false
+        }
+        out.push(rendered)
+        chars += rendered.length + 1
+        matches++
+      }
+      return true
+    }))
+
+  const notes: Array<string> = []
+  if (cut === "matches") {
+    notes.push(
+      `[stopped after ${
+        plural(maxMatches, "match", "matches")
+      } (max_matches); narrow the pattern, path or include, or raise max_matches]`
+    )
+  } else if (cut === "chars") {
+    notes.push(
+      `[output truncated at ${limits.maxOutputChars} characters after ${
+        plural(matches, "match", "matches")
+      }; narrow the pattern, path or include]`
+    )
+  }
+  if (tooLarge > 0) notes.push(`[skipped ${plural(tooLarge, "file")} larger than ${maxFileBytes} bytes]`)
+  if (out.length === 0) {
+    return [`No matches for /${params.pattern}/ under ${workspace.relative(start.real)}`, ...notes].join("\n")
+  }
+  return [...out, ...notes].join("\n")
+})
+
 export const definition = (limits: Limits) =>
   ToolRegistry.define({
     name,
@@ -118,82 +199,6 @@ export const definition = (limits: Limits) =>
     parameters: Parameters,
     posture: "read",
     handler: Effect.fn("tool.grep")(function*(params: Parameters) {
-      const fs = yield* FileSystem.FileSystem
-      const workspace = yield* Workspace
-      const fail = (reason: string) => new ToolRegistry.ToolFailure({ tool: name, reason })
-
-      const regex = yield* compile(params.pattern, params.ignore_case === true)
-      const include = params.include === undefined ? undefined : yield* Walk.glob(name, params.include, "include")
-      const given = params.path ?? "."
-      const start = yield* workspace.resolve(given)
-      const type = yield* typeOf(name, given, start)
-      if (type === undefined) return yield* fail(`path not found: "${given}"`)
-
-      const maxMatches = params.max_matches ?? defaultMaxMatches
-      const out: Array<string> = []
-      let chars = 0
-      let matches = 0
-      let cut: "matches" | "chars" | undefined
-      let tooLarge = 0
-
-      yield* Walk.files(start, (entry) =>
-        Effect.gen(function*() {
-          if (include !== undefined && !Walk.matches(include, entry, { basename: true })) return true
-          const info = yield* fs.stat(entry.absolute).pipe(Effect.orElseSucceed(() => undefined))
-          if (info === undefined) return true
-          if (Number(info.size) > maxFileBytes) {
-            tooLarge++
-            return true
-          }
-          const bytes = yield* fs.readFile(entry.absolute).pipe(Effect.orElseSucceed(() => undefined))
-          if (bytes === undefined || looksBinary(bytes)) return true
-          // Reading is asynchronous, so every file starts on a fresh macrotask; within a
-          // large file the loop below yields every `yieldEveryChars`.
-          const lines = splitLines(decodeUtf8(bytes))
-          let sinceYield = 0
-          for (let i = 0; i < lines.length; i++) {
-            const line = lines[i] ?? ""
-            sinceYield += line.length + 1
-            if (sinceYield > yieldEveryChars) {
-              sinceYield = 0
-              yield* Effect.yieldNow
-            }
-            if (!regex.test(line)) continue
-            if (matches >= maxMatches) {
-              cut = "matches"
-              return false
-            }
-            const shown = line.length > maxLineChars ? `${line.slice(0, maxLineChars)} [...]` : line
-            const rendered = `${entry.relative}:${i + 1}: ${shown}`
-            if (chars + rendered.length + 1 > limits.maxOutputChars) {
-              cut = "chars"
-              return false
-            }
-            out.push(rendered)
-            chars += rendered.length + 1
-            matches++
-          }
-          return true
-        }))
-
-      const notes: Array<string> = []
-      if (cut === "matches") {
-        notes.push(
-          `[stopped after ${
-            plural(maxMatches, "match", "matches")
-          } (max_matches); narrow the pattern, path or include, or raise max_matches]`
-        )
-      } else if (cut === "chars") {
-        notes.push(
-          `[output truncated at ${limits.maxOutputChars} characters after ${
-            plural(matches, "match", "matches")
-          }; narrow the pattern, path or include]`
-        )
-      }
-      if (tooLarge > 0) notes.push(`[skipped ${plural(tooLarge, "file")} larger than ${maxFileBytes} bytes]`)
-      if (out.length === 0) {
-        return [`No matches for /${params.pattern}/ under ${workspace.relative(start)}`, ...notes].join("\n")
-      }
-      return [...out, ...notes].join("\n")
+      return yield* Effect.scoped(search(params, limits))
     })
   })

@@ -6,13 +6,11 @@
  * one that leads out of the workspace is labelled so, and its target is never touched.
  */
 import * as Effect from "effect/Effect"
-import * as FileSystem from "effect/FileSystem"
-import * as Path from "effect/Path"
 import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 import { Workspace } from "../Workspace.ts"
-import { fsFailure, plural, typeOf } from "./Common.ts"
+import { fsFailure, plural } from "./Common.ts"
 
 export const name = "list_dir"
 /** Entries shown at most; the rest are counted. */
@@ -31,29 +29,33 @@ export const definition = ToolRegistry.define({
   parameters: Parameters,
   posture: "read",
   handler: Effect.fn("tool.list_dir")(function*(params: Parameters) {
-    const fs = yield* FileSystem.FileSystem
-    const path = yield* Path.Path
     const workspace = yield* Workspace
     const given = params.path ?? "."
-    const absolute = yield* workspace.resolve(given)
     const fail = (reason: string) => new ToolRegistry.ToolFailure({ tool: name, reason })
 
-    const type = yield* typeOf(name, given, absolute)
-    if (type === undefined) return yield* fail(`directory not found: "${given}"`)
-    if (type !== "Directory") return yield* fail(`"${given}" is not a directory; use read_file to read a file`)
-
-    const entries = yield* fs.readDirectoryEntries(absolute).pipe(Effect.mapError(fsFailure(name, given)))
-    const names = yield* Effect.forEach(entries, ({ name: entry, type }) =>
-      type === "Directory"
-        ? Effect.succeed(`${entry}/`)
-        : type === "SymbolicLink" || type === "Unknown"
-        ? workspace.resolve(path.join(absolute, entry)).pipe(
-          Effect.flatMap((real) => fs.stat(real)),
-          Effect.map((info) => (info.type === "Directory" ? `${entry}/` : entry)),
-          Effect.catchTag("OutsideWorkspace", () => Effect.succeed(`${entry} (symlink to outside the workspace)`)),
-          Effect.orElseSucceed(() => entry)
-        )
-        : Effect.succeed(entry))
+    const { names, absolute } = yield* Effect.scoped(Effect.gen(function*() {
+      const directory = yield* workspace.open(given).pipe(
+        Effect.catchTag("PlatformError", (error) => Effect.fail(fsFailure(name, given)(error)))
+      )
+      if (directory.type === undefined) return yield* fail(`directory not found: "${given}"`)
+      if (directory.type !== "Directory") {
+        return yield* fail(`"${given}" is not a directory; use read_file to read a file`)
+      }
+      const entries = yield* directory.entries.pipe(Effect.mapError(fsFailure(name, given)))
+      const relative = workspace.relative(directory.real)
+      const names = yield* Effect.forEach(entries, ({ name: entry, type }) =>
+        type === "Directory"
+          ? Effect.succeed(`${entry}/`)
+          : type === "SymbolicLink" || type === "Unknown"
+          // Resolved the way every tool resolves it (checked, never followed out), only to label it.
+          ? Effect.scoped(workspace.open(relative === "." ? entry : `${relative}/${entry}`)).pipe(
+            Effect.map((target) => (target.type === "Directory" ? `${entry}/` : entry)),
+            Effect.catchTag("OutsideWorkspace", () => Effect.succeed(`${entry} (symlink to outside the workspace)`)),
+            Effect.orElseSucceed(() => entry)
+          )
+          : Effect.succeed(entry))
+      return { names, absolute: directory.real }
+    }))
     names.sort()
 
     const relative = workspace.relative(absolute)

@@ -5,12 +5,11 @@
  * context; the output also stops at `maxOutputChars`, and every cut says how to read on.
  */
 import * as Effect from "effect/Effect"
-import * as FileSystem from "effect/FileSystem"
 import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 import { Workspace } from "../Workspace.ts"
-import { decodeUtf8, fsFailure, looksBinary, plural, splitLines, typeOf } from "./Common.ts"
+import { decodeUtf8, fsFailure, looksBinary, plural, splitLines } from "./Common.ts"
 
 export const name = "read_file"
 export const defaultLimit = 2000
@@ -53,25 +52,27 @@ export const definition = (limits: Limits) =>
     parameters: Parameters,
     posture: "read",
     handler: Effect.fn("tool.read_file")(function*(params: Parameters) {
-      const fs = yield* FileSystem.FileSystem
       const workspace = yield* Workspace
-      const absolute = yield* workspace.resolve(params.path)
       const fail = (reason: string) => new ToolRegistry.ToolFailure({ tool: name, reason })
 
-      const type = yield* typeOf(name, params.path, absolute)
-      if (type === undefined) return yield* fail(`file not found: "${params.path}"`)
-      if (type === "Directory") return yield* fail(`"${params.path}" is a directory; use list_dir to see its entries`)
-      if (type !== "File") return yield* fail(`"${params.path}" is not a regular file`)
-
-      const info = yield* fs.stat(absolute).pipe(Effect.mapError(fsFailure(name, params.path)))
-      if (Number(info.size) > maxFileBytes) {
-        return yield* fail(
-          `"${params.path}" is ${
-            Number(info.size)
-          } bytes, over the ${maxFileBytes}-byte limit; use grep to find what you need, or shell (e.g. sed -n) for a slice`
+      // Opened first, then looked at: the descriptor says what it is (a FIFO is never read).
+      const { bytes, real: absolute } = yield* Effect.scoped(Effect.gen(function*() {
+        const file = yield* workspace.open(params.path).pipe(
+          Effect.catchTag("PlatformError", (error) => Effect.fail(fsFailure(name, params.path)(error)))
         )
-      }
-      const bytes = yield* fs.readFile(absolute).pipe(Effect.mapError(fsFailure(name, params.path)))
+        if (file.type === undefined) return yield* fail(`file not found: "${params.path}"`)
+        if (file.type === "Directory") {
+          return yield* fail(`"${params.path}" is a directory; use list_dir to see its entries`)
+        }
+        if (file.type !== "File") return yield* fail(`"${params.path}" is not a regular file`)
+        if (file.size > maxFileBytes) {
+          return yield* fail(
+            `"${params.path}" is ${file.size} bytes, over the ${maxFileBytes}-byte limit; use grep to find what you need, or shell (e.g. sed -n) for a slice`
+          )
+        }
+        const bytes = yield* file.read.pipe(Effect.mapError(fsFailure(name, params.path)))
+        return { bytes, real: file.real }
+      }))
       if (looksBinary(bytes)) return yield* fail(`"${params.path}" looks like a binary file (it contains NUL bytes)`)
 
       const lines = splitLines(decodeUtf8(bytes))

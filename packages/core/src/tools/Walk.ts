@@ -6,15 +6,19 @@
  * follows a symlinked directory (no loops, no duplicates, no way out of the workspace),
  * and yields a symlinked file only when its target resolves inside the workspace. FIFOs,
  * sockets and devices are skipped: reading one could block forever. Unreadable
- * directories are skipped silently; the caller already checked the starting point.
+ * directories are skipped silently; the caller already checked the starting point. It walks
+ * descriptors, not paths (internal/safeFs.ts): each directory is opened through its parent's.
  */
 import * as Effect from "effect/Effect"
-import * as FileSystem from "effect/FileSystem"
+import type * as FileSystem from "effect/FileSystem"
 import * as Path from "effect/Path"
+import type * as PlatformError from "effect/PlatformError"
 import * as Result from "effect/Result"
+import type * as Scope from "effect/Scope"
 import { posix } from "node:path"
+import type * as SafeFs from "../internal/safeFs.ts"
 import { ToolFailure } from "../ToolRegistry.ts"
-import { Workspace } from "../Workspace.ts"
+import { type OutsideWorkspace, Workspace } from "../Workspace.ts"
 import * as GlobPattern from "./GlobPattern.ts"
 
 /** Directory names the walker never enters. */
@@ -27,65 +31,78 @@ export interface Entry {
   readonly relative: string
   /** Relative to the directory the walk started from, `/`-separated. */
   readonly fromStart: string
+  /**
+   * The file, opened through the walked directory's descriptor (a link: resolved and checked
+   * the way `Workspace.open` does); `type` says what was really opened. Valid in `visit`.
+   */
+  readonly open: Effect.Effect<SafeFs.Handle, OutsideWorkspace | PlatformError.PlatformError, Scope.Scope>
 }
 
 /**
- * Visits every regular file under `start` (an absolute path that went through
- * `Workspace.resolve`); `visit` returns `false` to stop the walk early. A file as `start`
- * is visited alone.
+ * Visits every regular file under `start` (a handle from `Workspace.open`, whose real path is
+ * `start.real`); `visit` returns `false` to stop the walk early. A file as `start` is visited
+ * alone. Directories are entered through their parent's descriptor without following links,
+ * so a swap while walking can never lead out of the workspace.
  */
 export const files = <E, R>(
-  start: string,
+  start: SafeFs.Handle,
   visit: (entry: Entry) => Effect.Effect<boolean, E, R>
-): Effect.Effect<void, E, R | FileSystem.FileSystem | Path.Path | Workspace> =>
+): Effect.Effect<void, E, R | Path.Path | Workspace> =>
   Effect.gen(function*() {
-    const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const workspace = yield* Workspace
     let stopped = false
 
-    const entry = (absolute: string): Entry => ({
+    const entry = (absolute: string, open: Entry["open"]): Entry => ({
       absolute,
       relative: workspace.relative(absolute),
-      fromStart: path.relative(start, absolute).split(path.sep).join("/") || path.basename(absolute)
+      fromStart: path.relative(start.real, absolute).split(path.sep).join("/") || path.basename(absolute),
+      open
     })
 
-    const emit = (absolute: string) =>
-      Effect.map(visit(entry(absolute)), (goOn) => {
+    const emit = (absolute: string, open: Entry["open"]) =>
+      Effect.map(Effect.scoped(visit(entry(absolute, open))), (goOn) => {
         if (!goOn) stopped = true
       })
 
-    // What a symlink (or an entry of unknown type) really is, if it may be walked at all.
+    // A link, or an entry of unknown type: what it really is, if it may be walked at all (a
+    // linked directory is never entered).
     const kindOf = (absolute: string, type: FileSystem.File.Type) =>
       type !== "SymbolicLink" && type !== "Unknown"
         ? Effect.succeed(type)
-        : workspace.resolve(absolute).pipe(
-          Effect.flatMap((real) => fs.stat(real)),
-          Effect.map((info) => (type === "SymbolicLink" && info.type === "Directory" ? "Unknown" : info.type)),
+        : Effect.scoped(workspace.open(absolute)).pipe(
+          Effect.map((target) => (type === "SymbolicLink" && target.type === "Directory" ? "Unknown" : target.type)),
           Effect.orElseSucceed((): FileSystem.File.Type => "Unknown")
         )
 
-    const walkDirectory = (directory: string): Effect.Effect<void, E, R> =>
+    const walkDirectory = (directory: SafeFs.Handle, absolute: string): Effect.Effect<void, E, R> =>
       Effect.gen(function*() {
-        const entries = yield* fs.readDirectoryEntries(directory).pipe(
+        const entries = yield* directory.entries.pipe(
           Effect.orElseSucceed((): ReadonlyArray<FileSystem.DirectoryEntry> => [])
         )
         const sorted = [...entries].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
         for (const { name, type } of sorted) {
           if (stopped) return
-          const absolute = path.join(directory, name)
-          const kind = yield* kindOf(absolute, type)
+          const child = path.join(absolute, name)
+          const kind = yield* kindOf(child, type)
           if (kind === "Directory") {
-            if (!skippedDirectories.has(name)) yield* walkDirectory(absolute)
+            if (skippedDirectories.has(name)) continue
+            // Entered through this directory's descriptor, not following a link; skipped
+            // when it is no longer a directory (swapped meanwhile) or cannot be opened.
+            yield* Effect.scoped(
+              directory.child(name).pipe(
+                Effect.orElseSucceed(() => undefined),
+                Effect.flatMap((opened) => opened?.type === "Directory" ? walkDirectory(opened, child) : Effect.void)
+              )
+            )
           } else if (kind === "File") {
-            yield* emit(absolute)
+            yield* emit(child, type === "File" ? directory.child(name) : workspace.open(child))
           }
         }
       })
 
-    const info = yield* fs.stat(start).pipe(Effect.orElseSucceed(() => undefined))
-    if (info?.type === "Directory") yield* walkDirectory(start)
-    else if (info?.type === "File") yield* emit(start)
+    if (start.type === "Directory") yield* walkDirectory(start, start.real)
+    else if (start.type === "File") yield* emit(start.real, Effect.succeed(start))
   })
 
 /** A glob compiled once per tool call (see `GlobPattern`); `basename` as in {@link matches}. */

@@ -1,18 +1,18 @@
 /**
  * write_file — create or overwrite a workspace file with the given content.
  *
- * Parent directories are created. The path goes through `Workspace.resolve` first, which
- * checks the nearest existing ancestor's real path, so writing through a symlinked
- * directory that points outside the workspace is refused before anything is created.
+ * Parent directories are created. The file is reached through `Workspace.open`: each directory
+ * on the way is opened and verified inside the workspace (created there, one at a time, when
+ * missing), and the content goes to a temporary file in that verified directory, renamed over
+ * the target: a directory swapped for a link to outside while this runs cannot redirect the
+ * write, and a reader never sees a half-written file. An existing file keeps its mode.
  */
 import * as Effect from "effect/Effect"
-import * as FileSystem from "effect/FileSystem"
-import * as Path from "effect/Path"
 import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 import { Workspace } from "../Workspace.ts"
-import { fsFailure, plural, typeOf } from "./Common.ts"
+import { fsFailure, plural } from "./Common.ts"
 
 export const name = "write_file"
 
@@ -33,24 +33,23 @@ export const definition = ToolRegistry.define({
   posture: "write",
   paths: (params) => [params.path],
   handler: Effect.fn("tool.write_file")(function*(params: Parameters) {
-    const fs = yield* FileSystem.FileSystem
-    const path = yield* Path.Path
     const workspace = yield* Workspace
-    const absolute = yield* workspace.resolve(params.path)
-    const type = yield* typeOf(name, params.path, absolute)
-    if (type !== undefined && type !== "File") {
-      return yield* new ToolRegistry.ToolFailure({
-        tool: name,
-        reason: `"${params.path}" is ${
-          type === "Directory" ? "a directory" : "not a regular file"
-        }; give the path of a file`
-      })
-    }
     const bytes = utf8.encode(params.content)
-    yield* fs.makeDirectory(path.dirname(absolute), { recursive: true }).pipe(
-      Effect.mapError(fsFailure(name, params.path))
-    )
-    yield* fs.writeFile(absolute, bytes).pipe(Effect.mapError(fsFailure(name, params.path)))
-    return `wrote ${plural(bytes.length, "byte")} to ${workspace.relative(absolute)}`
+    const real = yield* Effect.scoped(Effect.gen(function*() {
+      const file = yield* workspace.open(params.path, { createParents: true }).pipe(
+        Effect.catchTag("PlatformError", (error) => Effect.fail(fsFailure(name, params.path)(error)))
+      )
+      if (file.type !== undefined && file.type !== "File") {
+        return yield* new ToolRegistry.ToolFailure({
+          tool: name,
+          reason: `"${params.path}" is ${
+            file.type === "Directory" ? "a directory" : "not a regular file"
+          }; give the path of a file`
+        })
+      }
+      yield* file.replace(bytes).pipe(Effect.mapError(fsFailure(name, params.path)))
+      return file.real
+    }))
+    return `wrote ${plural(bytes.length, "byte")} to ${workspace.relative(real)}`
   })
 })
