@@ -7,6 +7,7 @@ import { Effect, Fiber, Schedule } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import * as net from "node:net"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
+import * as Trust from "../src/Trust.ts"
 import * as Permission from "../src/Permission.ts"
 import * as Roles from "../src/Roles.ts"
 import * as Sandbox from "../src/Sandbox.ts"
@@ -189,6 +190,8 @@ describe("[sandbox] configuration", () => {
           `writable_paths = []`
         ].join("\n")
       )
+      // The file widens the sandbox (network, writable paths, bwrap_path): read as written once trusted.
+      yield* Trust.trust({ workspace: h.root, home: h.outside, now: new Date(0) })
       const { settings } = yield* FibrilConfig.load({ cwd: h.root, home: h.outside, env: {} })
       assert.deepStrictEqual(settings.sandbox, {
         mode: "read-only",
