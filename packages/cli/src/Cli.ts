@@ -503,7 +503,10 @@ export const trust = Command.make(
       "untrusted, those settings are ignored"
   ),
   Command.withExamples([
-    { command: "fibril trust", description: "Trust the project around the current directory, with its config as it is" },
+    {
+      command: "fibril trust",
+      description: "Trust the project around the current directory, with its config as it is"
+    },
     { command: "fibril trust --list", description: "The trusted workspaces, and whether their config changed since" },
     { command: "fibril trust --revoke ~/src/app" }
   ])

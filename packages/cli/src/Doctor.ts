@@ -16,10 +16,10 @@
  * Exit code 0 when no check failed (warnings allowed), 1 otherwise.
  */
 import * as FibrilConfig from "@fibril/core/FibrilConfig"
-import * as Trust from "@fibril/core/Trust"
 import * as Sandbox from "@fibril/core/Sandbox"
 import { redactText, redactUrl } from "@fibril/core/Secrets"
 import * as SubAgentStore from "@fibril/core/SubAgentStore"
+import * as Trust from "@fibril/core/Trust"
 import { OpenAiClient } from "@fibril/openai"
 import { ScriptedModel } from "@fibril/testkit"
 import * as Effect from "effect/Effect"

@@ -2,8 +2,8 @@
 // including the unconfined fallback where no sandbox works.
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, FileSystem, Path } from "effect"
 import * as Trust from "@fibril/core/Trust"
+import { Effect, FileSystem, Path } from "effect"
 import { fibril } from "./run.ts"
 
 /** A workspace holding `toml`, trusted (its sandbox settings apply) under a HOME of its own. */

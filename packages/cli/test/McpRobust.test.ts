@@ -34,7 +34,8 @@ const server = Effect.acquireRelease(
         newline = pending.indexOf("\n")
       }
     })
-    const send = (text: string) => Effect.promise(() => new Promise<void>((resolve) => child.stdin.write(text, () => resolve())))
+    const send = (text: string) =>
+      Effect.promise(() => new Promise<void>((resolve) => child.stdin.write(text, () => resolve())))
     /** The first message `test` accepts, polled for at most `ms` (a real process). */
     const waitFor = (test: (message: Message) => boolean, what: string, ms = 30_000) =>
       Effect.promise(() =>
@@ -77,16 +78,20 @@ const initialize = (s: Effect.Success<typeof server>) =>
 const toolsListed = (id: number) => (m: Message) => m.id === id && Array.isArray(m.result?.tools)
 
 describe("fibril mcp answers everything it can", () => {
-  it.live("a malformed line and a valid request in one write: -32700 (id null) and the valid response", () =>
-    Effect.gen(function*() {
-      const s = yield* server
-      yield* initialize(s)
-      yield* s.send(`{"jsonrpc":"2.0","id":2,"method":\n${request(3, "tools/list")}`)
-      const parseError = yield* s.waitFor((m) => m.error?.code === -32700, "-32700")
-      assert.isNull(parseError.id)
-      const listed = yield* s.waitFor(toolsListed(3), "tools/list response")
-      assert.include(listed.result.tools.map((tool: { name: string }) => tool.name), "task")
-    }).pipe(Effect.scoped), 90_000)
+  it.live(
+    "a malformed line and a valid request in one write: -32700 (id null) and the valid response",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* server
+        yield* initialize(s)
+        yield* s.send(`{"jsonrpc":"2.0","id":2,"method":\n${request(3, "tools/list")}`)
+        const parseError = yield* s.waitFor((m) => m.error?.code === -32700, "-32700")
+        assert.isNull(parseError.id)
+        const listed = yield* s.waitFor(toolsListed(3), "tools/list response")
+        assert.include(listed.result.tools.map((tool: { name: string }) => tool.name), "task")
+      }).pipe(Effect.scoped),
+    90_000
+  )
 
   it.live("a line over 16 MiB: -32600; the server answers the next request", () =>
     Effect.gen(function*() {
@@ -106,16 +111,20 @@ describe("fibril mcp answers everything it can", () => {
       yield* s.waitFor(toolsListed(5), "tools/list after the oversized line")
     }).pipe(Effect.scoped), 90_000)
 
-  it.live("100,000-deep JSON with a readable id: an error with that id; the server answers the next request", () =>
-    Effect.gen(function*() {
-      const s = yield* server
-      yield* initialize(s)
-      const deep = "[".repeat(100_000) + "]".repeat(100_000)
-      yield* s.send(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"task","arguments":${deep}}}\n`)
-      const tooDeep = yield* s.waitFor((m) => m.id === 6, "an answer to id 6")
-      assert.strictEqual(tooDeep.error?.code, -32600)
-      yield* s.send(request(7, "tools/list"))
-      yield* s.waitFor(toolsListed(7), "tools/list after the deep line")
-      assert.isNull(s.child.exitCode)
-    }).pipe(Effect.scoped), 90_000)
+  it.live(
+    "100,000-deep JSON with a readable id: an error with that id; the server answers the next request",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* server
+        yield* initialize(s)
+        const deep = "[".repeat(100_000) + "]".repeat(100_000)
+        yield* s.send(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"task","arguments":${deep}}}\n`)
+        const tooDeep = yield* s.waitFor((m) => m.id === 6, "an answer to id 6")
+        assert.strictEqual(tooDeep.error?.code, -32600)
+        yield* s.send(request(7, "tools/list"))
+        yield* s.waitFor(toolsListed(7), "tools/list after the deep line")
+        assert.isNull(s.child.exitCode)
+      }).pipe(Effect.scoped),
+    90_000
+  )
 })

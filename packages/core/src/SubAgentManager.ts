@@ -45,7 +45,6 @@ import { sleepUnref } from "./internal/sleep.ts"
 import { withSpan } from "./internal/span.ts"
 import * as Transcript from "./internal/transcript.ts"
 import { Models, type UnknownModel } from "./Models.ts"
-import * as SpawnCheck from "./SpawnCheck.ts"
 import * as OutputContract from "./OutputContract.ts"
 import * as Permission from "./Permission.ts"
 import * as Receipt from "./Receipt.ts"
@@ -58,6 +57,7 @@ import {
   Session,
   type SessionNotFound
 } from "./Session.ts"
+import * as SpawnCheck from "./SpawnCheck.ts"
 import {
   agentOfRunId,
   currentRunId,

@@ -314,8 +314,10 @@ export const list = Effect.fnUntraced(function*(fs: FileSystem.FileSystem, home:
   const fail = (reason: string) => new TrustFileError({ path: file, reason })
   const text = yield* fs.readFileString(file).pipe(
     Effect.map(Option.some),
-    Effect.catchTag("PlatformError", (error) =>
-      error.reason._tag === "NotFound" ? Effect.succeedNone : Effect.fail(fail(error.message)))
+    Effect.catchTag(
+      "PlatformError",
+      (error) => error.reason._tag === "NotFound" ? Effect.succeedNone : Effect.fail(fail(error.message))
+    )
   )
   if (Option.isNone(text)) return [] as ReadonlyArray<Entry>
   const table = yield* Effect.try({ try: () => Toml().parse(text.value), catch: (error) => fail(String(error)) })
@@ -390,15 +392,17 @@ export const trust = Effect.fn("Trust.trust")(function*(options: {
  *
  * @since 0.1.0
  */
-export const revoke = Effect.fn("Trust.revoke")(function*(options: { readonly workspace: string; readonly home: string }) {
-  const fs = yield* FileSystem.FileSystem
-  const workspace = yield* realWorkspace(fs, options.workspace)
-  const entries = yield* list(fs, options.home)
-  const kept = entries.filter((entry) => entry.path !== workspace && entry.path !== path.resolve(options.workspace))
-  if (kept.length === entries.length) return false
-  yield* write(fs, options.home, kept)
-  return true
-})
+export const revoke = Effect.fn("Trust.revoke")(
+  function*(options: { readonly workspace: string; readonly home: string }) {
+    const fs = yield* FileSystem.FileSystem
+    const workspace = yield* realWorkspace(fs, options.workspace)
+    const entries = yield* list(fs, options.home)
+    const kept = entries.filter((entry) => entry.path !== workspace && entry.path !== path.resolve(options.workspace))
+    if (kept.length === entries.length) return false
+    yield* write(fs, options.home, kept)
+    return true
+  }
+)
 
 /**
  * Whether `workspace` is trusted with the config text it holds now.

@@ -7,12 +7,12 @@ import { Effect, Fiber, Schedule } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import * as net from "node:net"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
-import * as Trust from "../src/Trust.ts"
 import * as Permission from "../src/Permission.ts"
 import * as Roles from "../src/Roles.ts"
 import * as Sandbox from "../src/Sandbox.ts"
 import type * as ToolRegistry from "../src/ToolRegistry.ts"
 import type * as Shell from "../src/tools/Shell.ts"
+import * as Trust from "../src/Trust.ts"
 import { context, pidsWith, provide, setup } from "./tools/harness.ts"
 
 type Harness = Effect.Success<ReturnType<typeof setup>>

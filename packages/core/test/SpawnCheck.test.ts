@@ -78,7 +78,13 @@ describe("spawn requests are bounded and their model checked", () => {
       const [task] = toolResults(yield* session.transcript(root.id))
       assert.isFalse(task!.isFailure, JSON.stringify(task))
       const manager = get(SubAgentManager.SubAgentManager)
-      const spawned = yield* manager.spawn(root.id, { prompt: "again", model: (yield* manager.list({ includeArchived: true }))[0]!.model })
-      assert.strictEqual(spawned.status === "pending" || spawned.status === "running" || spawned.status === "completed", true)
+      const spawned = yield* manager.spawn(root.id, {
+        prompt: "again",
+        model: (yield* manager.list({ includeArchived: true }))[0]!.model
+      })
+      assert.strictEqual(
+        spawned.status === "pending" || spawned.status === "running" || spawned.status === "completed",
+        true
+      )
     }).pipe(provideNode))
 })

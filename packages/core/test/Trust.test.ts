@@ -194,7 +194,7 @@ describe("Trust (property)", () => {
           const allowed = postureOf(base, role, cwd)
           assert.isAtMost(got.mode, allowed.mode, role)
           if (got.network) assert.isTrue(allowed.network, `${role} got the network`)
-          if (got.mode < 2) for (const entry of got.writable) assert.isTrue(allowed.writable.has(entry), entry)
+          if (got.mode < 2) { for (const entry of got.writable) assert.isTrue(allowed.writable.has(entry), entry) }
         }
         yield* fs.remove(path.join(cwd, ".fibril"), { recursive: true })
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
