@@ -43,6 +43,7 @@ import * as McpCommand from "./McpCommand.ts"
 import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
 import * as Run from "./Run.ts"
+import * as TrustCommand from "./TrustCommand.ts"
 import * as Workspace from "./Workspace.ts"
 
 /** This package's version (package.json sits one level above both src/ and dist/). */
@@ -480,6 +481,37 @@ export const config = Command.make(
   ])
 )
 
+export const trust = Command.make(
+  "trust",
+  {
+    path: Argument.String("path").pipe(
+      Argument.withDescription("The workspace (default: the project around the current directory)"),
+      Argument.optional
+    ),
+    revoke: Flag.Boolean("revoke").pipe(Flag.withDescription("Stop trusting it"), Flag.withDefault(false)),
+    list: Flag.Boolean("list").pipe(Flag.withDescription("List the trusted workspaces"), Flag.withDefault(false))
+  },
+  Effect.fn("fibril.trust.command")(function*(flags) {
+    const environment = yield* ProcessEnvironment
+    if (flags.list) return yield* TrustCommand.list(environment, out)
+    if (flags.revoke) return yield* TrustCommand.revoke(flags.path, environment, out)
+    yield* TrustCommand.trust(flags.path, environment, out)
+  })
+).pipe(
+  Command.withDescription(
+    "Let a workspace's own .fibril/config.toml widen the sandbox (mode off, network, writable paths, bwrap_path); " +
+      "untrusted, those settings are ignored"
+  ),
+  Command.withExamples([
+    {
+      command: "fibril trust",
+      description: "Trust the project around the current directory, with its config as it is"
+    },
+    { command: "fibril trust --list", description: "The trusted workspaces, and whether their config changed since" },
+    { command: "fibril trust --revoke ~/src/app" }
+  ])
+)
+
 export const doctor = Command.make(
   "doctor",
   { model: modelFlag, baseUrl: baseUrlFlag, cwd: cwdFlag, json: jsonDocumentFlag },
@@ -685,6 +717,7 @@ export const fibril = Command.make("fibril").pipe(
     demo,
     agents,
     config,
+    trust,
     McpCommand.make(ProcessEnvironment, version),
     doctor,
     worker,
@@ -707,7 +740,7 @@ export const fibril = Command.make("fibril").pipe(
 
 /** The commands `fibril help` explains, by parent. */
 const commandNames: Record<string, ReadonlyArray<string>> = {
-  "": ["run", "demo", "agents", "config", "mcp", "doctor", "worker", "cluster", "lab", "help"],
+  "": ["run", "demo", "agents", "config", "trust", "mcp", "doctor", "worker", "cluster", "lab", "help"],
   agents: ["list", "show", "transcript", "cancel", "resume"],
   cluster: ["migrate", "prune", "status", "cancel", "input", "resume"],
   lab: ["run", "replay", "report"]
@@ -752,6 +785,8 @@ const usageErrors = new Set([
   "AgentNotRecorded",
   "AgentNotFound",
   "NotResumable",
+  "NothingToTrust",
+  "TrustFileError",
   ...ClusterCommand.usageErrors
 ])
 

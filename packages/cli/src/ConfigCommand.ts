@@ -6,6 +6,7 @@
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as Sandbox from "@fibril/core/Sandbox"
 import { redactUrl } from "@fibril/core/Secrets"
+import type * as Trust from "@fibril/core/Trust"
 import * as Effect from "effect/Effect"
 import type * as Output from "./Output.ts"
 
@@ -80,6 +81,17 @@ export const lines = (resolved: FibrilConfig.Resolved): Array<string> => {
   return out
 }
 
+/** What the project file widens and whether it applies (its workspace trusted), as comments. */
+export const trustLines = (report: Trust.Report | undefined): Array<string> =>
+  report === undefined ? [] : [
+    report.status === "trusted"
+      ? `# trust: ${report.workspace} is trusted; its config widens the sandbox:`
+      : `# trust: ${report.workspace} is ${
+        report.status === "changed" ? "trusted, but its config changed since" : "not trusted"
+      }; IGNORED (fibril trust applies them):`,
+    ...report.widenings.map((widening) => `#   ${widening.key} = ${widening.value}: ${widening.effect}`)
+  ]
+
 /** Which sandbox `shell` commands get here, and what each built-in role's shell can do. */
 export const sandboxLines = (settings: FibrilConfig.SandboxSettings, status: Sandbox.Status): Array<string> => [
   status.available
@@ -118,6 +130,7 @@ export const show = Effect.fn("fibril.config")(function*(
     }, defaults)`
   )
   yield* output.line(`# model selection: ${model}`)
+  for (const text of trustLines(resolved.trust)) yield* output.line(text)
   if (sandbox !== undefined) {
     for (const text of sandboxLines(resolved.settings.sandbox, sandbox)) yield* output.line(text)
   }

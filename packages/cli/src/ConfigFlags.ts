@@ -1,12 +1,14 @@
 /**
  * Loading the configuration for a command: `FibrilConfig.load` with the `--no-strict`
  * global flag applied, and what was only a warning (an unknown key when not strict)
- * written to stderr as a log line before the command goes on.
+ * written to stderr as a log line before the command goes on; so is what the workspace's own
+ * config file widened, or what of it was ignored because the workspace is not trusted.
  *
  * `--no-strict` is a global flag (`fibril --no-strict run …` or `fibril run … --no-strict`)
  * so every command that reads the configuration honours it the same way.
  */
 import * as FibrilConfig from "@fibril/core/FibrilConfig"
+import * as Trust from "@fibril/core/Trust"
 import { Flag, GlobalFlag } from "effect/cli"
 import * as Effect from "effect/Effect"
 
@@ -34,5 +36,7 @@ export const load = Effect.fn("fibril.config.load")(function*(
     ...(strict ? {} : { strict: false })
   })
   for (const warning of resolved.warnings) yield* Effect.logWarning(`config: ${warning}`)
+  // What the project file widened (a trusted workspace), or what of it was ignored and why.
+  if (resolved.trust !== undefined) yield* Effect.logWarning(Trust.describe(resolved.trust))
   return resolved
 })

@@ -19,6 +19,7 @@ import * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as Sandbox from "@fibril/core/Sandbox"
 import { redactText, redactUrl } from "@fibril/core/Secrets"
 import * as SubAgentStore from "@fibril/core/SubAgentStore"
+import * as Trust from "@fibril/core/Trust"
 import { OpenAiClient } from "@fibril/openai"
 import { ScriptedModel } from "@fibril/testkit"
 import * as Effect from "effect/Effect"
@@ -230,9 +231,11 @@ export const run = Effect.fn("fibril.doctor")(function*(input: Input) {
   if (Result.isFailure(loaded)) {
     checks.push(check("config", "fail", `${sources}: ${redactText(loaded.failure.message)}`))
   } else {
-    const { warnings, clamped } = loaded.success
+    const { warnings, clamped, trust } = loaded.success
     const notes = [
       ...warnings,
+      // What the workspace's own config widens (trusted), or what of it is ignored (not trusted).
+      ...(trust === undefined ? [] : [Trust.describe(trust).replace(/^config: /, "")]),
       ...clamped.map((c) => `${c.key} = ${JSON.stringify(c.given)} is clamped to ${JSON.stringify(c.used)}`)
     ]
     checks.push(

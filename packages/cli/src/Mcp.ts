@@ -36,6 +36,9 @@ import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
 import * as Stdio from "effect/Stdio"
 import * as Stream from "effect/Stream"
+import * as JsonRpcLines from "./JsonRpcLines.ts"
+
+const encoder = new TextEncoder()
 
 export const cancelReason = "Cancelled by the MCP client"
 export const shutdownReason = "Cancelled: the fibril mcp server shut down"
@@ -254,6 +257,7 @@ export const layerStdio = (options: { readonly version: string }) =>
  * would outlive its client. So the end of stdin is watched here and ends the launch, after
  * the running agents are cancelled with the shutdown reason (`Shutdown`); an interruption (a
  * signal) does the same. Succeeds when stdin closes; fails if the layers cannot be built.
+ * stdin reaches the server through `JsonRpcLines.guard`, which answers what it cannot serve.
  */
 export const serve = <E, R>(server: Layer.Layer<never, E, R>) =>
   Effect.gen(function*() {
@@ -277,7 +281,12 @@ export const serve = <E, R>(server: Layer.Layer<never, E, R>) =>
       stderrIsTerminal: stdio.stderrIsTerminal,
       stdout: (options) => stdio.stdout(options),
       stderr: (options) => stdio.stderr(options),
-      stdin: stdio.stdin.pipe(Stream.onEnd(Deferred.succeed(closed, undefined)))
+      // Lines are split and checked before the server decodes them: what it could not serve
+      // (not JSON, too long, too deep) is answered here, the rest of the read still served.
+      stdin: JsonRpcLines.guard(
+        stdio.stdin,
+        (line) => Stream.run(Stream.make(encoder.encode(line)), stdio.stdout()).pipe(Effect.ignore)
+      ).pipe(Stream.onEnd(Deferred.succeed(closed, undefined)))
     })
     const launched = Layer.launch(
       server.pipe(Layer.provide(Layer.mergeAll(Layer.succeed(Stdio.Stdio, watched), Layer.succeed(Shutdown, shutdown))))

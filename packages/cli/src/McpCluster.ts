@@ -14,6 +14,7 @@ import type { AgentRow } from "@fibril/cluster/ClusterStore"
 import { ClusterStore, durationOf, finished, tokensOf } from "@fibril/cluster/ClusterStore"
 import * as OutputContract from "@fibril/core/OutputContract"
 import * as Roles from "@fibril/core/Roles"
+import * as SpawnCheck from "@fibril/core/SpawnCheck"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
 import * as TaskToolkit from "@fibril/core/TaskToolkit"
 import * as TranscriptView from "@fibril/core/TranscriptView"
@@ -104,7 +105,12 @@ export const handlers = (options: Options) =>
       readonly allowedTools: ReadonlyArray<string> | undefined
       readonly model?: string | undefined
     }) =>
-      Roles.forRequest(request.role ?? "general", request.allowedTools).pipe(
+      // The same bounds as the embedded runtime's (SpawnCheck), before anything is submitted.
+      Effect.suspend(() => {
+        const tooLong = SpawnCheck.checkText(request)
+        return tooLong === undefined ? Effect.void : Effect.fail(tooLong)
+      }).pipe(
+        Effect.andThen(Roles.forRequest(request.role ?? "general", request.allowedTools)),
         Effect.flatMap((role) =>
           run(ClusterClient.start({
             prompt: request.prompt,

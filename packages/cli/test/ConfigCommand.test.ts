@@ -2,18 +2,22 @@
 // including the unconfined fallback where no sandbox works.
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
+import * as Trust from "@fibril/core/Trust"
 import { Effect, FileSystem, Path } from "effect"
 import { readFileSync } from "node:fs"
 import { fibril, repoRoot } from "./run.ts"
 
+/** A workspace holding `toml`, trusted (its sandbox settings apply) under a HOME of its own. */
 const configIn = (toml: string) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const dir = yield* fs.makeTempDirectoryScoped()
+    const home = yield* fs.makeTempDirectoryScoped()
     yield* fs.makeDirectory(path.join(dir, ".fibril"))
     yield* fs.writeFileString(path.join(dir, ".fibril", "config.toml"), toml)
-    return dir
+    yield* Trust.trust({ workspace: dir, home, now: new Date(0) })
+    return { cwd: dir, env: { HOME: home } }
   })
 
 describe("fibril config: the shell sandbox", () => {
@@ -22,7 +26,7 @@ describe("fibril config: the shell sandbox", () => {
       const dir = yield* configIn(
         `[sandbox]\nbwrap_path = "/nonexistent/bwrap"\nwritable_paths = ["cache"]\n\n[sandbox.roles.verifier]\nmode = "off"\n`
       )
-      const { exitCode, stdout, stderr } = yield* fibril(["config"], { cwd: dir })
+      const { exitCode, stdout, stderr } = yield* fibril(["config"], dir)
       assert.strictEqual(exitCode, 0, stderr)
       assert.include(stdout, "# shell sandbox: NONE available (/nonexistent/bwrap could not be started: not found)")
       assert.include(stdout, "roles that may write run shell commands UNCONFINED")
@@ -37,7 +41,7 @@ describe("fibril config: the shell sandbox", () => {
       )
       assert.include(stdout, `[sandbox.roles.verifier]\nmode = "off"`)
 
-      const json = yield* fibril(["config", "--json"], { cwd: dir })
+      const json = yield* fibril(["config", "--json"], dir)
       const parsed = JSON.parse(json.stdout) as Record<string, any>
       assert.isFalse(parsed["sandbox_status"].available)
       assert.strictEqual(parsed["sandbox_roles"].explore, "no shell (no sandbox available)")
@@ -47,7 +51,7 @@ describe("fibril config: the shell sandbox", () => {
   it.live.skipIf(process.platform !== "linux")("with bubblewrap: each role's mode", () =>
     Effect.gen(function*() {
       const dir = yield* configIn(`[sandbox.roles.explore]\nnetwork = true\n`)
-      const { exitCode, stdout, stderr } = yield* fibril(["config"], { cwd: dir })
+      const { exitCode, stdout, stderr } = yield* fibril(["config"], dir)
       assert.strictEqual(exitCode, 0, stderr)
       assert.include(stdout, "# shell sandbox: bubblewrap (bwrap)")
       assert.include(stdout, "#   explore: read-only, network")
@@ -58,7 +62,7 @@ describe("fibril config: the shell sandbox", () => {
 
   it.live("a mode that is not one of the three is refused, naming the key and the accepted values", () =>
     Effect.gen(function*() {
-      const bad = yield* fibril(["config"], { cwd: yield* configIn(`[sandbox.roles.explore]\nmode = "ro"\n`) })
+      const bad = yield* fibril(["config"], yield* configIn(`[sandbox.roles.explore]\nmode = "ro"\n`))
       assert.notStrictEqual(bad.exitCode, 0)
       assert.include(bad.stderr, "sandbox.roles")
       assert.include(bad.stderr, `"read-only" | "workspace-write" | "off"`)
@@ -73,7 +77,7 @@ describe("fibril config: the seed's configuration", () => {
       // The seed's per-role models block, then its timeout block's key under the same table.
       const timeout = seed("api-timeout.toml").split("\n")[1]!
       const models = seed("models.toml").split("\n")
-      const dir = yield* configIn([...models.slice(0, 7), timeout, ...models.slice(7)].join("\n"))
+      const dir = (yield* configIn([...models.slice(0, 7), timeout, ...models.slice(7)].join("\n"))).cwd
       const file = `${dir}/.fibril/config.toml`
       const { exitCode, stdout, stderr } = yield* fibril(["config"], { cwd: dir, env: { HOME: dir } })
       assert.strictEqual(exitCode, 0, stderr)

@@ -4,6 +4,7 @@
 // cannot be created or opened, a missing --cwd. The key is never printed.
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
+import * as Trust from "@fibril/core/Trust"
 import { FakeOpenAiServer } from "@fibril/testkit"
 import { Effect, FileSystem, Path } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
@@ -241,6 +242,8 @@ describe("fibril doctor", () => {
       // Warnings only: an unlisted model, no sandbox, a store that was not a database (the
       // store moves it aside and starts a new one, as any run would). Exit 0.
       yield* fs.writeFileString(path.join(noSandbox, "script.json"), JSON.stringify(script))
+      // Its own bwrap_path widens the sandbox (a program run outside it): it applies once trusted.
+      yield* Trust.trust({ workspace: noSandbox, home, now: new Date(0) })
       const [unlisted, sandbox, replaced] = yield* Effect.all([
         fibril(["doctor"], { cwd: dir, env: withKey(listing.url) }),
         fibril(["doctor", "--model", "scripted:script.json"], { cwd: noSandbox, env: { HOME: home } }),

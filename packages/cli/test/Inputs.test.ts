@@ -175,7 +175,7 @@ describe("fibril inputs", () => {
       assert.strictEqual(unknown.exitCode, 2)
       assert.include(
         unknown.stderr,
-        `fibril: unknown command "frobnicate"; the commands are: run, demo, agents, config, mcp, doctor, worker, cluster, lab, help`
+        `fibril: unknown command "frobnicate"; the commands are: run, demo, agents, config, trust, mcp, doctor, worker, cluster, lab, help`
       )
       // Every flag says what it does.
       for (const result of [top, run, resume]) assert.notMatch(result.stdout, /^ {2}--[\w-]+( \w+)?\s*$/m)

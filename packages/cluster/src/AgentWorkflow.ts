@@ -32,6 +32,7 @@
  * parent's id, run, step and call index.
  */
 import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, ToolRegistry, Workspace } from "@fibril/core"
+import * as SpawnCheck from "@fibril/core/SpawnCheck"
 import * as Prompt from "effect/ai/Prompt"
 import * as Cause from "effect/Cause"
 import {
@@ -677,6 +678,8 @@ const body = (options: Partial<Options>) =>
         : undefined
       const refused = refusedRequest(registry, childRole, allowedTools)
       if (refused !== undefined) return { refused: ToolFailure("InvalidRoleRequest", refused) } as const
+      const tooLong = SpawnCheck.checkText({ description: str(params, ["description"]), prompt })
+      if (tooLong !== undefined) return { refused: ToolFailure(tooLong._tag, tooLong.message) } as const
       const child: AgentPayload = {
         agentId: childId(agentId, run, step, index),
         run: 0,

@@ -34,6 +34,7 @@ import * as path from "node:path"
 import type * as TomlModule from "smol-toml"
 import { claudeTools, fibrilTools, opencodeTools } from "./AgentDefinitions.ts"
 import { nearest } from "./internal/suggest.ts"
+import * as Trust from "./Trust.ts"
 
 // The TOML parser is loaded when a config file is first read (a process with none never needs it).
 let tomlModule: typeof TomlModule | undefined
@@ -218,6 +219,11 @@ export interface Resolved {
    * its default.
    */
   readonly origins: Readonly<Record<string, string>>
+  /**
+   * Set when the project file widens the sandbox (Trust.ts): whether the workspace is trusted,
+   * so the widenings apply, or not, so they were ignored.
+   */
+  readonly trust?: Trust.Report | undefined
 }
 
 /**
@@ -786,6 +792,8 @@ const tomlReason = (error: unknown): string =>
 /** A config file as read: its path, text (for line numbers) and parsed table. */
 interface ConfigFile {
   readonly path: string
+  /** The text as read: its digest is what a trusted workspace was trusted with. */
+  readonly text: string
   readonly table: TomlModule.TomlTable
   readonly lines: ReadonlyMap<string, number>
   /** Fibril key -> the seed's name it was written under in this file ({@link withSeedAliases}). */
@@ -806,7 +814,7 @@ const readToml = Effect.fnUntraced(function*(fs: FileSystem.FileSystem, file: st
     try: () => Toml().parse(text.value),
     catch: (error) => new ConfigFileError({ path: file, reason: tomlReason(error) })
   })
-  return Option.some<ConfigFile>({ path: file, table, lines: keyLines(text.value) })
+  return Option.some<ConfigFile>({ path: file, text: text.value, table, lines: keyLines(text.value) })
 })
 
 /** The value at a dotted path of a parsed table, if any. */
@@ -1095,7 +1103,11 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
   if (strict && unknown.length > 0) return yield* new ConfigUnknownKeys({ problems: unknown })
   const mistyped = files.map(wrongType).find((error) => error !== undefined)
   if (mistyped !== undefined) return yield* mistyped
-  const { settings, clamped } = yield* readSettings(sources, sourceOf)
+  const gate = yield* gateProject(fs, options, project, user, sourceOf)
+  const { settings, clamped } = yield* readSettings(
+    gate === undefined ? sources : makeSources(options.env, gate.table, Option.getOrUndefined(user)?.table ?? {}),
+    sourceOf
+  )
   const known = options.knownTools ?? fibrilTools
   const unknownDenied = unknownTools(settings.permissions.deny, known)
   if (unknownDenied.length > 0) {
@@ -1111,8 +1123,42 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
     clamped,
     sources: files.map((file) => file.path),
     warnings: [...seedConflicts, ...unknown.map(describeUnknown)],
-    origins: originsOf(settings, options.env, files)
+    origins: originsOf(settings, options.env, files),
+    ...(gate === undefined ? {} : { trust: gate.report })
   } satisfies Resolved
+})
+
+/**
+ * The project table to read, when the project file widens the sandbox (Trust.ts): as written
+ * in a trusted workspace, without its widenings otherwise; with the report either way.
+ * `undefined` when the file widens nothing.
+ */
+const gateProject = Effect.fnUntraced(function*(
+  fs: FileSystem.FileSystem,
+  options: LoadOptions,
+  project: Option.Option<ConfigFile>,
+  user: Option.Option<ConfigFile>,
+  sourceOf: (key: string) => string
+) {
+  if (Option.isNone(project) || !Trust.mayWiden(project.value.table)) return undefined
+  // The base: everything but the project file.
+  const base = yield* readSettings(makeSources(options.env, {}, Option.getOrUndefined(user)?.table ?? {}), sourceOf)
+  const found = Trust.widenings(project.value.table, {
+    settings: base.settings,
+    workspace: options.cwd,
+    fromEnv: (key) => (options.env[envVarOf(key)] ?? "") !== ""
+  }, project.value.lines)
+  if (found.widenings.length === 0) return undefined
+  const { status, workspace } = yield* Trust.statusOf(fs, {
+    workspace: options.cwd,
+    home: options.home,
+    configText: project.value.text
+  }).pipe(
+    // An unreadable list trusts nothing.
+    Effect.catchTag("TrustFileError", () => Effect.succeed({ status: "untrusted" as const, workspace: options.cwd }))
+  )
+  const report: Trust.Report = { workspace, file: project.value.path, status, widenings: found.widenings }
+  return { table: status === "trusted" ? project.value.table : found.narrowed, report }
 })
 
 /**

@@ -57,6 +57,7 @@ import {
   Session,
   type SessionNotFound
 } from "./Session.ts"
+import * as SpawnCheck from "./SpawnCheck.ts"
 import {
   agentOfRunId,
   currentRunId,
@@ -149,6 +150,7 @@ export class NotOwned extends Schema.TaggedError<NotOwned>()("NotOwned", {
 }
 
 export type SpawnError =
+  | SpawnCheck.SpawnTextTooLong
   | Roles.UnknownRole
   | Roles.InvalidRoleRequest
   | UnknownModel
@@ -731,9 +733,22 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     mode: "background" | "foreground" | "root"
   ) {
     const foreground = mode !== "background"
+    // A root's prompt is the user's own (`fibril run --prompt-file`): only sub-agents' are bounded.
+    const tooLong = mode === "root" ? undefined : SpawnCheck.checkText(request)
+    if (tooLong !== undefined) return yield* tooLong
     const resolved = yield* resolveRole(request.role ?? "general", request.allowedTools)
     const role = resolved.role
     const parent = parentSessionId === undefined ? undefined : yield* session.info(parentSessionId)
+    // A catalog that lists its models checks the id itself (resolve); one LanguageModel serves
+    // any id, so a named one must be a model configured here.
+    const unknownModel = models.available !== undefined ? undefined : SpawnCheck.checkModel(request.model, [
+      models.defaultModel,
+      config.defaultModel,
+      parent?.model,
+      ...Object.values(config.roleModels),
+      ...definitions.map((definition) => definition.model)
+    ])
+    if (unknownModel !== undefined) return yield* unknownModel
     const model = modelFor(role, request.model ?? resolved.model, parent?.model)
     yield* models.resolve(model)
     // The run a verifier checks is the one current when it is spawned.

@@ -4,6 +4,7 @@ import { Effect, FileSystem, Schema } from "effect"
 import * as path from "node:path"
 import * as Toml from "smol-toml"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
+import * as Trust from "../src/Trust.ts"
 
 /** A temp dir with `project/` (cwd) and `home/`; `write` puts a `.fibril/config.toml` into one of them. */
 const sandbox = Effect.gen(function*() {
@@ -462,10 +463,11 @@ describe("FibrilConfig says what is wrong", () => {
 })
 
 describe("FibrilConfig, exactly (tests from its mutation run)", () => {
-  const withFile = (toml: string, env: Record<string, string> = {}) =>
+  const withFile = (toml: string, env: Record<string, string> = {}, options: { readonly trusted?: boolean } = {}) =>
     Effect.gen(function*() {
-      const { cwd, load, write } = yield* sandbox
+      const { cwd, home, load, write } = yield* sandbox
       const file = yield* write(cwd, toml)
+      if (options.trusted === true) yield* Trust.trust({ workspace: cwd, home, now: new Date(0) })
       return { file, result: yield* Effect.result(load(env)) }
     })
   const failure = (toml: string, env: Record<string, string> = {}) =>
@@ -637,6 +639,7 @@ describe("FibrilConfig, exactly (tests from its mutation run)", () => {
   it.effect("[sandbox] and its role tables are read; role names are lower-cased", () =>
     Effect.gen(function*() {
       const { result } = yield* withFile(
+        // The file widens the sandbox: read as written in a trusted workspace (Trust.test.ts).
         [
           `[sandbox]`,
           `mode = "off"`,
@@ -648,7 +651,9 @@ describe("FibrilConfig, exactly (tests from its mutation run)", () => {
           `[sandbox.roles.x]`,
           `network = true`,
           `writable_paths = ["c"]`
-        ].join("\n")
+        ].join("\n"),
+        {},
+        { trusted: true }
       )
       assert.isTrue(result._tag === "Success")
       if (result._tag !== "Success") return
@@ -721,6 +726,8 @@ describe("FibrilConfig, exactly (tests from its mutation run)", () => {
         home,
         `[sandbox.roles.verifier]\nnetwork = true\nmode = "off"\n[sandbox.roles.review]\nmode = "off"\n`
       )
+      // The project's writable_paths widen the verifier's sandbox: read as written once trusted.
+      yield* Trust.trust({ workspace: cwd, home, now: new Date(0) })
       const resolved = yield* load({ FIBRIL_SANDBOX_ROLES_VERIFIER_MODE: "workspace-write" })
       assert.deepStrictEqual(resolved.settings.sandbox.roles, {
         // The project's table over the user's, key by key; the variable over both.

@@ -12,6 +12,7 @@ import * as Roles from "../src/Roles.ts"
 import * as Sandbox from "../src/Sandbox.ts"
 import type * as ToolRegistry from "../src/ToolRegistry.ts"
 import type * as Shell from "../src/tools/Shell.ts"
+import * as Trust from "../src/Trust.ts"
 import { context, pidsWith, provide, setup } from "./tools/harness.ts"
 
 type Harness = Effect.Success<ReturnType<typeof setup>>
@@ -201,6 +202,8 @@ describe("[sandbox] configuration", () => {
           `writable_paths = []`
         ].join("\n")
       )
+      // The file widens the sandbox (network, writable paths, bwrap_path): read as written once trusted.
+      yield* Trust.trust({ workspace: h.root, home: h.outside, now: new Date(0) })
       const { settings } = yield* FibrilConfig.load({ cwd: h.root, home: h.outside, env: {} })
       assert.deepStrictEqual(settings.sandbox, {
         mode: "read-only",
