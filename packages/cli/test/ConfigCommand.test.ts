@@ -34,7 +34,7 @@ describe("fibril config: the shell sandbox", () => {
       assert.include(stdout, "#   implementer: unconfined (no sandbox available)")
       assert.include(stdout, "#   verifier: unconfined (sandbox mode off)")
       assert.include(stdout, "#   review: no shell (role)")
-      const file = `${dir}/.fibril/config.toml`
+      const file = `${dir.cwd}/.fibril/config.toml`
       assert.include(
         stdout,
         `[sandbox]\nmode = "workspace-write"\nnetwork = false\nwritable_paths = ["cache"]   # from ${file}, line 3`

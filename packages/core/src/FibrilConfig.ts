@@ -1123,7 +1123,18 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
     clamped,
     sources: files.map((file) => file.path),
     warnings: [...seedConflicts, ...unknown.map(describeUnknown)],
-    origins: originsOf(settings, options.env, files),
+    // An untrusted workspace's ignored widenings are not where any value came from.
+    origins: originsOf(
+      settings,
+      options.env,
+      gate === undefined ?
+        files :
+        files.map((file) =>
+          Option.isSome(project) && file === project.value
+            ? { ...file, table: gate.table as TomlModule.TomlTable }
+            : file
+        )
+    ),
     ...(gate === undefined ? {} : { trust: gate.report })
   } satisfies Resolved
 })

@@ -64,6 +64,9 @@ describe("a project config that widens the sandbox", () => {
         "sandbox.bwrap_path"
       ])
       assert.strictEqual(untrusted.trust?.widenings[0]?.line, 4)
+      // An ignored setting is not named as where a value came from; what applied is.
+      assert.isUndefined(untrusted.origins["sandbox.bwrap_path"])
+      assert.isDefined(untrusted.origins["subagents.max_concurrent"])
       assert.include(untrusted.trust?.widenings[2]?.effect, `makes /, ${path.join(cwd, "cache")} writable`)
       assert.include(Trust.describe(untrusted.trust!), `fibril trust ${untrusted.trust?.workspace}`)
 
