@@ -58,6 +58,7 @@ export const eventJson = (event: AgentEvent): string =>
     ...(event.tool === undefined ? {} : { tool: event.tool }),
     ...(event.reason === undefined ? {} : { reason: event.reason }),
     ...(event.isFailure === undefined ? {} : { is_failure: event.isFailure }),
+    ...(event.text === undefined ? {} : { delta: event.text }),
     tokens: event.agent.usage
   })
 
@@ -91,9 +92,42 @@ export interface Follower {
   readonly finish: (header: string) => Effect.Effect<void>
 }
 
+/** The prefix of a line of the root's answer printed as it streams (not on a terminal). */
+export const streamedPrefix = "  ┊ "
+
+/**
+ * Not on a terminal, the root agent's streamed text is printed line by line as each line is
+ * complete (a log cannot take a partial line back); the rest of a turn's text when the turn
+ * ends. A retry drops the partial line: the retry's own line says the attempt started again.
+ */
+const rootLines = () => {
+  let partial = ""
+  return (event: AgentEvent): ReadonlyArray<string> => {
+    if (event.agent.depth !== 0) return []
+    switch (event.type) {
+      case "text": {
+        const lines = (partial + (event.text ?? "")).split("\n")
+        partial = lines.pop()!
+        return lines
+      }
+      case "step": {
+        const rest = partial
+        partial = ""
+        return rest === "" ? [] : [rest]
+      }
+      case "retry":
+        partial = ""
+        return []
+      default:
+        return []
+    }
+  }
+}
+
 /** Folds events into a tree and shows them the way `output` can. */
 export const follower = (output: Output, json: boolean): Follower => {
   const view = TreeView.empty()
+  const streamed = rootLines()
   const terminal = json ? undefined : output.terminal
   let drawn: { readonly lines: ReadonlyArray<string> } | undefined
   let finished = false
@@ -131,6 +165,13 @@ export const follower = (output: Output, json: boolean): Follower => {
           return Effect.void
         })
       }
+      if (event.type === "text" || event.type === "step") {
+        const lines = streamed(event)
+        return lines.length === 0
+          ? Effect.void
+          : Effect.forEach(lines, (line) => output.line(`${streamedPrefix}${line}`), { discard: true })
+      }
+      if (event.type === "retry") streamed(event)
       const line = TreeView.progressLine(view, event)
       return line === undefined ? Effect.void : output.line(line)
     })

@@ -4,7 +4,8 @@
  * `apply` folds one event into the view; `render` draws it at a time and a width: per agent
  * its role, description, id, status, elapsed time, steps, tool calls, tokens (its own, and
  * its tree's when it has children) and what it is doing — the tool it runs, a spinner while
- * it waits on its model, or the sub-agents it waits for. Every row is cut to the width.
+ * it waits on its model, or the sub-agents it waits for — and, while its model streams its
+ * answer, the last line it streamed, after the rest of the row. Every row is cut to the width.
  * `progressLine` is the one-line form used when the output is not a terminal. Pure
  * functions of the view and the time, so tests (TestClock) and the demo share them.
  */
@@ -43,6 +44,8 @@ export interface Node {
   activity: Activity
   /** Tool calls started and not yet returned. */
   pendingTools: number
+  /** The last line its model call in flight has streamed ("" when none). */
+  streamed: string
 }
 
 export interface View {
@@ -81,6 +84,13 @@ const statusOf = (type: EventType, current: Status): Status => {
 
 const total = (tokens: { readonly input: number; readonly output: number }) => tokens.input + tokens.output
 
+/** The last line with text in `shown + delta` (what a row shows of a streaming answer). */
+export const lastLine = (shown: string, delta: string): string => {
+  const lines = (shown + delta).split("\n")
+  for (let i = lines.length - 1; i >= 0; i--) if (lines[i]!.trim() !== "") return lines[i]!
+  return ""
+}
+
 const childrenOf = (view: View, id: string): ReadonlyArray<Node> => view.children.get(id) ?? []
 
 export const apply = (view: View, event: AgentEvent): void => {
@@ -103,7 +113,8 @@ export const apply = (view: View, event: AgentEvent): void => {
       spawnedAt: event.at,
       endedAt: undefined,
       activity: "model",
-      pendingTools: 0
+      pendingTools: 0,
+      streamed: ""
     }
     view.nodes.set(agent.agentId, node)
     view.order.push(agent.agentId)
@@ -124,9 +135,14 @@ export const apply = (view: View, event: AgentEvent): void => {
     case "started":
     case "retry":
       node.activity = "model"
+      node.streamed = ""
+      break
+    case "text":
+      node.streamed = lastLine(node.streamed, event.text ?? "")
       break
     case "step":
       node.activity = "finishing"
+      node.streamed = ""
       break
     case "tool_call":
       node.pendingTools += 1
@@ -226,6 +242,8 @@ interface Parts {
   readonly metrics: string
   readonly id: string
   readonly reason: string
+  /** The last line a running agent's model streamed, live only. */
+  readonly streamed: string
 }
 
 const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
@@ -240,7 +258,7 @@ const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
   const activity = !running
     ? ""
     : node.activity === "model"
-    ? "  waiting on model"
+    ? live && node.streamed !== "" ? "  streaming" : "  waiting on model"
     : node.activity === "tools"
     ? `  (${node.lastTool ?? "tool"})${
       waitingFor > 0 ? ` waiting on ${waitingFor} sub-agent${waitingFor === 1 ? "" : "s"}` : ""
@@ -255,16 +273,47 @@ const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
     activity,
     metrics: `  steps ${node.steps}  tools ${node.toolCalls}  ${tokens}${cached}`,
     id: `  [${node.id}]`,
-    reason: node.reason !== undefined && node.status !== "completed" ? `  — ${node.reason}` : ""
+    reason: node.reason !== undefined && node.status !== "completed" ? `  — ${node.reason}` : "",
+    streamed: live && running && node.streamed !== "" ? oneLine(node.streamed).trim() : ""
   }
 }
 
 /**
- * One agent's row in at most `columns` columns. What gives way, in order: the reason, the
- * id, the description's end (down to a dozen columns), the step/tool/token counts; only
- * then is the row itself cut. Status, elapsed time and activity stay as long as anything.
+ * One agent's row in at most `columns` columns: the row (`fitRow`), then the last line its
+ * model streamed in the room left (its end shown: the words just written).
  */
 const fit = (prefix: string, p: Parts, columns: number): string => {
+  if (p.streamed === "") return fitRow(prefix, p, columns)
+  // The streamed line keeps up to 40% of the row (or a dozen columns): counts and the id give way to it.
+  const reserve = Math.min(width(p.streamed) + 4, Math.max(12, Math.floor(columns * 0.4)))
+  const row = fitRow(prefix, p, columns - reserve)
+  const room = columns - width(row) - 4
+  if (room < 8) return row
+  return `${row}  › ${width(p.streamed) <= room ? p.streamed : `…${cutStart(p.streamed, room - 1)}`}`
+}
+
+/** The end of `text` in at most `columns` display columns. */
+const cutStart = (text: string, columns: number): string => {
+  if (narrow.test(text)) return text.slice(Math.max(0, text.length - columns))
+  const segments = [...segmenter.segment(text)].map((s) => s.segment)
+  let out = ""
+  let used = 0
+  for (let i = segments.length - 1; i >= 0; i--) {
+    const w = width(segments[i]!)
+    if (used + w > columns) break
+    out = segments[i]! + out
+    used += w
+  }
+  return out
+}
+
+/**
+ * One agent's row, without what it streams, in at most `columns` columns. What gives way, in
+ * order: the reason, the id, the description's end (down to a dozen columns), the
+ * step/tool/token counts; only then is the row itself cut. Status, elapsed time and activity
+ * stay as long as anything.
+ */
+const fitRow = (prefix: string, p: Parts, columns: number): string => {
   const compose = (
     keep: { readonly metrics: boolean; readonly id: boolean; readonly reason: boolean },
     description: string | undefined
@@ -346,6 +395,7 @@ export const progressLine = (view: View, event: AgentEvent): string | undefined 
     case "tool_call":
       return `${indent}  → ${who} ${event.tool}`
     case "step":
+    case "text":
       return undefined
     case "tool_result":
       return event.isFailure === true

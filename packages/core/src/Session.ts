@@ -57,6 +57,11 @@ export interface Options extends RetryPolicy {
   readonly childMaxSteps?: number | undefined
   /** Depth at and below which spawning tools are denied (root = 0). */
   readonly maxDepth: number
+  /**
+   * Stream each model answer (`streamText`): its text is published as `text` events as it
+   * arrives. Off by default; `fibril run` turns it on (`--no-stream` turns it off).
+   */
+  readonly stream: boolean
 }
 
 export const defaults: Options = {
@@ -65,7 +70,8 @@ export const defaults: Options = {
   apiTimeoutSecs: 120,
   maxRetries: 3,
   retryBaseMs: 1000,
-  retryMaxMs: 30_000
+  retryMaxMs: 30_000,
+  stream: false
 }
 
 /** The tools a child never gets, whatever its role: it cannot delegate or own a todo list. */
@@ -651,8 +657,18 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       state.lastRequestLength = state.messages.length
       const request = Prompt.fromMessages([state.system, ...state.messages])
       const onAttempt = (call: Fiber.Fiber<unknown, unknown>) => void (state.modelCall = call)
+      const onText = config.stream ? (text: string) => emit(state, { type: "text", text }) : undefined
       return Effect.matchCauseEffectEager(
-        callModelIn(fiber, state.languageModel, request, state.view.toolkit, config, retryEvent(state), onAttempt),
+        callModelIn(
+          fiber,
+          state.languageModel,
+          request,
+          state.view.toolkit,
+          config,
+          retryEvent(state),
+          onAttempt,
+          onText
+        ),
         stepOutcome(state)
       )
     })

@@ -91,5 +91,6 @@ export const eventOf = (state: SessionState, event: Omit<AgentEvent, "agent" | "
   if ("reason" in event) out.reason = event.reason
   if ("isFailure" in event) out.isFailure = event.isFailure
   if ("changed" in event) out.changed = event.changed
+  if ("text" in event) out.text = event.text
   return out
 }
