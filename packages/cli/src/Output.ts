@@ -30,6 +30,25 @@ export interface Output {
 /** `1 tool call`, `2 tool calls`. */
 export const count = (n: number, noun: string): string => `${n} ${noun}${n === 1 ? "" : "s"}`
 
+/**
+ * `text` broken between words into lines of at most `columns` (a word longer than that keeps
+ * its own line): a terminal would wrap it mid-number otherwise. Continuation lines are
+ * indented by `indent`.
+ */
+export const wrap = (text: string, columns: number, indent = "  "): Array<string> => {
+  const lines: Array<string> = []
+  let current = ""
+  for (const word of text.split(" ")) {
+    const next = current === "" ? `${lines.length === 0 ? "" : indent}${word}` : `${current} ${word}`
+    if (current !== "" && TreeView.width(next) > columns) {
+      lines.push(current)
+      current = `${indent}${word}`
+    } else current = next
+  }
+  if (current !== "") lines.push(current)
+  return lines
+}
+
 /** stdout; with a terminal when `tty`. */
 export const console = (tty: boolean): Output => ({
   line: (text) => Console.log(text),

@@ -140,11 +140,12 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
         yield* output.line(status === "completed" ? "Answer" : `The root agent ${status}:`)
         for (const line of text.split("\n")) yield* output.line(`  ${line}`)
         yield* output.line("")
-        yield* output.line(
-          `Totals: ${Output.count(totals.agents, "agent")}, ${
-            Output.count(toolCalls, "tool call")
-          }, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${totals.duration_ms} ms, model ${info.model}. Root agent ${root.agent_id}.`
-        )
+        const line = `Totals: ${Output.count(totals.agents, "agent")}, ${
+          Output.count(toolCalls, "tool call")
+        }, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${totals.duration_ms} ms, model ${info.model}. Root agent ${root.agent_id}.`
+        // On a terminal, between words (one column spare, as the tree's rows); a log keeps one line.
+        const lines = output.terminal === undefined ? [line] : Output.wrap(line, output.terminal.columns() - 1)
+        for (const part of lines) yield* output.line(part)
       }
       return status === "completed" ? 0 : 1
     })

@@ -346,7 +346,10 @@ export interface RenderOptions {
 }
 
 /** The whole tree, children under their parents in spawn order, each row within `columns`. */
-export const render = (view: View, options: RenderOptions): Array<string> => {
+export const render = (view: View, options: RenderOptions): Array<string> => rows(view, options).map((row) => row.line)
+
+/** The tree's rows, each with the agent it shows. */
+const rows = (view: View, options: RenderOptions): Array<{ readonly node: Node; readonly line: string }> => {
   const columns = options.columns ?? Number.POSITIVE_INFINITY
   const children = new Map<string | undefined, Array<Node>>()
   for (const id of view.order) {
@@ -356,13 +359,14 @@ export const render = (view: View, options: RenderOptions): Array<string> => {
     list.push(node)
     children.set(parent, list)
   }
-  const lines: Array<string> = []
+  const lines: Array<{ readonly node: Node; readonly line: string }> = []
   const walk = (parent: string | undefined, prefix: string) => {
     const list = children.get(parent) ?? []
     list.forEach((node, index) => {
       const last = index === list.length - 1
       const branch = parent === undefined ? "" : last ? "└─ " : "├─ "
-      lines.push(fit(`${prefix}${branch}`, parts(view, node, options.now, options.columns !== undefined), columns))
+      const line = fit(`${prefix}${branch}`, parts(view, node, options.now, options.columns !== undefined), columns)
+      lines.push({ node, line })
       walk(node.id, parent === undefined ? prefix : prefix + (last ? "   " : "│  "))
     })
   }
@@ -375,13 +379,19 @@ export const render = (view: View, options: RenderOptions): Array<string> => {
  * not be redrawn in place), the agents that do not fit summed up on the last row.
  */
 export const frame = (view: View, options: RenderOptions & { readonly rows: number }): Array<string> => {
-  const lines = render(view, options)
+  const all = rows(view, options)
   const room = Math.max(1, options.rows)
-  if (lines.length <= room) return lines
-  const shown = lines.slice(0, room - 1)
-  const hidden = lines.length - shown.length
-  const running = [...view.nodes.values()].filter((node) => node.status === "running").length
-  shown.push(cut(`… ${hidden} more agent${hidden === 1 ? "" : "s"} (${running} running)`, options.columns ?? Infinity))
+  if (all.length <= room) return all.map((row) => row.line)
+  const shown = all.slice(0, room - 1).map((row) => row.line)
+  // Only the agents not on screen: the rows above say what the others are doing.
+  const hidden = all.slice(room - 1)
+  const running = hidden.filter((row) => row.node.status === "running").length
+  shown.push(
+    cut(
+      `… ${hidden.length} more agent${hidden.length === 1 ? "" : "s"} (${running} running)`,
+      options.columns ?? Infinity
+    )
+  )
   return shown
 }
 

@@ -88,6 +88,9 @@ describe("fibril run", () => {
       assert.strictEqual(final["status"], "completed")
       assert.strictEqual(final["text"], "Both sides explored.")
       const root = final["agent_id"]
+      // The root's events describe it too: its prompt's first line.
+      const rootSpawned = events.find((e) => e["type"] === "spawned" && e["agent_id"] === root)
+      assert.strictEqual(rootSpawned?.["description"], "go")
       const children = events.filter((e) => e["type"] === "spawned" && e["depth"] === 1)
       assert.strictEqual(children.length, 2)
       for (const child of children) assert.strictEqual(child["parent_id"], root)

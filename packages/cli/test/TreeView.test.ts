@@ -126,9 +126,13 @@ describe("TreeView", () => {
     for (let i = 0; i < 30; i++) {
       TreeView.apply(view, event("started", 0, { id: `agent_${i}`, parent: "agent_r", description: `part ${i}` }))
     }
+    // Two of the hidden ones have ended: the count is of the hidden agents only.
+    TreeView.apply(view, event("completed", 5, { id: "agent_28", parent: "agent_r" }))
+    TreeView.apply(view, event("failed", 5, { id: "agent_29", parent: "agent_r" }))
+    TreeView.apply(view, event("completed", 5, { id: "agent_0", parent: "agent_r" }))
     const frame = TreeView.frame(view, { now: 0, columns: 79, rows: 23 })
     assert.strictEqual(frame.length, 23)
-    assert.strictEqual(frame.at(-1), "… 9 more agents (31 running)")
+    assert.strictEqual(frame.at(-1), "… 9 more agents (7 running)")
   })
 
   it("a streaming answer: the live row ends with the last line streamed, its end when cut; a retry or the step clears it", () => {

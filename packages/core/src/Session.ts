@@ -164,6 +164,8 @@ export interface CreateOptions {
   /** Role name or alias; default `general`. */
   readonly role?: string | undefined
   readonly model?: string | undefined
+  /** What its events say it is doing (`fibril run` gives its prompt's first line). */
+  readonly description?: string | undefined
   /** Replaces the role's prompt (the header line is kept). */
   readonly systemPrompt?: string | undefined
   readonly allowedTools?: ReadonlyArray<string> | undefined
@@ -495,7 +497,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       languageModel,
       system: yield* systemFor(role, 0, options.systemPrompt ?? role.prompt),
       messages: [],
-      description: undefined,
+      description: options.description,
       budgets: { maxSteps: config.maxSteps }
     })
     emit(state, { type: "spawned" })

@@ -754,7 +754,12 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const permit: Permit = mode === "root" ? "none" : (yield* admit()) ? "held" : "wait"
     const released = permit === "held" ? Effect.sync(permits.unadmit) : Effect.void
     const created = mode === "root"
-      ? yield* session.create({ role: role.name, model, allowedTools: request.allowedTools }).pipe(
+      ? yield* session.create({
+        role: role.name,
+        model,
+        allowedTools: request.allowedTools,
+        description: request.description
+      }).pipe(
         Effect.catchTag("UnknownModel", (error) => Effect.die(error))
       )
       : yield* session.createChild(parentSessionId, {
