@@ -81,6 +81,53 @@ export const eventJson = (event: AgentEvent): string =>
     tokens: event.agent.usage
   })
 
+// --- The `--json` stream: `root`, one line per event (`eventJson`), `final` ---
+// One writer for both engines (`fibril run`, `fibril run --cluster`): docs/cli.md documents it.
+
+/** The stream's opening line. */
+export const rootJson = (agentId: string): string => JSON.stringify({ type: "root", agent_id: agentId })
+
+export interface Totals {
+  readonly agents: number
+  readonly tool_calls: number
+  readonly tokens: { readonly input: number; readonly output: number; readonly cached: number }
+  readonly duration_ms: number
+  readonly model: string
+}
+
+/** The totals of a run as its tree shows them, with the tokens and model its engine reports. */
+export const totalsOf = (
+  view: TreeView.View,
+  run: { readonly tokens: Totals["tokens"]; readonly durationMs: number; readonly model: string }
+): Totals => ({
+  agents: view.nodes.size,
+  tool_calls: [...view.nodes.values()].reduce((n, node) => n + node.toolCalls, 0),
+  tokens: run.tokens,
+  duration_ms: run.durationMs,
+  model: run.model
+})
+
+export interface Final {
+  readonly agentId: string
+  readonly status: "completed" | "failed" | "cancelled"
+  /** The answer, or why the root did not complete. */
+  readonly text: string
+  readonly totals: Totals
+  /** Detached agents stopped when the run ended. */
+  readonly stopped: ReadonlyArray<string>
+}
+
+/** The stream's closing line. */
+export const finalJson = (final: Final): string =>
+  JSON.stringify({
+    type: "final",
+    agent_id: final.agentId,
+    status: final.status,
+    text: final.text,
+    totals: final.totals,
+    stopped: final.stopped
+  })
+
 /** How many screen rows `lines` take on a terminal `columns` wide. */
 export const screenRows = (lines: ReadonlyArray<string>, columns: number): number =>
   lines.reduce((n, line) => n + Math.max(1, Math.ceil(TreeView.width(line) / Math.max(1, columns))), 0)

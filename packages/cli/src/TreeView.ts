@@ -28,6 +28,7 @@ export interface Node {
   readonly parentId: string | undefined
   readonly depth: number
   readonly role: string
+  readonly model: string
   readonly description: string | undefined
   status: Status
   steps: number
@@ -102,6 +103,7 @@ export const apply = (view: View, event: AgentEvent): void => {
       parentId: agent.parentId,
       depth: agent.depth,
       role: agent.role,
+      model: agent.model,
       description: agent.description ?? view.labels.get(agent.agentId),
       status: "pending",
       steps: 0,
