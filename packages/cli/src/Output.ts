@@ -100,8 +100,8 @@ export const totalsOf = (
   view: TreeView.View,
   run: { readonly tokens: Totals["tokens"]; readonly durationMs: number; readonly model: string }
 ): Totals => ({
-  agents: view.nodes.size,
-  tool_calls: [...view.nodes.values()].reduce((n, node) => n + node.toolCalls, 0),
+  agents: TreeView.agents(view).length,
+  tool_calls: TreeView.agents(view).reduce((n, node) => n + node.toolCalls, 0),
   tokens: run.tokens,
   duration_ms: run.durationMs,
   model: run.model

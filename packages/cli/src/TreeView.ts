@@ -12,7 +12,8 @@
 import type { AgentEvent, EventType } from "@fibril/core/AgentEvents"
 import { CliOutput } from "effect/cli"
 
-type Status = "pending" | "running" | "completed" | "failed" | "cancelled" | "interrupted"
+/** An agent's status; `refused`: a spawn refused at the cap (no agent was created, the row says so). */
+type Status = "pending" | "running" | "completed" | "failed" | "cancelled" | "interrupted" | "refused"
 
 /** What a running agent is doing, inferred from its events. */
 export type Activity =
@@ -160,7 +161,46 @@ export const apply = (view: View, event: AgentEvent): void => {
   }
   if (terminal(node.status) && node.endedAt === undefined) node.endedAt = event.at
   if (event.reason !== undefined && event.type !== "retry") node.reason = oneLine(event.reason)
+  if (event.type === "tool_result" && event.isFailure === true && isRefusedSpawn(event)) refuse(view, node, event)
 }
+
+/** The spawning tools, and the words a spawn refused at the cap fails with (SubAgentManager.CapReached). */
+const spawnTools = new Set(["task", "agent_spawn", "agent_open"])
+const isRefusedSpawn = (event: AgentEvent) =>
+  spawnTools.has(event.tool ?? "") && (event.reason ?? "").includes("sub-agent cap reached")
+
+/** A refused spawn as a row under the agent that asked: no agent exists, so it has no id of its own. */
+const refuse = (view: View, parent: Node, event: AgentEvent) => {
+  const siblings = view.children.get(parent.id) ?? []
+  const id = `${parent.id}/refused-${siblings.filter((child) => child.status === "refused").length + 1}`
+  const node: Node = {
+    id,
+    parentId: parent.id,
+    depth: parent.depth + 1,
+    role: event.tool!,
+    model: parent.model,
+    description: undefined,
+    status: "refused",
+    steps: 0,
+    toolCalls: 0,
+    lastTool: undefined,
+    tokens: { input: 0, output: 0, cached: 0 },
+    ownTokens: 0,
+    reason: oneLine((event.reason ?? "").split(": nothing was spawned")[0]!),
+    spawnedAt: event.at,
+    endedAt: event.at,
+    activity: "finishing",
+    pendingTools: 0,
+    streamed: ""
+  }
+  view.nodes.set(id, node)
+  view.order.push(id)
+  siblings.push(node)
+  view.children.set(parent.id, siblings)
+}
+
+/** The agents of the view (a refused spawn's row is not one). */
+export const agents = (view: View): Array<Node> => [...view.nodes.values()].filter((node) => node.status !== "refused")
 
 /** The tokens of a node's whole tree as the view knows them now (children update first). */
 const treeTokens = (view: View, node: Node): number =>
@@ -203,7 +243,8 @@ const icon: Record<Status, string> = {
   completed: "✓",
   failed: "✗",
   cancelled: "⊘",
-  interrupted: "⊘"
+  interrupted: "⊘",
+  refused: "⊗"
 }
 
 /**
@@ -273,8 +314,8 @@ const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
     description: node.description === undefined ? undefined : oneLine(node.description),
     state: ` ${node.status} ${elapsed((node.endedAt ?? now) - node.spawnedAt)}`,
     activity,
-    metrics: `  steps ${node.steps}  tools ${node.toolCalls}  ${tokens}${cached}`,
-    id: `  [${node.id}]`,
+    metrics: node.status === "refused" ? "" : `  steps ${node.steps}  tools ${node.toolCalls}  ${tokens}${cached}`,
+    id: node.status === "refused" ? "" : `  [${node.id}]`,
     reason: node.reason !== undefined && node.status !== "completed" ? `  — ${node.reason}` : "",
     streamed: live && running && node.streamed !== "" ? oneLine(node.streamed).trim() : ""
   }

@@ -159,6 +159,31 @@ describe("TreeView", () => {
     assert.notInclude(live(), "›")
   })
 
+  it("a spawn refused at the cap is a row under its parent, marked refused, and is not counted as an agent", () => {
+    const view = TreeView.empty()
+    TreeView.apply(view, event("started", 0, root))
+    TreeView.apply(view, event("spawned", 1, child))
+    TreeView.apply(view, event("tool_call", 2, { ...root, tools: 2 }, { tool: "agent_spawn" }))
+    const refused =
+      "sub-agent cap reached (max 1, running 1): nothing was spawned. Wait for a running agent to finish" +
+      " (agent_wait) or cancel one (agent_cancel), then try again."
+    TreeView.apply(
+      view,
+      event("tool_result", 3, { ...root, tools: 2 }, { tool: "agent_spawn", isFailure: true, reason: refused })
+    )
+    // Another tool's failure is no refused spawn.
+    TreeView.apply(
+      view,
+      event("tool_result", 4, { ...root, tools: 2 }, { tool: "read_file", isFailure: true, reason: "file not found" })
+    )
+    const rows = TreeView.render(view, { now: 10 })
+    assert.strictEqual(rows.length, 3, rows.join("\n"))
+    assert.strictEqual(rows[2], "└─ ⊗ agent_spawn refused 0.0s  — sub-agent cap reached (max 1, running 1)")
+    assert.deepStrictEqual(TreeView.agents(view).map((node) => node.id), ["agent_r", "agent_c"])
+    const totals = Output.totalsOf(view, { tokens: { input: 0, output: 0, cached: 0 }, durationMs: 1, model: "m" })
+    assert.strictEqual(totals.agents, 2)
+  })
+
   it("without a terminal: one line per event, a multi-line reason on one line", () => {
     const view = TreeView.empty()
     const failed = event("retry", 10, child, {
