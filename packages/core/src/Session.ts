@@ -38,7 +38,7 @@ import { resolveTurn } from "./loop/ResolveTurn.ts"
 import { runTools, type RunToolsDeps } from "./loop/RunTools.ts"
 import { type Budgets, eventOf, type SessionState } from "./loop/State.ts"
 import { Memory } from "./Memory.ts"
-import { Models, type UnknownModel } from "./Models.ts"
+import { Models, type UnknownModel, unnamed } from "./Models.ts"
 import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
 import { redactText } from "./Secrets.ts"
@@ -635,6 +635,14 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   const noneDelivered: ReadonlyArray<string> = []
   const noMessages: ReadonlyArray<Prompt.Message> = []
 
+  /** The model id a provider reports in an answer (`response-metadata`), if any. */
+  const reportedModel = (response: Parameters<typeof resolveTurn>[0]): string | undefined => {
+    for (const part of response.content) {
+      if (part.type === "response-metadata" && part.modelId !== undefined && part.modelId !== "") return part.modelId
+    }
+    return undefined
+  }
+
   /** The model's turn as a loop step; a provider that reports no usage gets an estimate (the record says so). */
   const turnOf = (state: SessionState, response: Parameters<typeof resolveTurn>[0]): ModelStep => {
     const turn = resolveTurn(response)
@@ -678,6 +686,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     onSuccess: (response: Parameters<typeof resolveTurn>[0]): Effect.Effect<ModelStep | undefined> => {
       state.modelCall = undefined
       state.stepInterrupted = false
+      if (state.model === unnamed) state.model = reportedModel(response) ?? unnamed
       return Effect.succeed(turnOf(state, response))
     },
     onFailure: (cause: Cause.Cause<ModelCallFailed>): Effect.Effect<ModelStep | undefined, ModelCallFailed> => {

@@ -559,6 +559,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     Effect.map(Effect.option(session.info(entry.record.agent_id)), (found) => {
       if (Option.isNone(found)) return
       const info = found.value
+      // An unnamed model takes the name its provider reported (Models.unnamed).
+      entry.record.model = info.model
       entry.record.steps = info.steps
       entry.record.tool_calls = info.toolCalls
       if (info.lastTool !== undefined) entry.record.last_tool = info.lastTool

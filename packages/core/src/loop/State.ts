@@ -26,7 +26,8 @@ export interface SessionState {
   readonly depth: number
   /** Changed only by a reassignment, which can only narrow `rules` (Session.reassign). */
   role: string
-  readonly model: string
+  /** Its model id; an unnamed one (`Models.unnamed`) becomes the name its first answer reports. */
+  model: string
   readonly languageModel: LanguageModel.LanguageModel
   /** A short label from the spawner (the `task` description), for progress views. */
   readonly description: string | undefined
