@@ -188,6 +188,10 @@ export const run = Command.make(
       Flag.withDescription("Export traces to this OTLP/HTTP endpoint (…/v1/traces)"),
       Flag.optional
     ),
+    stream: Flag.Boolean("stream").pipe(
+      Flag.withDescription("Stream each model answer as it arrives (--no-stream: ask for whole answers)"),
+      Flag.withDefault(true)
+    ),
     cluster: ClusterCommand.clusterFlag
   },
   Effect.fn("fibril.run.command")(function*(flags) {
@@ -221,7 +225,7 @@ export const run = Command.make(
     const core = Fibril.layerWithModels({
       cwd,
       store: "file",
-      session: Session.optionsFrom(config.settings),
+      session: { ...Session.optionsFrom(config.settings), stream: flags.stream },
       subagents: Option.match(flags.maxConcurrent, {
         onNone: () => subagents,
         onSome: (maxConcurrent) => ({ ...subagents, maxConcurrent })

@@ -13,7 +13,9 @@ import * as AgentSteps from "@fibril/core/AgentSteps"
 import * as Fibril from "@fibril/core/Fibril"
 import { redactUrl } from "@fibril/core/Secrets"
 import * as Session from "@fibril/core/Session"
+import * as Cause from "effect/Cause"
 import { Argument, Flag } from "effect/cli"
+import * as Clock from "effect/Clock"
 import * as Console from "effect/Console"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -114,8 +116,9 @@ export const run = (options: RunOnCluster) =>
           role: options.role,
           model: options.model
         })
+        const started = yield* Clock.currentTimeMillis
         yield* options.json
-          ? Console.log(JSON.stringify({ type: "started", agent_id: agentId }))
+          ? options.output.line(Output.rootJson(agentId))
           : Console.error(`fibril: agent ${agentId} started on the cluster at ${redactUrl(options.url)}`)
         const tree = Output.follower(options.output, options.json)
         TreeView.label(tree.view, agentId, options.prompt.split("\n")[0]!.slice(0, 60))
@@ -132,29 +135,34 @@ export const run = (options: RunOnCluster) =>
         yield* follower.stop
         if (ticker !== undefined) yield* Fiber.interrupt(ticker)
         yield* tree.finish("agents:")
-        if (exit._tag === "Success") {
-          yield* options.json
-            ? Console.log(JSON.stringify({
-              type: "completed",
-              agent_id: agentId,
-              text: exit.value.text,
-              steps: exit.value.steps,
-              tool_calls: exit.value.toolCalls
-            }))
-            : Console.log(exit.value.text)
-          return 0
-        }
-        const reason = exit.cause.reasons.map((r) =>
+        const reason = exit._tag === "Success" ? undefined : exit.cause.reasons.map((r) =>
           r._tag === "Fail"
             ? (r.error as { message: string }).message
             : r._tag === "Die"
             ? String(r.defect)
             : "cancelled"
         ).join("; ")
-        yield* options.json
-          ? Console.log(JSON.stringify({ type: "failed", agent_id: agentId, reason }))
-          : Console.error(`fibril: ${reason}`)
-        return 1
+        if (options.json) {
+          // The same closing line as the embedded engine's; the tree's tokens as its events say.
+          const root = tree.view.nodes.get(agentId)
+          yield* options.output.line(Output.finalJson({
+            agentId,
+            status: exit._tag === "Success"
+              ? "completed"
+              : Cause.hasInterruptsOnly(exit.cause)
+              ? "cancelled"
+              : "failed",
+            text: exit._tag === "Success" ? exit.value.text : reason!,
+            totals: Output.totalsOf(tree.view, {
+              tokens: root?.tokens ?? { input: 0, output: 0, cached: 0 },
+              durationMs: (yield* Clock.currentTimeMillis) - started,
+              model: root?.model ?? options.model ?? "default"
+            }),
+            stopped: []
+          }))
+        } else if (exit._tag === "Success") yield* Console.log(exit.value.text)
+        else yield* Console.error(`fibril: ${reason}`)
+        return exit._tag === "Success" ? 0 : 1
       })
     )
   })

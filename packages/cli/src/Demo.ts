@@ -16,6 +16,7 @@ import * as Fiber from "effect/Fiber"
 import * as PubSub from "effect/PubSub"
 import * as DemoScript from "./DemoScript.ts"
 import * as Output from "./Output.ts"
+import * as TreeView from "./TreeView.ts"
 
 const taskResults = (messages: ReadonlyArray<Session.TranscriptMessage>): Array<TaskResult> =>
   messages.flatMap((message) =>
@@ -72,14 +73,14 @@ export const run = Effect.fn("fibril.demo")(function*(output: Output.Output, cwd
   for (const line of answer.text.split("\n")) yield* output.line(`  ${line}`)
 
   const info = yield* session.info(root.id)
-  const toolCalls = [...view.nodes.values()].reduce((n, node) => n + node.toolCalls, 0)
+  const toolCalls = TreeView.agents(view).reduce((n, node) => n + node.toolCalls, 0)
   yield* output.line("")
   yield* output.line(
-    `Totals: ${Output.count(view.nodes.size, "agent")}, ${
+    `Totals: ${Output.count(TreeView.agents(view).length, "agent")}, ${
       Output.count(toolCalls, "tool call")
     }, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${
       finished - started
     } ms. Model: scripted.`
   )
-  return { answer, agents: view.nodes.size, toolCalls }
+  return { answer, agents: TreeView.agents(view).length, toolCalls }
 })

@@ -122,7 +122,8 @@ export const reportProgress = (server: McpServer.McpServer["Service"], events: A
           const { agentId, parentId } = event.agent
           if (!tree.has(agentId) && (parentId === undefined || !tree.has(parentId))) return Effect.void
           tree.add(agentId)
-          return send(describe(event))
+          // A streamed answer's pieces are not progress a client lists (the server does not stream).
+          return event.type === "text" ? Effect.void : send(describe(event))
         }
         yield* send(`${agent.role} "${agent.description}" [${agent.agent_id}] is ${agent.status}`)
         // Until the agent's own terminal event, which every agent publishes before its record

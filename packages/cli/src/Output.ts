@@ -30,6 +30,25 @@ export interface Output {
 /** `1 tool call`, `2 tool calls`. */
 export const count = (n: number, noun: string): string => `${n} ${noun}${n === 1 ? "" : "s"}`
 
+/**
+ * `text` broken between words into lines of at most `columns` (a word longer than that keeps
+ * its own line): a terminal would wrap it mid-number otherwise. Continuation lines are
+ * indented by `indent`.
+ */
+export const wrap = (text: string, columns: number, indent = "  "): Array<string> => {
+  const lines: Array<string> = []
+  let current = ""
+  for (const word of text.split(" ")) {
+    const next = current === "" ? `${lines.length === 0 ? "" : indent}${word}` : `${current} ${word}`
+    if (current !== "" && TreeView.width(next) > columns) {
+      lines.push(current)
+      current = `${indent}${word}`
+    } else current = next
+  }
+  if (current !== "") lines.push(current)
+  return lines
+}
+
 /** stdout; with a terminal when `tty`. */
 export const console = (tty: boolean): Output => ({
   line: (text) => Console.log(text),
@@ -58,7 +77,55 @@ export const eventJson = (event: AgentEvent): string =>
     ...(event.tool === undefined ? {} : { tool: event.tool }),
     ...(event.reason === undefined ? {} : { reason: event.reason }),
     ...(event.isFailure === undefined ? {} : { is_failure: event.isFailure }),
+    ...(event.text === undefined ? {} : { delta: event.text }),
     tokens: event.agent.usage
+  })
+
+// --- The `--json` stream: `root`, one line per event (`eventJson`), `final` ---
+// One writer for both engines (`fibril run`, `fibril run --cluster`): docs/cli.md documents it.
+
+/** The stream's opening line. */
+export const rootJson = (agentId: string): string => JSON.stringify({ type: "root", agent_id: agentId })
+
+export interface Totals {
+  readonly agents: number
+  readonly tool_calls: number
+  readonly tokens: { readonly input: number; readonly output: number; readonly cached: number }
+  readonly duration_ms: number
+  readonly model: string
+}
+
+/** The totals of a run as its tree shows them, with the tokens and model its engine reports. */
+export const totalsOf = (
+  view: TreeView.View,
+  run: { readonly tokens: Totals["tokens"]; readonly durationMs: number; readonly model: string }
+): Totals => ({
+  agents: TreeView.agents(view).length,
+  tool_calls: TreeView.agents(view).reduce((n, node) => n + node.toolCalls, 0),
+  tokens: run.tokens,
+  duration_ms: run.durationMs,
+  model: run.model
+})
+
+export interface Final {
+  readonly agentId: string
+  readonly status: "completed" | "failed" | "cancelled"
+  /** The answer, or why the root did not complete. */
+  readonly text: string
+  readonly totals: Totals
+  /** Detached agents stopped when the run ended. */
+  readonly stopped: ReadonlyArray<string>
+}
+
+/** The stream's closing line. */
+export const finalJson = (final: Final): string =>
+  JSON.stringify({
+    type: "final",
+    agent_id: final.agentId,
+    status: final.status,
+    text: final.text,
+    totals: final.totals,
+    stopped: final.stopped
   })
 
 /** How many screen rows `lines` take on a terminal `columns` wide. */
@@ -91,9 +158,42 @@ export interface Follower {
   readonly finish: (header: string) => Effect.Effect<void>
 }
 
+/** The prefix of a line of the root's answer printed as it streams (not on a terminal). */
+export const streamedPrefix = "  ┊ "
+
+/**
+ * Not on a terminal, the root agent's streamed text is printed line by line as each line is
+ * complete (a log cannot take a partial line back); the rest of a turn's text when the turn
+ * ends. A retry drops the partial line: the retry's own line says the attempt started again.
+ */
+const rootLines = () => {
+  let partial = ""
+  return (event: AgentEvent): ReadonlyArray<string> => {
+    if (event.agent.depth !== 0) return []
+    switch (event.type) {
+      case "text": {
+        const lines = (partial + (event.text ?? "")).split("\n")
+        partial = lines.pop()!
+        return lines
+      }
+      case "step": {
+        const rest = partial
+        partial = ""
+        return rest === "" ? [] : [rest]
+      }
+      case "retry":
+        partial = ""
+        return []
+      default:
+        return []
+    }
+  }
+}
+
 /** Folds events into a tree and shows them the way `output` can. */
 export const follower = (output: Output, json: boolean): Follower => {
   const view = TreeView.empty()
+  const streamed = rootLines()
   const terminal = json ? undefined : output.terminal
   let drawn: { readonly lines: ReadonlyArray<string> } | undefined
   let finished = false
@@ -131,6 +231,13 @@ export const follower = (output: Output, json: boolean): Follower => {
           return Effect.void
         })
       }
+      if (event.type === "text" || event.type === "step") {
+        const lines = streamed(event)
+        return lines.length === 0
+          ? Effect.void
+          : Effect.forEach(lines, (line) => output.line(`${streamedPrefix}${line}`), { discard: true })
+      }
+      if (event.type === "retry") streamed(event)
       const line = TreeView.progressLine(view, event)
       return line === undefined ? Effect.void : output.line(line)
     })

@@ -49,7 +49,7 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
   })
   TreeView.label(follow.view, root.agent_id, root.description)
   const started = yield* Clock.currentTimeMillis
-  if (options.json) yield* output.line(JSON.stringify({ type: "root", agent_id: root.agent_id }))
+  if (options.json) yield* output.line(Output.rootJson(root.agent_id))
   else if (output.terminal === undefined) yield* output.line(`root agent ${root.agent_id}`)
   if (output.terminal !== undefined && !options.json) yield* Effect.forkChild(Output.ticker(follow))
 
@@ -98,14 +98,12 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
       const finished = yield* Clock.currentTimeMillis
       const info = yield* Effect.orDie(session.info(root.agent_id))
       const nodes = [...follow.view.nodes.values()]
-      const toolCalls = nodes.reduce((n, node) => n + node.toolCalls, 0)
-      const totals = {
-        agents: nodes.length,
-        tool_calls: toolCalls,
+      const totals = Output.totalsOf(follow.view, {
         tokens: info.treeUsage,
-        duration_ms: finished - started,
+        durationMs: finished - started,
         model: info.model
-      }
+      })
+      const toolCalls = totals.tool_calls
       const status = Exit.isSuccess(exit)
         ? "completed"
         : Cause.hasInterruptsOnly(exit.cause)
@@ -117,7 +115,7 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
         ? `cancelled by ${cancelledBy}`
         : Session.describeFailure(exit.cause)
       if (options.json) {
-        yield* output.line(JSON.stringify({ type: "final", agent_id: root.agent_id, status, text, totals, stopped }))
+        yield* output.line(Output.finalJson({ agentId: root.agent_id, status, text, totals, stopped }))
       } else {
         if (status === "cancelled") {
           const cancelled = nodes.filter((node) =>
@@ -140,11 +138,12 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
         yield* output.line(status === "completed" ? "Answer" : `The root agent ${status}:`)
         for (const line of text.split("\n")) yield* output.line(`  ${line}`)
         yield* output.line("")
-        yield* output.line(
-          `Totals: ${Output.count(totals.agents, "agent")}, ${
-            Output.count(toolCalls, "tool call")
-          }, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${totals.duration_ms} ms, model ${info.model}. Root agent ${root.agent_id}.`
-        )
+        const line = `Totals: ${Output.count(totals.agents, "agent")}, ${
+          Output.count(toolCalls, "tool call")
+        }, ${info.treeUsage.input} input + ${info.treeUsage.output} output tokens (${info.treeUsage.cached} cached), ${totals.duration_ms} ms, model ${info.model}. Root agent ${root.agent_id}.`
+        // On a terminal, between words (one column spare, as the tree's rows); a log keeps one line.
+        const lines = output.terminal === undefined ? [line] : Output.wrap(line, output.terminal.columns() - 1)
+        for (const part of lines) yield* output.line(part)
       }
       return status === "completed" ? 0 : 1
     })

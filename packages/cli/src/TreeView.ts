@@ -4,14 +4,16 @@
  * `apply` folds one event into the view; `render` draws it at a time and a width: per agent
  * its role, description, id, status, elapsed time, steps, tool calls, tokens (its own, and
  * its tree's when it has children) and what it is doing — the tool it runs, a spinner while
- * it waits on its model, or the sub-agents it waits for. Every row is cut to the width.
+ * it waits on its model, or the sub-agents it waits for — and, while its model streams its
+ * answer, the last line it streamed, after the rest of the row. Every row is cut to the width.
  * `progressLine` is the one-line form used when the output is not a terminal. Pure
  * functions of the view and the time, so tests (TestClock) and the demo share them.
  */
 import type { AgentEvent, EventType } from "@fibril/core/AgentEvents"
 import { CliOutput } from "effect/cli"
 
-type Status = "pending" | "running" | "completed" | "failed" | "cancelled" | "interrupted"
+/** An agent's status; `refused`: a spawn refused at the cap (no agent was created, the row says so). */
+type Status = "pending" | "running" | "completed" | "failed" | "cancelled" | "interrupted" | "refused"
 
 /** What a running agent is doing, inferred from its events. */
 export type Activity =
@@ -27,6 +29,7 @@ export interface Node {
   readonly parentId: string | undefined
   readonly depth: number
   readonly role: string
+  readonly model: string
   readonly description: string | undefined
   status: Status
   steps: number
@@ -43,6 +46,8 @@ export interface Node {
   activity: Activity
   /** Tool calls started and not yet returned. */
   pendingTools: number
+  /** The last line its model call in flight has streamed ("" when none). */
+  streamed: string
 }
 
 export interface View {
@@ -81,6 +86,13 @@ const statusOf = (type: EventType, current: Status): Status => {
 
 const total = (tokens: { readonly input: number; readonly output: number }) => tokens.input + tokens.output
 
+/** The last line with text in `shown + delta` (what a row shows of a streaming answer). */
+export const lastLine = (shown: string, delta: string): string => {
+  const lines = (shown + delta).split("\n")
+  for (let i = lines.length - 1; i >= 0; i--) if (lines[i]!.trim() !== "") return lines[i]!
+  return ""
+}
+
 const childrenOf = (view: View, id: string): ReadonlyArray<Node> => view.children.get(id) ?? []
 
 export const apply = (view: View, event: AgentEvent): void => {
@@ -92,6 +104,7 @@ export const apply = (view: View, event: AgentEvent): void => {
       parentId: agent.parentId,
       depth: agent.depth,
       role: agent.role,
+      model: agent.model,
       description: agent.description ?? view.labels.get(agent.agentId),
       status: "pending",
       steps: 0,
@@ -103,7 +116,8 @@ export const apply = (view: View, event: AgentEvent): void => {
       spawnedAt: event.at,
       endedAt: undefined,
       activity: "model",
-      pendingTools: 0
+      pendingTools: 0,
+      streamed: ""
     }
     view.nodes.set(agent.agentId, node)
     view.order.push(agent.agentId)
@@ -124,9 +138,14 @@ export const apply = (view: View, event: AgentEvent): void => {
     case "started":
     case "retry":
       node.activity = "model"
+      node.streamed = ""
+      break
+    case "text":
+      node.streamed = lastLine(node.streamed, event.text ?? "")
       break
     case "step":
       node.activity = "finishing"
+      node.streamed = ""
       break
     case "tool_call":
       node.pendingTools += 1
@@ -142,7 +161,46 @@ export const apply = (view: View, event: AgentEvent): void => {
   }
   if (terminal(node.status) && node.endedAt === undefined) node.endedAt = event.at
   if (event.reason !== undefined && event.type !== "retry") node.reason = oneLine(event.reason)
+  if (event.type === "tool_result" && event.isFailure === true && isRefusedSpawn(event)) refuse(view, node, event)
 }
+
+/** The spawning tools, and the words a spawn refused at the cap fails with (SubAgentManager.CapReached). */
+const spawnTools = new Set(["task", "agent_spawn", "agent_open"])
+const isRefusedSpawn = (event: AgentEvent) =>
+  spawnTools.has(event.tool ?? "") && (event.reason ?? "").includes("sub-agent cap reached")
+
+/** A refused spawn as a row under the agent that asked: no agent exists, so it has no id of its own. */
+const refuse = (view: View, parent: Node, event: AgentEvent) => {
+  const siblings = view.children.get(parent.id) ?? []
+  const id = `${parent.id}/refused-${siblings.filter((child) => child.status === "refused").length + 1}`
+  const node: Node = {
+    id,
+    parentId: parent.id,
+    depth: parent.depth + 1,
+    role: event.tool!,
+    model: parent.model,
+    description: undefined,
+    status: "refused",
+    steps: 0,
+    toolCalls: 0,
+    lastTool: undefined,
+    tokens: { input: 0, output: 0, cached: 0 },
+    ownTokens: 0,
+    reason: oneLine((event.reason ?? "").split(": nothing was spawned")[0]!),
+    spawnedAt: event.at,
+    endedAt: event.at,
+    activity: "finishing",
+    pendingTools: 0,
+    streamed: ""
+  }
+  view.nodes.set(id, node)
+  view.order.push(id)
+  siblings.push(node)
+  view.children.set(parent.id, siblings)
+}
+
+/** The agents of the view (a refused spawn's row is not one). */
+export const agents = (view: View): Array<Node> => [...view.nodes.values()].filter((node) => node.status !== "refused")
 
 /** The tokens of a node's whole tree as the view knows them now (children update first). */
 const treeTokens = (view: View, node: Node): number =>
@@ -185,7 +243,8 @@ const icon: Record<Status, string> = {
   completed: "✓",
   failed: "✗",
   cancelled: "⊘",
-  interrupted: "⊘"
+  interrupted: "⊘",
+  refused: "⊗"
 }
 
 /**
@@ -226,6 +285,8 @@ interface Parts {
   readonly metrics: string
   readonly id: string
   readonly reason: string
+  /** The last line a running agent's model streamed, live only. */
+  readonly streamed: string
 }
 
 const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
@@ -240,7 +301,7 @@ const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
   const activity = !running
     ? ""
     : node.activity === "model"
-    ? "  waiting on model"
+    ? live && node.streamed !== "" ? "  streaming" : "  waiting on model"
     : node.activity === "tools"
     ? `  (${node.lastTool ?? "tool"})${
       waitingFor > 0 ? ` waiting on ${waitingFor} sub-agent${waitingFor === 1 ? "" : "s"}` : ""
@@ -253,18 +314,49 @@ const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
     description: node.description === undefined ? undefined : oneLine(node.description),
     state: ` ${node.status} ${elapsed((node.endedAt ?? now) - node.spawnedAt)}`,
     activity,
-    metrics: `  steps ${node.steps}  tools ${node.toolCalls}  ${tokens}${cached}`,
-    id: `  [${node.id}]`,
-    reason: node.reason !== undefined && node.status !== "completed" ? `  — ${node.reason}` : ""
+    metrics: node.status === "refused" ? "" : `  steps ${node.steps}  tools ${node.toolCalls}  ${tokens}${cached}`,
+    id: node.status === "refused" ? "" : `  [${node.id}]`,
+    reason: node.reason !== undefined && node.status !== "completed" ? `  — ${node.reason}` : "",
+    streamed: live && running && node.streamed !== "" ? oneLine(node.streamed).trim() : ""
   }
 }
 
 /**
- * One agent's row in at most `columns` columns. What gives way, in order: the reason, the
- * id, the description's end (down to a dozen columns), the step/tool/token counts; only
- * then is the row itself cut. Status, elapsed time and activity stay as long as anything.
+ * One agent's row in at most `columns` columns: the row (`fitRow`), then the last line its
+ * model streamed in the room left (its end shown: the words just written).
  */
 const fit = (prefix: string, p: Parts, columns: number): string => {
+  if (p.streamed === "") return fitRow(prefix, p, columns)
+  // The streamed line keeps up to 40% of the row (or a dozen columns): counts and the id give way to it.
+  const reserve = Math.min(width(p.streamed) + 4, Math.max(12, Math.floor(columns * 0.4)))
+  const row = fitRow(prefix, p, columns - reserve)
+  const room = columns - width(row) - 4
+  if (room < 8) return row
+  return `${row}  › ${width(p.streamed) <= room ? p.streamed : `…${cutStart(p.streamed, room - 1)}`}`
+}
+
+/** The end of `text` in at most `columns` display columns. */
+const cutStart = (text: string, columns: number): string => {
+  if (narrow.test(text)) return text.slice(Math.max(0, text.length - columns))
+  const segments = [...segmenter.segment(text)].map((s) => s.segment)
+  let out = ""
+  let used = 0
+  for (let i = segments.length - 1; i >= 0; i--) {
+    const w = width(segments[i]!)
+    if (used + w > columns) break
+    out = segments[i]! + out
+    used += w
+  }
+  return out
+}
+
+/**
+ * One agent's row, without what it streams, in at most `columns` columns. What gives way, in
+ * order: the reason, the id, the description's end (down to a dozen columns), the
+ * step/tool/token counts; only then is the row itself cut. Status, elapsed time and activity
+ * stay as long as anything.
+ */
+const fitRow = (prefix: string, p: Parts, columns: number): string => {
   const compose = (
     keep: { readonly metrics: boolean; readonly id: boolean; readonly reason: boolean },
     description: string | undefined
@@ -297,7 +389,10 @@ export interface RenderOptions {
 }
 
 /** The whole tree, children under their parents in spawn order, each row within `columns`. */
-export const render = (view: View, options: RenderOptions): Array<string> => {
+export const render = (view: View, options: RenderOptions): Array<string> => rows(view, options).map((row) => row.line)
+
+/** The tree's rows, each with the agent it shows. */
+const rows = (view: View, options: RenderOptions): Array<{ readonly node: Node; readonly line: string }> => {
   const columns = options.columns ?? Number.POSITIVE_INFINITY
   const children = new Map<string | undefined, Array<Node>>()
   for (const id of view.order) {
@@ -307,13 +402,14 @@ export const render = (view: View, options: RenderOptions): Array<string> => {
     list.push(node)
     children.set(parent, list)
   }
-  const lines: Array<string> = []
+  const lines: Array<{ readonly node: Node; readonly line: string }> = []
   const walk = (parent: string | undefined, prefix: string) => {
     const list = children.get(parent) ?? []
     list.forEach((node, index) => {
       const last = index === list.length - 1
       const branch = parent === undefined ? "" : last ? "└─ " : "├─ "
-      lines.push(fit(`${prefix}${branch}`, parts(view, node, options.now, options.columns !== undefined), columns))
+      const line = fit(`${prefix}${branch}`, parts(view, node, options.now, options.columns !== undefined), columns)
+      lines.push({ node, line })
       walk(node.id, parent === undefined ? prefix : prefix + (last ? "   " : "│  "))
     })
   }
@@ -326,13 +422,19 @@ export const render = (view: View, options: RenderOptions): Array<string> => {
  * not be redrawn in place), the agents that do not fit summed up on the last row.
  */
 export const frame = (view: View, options: RenderOptions & { readonly rows: number }): Array<string> => {
-  const lines = render(view, options)
+  const all = rows(view, options)
   const room = Math.max(1, options.rows)
-  if (lines.length <= room) return lines
-  const shown = lines.slice(0, room - 1)
-  const hidden = lines.length - shown.length
-  const running = [...view.nodes.values()].filter((node) => node.status === "running").length
-  shown.push(cut(`… ${hidden} more agent${hidden === 1 ? "" : "s"} (${running} running)`, options.columns ?? Infinity))
+  if (all.length <= room) return all.map((row) => row.line)
+  const shown = all.slice(0, room - 1).map((row) => row.line)
+  // Only the agents not on screen: the rows above say what the others are doing.
+  const hidden = all.slice(room - 1)
+  const running = hidden.filter((row) => row.node.status === "running").length
+  shown.push(
+    cut(
+      `… ${hidden.length} more agent${hidden.length === 1 ? "" : "s"} (${running} running)`,
+      options.columns ?? Infinity
+    )
+  )
   return shown
 }
 
@@ -346,6 +448,7 @@ export const progressLine = (view: View, event: AgentEvent): string | undefined 
     case "tool_call":
       return `${indent}  → ${who} ${event.tool}`
     case "step":
+    case "text":
       return undefined
     case "tool_result":
       return event.isFailure === true

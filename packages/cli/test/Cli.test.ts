@@ -1,9 +1,11 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { FakeOpenAiServer, type ScriptedModel } from "@fibril/testkit"
-import { Effect, FileSystem, Path } from "effect"
+import { Deferred, Effect, FileSystem, Path, Stream } from "effect"
+import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import * as Http from "node:http"
-import { fibril } from "./run.ts"
+import * as Output from "../src/Output.ts"
+import { bin, fibril, sourceCondition } from "./run.ts"
 
 const report = (summary: string) =>
   `SUMMARY:\n${summary}\n\nCHANGES:\nnone\n\nEVIDENCE:\nlisted\n\nRISKS:\nnone\n\nBLOCKERS:\nnone`
@@ -86,6 +88,9 @@ describe("fibril run", () => {
       assert.strictEqual(final["status"], "completed")
       assert.strictEqual(final["text"], "Both sides explored.")
       const root = final["agent_id"]
+      // The root's events describe it too: its prompt's first line.
+      const rootSpawned = events.find((e) => e["type"] === "spawned" && e["agent_id"] === root)
+      assert.strictEqual(rootSpawned?.["description"], "go")
       const children = events.filter((e) => e["type"] === "spawned" && e["depth"] === 1)
       assert.strictEqual(children.length, 2)
       for (const child of children) assert.strictEqual(child["parent_id"], root)
@@ -225,6 +230,79 @@ describe("fibril run against an OpenAI-compatible endpoint (the fake server)", (
       assert.include(unknown.stderr, "unknown model \"gpt-imaginary\"; accepted: fake-model")
     }).pipe(Effect.provide(NodeServices.layer)))
 
+  it.live(
+    "streams the answer: the request asks for a stream and the first line is printed before the rest is sent; --no-stream asks for none",
+    () =>
+      Effect.gen(function*() {
+        const first = "First line of the answer."
+        const answer = `${first}\nSecond part, sent later.`
+        const script: ScriptedModel.ScriptInput = { rules: [{ match: { depth: 0 }, turns: [{ text: answer }] }] }
+        const release = yield* Deferred.make<void>()
+        // Chunk 0 is the role, chunk 1 the first line (26 characters a delta): the rest waits.
+        const server = yield* FakeOpenAiServer.start({
+          script,
+          models: ["fake-model"],
+          textChunkChars: first.length + 1,
+          faults: [{
+            on: (request) => request.body.stream === true,
+            fault: { holdAfterChunks: 2, release: Deferred.await(release) }
+          }]
+        })
+        const { dir } = yield* workspace(script)
+        const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
+        const handle = yield* spawner.spawn(
+          ChildProcess.make(process.execPath, [
+            sourceCondition,
+            bin,
+            "run",
+            "answer",
+            "--model",
+            "fake-model",
+            "--base-url",
+            server.url
+          ], {
+            cwd: dir,
+            env: { OPENAI_API_KEY: "sk-test", OPENAI_BASE_URL: undefined, FIBRIL_MODEL: undefined },
+            extendEnv: true
+          })
+        )
+        let stdout = ""
+        yield* Effect.forkChild(
+          Stream.runForEach(Stream.decodeText(handle.stdout), (text) => Effect.sync(() => void (stdout += text)))
+        )
+        for (let i = 0; i < 400 && !stdout.includes(first); i++) yield* Effect.sleep("50 millis")
+        assert.include(
+          stdout,
+          `${Output.streamedPrefix}${first}\n`,
+          `the first line is printed while the stream is held:\n${stdout}`
+        )
+        assert.notInclude(stdout, "Second part")
+        const asked = server.requests.filter((r) => r.path === "/v1/chat/completions")
+        assert.deepStrictEqual(asked.map((r) => (r.body as Record<string, unknown>)["stream"]), [true])
+        yield* Deferred.succeed(release, undefined)
+        assert.strictEqual(Number(yield* handle.exitCode), 0)
+        assert.include(stdout, `${Output.streamedPrefix}Second part, sent later.`)
+        assert.include(stdout, `Answer\n  ${first}\n  Second part, sent later.`)
+
+        const whole = yield* fibril(
+          ["run", "answer", "--model", "fake-model", "--base-url", server.url, "--no-stream"],
+          {
+            cwd: dir,
+            env: { OPENAI_API_KEY: "sk-test" }
+          }
+        )
+        assert.strictEqual(whole.exitCode, 0, whole.stderr)
+        const last = server.requests.filter((r) => r.path === "/v1/chat/completions").at(-1)!.body as Record<
+          string,
+          unknown
+        >
+        assert.notProperty(last, "stream")
+        assert.notInclude(whole.stdout, Output.streamedPrefix)
+        assert.include(whole.stdout, `Answer\n  ${first}\n  Second part, sent later.`)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
+
   it.live("--otlp exports spans for agents, model calls and tool calls", () =>
     Effect.gen(function*() {
       const bodies: Array<string> = []
@@ -260,7 +338,7 @@ describe("fibril run against an OpenAI-compatible endpoint (the fake server)", (
         const name of [
           "Session.prompt",
           "SubAgentManager.run",
-          "LanguageModel.generateText",
+          "LanguageModel.streamText",
           "tool.list_dir",
           "tool.task"
         ]

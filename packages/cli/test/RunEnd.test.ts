@@ -2,10 +2,10 @@
 // resumes them) or waited for; SIGHUP (a closed terminal) stops the tree like SIGTERM (exit 129).
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, FileSystem, Path } from "effect"
+import { Effect, Fiber, FileSystem, Path, Stream } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { pidsWith, storedRecords } from "./inspect.ts"
-import { bin, fibril } from "./run.ts"
+import { bin, fibril, sourceCondition } from "./run.ts"
 
 const report = (summary: string) =>
   `SUMMARY:\n${summary}\n\nCHANGES:\nnone\n\nEVIDENCE:\nnone\n\nRISKS:\nnone\n\nBLOCKERS:\nnone`
@@ -81,6 +81,70 @@ describe("the end of fibril run", () => {
       assert.strictEqual(final.type, "final")
       assert.deepStrictEqual(final.stopped, [])
     }).pipe(Effect.provide(NodeServices.layer)), 60_000)
+
+  it.live(
+    "Ctrl-C on a fan-out: every agent's record says cancelled, task children and background ones at every depth",
+    () =>
+      Effect.gen(function*() {
+        // The root runs a `task` child and spawns a background one; each spawns a background
+        // grandchild; the grandchildren wait in a shell `sleep`, the children in the model.
+        const marker = String(500_000 + Math.floor(Math.random() * 100_000))
+        const spawnOne = (description: string) => ({
+          name: "agent_spawn",
+          args: { description, prompt: description, subagent_type: "implementer" }
+        })
+        const dir = yield* workspace({
+          rules: [
+            {
+              match: { depth: 2 },
+              turns: [{ tool_calls: [{ name: "shell", args: { command: `exec sleep ${marker}` } }] }, { text: "never" }]
+            },
+            { match: { prompt: "fg" }, turns: [{ tool_calls: [spawnOne("fg's child")] }, { hang: true }] },
+            { match: { prompt: "bg" }, turns: [{ tool_calls: [spawnOne("bg's child")] }, { hang: true }] },
+            {
+              match: { depth: 0 },
+              turns: [{
+                tool_calls: [
+                  { name: "task", args: { description: "fg", prompt: "fg", subagent_type: "general" } },
+                  { name: "agent_spawn", args: { description: "bg", prompt: "bg", subagent_type: "general" } }
+                ]
+              }, { text: "never" }]
+            }
+          ]
+        })
+        const fs = yield* FileSystem.FileSystem
+        yield* fs.makeDirectory(`${dir}/.fibril`)
+        yield* fs.writeFileString(`${dir}/.fibril/config.toml`, "[subagents]\nmax_depth = 3\n")
+        const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
+        const handle = yield* spawner.spawn(
+          ChildProcess.make(process.execPath, [sourceCondition, bin, "run", "go", "--model", "scripted:script.json"], {
+            cwd: dir,
+            env: { OPENAI_API_KEY: undefined },
+            extendEnv: true
+          })
+        )
+        const stdout = yield* Effect.forkChild(handle.stdout.pipe(Stream.decodeText(), Stream.mkString))
+        for (let i = 0; i < 400 && pidsWith(marker).length < 2; i++) yield* Effect.sleep("50 millis")
+        assert.strictEqual(pidsWith(marker).length, 2, "both grandchildren's shell commands started")
+        yield* handle.kill({ killSignal: "SIGINT" })
+        assert.strictEqual(Number(yield* handle.exitCode), 130, "128 + SIGINT")
+        const rows = records(dir)
+        assert.strictEqual(rows.length, 5)
+        const root = rows.find((r) => r.depth === 0)!
+        for (const row of rows) {
+          assert.deepStrictEqual(
+            [row.status, row.reason],
+            [
+              "cancelled",
+              row.depth === 0 ? "Cancelled by Ctrl-C" : `Cancelled because its parent ${root.agent_id} was cancelled`
+            ],
+            `agent ${row.agent_id} at depth ${row.depth}`
+          )
+        }
+        assert.include(yield* Fiber.join(stdout), "Cancelled 5 agent(s):")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
 
   it.live("SIGHUP (a closed terminal) cancels the tree and kills its shell processes", () =>
     Effect.gen(function*() {

@@ -126,9 +126,62 @@ describe("TreeView", () => {
     for (let i = 0; i < 30; i++) {
       TreeView.apply(view, event("started", 0, { id: `agent_${i}`, parent: "agent_r", description: `part ${i}` }))
     }
+    // Two of the hidden ones have ended: the count is of the hidden agents only.
+    TreeView.apply(view, event("completed", 5, { id: "agent_28", parent: "agent_r" }))
+    TreeView.apply(view, event("failed", 5, { id: "agent_29", parent: "agent_r" }))
+    TreeView.apply(view, event("completed", 5, { id: "agent_0", parent: "agent_r" }))
     const frame = TreeView.frame(view, { now: 0, columns: 79, rows: 23 })
     assert.strictEqual(frame.length, 23)
-    assert.strictEqual(frame.at(-1), "… 9 more agents (31 running)")
+    assert.strictEqual(frame.at(-1), "… 9 more agents (7 running)")
+  })
+
+  it("a streaming answer: the live row ends with the last line streamed, its end when cut; a retry or the step clears it", () => {
+    const view = TreeView.empty()
+    TreeView.apply(view, event("started", 0, child))
+    const live = (columns = 200) => TreeView.render(view, { now: 0, columns })[0]!
+    TreeView.apply(view, event("text", 10, child, { text: "Looking at the layout.\nThe src/ tree has " }))
+    assert.strictEqual(
+      live(),
+      `⠋ explore "Map the repository layout" running 0.0s  streaming  steps 0  tools 0  tokens 0  [agent_c]  › The src/ tree has`
+    )
+    TreeView.apply(view, event("text", 20, child, { text: "three packages: core, cli and openai.\n\n" }))
+    assert.match(live(), /› The src\/ tree has three packages: core, cli and openai\.$/)
+    // Cut to 80 columns, the row keeps its end: the words just written.
+    assert.isAtMost(TreeView.width(live(80)), 80)
+    assert.match(live(80), /^⠋ explore "Map the.*" running 0\.0s {2}streaming {2}› …[^›]*and openai\.$/)
+    // The final (not live) tree never shows it.
+    assert.notInclude(TreeView.render(view, { now: 0 })[0], "›")
+    TreeView.apply(view, event("retry", 30, child, { reason: "attempt 1 failed" }))
+    assert.notInclude(live(), "›")
+    assert.include(live(), "waiting on model")
+    TreeView.apply(view, event("text", 40, child, { text: "Again" }))
+    TreeView.apply(view, event("step", 50, { ...child, step: 1 }))
+    assert.notInclude(live(), "›")
+  })
+
+  it("a spawn refused at the cap is a row under its parent, marked refused, and is not counted as an agent", () => {
+    const view = TreeView.empty()
+    TreeView.apply(view, event("started", 0, root))
+    TreeView.apply(view, event("spawned", 1, child))
+    TreeView.apply(view, event("tool_call", 2, { ...root, tools: 2 }, { tool: "agent_spawn" }))
+    const refused =
+      "sub-agent cap reached (max 1, running 1): nothing was spawned. Wait for a running agent to finish" +
+      " (agent_wait) or cancel one (agent_cancel), then try again."
+    TreeView.apply(
+      view,
+      event("tool_result", 3, { ...root, tools: 2 }, { tool: "agent_spawn", isFailure: true, reason: refused })
+    )
+    // Another tool's failure is no refused spawn.
+    TreeView.apply(
+      view,
+      event("tool_result", 4, { ...root, tools: 2 }, { tool: "read_file", isFailure: true, reason: "file not found" })
+    )
+    const rows = TreeView.render(view, { now: 10 })
+    assert.strictEqual(rows.length, 3, rows.join("\n"))
+    assert.strictEqual(rows[2], "└─ ⊗ agent_spawn refused 0.0s  — sub-agent cap reached (max 1, running 1)")
+    assert.deepStrictEqual(TreeView.agents(view).map((node) => node.id), ["agent_r", "agent_c"])
+    const totals = Output.totalsOf(view, { tokens: { input: 0, output: 0, cached: 0 }, durationMs: 1, model: "m" })
+    assert.strictEqual(totals.agents, 2)
   })
 
   it("without a terminal: one line per event, a multi-line reason on one line", () => {
@@ -209,6 +262,36 @@ describe("Output on a terminal", () => {
       assert.strictEqual(writes.length, 2)
       assert.strictEqual(writes[1]!.split("\n").length - 1, 21)
     }))
+})
+
+describe("Output without a terminal", () => {
+  it.effect("the root's streamed answer is printed a line at a time as each line completes; a retry drops the partial line", () =>
+    Effect.gen(function*() {
+      const lines: Array<string> = []
+      const follow = Output.follower({ line: (text) => Effect.sync(() => void lines.push(text)) }, false)
+      yield* follow.show(event("started", 0, root))
+      yield* follow.show(event("started", 0, child))
+      yield* follow.show(event("text", 1, child, { text: "a child's text\n" }))
+      yield* follow.show(event("text", 1, root, { text: "First li" }))
+      const streamed = () => lines.filter((line) => line.startsWith(Output.streamedPrefix))
+      assert.deepStrictEqual(streamed(), [])
+      yield* follow.show(event("text", 2, root, { text: "ne.\nSecond" }))
+      assert.deepStrictEqual(streamed(), [`${Output.streamedPrefix}First line.`])
+      yield* follow.show(event("retry", 3, root, { reason: "attempt 1 failed" }))
+      yield* follow.show(event("text", 4, root, { text: "First line.\nSecond line" }))
+      yield* follow.show(event("step", 5, { ...root, step: 1 }))
+      assert.deepStrictEqual(streamed(), [
+        `${Output.streamedPrefix}First line.`,
+        `${Output.streamedPrefix}First line.`,
+        `${Output.streamedPrefix}Second line`
+      ])
+      assert.isTrue(lines.some((line) => line.includes("↻ general [agent_r] attempt 1 failed")))
+    }))
+
+  it("--json: a text event carries its delta", () => {
+    const json = JSON.parse(Output.eventJson(event("text", 1, root, { text: "Hel" }))) as Record<string, unknown>
+    assert.deepStrictEqual([json["type"], json["delta"]], ["text", "Hel"])
+  })
 })
 
 describe("Log", () => {

@@ -153,7 +153,17 @@ describe("fibril run on a terminal", () => {
         assert.isAtMost(liveRows.length, 23, live)
         assert.match(live, /… \d+ more agents? \(\d+ running\)/)
         yield* screenWhen(name, (screen) => screen.includes("EXIT="))
-        assertOneTree(yield* history(name), 80, 26)
+        const all = yield* history(name)
+        assertOneTree(all, 80, 26)
+        // The totals are broken between words within the width, never in a number.
+        const lines = all.split("\n")
+        const from = lines.findIndex((line) => line.startsWith("Totals: "))
+        const totals = lines.slice(from, lines.findIndex((line, i) => i >= from && line.includes("Root agent")) + 1)
+        for (const line of totals) assert.isAtMost(columnsOf(line.trimEnd()), 79, totals.join("\n"))
+        assert.match(
+          totals.map((line) => line.trim()).join(" "),
+          /^Totals: 26 agents, \d+ tool calls, \d+ input \+ \d+ output tokens \(\d+ cached\), \d+ ms, model scripted:script\.json\. Root agent agent_\w+\.$/
+        )
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
     60_000
   )

@@ -100,8 +100,18 @@ describe("cluster mode on SQLite (one machine, no server) with fibril worker pro
 
       await worker()
       assert.strictEqual(await client.done, 0, client.out.stderr)
-      const last = JSON.parse(client.out.stdout.trim().split("\n").at(-1)!) as { text: string }
-      assert.strictEqual(last.text, "root ok")
+      // The documented `--json` stream, as the embedded engine speaks it: `root` first, `final` last.
+      const lines = client.out.stdout.trim().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>)
+      assert.deepStrictEqual(lines[0], { type: "root", agent_id: root })
+      const last = lines.at(-1) as { type: string; agent_id: string; status: string; text: string; totals: object }
+      assert.deepStrictEqual([last.type, last.agent_id, last.status, last.text], [
+        "final",
+        root,
+        "completed",
+        "root ok"
+      ])
+      assert.includeMembers(Object.keys(last.totals), ["agents", "tool_calls", "tokens", "duration_ms", "model"])
+      assert.strictEqual((last.totals as { agents: number }).agents, 5)
       assert.deepStrictEqual(
         query(file, "SELECT count(*) AS n FROM fibril_agents WHERE depth = 1 AND status = 'completed'"),
         [{ n: 4 }]

@@ -68,7 +68,8 @@ export const stepOfRow = (step: number, slot: number) =>
 
 /** The root agent's id, from `fibril run --json`'s output. */
 export const agentIdOf = (proc: Proc) => {
-  const line = proc.out.stdout.split("\n").find((l) => l.includes("\"started\""))
+  // The opening line of the `--json` stream: `{"type":"root","agent_id":…}`.
+  const line = proc.out.stdout.split("\n").find((l) => l.startsWith("{\"type\":\"root\""))
   return line === undefined ? undefined : (JSON.parse(line) as { agent_id: string }).agent_id
 }
 

@@ -18,6 +18,7 @@ export type EventType =
   | "started"
   | "step"
   | "retry"
+  | "text"
   | "tool_call"
   | "tool_result"
   | "completed"
@@ -49,6 +50,11 @@ export interface AgentEvent {
   readonly reason?: string | undefined
   /** For tool_result: did the call fail (including denials)? */
   readonly isFailure?: boolean | undefined
+  /**
+   * For a `text` event (a streamed model call): the answer's text that just arrived. A `retry`
+   * of the agent drops what its attempt streamed so far: the next attempt streams anew.
+   */
+  readonly text?: string | undefined
   /** For a successful tool_result of a writing tool: the workspace paths it was given (as given). */
   readonly changed?: ReadonlyArray<string> | undefined
 }

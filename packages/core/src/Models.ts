@@ -29,8 +29,15 @@ export class Models extends Context.Service<Models, {
   readonly resolve: (model: string) => Effect.Effect<LanguageModel.LanguageModel, UnknownModel>
 }>()("@fibril/core/Models") {}
 
+/**
+ * The id of a model no one named (`fromLanguageModel()` without a label). An agent on it takes
+ * the name its provider reports in its first answer (`response-metadata`'s `modelId`), so its
+ * events, record and results name the real model.
+ */
+export const unnamed = "default"
+
 /** One LanguageModel (from context) under every id; `defaultModel` labels it. */
-export const fromLanguageModel = (defaultModel = "default"): Layer.Layer<Models, never, LanguageModel.LanguageModel> =>
+export const fromLanguageModel = (defaultModel = unnamed): Layer.Layer<Models, never, LanguageModel.LanguageModel> =>
   Layer.effect(
     Models,
     LanguageModel.LanguageModel.useSync((model) =>

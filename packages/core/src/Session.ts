@@ -38,7 +38,7 @@ import { resolveTurn } from "./loop/ResolveTurn.ts"
 import { runTools, type RunToolsDeps } from "./loop/RunTools.ts"
 import { type Budgets, eventOf, type SessionState } from "./loop/State.ts"
 import { Memory } from "./Memory.ts"
-import { Models, type UnknownModel } from "./Models.ts"
+import { Models, type UnknownModel, unnamed } from "./Models.ts"
 import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
 import { redactText } from "./Secrets.ts"
@@ -57,6 +57,11 @@ export interface Options extends RetryPolicy {
   readonly childMaxSteps?: number | undefined
   /** Depth at and below which spawning tools are denied (root = 0). */
   readonly maxDepth: number
+  /**
+   * Stream each model answer (`streamText`): its text is published as `text` events as it
+   * arrives. Off by default; `fibril run` turns it on (`--no-stream` turns it off).
+   */
+  readonly stream: boolean
 }
 
 export const defaults: Options = {
@@ -65,7 +70,8 @@ export const defaults: Options = {
   apiTimeoutSecs: 120,
   maxRetries: 3,
   retryBaseMs: 1000,
-  retryMaxMs: 30_000
+  retryMaxMs: 30_000,
+  stream: false
 }
 
 /** The tools a child never gets, whatever its role: it cannot delegate or own a todo list. */
@@ -158,6 +164,8 @@ export interface CreateOptions {
   /** Role name or alias; default `general`. */
   readonly role?: string | undefined
   readonly model?: string | undefined
+  /** What its events say it is doing (`fibril run` gives its prompt's first line). */
+  readonly description?: string | undefined
   /** Replaces the role's prompt (the header line is kept). */
   readonly systemPrompt?: string | undefined
   readonly allowedTools?: ReadonlyArray<string> | undefined
@@ -489,7 +497,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       languageModel,
       system: yield* systemFor(role, 0, options.systemPrompt ?? role.prompt),
       messages: [],
-      description: undefined,
+      description: options.description,
       budgets: { maxSteps: config.maxSteps }
     })
     emit(state, { type: "spawned" })
@@ -627,6 +635,14 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   const noneDelivered: ReadonlyArray<string> = []
   const noMessages: ReadonlyArray<Prompt.Message> = []
 
+  /** The model id a provider reports in an answer (`response-metadata`), if any. */
+  const reportedModel = (response: Parameters<typeof resolveTurn>[0]): string | undefined => {
+    for (const part of response.content) {
+      if (part.type === "response-metadata" && part.modelId !== undefined && part.modelId !== "") return part.modelId
+    }
+    return undefined
+  }
+
   /** The model's turn as a loop step; a provider that reports no usage gets an estimate (the record says so). */
   const turnOf = (state: SessionState, response: Parameters<typeof resolveTurn>[0]): ModelStep => {
     const turn = resolveTurn(response)
@@ -651,8 +667,18 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       state.lastRequestLength = state.messages.length
       const request = Prompt.fromMessages([state.system, ...state.messages])
       const onAttempt = (call: Fiber.Fiber<unknown, unknown>) => void (state.modelCall = call)
+      const onText = config.stream ? (text: string) => emit(state, { type: "text", text }) : undefined
       return Effect.matchCauseEffectEager(
-        callModelIn(fiber, state.languageModel, request, state.view.toolkit, config, retryEvent(state), onAttempt),
+        callModelIn(
+          fiber,
+          state.languageModel,
+          request,
+          state.view.toolkit,
+          config,
+          retryEvent(state),
+          onAttempt,
+          onText
+        ),
         stepOutcome(state)
       )
     })
@@ -660,6 +686,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     onSuccess: (response: Parameters<typeof resolveTurn>[0]): Effect.Effect<ModelStep | undefined> => {
       state.modelCall = undefined
       state.stepInterrupted = false
+      if (state.model === unnamed) state.model = reportedModel(response) ?? unnamed
       return Effect.succeed(turnOf(state, response))
     },
     onFailure: (cause: Cause.Cause<ModelCallFailed>): Effect.Effect<ModelStep | undefined, ModelCallFailed> => {

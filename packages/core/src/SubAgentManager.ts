@@ -10,7 +10,9 @@
  *
  * - a background child is forked into its parent's running prompt scope, so interrupting
  *   or cancelling the parent interrupts every descendant; a `detached` one lives in the
- *   manager's scope and survives its parent;
+ *   manager's scope and survives its parent. A cancel marks every non-detached descendant
+ *   (foreground `task` children too) cancelled before the interruption reaches it, so the
+ *   whole tree ends `cancelled`, each with a reason naming the agent that was cancelled;
  * - a parent whose model answers while its background children run waits for them and gets
  *   their results as a new message (the Session `beforeFinish` hook);
  * - a watchdog cancels agents that make no progress for `heartbeat_timeout_secs`.
@@ -378,6 +380,12 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   const entries = new Map<string, Entry>()
   /** Background, non-detached children by the session that spawned them. */
   const childrenOf = new Map<string, Set<Entry>>()
+  /**
+   * Every non-detached child (background, and foreground `task` children too) by the session
+   * that spawned it: what a cancel reaches. A foreground child ends when its parent's fiber is
+   * interrupted, but only a reason set before that makes it end `cancelled`, not `interrupted`.
+   */
+  const cancelReaches = new Map<string, Set<Entry>>()
   let runningCount = 0
 
   // Agents of processes that ended without finishing them are interrupted; those of live
@@ -553,6 +561,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     Effect.map(Effect.option(session.info(entry.record.agent_id)), (found) => {
       if (Option.isNone(found)) return
       const info = found.value
+      // An unnamed model takes the name its provider reported (Models.unnamed).
+      entry.record.model = info.model
       entry.record.steps = info.steps
       entry.record.tool_calls = info.toolCalls
       if (info.lastTool !== undefined) entry.record.last_tool = info.lastTool
@@ -672,9 +682,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
           if (entry.record.session_name !== undefined && names.get(entry.record.session_name) === id) {
             names.delete(entry.record.session_name)
           }
-          childrenOf.delete(id)
-          const siblings = entry.parentSessionId === undefined ? undefined : childrenOf.get(entry.parentSessionId)
-          if (siblings?.delete(entry) === true && siblings.size === 0) childrenOf.delete(entry.parentSessionId!)
+          for (const tree of [childrenOf, cancelReaches]) {
+            tree.delete(id)
+            const siblings = entry.parentSessionId === undefined ? undefined : tree.get(entry.parentSessionId)
+            if (siblings?.delete(entry) === true && siblings.size === 0) tree.delete(entry.parentSessionId!)
+          }
         }
         return gone.length === 0 ? Effect.void : Effect.forEach(gone, session.dispose, { discard: true })
       }),
@@ -759,7 +771,12 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     const permit: Permit = mode === "root" ? "none" : (yield* admit()) ? "held" : "wait"
     const released = permit === "held" ? Effect.sync(permits.unadmit) : Effect.void
     const created = mode === "root"
-      ? yield* session.create({ role: role.name, model, allowedTools: request.allowedTools }).pipe(
+      ? yield* session.create({
+        role: role.name,
+        model,
+        allowedTools: request.allowedTools,
+        description: request.description
+      }).pipe(
         Effect.catchTag("UnknownModel", (error) => Effect.die(error))
       )
       : yield* session.createChild(parentSessionId, {
@@ -835,6 +852,11 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     agentStarted()
     yield* store.put(record)
     yield* persistStart(entry)
+    if (!detached && parentSessionId !== undefined) {
+      const set = cancelReaches.get(parentSessionId) ?? new Set<Entry>()
+      set.add(entry)
+      cancelReaches.set(parentSessionId, set)
+    }
     const run = runAgent(entry, request.prompt, permit)
     let fiber: Fiber.Fiber<PromptResult, PromptError>
     if (foreground) {
@@ -972,7 +994,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
   }
 
   const markDescendants = (sessionId: string, reason: string): Effect.Effect<void> =>
-    Effect.forEach(childrenOf.get(sessionId) ?? [], (child) => {
+    Effect.forEach(cancelReaches.get(sessionId) ?? [], (child) => {
       if (isTerminal(child.record.status)) return Effect.void
       return Effect.andThen(markCancelled(child, reason), markDescendants(child.record.agent_id, reason))
     }, { discard: true })

@@ -63,6 +63,50 @@ describe("loop/CallModel", () => {
     )
   })
 
+  it.effect("streamed: the same turn as a whole answer, the text handed on as it arrives; a hung stream times out and is retried whole (TestClock)", () =>
+    Effect.gen(function*() {
+      const turn = {
+        text: "Reading the file.",
+        tool_calls: [{ name: "read_file", args: { path: "a.txt" } }],
+        hang: { times: 1 }
+      } as const
+      const model = yield* ScriptedModel.make({ rules: [{ turns: [turn] }] })
+      const toolkit = yield* emptyToolkit
+      const deltas: Array<string> = []
+      const retries: Array<string> = []
+      const streamed = yield* Effect.forkChild(
+        callModel(
+          model,
+          Prompt.make("hi"),
+          toolkit,
+          policy,
+          (_, reason) => Effect.sync(() => void retries.push(reason)),
+          undefined,
+          (delta) => void deltas.push(delta)
+        ),
+        { startImmediately: true }
+      )
+      yield* TestClock.adjust("4 seconds")
+      assert.deepStrictEqual([retries, deltas], [[], []], "the first attempt hangs within its timeout")
+      yield* TestClock.adjust("1 minute")
+      const response = yield* Fiber.join(streamed)
+      assert.deepStrictEqual(retries, ["no answer within api_timeout_secs=5"])
+      assert.deepStrictEqual(deltas, ["Reading the file."])
+      // What the loop reads of it is what it reads of the same answer not streamed.
+      const whole = yield* Effect.forkChild(
+        callModel(model, Prompt.make("hi"), toolkit, policy, () => Effect.void),
+        { startImmediately: true }
+      )
+      yield* TestClock.adjust("1 minute")
+      const expected = resolveTurn(yield* Fiber.join(whole))
+      const got = resolveTurn(response)
+      assert.deepStrictEqual(
+        [got.text, got.toolCalls, got.usage, got.assistant.content],
+        [expected.text, expected.toolCalls, expected.usage, expected.assistant.content]
+      )
+      assert.strictEqual(got.toolCalls[0]?.name, "read_file")
+    }))
+
   it.effect("a retryable error is retried after the backoff; the answer of the next attempt is the call's", () =>
     Effect.gen(function*() {
       const { attempts, fiber, retries } = yield* call({

@@ -69,7 +69,9 @@ describe("Session and the task tool", () => {
       ])
       for (const task of tasks) {
         assert.strictEqual(task.tool_calls, 1)
-        assert.strictEqual(task.model, "default")
+        // No one named the model (Fibril.layer without `model`): the results name the one its
+        // provider reports in its answers (the ScriptedModel says "scripted"), not a placeholder.
+        assert.strictEqual(task.model, "scripted")
         assert.match(task.agent_id, /^agent_/)
         assert.isAbove(task.tokens.input, 0)
         assert.deepStrictEqual(task.contract_violations, [])

@@ -217,6 +217,60 @@ describe("SubAgentManager edges", () => {
       yield* manager.cancel(detached.agent_id)
     }).pipe(provideNode))
 
+  it.effect("cancel of a root: every agent of its tree ends cancelled, foreground task children and their background children too", () =>
+    Effect.gen(function*() {
+      // The root runs a `task` child (foreground: its fiber is the root's child) and spawns a
+      // background one; each of them spawns a background grandchild; all of them then wait.
+      const spawnOne = (description: string) => ({
+        name: "agent_spawn",
+        args: { description, prompt: description, subagent_type: "explore" }
+      })
+      const { get } = yield* setup(
+        {
+          rules: [
+            { match: { depth: 2 }, turns: [{ hang: true }] },
+            { match: { prompt: "fg" }, turns: [{ tool_calls: [spawnOne("fg's child")] }, { hang: true }] },
+            { match: { prompt: "bg" }, turns: [{ tool_calls: [spawnOne("bg's child")] }, { hang: true }] },
+            {
+              match: { depth: 0 },
+              turns: [{
+                tool_calls: [
+                  { name: "task", args: { description: "fg", prompt: "fg", subagent_type: "general" } },
+                  { name: "agent_spawn", args: { description: "bg", prompt: "bg", subagent_type: "general" } }
+                ]
+              }, { hang: true }]
+            }
+          ]
+        },
+        { maxDepth: 3 },
+        { store: "file" }
+      )
+      const manager = get(Manager)
+      const events = yield* get(AgentEvents).subscribe
+      const { agent: root, fiber } = yield* manager.startRoot({ prompt: "go" })
+      const running = () =>
+        Effect.map(manager.list({ includeArchived: true }), (all) => all.filter((a) => a.status === "running").length)
+      for (let i = 0; i < 50 && (yield* running()) < 5; i++) yield* TestClock.adjust("10 millis")
+      assert.strictEqual(yield* running(), 5, "the root, two children and two grandchildren run")
+      yield* manager.cancel(root.agent_id, "Cancelled by Ctrl-C")
+      yield* Fiber.await(fiber)
+      yield* get(SubAgentStore).flush
+      const stored = yield* get(SubAgentStore).all
+      assert.strictEqual(stored.length, 5)
+      const because = `Cancelled because its parent ${root.agent_id} was cancelled`
+      for (const record of stored) {
+        assert.deepStrictEqual(
+          [record.description, record.status, record.reason],
+          [record.description, "cancelled", record.depth === 0 ? "Cancelled by Ctrl-C" : because]
+        )
+      }
+      // The events say so too: one terminal event per agent, each `cancelled`.
+      const terminal = (yield* PubSub.takeAll(events)).filter((event) =>
+        ["completed", "failed", "cancelled", "interrupted"].includes(event.type)
+      )
+      assert.deepStrictEqual(terminal.map((event) => event.type), Array(5).fill("cancelled"))
+    }).pipe(provideNode))
+
   it.effect("cancel by session name or run id: the descendants are cancelled, their reason naming the agent id", () =>
     Effect.gen(function*() {
       const { get } = yield* setup({ rules: [{ turns: [{ hang: true }] }] }, { maxDepth: 3 })

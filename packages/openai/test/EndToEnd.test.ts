@@ -4,9 +4,10 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Fibril, Session } from "@fibril/core"
+import { AgentEvents } from "@fibril/core/AgentEvents"
 import type { TaskResult } from "@fibril/core/tools/Task"
 import { FakeOpenAiServer, type ScriptedModel } from "@fibril/testkit"
-import { Deferred, Effect, FileSystem, Layer, Path, Redacted, Ref } from "effect"
+import { Deferred, Effect, FileSystem, Layer, Path, PubSub, Redacted, Ref } from "effect"
 import type { Prompt } from "effect/ai"
 import * as OpenAiClient from "../src/OpenAiClient.ts"
 import * as OpenAiModels from "../src/OpenAiModels.ts"
@@ -111,4 +112,64 @@ describe("Fibril on the OpenAI provider (fake server, real SDK)", () => {
       assert.isAbove(info.usage.cached, 0)
       assert.isBelow(info.usage.cached, info.usage.input)
     }).pipe(Effect.provide(NodeServices.layer)))
+
+  it.live(
+    "streamed (session stream: true): text events as it arrives; a stream cut part-way and one slower than the timeout are retried as whole steps",
+    () =>
+      Effect.gen(function*() {
+        const answer = "The first sentence of a long answer. And then the second one."
+        const script: ScriptedModel.ScriptInput = { rules: [{ match: { depth: 0 }, turns: [{ text: answer }] }] }
+        const server = yield* FakeOpenAiServer.start({
+          script,
+          models: ["fake-large"],
+          textChunkChars: 8,
+          faults: [
+            // Request 1: cut after three chunks (the role and two deltas). Request 2: every chunk
+            // on time for a reader, the whole stream (9 chunks × 250 ms) past api_timeout_secs=1.
+            { on: 1, fault: { disconnectMidStream: true, afterChunks: 3 } },
+            { on: 2, fault: { slowChunksMs: 250 } }
+          ]
+        })
+        const fs = yield* FileSystem.FileSystem
+        const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+        const context = yield* Layer.build(
+          Fibril.layerWithModels({
+            cwd: root,
+            session: { stream: true, apiTimeoutSecs: 1, maxRetries: 3, retryBaseMs: 10, retryMaxMs: 50 }
+          }).pipe(
+            Layer.provide(OpenAiModels.layer({ defaultModel: "fake-large" })),
+            Layer.provide(OpenAiClient.layer({ apiKey: Redacted.make("sk-test"), baseURL: server.url }))
+          )
+        )
+        const events = yield* (yield* AgentEvents.pipe(Effect.provide(context))).subscribe
+        const sessions = yield* Session.Session.pipe(Effect.provide(context))
+        const parent = yield* sessions.create()
+        const result = yield* sessions.prompt(parent.id, "answer")
+        assert.strictEqual(result.text, answer)
+        const chats = server.requests.filter((r) => r.path === "/v1/chat/completions")
+        assert.deepStrictEqual(chats.map((r) => (r.body as { stream?: boolean }).stream), [true, true, true])
+        // What each attempt streamed, split at its retry: the cut one and the slow one streamed a
+        // part, the third the whole answer; each retry says why.
+        const seen = yield* PubSub.takeAll(events)
+        const attempts: Array<string> = [""]
+        const retries: Array<string> = []
+        for (const event of seen) {
+          if (event.type === "text") attempts[attempts.length - 1] += event.text ?? ""
+          if (event.type === "retry") {
+            retries.push(event.reason ?? "")
+            attempts.push("")
+          }
+        }
+        assert.strictEqual(retries.length, 2, JSON.stringify({ attempts, retries }))
+        assert.include(retries[1], "no answer within api_timeout_secs=1")
+        // The cut and the slow attempt streamed at most a part of the answer (the slow one some
+        // of it: text kept arriving, and the timeout still covered the whole stream).
+        for (const partial of attempts.slice(0, 2)) {
+          assert.isTrue(answer.startsWith(partial) && partial.length < answer.length, partial)
+        }
+        assert.isAbove(attempts[1]!.length, 0)
+        assert.strictEqual(attempts[2], answer)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    30_000
+  )
 })

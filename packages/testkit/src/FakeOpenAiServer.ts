@@ -9,7 +9,8 @@
  * as is), finish reason and usage. `GET /v1/models` lists `models`.
  *
  * On top of the script, per-request faults (matched by request number or a predicate):
- * HTTP errors with `Retry-After`, a hang, slow SSE chunks, a connection cut mid-answer, a body
+ * HTTP errors with `Retry-After`, a hang, slow SSE chunks, a stream held part-way until the test
+ * releases it, a connection cut mid-answer, a body
  * that is not JSON, tool-call arguments that are not JSON, and DeepSeek-style
  * `reasoning_content`. A simulated prefix cache reports cached prompt tokens for the longest
  * message prefix it has already seen. Every request is recorded, and so is every connection
@@ -59,6 +60,13 @@ export interface Fault {
   /** Cut the connection after `afterChunks` SSE chunks (default 2), or halfway through a JSON body. */
   readonly disconnectMidStream?: boolean
   readonly afterChunks?: number
+  /**
+   * Hold the SSE stream after this many chunks (the role chunk counts as one, then one per
+   * text delta) until `release` completes: what a client shows before the rest is sent.
+   */
+  readonly holdAfterChunks?: number
+  /** With `holdAfterChunks`: the rest of the stream is sent when this completes (a Deferred's await). */
+  readonly release?: Effect.Effect<void>
   /** A body (or an SSE event) that is not JSON. */
   readonly malformedJson?: boolean
   /** Tool-call arguments that are not valid JSON (the JSON text cut short). */
@@ -596,6 +604,7 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
         const cutAt = fault.disconnectMidStream === true ? Math.max(0, fault.afterChunks ?? 2) : undefined
         for (const [i, chunk] of chunks.entries()) {
           if (cutAt === i) return yield* cut(res)
+          if (fault.holdAfterChunks === i) yield* fault.release ?? Effect.never
           if (fault.slowChunksMs !== undefined) yield* Effect.sleep(Duration.millis(fault.slowChunksMs))
           const data = fault.malformedJson === true && i === 1
             ? `{"id":"${result.id}","choices":[`

@@ -6,10 +6,17 @@
  * timeout; retryable provider errors and timeouts are retried with exponential backoff,
  * honouring a provider's Retry-After. Everything waits on the Effect Clock, so TestClock
  * drives it in tests.
+ *
+ * Streamed (`onText` given), the attempt is the whole stream: its text is handed on as it
+ * arrives and its parts are gathered into the same response a non-streamed call returns. The
+ * attempt's timeout covers the stream from its request to its last part, and a stream that
+ * fails part-way is retried as a whole attempt (the `retry` event tells whoever showed its
+ * text to drop it).
  */
-import type * as AiError from "effect/ai/AiError"
-import type * as LanguageModel from "effect/ai/LanguageModel"
+import * as AiError from "effect/ai/AiError"
+import * as LanguageModel from "effect/ai/LanguageModel"
 import type * as Prompt from "effect/ai/Prompt"
+import * as AiResponse from "effect/ai/Response"
 import type * as Tool from "effect/ai/Tool"
 import type * as AiToolkit from "effect/ai/Toolkit"
 import * as Clock from "effect/Clock"
@@ -18,6 +25,7 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Random from "effect/Random"
 import * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
 import { liveClock } from "../internal/sleep.ts"
 
 export interface RetryPolicy {
@@ -66,6 +74,69 @@ export type Toolkit = AiToolkit.WithHandler<Record<string, Tool.Any>>
 export type Response = LanguageModel.GenerateTextResponse<Record<string, Tool.Any>, "deferred">
 
 const maxTimerMs = 2 ** 31 - 1
+
+type Part = Response["content"][number]
+
+/**
+ * A streamed answer as the response `generateText` would have returned: text and reasoning
+ * deltas joined into one part each (in the order they began), every other part as it came.
+ * An `error` part fails the attempt (retryable unless the provider's error says otherwise).
+ */
+const collectStream = (
+  stream: Stream.Stream<AiResponse.StreamPart<Record<string, Tool.Any>, "deferred">, AiError.AiError>,
+  onText: (delta: string) => void
+): Effect.Effect<Response, AiError.AiError | AttemptFailure> =>
+  Effect.suspend(() => {
+    const content: Array<Part | { readonly joined: "text" | "reasoning"; text: string }> = []
+    const open = new Map<string, { readonly joined: "text" | "reasoning"; text: string }>()
+    let failure: AiError.AiError | AttemptFailure | undefined
+    const join = (joined: "text" | "reasoning", id: string) => {
+      let piece = open.get(`${joined}:${id}`)
+      if (piece === undefined) {
+        piece = { joined, text: "" }
+        open.set(`${joined}:${id}`, piece)
+        content.push(piece)
+      }
+      return piece
+    }
+    return Stream.runForEach(stream, (part) =>
+      Effect.sync(() => {
+        switch (part.type) {
+          case "text-delta":
+            join("text", part.id).text += part.delta
+            if (part.delta !== "") onText(part.delta)
+            break
+          case "reasoning-delta":
+            join("reasoning", part.id).text += part.delta
+            break
+          case "error":
+            failure ??= AiError.isAiError(part.error)
+              ? part.error
+              : { retryable: true, reason: `the stream sent an error: ${String(part.error)}`, retryAfterMs: 0 }
+            break
+          case "text-start":
+          case "text-end":
+          case "reasoning-start":
+          case "reasoning-end":
+          case "tool-params-start":
+          case "tool-params-delta":
+          case "tool-params-end":
+            break
+          default:
+            content.push(part)
+        }
+      })).pipe(
+        Effect.flatMap(() =>
+          failure !== undefined
+            ? Effect.fail(failure)
+            : Effect.succeed(
+              new LanguageModel.GenerateTextResponse(content.map((part): Part =>
+                "joined" in part ? AiResponse.makePart(part.joined, { text: part.text }) : part
+              ))
+            )
+        )
+      )
+  })
 
 /**
  * Waits for an attempt's fiber, at most `timeout`: on time, the attempt's exit; late, the
@@ -129,9 +200,10 @@ export const callModel = (
   toolkit: Toolkit,
   policy: RetryPolicy,
   onRetry: (attempt: number, reason: string, delayMs: number) => Effect.Effect<void>,
-  onAttempt?: (call: Fiber.Fiber<unknown, unknown>) => void
+  onAttempt?: (call: Fiber.Fiber<unknown, unknown>) => void,
+  onText?: (delta: string) => void
 ): Effect.Effect<Response, ModelCallFailed> =>
-  Effect.withFiber((fiber) => callModelIn(fiber, model, prompt, toolkit, policy, onRetry, onAttempt))
+  Effect.withFiber((fiber) => callModelIn(fiber, model, prompt, toolkit, policy, onRetry, onAttempt, onText))
 
 /**
  * `callModel` from a step of the running `fiber`: the first attempt starts now, and a call that
@@ -145,16 +217,21 @@ export const callModelIn = (
   toolkit: Toolkit,
   policy: RetryPolicy,
   onRetry: (attempt: number, reason: string, delayMs: number) => Effect.Effect<void>,
-  onAttempt?: (call: Fiber.Fiber<unknown, unknown>) => void
+  onAttempt?: (call: Fiber.Fiber<unknown, unknown>) => void,
+  onText?: (delta: string) => void
 ): Effect.Effect<Response, ModelCallFailed> => {
   // The toolkit's tools are typed `Tool.Any`, whose parameter-encoding services are `unknown`;
   // ToolRegistry only admits parameter schemas that need no services, so R is really never.
-  const generate = model.generateText({
-    prompt,
-    toolkit,
-    disableToolCallResolution: true,
-    toolCallValidation: "deferred"
-  }) as Effect.Effect<Response, AiError.AiError>
+  const request = { prompt, toolkit, disableToolCallResolution: true, toolCallValidation: "deferred" } as const
+  const generate = onText === undefined
+    ? model.generateText(request) as Effect.Effect<Response, AiError.AiError>
+    : collectStream(
+      model.streamText(request) as Stream.Stream<
+        AiResponse.StreamPart<Record<string, Tool.Any>, "deferred">,
+        AiError.AiError
+      >,
+      onText
+    )
   // The provider's error is described where it is caught, not in the attempt's fiber: one
   // step less per call. The attempt's fiber starts at once, in this fiber's context, in the
   // same step (no `forkChild` and then a `flatMap`); `awaitWithin` takes it down with this one.

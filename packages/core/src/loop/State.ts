@@ -26,7 +26,8 @@ export interface SessionState {
   readonly depth: number
   /** Changed only by a reassignment, which can only narrow `rules` (Session.reassign). */
   role: string
-  readonly model: string
+  /** Its model id; an unnamed one (`Models.unnamed`) becomes the name its first answer reports. */
+  model: string
   readonly languageModel: LanguageModel.LanguageModel
   /** A short label from the spawner (the `task` description), for progress views. */
   readonly description: string | undefined
@@ -91,5 +92,6 @@ export const eventOf = (state: SessionState, event: Omit<AgentEvent, "agent" | "
   if ("reason" in event) out.reason = event.reason
   if ("isFailure" in event) out.isFailure = event.isFailure
   if ("changed" in event) out.changed = event.changed
+  if ("text" in event) out.text = event.text
   return out
 }
