@@ -908,6 +908,8 @@ const body = (options: Partial<Options>) =>
             if (id === undefined || text === undefined) {
               return bad(ToolFailure("InvalidArguments", "\"agent_id\" and \"message\" are required"))
             }
+            const tooLong = SpawnCheck.checkMessage("message", text)
+            if (tooLong !== undefined) return bad(ToolFailure(tooLong._tag, tooLong.message))
             const outcome = yield* txActivity({
               name: `input/${step}/${index}`,
               success: Schema.String,

@@ -24,15 +24,18 @@ export const maxPromptChars = 262_144
  * @since 0.1.0
  */
 export class SpawnTextTooLong extends Schema.TaggedError<SpawnTextTooLong>()("SpawnTextTooLong", {
-  field: Schema.Literals(["description", "prompt"]),
+  field: Schema.Literals(["description", "prompt", "message", "objective"]),
   length: Schema.Int,
   max: Schema.Int
 }) {
   override get message() {
-    return `${this.field} is ${this.length} characters; the limit is ${this.max}: nothing was spawned. ` +
+    const spawn = this.field === "description" || this.field === "prompt"
+    return `${this.field} is ${this.length} characters; the limit is ${this.max}: ${
+      spawn ? "nothing was spawned" : "nothing was sent"
+    }. ` +
       (this.field === "description"
         ? "Give a short label (3-8 words) and put the details in the prompt."
-        : "Put large material in a file in the workspace and name the file in the prompt.")
+        : `Put large material in a file in the workspace and name the file in the ${this.field}.`)
   }
 }
 
@@ -50,6 +53,18 @@ export const checkText = (request: {
   }
   return undefined
 }
+
+/**
+ * A text sent to an agent that already exists (`agent_send_input`'s message, `agent_assign`'s
+ * objective and message, `agent_resume`'s message): the same bound as a prompt. Undefined: fine.
+ */
+export const checkMessage = (
+  field: "message" | "objective",
+  text: string | undefined
+): SpawnTextTooLong | undefined =>
+  text !== undefined && text.length > maxPromptChars
+    ? new SpawnTextTooLong({ field, length: text.length, max: maxPromptChars })
+    : undefined
 
 /**
  * A model named at spawn, refused unless it is one of `accepted` (the models configured for

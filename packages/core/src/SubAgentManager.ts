@@ -309,7 +309,7 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
     message: string,
     interrupt: boolean,
     via?: InputVia
-  ) => Effect.Effect<InputResult, AgentNotFound>
+  ) => Effect.Effect<InputResult, AgentNotFound | SpawnCheck.SpawnTextTooLong>
   /**
    * What `agent_wait` without ids waits for: the caller's children still live, and those
    * finished whose result the caller has not been handed yet (each is handed over once).
@@ -326,7 +326,13 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
     message?: string
   ) => Effect.Effect<
     AgentView,
-    AgentNotFound | NotResumable | CapReached | UnknownModel | Roles.UnknownRole | Roles.InvalidRoleRequest
+    | AgentNotFound
+    | NotResumable
+    | CapReached
+    | UnknownModel
+    | Roles.UnknownRole
+    | Roles.InvalidRoleRequest
+    | SpawnCheck.SpawnTextTooLong
   >
   readonly assign: (
     id: string,
@@ -337,7 +343,11 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
     }
   ) => Effect.Effect<
     InputResult,
-    AgentNotFound | Roles.UnknownRole | Roles.InvalidRoleRequest | Permission.PermissionWidening
+    | AgentNotFound
+    | Roles.UnknownRole
+    | Roles.InvalidRoleRequest
+    | Permission.PermissionWidening
+    | SpawnCheck.SpawnTextTooLong
   >
   /** Running sub-agents right now (with queue admission, one that lent its permit while it waits counts too). */
   readonly running: Effect.Effect<number>
@@ -1050,11 +1060,17 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     return out
   })
 
-  const sendInput = Effect.fn("SubAgentManager.sendInput")(function*(
+  /** A message within its bound, delivered (or recorded undelivered) by {@link deliverInput}. */
+  const sendInput = (id: string, message: string, interrupt: boolean, via: InputVia = "api") => {
+    const tooLong = SpawnCheck.checkMessage("message", message)
+    return tooLong === undefined ? deliverInput(id, message, interrupt, via) : Effect.fail(tooLong)
+  }
+
+  const deliverInput = Effect.fn("SubAgentManager.sendInput")(function*(
     id: string,
     message: string,
     interrupt: boolean,
-    via: InputVia = "api"
+    via: InputVia
   ) {
     const target = yield* lookupAny(id)
     const agentId = idOf(target)
@@ -1132,6 +1148,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
     id: string,
     message?: string
   ) {
+    const tooLong = SpawnCheck.checkMessage("message", message)
+    if (tooLong !== undefined) return yield* tooLong
     const entry = yield* adopt(id)
     const record = entry.record
     const agentId = record.agent_id
@@ -1201,6 +1219,9 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       readonly message?: string | undefined
     }
   ) {
+    const tooLong = SpawnCheck.checkMessage("objective", update.objective) ??
+      SpawnCheck.checkMessage("message", update.message)
+    if (tooLong !== undefined) return yield* tooLong
     const entry = yield* lookup(id)
     // A new role only narrows: a live agent's rules are re-derived at once (its loop sees
     // them at its next tool call); a finished one is checked against its recorded role, which
@@ -1253,7 +1274,8 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
       role === undefined ? undefined : `Role: ${role.name} — ${role.description}`,
       update.message
     ].filter((line) => line !== undefined).join("\n")
-    return yield* sendInput(entry.record.agent_id, note, false, "agent_assign")
+    // Its parts were checked above; together they may be longer than one message may be.
+    return yield* deliverInput(entry.record.agent_id, note, false, "agent_assign")
   })
 
   /**

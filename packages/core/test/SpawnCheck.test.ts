@@ -87,4 +87,44 @@ describe("spawn requests are bounded and their model checked", () => {
         true
       )
     }).pipe(provideNode))
+
+  it.effect("a message, objective or resume message over the bound is refused before it reaches the agent's record", () =>
+    Effect.gen(function*() {
+      const huge = "m".repeat(SpawnCheck.maxPromptChars + 1)
+      const { get } = yield* setup({
+        rules: [
+          { match: { depth: 1 }, turns: [{ text: report("child ran") }] },
+          {
+            match: { depth: 0 },
+            turns: [{ tool_calls: [{ name: "task", args: { prompt: "p", description: "d" } }] }, { text: "done" }]
+          }
+        ]
+      })
+      const session = get(Session)
+      const root = yield* session.create()
+      yield* session.prompt(root.id, "go")
+      const manager = get(SubAgentManager.SubAgentManager)
+      const child = (yield* manager.list({ includeArchived: true })).find((agent) => agent.depth === 1)!
+      const refusals = [
+        yield* Effect.flip(manager.sendInput(child.agent_id, huge, false)),
+        yield* Effect.flip(manager.assign(child.agent_id, { objective: huge })),
+        yield* Effect.flip(manager.assign(child.agent_id, { message: huge })),
+        yield* Effect.flip(manager.resume(root.id, child.agent_id, huge))
+      ]
+      assert.deepStrictEqual(
+        refusals.map((error) => [error._tag, "field" in error ? error.field : undefined]),
+        [
+          ["SpawnTextTooLong", "message"],
+          ["SpawnTextTooLong", "objective"],
+          ["SpawnTextTooLong", "message"],
+          ["SpawnTextTooLong", "message"]
+        ]
+      )
+      assert.include(refusals[0]!.message, "the limit is 262144: nothing was sent")
+      const after = (yield* manager.list({ includeArchived: true })).find((agent) => agent.agent_id === child.agent_id)!
+      assert.deepStrictEqual(after, child)
+      // Within the bound, the same calls go through (the agent has finished: recorded, not delivered).
+      const sent = yield* manager.sendInput(child.agent_id, "m".repeat(SpawnCheck.maxPromptChars), false)
+      assert.isFalse(sent.delivered)
+    }).pipe(provideNode))
 })
