@@ -66,7 +66,7 @@ export interface Options {
    */
   readonly layers?: {
     readonly events?: Layer.Layer<AgentEvents.AgentEvents> | undefined
-    readonly store?: Layer.Layer<SubAgentStore.SubAgentStore, SubAgentStore.StoreError> | undefined
+    readonly store?: Layer.Layer<SubAgentStore.SubAgentStore, SubAgentStore.OpenError> | undefined
   } | undefined
 }
 
@@ -114,7 +114,7 @@ const takeoverWorkspace = (options: Options): string | undefined => {
 /** Every core service the agent loop needs, over a model catalog (`Models`) from context. */
 export const layerWithModels = (
   options: Options
-): Layer.Layer<Services, ToolRegistry.DuplicateTool | SubAgentStore.StoreError, Models.Models | Platform> => {
+): Layer.Layer<Services, ToolRegistry.DuplicateTool | SubAgentStore.OpenError, Models.Models | Platform> => {
   const workspace = Workspace.layer(options.cwd)
   const base = Layer.mergeAll(
     ToolRegistry.layer,
@@ -145,7 +145,7 @@ export const layer = (
   options: Options & { readonly model?: string | undefined }
 ): Layer.Layer<
   Services | Models.Models,
-  ToolRegistry.DuplicateTool | SubAgentStore.StoreError,
+  ToolRegistry.DuplicateTool | SubAgentStore.OpenError,
   LanguageModel.LanguageModel | Platform
 > => layerWithModels(options).pipe(Layer.provideMerge(Models.fromLanguageModel(options.model)))
 
