@@ -516,7 +516,8 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
   const identity = options.identity ?? thisProcess()
   const owner: Owner = { boot_id: randomBootId(), pid: identity.pid, host: identity.host }
   let crashed = false
-  let leaseUntil = 0
+  // Never renewed yet, whatever the clock reads (a clock may be behind the epoch in a test).
+  let leaseUntil = Number.NEGATIVE_INFINITY
   /** This process's agents whose records another process took over while it lived. */
   const takeovers = new Map<string, TakenOver>()
 
