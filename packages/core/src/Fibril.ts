@@ -60,6 +60,8 @@ export interface Options {
    * directory).
    */
   readonly store?: "memory" | "file" | { readonly dir: string } | undefined
+  /** The file store's limits (its lease, eviction); the defaults otherwise. */
+  readonly storeLimits?: SubAgentStore.Limits | undefined
   /**
    * Replacements for the events and store layers (the orchestration lab runs experiments
    * against deliberately broken ones); `store` here wins over the `store` option.
@@ -97,7 +99,7 @@ const storeLayer = (options: Options) => {
   const store = options.store ?? "memory"
   if (store === "memory") return Layer.fresh(SubAgentStore.layerMemory)
   const dir = store === "file" ? stateDirOf(options.cwd) : store.dir
-  return SubAgentStore.layerSqlite({ dir })
+  return SubAgentStore.layerSqlite({ ...options.storeLimits, dir })
 }
 
 /**
