@@ -245,12 +245,13 @@ export const run = Command.make(
       // Its records committed (or a clear error naming the one that is not), before the exit code.
       Effect.flatMap((code) => RunRecords.settle(code, true)),
       Effect.provide(Layer.mergeAll(
-      core,
-      // The flag, or the standard OpenTelemetry variable.
-      tracing(
-        Option.orElse(flags.otlp, () => Option.fromNullishOr(environment.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]))
-      )
-    )))
+        core,
+        // The flag, or the standard OpenTelemetry variable.
+        tracing(
+          Option.orElse(flags.otlp, () => Option.fromNullishOr(environment.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]))
+        )
+      ))
+    )
     yield* setExit(code)
   })
 ).pipe(

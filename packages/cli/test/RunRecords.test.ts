@@ -273,26 +273,30 @@ describe("records that never lie", () => {
       assert.notInclude(shown.stderr, "no agent")
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
 
-  it.live(".fibril/state as a file: list and run say what is wrong and what is expected (exit 2)", () =>
-    Effect.gen(function*() {
-      const { dir, fs, path } = yield* workspace(answerAfter("never", 0))
-      yield* fs.makeDirectory(path.join(dir, ".fibril"))
-      const state = path.join(dir, ".fibril", "state")
-      yield* fs.writeFileString(state, "not a directory")
-      for (
-        const args of [["agents", "list"], ["agents", "show", "agent_x"], [
-          "run",
-          "hi",
-          "--model",
-          "scripted:script.json"
-        ]]
-      ) {
-        const result = yield* fibril(args, { cwd: dir })
-        assert.strictEqual(result.exitCode, 2, `${args.join(" ")}: ${result.stderr}`)
-        assert.include(result.stderr, `${state} is a file, not a directory`)
-        assert.include(result.stderr, "Move or remove it")
-        assert.notInclude(result.stdout, "No agents recorded")
-      }
-      assert.strictEqual(execFileSync("cat", [state], { encoding: "utf8" }), "not a directory", "left as it was")
-    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
+  it.live(
+    ".fibril/state as a file: list and run say what is wrong and what is expected (exit 2)",
+    () =>
+      Effect.gen(function*() {
+        const { dir, fs, path } = yield* workspace(answerAfter("never", 0))
+        yield* fs.makeDirectory(path.join(dir, ".fibril"))
+        const state = path.join(dir, ".fibril", "state")
+        yield* fs.writeFileString(state, "not a directory")
+        for (
+          const args of [["agents", "list"], ["agents", "show", "agent_x"], [
+            "run",
+            "hi",
+            "--model",
+            "scripted:script.json"
+          ]]
+        ) {
+          const result = yield* fibril(args, { cwd: dir })
+          assert.strictEqual(result.exitCode, 2, `${args.join(" ")}: ${result.stderr}`)
+          assert.include(result.stderr, `${state} is a file, not a directory`)
+          assert.include(result.stderr, "Move or remove it")
+          assert.notInclude(result.stdout, "No agents recorded")
+        }
+        assert.strictEqual(execFileSync("cat", [state], { encoding: "utf8" }), "not a directory", "left as it was")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
 })

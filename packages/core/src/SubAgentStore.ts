@@ -325,7 +325,9 @@ const readJson = (json: unknown): SubAgentRecord | { readonly error: string } =>
   }
   const decoded = decodeRecord(raw)
   if (Result.isFailure(decoded)) {
-    return { error: `the stored record does not match SubAgentRecord: ${decoded.failure.message}`.slice(0, maxDecodeError) }
+    return {
+      error: `the stored record does not match SubAgentRecord: ${decoded.failure.message}`.slice(0, maxDecodeError)
+    }
   }
   // Decoding keeps only known keys; the stored row keeps the rest.
   return decoded.success
@@ -931,7 +933,9 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     }
     // Another host's processes cannot be asked: its lease decides.
     const until = Number(row["lease_until"])
-    return until < now ? `its lease ran out at ${new Date(until).toISOString()} (it runs on ${String(row["host"])})` : undefined
+    return until < now
+      ? `its lease ran out at ${new Date(until).toISOString()} (it runs on ${String(row["host"])})`
+      : undefined
   }
 
   const livenessAt = (bootId: string, now: number): Liveness =>
@@ -980,7 +984,9 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
         Receipt.log(ended, {
           at: now,
           type: "interrupted",
-          detail: `recorded interrupted by pid ${owner.pid} on ${owner.host}: ${because.get(boot) ?? "its owner is gone"}`
+          detail: `recorded interrupted by pid ${owner.pid} on ${owner.host}: ${
+            because.get(boot) ?? "its owner is gone"
+          }`
         })
         applyPut(ended, now, `gone:${boot}`)
         changed.push(ended)

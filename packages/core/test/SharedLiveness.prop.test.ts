@@ -45,7 +45,12 @@ interface Proc {
   paused: boolean
 }
 
-const record = (owner: Proc, agentId: string, now: number, overrides: Partial<SubAgentRecord> = {}): SubAgentRecord => ({
+const record = (
+  owner: Proc,
+  agentId: string,
+  now: number,
+  overrides: Partial<SubAgentRecord> = {}
+): SubAgentRecord => ({
   record_version: 2,
   agent_id: agentId,
   depth: 1,
@@ -162,9 +167,13 @@ describe("liveness under pauses, skewed clocks and reconciling readers (property
               if (owner !== undefined && owner.host === reader.host) {
                 fail(`#${reader.index} interrupted ${r.agent_id} of live owner #${owner.index} on their host`)
               }
-              if ((r.finished_at ?? 0) > now) fail(`#${reader.index} wrote finished_at ${r.finished_at} after its now ${now}`)
+              if ((r.finished_at ?? 0) > now) {
+                fail(`#${reader.index} wrote finished_at ${r.finished_at} after its now ${now}`)
+              }
               for (const e of r.events ?? []) {
-                if (e.type === "interrupted" && e.at > now) fail(`#${reader.index} logged at ${e.at} after its now ${now}`)
+                if (e.type === "interrupted" && e.at > now) {
+                  fail(`#${reader.index} logged at ${e.at} after its now ${now}`)
+                }
               }
             }
           })
