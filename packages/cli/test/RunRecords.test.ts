@@ -4,6 +4,8 @@
 // its disk (a small tmpfs), a row that does not decode, and a state path that is a file.
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { Effect, Fiber, FileSystem, Path, Stream } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { execFileSync, spawnSync } from "node:child_process"
@@ -237,6 +239,66 @@ describe("records that never lie", () => {
         const after = rows(dir)
         assert.deepStrictEqual(after.find((r) => r.agent_id === before[0]!.agent_id), before[0])
         assert.include(before[0]?.outcome?.text, "small first answer")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    90_000
+  )
+
+  it.live(
+    "fibril mcp on a store whose disk fills: the call is answered with an error naming the agent, earlier records intact",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const big = `big answer ${"x".repeat(1024 * 1024)}`
+        const { dir } = yield* workspace({
+          rules: [
+            { match: { prompt: "big" }, turns: [{ text: big }] },
+            { turns: [{ text: "small answer" }], repeat_last: true }
+          ]
+        })
+        const state = path.join(dir, ".fibril", "state")
+        yield* fs.makeDirectory(state, { recursive: true })
+        const mounted = spawnSync("mount", ["-t", "tmpfs", "-o", "size=512k", "tmpfs", state], { encoding: "utf8" })
+        if (mounted.status !== 0) {
+          console.warn(`skipped: cannot mount a tmpfs here (${mounted.stderr.trim()}); run as root`)
+          return
+        }
+        yield* Effect.addFinalizer(() => Effect.sync(() => spawnSync("umount", ["-l", state])))
+        const client = yield* Effect.acquireRelease(
+          Effect.promise(async () => {
+            const transport = new StdioClientTransport({
+              command: process.execPath,
+              args: [sourceCondition, bin, "mcp", "--model", "scripted:script.json"],
+              cwd: dir,
+              env: { PATH: process.env["PATH"] ?? "", HOME: dir },
+              stderr: "pipe"
+            })
+            const client = new Client({ name: "fibril-test", version: "0.0.0" })
+            await client.connect(transport)
+            return client
+          }),
+          (client) => Effect.promise(() => client.close())
+        )
+        const task = (prompt: string) =>
+          Effect.promise(() =>
+            client.callTool({ name: "task", arguments: { prompt, description: prompt, subagent_type: "explore" } })
+          )
+        const textOf = (result: Record<string, unknown>): string => {
+          const content = result["content"]
+          return Array.isArray(content) ? content.map((part: { text?: string }) => part.text ?? "").join("") : ""
+        }
+        const small = yield* task("small")
+        assert.isNotTrue(small.isError, textOf(small))
+        const before = rows(dir)
+        assert.deepStrictEqual(before.map((r) => r.status), ["completed"])
+
+        const failed = yield* task("big")
+        assert.isTrue(failed.isError, textOf(failed).slice(0, 500))
+        assert.match(
+          textOf(failed),
+          /^the record of agent_\w+ could not be saved in .*\/fibril\.db: disk full \(database or disk is full\); this call's outcome is not recorded$/
+        )
+        assert.deepStrictEqual(rows(dir).find((r) => r.agent_id === before[0]!.agent_id), before[0])
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
     90_000
   )
