@@ -626,6 +626,9 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     const event = stored?.events?.findLast((e) => e.type === "interrupted")
     const by = event?.detail ?? stored?.reason ?? `its record names another owner (${String(row["owner_boot"])})`
     const tombstone = row["owner_boot"] === `gone:${owner.boot_id}`
+    // Found gone: its owner row went with it. Registered again now, with a fresh lease.
+    leaseUntil = Number.NEGATIVE_INFINITY
+    renewLease(now)
     if (!isTerminal(record.status) || !tombstone) {
       takeovers.set(record.agent_id, { agent_id: record.agent_id, by, kept: false })
       return
@@ -672,7 +675,22 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
         JSON.stringify(knownOnly(record))
       ).changes
     ) === 1
-    if (fresh && !terminal) markInserted(id, true)
+    if (fresh && !terminal) {
+      markInserted(id, true)
+      // Its owner row may have been removed by a process that found this one gone (another
+      // host, its lease read as expired) while this one still holds its lease: a new live agent
+      // is never left with no owner row, which a reader on this host would take for gone.
+      db.run(
+        `INSERT OR IGNORE INTO fibril_owners (boot_id, pid, host, started_at, lease_until, proc_start)
+         VALUES (?, ?, ?, ?, ?, ?)`,
+        owner.boot_id,
+        owner.pid,
+        owner.host,
+        record.created_at,
+        leaseUntil,
+        identity.start ?? null
+      )
+    }
     return fresh ? "written" : "existing"
   }
 

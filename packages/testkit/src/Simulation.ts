@@ -468,7 +468,10 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined, sq
           ? Layer.effect(
             SubAgentStore.SubAgentStore,
             Effect.map(
-              Effect.provideContext(SubAgentStore.makeSqliteWithControl({ dir: sqliteDir, leaseMs, identity: simulatedProcess() }), platform),
+              Effect.provideContext(
+                SubAgentStore.makeSqliteWithControl({ dir: sqliteDir, leaseMs, identity: simulatedProcess() }),
+                platform
+              ),
               (made) => {
                 crash = made.control.crash
                 return store === undefined ? made.store : store(made.store)
