@@ -33,6 +33,17 @@ export class AgentNotRecorded extends Schema.TaggedError<AgentNotRecorded>()("Ag
   }
 }
 
+export class AgentUnreadable extends Schema.TaggedError<AgentUnreadable>()("AgentUnreadable", {
+  agentId: Schema.String,
+  dir: Schema.String,
+  error: Schema.String
+}) {
+  override get message() {
+    return `agent ${this.agentId} is recorded in ${this.dir}, but its record cannot be read: ${this.error}. ` +
+      "It was written by another Fibril version or damaged; the row is kept as it is"
+  }
+}
+
 /** Who runs (or ran) an agent, as seen from here. */
 export interface OwnerView {
   readonly pid: number | null
@@ -57,6 +68,14 @@ const withStore = <A, E, R>(
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const exists = (name: string) => fs.exists(path.join(stateDir, name)).pipe(Effect.orElseSucceed(() => false))
+    // A file in the place of the directory is said as such, not read as "no agents recorded".
+    const found = yield* fs.stat(stateDir).pipe(Effect.option)
+    if (Option.isSome(found) && found.value.type !== "Directory") {
+      return yield* new SubAgentStore.StateNotDirectory({
+        path: stateDir,
+        found: found.value.type === "File" ? "file" : found.value.type.toLowerCase()
+      })
+    }
     if (!(yield* exists(SubAgentStore.databaseFileName)) && !(yield* exists(SubAgentStore.legacyRecordsFileName))) {
       return empty
     }
@@ -110,6 +129,10 @@ export const nodeLine = (node: TreeNode): string => {
   }]${agent.reason === undefined ? "" : `  — ${agent.reason}`}`
 }
 
+/** A row that does not decode, as a line of `agents list`. */
+export const unreadableLine = (row: SubAgentStore.Unreadable): string =>
+  `${row.agent_id}  unreadable  [created ${time(row.created_at)}; status column ${row.status}]  — ${row.error}`
+
 export const renderForest = (roots: ReadonlyArray<TreeNode>): ReadonlyArray<string> => {
   const lines: Array<string> = []
   const walk = (node: TreeNode, prefix: string, last: boolean, top: boolean) => {
@@ -137,17 +160,32 @@ export const list = Effect.fn("fibril.agents.list")(function*(
   json: boolean,
   output: Output.Output
 ) {
-  const roots = yield* withStore(stateDir, [] as ReadonlyArray<TreeNode>, (store) =>
-    Effect.gen(function*() {
-      yield* store.reconcile
-      const records = yield* store.all
-      const owners = new Map<string, OwnerView>()
-      for (const record of records) owners.set(record.agent_id, yield* ownerOf(store, record))
-      const trees = forest(records, owners)
-      const live = (node: TreeNode): boolean => !isTerminal(node.agent.status) || node.children.some(live)
-      return all ? trees : trees.filter(live)
-    }))
-  if (json) return yield* output.line(JSON.stringify(roots.map(nodeJson)))
+  const { roots, unreadable } = yield* withStore(
+    stateDir,
+    { roots: [] as ReadonlyArray<TreeNode>, unreadable: [] as ReadonlyArray<SubAgentStore.Unreadable> },
+    (store) =>
+      Effect.gen(function*() {
+        yield* store.reconcile
+        const records = yield* store.all
+        const owners = new Map<string, OwnerView>()
+        for (const record of records) owners.set(record.agent_id, yield* ownerOf(store, record))
+        const trees = forest(records, owners)
+        const live = (node: TreeNode): boolean => !isTerminal(node.agent.status) || node.children.some(live)
+        // Rows that do not decode are shown (without --all, those whose status column is live).
+        const unreadable = (yield* store.unreadable).filter((row) =>
+          all || row.status === "pending" || row.status === "running"
+        )
+        return { roots: all ? trees : trees.filter(live), unreadable }
+      })
+  )
+  if (json) {
+    return yield* output.line(JSON.stringify([
+      ...roots.map(nodeJson),
+      ...unreadable.map((row) => ({ ...row, unreadable: true, children: [] }))
+    ]))
+  }
+  for (const row of unreadable) yield* output.line(unreadableLine(row))
+  if (roots.length === 0 && unreadable.length > 0) return
   if (roots.length === 0) {
     return yield* output.line(
       all ? `No agents recorded in ${stateDir}.` : "No agent is running; --all shows every recorded one."
@@ -168,7 +206,13 @@ const find = (store: SubAgentStore.SubAgentStore["Service"], stateDir: string, i
       const matches = record.agent_id === run || record.transcript_handle === id || Receipt.sessionName(record) === id
       if (matches && (found === undefined || record.created_at >= found.created_at)) found = record
     }
-    if (found === undefined) return yield* new AgentNotRecorded({ agentId: id, dir: stateDir })
+    if (found === undefined) {
+      const unreadable = (yield* store.unreadable).find((row) => row.agent_id === id || row.agent_id === run)
+      if (unreadable !== undefined) {
+        return yield* new AgentUnreadable({ agentId: unreadable.agent_id, dir: stateDir, error: unreadable.error })
+      }
+      return yield* new AgentNotRecorded({ agentId: id, dir: stateDir })
+    }
     return found
   })
 

@@ -4,8 +4,9 @@
  * store, tracing, and the Node platform services.
  *
  * Exit codes: 0 success; 1 the root agent failed (or `doctor` found a problem); 2 a usage or
- * configuration error (the message says what to change); 130 cancelled by Ctrl-C (143
- * SIGTERM, 129 SIGHUP; bin.ts).
+ * configuration error (the message says what to change); 3 a record could not be saved (a
+ * full disk), 4 an agent's record was taken over while this process ran it (RunRecords.ts);
+ * 130 cancelled by Ctrl-C (143 SIGTERM, 129 SIGHUP; bin.ts).
  */
 import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as Fibril from "@fibril/core/Fibril"
@@ -43,6 +44,7 @@ import * as McpCommand from "./McpCommand.ts"
 import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
 import * as Run from "./Run.ts"
+import * as RunRecords from "./RunRecords.ts"
 import * as TrustCommand from "./TrustCommand.ts"
 import * as Workspace from "./Workspace.ts"
 
@@ -225,6 +227,7 @@ export const run = Command.make(
     const core = Fibril.layerWithModels({
       cwd,
       store: "file",
+      storeLimits: yield* RunRecords.storeLimits(environment.env),
       session: { ...Session.optionsFrom(config.settings), stream: flags.stream },
       subagents: Option.match(flags.maxConcurrent, {
         onNone: () => subagents,
@@ -243,13 +246,17 @@ export const run = Command.make(
         interruptedBy: environment.interruptedBy
       },
       Output.console(environment.tty && !flags.json)
-    ).pipe(Effect.provide(Layer.mergeAll(
-      core,
-      // The flag, or the standard OpenTelemetry variable.
-      tracing(
-        Option.orElse(flags.otlp, () => Option.fromNullishOr(environment.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]))
-      )
-    )))
+    ).pipe(
+      // Its records committed (or a clear error naming the one that is not), before the exit code.
+      Effect.flatMap((code) => RunRecords.settle(code, true)),
+      Effect.provide(Layer.mergeAll(
+        core,
+        // The flag, or the standard OpenTelemetry variable.
+        tracing(
+          Option.orElse(flags.otlp, () => Option.fromNullishOr(environment.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]))
+        )
+      ))
+    )
     yield* setExit(code)
   })
 ).pipe(
@@ -787,6 +794,7 @@ const usageErrors = new Set([
   "UnknownModel",
   "ScriptFileError",
   "AgentNotRecorded",
+  "StateNotDirectory",
   "AgentNotFound",
   "NotResumable",
   "NothingToTrust",

@@ -162,6 +162,33 @@ export const requiredIds: Readonly<Record<string, ReadonlyArray<string>>> = {
 }
 
 /**
+ * The McpServer as the toolkit registers with it: every call's records are committed before
+ * it is answered — a call whose records cannot be saved (a full disk) is answered with an
+ * error that says so, not with a result the store does not have.
+ */
+export const settlingCalls = Layer.effect(
+  McpServer.McpServer,
+  Effect.map(Effect.all([McpServer.McpServer, SubAgentStore]), ([server, store]) =>
+    McpServer.McpServer.of({
+      ...server,
+      addTool: (options) =>
+        server.addTool({
+          ...options,
+          handle: (payload: unknown) =>
+            Effect.flatMap(options.handle(payload), (result) =>
+              Effect.match(store.settle, {
+                onFailure: (error) =>
+                  new McpSchema.CallToolResult({
+                    isError: true,
+                    content: [{ type: "text", text: `${error.message}; this call's outcome is not recorded` }]
+                  }),
+                onSuccess: () => result
+              }))
+        })
+    }))
+)
+
+/**
  * The McpServer as the toolkit registers with it: a tool of `requiredIds` is registered
  * with those parameters `required` in its input schema.
  */
@@ -188,7 +215,8 @@ export const requiringIds = Layer.effect(
 /** Registers `task` and the `agent_*` tools with the McpServer in context. */
 export const tools = McpServer.toolkit(TaskToolkit.mcpToolkit).pipe(
   Layer.provide(handlers),
-  Layer.provide(requiringIds)
+  Layer.provide(requiringIds),
+  Layer.provide(settlingCalls)
 )
 
 /**

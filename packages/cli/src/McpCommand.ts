@@ -24,6 +24,7 @@ import * as ClusterCommand from "./ClusterCommand.ts"
 import * as ConfigFlags from "./ConfigFlags.ts"
 import type * as McpModule from "./Mcp.ts"
 import * as ModelSelection from "./ModelSelection.ts"
+import * as RunRecords from "./RunRecords.ts"
 import * as Workspace from "./Workspace.ts"
 
 export const make = <I>(environment: Context.Key<I, Environment>, version: string) =>
@@ -84,6 +85,7 @@ export const make = <I>(environment: Context.Key<I, Environment>, version: strin
       const core = Fibril.layerWithModels({
         cwd,
         store: "file",
+        storeLimits: yield* RunRecords.storeLimits(env.env),
         session: Session.optionsFrom(config.settings),
         subagents: Option.match(flags.maxConcurrent, {
           onNone: () => subagents,

@@ -60,13 +60,15 @@ export interface Options {
    * directory).
    */
   readonly store?: "memory" | "file" | { readonly dir: string } | undefined
+  /** The file store's limits (its lease, eviction); the defaults otherwise. */
+  readonly storeLimits?: SubAgentStore.Limits | undefined
   /**
    * Replacements for the events and store layers (the orchestration lab runs experiments
    * against deliberately broken ones); `store` here wins over the `store` option.
    */
   readonly layers?: {
     readonly events?: Layer.Layer<AgentEvents.AgentEvents> | undefined
-    readonly store?: Layer.Layer<SubAgentStore.SubAgentStore, SubAgentStore.StoreError> | undefined
+    readonly store?: Layer.Layer<SubAgentStore.SubAgentStore, SubAgentStore.OpenError> | undefined
   } | undefined
 }
 
@@ -97,7 +99,7 @@ const storeLayer = (options: Options) => {
   const store = options.store ?? "memory"
   if (store === "memory") return Layer.fresh(SubAgentStore.layerMemory)
   const dir = store === "file" ? stateDirOf(options.cwd) : store.dir
-  return SubAgentStore.layerSqlite({ dir })
+  return SubAgentStore.layerSqlite({ ...options.storeLimits, dir })
 }
 
 /**
@@ -114,7 +116,7 @@ const takeoverWorkspace = (options: Options): string | undefined => {
 /** Every core service the agent loop needs, over a model catalog (`Models`) from context. */
 export const layerWithModels = (
   options: Options
-): Layer.Layer<Services, ToolRegistry.DuplicateTool | SubAgentStore.StoreError, Models.Models | Platform> => {
+): Layer.Layer<Services, ToolRegistry.DuplicateTool | SubAgentStore.OpenError, Models.Models | Platform> => {
   const workspace = Workspace.layer(options.cwd)
   const base = Layer.mergeAll(
     ToolRegistry.layer,
@@ -145,7 +147,7 @@ export const layer = (
   options: Options & { readonly model?: string | undefined }
 ): Layer.Layer<
   Services | Models.Models,
-  ToolRegistry.DuplicateTool | SubAgentStore.StoreError,
+  ToolRegistry.DuplicateTool | SubAgentStore.OpenError,
   LanguageModel.LanguageModel | Platform
 > => layerWithModels(options).pipe(Layer.provideMerge(Models.fromLanguageModel(options.model)))
 

@@ -102,6 +102,21 @@ export const log = (record: Draft, event: Omit<LogEventType, "run_id">): void =>
   if (next.dropped > 0) record.events_dropped = (record.events_dropped ?? 0) + next.dropped
 }
 
+/**
+ * Puts a takeover into the history of a record whose owner ends it after another process took
+ * it over (found it gone while it lived): an `interrupted` event before the record's final
+ * event, so the log reads in the order things happened.
+ */
+export const takenOver = (record: Draft, event: { readonly at: number; readonly detail: string }): void => {
+  const entry: LogEventType = { at: event.at, type: "interrupted", detail: event.detail, run_id: currentRunId(record) }
+  const events = [...(record.events ?? [])]
+  const last = events.at(-1)
+  events.splice(last !== undefined && last.type !== "tool_call" ? events.length - 1 : events.length, 0, entry)
+  const next = events.length > limits.events ? events.slice(events.length - limits.events) : events
+  if (next.length < events.length) record.events_dropped = (record.events_dropped ?? 0) + events.length - next.length
+  record.events = next
+}
+
 /** Replaces the current run with `f` of it. */
 const updateRun = (record: Draft, f: (run: Run) => Run): void => {
   const runs = record.runs

@@ -7,18 +7,24 @@
  * Any number of `fibril run` / `fibril mcp` processes can use one workspace at once: each
  * writes only its own agents' rows, in transactions, so nothing is lost to a last writer.
  *
- * Ownership. Each store instance is one *owner* (a boot id, the pid and the host). A record
- * names the owner that runs it; the owner renews a lease while it has live agents. A record
- * left `pending`/`running` becomes `interrupted` only when its owner is gone — the lease
- * expired, or the pid is dead on this host — never because another process started
- * (`reconcile`). Another process asks the owner to cancel or to take input through
- * `request`; the owner reads its requests with `takeRequests`.
+ * Ownership. Each store instance is one *owner* (a boot id, the pid, its start time and the
+ * host). A record names the owner that runs it; the owner renews a lease while it has live
+ * agents. A record left `pending`/`running` becomes `interrupted` only when its owner is gone,
+ * never because another process started (`reconcile`). On this host, an owner is gone when its
+ * pid is not running, or runs another process (a different start time): a live owner is never
+ * gone here, whatever its lease says (a process stopped with Ctrl-Z, a clock ahead). On another
+ * host, only the lease can tell. Should an owner find its agent taken over all the same (by a
+ * process on another host), its terminal write is still recorded, with the takeover in the
+ * record's events, and `takenOver` says so. Another process asks the owner to cancel or to
+ * take input through `request`; the owner reads its requests with `takeRequests`.
  *
  * Writes are group-committed: `put` and `appendTranscript` queue their rows and the queue is
  * committed in one transaction at the end of the current turn of the event loop (or at
  * once by `flush` and before any read). `appendTranscript` returns only after its commit,
  * so a message is durable before the loop makes its next model call; `put` does not wait.
- * A commit survives `kill -9`; WAL keeps the file whole through any crash.
+ * A commit survives `kill -9`; WAL keeps the file whole through any crash. A commit that fails
+ * (a full disk) keeps its writes queued for the next one; `settle` retries them and, when they
+ * still cannot be committed, fails with `StoreWriteFailed` naming the agent whose record is lost.
  *
  * Records keep the JSON fields this version does not know (written by a newer Fibril).
  * Terminal records older than `evictAfterMs`, or beyond `maxRecords`, are dropped with
@@ -38,7 +44,9 @@ import * as Schema from "effect/Schema"
 import * as SchemaJITCompiler from "effect/schema/SchemaJITCompiler"
 import { hostname } from "node:os"
 import { nowMillis } from "./internal/clock.ts"
+import * as Processes from "./internal/processes.ts"
 import * as Sqlite from "./internal/sqlite.ts"
+import * as Receipt from "./Receipt.ts"
 import { isTerminal, migrate, retiredKeys, type Status, SubAgentRecord } from "./SubAgentRecord.ts"
 
 export class StoreError extends Schema.TaggedError<StoreError>()("StoreError", {
@@ -48,6 +56,53 @@ export class StoreError extends Schema.TaggedError<StoreError>()("StoreError", {
   override get message() {
     return `sub-agent store: ${this.path}: ${this.reason}`
   }
+}
+
+/**
+ * A commit of records failed and could not be made on retries: the record of `agentId` (its
+ * terminal state, its answer) is not saved in `store`. What was committed before is intact.
+ */
+export class StoreWriteFailed extends Schema.TaggedError<StoreWriteFailed>()("StoreWriteFailed", {
+  agentId: Schema.String,
+  store: Schema.String,
+  reason: Schema.String
+}) {
+  override get message() {
+    return `the record of ${this.agentId} could not be saved in ${this.store}: ${this.reason}`
+  }
+}
+
+/** The state directory (`.fibril/state`) exists but is not a directory. */
+export class StateNotDirectory extends Schema.TaggedError<StateNotDirectory>()("StateNotDirectory", {
+  path: Schema.String,
+  found: Schema.String
+}) {
+  override get message() {
+    return `${this.path} is a ${this.found}, not a directory: Fibril keeps its records there, in a directory ` +
+      `(with ${databaseFileName} inside). Move or remove it, and Fibril creates the directory on its next run`
+  }
+}
+
+/** Why a store could not be opened. */
+export type OpenError = StoreError | StateNotDirectory
+
+/** A stored record that does not decode: shown as unreadable, never left out silently. */
+export interface Unreadable {
+  readonly agent_id: string
+  /** The row's status column. */
+  readonly status: string
+  readonly created_at: number
+  /** Why it does not decode. */
+  readonly error: string
+}
+
+/** An agent of this process whose record another process took over while this one lived. */
+export interface TakenOver {
+  readonly agent_id: string
+  /** Who took it over and why, as that process recorded it. */
+  readonly by: string
+  /** True once this process's terminal write is recorded in spite of it (the outcome is kept). */
+  readonly kept: boolean
 }
 
 /** A process that owns agents. */
@@ -83,6 +138,15 @@ export class SubAgentStore extends Context.Service<SubAgentStore, {
   readonly put: (record: SubAgentRecord) => Effect.Effect<void>
   /** Commits what is queued now. */
   readonly flush: Effect.Effect<void, StoreError>
+  /**
+   * Commits what is queued, retrying a failed commit a few times (its writes stay queued);
+   * fails with `StoreWriteFailed` naming an agent whose record could not be saved.
+   */
+  readonly settle: Effect.Effect<void, StoreWriteFailed>
+  /** The agents of this process whose records were taken over while it lived (see `TakenOver`). */
+  readonly takenOver: Effect.Effect<ReadonlyArray<TakenOver>>
+  /** The stored rows that do not decode (every process's), with why. */
+  readonly unreadable: Effect.Effect<ReadonlyArray<Unreadable>>
   /** Appends messages to a transcript; durable when it returns. */
   readonly appendTranscript: (handle: string, entries: ReadonlyArray<unknown>) => Effect.Effect<void, StoreError>
   /**
@@ -128,7 +192,29 @@ export interface Limits {
 export interface SqliteOptions extends Limits {
   /** The state directory, e.g. `<cwd>/.fibril/state`; created if missing. */
   readonly dir: string
+  /**
+   * This process as its records name it, and how it sees the host's processes. Defaults to the
+   * real ones; tests that run several "processes" in one give each its own.
+   */
+  readonly identity?: Identity | undefined
 }
+
+/** Who a store's process is, and how it asks the host whether another process lives. */
+export interface Identity {
+  readonly pid: number
+  readonly host: string
+  /** The start time of this process (`/proc/<pid>/stat` field 22 on Linux), if known. */
+  readonly start: string | undefined
+  readonly probe: Processes.Probe
+}
+
+/** This process, on this host (the default identity). */
+export const thisProcess = (): Identity => ({
+  pid: process.pid,
+  host: hostname(),
+  start: Processes.selfStart(),
+  probe: Processes.probe
+})
 
 export const defaultLimits = {
   evictAfterMs: 7 * 24 * 60 * 60 * 1000,
@@ -156,16 +242,6 @@ const resolve = (options: Limits): ResolvedLimits => ({
 const randomBootId = () => Math.random().toString(36).slice(2, 10)
 
 const thisOwner = (): Owner => ({ boot_id: randomBootId(), pid: process.pid, host: hostname() })
-
-/** Is `pid` a live process on this host? (EPERM: it exists, owned by someone else.) */
-const pidAlive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    return (error as { code?: unknown }).code === "EPERM"
-  }
-}
 
 const knownKeys: ReadonlyArray<string> = Object.keys(SubAgentRecord.fields)
 const isKnownKey: ReadonlySet<string> = new Set(knownKeys)
@@ -235,19 +311,35 @@ const toLines = (handle: string, entries: ReadonlyArray<unknown>): Array<string>
   return lines
 }
 
-/** The known record in a stored JSON object, or undefined when it does not decode. */
-const fromJson = (json: unknown): SubAgentRecord | undefined => {
-  if (typeof json !== "string") return undefined
+/** Characters kept of a decode error shown for an unreadable row. */
+const maxDecodeError = 500
+
+/** The known record in a stored JSON object, or why it does not decode. */
+const readJson = (json: unknown): SubAgentRecord | { readonly error: string } => {
+  if (typeof json !== "string") return { error: "the stored record is not text" }
   let raw: unknown
   try {
     raw = JSON.parse(json)
-  } catch {
-    return undefined
+  } catch (cause) {
+    return { error: `the stored record is not JSON: ${Sqlite.describe(cause)}`.slice(0, maxDecodeError) }
   }
   const decoded = decodeRecord(raw)
-  if (Result.isFailure(decoded)) return undefined
+  if (Result.isFailure(decoded)) {
+    return {
+      error: `the stored record does not match SubAgentRecord: ${decoded.failure.message}`.slice(0, maxDecodeError)
+    }
+  }
   // Decoding keeps only known keys; the stored row keeps the rest.
   return decoded.success
+}
+
+const isDecodeError = (read: SubAgentRecord | { readonly error: string }): read is { readonly error: string } =>
+  "error" in read && !("agent_id" in read)
+
+/** The known record in a stored JSON object, or undefined when it does not decode. */
+const fromJson = (json: unknown): SubAgentRecord | undefined => {
+  const read = readJson(json)
+  return isDecodeError(read) ? undefined : read
 }
 
 const terminalList = "('completed','failed','cancelled','interrupted')"
@@ -270,7 +362,8 @@ CREATE TABLE IF NOT EXISTS fibril_owners (
   pid INTEGER NOT NULL,
   host TEXT NOT NULL,
   started_at INTEGER NOT NULL,
-  lease_until INTEGER NOT NULL
+  lease_until INTEGER NOT NULL,
+  proc_start TEXT
 );
 CREATE TABLE IF NOT EXISTS fibril_transcripts (
   id INTEGER PRIMARY KEY,
@@ -312,6 +405,23 @@ const deleteWhereInSql = (table: string, column: string, rows: number): string =
   return sql
 }
 
+/**
+ * Adds the owners' `proc_start` column to a database created before it (the schema version
+ * stays: older Fibrils write the row without it, and are then checked by pid alone).
+ */
+const addProcStart = (db: Sqlite.Database) => {
+  if (db.all("PRAGMA table_info(fibril_owners)").some((column) => column["name"] === "proc_start")) return
+  try {
+    db.exec("ALTER TABLE fibril_owners ADD COLUMN proc_start TEXT")
+  } catch (cause) {
+    // Another process opening the database at the same moment added it first.
+    if (!/duplicate column/i.test(Sqlite.describe(cause))) throw cause
+  }
+}
+
+const describeType = (type: FileSystem.File.Type): string =>
+  type === "File" ? "file" : type === "SymbolicLink" ? "symbolic link" : type.toLowerCase()
+
 /** The schema version this Fibril reads and writes. */
 export const schemaVersion = 1
 
@@ -348,6 +458,12 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
   const failed = (reason: unknown) => new StoreError({ path: file, reason: Sqlite.describe(reason) })
   const warnings: Array<string> = []
 
+  // A file where the directory should be would otherwise read as "no records" to a reader and
+  // fail with a bare AlreadyExists here.
+  const found = yield* fs.stat(dir).pipe(Effect.option)
+  if (Option.isSome(found) && found.value.type !== "Directory") {
+    return yield* new StateNotDirectory({ path: dir, found: describeType(found.value.type) })
+  }
   yield* fs.makeDirectory(dir, { recursive: true }).pipe(
     Effect.mapError((error) => new StoreError({ path: dir, reason: error.message }))
   )
@@ -358,6 +474,7 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
       const db = Sqlite.open(file)
       try {
         db.exec(schema)
+        addProcStart(db)
         return { db, version: Number(db.get("SELECT value FROM fibril_meta WHERE key = 'schema_version'")?.["value"]) }
       } catch (cause) {
         db.close()
@@ -398,9 +515,13 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
   }
   yield* Effect.addFinalizer(() => Effect.sync(() => db.close()))
 
-  const owner = thisOwner()
+  const identity = options.identity ?? thisProcess()
+  const owner: Owner = { boot_id: randomBootId(), pid: identity.pid, host: identity.host }
   let crashed = false
-  let leaseUntil = 0
+  // Never renewed yet, whatever the clock reads (a clock may be behind the epoch in a test).
+  let leaseUntil = Number.NEGATIVE_INFINITY
+  /** This process's agents whose records another process took over while it lived. */
+  const takeovers = new Map<string, TakenOver>()
 
   // --- group commit ---------------------------------------------------------------------
   let queue: Array<Append> = []
@@ -430,19 +551,28 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     WHERE agent_id = ? AND owner_boot = ?`
   /** Agents whose row this process inserted (and so holds no field it did not write), until their run ends. */
   const inserted = new Set<string>()
+  /** The changes to `inserted` in the commit under way: undone if it rolls back. */
+  let insertedChanges: Array<{ readonly id: string; readonly added: boolean }> = []
+  const markInserted = (id: string, added: boolean) => {
+    if (added === inserted.has(id)) return
+    if (added) inserted.add(id)
+    else inserted.delete(id)
+    insertedChanges.push({ id, added })
+  }
 
   /** Renews this owner's lease when a third of it has passed (inside the caller's transaction). */
   const renewLease = (now: number) => {
     if (leaseUntil - now > (limits.leaseMs * 2) / 3) return
     leaseUntil = now + limits.leaseMs
     db.run(
-      `INSERT INTO fibril_owners (boot_id, pid, host, started_at, lease_until) VALUES (?, ?, ?, ?, ?)
+      `INSERT INTO fibril_owners (boot_id, pid, host, started_at, lease_until, proc_start) VALUES (?, ?, ?, ?, ?, ?)
        ON CONFLICT (boot_id) DO UPDATE SET lease_until = excluded.lease_until`,
       owner.boot_id,
       owner.pid,
       owner.host,
       now,
-      leaseUntil
+      leaseUntil,
+      identity.start ?? null
     )
   }
 
@@ -453,16 +583,20 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
    */
   const applyPut = (record: SubAgentRecord, now: number, takeover?: string) => {
     if (takeover === undefined && !isTerminal(record.status)) renewLease(now)
-    if (takeover === undefined && putOwn(record)) {
-      if (isTerminal(record.status)) terminalPuts++
-      return
+    if (takeover === undefined) {
+      const own = putOwn(record)
+      if (own === "refused") return refusedWrite(record, now)
+      if (own === "written") {
+        if (isTerminal(record.status)) terminalPuts++
+        return
+      }
     }
     // Absent optional keys are sent as null, which json_patch removes: a field cleared here
     // (a reason, on resume) is cleared in the row; fields this version does not know stay.
     const patch = knownOnly(record)
     for (const key of knownKeys) if (!(key in patch)) patch[key] = null
     for (const key of retiredKeys) patch[key] = null
-    db.run(
+    const changes = db.run(
       takeover === undefined ? ownerPut : upsert,
       record.agent_id,
       record.parent_id ?? null,
@@ -472,8 +606,40 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
       record.created_at,
       record.finished_at ?? null,
       JSON.stringify(patch)
-    )
+    ).changes
+    if (takeover === undefined && Number(changes) === 0) return refusedWrite(record, now)
     if (isTerminal(record.status)) terminalPuts++
+  }
+
+  /**
+   * A write of this process's that the row refused: another process found this one gone and
+   * took the agent over (reconcile's tombstone `gone:<this boot id>`), though it lived — it
+   * was stopped past its lease, or the other process's clock is ahead, on another host. A
+   * terminal write is recorded all the same, over the tombstone: the outcome is this process's,
+   * and the takeover goes into the record's events, at a time no later than this clock's now.
+   * A row another process has adopted since (to resume it) is left to that process.
+   */
+  const refusedWrite = (record: SubAgentRecord, now: number) => {
+    const row = db.get("SELECT owner_boot, record FROM fibril_agents WHERE agent_id = ?", record.agent_id)
+    if (row === undefined) return
+    const stored = fromJson(row["record"])
+    const event = stored?.events?.findLast((e) => e.type === "interrupted")
+    const by = event?.detail ?? stored?.reason ?? `its record names another owner (${String(row["owner_boot"])})`
+    const tombstone = row["owner_boot"] === `gone:${owner.boot_id}`
+    // Found gone: its owner row went with it. Registered again now, with a fresh lease.
+    leaseUntil = Number.NEGATIVE_INFINITY
+    renewLease(now)
+    if (!isTerminal(record.status) || !tombstone) {
+      takeovers.set(record.agent_id, { agent_id: record.agent_id, by, kept: false })
+      return
+    }
+    const kept: Receipt.Draft = { ...record }
+    Receipt.takenOver(kept, {
+      at: Math.min(event?.at ?? stored?.finished_at ?? now, now),
+      detail: `${by}; this process (pid ${owner.pid} on ${owner.host}) was still running it, and recorded its end`
+    })
+    applyPut(kept, now, owner.boot_id)
+    takeovers.set(record.agent_id, { agent_id: record.agent_id, by, kept: true })
   }
 
   /**
@@ -481,20 +647,20 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
    * lasts replace it whole. False when the row existed already (a resumed, adopted or migrated
    * agent): then the merging upsert runs.
    */
-  const putOwn = (record: SubAgentRecord): boolean => {
+  const putOwn = (record: SubAgentRecord): "written" | "existing" | "refused" => {
     const id = record.agent_id
     const terminal = isTerminal(record.status)
     if (inserted.has(id)) {
-      db.run(
+      const changes = db.run(
         replaceOwn,
         record.status,
         record.finished_at ?? null,
         JSON.stringify(knownOnly(record)),
         id,
         record.session_boot_id
-      )
-      if (terminal) inserted.delete(id)
-      return true
+      ).changes
+      if (terminal) markInserted(id, false)
+      return Number(changes) === 1 ? "written" : "refused"
     }
     const fresh = Number(
       db.run(
@@ -509,8 +675,23 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
         JSON.stringify(knownOnly(record))
       ).changes
     ) === 1
-    if (fresh && !terminal) inserted.add(id)
-    return fresh
+    if (fresh && !terminal) {
+      markInserted(id, true)
+      // Its owner row may have been removed by a process that found this one gone (another
+      // host, its lease read as expired) while this one still holds its lease: a new live agent
+      // is never left with no owner row, which a reader on this host would take for gone.
+      db.run(
+        `INSERT OR IGNORE INTO fibril_owners (boot_id, pid, host, started_at, lease_until, proc_start)
+         VALUES (?, ?, ?, ?, ?, ?)`,
+        owner.boot_id,
+        owner.pid,
+        owner.host,
+        record.created_at,
+        leaseUntil,
+        identity.start ?? null
+      )
+    }
+    return fresh ? "written" : "existing"
   }
 
   /** Transcript rows, several per statement (a statement per row costs as much again as the row). */
@@ -533,6 +714,8 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     waiters = []
     let error: StoreError | undefined
     if (!crashed && (appends.length > 0 || records.size > 0)) {
+      const lease = leaseUntil
+      insertedChanges = []
       try {
         db.transaction(() => {
           insertLines(appends)
@@ -540,7 +723,24 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
         })
       } catch (cause) {
         error = failed(cause)
+        // Rolled back: nothing of it is in the file, so what this process believes it wrote
+        // is undone.
+        leaseUntil = lease
+        for (const change of insertedChanges.reverse()) {
+          if (change.added) inserted.delete(change.id)
+          else inserted.add(change.id)
+        }
+        // A full disk (or an I/O error) may pass: the writes go back in the queue, before
+        // those queued since (which replace a record's), to be tried again at the next commit.
+        // A write that can never be made (a value with no JSON form) is dropped, not retried.
+        if (Sqlite.isTransient(cause)) {
+          queue = [...appends, ...queue]
+          const newer = puts
+          puts = new Map(records)
+          for (const [id, put] of newer) puts.set(id, put)
+        }
       }
+      insertedChanges = []
     }
     if (error !== undefined && resumes.length === 0) unreported = error
     for (const resume of resumes) resume(error)
@@ -557,6 +757,32 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     const error = queue.length === 0 && puts.size === 0 ? undefined : commit()
     return error === undefined ? Effect.void : Effect.fail(error)
   })
+
+  /** The agent whose record a failed commit leaves unsaved: a finished one first. */
+  const unsavedAgent = (): string => {
+    const records = [...puts.values()].map(({ record }) => record)
+    const record = records.find((r) => isTerminal(r.status)) ?? records[0]
+    if (record !== undefined) return record.agent_id
+    const handle = queue[0]?.handle
+    if (handle === undefined) return "(none queued)"
+    try {
+      const row = db.get("SELECT agent_id FROM fibril_agents WHERE handle = ?", handle)
+      return row === undefined ? `the agent of transcript ${handle}` : String(row["agent_id"])
+    } catch {
+      return `the agent of transcript ${handle}`
+    }
+  }
+
+  // A full disk may be freed in a moment (a temporary file removed): the queued writes are
+  // tried again, 4 times over about 1.5 s, before the record is given up.
+  const settle: Effect.Effect<void, StoreWriteFailed> = flushNow.pipe(
+    Effect.retry({ times: 4, schedule: Schedule.exponential("100 millis") }),
+    Effect.catch((error) =>
+      Effect.fail(
+        new StoreWriteFailed({ agentId: unsavedAgent(), store: file, reason: Sqlite.plainReason(error.reason) })
+      )
+    )
+  )
 
   // --- eviction -------------------------------------------------------------------------
   const evict = (now: number) => {
@@ -686,18 +912,52 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
 
   const ids = read(() => new Set(db.all("SELECT agent_id FROM fibril_agents").map((row) => String(row["agent_id"]))))
 
+  const unreadable = read(() =>
+    db.all("SELECT agent_id, status, created_at, record FROM fibril_agents ORDER BY created_at, agent_id").flatMap(
+      (row): Array<Unreadable> => {
+        const decoded = readJson(row["record"])
+        return isDecodeError(decoded)
+          ? [{
+            agent_id: String(row["agent_id"]),
+            status: String(row["status"]),
+            created_at: Number(row["created_at"]),
+            error: decoded.error
+          }]
+          : []
+      }
+    )
+  ).pipe(Effect.catch((error) => Effect.as(Effect.logWarning(error.message), [])))
+
   // --- ownership ------------------------------------------------------------------------
   const ownerRow = (bootId: string) =>
-    db.get("SELECT pid, host, lease_until FROM fibril_owners WHERE boot_id = ?", bootId)
+    db.get("SELECT pid, host, lease_until, proc_start FROM fibril_owners WHERE boot_id = ?", bootId)
 
-  const livenessAt = (bootId: string, now: number): Liveness => {
-    if (bootId === owner.boot_id) return crashed ? "gone" : "self"
+  /** Why an owner is gone (for the record's events), or undefined while it lives. */
+  const goneBecause = (bootId: string, now: number): string | undefined => {
+    if (bootId === owner.boot_id) return crashed ? "this process stopped writing" : undefined
     const row = ownerRow(bootId)
-    if (row === undefined) return "gone"
-    if (Number(row["lease_until"]) < now) return "gone"
-    if (row["host"] === owner.host && !pidAlive(Number(row["pid"]))) return "gone"
-    return "alive"
+    if (row === undefined) return "its process exited or was found gone before"
+    const pid = Number(row["pid"])
+    if (row["host"] === owner.host) {
+      // On this host the process itself answers, whatever its lease says: a process stopped
+      // past its lease, or a reader whose clock is ahead, never takes a live owner's agents.
+      const state = identity.probe(pid)
+      if (!state.alive) return `its process (pid ${pid}) is not running`
+      const registered = row["proc_start"]
+      if (typeof registered === "string" && state.start !== undefined && state.start !== registered) {
+        return `pid ${pid} now runs another process (started at ${state.start}, not ${registered})`
+      }
+      return undefined
+    }
+    // Another host's processes cannot be asked: its lease decides.
+    const until = Number(row["lease_until"])
+    return until < now
+      ? `its lease ran out at ${new Date(until).toISOString()} (it runs on ${String(row["host"])})`
+      : undefined
   }
+
+  const livenessAt = (bootId: string, now: number): Liveness =>
+    bootId === owner.boot_id && !crashed ? "self" : goneBecause(bootId, now) === undefined ? "alive" : "gone"
 
   const liveness = (bootId: string) =>
     Clock.clockWith((clock) =>
@@ -719,20 +979,33 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
         owner.boot_id
       )
       const verdicts = new Map<string, Liveness>()
+      const because = new Map<string, string>()
       const changed: Array<SubAgentRecord> = []
       for (const row of rows) {
         const boot = String(row["owner_boot"])
         let verdict = verdicts.get(boot)
-        if (verdict === undefined) verdicts.set(boot, verdict = livenessAt(boot, now))
+        if (verdict === undefined) {
+          const why = goneBecause(boot, now)
+          verdicts.set(boot, verdict = why === undefined ? "alive" : "gone")
+          if (why !== undefined) because.set(boot, why)
+        }
         if (verdict !== "gone") continue
         const record = fromJson(row["record"])
         if (record === undefined) continue
-        const ended: SubAgentRecord = {
+        // `now` is this process's own clock: nothing written here is later than it.
+        const ended: Receipt.Draft = {
           ...record,
           status: "interrupted",
           reason: goneReason({ pid: record.owner_pid, host: record.owner_host }),
           finished_at: now
         }
+        Receipt.log(ended, {
+          at: now,
+          type: "interrupted",
+          detail: `recorded interrupted by pid ${owner.pid} on ${owner.host}: ${
+            because.get(boot) ?? "its owner is gone"
+          }`
+        })
         applyPut(ended, now, `gone:${boot}`)
         changed.push(ended)
       }
@@ -866,6 +1139,9 @@ export const makeSqliteWithControl = Effect.fnUntraced(function*(options: Sqlite
     ids,
     put,
     flush: flushNow,
+    settle,
+    takenOver: Effect.sync(() => [...takeovers.values()]),
+    unreadable,
     appendTranscript,
     queueTranscript,
     sync,
@@ -904,7 +1180,7 @@ export const makeSqlite = (options: SqliteOptions) => Effect.map(makeSqliteWithC
  */
 export const layerSqlite = (
   options: SqliteOptions
-): Layer.Layer<SubAgentStore, StoreError, FileSystem.FileSystem | Path.Path> =>
+): Layer.Layer<SubAgentStore, OpenError, FileSystem.FileSystem | Path.Path> =>
   Layer.effect(SubAgentStore, makeSqlite(options))
 
 // ---------------------------------------------------------------------------
@@ -1102,6 +1378,9 @@ export const makeMemory = Effect.fn("SubAgentStore.makeMemory")(function*(option
         }
       }),
     flush: Clock.clockWith((clock) => Effect.sync(() => evict(clock.currentTimeMillisUnsafe()))),
+    settle: Effect.void,
+    takenOver: Effect.succeed([]),
+    unreadable: Effect.succeed([]),
     appendTranscript: append,
     queueTranscript: append,
     sync: Effect.void,

@@ -21,7 +21,7 @@ import * as ToolRegistry from "../src/ToolRegistry.ts"
 import * as Workspace from "../src/Workspace.ts"
 import { provideNode, report } from "./support.ts"
 
-/** Short, so a schedule crosses lease expiries often; every process here has the same pid. */
+/** Short, so a schedule crosses lease expiries often. */
 const leaseMs = 3000
 
 /**
@@ -55,6 +55,8 @@ interface Process {
   readonly control: SubAgentStore.Control
   readonly manager: SubAgentManager.SubAgentManager["Service"]
 }
+
+let hosts = 0
 
 /** One real turn of the event loop: the stores group-commit on `setImmediate`. */
 const macrotask = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
@@ -117,7 +119,18 @@ describe("SubAgentStore shared by processes (property)", () => {
 
         const start = Effect.fnUntraced(function*() {
           const scope = yield* Scope.fork(runScope, "sequential")
-          const { control, store } = yield* Scope.provide(SubAgentStore.makeSqliteWithControl({ dir, leaseMs }), scope)
+          // Each process on a host of its own: a crash is then seen through its lease (on one
+          // host, its pid — this test's, alive — would keep it alive; SharedLiveness.prop.test.ts).
+          const identity: SubAgentStore.Identity = {
+            pid: process.pid,
+            host: `host-${++hosts}.test`,
+            start: undefined,
+            probe: () => ({ alive: true, start: undefined })
+          }
+          const { control, store } = yield* Scope.provide(
+            SubAgentStore.makeSqliteWithControl({ dir, leaseMs, identity }),
+            scope
+          )
           const context = yield* Layer.buildWithMemoMap(
             processLayer(root, store, script),
             yield* Layer.makeMemoMap,

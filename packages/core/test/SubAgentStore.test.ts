@@ -19,7 +19,7 @@ import {
 } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { TestClock } from "effect/testing"
-import { readdirSync, readlinkSync } from "node:fs"
+import { readdirSync, readFileSync, readlinkSync } from "node:fs"
 import { hostname } from "node:os"
 import { DatabaseSync, type SQLInputValue } from "node:sqlite"
 import { fileURLToPath } from "node:url"
@@ -84,13 +84,29 @@ const sandbox = Effect.gen(function*() {
  */
 const open = Effect.fnUntraced(function*(options: SubAgentStore.SqliteOptions) {
   const scope = yield* Scope.fork(yield* Scope.Scope)
-  const { store, control } = yield* SubAgentStore.makeSqliteWithControl(options).pipe(Scope.provide(scope))
+  const { store, control } = yield* SubAgentStore.makeSqliteWithControl({
+    identity: elsewhere(),
+    ...options
+  }).pipe(Scope.provide(scope))
   return { store, control, close: Scope.close(scope, Exit.void) }
 })
 
-/** Runs `f` on a store over `options` and closes it. */
+let hosts = 0
+/**
+ * Each "process" these tests open runs in this one, with this pid: each gets a host of its own
+ * (where only the lease tells whether it lives), so that a crash or a stop past the lease can be
+ * simulated. The same-host rules (the pid and its start time decide) have their own tests.
+ */
+const elsewhere = (): SubAgentStore.Identity => ({
+  pid: process.pid,
+  host: `host-${++hosts}.test`,
+  start: undefined,
+  probe: () => ({ alive: true, start: undefined })
+})
+
+/** Runs `f` on a store over `options` (this process, on this host) and closes it. */
 const withStore = <A, E, R>(options: SubAgentStore.SqliteOptions, f: (store: Store) => Effect.Effect<A, E, R>) =>
-  Effect.scoped(Effect.flatMap(open(options), ({ store }) => f(store)))
+  Effect.scoped(Effect.flatMap(open({ identity: SubAgentStore.thisProcess(), ...options }), ({ store }) => f(store)))
 
 /** The database file through a connection of its own, as another process (or a newer Fibril) sees it. */
 const raw = (dir: string) =>
@@ -254,8 +270,16 @@ describe("SubAgentStore", () => {
               finished_at: now
             })
             assert.include(expected.reason, `pid ${a.store.owner.pid}`)
-            assert.deepStrictEqual(viaJson(changed), [expected])
-            assert.deepStrictEqual(stored, expected)
+            // The takeover is in the record's events, at this reader's now.
+            const { events: changedEvents, ...changedRest } = viaJson(changed[0]!)
+            const { events: storedEvents, ...storedRest } = stored!
+            const { events: _events, ...expectedRest } = expected
+            assert.deepStrictEqual(changedRest, expectedRest)
+            assert.deepStrictEqual(storedRest, expectedRest)
+            assert.deepStrictEqual(storedEvents, changedEvents)
+            const last = storedEvents?.at(-1)
+            assert.deepStrictEqual([last?.type, last?.at], ["interrupted", now])
+            assert.include(last?.detail, `recorded interrupted by pid ${b.store.owner.pid} on ${b.store.owner.host}`)
           }
           // Settled: a second pass changes nothing.
           assert.deepStrictEqual(yield* b.store.reconcile, [])
@@ -421,7 +445,9 @@ describe("SubAgentStore", () => {
           assert.strictEqual(record.status, "interrupted")
           assert.strictEqual(record.finished_at, leaseMs + 1)
           assert.include(record.reason, `pid ${process.pid}`)
-          assert.include(record.reason, hostname())
+          assert.include(record.reason, a.store.owner.host)
+          assert.strictEqual(record.events?.at(-1)?.type, "interrupted")
+          assert.include(record.events?.at(-1)?.detail, "its lease ran out")
           // Still named after the process that ran it.
           assert.strictEqual(record.session_boot_id, a.store.owner.boot_id)
         }
@@ -467,7 +493,7 @@ describe("SubAgentStore", () => {
       Effect.gen(function*() {
         const { dir } = yield* sandbox
         const pid = yield* deadPid
-        const b = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs, identity: SubAgentStore.thisProcess() })
         const db = yield* raw(dir)
         const insertOwner = (boot: string, host: string) =>
           db.run(
@@ -558,21 +584,139 @@ describe("SubAgentStore", () => {
         assert.strictEqual(db.count("SELECT COUNT(*) AS n FROM fibril_requests"), 0)
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
-    it.effect("an owner stopped past its lease (alive, but silent): its agent is interrupted, and its late writes change nothing", () =>
+    it.effect("another host's owner stopped past its lease: its agent is taken over, but its late terminal write is kept, with the takeover in its events", () =>
       Effect.gen(function*() {
         const { dir } = yield* sandbox
         const a = yield* open({ dir, leaseMs })
         const b = yield* open({ dir, leaseMs })
         yield* a.store.put(owned(a.store, "sleeper"))
         yield* a.store.flush
-        // A is suspended (Ctrl-Z, a sleeping laptop): no renewal; B finds the lease expired.
+        // A is suspended (Ctrl-Z, a sleeping laptop) on its host: B, on another, can only read
+        // its lease, which has run out.
         yield* TestClock.adjust(leaseMs + 1)
         const [ended] = yield* b.store.reconcile
         assert.strictEqual(ended?.status, "interrupted")
-        // A wakes up and finishes its agent: the interrupted record stays as B saw it.
-        yield* a.store.put(owned(a.store, "sleeper", { status: "completed", finished_at: 1 }))
+        // A wakes up: a live write is still refused (the row is not A's), and noted.
+        yield* a.store.put(owned(a.store, "sleeper", { steps: 2 }))
         yield* a.store.flush
         assert.strictEqual(Option.getOrThrow(yield* b.store.get("sleeper")).status, "interrupted")
+        const noted = yield* a.store.takenOver
+        assert.deepStrictEqual(noted.map((t) => [t.agent_id, t.kept]), [["sleeper", false]])
+        assert.include(noted[0]?.by, `recorded interrupted by pid ${b.store.owner.pid} on ${b.store.owner.host}`)
+        // Its end is recorded over the takeover: the outcome is A's, the takeover in the events.
+        const finished = owned(a.store, "sleeper", {
+          status: "completed",
+          finished_at: leaseMs + 1,
+          events: [{ at: 0, type: "started" }, { at: leaseMs + 1, type: "completed" }]
+        })
+        yield* a.store.put(finished)
+        yield* a.store.flush
+        const kept = Option.getOrThrow(yield* b.store.get("sleeper"))
+        assert.strictEqual(kept.status, "completed")
+        assert.isUndefined(kept.reason)
+        assert.deepStrictEqual(kept.events?.map((e) => e.type), ["started", "interrupted", "completed"])
+        assert.include(kept.events?.[1]?.detail, "its lease ran out")
+        assert.include(kept.events?.[1]?.detail, "was still running it, and recorded its end")
+        assert.deepStrictEqual((yield* a.store.takenOver).map((t) => [t.agent_id, t.kept]), [["sleeper", true]])
+        // The row is A's again; a reader finds nothing to reconcile.
+        assert.deepStrictEqual(yield* b.store.reconcile, [])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("another host's owner whose agent was adopted meanwhile: its late end is not written over the adopter's run", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const a = yield* open({ dir, leaseMs })
+        const b = yield* open({ dir, leaseMs })
+        yield* a.store.put(owned(a.store, "moved"))
+        yield* a.store.flush
+        yield* TestClock.adjust(leaseMs + 1)
+        assert.isTrue(yield* b.store.adopt("moved"))
+        yield* a.store.put(owned(a.store, "moved", { status: "completed", finished_at: 5 }))
+        yield* a.store.flush
+        const now = Option.getOrThrow(yield* b.store.get("moved"))
+        assert.deepStrictEqual([now.status, now.session_boot_id], ["interrupted", b.store.owner.boot_id])
+        assert.deepStrictEqual((yield* a.store.takenOver).map((t) => [t.agent_id, t.kept]), [["moved", false]])
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    /** A host whose processes the test decides: pid -> start time, absent when not running. */
+    const simulatedHost = (host: string) => {
+      const running = new Map<number, string>()
+      const probe = (pid: number) => {
+        const start = running.get(pid)
+        return start === undefined ? { alive: false as const } : { alive: true as const, start }
+      }
+      return {
+        running,
+        identity: (pid: number, start: string): SubAgentStore.Identity => {
+          running.set(pid, start)
+          return { pid, host, start, probe }
+        }
+      }
+    }
+
+    it.effect("same host: an owner whose process runs is alive whatever its lease and the reader's clock say; a dead or reused pid is gone", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const host = simulatedHost("one-host.test")
+        const a = yield* open({ dir, leaseMs, identity: host.identity(101, "5000") })
+        const b = yield* open({ dir, leaseMs, identity: host.identity(102, "5001") })
+        yield* a.store.put(owned(a.store, "paused"))
+        yield* a.store.flush
+        // A stopped for a minute past its lease (or B's clock a minute ahead: the same for B).
+        yield* TestClock.adjust(60_000 + leaseMs)
+        assert.strictEqual(yield* b.store.liveness(a.store.owner.boot_id), "alive")
+        assert.deepStrictEqual(yield* b.store.reconcile, [])
+        assert.isFalse(yield* b.store.adopt("paused"))
+        // A goes on and ends it: written as any write, nothing taken over.
+        yield* a.store.put(owned(a.store, "paused", { status: "completed", finished_at: 60_000 }))
+        yield* a.store.flush
+        assert.strictEqual(Option.getOrThrow(yield* b.store.get("paused")).status, "completed")
+        assert.deepStrictEqual(yield* a.store.takenOver, [])
+
+        // The pid now runs another process (started later): A is gone, whatever its lease says.
+        yield* a.store.put(owned(a.store, "orphan"))
+        yield* a.store.flush
+        yield* a.control.crash
+        host.running.set(101, "7777")
+        assert.strictEqual(yield* b.store.liveness(a.store.owner.boot_id), "gone")
+        const [reused] = yield* b.store.reconcile
+        assert.strictEqual(reused?.status, "interrupted")
+        assert.include(reused?.events?.at(-1)?.detail, "pid 101 now runs another process")
+
+        // A dead pid, its lease still good: gone at once.
+        const c = yield* open({ dir, leaseMs, identity: host.identity(103, "6000") })
+        yield* c.store.put(owned(c.store, "dead"))
+        yield* c.store.flush
+        yield* c.control.crash
+        host.running.delete(103)
+        const [dead] = yield* b.store.reconcile
+        assert.strictEqual(dead?.agent_id, "dead")
+        assert.include(dead?.events?.at(-1)?.detail, "its process (pid 103) is not running")
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
+
+    it.effect("the owners table keeps each owner's start time; a database from before it gains the column", () =>
+      Effect.gen(function*() {
+        const { dir } = yield* sandbox
+        const db = yield* raw(dir)
+        db.run("CREATE TABLE fibril_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.run("INSERT INTO fibril_meta VALUES ('schema_version', '1')")
+        db.run(
+          "CREATE TABLE fibril_owners (boot_id TEXT PRIMARY KEY, pid INTEGER NOT NULL, host TEXT NOT NULL, started_at INTEGER NOT NULL, lease_until INTEGER NOT NULL)"
+        )
+        const host = simulatedHost("one-host.test")
+        const a = yield* open({ dir, leaseMs, identity: host.identity(201, "4242") })
+        yield* a.store.put(owned(a.store, "x"))
+        yield* a.store.flush
+        assert.deepStrictEqual(
+          db.all("SELECT pid, proc_start FROM fibril_owners").map((r) => [r["pid"], r["proc_start"]]),
+          [[201, "4242"]]
+        )
+        // The real process's start time is field 22 of /proc/self/stat, as the probe reads it.
+        const real = SubAgentStore.thisProcess()
+        if (real.start !== undefined) {
+          const stat = readFileSync(`/proc/${process.pid}/stat`, "utf8")
+          assert.strictEqual(real.start, stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19])
+        }
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
     it.effect("adopt: refused while a live owner runs the agent; granted for a finished one or a gone owner's", () =>
@@ -624,7 +768,7 @@ describe("SubAgentStore", () => {
     readonly name: string
     readonly make: (
       dir: string
-    ) => Effect.Effect<Store, SubAgentStore.StoreError, FileSystem.FileSystem | Path.Path | Scope.Scope>
+    ) => Effect.Effect<Store, SubAgentStore.OpenError, FileSystem.FileSystem | Path.Path | Scope.Scope>
   }> = [
     { name: "sqlite", make: (dir) => SubAgentStore.makeSqlite({ dir }) },
     { name: "memory", make: () => SubAgentStore.makeMemory() }
@@ -1397,7 +1541,7 @@ describe("SubAgentStore", () => {
         yield* fs.makeDirectory(file)
         const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
         assert.deepStrictEqual([error._tag, error.path], ["StoreError", file])
-        assert.include(error.reason, "unable to open")
+        assert.include(error.message, "unable to open")
         assert.strictEqual((yield* fs.stat(file)).type, "Directory")
         assert.deepStrictEqual([...yield* fs.readDirectory(dir)], [SubAgentStore.databaseFileName])
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
@@ -1769,7 +1913,7 @@ describe("SubAgentStore", () => {
         const state = path.join(inTheWay, "state")
         const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir: state })))
         assert.deepStrictEqual([error._tag, error.path], ["StoreError", state])
-        assert.include(error.reason, "not-a-dir")
+        assert.include(error.message, "not-a-dir")
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
     it.effect("sqlite: a corrupt file that cannot be moved aside fails with a StoreError and stays where it is", () =>
@@ -1780,7 +1924,7 @@ describe("SubAgentStore", () => {
         yield* fs.makeDirectory(`${file}.corrupt-0/occupied`, { recursive: true })
         const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
         assert.deepStrictEqual([error._tag, error.path], ["StoreError", file])
-        assert.include(error.reason, "rename")
+        assert.include(error.message, "rename")
         assert.include(yield* fs.readFileString(file), "not a database at all")
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
@@ -1797,7 +1941,7 @@ describe("SubAgentStore", () => {
         yield* fs.writeFileString(legacy, JSON.stringify({ version: 1, records: [sample("a")] }))
         const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
         assert.deepStrictEqual([error._tag, error.path], ["StoreError", legacy])
-        assert.include(error.reason, "inserts refused")
+        assert.include(error.message, "inserts refused")
         assert.isTrue(yield* fs.exists(legacy), "kept, to be imported once the database takes it")
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 

@@ -397,6 +397,19 @@ const anonymous = (reason: string): string =>
 /** A crashed process's lease, after which another process may declare it gone. */
 const leaseMs = 15_000
 
+let processes = 0
+/**
+ * A simulated process of the lab runs in this one, with this pid: each is given a host of its
+ * own, where only its lease tells whether it lives (on one host a live pid would keep a
+ * "crashed" process alive for good).
+ */
+const simulatedProcess = (): SubAgentStore.Identity => ({
+  pid: process.pid,
+  host: `lab-process-${++processes}.invalid`,
+  start: undefined,
+  probe: () => ({ alive: true, start: undefined })
+})
+
 /** The scheduler of memory-store worlds: tasks run from the microtask queue, in the default one's order. */
 const microtasks = new Scheduler.MixedScheduler("sync")
 
@@ -455,7 +468,10 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined, sq
           ? Layer.effect(
             SubAgentStore.SubAgentStore,
             Effect.map(
-              Effect.provideContext(SubAgentStore.makeSqliteWithControl({ dir: sqliteDir, leaseMs }), platform),
+              Effect.provideContext(
+                SubAgentStore.makeSqliteWithControl({ dir: sqliteDir, leaseMs, identity: simulatedProcess() }),
+                platform
+              ),
               (made) => {
                 crash = made.control.crash
                 return store === undefined ? made.store : store(made.store)

@@ -90,3 +90,17 @@ export const isCorruption = (cause: unknown): boolean => {
 
 export const describe = (cause: unknown): string =>
   cause instanceof Error ? cause.message.replace(/\s*\n\s*/g, " ") : String(cause)
+
+/** SQLite's reason in a person's words where it has a plain one ("disk full"), else as it is. */
+export const plainReason = (reason: string): string =>
+  /database or disk is full|SQLITE_FULL/i.test(reason)
+    ? `disk full (${reason})`
+    : /attempt to write a readonly database|SQLITE_READONLY/i.test(reason)
+    ? `the database is read-only (${reason})`
+    : reason
+
+/** A failure that may pass (a full disk, an I/O error, a lock held too long): worth trying again. */
+export const isTransient = (cause: unknown): boolean => {
+  const text = String(cause instanceof Error ? cause.message : cause)
+  return /database or disk is full|SQLITE_FULL|disk I\/O error|SQLITE_IOERR|database is locked|SQLITE_BUSY/i.test(text)
+}
