@@ -13,7 +13,7 @@ import type { ScriptedModel } from "@fibril/testkit"
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { Effect, Exit, Scope } from "effect"
-import { spawnSync } from "node:child_process"
+import { spawn } from "node:child_process"
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
@@ -88,10 +88,23 @@ const scope = Effect.runSync(Scope.make())
 /** No network: the local registry, and a cache of the test's own. */
 const npmFlags = (cache: string) => ["--registry", registryUrl, "--cache", cache, "--no-audit", "--no-fund"]
 
-const sh = (line: string, env: NodeJS.ProcessEnv = process.env) => {
-  const result = spawnSync("sh", ["-c", line], { cwd: repoRoot, env, encoding: "utf8" })
+/**
+ * A process, awaited without blocking this one: the registry and the model server answer it
+ * from this process's event loop (a spawnSync would deadlock on them).
+ */
+const exec = (command: string, args: ReadonlyArray<string>, options: { cwd: string; env: NodeJS.ProcessEnv }) =>
+  new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+    const child = spawn(command, [...args], { ...options, stdio: ["ignore", "pipe", "pipe"] })
+    let stdout = ""
+    let stderr = ""
+    child.stdout.on("data", (chunk) => (stdout += String(chunk)))
+    child.stderr.on("data", (chunk) => (stderr += String(chunk)))
+    child.on("close", (status) => resolve({ status, stdout, stderr }))
+  })
+
+const sh = async (line: string) => {
+  const result = await exec("sh", ["-c", line], { cwd: repoRoot, env: process.env })
   assert.strictEqual(result.status, 0, `${line}\n${result.stdout}\n${result.stderr}`)
-  return result
 }
 
 const project = (name: string) => {
@@ -102,7 +115,7 @@ const project = (name: string) => {
 }
 
 const run = (args: ReadonlyArray<string>, cwd: string, env: Record<string, string> = {}) =>
-  spawnSync(fibril, [...args], { cwd, env: { ...userEnv(join(work, "home")), ...env }, encoding: "utf8" })
+  Effect.promise(() => exec(fibril, args, { cwd, env: { ...userEnv(join(work, "home")), ...env } }))
 
 describe("the README's global install", () => {
   beforeAll(async () => {
@@ -122,7 +135,7 @@ describe("the README's global install", () => {
     registryUrl = registry.url
     for (const line of readmeInstallLines(readFileSync(join(repoRoot, "README.md"), "utf8"))) {
       const here = line.replaceAll("/tmp/fibril-packages", packages)
-      sh(
+      await sh(
         here.startsWith("npm install -g")
           ? `${here} --prefix ${prefix} ${npmFlags(join(work, "npm-cache")).join(" ")}`
           : here
@@ -154,7 +167,7 @@ describe("the README's global install", () => {
     Effect.gen(function*() {
       const server = yield* FakeOpenAiServer.start({ script, models: ["fake-model"], apiKey: key })
       const dir = project("run")
-      const result = run(["run", "What is this project?", "--model", "fake-model"], dir, {
+      const result = yield* run(["run", "What is this project?", "--model", "fake-model"], dir, {
         OPENAI_API_KEY: key,
         OPENAI_BASE_URL: server.url
       })
@@ -196,17 +209,17 @@ describe("the README's global install", () => {
       assert.strictEqual(chats.length, 2)
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
 
-  it("fibril lab run --runs 200 passes", () => {
-    const result = run(["lab", "run", "--runs", "200", "--seed", "1"], project("lab"))
+  it("fibril lab run --runs 200 passes", async () => {
+    const result = await Effect.runPromise(run(["lab", "run", "--runs", "200", "--seed", "1"], project("lab")))
     assert.strictEqual(result.status, 0, result.stdout + result.stderr)
   }, 200_000)
 
-  it("npx of the CLI's tarball holds one effect too", () => {
+  it("npx of the CLI's tarball holds one effect too", async () => {
     const cache = join(work, "npx-cache")
-    const result = spawnSync(
+    const result = await exec(
       "npm",
       ["exec", "--yes", ...npmFlags(cache), "--package", join(packages, "fibril-cli-0.1.0.tgz"), "--", "fibril", "--help"],
-      { cwd: project("npx"), env: { ...userEnv(join(work, "home")) }, encoding: "utf8" }
+      { cwd: project("npx"), env: userEnv(join(work, "home")) }
     )
     assert.strictEqual(result.status, 0, result.stdout + result.stderr)
     assert.include(result.stdout, "fibril run")
