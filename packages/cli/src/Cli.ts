@@ -11,8 +11,6 @@ import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as Fibril from "@fibril/core/Fibril"
 import * as Sandbox from "@fibril/core/Sandbox"
 import { redactText } from "@fibril/core/Secrets"
-import * as Session from "@fibril/core/Session"
-import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import { ScriptedModel } from "@fibril/testkit"
 import { Argument, CliError, CliOutput, Command, Flag } from "effect/cli"
 import * as Console from "effect/Console"
@@ -43,6 +41,7 @@ import * as McpCommand from "./McpCommand.ts"
 import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
 import * as Run from "./Run.ts"
+import * as Runtime from "./Runtime.ts"
 import * as Workspace from "./Workspace.ts"
 
 /** This package's version (package.json sits one level above both src/ and dist/). */
@@ -216,19 +215,12 @@ export const run = Command.make(
       cwd,
       invocationDir: environment.cwd
     })
-    const subagents = SubAgentManager.optionsFrom(config.settings)
-    const core = Fibril.layerWithModels({
+    const core = Runtime.layer({
       cwd,
-      store: "file",
-      session: Session.optionsFrom(config.settings),
-      subagents: Option.match(flags.maxConcurrent, {
-        onNone: () => subagents,
-        onSome: (maxConcurrent) => ({ ...subagents, maxConcurrent })
-      }),
-      tools: config.settings.tools,
-      deny: config.settings.permissions.deny,
-      sandbox: config.settings.sandbox
-    }).pipe(Layer.provideMerge(ModelSelection.layer(selection)))
+      settings: config.settings,
+      selection,
+      maxConcurrent: Option.getOrUndefined(flags.maxConcurrent)
+    })
     const code = yield* Run.run(
       {
         prompt,
@@ -304,17 +296,7 @@ const managed = <A, E, R>(
       cwd,
       invocationDir: environment.cwd
     })
-    return yield* effect.pipe(
-      Effect.provide(
-        Fibril.layerWithModels({
-          cwd,
-          store: "file",
-          session: Session.optionsFrom(config.settings),
-          subagents: SubAgentManager.optionsFrom(config.settings),
-          sandbox: config.settings.sandbox
-        }).pipe(Layer.provideMerge(ModelSelection.layer(selection)))
-      )
-    )
+    return yield* effect.pipe(Effect.provide(Runtime.layer({ cwd, settings: config.settings, selection })))
   })
 
 const out = Output.console(false)

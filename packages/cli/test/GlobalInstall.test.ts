@@ -146,7 +146,7 @@ describe("the README's global install", () => {
   afterAll(async () => {
     await Effect.runPromise(Scope.close(scope, Exit.void))
     if (work !== "") rmSync(work, { recursive: true, force: true })
-  })
+  }, 60_000)
 
   it("packs every workspace package, and the install holds one effect", () => {
     const workspaces = readdirSync(join(repoRoot, "packages")).map((name) =>
@@ -163,51 +163,59 @@ describe("the README's global install", () => {
     )
   })
 
-  it.live("fibril run on an OpenAI-compatible server: parent → task → child, with the key", () =>
-    Effect.gen(function*() {
-      const server = yield* FakeOpenAiServer.start({ script, models: ["fake-model"], apiKey: key })
-      const dir = project("run")
-      const result = yield* run(["run", "What is this project?", "--model", "fake-model"], dir, {
-        OPENAI_API_KEY: key,
-        OPENAI_BASE_URL: server.url
-      })
-      assert.strictEqual(result.status, 0, result.stdout + result.stderr)
-      assert.include(result.stdout, "It prints tides.")
-      assert.match(result.stdout, /Totals: 2 agents, 2 tool calls/)
-      const chats = server.requests.filter((r) => r.path.endsWith("/chat/completions"))
-      assert.strictEqual(chats.length, 4)
-      for (const request of chats) assert.strictEqual(request.headers["authorization"], `Bearer ${key}`)
-    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
-
-  it.live("fibril mcp on a real model: tools/list and a task call through the MCP SDK client", () =>
-    Effect.gen(function*() {
-      const server = yield* FakeOpenAiServer.start({ script, models: ["fake-model"], apiKey: key })
-      const dir = project("mcp")
-      const client = new Client({ name: "global-install-test", version: "1.0.0" })
-      const transport = new StdioClientTransport({
-        command: fibril,
-        args: ["mcp", "--model", "fake-model", "--base-url", server.url],
-        cwd: dir,
-        env: { ...userEnv(join(work, "home")), OPENAI_API_KEY: key },
-        stderr: "pipe"
-      })
-      yield* Effect.acquireRelease(
-        Effect.promise(() => client.connect(transport)),
-        () => Effect.promise(() => client.close())
-      )
-      const tools = yield* Effect.promise(() => client.listTools())
-      assert.includeMembers(tools.tools.map((t) => t.name), ["task", "agent_spawn", "agent_wait", "agent_result"])
-      const answer = yield* Effect.promise(() =>
-        client.callTool({
-          name: "task",
-          arguments: { description: "read the readme", prompt: "What is this?", subagent_type: "explore" }
+  it.live(
+    "fibril run on an OpenAI-compatible server: parent → task → child, with the key",
+    () =>
+      Effect.gen(function*() {
+        const server = yield* FakeOpenAiServer.start({ script, models: ["fake-model"], apiKey: key })
+        const dir = project("run")
+        const result = yield* run(["run", "What is this project?", "--model", "fake-model"], dir, {
+          OPENAI_API_KEY: key,
+          OPENAI_BASE_URL: server.url
         })
-      )
-      assert.isNotTrue(answer.isError, JSON.stringify(answer))
-      assert.include(JSON.stringify(answer.content), "A tide-table tool.")
-      const chats = server.requests.filter((r) => r.path.endsWith("/chat/completions"))
-      assert.strictEqual(chats.length, 2)
-    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 60_000)
+        assert.strictEqual(result.status, 0, result.stdout + result.stderr)
+        assert.include(result.stdout, "It prints tides.")
+        assert.match(result.stdout, /Totals: 2 agents, 2 tool calls/)
+        const chats = server.requests.filter((r) => r.path.endsWith("/chat/completions"))
+        assert.strictEqual(chats.length, 4)
+        for (const request of chats) assert.strictEqual(request.headers["authorization"], `Bearer ${key}`)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
+
+  it.live(
+    "fibril mcp on a real model: tools/list and a task call through the MCP SDK client",
+    () =>
+      Effect.gen(function*() {
+        const server = yield* FakeOpenAiServer.start({ script, models: ["fake-model"], apiKey: key })
+        const dir = project("mcp")
+        const client = new Client({ name: "global-install-test", version: "1.0.0" })
+        const transport = new StdioClientTransport({
+          command: fibril,
+          args: ["mcp", "--model", "fake-model", "--base-url", server.url],
+          cwd: dir,
+          env: { ...userEnv(join(work, "home")), OPENAI_API_KEY: key },
+          stderr: "pipe"
+        })
+        yield* Effect.acquireRelease(
+          Effect.promise(() => client.connect(transport)),
+          () => Effect.promise(() => client.close())
+        )
+        const tools = yield* Effect.promise(() => client.listTools())
+        assert.includeMembers(tools.tools.map((t) => t.name), ["task", "agent_spawn", "agent_wait", "agent_result"])
+        const answer = yield* Effect.promise(() =>
+          client.callTool({
+            name: "task",
+            arguments: { description: "read the readme", prompt: "What is this?", subagent_type: "explore" }
+          })
+        )
+        assert.isNotTrue(answer.isError, JSON.stringify(answer))
+        assert.include(JSON.stringify(answer.content), "A tide-table tool.")
+        const chats = server.requests.filter((r) => r.path.endsWith("/chat/completions"))
+        assert.strictEqual(chats.length, 2)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
 
   it("fibril lab run --runs 200 passes", async () => {
     const result = await Effect.runPromise(run(["lab", "run", "--runs", "200", "--seed", "1"], project("lab")))
@@ -218,7 +226,16 @@ describe("the README's global install", () => {
     const cache = join(work, "npx-cache")
     const result = await exec(
       "npm",
-      ["exec", "--yes", ...npmFlags(cache), "--package", join(packages, "fibril-cli-0.1.0.tgz"), "--", "fibril", "--help"],
+      [
+        "exec",
+        "--yes",
+        ...npmFlags(cache),
+        "--package",
+        join(packages, "fibril-cli-0.1.0.tgz"),
+        "--",
+        "fibril",
+        "--help"
+      ],
       { cwd: project("npx"), env: userEnv(join(work, "home")) }
     )
     assert.strictEqual(result.status, 0, result.stdout + result.stderr)

@@ -65,7 +65,13 @@ export const start = (options: {
     const tarballs = new Map<string, () => Buffer>()
     const missing: Array<string> = []
     let base = ""
-    const add = (name: string, version: string, fields: Record<string, unknown>, integrity: string, read: () => Buffer) => {
+    const add = (
+      name: string,
+      version: string,
+      fields: Record<string, unknown>,
+      integrity: string,
+      read: () => Buffer
+    ) => {
       const hex = hexOf(integrity)
       tarballs.set(hex, read)
       const manifest: Record<string, unknown> = { name, version }
