@@ -123,6 +123,7 @@ describe("the README's global install", () => {
     prefix = join(work, "prefix")
     packages = join(work, "packages")
     mkdirSync(join(work, "home"))
+    mkdirSync(packages)
     const registry = await Effect.runPromise(
       Scope.provide(
         LocalRegistry.start({
