@@ -10,7 +10,9 @@
  * is packages/cli/test/local-registry.ts. Not a timed test: the numbers go to
  * docs/performance.md.
  */
-import { Effect, Exit, Scope } from "effect"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Scope from "effect/Scope"
 import { execFileSync, spawn, spawnSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
