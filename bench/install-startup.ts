@@ -64,10 +64,10 @@ try {
   time(installs.global) // the first process of each pays for the disk cache
   time(installs.project)
   const samples = { global: [] as Array<number>, project: [] as Array<number> }
-  // Interleaved, so that a busy machine slows both alike.
+  // Interleaved, each first in turn, so that a busy machine slows both alike.
   for (let i = 0; i < runs; i++) {
-    samples.global.push(time(installs.global))
-    samples.project.push(time(installs.project))
+    const order = i % 2 === 0 ? (["global", "project"] as const) : (["project", "global"] as const)
+    for (const which of order) samples[which].push(time(installs[which]))
   }
   const global = median(samples.global)
   const local = median(samples.project)
