@@ -12,8 +12,6 @@ import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as Fibril from "@fibril/core/Fibril"
 import * as Sandbox from "@fibril/core/Sandbox"
 import { redactText } from "@fibril/core/Secrets"
-import * as Session from "@fibril/core/Session"
-import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import { ScriptedModel } from "@fibril/testkit"
 import { Argument, CliError, CliOutput, Command, Flag } from "effect/cli"
 import * as Console from "effect/Console"
@@ -45,6 +43,7 @@ import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
 import * as Run from "./Run.ts"
 import * as RunRecords from "./RunRecords.ts"
+import * as Runtime from "./Runtime.ts"
 import * as TrustCommand from "./TrustCommand.ts"
 import * as Workspace from "./Workspace.ts"
 
@@ -223,20 +222,14 @@ export const run = Command.make(
       cwd,
       invocationDir: environment.cwd
     })
-    const subagents = SubAgentManager.optionsFrom(config.settings)
-    const core = Fibril.layerWithModels({
+    const core = Runtime.layer({
       cwd,
-      store: "file",
+      settings: config.settings,
+      selection,
+      maxConcurrent: Option.getOrUndefined(flags.maxConcurrent),
       storeLimits: yield* RunRecords.storeLimits(environment.env),
-      session: { ...Session.optionsFrom(config.settings), stream: flags.stream },
-      subagents: Option.match(flags.maxConcurrent, {
-        onNone: () => subagents,
-        onSome: (maxConcurrent) => ({ ...subagents, maxConcurrent })
-      }),
-      tools: config.settings.tools,
-      deny: config.settings.permissions.deny,
-      sandbox: config.settings.sandbox
-    }).pipe(Layer.provideMerge(ModelSelection.layer(selection)))
+      stream: flags.stream
+    })
     const code = yield* Run.run(
       {
         prompt,
@@ -316,17 +309,7 @@ const managed = <A, E, R>(
       cwd,
       invocationDir: environment.cwd
     })
-    return yield* effect.pipe(
-      Effect.provide(
-        Fibril.layerWithModels({
-          cwd,
-          store: "file",
-          session: Session.optionsFrom(config.settings),
-          subagents: SubAgentManager.optionsFrom(config.settings),
-          sandbox: config.settings.sandbox
-        }).pipe(Layer.provideMerge(ModelSelection.layer(selection)))
-      )
-    )
+    return yield* effect.pipe(Effect.provide(Runtime.layer({ cwd, settings: config.settings, selection })))
   })
 
 const out = Output.console(false)

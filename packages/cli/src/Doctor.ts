@@ -5,7 +5,9 @@
  * - node: the version running fibril (>= 22.19);
  * - workspace: the project root and how it was found;
  * - config: the config files found, and their problems (the same errors a run would stop on);
- * - model: which model, and for an endpoint whether OPENAI_API_KEY is set (never shown);
+ * - model: which model, built as `fibril run` builds it (ModelSelection.probe: the same layer,
+ *   the id it starts on resolved), so that what stops a run at start fails here first with the
+ *   same message; for an endpoint, whether OPENAI_API_KEY is set (never shown);
  * - endpoint: whether the endpoint answers `GET …/models` with the key, and lists the model;
  * - sandbox: whether bubblewrap confines `shell` here;
  * - store: whether `.fibril/state` is writable (or can be created), and which other live
@@ -21,7 +23,6 @@ import { redactText, redactUrl } from "@fibril/core/Secrets"
 import * as SubAgentStore from "@fibril/core/SubAgentStore"
 import * as Trust from "@fibril/core/Trust"
 import { OpenAiClient } from "@fibril/openai"
-import { ScriptedModel } from "@fibril/testkit"
 import * as Effect from "effect/Effect"
 import * as FileSystem from "effect/FileSystem"
 import * as FetchHttpClient from "effect/http/FetchHttpClient"
@@ -255,17 +256,25 @@ export const run = Effect.fn("fibril.doctor")(function*(input: Input) {
   if (Result.isFailure(selection)) {
     checks.push(check("model", "fail", selection.failure.problem.replace(/\n\s*/g, " ")))
     checks.push(check("endpoint", "skip", "not checked without a model"))
-  } else if (selection.success.kind === "scripted") {
-    const script = yield* Effect.result(ScriptedModel.load(selection.success.file))
-    checks.push(
-      Result.isSuccess(script)
-        ? check("model", "ok", `scripted model ${selection.success.file} (a valid script)`)
-        : check("model", "fail", script.failure.message.replace(/\n\s*/g, " "))
-    )
-    checks.push(check("endpoint", "skip", "none: a scripted model needs no network"))
   } else {
-    checks.push(check("model", "ok", `${selection.success.model}; OPENAI_API_KEY is set (not shown)`))
-    checks.push(yield* endpointCheck(selection.success))
+    // The endpoint first: when it cannot be reached, that is the problem to report, and the
+    // model cannot be resolved against it anyway.
+    const endpoint = selection.success.kind === "openai"
+      ? yield* endpointCheck(selection.success)
+      : check("endpoint", "skip", "none: a scripted model needs no network")
+    // Then the model as `fibril run` builds it, the id it starts on resolved (an id the
+    // endpoint does not list, a script that does not load): the same error a run stops on.
+    const built = endpoint.status === "fail"
+      ? Result.succeed(undefined)
+      : yield* Effect.result(ModelSelection.probe(selection.success))
+    checks.push(
+      Result.isFailure(built)
+        ? check("model", "fail", redactText(built.failure.message).replace(/\n\s*/g, " "))
+        : selection.success.kind === "scripted"
+        ? check("model", "ok", `scripted model ${selection.success.file} (a valid script)`)
+        : check("model", "ok", `${selection.success.model}; OPENAI_API_KEY is set (not shown)`)
+    )
+    checks.push(endpoint)
   }
 
   const sandbox = yield* Effect.flatMap(Sandbox.currentHost, (host) => Sandbox.probe(settings.sandbox, host))

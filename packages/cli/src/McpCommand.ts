@@ -8,10 +8,7 @@
  *
  * Built by `make(ProcessEnvironment)` rather than importing Cli.ts, which registers it.
  */
-import * as Fibril from "@fibril/core/Fibril"
 import { redactUrl } from "@fibril/core/Secrets"
-import * as Session from "@fibril/core/Session"
-import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import { Command, Flag } from "effect/cli"
 import type * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -25,6 +22,7 @@ import * as ConfigFlags from "./ConfigFlags.ts"
 import type * as McpModule from "./Mcp.ts"
 import * as ModelSelection from "./ModelSelection.ts"
 import * as RunRecords from "./RunRecords.ts"
+import * as Runtime from "./Runtime.ts"
 import * as Workspace from "./Workspace.ts"
 
 export const make = <I>(environment: Context.Key<I, Environment>, version: string) =>
@@ -81,20 +79,13 @@ export const make = <I>(environment: Context.Key<I, Environment>, version: strin
         cwd,
         invocationDir: env.cwd
       })
-      const subagents = SubAgentManager.optionsFrom(config.settings)
-      const core = Fibril.layerWithModels({
+      const core = Runtime.layer({
         cwd,
-        store: "file",
-        storeLimits: yield* RunRecords.storeLimits(env.env),
-        session: Session.optionsFrom(config.settings),
-        subagents: Option.match(flags.maxConcurrent, {
-          onNone: () => subagents,
-          onSome: (maxConcurrent) => ({ ...subagents, maxConcurrent })
-        }),
-        tools: config.settings.tools,
-        deny: config.settings.permissions.deny,
-        sandbox: config.settings.sandbox
-      }).pipe(Layer.provideMerge(ModelSelection.layer(selection)))
+        settings: config.settings,
+        selection,
+        maxConcurrent: Option.getOrUndefined(flags.maxConcurrent),
+        storeLimits: yield* RunRecords.storeLimits(env.env)
+      })
       const server = Mcp.layerStdio({ version }).pipe(Layer.provide(core))
       yield* Effect.logInfo(`fibril mcp: serving on stdio (workspace ${cwd}, ${ModelSelection.describe(selection)})`)
       yield* Mcp.serve(server)

@@ -12,6 +12,7 @@ import * as Models from "@fibril/core/Models"
 import { hasUserinfo, redactUrl } from "@fibril/core/Secrets"
 import { OpenAiClient, OpenAiModels } from "@fibril/openai"
 import { ScriptedModel } from "@fibril/testkit"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import type * as FileSystem from "effect/FileSystem"
 import * as Layer from "effect/Layer"
@@ -86,7 +87,22 @@ export const select = (input: Input): Effect.Effect<Selection, UsageError> => {
       })
     )
   }
+  // The SDK would take a malformed URL and fail only at the first model call, mid-run.
+  if (baseURL !== undefined && !isHttpUrl(baseURL)) {
+    return Effect.fail(
+      new UsageError({
+        problem: `The base URL ${redactUrl(baseURL)} is not an http(s) URL. OPENAI_BASE_URL / --base-url takes the ` +
+          "endpoint's address ending in /v1, e.g. https://api.deepseek.com/v1 or http://localhost:11434/v1."
+      })
+    )
+  }
   return Effect.succeed({ kind: "openai", model: model ?? defaultModel, baseURL, apiKey: Redacted.make(key) })
+}
+
+const isHttpUrl = (text: string): boolean => {
+  if (!URL.canParse(text)) return false
+  const url = new URL(text)
+  return (url.protocol === "http:" || url.protocol === "https:") && url.hostname !== ""
 }
 
 /** The model catalog for a selection; an unreadable script is a usage error (exit 2). */
@@ -102,6 +118,18 @@ export const layer = (
     : OpenAiModels.layer({ defaultModel: selection.model }).pipe(
       Layer.provide(OpenAiClient.layer({ apiKey: selection.apiKey, baseURL: selection.baseURL }))
     )
+
+/**
+ * The model as a run builds it (`layer`, the one every command that runs agents uses) and the
+ * model id it starts on resolved, as the root agent's spawn resolves it: what fails here fails
+ * a run at start, with the same error. `fibril doctor` runs it.
+ */
+export const probe = (selection: Selection) =>
+  Effect.scoped(Effect.gen(function*() {
+    const models = Context.get(yield* Layer.build(layer(selection)), Models.Models)
+    yield* models.resolve(models.defaultModel)
+    return models.defaultModel
+  }))
 
 /** What `fibril config` and `fibril mcp` show about the model: never the key, nor one written into the URL. */
 export const describe = (selection: Selection): string =>

@@ -14,9 +14,10 @@ if (process.argv.length === 3 && process.argv[2] === "--version") {
 }
 
 async function main() {
-  const [NodeRuntime, Cause, Effect, Exit, Cli, Shutdown] = await Promise.all([
+  const [NodeRuntime, Cause, Console, Effect, Exit, Cli, Shutdown] = await Promise.all([
     import("@effect/platform-node/NodeRuntime"),
     import("effect/Cause"),
+    import("effect/Console"),
     import("effect/Effect"),
     import("effect/Exit"),
     import("./Cli.ts"),
@@ -56,8 +57,13 @@ async function main() {
         Effect.sync(() => {
           process.exitCode = code
         })
+    ).pipe(
+      // A crash (a defect: a bug, not a reported error) is told on stderr. runMain's own report
+      // logs it to stdout, which `fibril mcp` reserves for JSON-RPC and `--json` for events.
+      Effect.tapCause((cause) => Cause.hasInterruptsOnly(cause) ? Effect.void : Console.error(Cause.pretty(cause)))
     ),
     {
+      disableErrorReporting: true,
       teardown: (exit, onExit) =>
         onExit(
           Exit.isSuccess(exit)

@@ -239,15 +239,14 @@ describe("fibril doctor", () => {
         assert.match(result.stdout, /\d+ problems? found/)
         assert.notInclude(result.stdout + result.stderr, key)
       })
-      // Warnings only: an unlisted model, no sandbox, a store that was not a database (the
-      // store moves it aside and starts a new one, as any run would). Exit 0.
+      // Warnings only: no sandbox, a store that was not a database (the store moves it aside
+      // and starts a new one, as any run would). Exit 0.
       yield* fs.writeFileString(path.join(noSandbox, "script.json"), JSON.stringify(script))
       // Its own bwrap_path widens the sandbox (a program run outside it): it applies once trusted.
       yield* Trust.trust({ workspace: noSandbox, home, now: new Date(0) })
-      const [unlisted, sandbox, replaced] = yield* Effect.all([
-        fibril(["doctor"], { cwd: dir, env: withKey(listing.url) }),
+      const [sandbox, replaced] = yield* Effect.all([
         fibril(["doctor", "--model", "scripted:script.json"], { cwd: noSandbox, env: { HOME: home } }),
-        fibril(["doctor"], { cwd: corrupt, env: withKey(listing.url) })
+        fibril(["doctor", "--model", "other"], { cwd: corrupt, env: withKey(listing.url) })
       ], { concurrency: "unbounded" })
       assert.strictEqual(sandbox.exitCode, 0, sandbox.stdout)
       assert.strictEqual(replaced.exitCode, 0, replaced.stdout)
@@ -255,15 +254,47 @@ describe("fibril doctor", () => {
         lines(replaced.stdout)["store"]!,
         /^! .*fibril\.db is writable; .*is not a readable database .*moved it aside/
       )
-      assert.strictEqual(unlisted.exitCode, 0, unlisted.stdout)
-      assert.match(
-        lines(unlisted.stdout)["endpoint"]!,
-        /^! http:\/\/.* is reachable, but does not list gpt-4\.1-mini among its 1 models$/
-      )
-      assert.match(unlisted.stdout, /No problem found \(1 warning\)/)
       assert.match(
         lines(sandbox.stdout)["sandbox"]!,
         /^! none \(.*\/nonexistent\/bwrap.*\): read-only roles get no shell.*Install bubblewrap/
       )
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)), 90_000)
+
+  it.live(
+    "what stops fibril run at start fails the doctor first, with the same message (exit 1; run: exit 2)",
+    () =>
+      Effect.gen(function*() {
+        const { dir, home } = yield* project
+        const listing = yield* FakeOpenAiServer.start({ script, models: ["other"], apiKey: key })
+        // Before, the doctor said "No problem found" to both of these, and the run stopped.
+        const broken = [
+          // The endpoint does not list the model the run starts on.
+          {
+            env: { OPENAI_API_KEY: key, OPENAI_BASE_URL: listing.url, HOME: home },
+            says: /^unknown model "gpt-4\.1-mini"; accepted: other$/
+          },
+          // A base URL that is not a URL (the run failed at its first model call).
+          {
+            env: { OPENAI_API_KEY: key, OPENAI_BASE_URL: "api.deepseek.com/v1", HOME: home },
+            says: /^The base URL api\.deepseek\.com\/v1 is not an http\(s\) URL\./
+          }
+        ]
+        for (const { env, says } of broken) {
+          const [doctor, run] = yield* Effect.all([
+            fibril(["doctor"], { cwd: dir, env }),
+            fibril(["run", "hello"], { cwd: dir, env })
+          ], { concurrency: "unbounded" })
+          assert.strictEqual(run.exitCode, 2, run.stdout + run.stderr)
+          const runSays = /^fibril: (.*)$/m.exec(run.stderr)?.[1]
+          assert.isDefined(runSays, run.stderr)
+          assert.match(runSays!, says)
+          assert.strictEqual(doctor.exitCode, 1, doctor.stdout)
+          const model = lines(doctor.stdout)["model"]!
+          assert.strictEqual(model.slice(0, 2), "✗ ")
+          assert.strictEqual(model, `✗ ${runSays}`, `${doctor.stdout}\n${run.stderr}`)
+          assert.notInclude(doctor.stdout + run.stderr, key)
+        }
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
 })
