@@ -39,7 +39,7 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
-import type * as FibrilConfig from "./FibrilConfig.ts"
+import * as FibrilConfig from "./FibrilConfig.ts"
 import * as HostProcess from "./internal/hostProcess.ts"
 import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
@@ -51,16 +51,8 @@ export type Mode = FibrilConfig.SandboxMode
 /** `[sandbox]` settings; see FibrilConfig. */
 export type Options = FibrilConfig.SandboxSettings
 
-export const defaults: Options = {
-  mode: "workspace-write",
-  network: false,
-  writablePaths: [],
-  bwrapPath: "bwrap",
-  tmpSizeMb: 256,
-  maxProcesses: 256,
-  memoryMb: 4096,
-  roles: {}
-}
+/** The `[sandbox]` defaults, as the configuration has them. */
+export const defaults: Options = FibrilConfig.defaults.sandbox
 
 /** The bounds of one sandbox: its tmpfs sizes, processes and memory. */
 export interface Limits {
