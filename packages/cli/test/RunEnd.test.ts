@@ -2,10 +2,10 @@
 // resumes them) or waited for; SIGHUP (a closed terminal) stops the tree like SIGTERM (exit 129).
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Fiber, FileSystem, Path, Stream } from "effect"
+import { Effect, Fiber, FileSystem, Stream } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { pidsWith, storedRecords } from "./inspect.ts"
-import { bin, fibril, sourceCondition } from "./run.ts"
+import { bin, fibril, scriptedWorkspace, sourceCondition } from "./run.ts"
 
 const report = (summary: string) =>
   `SUMMARY:\n${summary}\n\nCHANGES:\nnone\n\nEVIDENCE:\nnone\n\nRISKS:\nnone\n\nBLOCKERS:\nnone`
@@ -19,15 +19,6 @@ interface Row {
 }
 
 const records = (dir: string) => storedRecords<Row>(dir)
-
-const workspace = (script: unknown) =>
-  Effect.gen(function*() {
-    const fs = yield* FileSystem.FileSystem
-    const path = yield* Path.Path
-    const dir = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
-    yield* fs.writeFileString(path.join(dir, "script.json"), JSON.stringify(script))
-    return dir
-  })
 
 /** The root starts one detached background agent, then answers at once. */
 const detachedScript = (child: unknown) => ({
@@ -53,7 +44,7 @@ describe("the end of fibril run", () => {
     "a detached agent still running is stopped, recorded so, and the resume command is printed",
     () =>
       Effect.gen(function*() {
-        const dir = yield* workspace(detachedScript({ hang: true }))
+        const dir = yield* scriptedWorkspace(detachedScript({ hang: true }))
         const run = yield* fibril(["run", "watch", "--model", "scripted:script.json"], { cwd: dir })
         assert.strictEqual(run.exitCode, 0, run.stderr)
         const watcher = records(dir).find((r) => r.detached)!
@@ -70,7 +61,7 @@ describe("the end of fibril run", () => {
 
   it.live("--wait-detached waits for it to finish", () =>
     Effect.gen(function*() {
-      const dir = yield* workspace(detachedScript({ text: report("watched"), delay_ms: 300 }))
+      const dir = yield* scriptedWorkspace(detachedScript({ text: report("watched"), delay_ms: 300 }))
       const run = yield* fibril(["run", "watch", "--model", "scripted:script.json", "--wait-detached", "--json"], {
         cwd: dir
       })
@@ -93,7 +84,7 @@ describe("the end of fibril run", () => {
           name: "agent_spawn",
           args: { description, prompt: description, subagent_type: "implementer" }
         })
-        const dir = yield* workspace({
+        const dir = yield* scriptedWorkspace({
           rules: [
             {
               match: { depth: 2 },
@@ -149,7 +140,7 @@ describe("the end of fibril run", () => {
   it.live("SIGHUP (a closed terminal) cancels the tree and kills its shell processes", () =>
     Effect.gen(function*() {
       const marker = String(400_000 + Math.floor(Math.random() * 100_000))
-      const dir = yield* workspace({
+      const dir = yield* scriptedWorkspace({
         rules: [
           {
             match: { role: "implementer" },

@@ -10,7 +10,7 @@ import { Effect, Fiber, FileSystem, Path, Stream } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { execFileSync, spawnSync } from "node:child_process"
 import { DatabaseSync } from "node:sqlite"
-import { bin, fibril, sourceCondition } from "./run.ts"
+import { bin, fibril, scriptedWorkspace, sourceCondition } from "./run.ts"
 
 /** Short, so that a stop of a few seconds is past it; renewed every 500 ms while agents run. */
 const leaseMs = 1500
@@ -40,15 +40,6 @@ const rows = (dir: string): Array<Row> => {
 const answerAfter = (answer: string, delayMs: number) => ({
   rules: [{ match: { depth: 0 }, turns: [{ text: answer, delay_ms: delayMs }] }]
 })
-
-const workspace = (script: unknown) =>
-  Effect.gen(function*() {
-    const fs = yield* FileSystem.FileSystem
-    const path = yield* Path.Path
-    const dir = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
-    yield* fs.writeFileString(path.join(dir, "script.json"), JSON.stringify(script))
-    return { dir, fs, path }
-  })
 
 const text = (stream: Stream.Stream<Uint8Array, unknown>) => stream.pipe(Stream.decodeText(), Stream.mkString)
 
@@ -86,7 +77,7 @@ describe("records that never lie", () => {
     "a run stopped past its lease while another process lists the agents ends completed, its answer stored",
     () =>
       Effect.gen(function*() {
-        const { dir } = yield* workspace(answerAfter("the answer is 42", 3000))
+        const dir = yield* scriptedWorkspace(answerAfter("the answer is 42", 3000))
         yield* Effect.scoped(Effect.gen(function*() {
           const run = yield* startRun(dir)
           process.kill(run.pid, "SIGSTOP")
@@ -113,7 +104,7 @@ describe("records that never lie", () => {
     "a lister whose clock is a minute ahead (faketime) leaves a live run's agent alone: it ends completed",
     () =>
       Effect.gen(function*() {
-        const { dir } = yield* workspace(answerAfter("skew-proof answer", 3000))
+        const dir = yield* scriptedWorkspace(answerAfter("skew-proof answer", 3000))
         yield* Effect.scoped(Effect.gen(function*() {
           const run = yield* startRun(dir)
           const listed = spawnSync(
@@ -149,7 +140,7 @@ describe("records that never lie", () => {
           console.warn(`skipped: unshare --uts is not permitted here (${probe.stderr.trim()})`)
           return
         }
-        const { dir } = yield* workspace(answerAfter("kept answer", 3000))
+        const dir = yield* scriptedWorkspace(answerAfter("kept answer", 3000))
         yield* Effect.scoped(Effect.gen(function*() {
           const run = yield* startRun(dir)
           process.kill(run.pid, "SIGSTOP")
@@ -200,7 +191,7 @@ describe("records that never lie", () => {
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
         const path = yield* Path.Path
-        const { dir } = yield* workspace(answerAfter("small first answer", 0))
+        const dir = yield* scriptedWorkspace(answerAfter("small first answer", 0))
         const state = path.join(dir, ".fibril", "state")
         yield* fs.makeDirectory(state, { recursive: true })
         const mounted = spawnSync("mount", ["-t", "tmpfs", "-o", "size=512k", "tmpfs", state], { encoding: "utf8" })
@@ -250,7 +241,7 @@ describe("records that never lie", () => {
         const fs = yield* FileSystem.FileSystem
         const path = yield* Path.Path
         const big = `big answer ${"x".repeat(1024 * 1024)}`
-        const { dir } = yield* workspace({
+        const dir = yield* scriptedWorkspace({
           rules: [
             { match: { prompt: "big" }, turns: [{ text: big }] },
             { turns: [{ text: "small answer" }], repeat_last: true }
@@ -305,7 +296,7 @@ describe("records that never lie", () => {
 
   it.live("a row that does not decode is listed as unreadable, and show says why", () =>
     Effect.gen(function*() {
-      const { dir } = yield* workspace(answerAfter("fine", 0))
+      const dir = yield* scriptedWorkspace(answerAfter("fine", 0))
       const made = yield* fibril(["run", "make the store", "--model", "scripted:script.json"], { cwd: dir })
       assert.strictEqual(made.exitCode, 0, made.stderr)
       const db = new DatabaseSync(`${dir}/.fibril/state/fibril.db`)
@@ -339,7 +330,9 @@ describe("records that never lie", () => {
     ".fibril/state as a file: list and run say what is wrong and what is expected (exit 2)",
     () =>
       Effect.gen(function*() {
-        const { dir, fs, path } = yield* workspace(answerAfter("never", 0))
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* scriptedWorkspace(answerAfter("never", 0))
         yield* fs.makeDirectory(path.join(dir, ".fibril"))
         const state = path.join(dir, ".fibril", "state")
         yield* fs.writeFileString(state, "not a directory")

@@ -1,5 +1,5 @@
 // Runs the real `fibril` executable (bin.ts on this Node) as a subprocess.
-import { Effect, Stream } from "effect"
+import { Effect, FileSystem, Path, Stream } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { fileURLToPath } from "node:url"
 
@@ -28,3 +28,13 @@ export const fibril = Effect.fn("test.fibril")(function*(
   )
   return { stdout, stderr, exitCode: Number(exitCode) }
 }, Effect.scoped)
+
+/** A fresh workspace (its real path) holding `script` as script.json, for `--model scripted:script.json`. */
+export const scriptedWorkspace = (script: unknown) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const dir = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+    yield* fs.writeFileString(path.join(dir, "script.json"), JSON.stringify(script))
+    return dir
+  })

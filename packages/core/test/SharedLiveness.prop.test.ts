@@ -13,6 +13,7 @@ import { TestClock } from "effect/testing"
 import { DatabaseSync } from "node:sqlite"
 import { isTerminal, type Status, type SubAgentRecord } from "../src/SubAgentRecord.ts"
 import * as SubAgentStore from "../src/SubAgentStore.ts"
+import { owned } from "./records.ts"
 import { provideNode } from "./support.ts"
 
 const leaseMs = 3000
@@ -50,28 +51,13 @@ const record = (
   agentId: string,
   now: number,
   overrides: Partial<SubAgentRecord> = {}
-): SubAgentRecord => ({
-  record_version: 2,
-  agent_id: agentId,
-  depth: 1,
-  role: "worker",
-  model: "fake-model",
-  description: `agent ${agentId}`,
-  objective: "do the thing",
-  status: "running",
-  detached: false,
-  fork_context: false,
-  session_boot_id: owner.store.owner.boot_id,
-  owner_pid: owner.store.owner.pid,
-  owner_host: owner.store.owner.host,
-  created_at: now,
-  steps: 0,
-  tool_calls: 0,
-  tokens: { input: 0, output: 0, cached: 0 },
-  transcript_handle: `t-${agentId}`,
-  events: [{ at: now, type: "started" }],
-  ...overrides
-})
+): SubAgentRecord =>
+  owned(owner.store, agentId, {
+    created_at: now,
+    transcript_handle: `t-${agentId}`,
+    events: [{ at: now, type: "started" }],
+    ...overrides
+  })
 
 describe("liveness under pauses, skewed clocks and reconciling readers (property)", () => {
   it.effect.prop(

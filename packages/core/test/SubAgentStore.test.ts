@@ -25,40 +25,12 @@ import { DatabaseSync, type SQLInputValue } from "node:sqlite"
 import { fileURLToPath } from "node:url"
 import { isTerminal, SubAgentRecord } from "../src/SubAgentRecord.ts"
 import * as SubAgentStore from "../src/SubAgentStore.ts"
+import { owned, sample } from "./records.ts"
 
 type Store = SubAgentStore.SubAgentStore["Service"]
 
 const day = 24 * 60 * 60 * 1000
 const never = Number.POSITIVE_INFINITY
-
-const sample = (agentId: string, overrides: Partial<SubAgentRecord> = {}): SubAgentRecord => ({
-  record_version: 2,
-  agent_id: agentId,
-  depth: 1,
-  role: "worker",
-  model: "fake-model",
-  description: `agent ${agentId}`,
-  objective: "do the thing",
-  status: "running",
-  detached: false,
-  fork_context: false,
-  session_boot_id: "boot-1",
-  created_at: 0,
-  steps: 0,
-  tool_calls: 0,
-  tokens: { input: 0, output: 0, cached: 0 },
-  transcript_handle: agentId,
-  ...overrides
-})
-
-/** A record owned by `store`'s process, named the way the manager names its own. */
-const owned = (store: Store, agentId: string, overrides: Partial<SubAgentRecord> = {}): SubAgentRecord =>
-  sample(agentId, {
-    session_boot_id: store.owner.boot_id,
-    owner_pid: store.owner.pid,
-    owner_host: store.owner.host,
-    ...overrides
-  })
 
 /** `a` as it comes back from JSON: the generators produce -0 (a valid Int), and JSON has no negative zero. */
 const viaJson = <A>(a: A): A => JSON.parse(JSON.stringify(a))
