@@ -148,20 +148,6 @@ const handlers = Layer.unwrap(Effect.gen(function*() {
 }))
 
 /**
- * The tools whose agent id the input schema marks `required`. Their Schema keeps `agent_id`
- * optional beside its alias `id`, so that a call naming the agent `id` is still decoded; only
- * the advertised JSON Schema says which name to use.
- */
-export const requiredIds: Readonly<Record<string, ReadonlyArray<string>>> = {
-  agent_result: ["agent_id"],
-  agent_cancel: ["agent_id"],
-  agent_close: ["agent_id"],
-  agent_send_input: ["agent_id"],
-  agent_eval: ["agent_id"],
-  agent_resume: ["agent_id"]
-}
-
-/**
  * The McpServer as the toolkit registers with it: every call's records are committed before
  * it is answered — a call whose records cannot be saved (a full disk) is answered with an
  * error that says so, not with a result the store does not have.
@@ -189,8 +175,10 @@ export const settlingCalls = Layer.effect(
 )
 
 /**
- * The McpServer as the toolkit registers with it: a tool of `requiredIds` is registered
- * with those parameters `required` in its input schema.
+ * The McpServer as the toolkit registers with it: a tool whose definition names required
+ * arguments (`served.required`: `agent_id`, whose Schema keeps it optional beside its alias
+ * `id`, so a call naming the agent `id` is still decoded) is registered with them `required`
+ * in its advertised input schema.
  */
 export const requiringIds = Layer.effect(
   McpServer.McpServer,
@@ -198,7 +186,7 @@ export const requiringIds = Layer.effect(
     McpServer.McpServer.of({
       ...server,
       addTool: (options) => {
-        const names = requiredIds[options.tool.name]
+        const names = TaskToolkit.requiredArguments[options.tool.name]
         if (names === undefined) return server.addTool(options)
         const inputSchema = options.tool.inputSchema
         return server.addTool({

@@ -12,6 +12,7 @@
 import * as ClusterClient from "@fibril/cluster/ClusterClient"
 import type { AgentRow } from "@fibril/cluster/ClusterStore"
 import { ClusterStore, durationOf, finished, tokensOf } from "@fibril/cluster/ClusterStore"
+import type * as AgentResult from "@fibril/core/AgentResult"
 import * as OutputContract from "@fibril/core/OutputContract"
 import * as Roles from "@fibril/core/Roles"
 import * as SpawnCheck from "@fibril/core/SpawnCheck"
@@ -38,7 +39,7 @@ const failWith = (tool: string) => (error: { readonly _tag: string; readonly mes
   fail(tool, error._tag, error.message)
 
 /** An agent's row as the agent tools show one. */
-const agentResult = (row: AgentRow): typeof TaskToolkit.AgentResult.Type => {
+const agentResult = (row: AgentRow): AgentResult.AgentResult => {
   const text = row.text ?? ""
   const parsed = OutputContract.parse(text)
   return {
@@ -66,7 +67,7 @@ const agentResult = (row: AgentRow): typeof TaskToolkit.AgentResult.Type => {
   }
 }
 
-const spawned = (row: AgentRow): typeof TaskToolkit.Spawned.Type => ({
+const spawned = (row: AgentRow): AgentResult.Spawned => ({
   agent_id: row.agentId,
   session_name: row.agentId,
   run_id: `${row.agentId}#${row.run}`,
@@ -222,6 +223,10 @@ export const handlers = (options: Options) =>
         }),
       agent_cancel: cancel("agent_cancel"),
       agent_close: cancel("agent_close"),
+      agent_assign: () =>
+        Effect.fail(
+          fail("agent_assign", "NotInClusterMode", "agent_assign is not available in cluster mode")
+        ),
       agent_eval: () =>
         Effect.fail(
           fail(

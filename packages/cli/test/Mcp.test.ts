@@ -135,6 +135,7 @@ const toolNames = [
   "agent_cancel",
   "agent_close",
   "agent_eval",
+  "agent_assign",
   "handle_read",
   "agent_list",
   "agent_send_input",

@@ -39,6 +39,8 @@ import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import * as AgentDefinitions from "./AgentDefinitions.ts"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
+import * as AgentResult from "./AgentResult.ts"
+import { type AgentView, bound } from "./AgentResult.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import { nowMillis } from "./internal/clock.ts"
 import * as Names from "./internal/names.ts"
@@ -65,7 +67,6 @@ import {
   currentRunId,
   type Input,
   isTerminal,
-  resultSections,
   type Status,
   type SubAgentRecord
 } from "./SubAgentRecord.ts"
@@ -160,8 +161,7 @@ export type SpawnError =
   | SessionNotFound
   | AgentNotFound
 
-/** A record as shown to callers: the stored fields plus whether it predates this process. */
-export type AgentView = SubAgentRecord & { readonly from_prior_session: boolean }
+export type { AgentView } from "./AgentResult.ts"
 
 export interface WaitResult {
   readonly timed_out: boolean
@@ -214,16 +214,6 @@ export const restartReason = "Interrupted by process restart"
 
 /** Default bound on each part of a result a parent receives (summary, each section) and on stored reasons. */
 export const defaultMaxResultChars = 16_384
-
-/** `text` cut to `max` characters, marked when cut: the whole text stays in the transcript. */
-export const bound = (text: string, max: number): string => {
-  if (text.length <= max) return text
-  const low = text.charCodeAt(max)
-  const cut = low >= 0xdc00 && low <= 0xdfff ? max - 1 : max
-  return `${text.slice(0, cut)}\n[... cut: ${
-    text.length - cut
-  } more characters; the whole answer is in the agent's transcript]`
-}
 
 /** How often a process with live agents reads the requests other processes left for it. */
 const requestPollMs = 500
@@ -1366,7 +1356,7 @@ export const make = Effect.fn("SubAgentManager.make")(function*(options: Partial
           Effect.map(() =>
             "Your background sub-agents were still running when you answered; they have now finished. " +
             "Their results:\n" +
-            JSON.stringify(open.map((entry) => agentResultForModel(view(entry.record))), null, 2) +
+            JSON.stringify(open.map((entry) => AgentResult.of(view(entry.record))), null, 2) +
             "\nTake them into account, then give your final answer."
           )
         )
@@ -1491,29 +1481,6 @@ const untilTerminal = (id: string) =>
       yield* Effect.sleep(Duration.millis(requestPollMs / 2))
     }
   })
-
-/** What a model sees of an agent: the record without bookkeeping, the outcome flattened. */
-export const agentResultForModel = (agent: AgentView) => ({
-  agent_id: agent.agent_id,
-  session_name: Receipt.sessionName(agent),
-  run_id: currentRunId(agent),
-  description: agent.description,
-  role: agent.role,
-  status: agent.status,
-  ...(agent.reason === undefined ? {} : { reason: agent.reason }),
-  summary: agent.outcome?.summary ?? "",
-  sections: agent.outcome === undefined ? undefined : resultSections(agent.outcome.sections),
-  contract_violations: agent.outcome?.contract_violations ?? [],
-  steps: agent.steps,
-  tool_calls: agent.tool_calls,
-  tokens: agent.tokens,
-  duration_ms: agent.started_at !== undefined && agent.finished_at !== undefined
-    ? agent.finished_at - agent.started_at
-    : undefined,
-  model: agent.model,
-  transcript_handle: agent.transcript_handle,
-  ...(agent.from_prior_session ? { from_prior_session: true } : {})
-})
 
 export const layer = (
   options: Partial<Options> = {}

@@ -27,7 +27,11 @@ export { Posture, postures } from "./Permission.ts"
 
 /** The calling agent, as a tool handler sees it. */
 export interface ToolCallContext {
-  readonly sessionId: string
+  /**
+   * The calling agent's id. Absent when the caller is not an agent of a loop (an `effect/ai`
+   * Toolkit's model loop, an MCP client): agents it starts have no parent.
+   */
+  readonly sessionId: string | undefined
   readonly callId: string
   readonly role: string
   readonly depth: number
@@ -82,12 +86,34 @@ export interface ToolDefinition<P extends Parameters = Parameters, R = never> {
    */
   readonly idempotent?: boolean | undefined
   readonly paths?: ((params: P["Type"]) => ReadonlyArray<string>) | undefined
+  /** How the tool is offered outside Fibril's loop (an `effect/ai` Toolkit, an MCP server). */
+  readonly served?: Served | undefined
   readonly handler: (params: P["Type"], context: ToolCallContext) => Effect.Effect<unknown, ToolErrorLike, R>
 }
 
+/**
+ * A tool as a Toolkit or an MCP server offers it: its result's schema (an object root, as
+ * MCP wants) and the hints an MCP client shows (MCP defaults them to destructive and
+ * open-world, so each is stated).
+ */
+export interface Served {
+  readonly title: string
+  readonly success: Parameters
+  readonly readOnly: boolean
+  readonly destructive: boolean
+  readonly idempotent: boolean
+  readonly openWorld: boolean
+  /**
+   * Parameters the advertised input schema marks required although the Schema keeps them
+   * optional (beside an alias it still accepts, such as `id` for `agent_id`).
+   */
+  readonly required?: ReadonlyArray<string> | undefined
+}
+
 /** Declares a tool; the identity function that fixes the parameter type for the handler. */
-export const define = <P extends Parameters, R = never>(definition: ToolDefinition<P, R>): ToolDefinition<P, R> =>
-  definition
+export const define = <P extends Parameters, R = never, const Name extends string = string>(
+  definition: ToolDefinition<P, R> & { readonly name: Name }
+): ToolDefinition<P, R> & { readonly name: Name } => definition
 
 /** A registered tool: its handler's requirements are already provided. */
 export interface RegisteredTool {

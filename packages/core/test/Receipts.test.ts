@@ -6,6 +6,7 @@ import type { ScriptedModel } from "@fibril/testkit"
 import { Context, Effect, Fiber, FileSystem, Layer, Option, Path, Schema, Stream } from "effect"
 import { LanguageModel, type Prompt, type Response } from "effect/ai"
 import { DatabaseSync } from "node:sqlite"
+import type * as AgentResult from "../src/AgentResult.ts"
 import * as Fibril from "../src/Fibril.ts"
 import * as Names from "../src/internal/names.ts"
 import * as Receipt from "../src/Receipt.ts"
@@ -37,15 +38,18 @@ const evaluate = (
   id: string,
   options: { message?: string; block?: boolean; interrupt?: boolean } = {}
 ) =>
-  AgentTools.runEval(
+  AgentTools.evaluate.handler(
     {
       agent_id: id,
+      ...(options.message === undefined ? {} : { message: options.message }),
       ...(options.block === undefined ? {} : { block: options.block }),
       ...(options.interrupt === undefined ? {} : { interrupt: options.interrupt })
     },
-    id,
-    options.message
-  ).pipe(Effect.provideService(SubAgentManager, manager))
+    { sessionId: undefined, callId: "test", role: "general", depth: 0 }
+  ).pipe(
+    Effect.map((result) => result as AgentResult.EvalResult),
+    Effect.provideService(SubAgentManager, manager)
+  )
 
 const hangUntilTold = (cue: string, answer: string): ScriptedModel.Rule => ({
   respond: (c) => JSON.stringify(c.messages).includes(cue) ? { text: report(answer) } : { hang: true }
@@ -464,7 +468,9 @@ describe("run receipts", () => {
       assert.isTrue(byTool("agent_send_input")[0]!["delivered"])
       assert.strictEqual(byTool("agent_result")[0]!["transcript_handle"], `${kid.agent_id}.jsonl`)
       assert.deepStrictEqual(
-        (byTool("agent_list")[0] as unknown as Array<{ session_name: string }>).map((a) => a.session_name),
+        (byTool("agent_list")[0] as unknown as { agents: Array<{ session_name: string }> }).agents.map((a) =>
+          a.session_name
+        ),
         [kid.session_name]
       )
       assert.deepStrictEqual(byTool("agent_wait")[0]!["completed"].map((a: { agent_id: string }) => a.agent_id), [

@@ -7,6 +7,7 @@ import { ScriptedModel } from "@fibril/testkit"
 import { Clock, Context, Deferred, Effect, Fiber, FileSystem, Layer, Option, PubSub } from "effect"
 import { TestClock } from "effect/testing"
 import { AgentEvents } from "../src/AgentEvents.ts"
+import * as AgentResult from "../src/AgentResult.ts"
 import * as Fibril from "../src/Fibril.ts"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
 import * as Models from "../src/Models.ts"
@@ -309,7 +310,7 @@ describe("SubAgentManager edges", () => {
       const bad = yield* manager.spawn(undefined, { prompt: "fail" })
       yield* TestClock.adjust("2 seconds")
       const done = yield* manager.result(ok.agent_id, { block: true })
-      assert.deepStrictEqual(SubAgentManager.agentResultForModel(done), {
+      assert.deepStrictEqual(AgentResult.of(done), {
         agent_id: done.agent_id,
         session_name: done.session_name!,
         run_id: `${done.agent_id}-r1`,
@@ -326,20 +327,20 @@ describe("SubAgentManager edges", () => {
         model: done.model,
         transcript_handle: `${done.agent_id}.jsonl`
       })
-      const failed = SubAgentManager.agentResultForModel(yield* manager.result(bad.agent_id, { block: true }))
+      const failed = AgentResult.of(yield* manager.result(bad.agent_id, { block: true }))
       assert.strictEqual(failed.status, "failed")
       assert.include(failed.reason!, "boom")
       assert.strictEqual(failed.summary, "")
       assert.isUndefined(failed.sections)
       assert.deepStrictEqual(failed.contract_violations, [])
       assert.strictEqual(failed.duration_ms, 300)
-      const prior = SubAgentManager.agentResultForModel({ ...done, from_prior_session: true })
+      const prior = AgentResult.of({ ...done, from_prior_session: true })
       assert.isTrue(prior.from_prior_session)
       const { started_at, ...unstarted } = done
       const { finished_at, ...unfinished } = done
       assert.deepStrictEqual([started_at, finished_at], [done.started_at, done.finished_at])
-      assert.isUndefined(SubAgentManager.agentResultForModel(unstarted).duration_ms)
-      assert.isUndefined(SubAgentManager.agentResultForModel(unfinished).duration_ms)
+      assert.isUndefined(AgentResult.of(unstarted).duration_ms)
+      assert.isUndefined(AgentResult.of(unfinished).duration_ms)
     }).pipe(provideNode))
 
   it("optionsFrom carries every [subagents] setting; an unset max_steps leaves the agent's own", () => {
@@ -730,7 +731,7 @@ describe("SubAgentManager edges", () => {
       assert.isTrue(told!.startsWith(head), told)
       assert.isTrue(told!.endsWith(tail), told)
       assert.deepStrictEqual(JSON.parse(told!.slice(head.length, -tail.length)), [
-        JSON.parse(JSON.stringify(SubAgentManager.agentResultForModel(child!)))
+        JSON.parse(JSON.stringify(AgentResult.of(child!)))
       ])
     }).pipe(provideNode))
 
@@ -837,12 +838,12 @@ describe("SubAgentManager edges", () => {
 
   it("bound: a text of exactly the limit is whole; a cut backs off only from a low surrogate (U+DC00..U+DFFF)", () => {
     const marker = (n: number) => `\n[... cut: ${n} more characters; the whole answer is in the agent's transcript]`
-    assert.strictEqual(SubAgentManager.bound("abcde", 5), "abcde")
-    assert.strictEqual(SubAgentManager.bound("abcdef", 5), `abcde${marker(1)}`)
-    assert.strictEqual(SubAgentManager.bound("abcde\udc00x", 5), `abcd${marker(3)}`)
-    assert.strictEqual(SubAgentManager.bound("abcde\udfffx", 5), `abcd${marker(3)}`)
-    assert.strictEqual(SubAgentManager.bound("abcde\udbffx", 5), `abcde${marker(2)}`)
-    assert.strictEqual(SubAgentManager.bound("abcde\ue000x", 5), `abcde${marker(2)}`)
+    assert.strictEqual(AgentResult.bound("abcde", 5), "abcde")
+    assert.strictEqual(AgentResult.bound("abcdef", 5), `abcde${marker(1)}`)
+    assert.strictEqual(AgentResult.bound("abcde\udc00x", 5), `abcd${marker(3)}`)
+    assert.strictEqual(AgentResult.bound("abcde\udfffx", 5), `abcd${marker(3)}`)
+    assert.strictEqual(AgentResult.bound("abcde\udbffx", 5), `abcde${marker(2)}`)
+    assert.strictEqual(AgentResult.bound("abcde\ue000x", 5), `abcde${marker(2)}`)
   })
 
   it("the errors' messages say what was refused and what to do", () => {

@@ -71,7 +71,7 @@ describe("the agent_* tools", () => {
       assert.strictEqual(any.still_running.length, 1)
       assert.isTrue(resultOf<{ timed_out: boolean }>(waitedTimeout!).timed_out)
       assert.strictEqual(resultOf<{ status: string }>(result!).status, "completed")
-      assert.strictEqual(resultOf<Array<unknown>>(list!).length, 2)
+      assert.strictEqual(resultOf<{ agents: Array<unknown> }>(list!).agents.length, 2)
       const close = resultOf<{ status: string; reason: string }>(closed!)
       assert.strictEqual(close.status, "cancelled")
       assert.strictEqual(close.reason, "no longer needed")

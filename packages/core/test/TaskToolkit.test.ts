@@ -3,6 +3,7 @@ import { Context, Effect, Fiber, Layer, Stream } from "effect"
 import { Tool } from "effect/ai"
 import { type AgentView, SubAgentManager } from "../src/SubAgentManager.ts"
 import * as TaskToolkit from "../src/TaskToolkit.ts"
+import * as AgentTools from "../src/tools/Agents.ts"
 import { provideNode, report, setup } from "./support.ts"
 
 const script = {
@@ -24,8 +25,8 @@ const withToolkit = (options: TaskToolkit.Options = {}) =>
   })
 
 describe("TaskToolkit", () => {
-  it("declares twelve tools with object output schemas and explicit MCP hints", () => {
-    assert.sameMembers(TaskToolkit.names, [
+  it("declares thirteen tools (agent_assign among them) with object output schemas and explicit MCP hints", () => {
+    assert.sameMembers([...TaskToolkit.names], [
       "task",
       "agent_spawn",
       "agent_open",
@@ -34,6 +35,7 @@ describe("TaskToolkit", () => {
       "agent_cancel",
       "agent_close",
       "agent_eval",
+      "agent_assign",
       "handle_read",
       "agent_list",
       "agent_send_input",
@@ -47,6 +49,32 @@ describe("TaskToolkit", () => {
     assert.isFalse(Context.get(tools.agent_result.annotations, Tool.Destructive))
     assert.deepStrictEqual(Tool.getJsonSchema(tools.task).required, ["description", "prompt"])
   })
+
+  it("serves the loop's own definitions: same names, descriptions and parameter schemas", () => {
+    assert.deepStrictEqual(Object.keys(TaskToolkit.toolkit.tools), AgentTools.definitions.map((d) => d.name))
+    for (const definition of AgentTools.definitions) {
+      const tool = (TaskToolkit.toolkit.tools as Record<string, Tool.Any>)[definition.name]!
+      assert.strictEqual(tool.description, definition.description, definition.name)
+      assert.strictEqual(tool.parametersSchema, definition.parameters, definition.name)
+    }
+  })
+
+  it.live("agent_assign narrows a running agent's role through the toolkit, as in the loop", () =>
+    Effect.gen(function*() {
+      const { toolkit, manager } = yield* withToolkit()
+      const [spawned] = yield* Stream.runCollect(yield* toolkit.handle("agent_spawn", { prompt: "hang" }))
+      const id = (spawned?.encodedResult as { agent_id: string }).agent_id
+      const [assigned] = yield* Stream.runCollect(
+        yield* toolkit.handle("agent_assign", { agent_id: id, role: "explore", objective: "only look" })
+      )
+      assert.isFalse(assigned?.isFailure)
+      assert.deepInclude((assigned?.encodedResult as { agent: object }).agent, { agent_id: id, role: "explore" })
+      const [widened] = yield* Stream.runCollect(
+        yield* toolkit.handle("agent_assign", { agent_id: id, role: "general" })
+      )
+      assert.deepInclude(widened?.encodedResult as object, { kind: "PermissionWidening" })
+      yield* manager.cancel(id, "test over")
+    }).pipe(provideNode))
 
   it.live("task runs a sub-agent to its structured result", () =>
     Effect.gen(function*() {

@@ -8,21 +8,32 @@
  * place of its id. Common parameter spellings are accepted (`id`/`agent_id`,
  * `message`/`input`, `type`/`agent_type`/`subagent_type`, `fork_context`/`inherit_context`),
  * because models trained on other harnesses use them.
+ *
+ * These are the only definitions of the sub-agent tools (with `task`, tools/Task.ts), written
+ * against the `SubAgentManager` contract: Fibril's loop registers them, `TaskToolkit` serves
+ * them as an `effect/ai` Toolkit and through MCP, and the cluster's workflow runs them with
+ * its own implementation of the contract. `definitions` is the one list of them.
  */
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
+import * as AgentResult from "../AgentResult.ts"
 import { text } from "../internal/resource.ts"
-import * as Receipt from "../Receipt.ts"
+import { InvalidArguments } from "../loop/RunTools.ts"
 import * as Roles from "../Roles.ts"
-import { agentResultForModel, type AgentView, type InputResult, SubAgentManager } from "../SubAgentManager.ts"
-import { currentRunId } from "../SubAgentRecord.ts"
+import { type SpawnRequest, SubAgentManager } from "../SubAgentManager.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
+import * as TranscriptView from "../TranscriptView.ts"
+import * as Task from "./Task.ts"
 
 const optionalString = (description: string) => Schema.optionalKey(Schema.String.annotate({ description }))
 const optionalBoolean = (description: string) => Schema.optionalKey(Schema.Boolean.annotate({ description }))
 const optionalInt = (description: string) =>
   Schema.optionalKey(Schema.Int.pipe(Schema.check(Schema.isGreaterThanOrEqualTo(0))).annotate({ description }))
+
+// ---------------------------------------------------------------------------
+// Parameters and their accepted spellings
+// ---------------------------------------------------------------------------
 
 const idFields = {
   agent_id: optionalString("The sub-agent's id or session name (from agent_spawn or agent_list)"),
@@ -38,38 +49,44 @@ const typeFields = {
   agent_type: optionalString("Alias of subagent_type")
 }
 
-/** The first of `keys` present in `params`, or a failure saying what is required. */
-const pick = (tool: string, params: Readonly<Record<string, unknown>>, keys: ReadonlyArray<string>) => {
+const idKeys = ["agent_id", "id"]
+const messageKeys = ["message", "input"]
+const promptKeys = ["prompt", "message", "input", "objective"]
+const roleKeys = ["subagent_type", "type", "agent_type"]
+
+/** The first non-empty string among `keys` (the accepted spellings of one parameter). */
+const optional = (params: object, keys: ReadonlyArray<string>): string | undefined => {
   for (const key of keys) {
-    const value = params[key]
-    if (typeof value === "string" && value !== "") return Effect.succeed(value)
+    const value = (params as Record<string, unknown>)[key]
+    if (typeof value === "string" && value !== "") return value
   }
-  return Effect.fail(
-    new ToolRegistry.ToolFailure({
+  return undefined
+}
+
+/** The first of `keys` present, or a refusal saying what is required and what is accepted. */
+const required = (tool: string, params: object, keys: ReadonlyArray<string>) => {
+  const value = optional(params, keys)
+  return value !== undefined ? Effect.succeed(value) : Effect.fail(
+    new InvalidArguments({
       tool,
       reason: `"${keys[0]}" is required${keys.length > 1 ? ` (also accepted as ${keys.slice(1).join(", ")})` : ""}`
     })
   )
 }
 
-const pickOptional = (params: Readonly<Record<string, unknown>>, keys: ReadonlyArray<string>): string | undefined => {
-  for (const key of keys) {
-    const value = params[key]
-    if (typeof value === "string" && value !== "") return value
-  }
-  return undefined
-}
+/** Who cancelled, in the reason an agent's record keeps. */
+const cancelledBy = (tool: string, context: ToolRegistry.ToolCallContext) =>
+  context.sessionId === undefined ? `Cancelled by request (${tool})` : `Cancelled by its parent (${tool})`
 
-export const spawned = (agent: AgentView) => ({
-  agent_id: agent.agent_id,
-  session_name: Receipt.sessionName(agent),
-  run_id: currentRunId(agent),
-  status: agent.status,
-  role: agent.role,
-  model: agent.model,
-  description: agent.description,
-  detached: agent.detached
-})
+const startsAgents = { readOnly: false, destructive: true, idempotent: false, openWorld: true } as const
+const reads = { readOnly: true, destructive: false, idempotent: true, openWorld: false } as const
+const cancels = { readOnly: false, destructive: true, idempotent: true, openWorld: false } as const
+const sends = { readOnly: false, destructive: false, idempotent: false, openWorld: false } as const
+const needsId = ["agent_id"]
+
+// ---------------------------------------------------------------------------
+// agent_spawn / agent_open
+// ---------------------------------------------------------------------------
 
 export const SpawnParameters = Schema.Struct({
   prompt: optionalString("The full, self-contained task for the sub-agent"),
@@ -89,21 +106,24 @@ export const SpawnParameters = Schema.Struct({
   )
 })
 
+/** The spawn request an `agent_spawn` call makes. */
+export const spawnRequest = (tool: string, params: typeof SpawnParameters.Type) =>
+  Effect.map(required(tool, params, promptKeys), (prompt): SpawnRequest => ({
+    prompt,
+    description: params.description,
+    role: optional(params, roleKeys),
+    model: params.model,
+    detached: params.detached,
+    forkContext: params.fork_context ?? params.inherit_context,
+    allowedTools: params.allowed_tools,
+    verifies: params.verifies
+  }))
+
 const spawnHandler = (name: string) =>
   Effect.fn(`tool.${name}`)(function*(params: typeof SpawnParameters.Type, context: ToolRegistry.ToolCallContext) {
     const manager = yield* SubAgentManager
-    const prompt = yield* pick(name, params, ["prompt", "message", "input", "objective"])
-    const agent = yield* manager.spawn(context.sessionId, {
-      prompt,
-      description: params.description,
-      role: pickOptional(params, ["subagent_type", "type", "agent_type"]),
-      model: params.model,
-      detached: params.detached,
-      forkContext: params.fork_context ?? params.inherit_context,
-      allowedTools: params.allowed_tools,
-      verifies: params.verifies
-    })
-    return spawned(agent)
+    const agent = yield* manager.spawn(context.sessionId, yield* spawnRequest(name, params))
+    return AgentResult.spawned(agent)
   })
 
 export const spawn = ToolRegistry.define({
@@ -111,6 +131,7 @@ export const spawn = ToolRegistry.define({
   description: text("./agent_spawn.md", import.meta.url),
   parameters: SpawnParameters,
   posture: "spawn",
+  served: { title: "Start a background sub-agent", success: AgentResult.Spawned, ...startsAgents },
   handler: spawnHandler("agent_spawn")
 })
 
@@ -120,8 +141,17 @@ export const open = ToolRegistry.define({
     "The newer name of agent_spawn: start a background sub-agent and return its id and a short session name at once (every agent tool accepts either).",
   parameters: SpawnParameters,
   posture: "spawn",
+  served: {
+    title: "Start a background sub-agent (newer name of agent_spawn)",
+    success: AgentResult.Spawned,
+    ...startsAgents
+  },
   handler: spawnHandler("agent_open")
 })
+
+// ---------------------------------------------------------------------------
+// agent_wait / agent_result
+// ---------------------------------------------------------------------------
 
 export const WaitParameters = Schema.Struct({
   ids: Schema.optionalKey(Schema.Array(Schema.String).annotate({ description: "The agents to wait for" })),
@@ -140,9 +170,10 @@ export const wait = ToolRegistry.define({
     "Wait for background sub-agents to finish. Returns the finished ones (with their results) and the ids still running; with no ids, waits for the agents you spawned whose results you have not received yet (each result is handed over once).",
   parameters: WaitParameters,
   posture: "spawn",
+  served: { title: "Wait for background sub-agents", success: AgentResult.WaitResult, ...reads },
   handler: Effect.fn("tool.agent_wait")(function*(params, context) {
     const manager = yield* SubAgentManager
-    const single = pickOptional(params, ["agent_id", "id"])
+    const single = optional(params, idKeys)
     const ids = params.ids ?? (single === undefined ? undefined : [single])
     // Without ids: the caller's children still running, and those that finished before it
     // asked but whose results it has not been handed yet.
@@ -155,7 +186,7 @@ export const wait = ToolRegistry.define({
     yield* manager.markRead(context.sessionId, result.completed.map((agent) => agent.agent_id))
     return {
       timed_out: result.timed_out,
-      completed: result.completed.map(agentResultForModel),
+      completed: result.completed.map(AgentResult.of),
       still_running: result.pending
     }
   })
@@ -173,26 +204,31 @@ export const result = ToolRegistry.define({
     "The state or result of a sub-agent: status, summary, the five sections, usage. With block: true, waits for it to finish first.",
   parameters: ResultParameters,
   posture: "spawn",
+  served: { title: "A sub-agent's state or result", success: AgentResult.AgentResult, required: needsId, ...reads },
   handler: Effect.fn("tool.agent_result")(function*(params, context) {
     const manager = yield* SubAgentManager
-    const id = yield* pick("agent_result", params, ["agent_id", "id"])
+    const id = yield* required("agent_result", params, idKeys)
     const agent = yield* manager.result(id, {
       block: params.block ?? false,
       timeoutMs: params.timeout_ms,
       caller: context.sessionId
     })
     yield* manager.markRead(context.sessionId, [agent.agent_id])
-    return agentResultForModel(agent)
+    return AgentResult.of(agent)
   })
 })
+
+// ---------------------------------------------------------------------------
+// agent_cancel / agent_close
+// ---------------------------------------------------------------------------
 
 const CancelParameters = Schema.Struct({ ...idFields, reason: optionalString("Why (recorded)") })
 
 const cancelHandler = (name: string) =>
-  Effect.fn(`tool.${name}`)(function*(params: typeof CancelParameters.Type) {
+  Effect.fn(`tool.${name}`)(function*(params: typeof CancelParameters.Type, context: ToolRegistry.ToolCallContext) {
     const manager = yield* SubAgentManager
-    const id = yield* pick(name, params, ["agent_id", "id"])
-    return agentResultForModel(yield* manager.cancel(id, params.reason ?? `Cancelled by its parent (${name})`))
+    const id = yield* required(name, params, idKeys)
+    return AgentResult.of(yield* manager.cancel(id, params.reason ?? cancelledBy(name, context)))
   })
 
 export const cancel = ToolRegistry.define({
@@ -200,6 +236,12 @@ export const cancel = ToolRegistry.define({
   description: "Cancel a running sub-agent and everything it started (detached agents excepted).",
   parameters: CancelParameters,
   posture: "spawn",
+  served: {
+    title: "Cancel a sub-agent and its descendants",
+    success: AgentResult.AgentResult,
+    required: needsId,
+    ...cancels
+  },
   handler: cancelHandler("agent_cancel")
 })
 
@@ -208,8 +250,18 @@ export const close = ToolRegistry.define({
   description: "The newer name of agent_cancel.",
   parameters: CancelParameters,
   posture: "spawn",
+  served: {
+    title: "Cancel a sub-agent (newer name of agent_cancel)",
+    success: AgentResult.AgentResult,
+    required: needsId,
+    ...cancels
+  },
   handler: cancelHandler("agent_close")
 })
+
+// ---------------------------------------------------------------------------
+// agent_list
+// ---------------------------------------------------------------------------
 
 export const list = ToolRegistry.define({
   name: "agent_list",
@@ -217,23 +269,17 @@ export const list = ToolRegistry.define({
     "List sub-agents of this run (and any still running). With include_archived: true, also those of earlier runs, flagged from_prior_session.",
   parameters: Schema.Struct({ include_archived: optionalBoolean("Include finished agents of earlier runs") }),
   posture: "spawn",
+  served: { title: "List sub-agents", success: AgentResult.ListResult, ...reads },
   handler: Effect.fn("tool.agent_list")(function*(params) {
     const manager = yield* SubAgentManager
     const agents = yield* manager.list({ includeArchived: params.include_archived ?? false })
-    return agents.map((agent) => ({
-      agent_id: agent.agent_id,
-      session_name: Receipt.sessionName(agent),
-      parent_id: agent.parent_id,
-      description: agent.description,
-      role: agent.role,
-      status: agent.status,
-      ...(agent.reason === undefined ? {} : { reason: agent.reason }),
-      steps: agent.steps,
-      tool_calls: agent.tool_calls,
-      ...(agent.from_prior_session ? { from_prior_session: true } : {})
-    }))
+    return { agents: agents.map(AgentResult.summary) }
   })
 })
+
+// ---------------------------------------------------------------------------
+// agent_send_input / agent_eval / agent_assign: messages to an agent
+// ---------------------------------------------------------------------------
 
 const InputParameters = Schema.Struct({
   ...idFields,
@@ -247,12 +293,19 @@ export const sendInput = ToolRegistry.define({
     "Send a message to a running sub-agent; it is delivered before its next model step (interrupt: true delivers now). To a finished agent it returns delivered: false with the reason.",
   parameters: InputParameters,
   posture: "spawn",
+  served: {
+    title: "Send a message to a running sub-agent",
+    success: AgentResult.InputResult,
+    required: needsId,
+    ...sends
+  },
   handler: Effect.fn("tool.agent_send_input")(function*(params) {
     const manager = yield* SubAgentManager
-    const id = yield* pick("agent_send_input", params, ["agent_id", "id"])
-    const message = yield* pick("agent_send_input", params, ["message", "input"])
-    const outcome = yield* manager.sendInput(id, message, params.interrupt ?? false, "agent_send_input")
-    return { delivered: outcome.delivered, reason: outcome.reason, agent: agentResultForModel(outcome.agent) }
+    const id = yield* required("agent_send_input", params, idKeys)
+    const message = yield* required("agent_send_input", params, messageKeys)
+    return AgentResult.delivery(
+      yield* manager.sendInput(id, message, params.interrupt ?? false, "agent_send_input")
+    )
   })
 })
 
@@ -264,62 +317,76 @@ export const EvalParameters = Schema.Struct({
   timeout_ms: optionalInt("With block: give up waiting after this long")
 })
 
-/**
- * What `agent_eval` returns: the result, the delivery of its message (if any), the receipt
- * fields at the top level, and the whole receipt as `worker_record`.
- */
-export const evaluation = (agent: AgentView, worker: Receipt.WorkerRecord, delivery: InputResult | undefined) => {
-  const { sections, duration_ms, ...result } = agentResultForModel(agent)
-  return {
-    ...(delivery === undefined ? {} : {
-      delivered: delivery.delivered,
-      ...(delivery.reason === undefined ? {} : { delivery_reason: delivery.reason }),
-      ...(delivery.input === undefined ? {} : { delivery: delivery.input })
-    }),
-    ...result,
-    ...(sections === undefined ? {} : { sections }),
-    ...(duration_ms === undefined ? {} : { duration_ms }),
-    session_name: worker.session_name,
-    run_id: worker.run_id,
-    runs: worker.runs,
-    ...(worker.runs_dropped === undefined ? {} : { runs_dropped: worker.runs_dropped }),
-    events: worker.events,
-    ...(worker.events_dropped === undefined ? {} : { events_dropped: worker.events_dropped }),
-    inputs: worker.inputs,
-    ...(worker.inputs_dropped === undefined ? {} : { inputs_dropped: worker.inputs_dropped }),
-    artifacts: worker.artifacts,
-    ...(worker.artifacts_dropped === undefined ? {} : { artifacts_dropped: worker.artifacts_dropped }),
-    transcript_handle: worker.transcript_handle,
-    usage: worker.usage,
-    verification: worker.verification,
-    follow_up: worker.follow_up,
-    takeover: worker.takeover,
-    worker_record: worker
-  }
-}
-
-/** agent_eval over the manager in context: deliver (optional), then the state (or wait), then the receipt. */
-export const runEval = Effect.fnUntraced(function*(
-  params: typeof EvalParameters.Type,
-  id: string,
-  message: string | undefined
-) {
-  const manager = yield* SubAgentManager
-  const delivery = message === undefined
-    ? undefined
-    : yield* manager.sendInput(id, message, params.interrupt ?? false, "agent_eval")
-  const agent = yield* manager.result(id, { block: params.block ?? false, timeoutMs: params.timeout_ms })
-  return evaluation(agent, yield* manager.workerRecord(agent), delivery)
-})
-
 export const evaluate = ToolRegistry.define({
   name: "agent_eval",
   description: text("./agent_eval.md", import.meta.url),
   parameters: EvalParameters,
   posture: "spawn",
+  served: {
+    title: "A sub-agent's state and run receipt (optionally deliver a message first)",
+    success: AgentResult.EvalResult,
+    required: needsId,
+    ...sends
+  },
+  // Deliver (optional), then the state (or wait), then the receipt.
   handler: Effect.fn("tool.agent_eval")(function*(params) {
-    const id = yield* pick("agent_eval", params, ["agent_id", "id"])
-    return yield* runEval(params, id, pickOptional(params, ["message", "input"]))
+    const manager = yield* SubAgentManager
+    const id = yield* required("agent_eval", params, idKeys)
+    const message = optional(params, messageKeys)
+    const sent = message === undefined
+      ? undefined
+      : yield* manager.sendInput(id, message, params.interrupt ?? false, "agent_eval")
+    const agent = yield* manager.result(id, { block: params.block ?? false, timeoutMs: params.timeout_ms })
+    return AgentResult.evaluation(agent, yield* manager.workerRecord(agent), sent)
+  })
+})
+
+export const assign = ToolRegistry.define({
+  name: "agent_assign",
+  description:
+    "Update a sub-agent's objective and/or role and deliver a note about it (delivered before its next step). A new role only narrows what the agent may do, from its next tool call on; a role that would grant more (e.g. review to general) is refused and nothing changes.",
+  parameters: Schema.Struct({
+    ...idFields,
+    objective: optionalString("The new objective"),
+    role: optionalString("The new role"),
+    ...typeFields,
+    ...messageFields("A note to deliver with the update")
+  }),
+  posture: "spawn",
+  served: {
+    title: "Change a sub-agent's objective or narrow its role",
+    success: AgentResult.InputResult,
+    required: needsId,
+    ...sends
+  },
+  handler: Effect.fn("tool.agent_assign")(function*(params) {
+    const manager = yield* SubAgentManager
+    const id = yield* required("agent_assign", params, idKeys)
+    return AgentResult.delivery(
+      yield* manager.assign(id, {
+        objective: params.objective,
+        role: optional(params, ["role", ...roleKeys]),
+        message: optional(params, messageKeys)
+      })
+    )
+  })
+})
+
+// ---------------------------------------------------------------------------
+// agent_resume / handle_read
+// ---------------------------------------------------------------------------
+
+export const resume = ToolRegistry.define({
+  name: "agent_resume",
+  description:
+    "Continue a finished (interrupted, cancelled, failed or completed) sub-agent from its transcript, optionally with a new message. Runs in the background like agent_spawn.",
+  parameters: Schema.Struct({ ...idFields, ...messageFields("What to do next (default: continue)") }),
+  posture: "spawn",
+  served: { title: "Continue a finished sub-agent", success: AgentResult.Spawned, required: needsId, ...startsAgents },
+  handler: Effect.fn("tool.agent_resume")(function*(params, context) {
+    const manager = yield* SubAgentManager
+    const id = yield* required("agent_resume", params, idKeys)
+    return AgentResult.spawned(yield* manager.resume(context.sessionId, id, optional(params, messageKeys)))
   })
 })
 
@@ -337,82 +404,50 @@ export const handleRead = ToolRegistry.define({
   description: text("./handle_read.md", import.meta.url),
   parameters: HandleReadParameters,
   posture: "read",
+  served: { title: "Read a sub-agent's transcript by handle, paged", success: TranscriptView.Page, ...reads },
   handler: Effect.fn("tool.handle_read")(function*(params) {
     const manager = yield* SubAgentManager
-    const handle = yield* pick("handle_read", params, ["handle", "agent_id", "id"])
+    const handle = yield* required("handle_read", params, ["handle", ...idKeys])
     return yield* manager.readTranscript(handle, { offset: params.offset, limit: params.limit })
   })
 })
 
-export const resume = ToolRegistry.define({
-  name: "agent_resume",
-  description:
-    "Continue a finished (interrupted, cancelled, failed or completed) sub-agent from its transcript, optionally with a new message. Runs in the background like agent_spawn.",
-  parameters: Schema.Struct({ ...idFields, ...messageFields("What to do next (default: continue)") }),
-  posture: "spawn",
-  handler: Effect.fn("tool.agent_resume")(function*(params, context) {
-    const manager = yield* SubAgentManager
-    const id = yield* pick("agent_resume", params, ["agent_id", "id"])
-    return spawned(yield* manager.resume(context.sessionId, id, pickOptional(params, ["message", "input"])))
-  })
-})
+// ---------------------------------------------------------------------------
+// The one list
+// ---------------------------------------------------------------------------
 
-export const assign = ToolRegistry.define({
-  name: "agent_assign",
-  description:
-    "Update a sub-agent's objective and/or role and deliver a note about it (delivered before its next step). A new role only narrows what the agent may do, from its next tool call on; a role that would grant more (e.g. review to general) is refused and nothing changes.",
-  parameters: Schema.Struct({
-    ...idFields,
-    objective: optionalString("The new objective"),
-    role: optionalString("The new role"),
-    ...typeFields,
-    ...messageFields("A note to deliver with the update")
-  }),
-  posture: "spawn",
-  handler: Effect.fn("tool.agent_assign")(function*(params) {
-    const manager = yield* SubAgentManager
-    const id = yield* pick("agent_assign", params, ["agent_id", "id"])
-    const outcome = yield* manager.assign(id, {
-      objective: params.objective,
-      role: pickOptional(params, ["role", "subagent_type", "type", "agent_type"]),
-      message: pickOptional(params, ["message", "input"])
-    })
-    return { delivered: outcome.delivered, reason: outcome.reason, agent: agentResultForModel(outcome.agent) }
-  })
-})
-
-export const names = [
-  "agent_spawn",
-  "agent_open",
-  "agent_wait",
-  "agent_result",
-  "agent_cancel",
-  "agent_close",
-  "agent_list",
-  "agent_send_input",
-  "agent_eval",
-  "agent_resume",
-  "agent_assign",
-  "handle_read"
+/** Every sub-agent tool, `task` first: what a loop, a Toolkit and an MCP server offer. */
+export const definitions = [
+  Task.definition,
+  spawn,
+  open,
+  wait,
+  result,
+  cancel,
+  close,
+  list,
+  sendInput,
+  evaluate,
+  assign,
+  resume,
+  handleRead
 ] as const
+
+/** The names of the sub-agent tools (`task` included). */
+export const names: ReadonlyArray<string> = definitions.map((definition) => definition.name)
+
+/** The background tools: every sub-agent tool but `task` (which Fibril registers on its own). */
+export const background = definitions.slice(1)
 
 /** Registers the agent_* tools; they need the SubAgentManager. */
 export const layer: Layer.Layer<never, ToolRegistry.DuplicateTool, ToolRegistry.ToolRegistry | SubAgentManager> = Layer
   .effectDiscard(
     ToolRegistry.ToolRegistry.use((registry) =>
-      Effect.all([
-        registry.register(spawn),
-        registry.register(open),
-        registry.register(wait),
-        registry.register(result),
-        registry.register(cancel),
-        registry.register(close),
-        registry.register(list),
-        registry.register(sendInput),
-        registry.register(evaluate),
-        registry.register(resume),
-        registry.register(assign),
-        registry.register(handleRead)
-      ], { discard: true })
+      Effect.forEach(
+        background,
+        (definition) =>
+          registry.register(definition as ToolRegistry.ToolDefinition<ToolRegistry.Parameters, SubAgentManager>),
+        { discard: true }
+      )
     )
   )

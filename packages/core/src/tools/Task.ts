@@ -7,16 +7,22 @@
  * only the parsed result returned. The child's transcript never enters the parent's history.
  * A child that fails (step budget, model errors) is a `failed` result the parent's model can
  * act on, not a failure of the parent; a cap or an unknown role is a tool error.
+ *
+ * A caller outside a loop (a Toolkit, an MCP client) runs it as `watched`: spawned, then
+ * waited for, so that a watcher (MCP progress) can follow the agent from its start, and an
+ * interrupted call cancels the agent with a reason instead of interrupting it.
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import * as AgentResult from "../AgentResult.ts"
 import { text } from "../internal/resource.ts"
-import { spanned } from "../internal/span.ts"
+import { spanned, withSpan } from "../internal/span.ts"
 import * as Roles from "../Roles.ts"
-import { type AgentView, type SpawnError, SubAgentManager } from "../SubAgentManager.ts"
-import { type ResultSections, resultSections } from "../SubAgentRecord.ts"
+import { type SpawnError, type SpawnRequest, SubAgentManager } from "../SubAgentManager.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 
 export const TaskParameters = Schema.Struct({
@@ -30,63 +36,79 @@ export const TaskParameters = Schema.Struct({
   )
 })
 
-export interface TaskResult {
-  readonly agent_id: string
-  readonly description: string
-  readonly status: "completed" | "failed" | "cancelled"
-  readonly summary: string
-  /** CHANGES, EVIDENCE, RISKS, BLOCKERS; SUMMARY is `summary`. */
-  readonly sections: ResultSections
-  readonly contract_violations: ReadonlyArray<string>
-  readonly tool_calls: number
-  readonly steps: number
-  readonly tokens: { readonly input: number; readonly output: number; readonly cached: number }
-  readonly duration_ms: number
-  readonly model: string
-  /** The child's transcript, for `handle_read` (it never enters the parent's context by itself). */
-  readonly transcript_handle: string
-}
+export type TaskResult = AgentResult.TaskResult
 
-const emptySections: ResultSections = { changes: "", evidence: "", risks: "", blockers: "" }
+/** The spawn request a `task` call makes. */
+export const request = (params: typeof TaskParameters.Type): SpawnRequest => ({
+  prompt: params.prompt,
+  description: params.description,
+  role: params.subagent_type ?? "general",
+  allowedTools: params.allowed_tools
+})
 
 export const definition = ToolRegistry.define({
   name: "task",
   description: text("./task.md", import.meta.url),
   parameters: TaskParameters,
   posture: "spawn",
-  // A span without `Effect.fn`'s per-call stack capture, and combinators rather than a
-  // generator: this runs once per sub-agent. The manager is read from the fiber in the span's
-  // own step.
+  served: {
+    title: "Run a sub-agent and wait for its result",
+    success: AgentResult.TaskResult,
+    readOnly: false,
+    destructive: true,
+    idempotent: false,
+    openWorld: true
+  },
+  // A span without `Effect.fn`'s call-site capture (internal/span.ts): this runs once per
+  // sub-agent, and the manager is read from the fiber inside the span.
   handler: (params, context) =>
     spanned("tool.task", (fiber) =>
       Effect.mapEager(
-        Context.get(fiber.context as Context.Context<SubAgentManager>, SubAgentManager).run(context.sessionId, {
-          prompt: params.prompt,
-          description: params.description,
-          role: params.subagent_type ?? "general",
-          allowedTools: params.allowed_tools
-        }),
-        taskResult
+        Context.get(fiber.context as Context.Context<SubAgentManager>, SubAgentManager).run(
+          context.sessionId,
+          request(params)
+        ),
+        AgentResult.task
       ) as Effect.Effect<TaskResult, SpawnError, SubAgentManager>)
 })
 
-/** The `task` result of a finished agent record. */
-export const taskResult = (agent: AgentView): TaskResult => ({
-  agent_id: agent.agent_id,
-  description: agent.description,
-  status: agent.status === "completed" ? "completed" : agent.status === "cancelled" ? "cancelled" : "failed",
-  summary: agent.outcome?.summary ?? agent.reason ?? "",
-  sections: agent.outcome === undefined ? emptySections : resultSections(agent.outcome.sections),
-  contract_violations: agent.outcome?.contract_violations ?? [],
-  tool_calls: agent.tool_calls,
-  steps: agent.steps,
-  tokens: agent.tokens,
-  duration_ms: agent.started_at !== undefined && agent.finished_at !== undefined
-    ? agent.finished_at - agent.started_at
-    : 0,
-  model: agent.model,
-  transcript_handle: agent.transcript_handle
-})
+export interface WatchOptions {
+  /** Recorded on the agent when the call is interrupted. */
+  readonly cancelReason: string
+  /**
+   * Run in the call's scope *before* the agent is spawned (so it can subscribe to events
+   * without missing any); returns what to run beside the call once the agent exists. The
+   * call waits for that (at most 5 s: it ends at the agent's terminal event) before it
+   * returns, so what it reports comes first. An interrupted call interrupts it.
+   */
+  readonly watch?:
+    | Effect.Effect<((agent: AgentResult.AgentView) => Effect.Effect<void>) | undefined, never, Scope.Scope>
+    | undefined
+}
+
+/**
+ * `task` for a caller outside a loop: spawn without interruption (so an interrupt always
+ * finds the agent to cancel), then wait; interrupted, the agent and its tree are cancelled.
+ */
+export const watched = (params: typeof TaskParameters.Type, options: WatchOptions) =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.gen(function*() {
+      const manager = yield* SubAgentManager
+      const watch = options.watch === undefined ? undefined : yield* options.watch
+      const agent = yield* manager.spawn(undefined, request(params))
+      const watcher = watch === undefined
+        ? undefined
+        : yield* Effect.forkChild(Effect.interruptible(watch(agent)), { startImmediately: true })
+      const done = yield* restore(manager.result(agent.agent_id, { block: true })).pipe(
+        Effect.onInterrupt(() => Effect.ignore(manager.cancel(agent.agent_id, options.cancelReason)))
+      )
+      if (watcher !== undefined) {
+        yield* restore(Fiber.await(watcher)).pipe(Effect.timeoutOption("5 seconds"), Effect.ignore)
+        yield* Fiber.interrupt(watcher)
+      }
+      return AgentResult.task(done)
+    })
+  ).pipe(Effect.scoped, withSpan("tool.task"))
 
 /** Registers `task`; needs the SubAgentManager it delegates through. */
 export const layer: Layer.Layer<never, ToolRegistry.DuplicateTool, ToolRegistry.ToolRegistry | SubAgentManager> = Layer

@@ -58,6 +58,9 @@ export type WriteParameters = typeof WriteParameters.Type
 export const ReadParameters = AiTool.EmptyParams
 export type ReadParameters = typeof ReadParameters.Type
 
+/** The caller's list: its agent's, or one shared by the callers that are not agents. */
+const listOf = (context: ToolRegistry.ToolCallContext): string => context.sessionId ?? ""
+
 export const write = ToolRegistry.define({
   name: "todowrite",
   description: text("./todowrite.md", import.meta.url),
@@ -67,8 +70,8 @@ export const write = ToolRegistry.define({
   idempotent: true,
   handler: Effect.fn("tool.todowrite")(function*(params: WriteParameters, context: ToolRegistry.ToolCallContext) {
     const todos = yield* Todos
-    yield* todos.set(context.sessionId, params.todos)
-    return yield* todos.get(context.sessionId)
+    yield* todos.set(listOf(context), params.todos)
+    return yield* todos.get(listOf(context))
   })
 })
 
@@ -79,6 +82,6 @@ export const read = ToolRegistry.define({
   posture: "read",
   handler: Effect.fn("tool.todoread")(function*(_params: ReadParameters, context: ToolRegistry.ToolCallContext) {
     const todos = yield* Todos
-    return yield* todos.get(context.sessionId)
+    return yield* todos.get(listOf(context))
   })
 })

@@ -1,0 +1,271 @@
+/**
+ * AgentResult — what a model or an MCP client sees of an agent, whatever engine runs it.
+ *
+ * Each view is a Schema (the sub-agent tools' output schemas: MCP wants an object root) and
+ * the function that builds it from an `AgentView`, the one shape both engines map their
+ * records (embedded) or rows (cluster) into. The sub-agent tools (tools/Agents.ts,
+ * tools/Task.ts) return these to Fibril's own loop, to the `effect/ai` Toolkit and to both MCP
+ * servers, so a result looks the same wherever it is read. No view has a key whose value is
+ * `undefined`: structured MCP content is JSON, and a model reads the same JSON.
+ */
+import * as Schema from "effect/Schema"
+import * as Receipt from "./Receipt.ts"
+import {
+  currentRunId,
+  Input,
+  ResultSections,
+  resultSections,
+  Status,
+  type SubAgentRecord,
+  Tokens
+} from "./SubAgentRecord.ts"
+
+/** A record as shown to callers: the stored fields plus whether it predates this process. */
+export type AgentView = SubAgentRecord & { readonly from_prior_session: boolean }
+
+/** `text` cut to `max` characters, marked when cut: the whole text stays in the transcript. */
+export const bound = (text: string, max: number): string => {
+  if (text.length <= max) return text
+  const low = text.charCodeAt(max)
+  const cut = low >= 0xdc00 && low <= 0xdfff ? max - 1 : max
+  return `${text.slice(0, cut)}\n[... cut: ${
+    text.length - cut
+  } more characters; the whole answer is in the agent's transcript]`
+}
+
+const durationOf = (agent: AgentView): number | undefined =>
+  agent.started_at !== undefined && agent.finished_at !== undefined ? agent.finished_at - agent.started_at : undefined
+
+// ---------------------------------------------------------------------------
+// An agent's state or result (agent_result, agent_wait, agent_cancel, ...)
+// ---------------------------------------------------------------------------
+
+export const AgentResult = Schema.Struct({
+  agent_id: Schema.String,
+  /** Accepted by every agent tool in place of the id. */
+  session_name: Schema.String,
+  /** The current run: the first, or the latest resume. */
+  run_id: Schema.String,
+  description: Schema.String,
+  role: Schema.String,
+  status: Status,
+  reason: Schema.optionalKey(Schema.String),
+  summary: Schema.String,
+  sections: Schema.optionalKey(ResultSections),
+  contract_violations: Schema.Array(Schema.String),
+  steps: Schema.Int,
+  tool_calls: Schema.Int,
+  tokens: Tokens,
+  duration_ms: Schema.optionalKey(Schema.Int),
+  model: Schema.String,
+  /** Read it with `handle_read`, a page at a time. */
+  transcript_handle: Schema.String,
+  from_prior_session: Schema.optionalKey(Schema.Boolean)
+})
+export type AgentResult = typeof AgentResult.Type
+
+/** An agent's state or result: the record without bookkeeping, the outcome flattened. */
+export const of = (agent: AgentView): AgentResult => {
+  const duration = durationOf(agent)
+  return {
+    agent_id: agent.agent_id,
+    session_name: Receipt.sessionName(agent),
+    run_id: currentRunId(agent),
+    description: agent.description,
+    role: agent.role,
+    status: agent.status,
+    ...(agent.reason === undefined ? {} : { reason: agent.reason }),
+    summary: agent.outcome?.summary ?? "",
+    ...(agent.outcome === undefined ? {} : { sections: resultSections(agent.outcome.sections) }),
+    contract_violations: agent.outcome?.contract_violations ?? [],
+    steps: agent.steps,
+    tool_calls: agent.tool_calls,
+    tokens: agent.tokens,
+    ...(duration === undefined ? {} : { duration_ms: duration }),
+    model: agent.model,
+    transcript_handle: agent.transcript_handle,
+    ...(agent.from_prior_session ? { from_prior_session: true } : {})
+  }
+}
+
+// ---------------------------------------------------------------------------
+// task: the parsed result of a finished agent
+// ---------------------------------------------------------------------------
+
+export const TaskResult = Schema.Struct({
+  agent_id: Schema.String,
+  description: Schema.String,
+  status: Schema.Literals(["completed", "failed", "cancelled"]),
+  summary: Schema.String,
+  /** CHANGES, EVIDENCE, RISKS, BLOCKERS; SUMMARY is `summary`. */
+  sections: ResultSections,
+  contract_violations: Schema.Array(Schema.String),
+  tool_calls: Schema.Int,
+  steps: Schema.Int,
+  tokens: Tokens,
+  duration_ms: Schema.Int,
+  model: Schema.String,
+  /** The child's transcript, for `handle_read` (it never enters the parent's context by itself). */
+  transcript_handle: Schema.String
+})
+export type TaskResult = typeof TaskResult.Type
+
+const emptySections: ResultSections = { changes: "", evidence: "", risks: "", blockers: "" }
+
+/** The `task` result of a finished agent: a failure or a cancel is a result too, with its reason as summary. */
+export const task = (agent: AgentView): TaskResult => ({
+  agent_id: agent.agent_id,
+  description: agent.description,
+  status: agent.status === "completed" ? "completed" : agent.status === "cancelled" ? "cancelled" : "failed",
+  summary: agent.outcome?.summary ?? agent.reason ?? "",
+  sections: agent.outcome === undefined ? emptySections : resultSections(agent.outcome.sections),
+  contract_violations: agent.outcome?.contract_violations ?? [],
+  tool_calls: agent.tool_calls,
+  steps: agent.steps,
+  tokens: agent.tokens,
+  duration_ms: durationOf(agent) ?? 0,
+  model: agent.model,
+  transcript_handle: agent.transcript_handle
+})
+
+// ---------------------------------------------------------------------------
+// agent_spawn / agent_open / agent_resume: the agent just started
+// ---------------------------------------------------------------------------
+
+export const Spawned = Schema.Struct({
+  agent_id: Schema.String,
+  session_name: Schema.String,
+  run_id: Schema.String,
+  status: Status,
+  role: Schema.String,
+  model: Schema.String,
+  description: Schema.String,
+  detached: Schema.Boolean
+})
+export type Spawned = typeof Spawned.Type
+
+export const spawned = (agent: AgentView): Spawned => ({
+  agent_id: agent.agent_id,
+  session_name: Receipt.sessionName(agent),
+  run_id: currentRunId(agent),
+  status: agent.status,
+  role: agent.role,
+  model: agent.model,
+  description: agent.description,
+  detached: agent.detached
+})
+
+// ---------------------------------------------------------------------------
+// agent_wait, agent_list, agent_send_input / agent_assign
+// ---------------------------------------------------------------------------
+
+export const WaitResult = Schema.Struct({
+  timed_out: Schema.Boolean,
+  completed: Schema.Array(AgentResult),
+  still_running: Schema.Array(Schema.String)
+})
+export type WaitResult = typeof WaitResult.Type
+
+export const AgentSummary = Schema.Struct({
+  agent_id: Schema.String,
+  session_name: Schema.String,
+  parent_id: Schema.optionalKey(Schema.String),
+  depth: Schema.Int,
+  description: Schema.String,
+  role: Schema.String,
+  status: Status,
+  reason: Schema.optionalKey(Schema.String),
+  detached: Schema.Boolean,
+  steps: Schema.Int,
+  tool_calls: Schema.Int,
+  from_prior_session: Schema.optionalKey(Schema.Boolean)
+})
+export type AgentSummary = typeof AgentSummary.Type
+
+/** One line of `agent_list`. */
+export const summary = (agent: AgentView): AgentSummary => ({
+  agent_id: agent.agent_id,
+  session_name: Receipt.sessionName(agent),
+  ...(agent.parent_id === undefined ? {} : { parent_id: agent.parent_id }),
+  depth: agent.depth,
+  description: agent.description,
+  role: agent.role,
+  status: agent.status,
+  ...(agent.reason === undefined ? {} : { reason: agent.reason }),
+  detached: agent.detached,
+  steps: agent.steps,
+  tool_calls: agent.tool_calls,
+  ...(agent.from_prior_session ? { from_prior_session: true } : {})
+})
+
+export const ListResult = Schema.Struct({ agents: Schema.Array(AgentSummary) })
+
+/** A message delivered to an agent (or not, and why). */
+export interface Delivery {
+  readonly delivered: boolean
+  readonly reason?: string | undefined
+  /** The input as the agent's record keeps it (absent when another process owns the record). */
+  readonly input?: Input | undefined
+}
+
+export const InputResult = Schema.Struct({
+  delivered: Schema.Boolean,
+  reason: Schema.optionalKey(Schema.String),
+  agent: AgentResult
+})
+
+export const delivery = (outcome: Delivery & { readonly agent: AgentView }): typeof InputResult.Type => ({
+  delivered: outcome.delivered,
+  ...(outcome.reason === undefined ? {} : { reason: outcome.reason }),
+  agent: of(outcome.agent)
+})
+
+// ---------------------------------------------------------------------------
+// agent_eval: the result, the delivery, and the run receipt
+// ---------------------------------------------------------------------------
+
+/**
+ * What `agent_eval` returns: the agent's result, the delivery of the message it was given
+ * (if any), its run receipt at the top level, and the whole receipt as `worker_record`.
+ */
+export const EvalResult = Schema.Struct({
+  ...AgentResult.fields,
+  /** With a message: was it delivered (to a running agent, read before its next step)? */
+  delivered: Schema.optionalKey(Schema.Boolean),
+  /** Why not, or how (queued for another process). */
+  delivery_reason: Schema.optionalKey(Schema.String),
+  /** The input as the record keeps it. */
+  delivery: Schema.optionalKey(Input),
+  ...Receipt.receiptFields,
+  worker_record: Receipt.WorkerRecord
+})
+export type EvalResult = typeof EvalResult.Type
+
+export const evaluation = (
+  agent: AgentView,
+  worker: Receipt.WorkerRecord,
+  sent: Delivery | undefined
+): EvalResult => ({
+  ...(sent === undefined ? {} : {
+    delivered: sent.delivered,
+    ...(sent.reason === undefined ? {} : { delivery_reason: sent.reason }),
+    ...(sent.input === undefined ? {} : { delivery: sent.input })
+  }),
+  ...of(agent),
+  session_name: worker.session_name,
+  run_id: worker.run_id,
+  runs: worker.runs,
+  ...(worker.runs_dropped === undefined ? {} : { runs_dropped: worker.runs_dropped }),
+  events: worker.events,
+  ...(worker.events_dropped === undefined ? {} : { events_dropped: worker.events_dropped }),
+  inputs: worker.inputs,
+  ...(worker.inputs_dropped === undefined ? {} : { inputs_dropped: worker.inputs_dropped }),
+  artifacts: worker.artifacts,
+  ...(worker.artifacts_dropped === undefined ? {} : { artifacts_dropped: worker.artifacts_dropped }),
+  transcript_handle: worker.transcript_handle,
+  usage: worker.usage,
+  verification: worker.verification,
+  follow_up: worker.follow_up,
+  takeover: worker.takeover,
+  worker_record: worker
+})
