@@ -246,8 +246,8 @@ try {
   for (let last = "";;) {
     await new Promise((resolve) => setTimeout(resolve, 1000))
     const now = split()
-    const counts = now.split("\n").filter((l) => l !== "").map(Number)
-    if (now === last && counts.length === 2 && counts[0]! + counts[1]! === Node.shardsPerGroup) break
+    const shards = now.split("\n").filter((l) => l !== "").map(Number)
+    if (now === last && shards.length === 2 && shards[0]! + shards[1]! === Node.shardsPerGroup) break
     if (performance.now() - settleStart > 90_000) throw new Error(`shards did not settle: ${now}`)
     last = now
   }

@@ -172,10 +172,10 @@ export const list = Effect.fn("fibril.agents.list")(function*(
         const trees = forest(records, owners)
         const live = (node: TreeNode): boolean => !isTerminal(node.agent.status) || node.children.some(live)
         // Rows that do not decode are shown (without --all, those whose status column is live).
-        const unreadable = (yield* store.unreadable).filter((row) =>
+        const shown = (yield* store.unreadable).filter((row) =>
           all || row.status === "pending" || row.status === "running"
         )
-        return { roots: all ? trees : trees.filter(live), unreadable }
+        return { roots: all ? trees : trees.filter(live), unreadable: shown }
       })
   )
   if (json) {

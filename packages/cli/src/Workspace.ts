@@ -41,7 +41,7 @@ export const locate = Effect.fn("fibril.workspace.locate")(function*(start: stri
   }
 })
 
-export const findRoot = (start: string, home: string) => Effect.map(locate(start, home), (root) => root.dir)
+export const findRoot = (start: string, home: string) => Effect.map(locate(start, home), (found) => found.dir)
 
 /** The workspace of a command: `--cwd` as given (an existing directory), else the project root. */
 export const resolve = Effect.fn("fibril.workspace.resolve")(function*(

@@ -47,13 +47,13 @@ export const make = (filename: string) =>
     const db = yield* Effect.acquireRelease(
       Effect.try({
         try: () => {
-          const db = new DatabaseSync(filename)
-          db.exec(`PRAGMA busy_timeout = ${busyTimeoutMs}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL`)
-          return db
+          const opened = new DatabaseSync(filename)
+          opened.exec(`PRAGMA busy_timeout = ${busyTimeoutMs}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL`)
+          return opened
         },
         catch: failure(`open ${filename}`)
       }),
-      (db) => Effect.sync(() => db.close())
+      (opened) => Effect.sync(() => opened.close())
     )
     const prepared = new Map<string, StatementSync>()
     const prepare = (sql: string) => {

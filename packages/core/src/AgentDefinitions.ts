@@ -654,7 +654,7 @@ export const parse = (path: string, text: string, format: Format): Result.Result
   )
   return Result.mapBoth(definition, {
     onFailure: (reason) => new AgentFileProblem({ path, reason }),
-    onSuccess: (definition) => ({ definition, warnings })
+    onSuccess: (decoded) => ({ definition: decoded, warnings })
   })
 }
 

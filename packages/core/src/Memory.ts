@@ -221,8 +221,8 @@ export const make = Effect.fn("Memory.make")(function*(options: { readonly path?
   // Identity, size and times: a write in place, a replace (new inode) or a delete changes it.
   const stat = (): string | undefined => {
     try {
-      const stat = statSync(file, { throwIfNoEntry: false })
-      return stat === undefined ? "absent" : `${stat.ino}:${stat.size}:${stat.mtimeMs}:${stat.ctimeMs}`
+      const found = statSync(file, { throwIfNoEntry: false })
+      return found === undefined ? "absent" : `${found.ino}:${found.size}:${found.mtimeMs}:${found.ctimeMs}`
     } catch {
       return undefined // no version: `section` reads the file (and reports why it cannot)
     }

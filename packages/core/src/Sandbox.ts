@@ -562,18 +562,18 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
   // monitor is gone. So the sandbox's pid 1 is killed first: bubblewrap's wait for it ends
   // only once the kernel has killed every process of the pid namespace, then bubblewrap
   // exits, then the spawner's own finalizer finds nothing left to stop.
-  const spawn = (launch: Launch) =>
+  const spawn = (planned: Launch) =>
     Effect.gen(function*() {
-      if (launch.cgroup !== undefined) yield* cgroupScoped(launch.cgroup.parents, launch.cgroup.name, options)
-      const handle = yield* spawner.spawn(launch.command)
-      const marker = launch.marker
+      if (planned.cgroup !== undefined) yield* cgroupScoped(planned.cgroup.parents, planned.cgroup.name, options)
+      const handle = yield* spawner.spawn(planned.command)
+      const marker = planned.marker
       if (marker !== undefined) {
         // Runs before the spawner's own finalizer (which signals the process group only, and
         // may finish after the call returned): every process the command started, in its
         // group or not, is killed before the call's result is given.
         yield* Effect.addFinalizer(() => Effect.sync(() => HostProcess.killWithEnv(marker)))
       }
-      if (launch.sandbox === "none") return { handle, sandbox: launch.sandbox } satisfies Spawned
+      if (planned.sandbox === "none") return { handle, sandbox: planned.sandbox } satisfies Spawned
       const pid = yield* Deferred.make<number | undefined>()
       yield* Stream.mkString(Stream.decodeText(handle.getOutputFd(4))).pipe(
         Effect.map(childPid),
@@ -597,7 +597,7 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
           yield* handle.exitCode.pipe(Effect.timeoutOption(teardownGrace), Effect.ignore)
         })
       )
-      return { handle, sandbox: launch.sandbox } satisfies Spawned
+      return { handle, sandbox: planned.sandbox } satisfies Spawned
     })
 
   return Sandbox.of({

@@ -326,11 +326,11 @@ export const currentRun = (record: SubAgentRecord): Run | undefined => record.ru
 /** The current run's id; for a record without runs, its first run's. */
 export const currentRunId = (record: SubAgentRecord): string => currentRun(record)?.run_id ?? runId(record.agent_id, 1)
 
-/** What a set of verification receipts says about `runId`: the latest conclusive one wins. */
-export const verificationStatus = (receipts: ReadonlyArray<VerificationReceipt>, runId: string): VerificationStatus => {
+/** What a set of verification receipts says about run `run`: the latest conclusive one wins. */
+export const verificationStatus = (receipts: ReadonlyArray<VerificationReceipt>, run: string): VerificationStatus => {
   for (let i = receipts.length - 1; i >= 0; i--) {
     const receipt = receipts[i]!
-    if (receipt.run_id !== runId || receipt.verdict === "inconclusive") continue
+    if (receipt.run_id !== run || receipt.verdict === "inconclusive") continue
     return receipt.verdict === "passed" ? "verified" : "disputed"
   }
   return "self_report"

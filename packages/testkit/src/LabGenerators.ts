@@ -146,12 +146,12 @@ export interface TreeNode {
 }
 
 /** Resolves `parent` indices: node i+1's parent is `parent % (i+1)`, moved up so that only agents above `maxDepth` spawn. */
-export const tree = (experiment: Experiment): ReadonlyArray<TreeNode> => {
+export const tree = (input: Experiment): ReadonlyArray<TreeNode> => {
   const parents: Array<number | undefined> = [undefined]
   const depths = [0]
-  experiment.nodes.forEach((spec, i) => {
+  input.nodes.forEach((spec, i) => {
     let parent = spec.parent % (i + 1)
-    while (depths[parent]! > experiment.config.maxDepth - 1 && parent !== 0) parent = parents[parent]!
+    while (depths[parent]! > input.config.maxDepth - 1 && parent !== 0) parent = parents[parent]!
     parents.push(parent)
     depths.push(depths[parent]! + 1)
   })
@@ -161,7 +161,7 @@ export const tree = (experiment: Experiment): ReadonlyArray<TreeNode> => {
     parent,
     depth: depths[index]!,
     children: parents.flatMap((p, child) => (p === index && child !== index ? [child] : [])),
-    spec: index === 0 ? undefined : experiment.nodes[index - 1]
+    spec: index === 0 ? undefined : input.nodes[index - 1]
   }))
 }
 
@@ -192,9 +192,9 @@ export const balanced = (count: number, fanOut: number, config: Partial<Config> 
  * An `assign` picks its role by the parity of `target`: when renumbering would change that
  * parity (an even node count), the nodes keep their order and only the values are resolved.
  */
-export const normalise = (experiment: Experiment): Experiment => {
-  const nodes = tree(experiment)
-  const count = experiment.nodes.length
+export const normalise = (input: Experiment): Experiment => {
+  const nodes = tree(input)
+  const count = input.nodes.length
   const preorder: Array<number> = []
   const visit = (index: number) => {
     preorder.push(index)
@@ -207,7 +207,7 @@ export const normalise = (experiment: Experiment): Experiment => {
     return (index: number) => position.get(index)!
   }
   const treeOrder = renumber(preorder)
-  const keepsRoles = experiment.schedule.every((step) =>
+  const keepsRoles = input.schedule.every((step) =>
     step.op !== "assign" || count === 0 || count % 2 === 1 ||
     (treeOrder(picked(step.target)) - 1) % 2 === step.target % 2
   )
@@ -222,11 +222,11 @@ export const normalise = (experiment: Experiment): Experiment => {
     return resolved
   }
   return {
-    config: experiment.config,
+    config: input.config,
     nodes: order.slice(1).map((index) => {
       const { fork, ...spec } = nodes[index]!.spec!
       return { ...spec, parent: newIndex(nodes[index]!.parent!), ...(fork === true ? { fork } : {}) }
     }),
-    schedule: experiment.schedule.map((step) => ({ ...step, target: target(step) }))
+    schedule: input.schedule.map((step) => ({ ...step, target: target(step) }))
   }
 }

@@ -517,12 +517,12 @@ export const make = (script: ScriptInput): Effect.Effect<LanguageModel.LanguageM
         generateText: ((options: { readonly toolkit?: unknown }) =>
           Effect.flatMap(
             modelFor(options.toolkit),
-            (model) => model.generateText(options as never)
+            (byToolkit) => byToolkit.generateText(options as never)
           )) as unknown as LanguageModel.LanguageModel["generateText"],
         streamText: ((options: { readonly toolkit?: unknown }) =>
           Stream.unwrap(Effect.map(
             modelFor(options.toolkit),
-            (model) => model.streamText(options as never)
+            (byToolkit) => byToolkit.streamText(options as never)
           ))) as unknown as LanguageModel.LanguageModel["streamText"]
       })
       return DirectModel.make(model, (request) => Effect.map(answer("generateText", request), toParts))

@@ -68,7 +68,7 @@ export interface Limits {
 }
 
 /** What RE2 rejects that JavaScript accepts, in words the model can act on. */
-const unsupported = (description: string, fragment: string): string | undefined => {
+const unsupported = (reason: string, fragment: string): string | undefined => {
   if (/^\\[1-9]/.test(fragment) || fragment.startsWith("\\k") || fragment.startsWith("(?P=")) {
     return "backreferences (\\1, \\k<name>) are not supported"
   }
@@ -78,7 +78,7 @@ const unsupported = (description: string, fragment: string): string | undefined 
   }
   if (fragment.startsWith("\\u")) return "\\uXXXX escapes are not supported; write \\x{XXXX}"
   if (fragment.startsWith("\\c")) return "control escapes (\\cX) are not supported; write \\x{XX}"
-  if (description === "invalid nested repetition operator" && /^[*+?]\+$/.test(fragment)) {
+  if (reason === "invalid nested repetition operator" && /^[*+?]\+$/.test(fragment)) {
     return "possessive quantifiers (a++, a*+) are not supported"
   }
   return undefined

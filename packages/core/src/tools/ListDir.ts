@@ -43,7 +43,7 @@ export const definition = ToolRegistry.define({
       }
       const entries = yield* directory.entries.pipe(Effect.mapError(fsFailure(name, given)))
       const relative = workspace.relative(directory.real)
-      const names = yield* Effect.forEach(entries, ({ name: entry, type }) =>
+      const listed = yield* Effect.forEach(entries, ({ name: entry, type }) =>
         type === "Directory"
           ? Effect.succeed(`${entry}/`)
           : type === "SymbolicLink" || type === "Unknown"
@@ -54,7 +54,7 @@ export const definition = ToolRegistry.define({
             Effect.orElseSucceed(() => entry)
           )
           : Effect.succeed(entry))
-      return { names, absolute: directory.real }
+      return { names: listed, absolute: directory.real }
     }))
     names.sort()
 

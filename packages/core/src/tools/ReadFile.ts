@@ -70,8 +70,8 @@ export const definition = (limits: Limits) =>
             `"${params.path}" is ${file.size} bytes, over the ${maxFileBytes}-byte limit; use grep to find what you need, or shell (e.g. sed -n) for a slice`
           )
         }
-        const bytes = yield* file.read.pipe(Effect.mapError(fsFailure(name, params.path)))
-        return { bytes, real: file.real }
+        const read = yield* file.read.pipe(Effect.mapError(fsFailure(name, params.path)))
+        return { bytes: read, real: file.real }
       }))
       if (looksBinary(bytes)) return yield* fail(`"${params.path}" looks like a binary file (it contains NUL bytes)`)
 

@@ -129,7 +129,7 @@ export const glob = (tool: string, pattern: string, parameter = "pattern"): Effe
  * `basename`, a pattern without `/` also matches a file name anywhere (ripgrep's `--glob`
  * convention, used by grep's `include`). Matching is linear in the path (`GlobPattern`).
  */
-export const matches = (glob: Glob, entry: Entry, options: { readonly basename?: boolean } = {}): boolean => {
-  if (glob.matcher.test(entry.fromStart) || glob.matcher.test(entry.relative)) return true
-  return options.basename === true && !glob.hasSlash && glob.matcher.test(posix.basename(entry.relative))
+export const matches = (pattern: Glob, entry: Entry, options: { readonly basename?: boolean } = {}): boolean => {
+  if (pattern.matcher.test(entry.fromStart) || pattern.matcher.test(entry.relative)) return true
+  return options.basename === true && !pattern.hasSlash && pattern.matcher.test(posix.basename(entry.relative))
 }
