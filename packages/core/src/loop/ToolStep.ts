@@ -1,12 +1,17 @@
 /**
- * Loop step: run the tool calls of one turn, concurrently.
+ * Loop step: the tool-call pipeline, for both runtimes.
  *
- * For each call, in this order: find the tool (an unknown name lists the available ones),
- * check name and posture permissions, decode the arguments with the tool's Schema (a
- * string that is not JSON, or arguments that do not fit, become an `InvalidArguments`
- * result), check again with the paths the call touches, then run the handler. Every
- * failure — a denial, bad arguments, a handler error — is a tool result the model reads;
- * nothing here fails the loop. Interrupting the session interrupts every running call.
+ * For each call, in this order: find the tool (an unknown name lists the available ones; a tool
+ * the caller may not use is found, and denied by the check), check name and posture
+ * permissions, decode the arguments with the tool's Schema (a string that is not JSON, or
+ * arguments that do not fit, become an `InvalidArguments` result), check again with the paths
+ * the call touches, then run the handler. Every failure — a denial, bad arguments, a handler
+ * error — is a result the model reads (`failurePayload`); nothing here fails the loop.
+ *
+ * `runTools` runs a turn's calls for the embedded `Session` (concurrently; events, counts and
+ * the durable transcript's hand-over as each lands; interrupting the session interrupts every
+ * running call). `runCall` runs one call, not tied to a session: `AgentSteps.tool` (the
+ * cluster's journaled step) and the cluster's sub-agent tools go through it.
  */
 import * as Prompt from "effect/ai/Prompt"
 import * as Effect from "effect/Effect"
@@ -15,19 +20,43 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { AgentEvent, AgentEvents } from "../AgentEvents.ts"
 import * as Parts from "../internal/parts.ts"
-import type { Permission } from "../Permission.ts"
-import type { RegisteredTool, ToolErrorLike, ToolRegistry } from "../ToolRegistry.ts"
+import type * as Permission from "../Permission.ts"
+import type { Callable, RegisteredTool, ToolErrorLike, ToolRegistry, ToolView } from "../ToolRegistry.ts"
 import type { ToolCall } from "./ResolveTurn.ts"
 import { eventOf, type SessionState } from "./State.ts"
 
+export const StepToolCall = Schema.Struct({ id: Schema.String, name: Schema.String, params: Schema.Unknown })
+export type StepToolCall = typeof StepToolCall.Type
+
+/** What one tool call produced: its result (a failure is a result the model reads). */
+export const ToolStep = Schema.Struct({
+  id: Schema.String,
+  name: Schema.String,
+  isFailure: Schema.Boolean,
+  result: Schema.Unknown
+})
+export type ToolStep = typeof ToolStep.Type
+
 export interface RunToolsDeps {
   readonly registry: ToolRegistry["Service"]
-  readonly permission: Permission["Service"]
-  readonly events: AgentEvents["Service"]
+  readonly permission: Permission.Permission["Service"]
+  /** Where each call's `tool_call` and `tool_result` events are published, if anywhere. */
+  readonly events?: AgentEvents["Service"] | undefined
   /** Called with each result as it lands, before the turn's other calls finish (a durable transcript). */
   onResult: ((state: SessionState, part: Prompt.ToolResultPart) => Effect.Effect<void>) | undefined
   /** Called with each event after it is published (the session's `onEvent` hook). */
   onEvent: ((event: AgentEvent) => void) | undefined
+}
+
+/**
+ * Who makes a call. Read at each check, not captured: an agent narrowed by `agent_assign`
+ * while its turn runs is held to its new rules (a `SessionState` is one).
+ */
+export interface Caller {
+  readonly id: string
+  readonly role: string
+  readonly depth: number
+  readonly rules: Permission.Rules
 }
 
 export class UnknownTool extends Schema.TaggedError<UnknownTool>()("UnknownTool", {
@@ -48,13 +77,17 @@ export class InvalidArguments extends Schema.TaggedError<InvalidArguments>()("In
   }
 }
 
-const failurePayload = (error: ToolErrorLike) => ({ error: error._tag, message: error.message })
+/** A failed call as the model reads it: the error's tag and message. */
+export const failurePayload = (error: ToolErrorLike): { readonly error: string; readonly message: string } => ({
+  error: error._tag,
+  message: error.message
+})
 
 /**
  * A call's arguments as the tool's parameters decode them: a JSON string is parsed first (an
  * empty one is no arguments), and a refusal says what was wrong and what the tool accepts.
  */
-export const parseArguments = (tool: RegisteredTool, params: unknown): Effect.Effect<unknown, InvalidArguments> => {
+export const parseArguments = <R>(tool: Callable<R>, params: unknown): Effect.Effect<unknown, InvalidArguments> => {
   let input = params
   if (typeof params === "string") {
     try {
@@ -75,7 +108,7 @@ export const parseArguments = (tool: RegisteredTool, params: unknown): Effect.Ef
  * For a refusal of an argument the tool does not declare, what it does accept: a model
  * that guessed a name gets the right ones in the same answer.
  */
-const accepted = (tool: RegisteredTool, input: unknown): string => {
+const accepted = <R>(tool: Callable<R>, input: unknown): string => {
   const names = tool.arguments
   if (names === undefined || typeof input !== "object" || input === null || Array.isArray(input)) return ""
   const unexpected = Object.keys(input).filter((key) => !names.includes(key))
@@ -85,57 +118,105 @@ const accepted = (tool: RegisteredTool, input: unknown): string => {
     : ` (unexpected: ${unexpected.join(", ")}; accepted: ${names.join(", ")})`
 }
 
-// Done at once, inside the step that has the news: an event costs no Effect of its own.
+// Published at once, where the news is: an event is no Effect of its own.
 const emit = (deps: RunToolsDeps, state: SessionState, event: Omit<AgentEvent, "agent" | "at">): void => {
+  if (deps.events === undefined && deps.onEvent === undefined) return
   const full = eventOf(state, event)
-  deps.events.emit(full)
+  deps.events?.emit(full)
   deps.onEvent?.(full)
 }
 
-// Combinators rather than generators: this runs for every tool call of every agent, and a
-// generator costs an iterator object and an extra step per `yield*`.
-const execute = (
+/**
+ * The tool a call names: the caller's view first, then the registry, so a tool the caller may
+ * not use is denied by the permission check (which says why) rather than called unknown.
+ */
+export const find = (registry: ToolRegistry["Service"], view: ToolView, name: string): RegisteredTool | undefined =>
+  view.byName.get(name) ?? Option.getOrUndefined(registry.get(name))
+
+const unknownTool = (view: ToolView, name: string) =>
+  new UnknownTool({ name, available: view.tools.map((tool) => tool.name) })
+
+/** Checks, decoding and handler of one call of a tool found. `touched` gets what a writing tool changes. */
+const execute = <R>(
+  permission: Permission.Permission["Service"],
+  caller: Caller,
+  tool: Callable<R>,
+  call: ToolCall,
+  touched: { paths: ReadonlyArray<string> | undefined } | undefined
+): Effect.Effect<unknown, ToolErrorLike, R> =>
+  // The full check (with the paths the call touches) runs for every call: a writing tool that
+  // names no path is denied under a write scope rather than let through.
+  Effect.flatMapEager(
+    permission.checkTool(caller.rules, tool),
+    () =>
+      Effect.flatMapEager(parseArguments(tool, call.params), (params) => {
+        const paths = tool.paths(params)
+        if (touched !== undefined && tool.posture === "write" && paths.length > 0) touched.paths = paths
+        return Effect.flatMapEager(
+          permission.check(caller.rules, tool, paths),
+          () =>
+            tool.handler(params, {
+              sessionId: caller.id,
+              callId: call.id,
+              role: caller.role,
+              depth: caller.depth,
+              rules: caller.rules
+            })
+        )
+      })
+  )
+
+const stepOf = (call: ToolCall, isFailure: boolean, result: unknown): ToolStep => ({
+  id: call.id,
+  name: call.name,
+  isFailure,
+  result
+})
+
+/**
+ * One call of `tool` through the pipeline (checks, decoding, handler), as the step result the
+ * model reads. Not tied to a session: the handler may need services of its own (`R`), which
+ * the caller provides.
+ */
+export const runCall = <R>(
+  permission: Permission.Permission["Service"],
+  caller: Caller,
+  tool: Callable<R>,
+  call: ToolCall
+): Effect.Effect<ToolStep, never, R> =>
+  Effect.matchEager(Effect.suspend(() => execute(permission, caller, tool, call, undefined)), {
+    onFailure: (failure) => stepOf(call, true, failurePayload(failure)),
+    onSuccess: (success) => stepOf(call, false, success)
+  })
+
+/** One call of a registered tool, found as `runTools` finds it (`AgentSteps.tool`). */
+export const runRegistered = (
+  registry: ToolRegistry["Service"],
+  permission: Permission.Permission["Service"],
+  caller: Caller,
+  call: ToolCall
+): Effect.Effect<ToolStep> => {
+  const view = registry.view(caller.rules)
+  const tool = find(registry, view, call.name)
+  return tool === undefined
+    ? Effect.succeed(stepOf(call, true, failurePayload(unknownTool(view, call.name))))
+    : runCall(permission, caller, tool, call)
+}
+
+const lookupAndExecute = (
   deps: RunToolsDeps,
   state: SessionState,
   call: ToolCall,
   touched: { paths: ReadonlyArray<string> | undefined }
 ): Effect.Effect<unknown, ToolErrorLike> => {
-  const tool = state.view.byName.get(call.name) ?? Option.getOrUndefined(deps.registry.get(call.name))
-  if (tool === undefined) {
-    return Effect.fail(new UnknownTool({ name: call.name, available: state.view.tools.map((t) => t.name) }))
-  }
-  // The rules are read at each check, not captured: an agent narrowed by `agent_assign`
-  // while this turn ran is held to its new rules. The full check (with the paths the call
-  // touches) runs for every call: a writing tool that names no path is denied under a
-  // write scope rather than let through. The checks and the decoding are done at once when
-  // they can be (the eager forms): this runs inside the call's own step.
-  return Effect.flatMapEager(
-    deps.permission.checkTool(state.rules, tool),
-    () =>
-      Effect.flatMapEager(parseArguments(tool, call.params), (params) => {
-        const paths = tool.paths(params)
-        // What a writing tool changes, for the agent's record (artifact references).
-        if (tool.posture === "write" && paths.length > 0) touched.paths = paths
-        return Effect.flatMapEager(
-          deps.permission.check(state.rules, tool, paths),
-          () =>
-            tool.handler(params, {
-              sessionId: state.id,
-              callId: call.id,
-              role: state.role,
-              depth: state.depth,
-              rules: state.rules
-            })
-        )
-      })
-  )
+  const tool = find(deps.registry, state.view, call.name)
+  return tool === undefined
+    ? Effect.fail(unknownTool(state.view, call.name))
+    : execute(deps.permission, state, tool, call, touched)
 }
 
-// One step for the call and one for its outcome: the bookkeeping runs in the step that starts
-// the call, and success and failure are matched in one frame (no `Effect.result` and then a
-// `flatMap`). `wrap` shapes what the caller wants of the part (a single call's whole message).
-// `now`: the caller runs the call next, in the step it is made in (the loop's single call), so
-// the bookkeeping is done here and a call that is done at once is read with no step at all.
+// `now`: the caller runs the call next, in the scheduler turn it is made in (the loop's single
+// call), so a call that is done at once is read where it starts (internal/span.ts says why).
 const runOne = <A>(
   deps: RunToolsDeps,
   state: SessionState,
@@ -162,7 +243,7 @@ const runOne = <A>(
     state.toolCalls++
     state.lastTool = call.name
     emit(deps, state, { type: "tool_call", tool: call.name })
-    return execute(deps, state, call, touched)
+    return lookupAndExecute(deps, state, call, touched)
   }
   const outcome = {
     onFailure: (failure: ToolErrorLike) => landing(true, failurePayload(failure), failure.message),
@@ -202,9 +283,8 @@ const run = (
  * land are kept in the conversation: a resumed run then reports as interrupted only the
  * calls that really did not finish.
  *
- * `now`: the caller runs the returned effect next, in the fiber whose step this is (the agent
- * loop's step): a single call then starts here, in the caller's step, rather than in a step
- * of its own.
+ * `now`: the caller runs the returned effect next, in its own fiber (the agent loop does): a
+ * single call then starts at once rather than in a scheduler turn of its own.
  */
 export const runTools = (
   deps: RunToolsDeps,
