@@ -106,9 +106,8 @@ export const run = (request: Request): Effect.Effect<ModelStep, ModelCallFailed>
   Effect.withFiber((fiber) => Effect.mapEager(call(fiber, request, undefined), (response) => stepOf(request, response)))
 
 /**
- * One model step from a step of the running `fiber` that `cuttable` may cut short: then it
- * has no turn (`undefined`). An answer known at once (a scripted or cached one) is read where
- * it is started (see `internal/span.ts` on the eager forms).
+ * One model step, started in the running `fiber`'s scheduler turn, that `cuttable` may cut
+ * short: then it has no turn (`undefined`).
  */
 export const runCuttable = (
   fiber: Fiber.Fiber<unknown, unknown>,

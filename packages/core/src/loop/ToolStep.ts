@@ -215,8 +215,7 @@ const lookupAndExecute = (
     : execute(deps.permission, state, tool, call, touched)
 }
 
-// `now`: the caller runs the call next, in the scheduler turn it is made in (the loop's single
-// call), so a call that is done at once is read where it starts (internal/span.ts says why).
+/** One call with its bookkeeping, events and hand-over; `wrap` shapes the result part for the caller. */
 const runOne = <A>(
   deps: RunToolsDeps,
   state: SessionState,
@@ -266,8 +265,8 @@ const run = (
   landed: Array<Prompt.ToolResultPart> | undefined,
   now: boolean
 ): Effect.Effect<Prompt.ToolMessage> =>
-  // A single call runs in the loop's own fiber: forking one to run it alone would add a
-  // fiber to start, and to interrupt and unwind on cancellation, for nothing.
+  // A single call runs in the loop's own fiber: a fiber forked for it alone is one more to
+  // start, and to interrupt and unwind on cancellation.
   calls.length === 1
     ? runOne(deps, state, calls[0]!, landed, asMessage, now)
     : Effect.map(
