@@ -173,6 +173,9 @@ const stepOf = (call: ToolCall, isFailure: boolean, result: unknown): ToolStep =
   result
 })
 
+/** A call that did not run (it was cancelled or interrupted, say), as the model reads it. */
+export const failedStep = (call: ToolCall, error: ToolErrorLike): ToolStep => stepOf(call, true, failurePayload(error))
+
 /**
  * One call of `tool` through the pipeline (checks, decoding, handler), as the step result the
  * model reads. Not tied to a session: the handler may need services of its own (`R`), which
@@ -185,7 +188,7 @@ export const runCall = <R>(
   call: ToolCall
 ): Effect.Effect<ToolStep, never, R> =>
   Effect.matchEager(Effect.suspend(() => execute(permission, caller, tool, call, undefined)), {
-    onFailure: (failure) => stepOf(call, true, failurePayload(failure)),
+    onFailure: (failure) => failedStep(call, failure),
     onSuccess: (success) => stepOf(call, false, success)
   })
 
@@ -199,7 +202,7 @@ export const runRegistered = (
   const view = registry.view(caller.rules)
   const tool = find(registry, view, call.name)
   return tool === undefined
-    ? Effect.succeed(stepOf(call, true, failurePayload(unknownTool(view, call.name))))
+    ? Effect.succeed(failedStep(call, unknownTool(view, call.name)))
     : runCall(permission, caller, tool, call)
 }
 
