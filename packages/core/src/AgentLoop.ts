@@ -101,7 +101,7 @@ const isSuccess = <A, E, R>(effect: Effect.Effect<A, E, R>): effect is Exit.Succ
 
 /**
  * `run`, its result given to `finish` as the loop returns it: the caller's own shape of the
- * result, made in the loop's last step rather than in a step of its own.
+ * result, made as the loop returns rather than in a scheduler turn of its own.
  */
 export const runAs = <E, R, B>(
   input: LoopInput,

@@ -8,9 +8,9 @@
  * the steps' results. `layer` runs the steps directly; cluster mode (`@fibril/cluster`) runs
  * each one as a durable activity (`model/<step>`, `tool/<step>/<callId>`) whose result is
  * journaled, so a workflow replayed after a crash reaches the same state without running a
- * journaled step again. The embedded `Session` drives the same `AgentLoop` with steps of its
- * own that give the same `ModelStep` (a model call a delivery may cut short, its tool runner
- * with events and the durable transcript's hand-over).
+ * journaled step again. The steps are the embedded `Session`'s too: both go through
+ * `loop/ModelStep.ts` and `loop/ToolStep.ts`, so a turn, its usage (estimated when the provider
+ * reports none) and a tool call's result or refusal are the same in both runtimes.
  *
  * A step's result is plain data with a Schema (`ModelStep`, `ToolStep`), so a journal can
  * store it and give it back.
@@ -21,40 +21,17 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as Parts from "./internal/parts.ts"
-import { callModel, ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
-import { resolveTurn } from "./loop/ResolveTurn.ts"
-import { parseArguments, UnknownTool } from "./loop/RunTools.ts"
+import { ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
+import * as ModelSteps from "./loop/ModelStep.ts"
+import type { ModelStep } from "./loop/ModelStep.ts"
+import * as ToolSteps from "./loop/ToolStep.ts"
+import type { StepToolCall, ToolStep } from "./loop/ToolStep.ts"
 import { Models, UnknownModel } from "./Models.ts"
 import * as Permission from "./Permission.ts"
 import { ToolRegistry } from "./ToolRegistry.ts"
-import type { ToolErrorLike } from "./ToolRegistry.ts"
 
-export const StepUsage = Schema.Struct({ input: Schema.Number, output: Schema.Number, cached: Schema.Number })
-
-export const StepToolCall = Schema.Struct({ id: Schema.String, name: Schema.String, params: Schema.Unknown })
-export type StepToolCall = typeof StepToolCall.Type
-
-/** What one model step produced: the input it took from the inbox, then the model's turn. */
-export const ModelStep = Schema.Struct({
-  /** Messages queued for the agent, delivered (as user messages) before this request. */
-  delivered: Schema.Array(Schema.String),
-  text: Schema.String,
-  toolCalls: Schema.Array(StepToolCall),
-  usage: StepUsage,
-  /** Did the provider report the usage (otherwise it is an estimate of zero here)? */
-  usageReported: Schema.Boolean,
-  assistant: Prompt.Message
-})
-export type ModelStep = typeof ModelStep.Type
-
-/** What one tool call produced: its result (a failure is a result the model reads). */
-export const ToolStep = Schema.Struct({
-  id: Schema.String,
-  name: Schema.String,
-  isFailure: Schema.Boolean,
-  result: Schema.Unknown
-})
-export type ToolStep = typeof ToolStep.Type
+export { ModelStep, StepUsage } from "./loop/ModelStep.ts"
+export { StepToolCall, ToolStep } from "./loop/ToolStep.ts"
 
 /** The step's failure: the model call failed for good, or the agent's model is unknown. */
 export const ModelStepError = Schema.Union([ModelCallFailed, UnknownModel])
@@ -92,7 +69,7 @@ export const userMessage = (text: string): Prompt.Message => Parts.userText(text
 export const toolMessage = (results: ReadonlyArray<ToolStep>): Prompt.Message =>
   Parts.toolMessage(results.map((r) => Parts.toolResultPart(r.id, r.name, r.isFailure, r.result)))
 
-/** The steps run directly, in the caller's fiber: the embedded runtime. */
+/** The steps run directly, in the caller's fiber (a cluster worker runs them inside its journaled steps). */
 export const make = (policy: RetryPolicy) =>
   Effect.gen(function*() {
     const models = yield* Models
@@ -101,54 +78,22 @@ export const make = (policy: RetryPolicy) =>
     const model = Effect.fnUntraced(function*(input: ModelStepInput) {
       const languageModel = yield* models.resolve(input.model)
       const delivered = input.takeInbox === undefined ? [] : yield* input.takeInbox
-      const request = Prompt.fromMessages([input.system, ...input.messages, ...delivered.map(userMessage)])
-      const response = yield* callModel(
+      return yield* ModelSteps.run({
         languageModel,
-        request,
-        registry.view(input.rules).toolkit,
+        prompt: Prompt.fromMessages([input.system, ...input.messages, ...delivered.map(userMessage)]),
+        toolkit: registry.view(input.rules).toolkit,
         policy,
-        () => Effect.void
-      )
-      const turn = resolveTurn(response)
-      return {
-        delivered,
-        text: turn.text,
-        toolCalls: turn.toolCalls,
-        usage: turn.usage,
-        usageReported: turn.usageReported,
-        assistant: turn.assistant
-      } satisfies ModelStep
+        onRetry: () => Effect.void,
+        delivered
+      })
     })
-    const run = (input: ToolStepInput): Effect.Effect<unknown, ToolErrorLike> => {
-      const { call, rules } = input
-      const view = registry.view(rules)
-      const tool = view.byName.get(call.name)
-      if (tool === undefined) {
-        return Effect.fail(new UnknownTool({ name: call.name, available: view.tools.map((t) => t.name) }))
-      }
-      return permission.checkTool(rules, tool).pipe(
-        Effect.andThen(parseArguments(tool, call.params)),
-        Effect.tap((params) => permission.check(rules, tool, tool.paths(params))),
-        Effect.flatMap((params) =>
-          tool.handler(params, {
-            sessionId: input.agentId,
-            callId: call.id,
-            role: input.role,
-            depth: input.depth,
-            rules
-          })
-        )
-      )
-    }
     const tool = (input: ToolStepInput): Effect.Effect<ToolStep> =>
-      Effect.map(Effect.result(Effect.suspend(() => run(input))), (result) => ({
-        id: input.call.id,
-        name: input.call.name,
-        isFailure: result._tag === "Failure",
-        result: result._tag === "Failure"
-          ? { error: result.failure._tag, message: result.failure.message }
-          : result.success
-      }))
+      ToolSteps.runRegistered(
+        registry,
+        permission,
+        { id: input.agentId, role: input.role, depth: input.depth, rules: input.rules },
+        input.call
+      )
     return AgentSteps.of({ model, tool })
   })
 

@@ -187,8 +187,8 @@ const directPart = (part: Response.PartEncoded): Response.AnyPart | undefined =>
 
 /**
  * The parts as `LanguageModel` decodes them with deferred validation (tool-call params kept as
- * sent): built at once when each is plainly valid (the usual answer: an Exit, no step of its
- * own), else part by part through the schemas, for the same value or the same error.
+ * sent): built at once when each is plainly valid (the usual answer: an Exit, read with no
+ * scheduler turn of its own), else part by part through the schemas, for the same value or the same error.
  */
 export const decodeParts = (
   encoded: ReadonlyArray<Response.PartEncoded>

@@ -26,17 +26,17 @@ import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
 import * as AgentLoop from "./AgentLoop.ts"
-import type { ModelStep } from "./AgentSteps.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Ids from "./Ids.ts"
 import { clockNow } from "./internal/clock.ts"
 import * as Parts from "./internal/parts.ts"
 import { spanned, tracing } from "./internal/span.ts"
 import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
-import { callModelIn, type ModelCallFailed, type RetryPolicy } from "./loop/CallModel.ts"
-import { resolveTurn } from "./loop/ResolveTurn.ts"
-import { runTools, type RunToolsDeps } from "./loop/RunTools.ts"
+import type { ModelCallFailed, RetryPolicy } from "./loop/CallModel.ts"
+import * as ModelSteps from "./loop/ModelStep.ts"
+import type { ModelStep } from "./loop/ModelStep.ts"
 import { type Budgets, eventOf, type SessionState } from "./loop/State.ts"
+import { runTools, type RunToolsDeps } from "./loop/ToolStep.ts"
 import { Memory } from "./Memory.ts"
 import { Models, type UnknownModel, unnamed } from "./Models.ts"
 import * as Permission from "./Permission.ts"
@@ -632,70 +632,37 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       reason: `attempt ${attempt} failed (${reason}); retrying in ${Math.round(delayMs)} ms`
     })
 
-  const noneDelivered: ReadonlyArray<string> = []
   const noMessages: ReadonlyArray<Prompt.Message> = []
+  const noneDelivered: ReadonlyArray<string> = []
 
-  /** The model id a provider reports in an answer (`response-metadata`), if any. */
-  const reportedModel = (response: Parameters<typeof resolveTurn>[0]): string | undefined => {
-    for (const part of response.content) {
-      if (part.type === "response-metadata" && part.modelId !== undefined && part.modelId !== "") return part.modelId
+  // What `ModelStep.runCuttable` hands each attempt to and reads at the end: `state.modelCall`
+  // while an attempt runs, so a delivery with `interrupt` can cancel just this step (then
+  // there is no turn, and the loop takes the step again).
+  const cuttableOf = (state: SessionState): ModelSteps.Cuttable => ({
+    onAttempt: (call) => void (state.modelCall = call),
+    takeCut: () => {
+      const cut = state.stepInterrupted
+      state.stepInterrupted = false
+      return cut
     }
-    return undefined
-  }
+  })
 
-  /** The model's turn as a loop step; a provider that reports no usage gets an estimate (the record says so). */
-  const turnOf = (state: SessionState, response: Parameters<typeof resolveTurn>[0]): ModelStep => {
-    const turn = resolveTurn(response)
-    return {
-      delivered: noneDelivered,
-      text: turn.text,
-      toolCalls: turn.toolCalls,
-      usage: turn.usageReported
-        ? turn.usage
-        : Usage.estimate([state.system, ...state.messages.slice(0, state.lastRequestLength)], turn.assistant),
-      usageReported: turn.usageReported,
-      assistant: turn.assistant
-    }
-  }
-
-  // Each attempt of the model call runs in a fiber of its own (callModel), `state.modelCall`
-  // while it runs, so a delivery with `interrupt` can cancel just this step: then there is no
-  // turn (`undefined`), and the loop takes the step again. The call is started and, when it is
-  // done at once (a scripted or cached answer), matched in this step: one step per model call.
+  // The model step proper (loop/ModelStep), started in this fiber; the request is read when it
+  // runs (after the prelude), and an unnamed model takes the name its answer reports.
   const step = (state: SessionState): Effect.Effect<ModelStep | undefined, ModelCallFailed> =>
     Effect.withFiber((fiber) => {
       state.lastRequestLength = state.messages.length
-      const request = Prompt.fromMessages([state.system, ...state.messages])
-      const onAttempt = (call: Fiber.Fiber<unknown, unknown>) => void (state.modelCall = call)
-      const onText = config.stream ? (text: string) => emit(state, { type: "text", text }) : undefined
-      return Effect.matchCauseEffectEager(
-        callModelIn(
-          fiber,
-          state.languageModel,
-          request,
-          state.view.toolkit,
-          config,
-          retryEvent(state),
-          onAttempt,
-          onText
-        ),
-        stepOutcome(state)
-      )
+      return ModelSteps.runCuttable(fiber, {
+        languageModel: state.languageModel,
+        prompt: Prompt.fromMessages([state.system, ...state.messages]),
+        toolkit: state.view.toolkit,
+        policy: config,
+        onRetry: retryEvent(state),
+        delivered: noneDelivered,
+        onText: config.stream ? (text: string) => emit(state, { type: "text", text }) : undefined,
+        onModelId: state.model === unnamed ? (modelId) => void (state.model = modelId) : undefined
+      }, cuttableOf(state))
     })
-  const stepOutcome = (state: SessionState) => ({
-    onSuccess: (response: Parameters<typeof resolveTurn>[0]): Effect.Effect<ModelStep | undefined> => {
-      state.modelCall = undefined
-      state.stepInterrupted = false
-      if (state.model === unnamed) state.model = reportedModel(response) ?? unnamed
-      return Effect.succeed(turnOf(state, response))
-    },
-    onFailure: (cause: Cause.Cause<ModelCallFailed>): Effect.Effect<ModelStep | undefined, ModelCallFailed> => {
-      state.modelCall = undefined
-      const cut = state.stepInterrupted
-      state.stepInterrupted = false
-      return cut && Cause.hasInterruptsOnly(cause) ? Effect.succeed(undefined) : Effect.failCause(cause)
-    }
-  })
 
   const deliverInbox = (state: SessionState): Effect.Effect<void> =>
     Effect.suspend(() =>

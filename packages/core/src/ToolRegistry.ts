@@ -115,6 +115,20 @@ export const define = <P extends Parameters, R = never, const Name extends strin
   definition: ToolDefinition<P, R> & { readonly name: Name }
 ): ToolDefinition<P, R> & { readonly name: Name } => definition
 
+/**
+ * A definition as the tool-call pipeline (`loop/ToolStep.ts`) runs it: its decoder, argument
+ * names and paths made once; its handler may still need `R` (the cluster runs the sub-agent
+ * tools' definitions this way, with its own services provided).
+ */
+export interface Callable<R = never> {
+  readonly name: string
+  readonly posture: Posture
+  readonly decode: (input: unknown) => Effect.Effect<unknown, Schema.SchemaError>
+  readonly arguments: ReadonlyArray<string> | undefined
+  readonly paths: (params: unknown) => ReadonlyArray<string>
+  readonly handler: (params: unknown, context: ToolCallContext) => Effect.Effect<unknown, ToolErrorLike, R>
+}
+
 /** A registered tool: its handler's requirements are already provided. */
 export interface RegisteredTool {
   readonly name: string
@@ -216,6 +230,19 @@ const argumentNames = (parameters: Parameters): ReadonlyArray<string> | undefine
   return ast.propertySignatures.flatMap((property) => typeof property.name === "string" ? [property.name] : [])
 }
 
+/** `tool` ready for the tool-call pipeline (see `Callable`). */
+export const callable = <P extends Parameters, R>(tool: ToolDefinition<P, R>): Callable<R> => {
+  const paths = tool.paths
+  return {
+    name: tool.name,
+    posture: tool.posture,
+    decode: strictDecoder(tool.parameters),
+    arguments: argumentNames(tool.parameters),
+    paths: paths ? (params) => paths(params as P["Type"]) : noPaths,
+    handler: (params, context) => tool.handler(params as P["Type"], context)
+  }
+}
+
 const toToolkit = (tools: ReadonlyArray<RegisteredTool>): Toolkit.WithHandler<Record<string, AiTool.Any>> => {
   const record: Record<string, AiTool.Any> = {}
   for (const tool of tools) record[tool.name] = tool.aiTool
@@ -275,8 +302,7 @@ export const make = Effect.sync(() => {
       }
       return found
     }
-    const decode = strictDecoder(tool.parameters)
-    const paths = tool.paths
+    const { decode, arguments: names, paths } = callable(tool)
     tools.set(tool.name, {
       name: tool.name,
       description: tool.description,
@@ -285,8 +311,8 @@ export const make = Effect.sync(() => {
       parameters: tool.parameters,
       aiTool: AiTool.make(tool.name, { description: tool.description, parameters: tool.parameters }),
       decode,
-      arguments: argumentNames(tool.parameters),
-      paths: paths ? (params) => paths(params as P["Type"]) : noPaths,
+      arguments: names,
+      paths,
       handler: (params, ctx) => Effect.updateContext(tool.handler(params as P["Type"], ctx), withCaptured)
     })
     views = new WeakMap()

@@ -11,8 +11,8 @@ import { TestClock } from "effect/testing"
 import { type AgentEvent, AgentEvents } from "../src/AgentEvents.ts"
 import { backoffMs, callModel, ModelCallFailed, type RetryPolicy } from "../src/loop/CallModel.ts"
 import { resolveTurn } from "../src/loop/ResolveTurn.ts"
-import { InvalidArguments, runTools, UnknownTool } from "../src/loop/RunTools.ts"
 import { eventOf, type SessionState, snapshot } from "../src/loop/State.ts"
+import { InvalidArguments, runTools, UnknownTool } from "../src/loop/ToolStep.ts"
 import * as Permission from "../src/Permission.ts"
 import * as ToolRegistry from "../src/ToolRegistry.ts"
 import { provideNode, setup } from "./support.ts"
@@ -290,7 +290,7 @@ describe("loop/ResolveTurn", () => {
   })
 })
 
-describe("loop/RunTools", () => {
+describe("loop/ToolStep", () => {
   const Echo = Schema.Struct({ path: Schema.String })
 
   /** A registry with the real tools of a Fibril layer plus `echo` (writes) and `fail`, and a state over it. */

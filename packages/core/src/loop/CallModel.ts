@@ -151,7 +151,7 @@ const awaitWithin = <A, E>(
   apiTimeoutSecs: number
 ): Effect.Effect<A, E | AttemptFailure> => {
   // Started at once, a call that needed no wait (a scripted model) is already done: its exit,
-  // with no timer and no further step (and nothing made for a timeout).
+  // with no timer and no further scheduler turn (and nothing made for a timeout).
   const done = call.pollUnsafe()
   if (done !== undefined) return done
   const timeout = Duration.seconds(apiTimeoutSecs)
@@ -206,9 +206,9 @@ export const callModel = (
   Effect.withFiber((fiber) => callModelIn(fiber, model, prompt, toolkit, policy, onRetry, onAttempt, onText))
 
 /**
- * `callModel` from a step of the running `fiber`: the first attempt starts now, and a call that
- * is done at once (a scripted or cached answer) is its Exit, which the caller can read with no
- * step (`matchCauseEffectEager`).
+ * `callModel` started in the running `fiber`'s scheduler turn: the first attempt starts now, and
+ * a call that is done at once (a scripted or cached answer) is its Exit, which the caller reads
+ * where it is (`matchCauseEffectEager`).
  */
 export const callModelIn = (
   fiber: Fiber.Fiber<unknown, unknown>,
@@ -232,9 +232,9 @@ export const callModelIn = (
       >,
       onText
     )
-  // The provider's error is described where it is caught, not in the attempt's fiber: one
-  // step less per call. The attempt's fiber starts at once, in this fiber's context, in the
-  // same step (no `forkChild` and then a `flatMap`); `awaitWithin` takes it down with this one.
+  // The provider's error is described where it is caught, not in the attempt's fiber. The
+  // attempt's fiber starts at once, in this fiber's context (no `forkChild` and then a
+  // `flatMap`); `awaitWithin` takes it down with this one.
   const attempt = (
     current: Fiber.Fiber<unknown, unknown>,
     n: number

@@ -2,7 +2,7 @@
  * Loop step: resolve a model turn.
  *
  * Turns the model's response into the assistant message appended to history, the tool
- * calls to run (arguments still undecoded: the run-tools step validates them so a malformed
+ * calls to run (arguments still undecoded: the tool step validates them so a malformed
  * call becomes a result the model can correct) and the turn's usage.
  */
 import * as Prompt from "effect/ai/Prompt"

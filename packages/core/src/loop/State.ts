@@ -77,10 +77,8 @@ export const snapshot = (state: SessionState): AgentSnapshot => ({
 })
 
 /**
- * An event as published: with the agent's snapshot, stamped by the session's clock. Built field
- * by field (the fields the event has, as given): events come in a handful of shapes, and one
- * spread of them all would be a megamorphic copy, several times the cost of this, a dozen
- * times per agent.
+ * An event as published: with the agent's snapshot, stamped by the session's clock; built field
+ * by field, the fields the event has, as given (a hand-built literal: `internal/span.ts`).
  */
 export const eventOf = (state: SessionState, event: Omit<AgentEvent, "agent" | "at">): AgentEvent => {
   const out: { -readonly [K in keyof AgentEvent]: AgentEvent[K] } = {
