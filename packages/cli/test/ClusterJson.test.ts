@@ -102,5 +102,5 @@ describe("fibril run --cluster --json", () => {
     const texts = (stdout: string) =>
       linesOf(stdout).filter((line) => line.type === "text").map((line) => (line as { delta?: string }).delta)
     assert.deepStrictEqual(texts(client.out.stdout), texts(embedded.out.stdout))
-  }, 60_000)
+  }, 120_000)
 })
