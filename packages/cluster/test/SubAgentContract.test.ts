@@ -542,6 +542,7 @@ const contract = (engine: Engine) => {
       const [first, second, queued, waited] = run.toolResults
       assert.isTrue([first, second].every((r) => !r!.isFailure), JSON.stringify([first, second]))
       assertShape(second!.result, Spawned, "agent_spawn (queued)")
+      assert.strictEqual((second!.result as { status: string }).status, "pending", "a queued spawn says so")
       assert.strictEqual((queued!.result as { status: string }).status, "pending")
       const completed = (waited!.result as { completed: ReadonlyArray<{ status: string }> }).completed
       assert.deepStrictEqual(completed.map((c) => c.status), ["completed", "completed"])
