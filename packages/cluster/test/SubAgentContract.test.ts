@@ -229,7 +229,7 @@ const contract = (engine: Engine) => {
       assertShape(waited!.result, { timed_out: "boolean", completed: [Finished], still_running: [] }, "agent_wait")
       assertShape(result!.result, Finished, "agent_result")
       const view = result!.result as { agent_id: string; status: string; summary: string }
-      assert.strictEqual(view.agent_id, idIn({ toolResults: run.toolResults } as never, 0))
+      assert.strictEqual(view.agent_id, (spawned!.result as { agent_id: string }).agent_id)
       assert.strictEqual(view.status, "completed")
       assert.strictEqual(view.summary, "background done")
       assert.isFalse((waited!.result as { timed_out: boolean }).timed_out)
