@@ -210,6 +210,7 @@ export const run = Command.make(
           role: Option.getOrUndefined(flags.role),
           model: Option.getOrUndefined(flags.model),
           json: flags.json,
+          stream: flags.stream,
           output: Output.console(environment.tty && !flags.json)
         })
       )

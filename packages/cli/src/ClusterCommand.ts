@@ -94,6 +94,11 @@ export interface RunOnCluster {
   readonly role: string | undefined
   readonly model: string | undefined
   readonly json: boolean
+  /**
+   * Show each answer's text (`text` events with `--json`) as `fibril run` streams it (default);
+   * false with `--no-stream`. The cluster does not stream: an answer's text comes whole, at its step.
+   */
+  readonly stream?: boolean | undefined
   /** Where the tree of agents is drawn (live on a terminal) or logged, as `fibril run` does. */
   readonly output: Output.Output
 }
@@ -122,7 +127,7 @@ export const run = (options: RunOnCluster) =>
           : Console.error(`fibril: agent ${agentId} started on the cluster at ${redactUrl(options.url)}`)
         const tree = Output.follower(options.output, options.json)
         TreeView.label(tree.view, agentId, options.prompt.split("\n")[0]!.slice(0, 60))
-        const follower = yield* events.follow(agentId, tree.show)
+        const follower = yield* events.follow(agentId, tree.show, 100, { text: options.stream ?? true })
         const ticker = options.output.terminal !== undefined && !options.json
           ? yield* Effect.forkChild(Output.ticker(tree))
           : undefined

@@ -26,8 +26,19 @@ interface Known {
   own: number
 }
 
-/** Turns the store's changes into events, remembering what each agent was (`known`). */
-export const eventsOf = (changes: TreeChanges, known: Map<string, Known>, at: number): Array<AgentEvent> => {
+/**
+ * Turns the store's changes into events, remembering what each agent was (`known`), in the
+ * order the embedded runtime publishes them (`fibril run --json` prints the same stream from
+ * either engine): every agent, the root included, is `spawned` and then `started`; a child
+ * right after the parent's `tool_call` that asked for it; an answer's text as one `text` event
+ * before its `step` (`text`: false, as `--no-stream`, leaves them out).
+ */
+export const eventsOf = (
+  changes: TreeChanges,
+  known: Map<string, Known>,
+  at: number,
+  options: { readonly text: boolean } = { text: true }
+): Array<AgentEvent> => {
   const out: Array<AgentEvent> = []
   // An event carries its agent's tree's tokens (as the embedded runtime's do); the cluster keeps
   // one total per agent, reported as output.
@@ -44,6 +55,30 @@ export const eventsOf = (changes: TreeChanges, known: Map<string, Known>, at: nu
       at,
       ...extra
     })
+  const start = (k: Known) => {
+    if (k.started) return
+    k.started = true
+    emit("started", k)
+  }
+  const last = new Map<string, number>()
+  changes.messages.forEach((m, i) => last.set(m.agentId, i))
+  // A child new in this batch whose parent answered in it: its `spawned` (and what follows
+  // before its own messages) waits for that answer's `tool_call`s, as the embedded runtime
+  // spawns a child while running the call; or for the child's own first message, if earlier.
+  const asking = new Set(
+    changes.messages.filter((m) => m.message.role === "assistant").map((m) => m.agentId)
+  )
+  const opening = new Map<string, { readonly parentId: string; readonly events: Array<() => void> }>()
+  const later = (agentId: string, parentId: string, event: () => void) => {
+    let queued = opening.get(agentId)
+    if (queued === undefined) opening.set(agentId, queued = { parentId, events: [] })
+    queued.events.push(event)
+  }
+  const open = (agentId: string) => {
+    const queued = opening.get(agentId)
+    opening.delete(agentId)
+    for (const event of queued?.events ?? []) event()
+  }
   // An agent's end comes right after its last step of this batch (so before the steps of a
   // parent that read its result), or before every step when it has none in the batch.
   const ends = new Map<string, () => void>()
@@ -63,10 +98,13 @@ export const eventsOf = (changes: TreeChanges, known: Map<string, Known>, at: nu
       lastTool: previous?.lastTool,
       usage: { input: 0, output: 0, cached: 0 }
     })
+    const deferred = k === undefined && row.parentId !== null && asking.has(row.parentId)
+    const now = (event: () => void) => deferred ? later(row.agentId, row.parentId!, event) : event()
     if (k === undefined) {
-      k = { snapshot: snapshot(undefined), status: "pending", started: false, own: row.tokens }
-      known.set(row.agentId, k)
-      if (row.depth > 0) emit("spawned", k)
+      const agent: Known = { snapshot: snapshot(undefined), status: "pending", started: false, own: row.tokens }
+      k = agent
+      known.set(row.agentId, agent)
+      now(() => emit("spawned", agent))
     } else {
       k.snapshot = snapshot(k.snapshot)
       k.own = row.tokens
@@ -74,44 +112,34 @@ export const eventsOf = (changes: TreeChanges, known: Map<string, Known>, at: nu
     const was = k.status
     k.status = row.status
     const agent = k
-    if (row.status === "running" && !agent.started) {
-      agent.started = true
-      emit("started", agent)
-    }
+    if (row.status === "running") now(() => start(agent))
     if (row.status !== was) {
       if (row.status === "completed" || row.status === "failed" || row.status === "cancelled") {
-        ends.set(
-          row.agentId,
-          () => emit(row.status as EventType, agent, row.reason === null ? {} : { reason: row.reason })
-        )
+        const end = () => emit(row.status as EventType, agent, row.reason === null ? {} : { reason: row.reason })
+        if (last.has(row.agentId)) ends.set(row.agentId, end)
+        else now(end)
       }
-    }
-  }
-  const last = new Map<string, number>()
-  changes.messages.forEach((m, i) => last.set(m.agentId, i))
-  for (const [agentId, end] of ends) {
-    if (!last.has(agentId)) {
-      end()
-      ends.delete(agentId)
     }
   }
   changes.messages.forEach((m, i) => {
     const k = known.get(m.agentId)
     if (k === undefined) return
+    open(m.agentId)
     // An agent first seen already ended (it ran between two looks) started all the same:
     // its first message says so, before its steps.
-    if (!k.started) {
-      k.started = true
-      emit("started", k)
-    }
+    start(k)
     if (m.message.role === "assistant") {
       k.snapshot = { ...k.snapshot, step: Math.max(k.snapshot.step, m.at.step + 1) }
+      const text = m.message.content.flatMap((part) => part.type === "text" ? [part.text] : []).join("")
+      // The cluster does not stream: the answer's text arrives whole, at its step.
+      if (options.text && text !== "") emit("text", k, { text })
       emit("step", k)
       for (const part of m.message.content) {
         if (part.type !== "tool-call") continue
         k.snapshot = { ...k.snapshot, toolCalls: k.snapshot.toolCalls + 1, lastTool: part.name }
         emit("tool_call", k, { tool: part.name })
       }
+      for (const [child, queued] of opening) if (queued.parentId === m.agentId) open(child)
     } else if (m.message.role === "tool") {
       for (const part of m.message.content) {
         if (part.type !== "tool-result") continue
@@ -124,6 +152,7 @@ export const eventsOf = (changes: TreeChanges, known: Map<string, Known>, at: nu
     }
     if (last.get(m.agentId) === i) ends.get(m.agentId)?.()
   })
+  for (const child of opening.keys()) open(child)
   return out
 }
 
@@ -131,7 +160,12 @@ export const eventsOf = (changes: TreeChanges, known: Map<string, Known>, at: nu
  * Follows the tree of `rootId`: `onEvent` gets each event, in order, until interrupted.
  * Returns `drain`, which reads what changed since the last look (call it once the run is over).
  */
-export const follow = (rootId: string, onEvent: (event: AgentEvent) => Effect.Effect<void>, pollMs = 100) =>
+export const follow = (
+  rootId: string,
+  onEvent: (event: AgentEvent) => Effect.Effect<void>,
+  pollMs = 100,
+  options: { readonly text: boolean } = { text: true }
+) =>
   Effect.gen(function*() {
     const store: Store["Service"] = yield* ClusterStore
     const known = new Map<string, Known>()
@@ -140,7 +174,7 @@ export const follow = (rootId: string, onEvent: (event: AgentEvent) => Effect.Ef
       const changes = yield* store.changes(rootId, cursor)
       cursor = changes.cursor
       const now = yield* Clock.currentTimeMillis
-      yield* Effect.forEach(eventsOf(changes, known, now), onEvent, { discard: true })
+      yield* Effect.forEach(eventsOf(changes, known, now, options), onEvent, { discard: true })
     }).pipe(Effect.ignore)
     // One look at a time: the loop and the final drain never interleave their events.
     const lock = Semaphore.makeUnsafe(1)
@@ -164,6 +198,7 @@ export const mcpProgress = (server: McpServer.McpServer["Service"], rootId: stri
       return server.notifications["notifications/progress"]({ progressToken, progress, message: Mcp.describe(event) })
         .pipe(Effect.ignore)
     }
-    const follower = yield* follow(rootId, send)
+    // MCP progress is the tree's steps, not the answer's text (the embedded server does not stream).
+    const follower = yield* follow(rootId, send, 100, { text: false })
     return Effect.andThen(follower.drain, follower.stop)
   })

@@ -91,7 +91,8 @@ describe("cluster mode: the events a client follows", () => {
       known,
       1
     )
-    assert.deepStrictEqual(first.map((e) => e.type), ["started", "step", "tool_call"])
+    // The root is spawned too, as the embedded runtime publishes it.
+    assert.deepStrictEqual(first.map((e) => e.type), ["spawned", "started", "step", "tool_call"])
     const second = ClusterEvents.eventsOf(
       {
         agents: [row("child", "root", "completed")],
@@ -112,12 +113,15 @@ describe("cluster mode: the events a client follows", () => {
       known,
       2
     )
+    // The answer's text comes whole, before its step (the cluster does not stream).
     assert.deepStrictEqual(second.map((e) => `${e.agent.agentId}:${e.type}`), [
       "child:spawned",
       "child:started",
+      "child:text",
       "child:step",
       "child:completed"
     ])
+    assert.strictEqual(second.find((e) => e.type === "text")!.text, "done")
     // An agent ended before it ran (cancelled while queued) never started.
     const third = ClusterEvents.eventsOf(
       {
@@ -129,6 +133,67 @@ describe("cluster mode: the events a client follows", () => {
       3
     )
     assert.deepStrictEqual(third.map((e) => `${e.agent.agentId}:${e.type}`), ["queued:spawned", "queued:cancelled"])
+  })
+
+  // The child's row is written in the transaction of the answer that asked for it, so one look
+  // reads both: its `spawned` still comes after that answer's tool call, as embedded.
+  it("a child is spawned after the tool call that asked for it, though its row is read first", () => {
+    const row = (agentId: string, parentId: string | null, status: AgentRow["status"]): AgentRow => ({
+      agentId,
+      parentId,
+      rootId: "root",
+      depth: parentId === null ? 0 : 1,
+      role: "general",
+      model: "m",
+      description: agentId,
+      prompt: "p",
+      detached: false,
+      workspace: "/w",
+      status,
+      run: 0,
+      executionId: "e",
+      text: null,
+      reason: null,
+      steps: 0,
+      toolCalls: 0,
+      tokens: 0
+    })
+    const message = (agentId: string, step: number, message: Prompt.Message) => ({
+      agentId,
+      at: { run: 0, step, slot: 100 },
+      message
+    })
+    const asked = Prompt.makeMessage("assistant", {
+      content: [
+        Prompt.makePart("text", { text: "delegating" }),
+        Prompt.makePart("tool-call", { id: "c", name: "task", params: {}, providerExecuted: false })
+      ]
+    })
+    const events = ClusterEvents.eventsOf(
+      {
+        agents: [row("root", null, "running"), row("child", "root", "running")],
+        messages: [
+          message("root", 0, asked),
+          message("child", 0, Prompt.makeMessage("assistant", { content: [Prompt.makePart("text", { text: "ok" })] }))
+        ],
+        cursor: { transcript: 2, agents: 2 }
+      },
+      new Map(),
+      1,
+      { text: false }
+    )
+    assert.deepStrictEqual(
+      events.map((e) => `${e.agent.agentId}:${e.tool === undefined ? e.type : `${e.type}:${e.tool}`}`),
+      [
+        "root:spawned",
+        "root:started",
+        "root:step",
+        "root:tool_call:task",
+        "child:spawned",
+        "child:started",
+        "child:step"
+      ]
+    )
   })
 
   it.live("a tree run on TestRunner: every agent's steps, tool calls and end reach the follower, in order", () =>
@@ -157,13 +222,23 @@ describe("cluster mode: the events a client follows", () => {
       yield* follower.stop
       const of = (depth: number) =>
         seen.filter((e) => e.agent.depth === depth).map((e) => e.tool === undefined ? e.type : `${e.type}:${e.tool}`)
-      assert.deepStrictEqual(of(0), ["started", "step", "tool_call:task", "tool_result:task", "step", "completed"])
+      assert.deepStrictEqual(of(0), [
+        "spawned",
+        "started",
+        "step",
+        "tool_call:task",
+        "tool_result:task",
+        "text",
+        "step",
+        "completed"
+      ])
       assert.deepStrictEqual(of(1), [
         "spawned",
         "started",
         "step",
         "tool_call:list_dir",
         "tool_result:list_dir",
+        "text",
         "step",
         "completed"
       ])

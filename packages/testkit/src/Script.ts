@@ -101,7 +101,8 @@ const turnProblems = (turn: {
 
 /**
  * One model answer. Any combination of `text` and `tool_calls`; or an `error`/`hang`
- * (optionally for the first `times` attempts only); plus `delay_ms` and `usage` on any turn.
+ * (optionally for the first `times` attempts only); plus `delay_ms` and `usage` on any turn
+ * (`usage: null`: a provider that reports no token counts at all).
  */
 export const Turn = Schema.Struct({
   text: Schema.optionalKey(Schema.String),
@@ -109,7 +110,7 @@ export const Turn = Schema.Struct({
   error: Schema.optionalKey(TurnError),
   hang: Schema.optionalKey(Hang),
   delay_ms: Schema.optionalKey(NonNegativeInt),
-  usage: Schema.optionalKey(Usage)
+  usage: Schema.optionalKey(Schema.NullOr(Usage))
 }).check(Schema.makeFilter(turnProblems))
 export type Turn = typeof Turn.Type
 

@@ -374,6 +374,11 @@ const answerOf = (turn: Turn, turnNumber: number, messages: ReadonlyArray<Prompt
     replyChars += call.name.length + jsonText(params).length
     return { type: "tool-call", id: call.id ?? `call_${turnNumber}_${index}`, name: call.name, params }
   })
+  const reason = toolCalls.length > 0 ? "tool-calls" : "stop"
+  // `usage: null`: a provider that reports no counts (the runtime must estimate them).
+  if (turn.usage === null) {
+    return { text: turn.text, toolCalls, finish: { type: "finish", reason, usage: unreported } }
+  }
   const input = turn.usage?.input ?? Math.ceil(promptChars(messages) / 4)
   const output = turn.usage?.output ?? Math.ceil(replyChars / 4)
   const cached = turn.usage?.cached ?? 0
@@ -382,13 +387,18 @@ const answerOf = (turn: Turn, turnNumber: number, messages: ReadonlyArray<Prompt
     toolCalls,
     finish: {
       type: "finish",
-      reason: toolCalls.length > 0 ? "tool-calls" : "stop",
+      reason,
       usage: {
         inputTokens: { total: input, uncached: Math.max(0, input - cached), cacheRead: cached },
         outputTokens: { total: output, text: output }
       }
     }
   }
+}
+
+const unreported: Response.FinishPartEncoded["usage"] = {
+  inputTokens: { uncached: undefined, total: undefined, cacheRead: undefined, cacheWrite: undefined },
+  outputTokens: { total: undefined, text: undefined, reasoning: undefined }
 }
 
 const toParts = (answer: Answer): Array<Response.PartEncoded> => {

@@ -269,6 +269,18 @@ describe("ScriptedModel usage", () => {
       assert.strictEqual(partial.usage.inputTokens.total, r.usage.inputTokens.total)
       assert.strictEqual(partial.usage.inputTokens.cacheRead, 3)
     }))
+
+  it.effect("usage: null reports no counts at all (a provider without usage)", () =>
+    Effect.gen(function*() {
+      const r = yield* run({ rules: [{ turns: [{ text: "hi", usage: null }] }] }, explore)
+      assert.isUndefined(r.usage.inputTokens.total)
+      assert.isUndefined(r.usage.outputTokens.total)
+      assert.isUndefined(r.usage.inputTokens.cacheRead)
+      const decoded = yield* Schema.decodeUnknownEffect(ScriptedModel.Script)({
+        rules: [{ turns: [{ text: "hi", usage: null }] }]
+      })
+      assert.isNull(decoded.rules[0]!.turns[0]!.usage)
+    }))
 })
 
 // --- time: delays and hangs ---------------------------------------------------------------------------

@@ -1,0 +1,743 @@
+// The sub-agent contract, one suite for both engines (engines.ts): the embedded engine (core
+// Fibril.layer) and the cluster's (workflows on TestRunner). Every sub-agent tool is driven the
+// way a model drives it (the ScriptedModel's tool calls, arguments as a model writes them) and
+// the suite asserts what the ROOT model reads back: the shape of each result (its keys and
+// their types), the statuses, and the `error` tag of a refusal. The shapes below are the
+// contract; an engine that returns more, less or other keys fails.
+import { assert, describe, it } from "@effect/vitest"
+import { ToolRegistry } from "@fibril/core"
+import type { ScriptedModel } from "@fibril/testkit"
+import { Deferred, Effect, Schema } from "effect"
+import { type Agent, type Engine, engines, type ToolResult } from "./engines.ts"
+
+// --- Shapes ---------------------------------------------------------------------------------
+
+/** A value's shape: its type, an object's keys with theirs, an array's distinct element shapes. */
+type Shape = string | { readonly [key: string]: Shape } | ReadonlyArray<Shape>
+
+const shapeOf = (value: unknown): Shape => {
+  if (value === null) return "null"
+  if (Array.isArray(value)) {
+    const shapes = new Map<string, Shape>()
+    for (const element of value) {
+      const shape = shapeOf(element)
+      shapes.set(JSON.stringify(shape), shape)
+    }
+    return [...shapes.values()]
+  }
+  if (typeof value === "object") {
+    return Object.fromEntries(
+      Object.keys(value).sort().map((key) => [key, shapeOf((value as Record<string, unknown>)[key])])
+    )
+  }
+  return typeof value
+}
+
+/** `shape` with its keys sorted (as `shapeOf` gives them), for a readable diff. */
+const sorted = (shape: Shape): Shape =>
+  typeof shape === "string"
+    ? shape
+    : Array.isArray(shape)
+    ? shape.map(sorted)
+    : Object.fromEntries(Object.keys(shape).sort().map((key) => [key, sorted((shape as Record<string, Shape>)[key]!)]))
+
+const assertShape = (value: unknown, expected: Shape, what: string) =>
+  assert.deepStrictEqual(shapeOf(value), sorted(expected), `${what}: ${JSON.stringify(value)}`)
+
+const tokens = { input: "number", output: "number", cached: "number" }
+const sections = { changes: "string", evidence: "string", risks: "string", blockers: "string" }
+
+/** `task`'s result. */
+const TaskResult = {
+  agent_id: "string",
+  description: "string",
+  status: "string",
+  summary: "string",
+  sections,
+  contract_violations: [],
+  tool_calls: "number",
+  steps: "number",
+  tokens,
+  duration_ms: "number",
+  model: "string",
+  transcript_handle: "string"
+}
+
+/** `agent_spawn` / `agent_open` / `agent_resume`. */
+const Spawned = {
+  agent_id: "string",
+  session_name: "string",
+  run_id: "string",
+  status: "string",
+  role: "string",
+  model: "string",
+  description: "string",
+  detached: "boolean"
+}
+
+/** An agent as `agent_result`, `agent_wait`, `agent_cancel` show it: one that finished with an answer. */
+const Finished = {
+  agent_id: "string",
+  session_name: "string",
+  run_id: "string",
+  description: "string",
+  role: "string",
+  status: "string",
+  summary: "string",
+  sections,
+  contract_violations: [],
+  steps: "number",
+  tool_calls: "number",
+  tokens,
+  duration_ms: "number",
+  model: "string",
+  transcript_handle: "string"
+}
+
+/** One that ended without an answer (cancelled): a reason, no sections. */
+const { sections: _, ...withoutSections } = Finished
+const Stopped = { ...withoutSections, reason: "string" }
+
+/** One still running: no answer, no duration. */
+const { duration_ms: __, ...Running } = withoutSections
+
+/** An entry of `agent_list`. */
+const Listed = {
+  agent_id: "string",
+  session_name: "string",
+  parent_id: "string",
+  description: "string",
+  role: "string",
+  status: "string",
+  steps: "number",
+  tool_calls: "number"
+}
+
+/** A refusal: the error's tag and its message. */
+const Refusal = { error: "string", message: "string" }
+
+// --- Scripts --------------------------------------------------------------------------------
+
+/** An answer in the five-section format. */
+const report = (summary: string) =>
+  `SUMMARY:\n${summary}\n\nCHANGES:\nnone\n\nEVIDENCE:\nread it\n\nRISKS:\nnone\n\nBLOCKERS:\nnone`
+
+/** The agent id in the `index`th tool result the root has read. */
+const idIn = (c: ScriptedModel.Conversation, index: number) =>
+  (c.toolResults[index]?.result as { agent_id?: string } | undefined)?.agent_id ?? "missing"
+
+/** A tool that blocks until the test (or a script's `respond`) opens its gate. */
+const gate = Effect.gen(function*() {
+  const opened = yield* Deferred.make<void>()
+  const tool = ToolRegistry.define({
+    name: "hold",
+    description: "blocks until the gate opens",
+    parameters: Schema.Struct({}),
+    posture: "read",
+    handler: () => Effect.as(Deferred.await(opened), "the gate opened")
+  })
+  return { tool, open: Deferred.succeed(opened, undefined) }
+})
+
+/** A child that blocks in `hold` until the gate opens, then answers. */
+const held: ScriptedModel.Rule = {
+  match: { depth: 1 },
+  turns: [{ tool_calls: [{ name: "hold" }] }, { text: report("released") }]
+}
+
+const failed = (result: ToolResult) => (result.result as { error?: string }).error
+const childrenOf = (agents: ReadonlyArray<Agent>) => agents.filter((agent) => agent.depth === 1)
+
+// --- The suite ------------------------------------------------------------------------------
+
+const contract = (engine: Engine) => {
+  const test = engine.live ? it.live : it.effect
+
+  test("task: a completed child's result has the summary, the sections, tokens and a transcript handle", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [
+          { match: { depth: 1 }, turns: [{ text: report("found it") }] },
+          {
+            match: { depth: 0 },
+            turns: [{ tool_calls: [{ name: "task", args: { description: "look", prompt: "look around" } }] }, {
+              text: "root done"
+            }]
+          }
+        ]
+      })
+      assert.strictEqual(run.text, "root done")
+      const [task] = run.toolResults
+      assert.isFalse(task!.isFailure, JSON.stringify(task))
+      assertShape(task!.result, TaskResult, "task")
+      const result = task!.result as { status: string; summary: string; sections: { evidence: string } }
+      assert.strictEqual(result.status, "completed")
+      assert.strictEqual(result.summary, "found it")
+      assert.strictEqual(result.sections.evidence, "read it")
+      assert.deepStrictEqual(childrenOf(run.agents).map((a) => a.status), ["completed"])
+    }))
+
+  test("task: a child whose model fails is a failed result the parent reads, not a failed call", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [
+          { match: { depth: 1 }, turns: [{ error: { kind: "fatal", message: "provider says no" } }] },
+          {
+            match: { depth: 0 },
+            turns: [{ tool_calls: [{ name: "task", args: { description: "doomed", prompt: "try" } }] }, {
+              text: "handled it"
+            }]
+          }
+        ]
+      })
+      assert.strictEqual(run.text, "handled it")
+      const [task] = run.toolResults
+      assert.isFalse(task!.isFailure, JSON.stringify(task))
+      assertShape(task!.result, TaskResult, "task")
+      const result = task!.result as { status: string; summary: string }
+      assert.strictEqual(result.status, "failed")
+      assert.include(result.summary, "provider says no")
+      assert.deepStrictEqual(childrenOf(run.agents).map((a) => a.status), ["failed"])
+    }))
+
+  test("agent_spawn, agent_wait, agent_result: the same views of the child", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [
+          { match: { depth: 1 }, turns: [{ text: report("background done") }] },
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              switch (c.turn) {
+                case 0:
+                  return { tool_calls: [{ name: "agent_spawn", args: { description: "bg", prompt: "work" } }] }
+                case 1:
+                  return { tool_calls: [{ name: "agent_wait", args: { ids: [idIn(c, 0)] } }] }
+                case 2:
+                  return { tool_calls: [{ name: "agent_result", args: { agent_id: idIn(c, 0) } }] }
+                default:
+                  return { text: "root done" }
+              }
+            }
+          }
+        ]
+      })
+      assert.strictEqual(run.text, "root done")
+      const [spawned, waited, result] = run.toolResults
+      assert.isTrue(run.toolResults.every((r) => !r.isFailure), JSON.stringify(run.toolResults))
+      assertShape(spawned!.result, Spawned, "agent_spawn")
+      assertShape(waited!.result, { timed_out: "boolean", completed: [Finished], still_running: [] }, "agent_wait")
+      assertShape(result!.result, Finished, "agent_result")
+      const view = result!.result as { agent_id: string; status: string; summary: string }
+      assert.strictEqual(view.agent_id, (spawned!.result as { agent_id: string }).agent_id)
+      assert.strictEqual(view.status, "completed")
+      assert.strictEqual(view.summary, "background done")
+      assert.isFalse((waited!.result as { timed_out: boolean }).timed_out)
+    }))
+
+  test("agent_open and agent_close (the newer names), agent_cancel: a cancelled child with its reason", () =>
+    Effect.gen(function*() {
+      const { tool } = yield* gate
+      const run = yield* engine.run({
+        rules: [
+          held,
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              switch (c.turn) {
+                case 0:
+                  return { tool_calls: [{ name: "agent_open", args: { description: "held", prompt: "wait" } }] }
+                case 1:
+                  return {
+                    tool_calls: [{ name: "agent_close", args: { agent_id: idIn(c, 0), reason: "no longer needed" } }]
+                  }
+                case 2:
+                  return { tool_calls: [{ name: "agent_cancel", args: { agent_id: idIn(c, 0) } }] }
+                default:
+                  return { text: "root done" }
+              }
+            }
+          }
+        ]
+      }, { tools: [tool] })
+      const [opened, closed, again] = run.toolResults
+      assertShape(opened!.result, Spawned, "agent_open")
+      assert.isFalse(closed!.isFailure, JSON.stringify(closed))
+      assertShape(closed!.result, Stopped, "agent_close")
+      const view = closed!.result as { status: string; reason: string }
+      assert.deepStrictEqual([view.status, view.reason], ["cancelled", "no longer needed"])
+      // Cancelling a finished agent again is its current state, not an error.
+      assert.isFalse(again!.isFailure, JSON.stringify(again))
+      assert.strictEqual((again!.result as { status: string }).status, "cancelled")
+      assert.deepStrictEqual(childrenOf(run.agents).map((a) => [a.status, a.reason]), [[
+        "cancelled",
+        "no longer needed"
+      ]])
+    }))
+
+  test("agent_send_input: delivered to a running child before its next step; to a finished one, not", () =>
+    Effect.gen(function*() {
+      const { open, tool } = yield* gate
+      const run = yield* engine.run({
+        rules: [
+          {
+            match: { depth: 1 },
+            respond: (c) => {
+              if (c.turn === 0) return { tool_calls: [{ name: "hold" }] }
+              const last = c.messages.at(-1)!
+              const said = last.role === "user" && last.content[0]?.type === "text" ? last.content[0].text : "nothing"
+              return { text: report(`got: ${said}`) }
+            }
+          },
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              switch (c.turn) {
+                case 0:
+                  return { tool_calls: [{ name: "agent_spawn", args: { description: "listener", prompt: "listen" } }] }
+                case 1:
+                  return {
+                    tool_calls: [{ name: "agent_send_input", args: { agent_id: idIn(c, 0), message: "hello" } }]
+                  }
+                case 2:
+                  return Effect.as(open, { tool_calls: [{ name: "agent_wait", args: { ids: [idIn(c, 0)] } }] })
+                case 3:
+                  return {
+                    tool_calls: [{ name: "agent_send_input", args: { agent_id: idIn(c, 0), message: "too late" } }]
+                  }
+                default:
+                  return { text: "root done" }
+              }
+            }
+          }
+        ]
+      }, { tools: [tool] })
+      const [, sent, waited, late] = run.toolResults
+      assert.isFalse(sent!.isFailure, JSON.stringify(sent))
+      assertShape(sent!.result, { delivered: "boolean", agent: Running }, "agent_send_input")
+      assert.isTrue((sent!.result as { delivered: boolean }).delivered)
+      const completed = (waited!.result as { completed: ReadonlyArray<{ summary: string }> }).completed
+      assert.deepStrictEqual(completed.map((c) => c.summary), ["got: hello"])
+      assert.isFalse(late!.isFailure, JSON.stringify(late))
+      assertShape(late!.result, { delivered: "boolean", reason: "string", agent: Finished }, "agent_send_input (late)")
+      assert.isFalse((late!.result as { delivered: boolean }).delivered)
+    }))
+
+  test("agent_resume: a finished child runs again from its transcript; a running one is NotResumable", () =>
+    Effect.gen(function*() {
+      const { open, tool } = yield* gate
+      const run = yield* engine.run({
+        rules: [
+          {
+            match: { depth: 1 },
+            turns: [{ tool_calls: [{ name: "hold" }] }, { text: report("first") }, { text: report("second") }]
+          },
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              switch (c.turn) {
+                case 0:
+                  return { tool_calls: [{ name: "agent_spawn", args: { description: "twice", prompt: "work" } }] }
+                case 1:
+                  return { tool_calls: [{ name: "agent_resume", args: { agent_id: idIn(c, 0), message: "early" } }] }
+                case 2:
+                  return Effect.as(open, { tool_calls: [{ name: "agent_wait", args: { ids: [idIn(c, 0)] } }] })
+                case 3:
+                  return { tool_calls: [{ name: "agent_resume", args: { agent_id: idIn(c, 0), message: "again" } }] }
+                case 4:
+                  return { tool_calls: [{ name: "agent_wait", args: { ids: [idIn(c, 0)] } }] }
+                default:
+                  return { text: "root done" }
+              }
+            }
+          }
+        ]
+      }, { tools: [tool] })
+      const [, early, first, resumed, second] = run.toolResults
+      assert.isTrue(early!.isFailure, JSON.stringify(early))
+      assertShape(early!.result, Refusal, "agent_resume (running)")
+      assert.strictEqual(failed(early!), "NotResumable")
+      assert.deepStrictEqual(
+        (first!.result as { completed: ReadonlyArray<{ summary: string }> }).completed.map((c) => c.summary),
+        ["first"]
+      )
+      assert.isFalse(resumed!.isFailure, JSON.stringify(resumed))
+      assertShape(resumed!.result, Spawned, "agent_resume")
+      assert.deepStrictEqual(
+        (second!.result as { completed: ReadonlyArray<{ summary: string }> }).completed.map((c) => c.summary),
+        ["second"]
+      )
+    }))
+
+  test("agent_assign: a new objective and a narrower role, with a note delivered", () =>
+    Effect.gen(function*() {
+      const { open, tool } = yield* gate
+      const run = yield* engine.run({
+        rules: [
+          held,
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              switch (c.turn) {
+                case 0:
+                  return { tool_calls: [{ name: "agent_spawn", args: { description: "reassigned", prompt: "work" } }] }
+                case 1:
+                  return {
+                    tool_calls: [{
+                      name: "agent_assign",
+                      args: { agent_id: idIn(c, 0), objective: "only look", role: "explore", message: "read only now" }
+                    }]
+                  }
+                case 2:
+                  return Effect.as(open, { tool_calls: [{ name: "agent_wait", args: { ids: [idIn(c, 0)] } }] })
+                default:
+                  return { text: "root done" }
+              }
+            }
+          }
+        ]
+      }, { tools: [tool] })
+      const [, assigned, waited] = run.toolResults
+      assert.isFalse(assigned!.isFailure, JSON.stringify(assigned))
+      assertShape(assigned!.result, { delivered: "boolean", agent: Running }, "agent_assign")
+      assert.strictEqual((assigned!.result as { agent: { role: string } }).agent.role, "explore")
+      assert.deepStrictEqual(
+        (waited!.result as { completed: ReadonlyArray<{ role: string; status: string }> }).completed.map((c) => [
+          c.role,
+          c.status
+        ]),
+        [["explore", "completed"]]
+      )
+    }))
+
+  test("agent_list: the children of the run, each with its state", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [
+          { match: { depth: 1 }, turns: [{ text: report("listed") }] },
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              switch (c.turn) {
+                case 0:
+                  return { tool_calls: [{ name: "agent_spawn", args: { description: "one", prompt: "work" } }] }
+                case 1:
+                  return { tool_calls: [{ name: "agent_wait", args: { ids: [idIn(c, 0)] } }] }
+                case 2:
+                  return { tool_calls: [{ name: "agent_list", args: {} }] }
+                default:
+                  return { text: "root done" }
+              }
+            }
+          }
+        ]
+      })
+      const [spawned, , listed] = run.toolResults
+      assert.isFalse(listed!.isFailure, JSON.stringify(listed))
+      const child = (listed!.result as ReadonlyArray<{ agent_id: string; status: string }>).find((entry) =>
+        entry.agent_id === (spawned!.result as { agent_id: string }).agent_id
+      )
+      assert.isDefined(child, JSON.stringify(listed!.result))
+      assertShape(child, Listed, "agent_list entry")
+      assert.strictEqual(child!.status, "completed")
+    }))
+
+  test("handle_read: a child's transcript by the handle its task result gave", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [
+          { match: { depth: 1 }, turns: [{ text: report("read me") }] },
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              switch (c.turn) {
+                case 0:
+                  return { tool_calls: [{ name: "task", args: { description: "transcribed", prompt: "say it" } }] }
+                case 1: {
+                  const task = c.toolResults[0]!.result as { transcript_handle?: string; agent_id: string }
+                  return {
+                    tool_calls: [{ name: "handle_read", args: { handle: task.transcript_handle ?? task.agent_id } }]
+                  }
+                }
+                default:
+                  return { text: "root done" }
+              }
+            }
+          }
+        ]
+      })
+      const [, read] = run.toolResults
+      assert.isFalse(read!.isFailure, JSON.stringify(read))
+      assertShape(read!.result, {
+        handle: "string",
+        agent_id: "string",
+        total: "number",
+        offset: "number",
+        messages: [{ index: "number", role: "string", text: "string" }]
+      }, "handle_read")
+      const page = read!.result as { messages: ReadonlyArray<{ role: string; text: string }> }
+      assert.deepStrictEqual(page.messages.map((m) => m.role), ["system", "user", "assistant"])
+      assert.include(page.messages[2]!.text, "read me")
+    }))
+
+  test("the cap with reject: a spawn over max_concurrent is CapReached; nothing is spawned", () =>
+    Effect.gen(function*() {
+      const { open, tool } = yield* gate
+      const run = yield* engine.run({
+        rules: [
+          held,
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              switch (c.turn) {
+                case 0:
+                  return { tool_calls: [{ name: "agent_spawn", args: { description: "first", prompt: "one" } }] }
+                case 1:
+                  return { tool_calls: [{ name: "agent_spawn", args: { description: "second", prompt: "two" } }] }
+                case 2:
+                  return Effect.as(open, { tool_calls: [{ name: "agent_wait", args: { wait_mode: "all" } }] })
+                default:
+                  return { text: "root done" }
+              }
+            }
+          }
+        ]
+      }, { tools: [tool], settings: { maxConcurrent: 1, admission: "reject" } })
+      const [first, second] = run.toolResults
+      assert.isFalse(first!.isFailure)
+      assert.isTrue(second!.isFailure, JSON.stringify(second))
+      assertShape(second!.result, Refusal, "agent_spawn over the cap")
+      assert.strictEqual(failed(second!), "CapReached")
+      assert.deepStrictEqual(childrenOf(run.agents).map((a) => a.status), ["completed"])
+    }))
+
+  test("the cap with queue: a spawn over max_concurrent waits its turn, pending, then runs", () =>
+    Effect.gen(function*() {
+      const { open, tool } = yield* gate
+      const run = yield* engine.run({
+        rules: [
+          { match: { depth: 1, prompt: "two" }, turns: [{ text: report("second done") }] },
+          held,
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              switch (c.turn) {
+                case 0:
+                  return { tool_calls: [{ name: "agent_spawn", args: { description: "first", prompt: "one" } }] }
+                case 1:
+                  return { tool_calls: [{ name: "agent_spawn", args: { description: "second", prompt: "two" } }] }
+                case 2:
+                  return { tool_calls: [{ name: "agent_result", args: { agent_id: idIn(c, 1) } }] }
+                case 3:
+                  return Effect.as(open, {
+                    tool_calls: [{ name: "agent_wait", args: { ids: [idIn(c, 0), idIn(c, 1)], wait_mode: "all" } }]
+                  })
+                default:
+                  return { text: "root done" }
+              }
+            }
+          }
+        ]
+      }, { tools: [tool], settings: { maxConcurrent: 1, admission: "queue" } })
+      const [first, second, queued, waited] = run.toolResults
+      assert.isTrue([first, second].every((r) => !r!.isFailure), JSON.stringify([first, second]))
+      assertShape(second!.result, Spawned, "agent_spawn (queued)")
+      assert.strictEqual((second!.result as { status: string }).status, "pending", "a queued spawn says so")
+      assert.strictEqual((queued!.result as { status: string }).status, "pending")
+      const completed = (waited!.result as { completed: ReadonlyArray<{ status: string }> }).completed
+      assert.deepStrictEqual(completed.map((c) => c.status), ["completed", "completed"])
+      assert.deepStrictEqual(childrenOf(run.agents).map((a) => a.status), ["completed", "completed"])
+    }))
+
+  test("max_depth: an agent at the depth limit is refused the spawning tools", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [{
+          match: { depth: 0 },
+          turns: [
+            {
+              tool_calls: [
+                { name: "task", args: { description: "too deep", prompt: "x" } },
+                { name: "agent_spawn", args: { prompt: "x" } }
+              ]
+            },
+            { text: "root done" }
+          ]
+        }]
+      }, { settings: { maxDepth: 0 } })
+      assert.strictEqual(run.text, "root done")
+      assert.strictEqual(run.toolResults.length, 2)
+      for (const refused of run.toolResults) {
+        assert.isTrue(refused.isFailure, JSON.stringify(refused))
+        assertShape(refused.result, Refusal, refused.name)
+        assert.strictEqual(failed(refused), "PermissionDenied")
+      }
+      assert.deepStrictEqual(childrenOf(run.agents), [])
+    }))
+
+  test("an unknown role is UnknownRole, naming the accepted ones", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [{
+          match: { depth: 0 },
+          turns: [
+            {
+              tool_calls: [
+                { name: "task", args: { description: "who", prompt: "x", subagent_type: "wizard" } },
+                { name: "agent_spawn", args: { prompt: "x", subagent_type: "wizard" } }
+              ]
+            },
+            { text: "root done" }
+          ]
+        }]
+      })
+      assert.strictEqual(run.toolResults.length, 2)
+      for (const refused of run.toolResults) {
+        assert.isTrue(refused.isFailure, JSON.stringify(refused))
+        assertShape(refused.result, Refusal, refused.name)
+        assert.strictEqual(failed(refused), "UnknownRole")
+        assert.include((refused.result as { message: string }).message, "explore")
+      }
+      assert.deepStrictEqual(childrenOf(run.agents), [])
+    }))
+
+  test("arguments that are not JSON are InvalidArguments saying so, for every sub-agent tool", () =>
+    Effect.gen(function*() {
+      const calls = ["task", "agent_spawn", "agent_wait", "agent_list", "agent_result", "agent_cancel"]
+      const run = yield* engine.run({
+        rules: [{
+          match: { depth: 0 },
+          turns: [{ tool_calls: calls.map((name) => ({ name, args: "{\"prompt\": \"x\"" })) as never }, {
+            text: "root done"
+          }]
+        }]
+      })
+      assert.deepStrictEqual(run.toolResults.map((r) => r.name), calls)
+      for (const refused of run.toolResults) {
+        assert.isTrue(refused.isFailure, JSON.stringify(refused))
+        assertShape(refused.result, Refusal, refused.name)
+        assert.strictEqual(failed(refused), "InvalidArguments", refused.name)
+        assert.include((refused.result as { message: string }).message, "not valid JSON", refused.name)
+      }
+      assert.deepStrictEqual(childrenOf(run.agents), [])
+    }))
+
+  test("an id no agent has is AgentNotFound, for every tool that takes one", () =>
+    Effect.gen(function*() {
+      const calls = [
+        { name: "agent_result", args: { agent_id: "ag_nope" } },
+        { name: "agent_wait", args: { ids: ["ag_nope"] } },
+        { name: "agent_cancel", args: { agent_id: "ag_nope" } },
+        { name: "agent_send_input", args: { agent_id: "ag_nope", message: "hi" } },
+        { name: "agent_resume", args: { agent_id: "ag_nope", message: "hi" } },
+        { name: "agent_assign", args: { agent_id: "ag_nope", objective: "x" } }
+      ]
+      const run = yield* engine.run({
+        rules: [{ match: { depth: 0 }, turns: [{ tool_calls: calls as never }, { text: "root done" }] }]
+      })
+      assert.deepStrictEqual(run.toolResults.map((r) => r.name), calls.map((c) => c.name))
+      for (const refused of run.toolResults) {
+        assert.isTrue(refused.isFailure, JSON.stringify(refused))
+        assertShape(refused.result, Refusal, refused.name)
+        assert.strictEqual(failed(refused), "AgentNotFound", refused.name)
+      }
+    }))
+
+  test("budgets: a child over its step budget or its token budget is a failed task result naming the budget", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [
+          {
+            match: { depth: 1, prompt: "steps" },
+            turns: [{ tool_calls: [{ name: "list_dir", args: {} }], usage: { input: 1, output: 1 } }],
+            repeat_last: true
+          },
+          {
+            match: { depth: 1, prompt: "tokens" },
+            turns: [{ tool_calls: [{ name: "list_dir", args: {} }], usage: { input: 400, output: 200 } }, {
+              text: report("never")
+            }]
+          },
+          {
+            match: { depth: 0 },
+            turns: [
+              {
+                tool_calls: [
+                  { name: "task", args: { description: "busy", prompt: "steps" } },
+                  { name: "task", args: { description: "costly", prompt: "tokens" } }
+                ]
+              },
+              { text: "root done" }
+            ]
+          }
+        ]
+      }, { settings: { childMaxSteps: 3, childMaxTokens: 500 } })
+      assert.strictEqual(run.text, "root done")
+      const [steps, cost] = run.toolResults
+      for (const [task, budget] of [[steps!, "max_steps"], [cost!, "max_tokens"]] as const) {
+        assert.isFalse(task.isFailure, JSON.stringify(task))
+        assertShape(task.result, TaskResult, `task over ${budget}`)
+        const result = task.result as { status: string; summary: string }
+        assert.strictEqual(result.status, "failed")
+        assert.include(result.summary, budget)
+      }
+      assert.deepStrictEqual(childrenOf(run.agents).map((a) => a.status), ["failed", "failed"])
+    }))
+
+  test("a provider that reports no usage: the tokens are estimated, not 0", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [
+          { match: { depth: 1 }, turns: [{ text: report("uncounted"), usage: null }] },
+          {
+            match: { depth: 0 },
+            turns: [{ tool_calls: [{ name: "task", args: { description: "silent", prompt: "count me" } }] }, {
+              text: "root done"
+            }]
+          }
+        ]
+      })
+      const [child] = childrenOf(run.agents)
+      assert.isAbove(child!.tokens, 0, "the child's record counts its tokens")
+      const [task] = run.toolResults
+      assert.isFalse(task!.isFailure, JSON.stringify(task))
+      const counted = (task!.result as { tokens?: { input: number; output: number } }).tokens
+      assert.isAbove(counted?.input ?? 0, 0, JSON.stringify(task!.result))
+      assert.isAbove(counted?.output ?? 0, 0, JSON.stringify(task!.result))
+    }))
+
+  test("heartbeat: a child without progress is cancelled with the heartbeat's reason", () =>
+    Effect.gen(function*() {
+      const { tool } = yield* gate
+      const run = yield* engine.run({
+        rules: [
+          held,
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              switch (c.turn) {
+                case 0:
+                  return { tool_calls: [{ name: "agent_spawn", args: { description: "stuck", prompt: "hang" } }] }
+                case 1:
+                  return { tool_calls: [{ name: "agent_wait", args: { ids: [idIn(c, 0)] } }] }
+                default:
+                  return { text: "root done" }
+              }
+            }
+          }
+        ]
+      }, { tools: [tool], settings: { heartbeatSecs: 1 } })
+      assert.strictEqual(run.text, "root done")
+      const [, waited] = run.toolResults
+      assertShape(waited!.result, { timed_out: "boolean", completed: [Stopped], still_running: [] }, "agent_wait")
+      const [child] = (waited!.result as { completed: ReadonlyArray<{ status: string; reason: string }> }).completed
+      assert.deepStrictEqual([child!.status, child!.reason], [
+        "cancelled",
+        "Auto-cancelled after 1s without sub-agent progress."
+      ])
+    }))
+}
+
+for (const engine of engines) {
+  describe(`the sub-agent contract: ${engine.name}`, () => contract(engine))
+}

@@ -1,0 +1,174 @@
+// The two engines of the sub-agent contract behind one small interface, for the contract suite
+// (SubAgentContract.test.ts): a root agent runs a script whose model issues the sub-agent tool
+// calls, and the engine hands back what the ROOT model read for each of its tool calls, in
+// order, and the records of the tree.
+//
+// - embedded: core `Fibril.layer` over the ScriptedModel; the root is started with
+//   `SubAgentManager.startRoot` (as `fibril run` does) and time is the TestClock, moved a second
+//   at a time while the root runs (the suite's embedded tests are `it.effect`).
+// - cluster: the cluster on TestRunner (support.ts `setup`: `AgentWorkflow.memoryRunner`, the
+//   in-memory store); the root is started with `ClusterClient` and time is real (the runner
+//   polls every 200 ms, so these tests are `it.live`).
+//
+// Only what legitimately differs between two engines is normalised here: the JSON a model reads
+// (a key whose value is undefined is not in it), ids and the status names of the records.
+import { NodeServices } from "@effect/platform-node"
+import { Fibril, Session, SubAgentManager, ToolRegistry } from "@fibril/core"
+import { ScriptedModel } from "@fibril/testkit"
+import { Context, Effect, Exit, Fiber, FileSystem, Layer } from "effect"
+import type { Prompt } from "effect/ai"
+import { TestClock } from "effect/testing"
+import * as ClusterClient from "../src/ClusterClient.ts"
+import { get, setup } from "./support.ts"
+
+/** The settings a test may change; each engine maps them to its own options. */
+export interface Settings {
+  readonly maxConcurrent?: number
+  readonly admission?: "reject" | "queue"
+  readonly maxDepth?: number
+  readonly childMaxSteps?: number
+  readonly childMaxTokens?: number
+  /** Seconds without progress before a sub-agent is cancelled (0: no heartbeat). */
+  readonly heartbeatSecs?: number
+}
+
+/** A tool result as the model reads it (JSON: keys whose value is undefined are absent). */
+export interface ToolResult {
+  readonly name: string
+  readonly isFailure: boolean
+  readonly result: unknown
+}
+
+/** One agent of the tree, as the engine's records hold it. */
+export interface Agent {
+  readonly agentId: string
+  readonly parentId: string | undefined
+  readonly depth: number
+  readonly status: string
+  readonly reason: string | undefined
+  /** Input plus output tokens of this agent alone. */
+  readonly tokens: number
+}
+
+export interface Outcome {
+  /** The root's final answer, or undefined when the root did not complete. */
+  readonly text: string | undefined
+  /** What the root's model read back for each of its tool calls, in order. */
+  readonly toolResults: ReadonlyArray<ToolResult>
+  /** Every agent of the tree, the root included. */
+  readonly agents: ReadonlyArray<Agent>
+}
+
+export interface Engine {
+  readonly name: "embedded" | "cluster"
+  /** Does it run on real time (`it.live`) or on the TestClock (`it.effect`)? */
+  readonly live: boolean
+  /** Runs a root agent with `prompt` over `script`; `tools` are registered first. */
+  readonly run: (
+    script: ScriptedModel.ScriptInput,
+    options?: {
+      readonly settings?: Settings
+      readonly tools?: ReadonlyArray<ToolRegistry.ToolDefinition<any, never>>
+      readonly prompt?: string
+    }
+  ) => Effect.Effect<Outcome>
+}
+
+const asJson = (value: unknown): unknown => value === undefined ? undefined : JSON.parse(JSON.stringify(value))
+
+/** The tool results of a transcript, in order, as JSON. */
+export const toolResultsOf = (messages: ReadonlyArray<Prompt.Message>): ReadonlyArray<ToolResult> =>
+  messages.flatMap((message) =>
+    message.role === "tool"
+      ? message.content.flatMap((part) =>
+        part.type === "tool-result" ? [{ name: part.name, isFailure: part.isFailure, result: asJson(part.result) }] : []
+      )
+      : []
+  )
+
+export const embedded: Engine = {
+  name: "embedded",
+  live: false,
+  run: (script, options = {}) =>
+    Effect.gen(function*() {
+      const settings = options.settings ?? {}
+      const fs = yield* FileSystem.FileSystem
+      const cwd = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      const context = yield* Layer.build(
+        Fibril.layer({
+          cwd,
+          session: {
+            maxDepth: settings.maxDepth ?? 1,
+            ...(settings.childMaxSteps === undefined ? {} : { childMaxSteps: settings.childMaxSteps })
+          },
+          subagents: {
+            ...(settings.maxConcurrent === undefined ? {} : { maxConcurrent: settings.maxConcurrent }),
+            ...(settings.admission === undefined ? {} : { admission: settings.admission }),
+            ...(settings.heartbeatSecs === undefined ? {} : { heartbeatTimeoutSecs: settings.heartbeatSecs }),
+            budgets: settings.childMaxTokens === undefined ? {} : { maxTokens: settings.childMaxTokens }
+          }
+        }).pipe(Layer.provide(ScriptedModel.layer(script)))
+      )
+      const registry = Context.get(context, ToolRegistry.ToolRegistry)
+      for (const tool of options.tools ?? []) yield* registry.register(tool)
+      const manager = Context.get(context, SubAgentManager.SubAgentManager)
+      const session = Context.get(context, Session.Session)
+      const { agent: root, fiber } = yield* manager.startRoot({ prompt: options.prompt ?? "go" })
+      for (let i = 0; i < 600 && fiber.pollUnsafe() === undefined; i++) yield* TestClock.adjust("1 second")
+      const exit = yield* Fiber.await(fiber)
+      const agents = yield* manager.list({ includeArchived: true })
+      return {
+        text: Exit.isSuccess(exit) ? exit.value.text : undefined,
+        toolResults: toolResultsOf(yield* session.transcript(root.agent_id)),
+        agents: agents.map((agent) => ({
+          agentId: agent.agent_id,
+          parentId: agent.parent_id,
+          depth: agent.depth,
+          status: agent.status,
+          reason: agent.reason,
+          tokens: agent.tokens.input + agent.tokens.output
+        }))
+      }
+    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer), Effect.orDie)
+}
+
+export const cluster: Engine = {
+  name: "cluster",
+  live: true,
+  run: (script, options = {}) =>
+    Effect.gen(function*() {
+      const settings = options.settings ?? {}
+      const heartbeat = settings.heartbeatSecs ?? 0
+      const built = yield* setup(script, {
+        maxDepth: settings.maxDepth ?? 1,
+        ...(settings.maxConcurrent === undefined ? {} : { maxConcurrent: settings.maxConcurrent }),
+        ...(settings.admission === undefined ? {} : { admission: settings.admission }),
+        ...(settings.childMaxSteps === undefined ? {} : { childMaxSteps: settings.childMaxSteps }),
+        ...(settings.childMaxTokens === undefined ? {} : { childMaxTokens: settings.childMaxTokens }),
+        // A short look interval: the suite is real time here.
+        ...(heartbeat === 0 ? {} : { heartbeatSecs: heartbeat, heartbeatCheckMs: 100 }),
+        waitFallbackMs: 1000
+      })
+      const registry = get(built, ToolRegistry.ToolRegistry)
+      for (const tool of options.tools ?? []) yield* registry.register(tool)
+      const rootId = yield* built.provide(
+        ClusterClient.start({ prompt: options.prompt ?? "go", workspace: built.root })
+      )
+      const exit = yield* Effect.exit(built.provide(ClusterClient.await_(rootId)))
+      const rows = yield* built.store.list
+      return {
+        text: Exit.isSuccess(exit) ? exit.value.text : undefined,
+        toolResults: toolResultsOf(yield* built.store.transcript(rootId)),
+        agents: rows.map((row) => ({
+          agentId: row.agentId,
+          parentId: row.parentId ?? undefined,
+          depth: row.depth,
+          status: row.status,
+          reason: row.reason ?? undefined,
+          tokens: row.tokens
+        }))
+      }
+    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer), Effect.orDie)
+}
+
+export const engines: ReadonlyArray<Engine> = [embedded, cluster]
