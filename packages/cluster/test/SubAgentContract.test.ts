@@ -101,11 +101,13 @@ const Stopped = { ...withoutSections, reason: "string" }
 /** One still running: no answer, no duration. */
 const { duration_ms: __, ...Running } = withoutSections
 
-/** An entry of `agent_list`. */
+/** An entry of `agent_list` (its answer is `{agents: [...]}`, as MCP wants an object root). */
 const Listed = {
   agent_id: "string",
   session_name: "string",
   parent_id: "string",
+  depth: "number",
+  detached: "boolean",
   description: "string",
   role: "string",
   status: "string",
@@ -434,9 +436,8 @@ const contract = (engine: Engine) => {
       })
       const [spawned, , listed] = run.toolResults
       assert.isFalse(listed!.isFailure, JSON.stringify(listed))
-      const child = (listed!.result as ReadonlyArray<{ agent_id: string; status: string }>).find((entry) =>
-        entry.agent_id === (spawned!.result as { agent_id: string }).agent_id
-      )
+      const agents = (listed!.result as { agents: ReadonlyArray<{ agent_id: string; status: string }> }).agents
+      const child = agents.find((entry) => entry.agent_id === (spawned!.result as { agent_id: string }).agent_id)
       assert.isDefined(child, JSON.stringify(listed!.result))
       assertShape(child, Listed, "agent_list entry")
       assert.strictEqual(child!.status, "completed")
