@@ -1,9 +1,10 @@
 /**
  * The `fibril` command (effect/cli): the root command and its tree, `help`, and `main`, which
  * runs it with the Node platform services, the process environment (CliEnvironment.ts) and the
- * exit code. Each command's work is in its own module: RunCommand.ts (`run`, `demo`),
- * AgentsCommand.ts, McpCommand.ts, ConfigCommand.ts, TrustCommand.ts, Doctor.ts,
- * ClusterCommand.ts (`worker`, `cluster`), LabCommand.ts.
+ * exit code. `run`, `demo` (RunCommand.ts), `agents` (AgentsCommand.ts), `mcp` (McpCommand.ts)
+ * and `lab` (LabCommand.ts) are whole in their modules; the commands declared here (`config`,
+ * `trust`, `doctor`, `worker`, `cluster`) do their work in ConfigCommand.ts, TrustCommand.ts,
+ * Doctor.ts and ClusterCommand.ts.
  *
  * Exit codes: 0 success; 1 the root agent failed (or `doctor` found a problem); 2 a usage or
  * configuration error (the message says what to change); 3 a record could not be saved (a
@@ -146,29 +147,15 @@ export const doctor = Command.make(
   ])
 )
 
-/**
- * `fibril help [command…]` is `fibril [command…] --help`: `main` rewrites it before parsing
- * (`rewriteHelp`). The command exists so that help lists it and accepts its arguments.
- */
-export const help = Command.make(
-  "help",
-  {
-    command: Argument.String("command").pipe(
-      Argument.withDescription("The command to explain, e.g. run or agents resume"),
-      Argument.variadic()
-    )
-  },
-  () => Effect.void
-).pipe(
-  Command.withDescription("Help on fibril or on one command (the same as --help)"),
-  Command.withExamples([{ command: "fibril help run" }, { command: "fibril help agents resume" }])
-)
-
 export const lab = LabCommand.make<ProcessEnvironment | ExitCode>({
   cwd: ProcessEnvironment.use((e) => Effect.succeed(e.cwd)),
   tty: ProcessEnvironment.use((e) => Effect.succeed(e.tty)),
   setExit: (code) => setExit(code)
 })
+
+// ---------------------------------------------------------------------------
+// Cluster mode (the work is in ClusterCommand.ts)
+// ---------------------------------------------------------------------------
 
 const clusterCommands = ClusterCommand.commands(
   ProcessEnvironment.use((e) => Effect.succeed(e)),
@@ -303,6 +290,28 @@ export const cluster = Command.make("cluster").pipe(
       (flags) => Effect.flatMap(clusterCommands.resume(flags), setExit)
     ).pipe(Command.withDescription("A new run of a finished agent from its transcript; waits and prints its answer"))
   ])
+)
+
+// ---------------------------------------------------------------------------
+// The root command, help and main
+// ---------------------------------------------------------------------------
+
+/**
+ * `fibril help [command…]` is `fibril [command…] --help`: `main` rewrites it before parsing
+ * (`rewriteHelp`). The command exists so that help lists it and accepts its arguments.
+ */
+export const help = Command.make(
+  "help",
+  {
+    command: Argument.String("command").pipe(
+      Argument.withDescription("The command to explain, e.g. run or agents resume"),
+      Argument.variadic()
+    )
+  },
+  () => Effect.void
+).pipe(
+  Command.withDescription("Help on fibril or on one command (the same as --help)"),
+  Command.withExamples([{ command: "fibril help run" }, { command: "fibril help agents resume" }])
 )
 
 export const fibril = Command.make("fibril").pipe(
