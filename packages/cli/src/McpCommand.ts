@@ -5,45 +5,27 @@
  *
  * Closing stdin is the normal end (exit 0): running agents are cancelled and the records
  * flushed. Configuration errors surface before anything is served (exit 2, like `fibril run`).
- *
- * Built by `make(ProcessEnvironment)` rather than importing Cli.ts, which registers it.
  */
 import { redactUrl } from "@fibril/core/Secrets"
 import { Command, Flag } from "effect/cli"
-import type * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
-import * as Option from "effect/Option"
-import * as Schema from "effect/Schema"
-import type { Environment } from "./Cli.ts"
+import { loadConfig, ProcessEnvironment, resolveCwd } from "./CliEnvironment.ts"
+import * as CliFlags from "./CliFlags.ts"
 import * as ClusterCommand from "./ClusterCommand.ts"
-import * as ConfigFlags from "./ConfigFlags.ts"
 import type * as McpModule from "./Mcp.ts"
 import * as ModelSelection from "./ModelSelection.ts"
-import * as RunRecords from "./RunRecords.ts"
 import * as Runtime from "./Runtime.ts"
-import * as Workspace from "./Workspace.ts"
 
-export const make = <I>(environment: Context.Key<I, Environment>, version: string) =>
+/** The `mcp` command; `version` is the one the server tells its clients. */
+export const make = (version: string) =>
   Command.make(
     "mcp",
     {
-      model: Flag.String("model").pipe(
-        Flag.withDescription(
-          "Model id (default FIBRIL_MODEL, the config's model, gpt-4.1-mini), or scripted:<file> for the ScriptedModel"
-        ),
-        Flag.optional
-      ),
-      baseUrl: Flag.String("base-url").pipe(
-        Flag.withDescription("OpenAI-compatible endpoint, …/v1 (default OPENAI_BASE_URL, else OpenAI)"),
-        Flag.optional
-      ),
-      maxConcurrent: Flag.Int("max-concurrent").pipe(
-        Flag.withSchema(Schema.Int.pipe(Schema.check(Schema.isBetween({ minimum: 1, maximum: 20 })))),
-        Flag.withDescription("Sub-agent concurrency cap, 1..20"),
-        Flag.optional
-      ),
+      model: CliFlags.model,
+      baseUrl: CliFlags.baseUrl,
+      maxConcurrent: CliFlags.maxConcurrent,
       cwd: Flag.String("cwd").pipe(
         Flag.withDescription(
           "The workspace, an existing directory (default: the project around the directory the client starts the server in)"
@@ -55,10 +37,10 @@ export const make = <I>(environment: Context.Key<I, Environment>, version: strin
     Effect.fn("fibril.mcp.command")(function*(flags) {
       // The MCP server (effect's MCP, RPC and HTTP modules) is loaded by this command only.
       const Mcp: typeof McpModule = yield* Effect.promise(() => import("./Mcp.ts"))
-      const env = yield* environment
-      const cwd = yield* Workspace.resolve(flags.cwd, env)
-      const config = yield* ConfigFlags.load(env, cwd)
-      const url = ClusterCommand.clusterUrl(flags.cluster, env.env, config.settings.cluster.url)
+      const environment = yield* ProcessEnvironment
+      const cwd = yield* resolveCwd(flags.cwd)
+      const config = yield* loadConfig(cwd)
+      const url = ClusterCommand.clusterUrl(flags.cluster, environment.env, config.settings.cluster.url)
       if (url !== undefined) {
         // A client of the cluster: the agents run on its workers (no model is needed here).
         const { layerStdio } = yield* Effect.promise(() => import("./McpCluster.ts"))
@@ -71,23 +53,11 @@ export const make = <I>(environment: Context.Key<I, Environment>, version: strin
         yield* Effect.logInfo(`fibril mcp: serving on stdio (workspace ${cwd}, cluster ${redactUrl(url)})`)
         return yield* Mcp.serve(server)
       }
-      const selection = yield* ModelSelection.select({
-        model: Option.getOrUndefined(flags.model),
-        baseUrl: Option.getOrUndefined(flags.baseUrl),
-        env: env.env,
-        settings: config.settings,
-        cwd,
-        invocationDir: env.cwd
-      })
-      const core = Runtime.layer({
-        cwd,
-        settings: config.settings,
-        selection,
-        maxConcurrent: Option.getOrUndefined(flags.maxConcurrent),
-        storeLimits: yield* RunRecords.storeLimits(env.env)
-      })
-      const server = Mcp.layerStdio({ version }).pipe(Layer.provide(core))
-      yield* Effect.logInfo(`fibril mcp: serving on stdio (workspace ${cwd}, ${ModelSelection.describe(selection)})`)
+      const runtime = yield* Runtime.make(environment, cwd, config.settings, flags)
+      const server = Mcp.layerStdio({ version }).pipe(Layer.provide(runtime.layer))
+      yield* Effect.logInfo(
+        `fibril mcp: serving on stdio (workspace ${cwd}, ${ModelSelection.describe(runtime.selection)})`
+      )
       yield* Mcp.serve(server)
     }, Effect.provideService(Logger.LogToStderr, true))
   ).pipe(

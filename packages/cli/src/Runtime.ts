@@ -1,16 +1,21 @@
 /**
- * The agent runtime every command that runs agents builds (`run`, `mcp`, `agents resume` and
- * the other `agents` commands on the file store): the core services over the workspace's file
- * store, configured from the settings, on the selected model. One function, so that what
- * `fibril doctor` checks (ModelSelection.probe builds the same model layer) is what runs.
+ * The agent runtime every command that runs agents in this process builds (`run`, `mcp`,
+ * `agents resume`): the core services over the workspace's file store, configured from the
+ * settings, on the model the command's flags select. One function, so that what `fibril
+ * doctor` checks (ModelSelection.probe builds the same model layer) is what runs, and so that
+ * the commands wire it the same way.
  */
 import * as Fibril from "@fibril/core/Fibril"
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as Session from "@fibril/core/Session"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import type * as SubAgentStore from "@fibril/core/SubAgentStore"
+import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import type { Environment } from "./CliEnvironment.ts"
 import * as ModelSelection from "./ModelSelection.ts"
+import * as RunRecords from "./RunRecords.ts"
 
 export interface Options {
   readonly cwd: string
@@ -37,3 +42,58 @@ export const layer = (options: Options) => {
     sandbox: options.settings.sandbox
   }).pipe(Layer.provideMerge(ModelSelection.layer(options.selection)))
 }
+
+/** The flags that choose the model: `--model`, `--base-url`. */
+export interface ModelFlags {
+  readonly model: Option.Option<string>
+  readonly baseUrl: Option.Option<string>
+}
+
+/** The model a command on the workspace `cwd` runs on: its flags, the environment, the settings. */
+export const select = (
+  environment: Environment,
+  cwd: string,
+  settings: FibrilConfig.Settings,
+  flags: ModelFlags
+) =>
+  ModelSelection.select({
+    model: Option.getOrUndefined(flags.model),
+    baseUrl: Option.getOrUndefined(flags.baseUrl),
+    env: environment.env,
+    settings,
+    cwd,
+    invocationDir: environment.cwd
+  })
+
+export interface Flags extends ModelFlags {
+  /** `--max-concurrent`. */
+  readonly maxConcurrent?: Option.Option<number> | undefined
+  /** `--stream` / `--no-stream` (`fibril run`). */
+  readonly stream?: boolean | undefined
+}
+
+/**
+ * The runtime of a command from what it was given: the model its flags select, the store's
+ * limits from the environment (`FIBRIL_STORE_LEASE_MS`), and {@link layer} built from them.
+ * The selection comes back too, for the command to describe.
+ */
+export const make = Effect.fn("fibril.runtime.make")(function*(
+  environment: Environment,
+  cwd: string,
+  settings: FibrilConfig.Settings,
+  flags: Flags
+) {
+  const selection = yield* select(environment, cwd, settings, flags)
+  const storeLimits = yield* RunRecords.storeLimits(environment.env)
+  return {
+    selection,
+    layer: layer({
+      cwd,
+      settings,
+      selection,
+      maxConcurrent: Option.getOrUndefined(flags.maxConcurrent ?? Option.none()),
+      storeLimits,
+      stream: flags.stream
+    })
+  }
+})

@@ -16,8 +16,6 @@
  * environment variable. A `[permissions] deny` entry that names no known tool is always
  * an error (a denial that matches nothing denies nothing), with the Fibril name of a Claude
  * Code or opencode tool (`Bash` -> `shell`) as the suggestion.
- *
- * @since 0.1.0
  */
 import * as Config from "effect/Config"
 import * as ConfigProvider from "effect/ConfigProvider"
@@ -28,34 +26,46 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Record from "effect/Record"
 import * as Schema from "effect/Schema"
-import { createRequire } from "node:module"
 import * as os from "node:os"
 import * as path from "node:path"
 import type * as TomlModule from "smol-toml"
-import { claudeTools, fibrilTools, opencodeTools } from "./AgentDefinitions.ts"
-import { nearest } from "./internal/suggest.ts"
+import { fibrilTools } from "./AgentDefinitions.ts"
+import {
+  accepts,
+  bounds,
+  type Clamped,
+  clampInto,
+  describeBounds,
+  type IntKey,
+  sandboxModes,
+  sandboxModesAccepted
+} from "./internal/configBounds.ts"
+import {
+  type ConfigFile,
+  type ConfigFileError,
+  ConfigInvalid,
+  ConfigUnknownKeys,
+  ConfigUnknownTool,
+  describeUnknown,
+  envVarOf,
+  locate,
+  originsOf,
+  readToml,
+  unknownKeys,
+  unknownTools,
+  withSeedAliases,
+  wrongType
+} from "./internal/configFile.ts"
 import * as Trust from "./Trust.ts"
-
-// The TOML parser is loaded when a config file is first read (a process with none never needs it).
-let tomlModule: typeof TomlModule | undefined
-const Toml = (): typeof TomlModule => (tomlModule ??= createRequire(import.meta.url)("smol-toml") as typeof TomlModule)
 
 // ---------------------------------------------------------------------------
 // Settings
 // ---------------------------------------------------------------------------
 
-/**
- * What a sub-agent spawn does when `subagents.max_concurrent` are already running.
- *
- * @since 0.1.0
- */
+/** What a sub-agent spawn does when `subagents.max_concurrent` are already running. */
 export type Admission = "reject" | "queue"
 
-/**
- * `[agent]`: the root agent loop and its model calls.
- *
- * @since 0.1.0
- */
+/** `[agent]`: the root agent loop and its model calls. */
 export interface AgentSettings {
   readonly maxSteps: number
   readonly apiTimeoutSecs: number
@@ -64,11 +74,7 @@ export interface AgentSettings {
   readonly retryMaxMs: number
 }
 
-/**
- * `[subagents]`: limits, budgets and models of spawned sub-agents.
- *
- * @since 0.1.0
- */
+/** `[subagents]`: limits, budgets and models of spawned sub-agents. */
 export interface SubagentSettings {
   readonly maxConcurrent: number
   readonly maxDepth: number
@@ -92,21 +98,13 @@ export interface SubagentSettings {
   readonly models: Readonly<Record<string, string>>
 }
 
-/**
- * `[tools]`: limits of the built-in tools.
- *
- * @since 0.1.0
- */
+/** `[tools]`: limits of the built-in tools. */
 export interface ToolSettings {
   readonly shellTimeoutSecs: number
   readonly maxOutputChars: number
 }
 
-/**
- * `[permissions]`.
- *
- * @since 0.1.0
- */
+/** `[permissions]`. */
 export interface PermissionSettings {
   /** Tool names that are never offered to any agent (env: comma-separated). */
   readonly deny: ReadonlyArray<string>
@@ -117,27 +115,17 @@ export interface PermissionSettings {
  * system read-only, a private /tmp), `"workspace-write"` (the workspace writable, except
  * `.git` and `.fibril`), or `"off"` (no sandbox). The mode is the most an agent's shell
  * gets; an agent that may not write is read-only whatever it says.
- *
- * @since 0.1.0
  */
 export type SandboxMode = "read-only" | "workspace-write" | "off"
 
-/**
- * `[sandbox.roles.<role>]`: per-role overrides; an unset key falls back to `[sandbox]`.
- *
- * @since 0.1.0
- */
+/** `[sandbox.roles.<role>]`: per-role overrides; an unset key falls back to `[sandbox]`. */
 export interface SandboxRoleSettings {
   readonly mode?: SandboxMode | undefined
   readonly network?: boolean | undefined
   readonly writablePaths?: ReadonlyArray<string> | undefined
 }
 
-/**
- * `[sandbox]`: the operating-system sandbox of `shell` commands.
- *
- * @since 0.1.0
- */
+/** `[sandbox]`: the operating-system sandbox of `shell` commands. */
 export interface SandboxSettings {
   readonly mode: SandboxMode
   /** Network access (and Unix sockets) inside the sandbox. */
@@ -155,11 +143,7 @@ export interface SandboxSettings {
   readonly roles: Readonly<Record<string, SandboxRoleSettings>>
 }
 
-/**
- * `[cluster]`: cluster mode (docs/cluster.md).
- *
- * @since 0.1.0
- */
+/** `[cluster]`: cluster mode (docs/cluster.md). */
 export interface ClusterSettings {
   /**
    * The cluster's database: a PostgreSQL URL, or `sqlite:<file>` on one machine. Set, `run`,
@@ -168,11 +152,7 @@ export interface ClusterSettings {
   readonly url: string | undefined
 }
 
-/**
- * The resolved settings, with camelCase names for the snake_case TOML keys.
- *
- * @since 0.1.0
- */
+/** The resolved settings, with camelCase names for the snake_case TOML keys. */
 export interface Settings {
   /** Default model id of the root agent. */
   readonly model: string | undefined
@@ -184,23 +164,7 @@ export interface Settings {
   readonly cluster: ClusterSettings
 }
 
-/**
- * A value that was outside its allowed range and was replaced.
- *
- * @since 0.1.0
- */
-export interface Clamped {
-  /** Dotted TOML path, e.g. `"agent.api_timeout_secs"`. */
-  readonly key: string
-  readonly given: number
-  readonly used: number
-}
-
-/**
- * The service shape: settings plus where they came from.
- *
- * @since 0.1.0
- */
+/** The service shape: settings plus where they came from. */
 export interface Resolved {
   readonly settings: Settings
   readonly clamped: ReadonlyArray<Clamped>
@@ -226,18 +190,13 @@ export interface Resolved {
   readonly trust?: Trust.Report | undefined
 }
 
-/**
- * The resolved configuration of the running process.
- *
- * @since 0.1.0
- */
+// A value that was outside its allowed range and was replaced (internal/configBounds.ts).
+export type { Clamped } from "./internal/configBounds.ts"
+
+/** The resolved configuration of the running process. */
 export class FibrilConfig extends Context.Service<FibrilConfig, Resolved>()("@fibril/core/FibrilConfig") {}
 
-/**
- * The settings used when no source sets a key.
- *
- * @since 0.1.0
- */
+/** The settings used when no source sets a key. */
 export const defaults: Settings = {
   model: undefined,
   agent: { maxSteps: 50, apiTimeoutSecs: 120, maxRetries: 3, retryBaseMs: 1000, retryMaxMs: 30_000 },
@@ -278,304 +237,23 @@ export const defaults: Settings = {
 // Errors
 // ---------------------------------------------------------------------------
 
-/**
- * A config file exists but could not be read or is not valid TOML.
- *
- * @since 0.1.0
- */
-export class ConfigFileError extends Schema.TaggedError<ConfigFileError>()("ConfigFileError", {
-  path: Schema.String,
-  /** smol-toml's message with line and column, or the read error. */
-  reason: Schema.String
-}) {
-  override get message(): string {
-    return `Cannot load config file ${this.path}: ${this.reason}`
-  }
-}
-
-/**
- * A config value has the wrong type or is not one of the accepted values.
- *
- * @since 0.1.0
- */
-export class ConfigInvalid extends Schema.TaggedError<ConfigInvalid>()("ConfigInvalid", {
-  /** Dotted TOML path, e.g. `"agent.max_steps"`. */
-  key: Schema.String,
-  /** The environment variable for the same key, e.g. `"FIBRIL_AGENT_MAX_STEPS"`. */
-  envVar: Schema.String,
-  /** Where the value came from: `"/repo/.fibril/config.toml, line 3"` or `"environment variable FIBRIL_…"`. */
-  source: Schema.String,
-  /** What was wrong, from the underlying `ConfigError`. */
-  problem: Schema.String,
-  /** What the key accepts. */
-  accepted: Schema.String
-}) {
-  override get message(): string {
-    return `Invalid config value for ${this.key} (${this.source}): ${this.problem}. Accepted: ${this.accepted}`
-  }
-}
-
-/**
- * A table or key a config file holds that Fibril does not know.
- *
- * @since 0.1.0
- */
-export const UnknownKey = Schema.Struct({
-  file: Schema.String,
-  /** 1-based; absent when the key could not be found in the text. */
-  line: Schema.optionalKey(Schema.Int),
-  /** Dotted path, e.g. `"permisions"` or `"agent.max_step"`. */
-  key: Schema.String,
-  kind: Schema.Literals(["table", "key"]),
-  /** The nearest valid name, e.g. `"[permissions]"` or `"agent.max_steps"`. */
-  suggestion: Schema.optionalKey(Schema.String)
-})
-export type UnknownKey = typeof UnknownKey.Type
-
-/** `"/repo/.fibril/config.toml, line 1: unknown table [permisions]; did you mean [permissions]?"` */
-export const describeUnknown = (problem: UnknownKey): string => {
-  const where = problem.line === undefined ? problem.file : `${problem.file}, line ${problem.line}`
-  const what = problem.kind === "table" ? `unknown table [${problem.key}]` : `unknown key ${problem.key}`
-  return `${where}: ${what}${problem.suggestion === undefined ? "" : `; did you mean ${problem.suggestion}?`}`
-}
-
-/**
- * Config files hold tables or keys Fibril does not know (strict mode).
- *
- * @since 0.1.0
- */
-export class ConfigUnknownKeys extends Schema.TaggedError<ConfigUnknownKeys>()("ConfigUnknownKeys", {
-  problems: Schema.Array(UnknownKey)
-}) {
-  override get message(): string {
-    return `Unknown configuration (fix the names, or use --no-strict or strict = false to only warn):\n${
-      this.problems.map((problem) => `  ${describeUnknown(problem)}`).join("\n")
-    }`
-  }
-}
-
-/**
- * `[permissions] deny` names tools that do not exist: such a denial would deny nothing.
- *
- * @since 0.1.0
- */
-export class ConfigUnknownTool extends Schema.TaggedError<ConfigUnknownTool>()("ConfigUnknownTool", {
-  key: Schema.String,
-  source: Schema.String,
-  unknown: Schema.Array(Schema.Struct({ name: Schema.String, suggestion: Schema.optionalKey(Schema.String) })),
-  known: Schema.Array(Schema.String)
-}) {
-  override get message(): string {
-    const names = this.unknown.map((tool) =>
-      `"${tool.name}"${tool.suggestion === undefined ? "" : ` (did you mean "${tool.suggestion}"?)`}`
-    )
-    return `${this.key} (${this.source}) names ${names.length === 1 ? "an unknown tool" : "unknown tools"}: ${
-      names.join(", ")
-    }; a denial that matches no tool denies nothing. Known tools: ${this.known.join(", ")}`
-  }
-}
-
-// ---------------------------------------------------------------------------
-// Known tables and keys
-// ---------------------------------------------------------------------------
-
-/**
- * Every table and key a config file may hold, by dotted table path (`""` is the top level).
- * A list names the table's keys; `"any"` accepts any key (a map such as
- * `[subagents.models]`, role -> model); a `*` segment matches any one name (for per-name
- * tables such as `"sandbox.roles.*"`). Anything else in a file is an unknown key. To add a
- * section, add its entry here and read its keys in `readSettings`.
- *
- * @since 0.1.0
- */
-export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> = {
-  "": ["model", "strict"],
-  agent: ["max_steps", "api_timeout_secs", "max_retries", "retry_base_ms", "retry_max_ms"],
-  subagents: [
-    "max_concurrent",
-    "max_depth",
-    "admission",
-    "heartbeat_timeout_secs",
-    "max_steps",
-    "max_tokens",
-    "max_wall_secs",
-    "tree_max_tokens",
-    "max_result_chars",
-    "default_model",
-    "worker_model",
-    "explorer_model",
-    "awaiter_model",
-    "review_model",
-    "custom_model"
-  ],
-  "subagents.models": "any",
-  tools: ["shell_timeout_secs", "max_output_chars"],
-  permissions: ["deny"],
-  sandbox: ["mode", "network", "writable_paths", "bwrap_path", "tmp_size_mb", "max_processes", "memory_mb"],
-  "sandbox.roles": [],
-  "sandbox.roles.*": ["mode", "network", "writable_paths"],
-  cluster: ["url"]
-}
-
-/** The registry entry for a table path, `*` segments matching any name. */
-const tableSpec = (table: string): ReadonlyArray<string> | "any" | undefined => {
-  const exact = knownKeys[table]
-  if (exact !== undefined) return exact
-  const segments = table.split(".")
-  for (const [pattern, spec] of Object.entries(knownKeys)) {
-    const parts = pattern.split(".")
-    if (parts.length === segments.length && parts.every((part, i) => part === "*" || part === segments[i])) return spec
-  }
-  return undefined
-}
-
-/** The tables directly inside `table`, as named in the registry. */
-const childTables = (table: string): ReadonlyArray<string> =>
-  Object.keys(knownKeys).flatMap((path) => {
-    if (path === "") return []
-    const parent = path.includes(".") ? path.slice(0, path.lastIndexOf(".")) : ""
-    return parent === table ? [path.slice(parent === "" ? 0 : parent.length + 1)] : []
-  }).filter((name) => name !== "*")
-
-const isTable = (value: unknown): value is Record<string, unknown> =>
-  typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof Date)
-
-const join = (table: string, key: string) => table === "" ? key : `${table}.${key}`
-
-/** What to suggest for an unknown `key` in `table`: a near name there, or the same key in another table. */
-const suggestFor = (table: string, key: string, kind: UnknownKey["kind"]): string | undefined => {
-  const spec = tableSpec(table)
-  const keys = Array.isArray(spec) ? spec : []
-  const tables = childTables(table)
-  const near = nearest(key, [...keys, ...tables])
-  if (near !== undefined) return tables.includes(near) ? `[${join(table, near)}]` : join(table, near)
-  if (kind === "key") {
-    const elsewhere = Object.entries(knownKeys).find(([, names]) => Array.isArray(names) && names.includes(key))
-    if (elsewhere !== undefined) return join(elsewhere[0], key)
-  }
-  return undefined
-}
-
-/** The tables and keys of a parsed file that {@link knownKeys} does not list. */
-const unknownKeys = (file: string, table: TomlModule.TomlTable, lines: ReadonlyMap<string, number>) => {
-  const problems: Array<UnknownKey> = []
-  const walk = (path: string, value: Record<string, unknown>) => {
-    const spec = tableSpec(path)
-    if (spec === "any") return
-    for (const [key, inner] of Object.entries(value)) {
-      const full = join(path, key)
-      if (isTable(inner) && tableSpec(full) !== undefined) walk(full, inner)
-      else if (spec === undefined || !spec.includes(key)) {
-        const kind = isTable(inner) ? "table" : "key"
-        const line = lines.get(full)
-        const suggestion = suggestFor(path, key, kind)
-        problems.push({
-          file,
-          key: full,
-          kind,
-          ...(line === undefined ? {} : { line }),
-          ...(suggestion === undefined ? {} : { suggestion })
-        })
-      }
-    }
-  }
-  walk("", table)
-  return problems
-}
-
-// A TOML key: bare, "basic" or 'literal', possibly dotted.
-const keyPart = String.raw`(?:"(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)`
-const keyLine = new RegExp(String.raw`^\s*(${keyPart}(?:\s*\.\s*${keyPart})*)\s*=`)
-const headerLine = new RegExp(String.raw`^\s*\[\[?\s*(${keyPart}(?:\s*\.\s*${keyPart})*)\s*\]\]?\s*(?:#.*)?$`)
-
-const segmentsOf = (dotted: string): Array<string> =>
-  [...dotted.matchAll(new RegExp(keyPart, "g"))].map(([part]) =>
-    part.startsWith("\"")
-      ? part.slice(1, -1).replace(/\\(["\\])/g, "$1")
-      : part.startsWith("'")
-      ? part.slice(1, -1)
-      : part
-  )
-
-/**
- * The 1-based line where each table and key of a TOML text is first written, by dotted
- * path. smol-toml reports no positions for values, so the text is scanned: table headers
- * set the current table, `key =` lines (dotted keys too) add paths under it.
- */
-export const keyLines = (text: string): ReadonlyMap<string, number> => {
-  const lines = new Map<string, number>()
-  let table: Array<string> = []
-  text.split(/\r?\n/).forEach((line, index) => {
-    const header = headerLine.exec(line)
-    if (header !== null) {
-      table = segmentsOf(header[1]!)
-      const path = table.join(".")
-      if (!lines.has(path)) lines.set(path, index + 1)
-      return
-    }
-    const key = keyLine.exec(line)
-    if (key === null) return
-    const parts = [...table, ...segmentsOf(key[1]!)]
-    for (let end = table.length + 1; end <= parts.length; end++) {
-      const path = parts.slice(0, end).join(".")
-      if (!lines.has(path)) lines.set(path, index + 1)
-    }
-  })
-  return lines
-}
-
-// ---------------------------------------------------------------------------
-// Clamping
-// ---------------------------------------------------------------------------
-
-/** Allowed range of every integer key; out-of-range values are clamped, not rejected. */
-const bounds = {
-  "agent.max_steps": [1, 1000],
-  "agent.api_timeout_secs": [1, 1800],
-  "agent.max_retries": [0, 10],
-  "agent.retry_base_ms": [10, 60_000],
-  "agent.retry_max_ms": [100, 600_000],
-  "subagents.max_concurrent": [1, 20],
-  "subagents.max_depth": [0, 5],
-  "subagents.heartbeat_timeout_secs": [30, 3600],
-  "subagents.max_steps": [1, 1000],
-  "subagents.max_tokens": [1, Number.MAX_SAFE_INTEGER],
-  "subagents.max_wall_secs": [1, 86_400],
-  "subagents.tree_max_tokens": [1, Number.MAX_SAFE_INTEGER],
-  "subagents.max_result_chars": [256, 1_048_576],
-  "tools.shell_timeout_secs": [1, 3600],
-  "tools.max_output_chars": [1000, 1_000_000],
-  "sandbox.tmp_size_mb": [1, 65_536],
-  "sandbox.max_processes": [16, 65_536],
-  "sandbox.memory_mb": [64, 1_048_576]
-} as const satisfies Record<string, readonly [number, number]>
-
-type IntKey = keyof typeof bounds
-
-/**
- * Clamps `given` into the range of `key`, then raises it to `atLeast`; records the
- * key in `log` when the value used differs from the value given.
- */
-const clampInto = (log: Array<Clamped>) => (key: IntKey, given: number, atLeast = Number.NEGATIVE_INFINITY): number => {
-  const [min, max] = bounds[key]
-  const used = Math.max(atLeast, Math.min(max, Math.max(min, given)))
-  if (used !== given) log.push({ key, given, used })
-  return used
-}
-
-const describeBounds = (key: IntKey): string => {
-  const [min, max] = bounds[key]
-  return max === Number.MAX_SAFE_INTEGER
-    ? `an integer >= ${min} (smaller values are clamped)`
-    : `an integer; values outside ${min}..${max} are clamped`
-}
+// The errors, the registry of known keys and the seed's names are defined next to the reading
+// of the files that raises and uses them (internal/configFile.ts); they are part of this API.
+export {
+  ConfigFileError,
+  ConfigInvalid,
+  ConfigUnknownKeys,
+  ConfigUnknownTool,
+  describeUnknown,
+  keyLines,
+  knownKeys,
+  seedAliases,
+  UnknownKey
+} from "./internal/configFile.ts"
 
 // ---------------------------------------------------------------------------
 // Reading
 // ---------------------------------------------------------------------------
-
-/** `"agent.max_steps"` -> `"FIBRIL_AGENT_MAX_STEPS"`. */
-const envVarOf = (key: string): string => `FIBRIL_${key.replaceAll(".", "_").toUpperCase()}`
 
 /**
  * The sources in order: env (FIBRIL_ + constant case of the path), the project table, the
@@ -590,20 +268,6 @@ const makeSources = (
   ConfigProvider.fromUnknown(project),
   ConfigProvider.fromUnknown(user)
 ]
-
-const sandboxModes = ["read-only", "workspace-write", "off"] as const satisfies ReadonlyArray<SandboxMode>
-const sandboxModesAccepted = sandboxModes.map((mode) => `"${mode}"`).join(" | ")
-
-/** What the keys that are not integers accept, as error messages say it. */
-const accepts = {
-  string: "a string",
-  boolean: "true or false",
-  admission: `"reject" | "queue"`,
-  models: `a table of role name = model id strings ("role=model,role=model" in the environment)`,
-  deny: "an array of tool names (comma-separated in the environment)",
-  writablePaths: "an array of paths, absolute or relative to the workspace (comma-separated in the environment)",
-  bwrapPath: "a string: the bubblewrap binary, a name on PATH or a path"
-} as const
 
 /** One `[sandbox.roles.<role>]` table as written (snake_case keys, every key optional). */
 const SandboxRoleTable = Schema.Struct({
@@ -783,247 +447,6 @@ const readSettings = Effect.fnUntraced(function*(
   }
   return { settings, clamped }
 })
-
-const tomlReason = (error: unknown): string =>
-  error instanceof Toml().TomlError
-    ? `line ${error.line}, column ${error.column}: ${error.message}`
-    : String(error)
-
-/** A config file as read: its path, text (for line numbers) and parsed table. */
-interface ConfigFile {
-  readonly path: string
-  /** The text as read: its digest is what a trusted workspace was trusted with. */
-  readonly text: string
-  readonly table: TomlModule.TomlTable
-  readonly lines: ReadonlyMap<string, number>
-  /** Fibril key -> the seed's name it was written under in this file ({@link withSeedAliases}). */
-  readonly aliased?: ReadonlyMap<string, string>
-}
-
-/** The parsed file, or `None` when it does not exist. */
-const readToml = Effect.fnUntraced(function*(fs: FileSystem.FileSystem, file: string) {
-  const text = yield* fs.readFileString(file).pipe(
-    Effect.map(Option.some),
-    Effect.catchTag("PlatformError", (error) =>
-      error.reason._tag === "NotFound"
-        ? Effect.succeedNone
-        : Effect.fail(new ConfigFileError({ path: file, reason: error.message })))
-  )
-  if (Option.isNone(text)) return Option.none<ConfigFile>()
-  const table = yield* Effect.try({
-    try: () => Toml().parse(text.value),
-    catch: (error) => new ConfigFileError({ path: file, reason: tomlReason(error) })
-  })
-  return Option.some<ConfigFile>({ path: file, text: text.value, table, lines: keyLines(text.value) })
-})
-
-/** The value at a dotted path of a parsed table, if any. */
-const valueAt = (table: TomlModule.TomlTable, key: string): unknown =>
-  key.split(".").reduce<unknown>((value, part) => isTable(value) ? value[part] : undefined, table)
-
-/** Where the value of `key` comes from: the environment variable, else the first file holding it. */
-const locate = (
-  env: Readonly<Record<string, string | undefined>>,
-  files: ReadonlyArray<ConfigFile>
-) =>
-(key: string): string => {
-  const variable = envVarOf(key)
-  const fromEnv = env[variable]
-  if (fromEnv !== undefined && fromEnv !== "") return `environment variable ${variable}`
-  const file = files.find((file) => valueAt(file.table, key) !== undefined)
-  if (file === undefined) return "defaults"
-  const line = file.lines.get(key)
-  const where = line === undefined ? file.path : `${file.path}, line ${line}`
-  const written = file.aliased?.get(key)
-  return written === undefined ? where : `${written} in ${where} (alias of ${key})`
-}
-
-/**
- * What a config file may hold at a key, by TOML type. `Config` reads a file's values leniently
- * (a number where a string is wanted becomes its digits; an array where a number or a flag is
- * wanted reads as unset, so the default is used in silence), so a file's values are checked
- * against these first. Strings where a number or a flag is wanted are left to `Config`, which
- * parses or refuses them as it does every environment variable ("12", "yes").
- */
-type FileKind = "string" | "integer" | "boolean" | "strings" | "string table"
-const fileKinds: Readonly<Record<string, readonly [FileKind, string]>> = {
-  strict: ["boolean", accepts.boolean],
-  model: ["string", accepts.string],
-  "subagents.admission": ["string", accepts.admission],
-  "subagents.default_model": ["string", accepts.string],
-  "subagents.worker_model": ["string", accepts.string],
-  "subagents.explorer_model": ["string", accepts.string],
-  "subagents.awaiter_model": ["string", accepts.string],
-  "subagents.review_model": ["string", accepts.string],
-  "subagents.custom_model": ["string", accepts.string],
-  "subagents.models": ["string table", accepts.models],
-  "permissions.deny": ["strings", accepts.deny],
-  "sandbox.mode": ["string", sandboxModesAccepted],
-  "sandbox.network": ["boolean", accepts.boolean],
-  "sandbox.writable_paths": ["strings", accepts.writablePaths],
-  "sandbox.bwrap_path": ["string", accepts.bwrapPath],
-  "cluster.url": ["string", accepts.string],
-  ...Object.fromEntries(Object.keys(bounds).map((key) => [key, ["integer", describeBounds(key as IntKey)] as const]))
-}
-
-const tomlType = (value: unknown): string =>
-  Array.isArray(value)
-    ? "an array"
-    : isTable(value)
-    ? "a table"
-    : value instanceof Date
-    ? "a date"
-    : typeof value === "number" || typeof value === "bigint"
-    ? "a number"
-    : typeof value === "boolean"
-    ? "a boolean"
-    : "a string"
-
-const fitsKind = (kind: FileKind, value: unknown): boolean => {
-  switch (kind) {
-    case "string":
-      return typeof value === "string"
-    case "integer":
-      return typeof value === "number" || typeof value === "bigint" || typeof value === "string"
-    case "boolean":
-      return typeof value === "boolean" || typeof value === "string"
-    case "strings":
-      // A comma-separated string is read as the list, as in the environment.
-      return typeof value === "string" || (Array.isArray(value) && value.every((item) => typeof item === "string"))
-    case "string table":
-      return isTable(value) && Object.values(value).every((item) => typeof item === "string")
-  }
-}
-
-/** The first value of a file whose TOML type its key does not accept, as a `ConfigInvalid`. */
-const wrongType = (file: ConfigFile): ConfigInvalid | undefined => {
-  for (const [key, [kind, accepted]] of Object.entries(fileKinds)) {
-    const value = valueAt(file.table, key)
-    if (value === undefined || fitsKind(kind, value)) continue
-    const line = file.lines.get(key)
-    const shown = value instanceof Date
-      ? value.toISOString()
-      : JSON.stringify(value, (_, v) => typeof v === "bigint" ? String(v) : v)
-    return new ConfigInvalid({
-      key,
-      envVar: envVarOf(key),
-      source: line === undefined ? file.path : `${file.path}, line ${line}`,
-      problem: `got ${shown} (${tomlType(value)}${
-        Array.isArray(value) || isTable(value) ? " with an entry that is not a string" : ""
-      })`,
-      accepted
-    })
-  }
-  return undefined
-}
-
-/** `[permissions] deny` entries that name no known tool, each with the tool it probably means. */
-const unknownTools = (deny: ReadonlyArray<string>, known: ReadonlyArray<string>) =>
-  deny.filter((name) => !known.includes(name)).map((name) => {
-    const key = name.toLowerCase()
-    const foreign = Object.hasOwn(claudeTools, key) ? claudeTools[key] : Object.hasOwn(opencodeTools, key)
-      ? opencodeTools[key]
-      : undefined
-    const suggestion = foreign?.find((tool) => known.includes(tool)) ?? nearest(name, known)
-    return suggestion === undefined ? { name } : { name, suggestion }
-  })
-
-// ---------------------------------------------------------------------------
-// The seed's names (DeepSeek TUI / CodeWhale)
-// ---------------------------------------------------------------------------
-
-/**
- * Keys a DeepSeek TUI / CodeWhale config file holds that Fibril names differently, by the
- * seed's dotted name -> the Fibril key it is read as. Every other key the seed documents for
- * sub-agents (`[subagents]` `max_concurrent`, `heartbeat_timeout_secs`, `default_model`,
- * `worker_model`, `explorer_model`, `awaiter_model`, `review_model`, `custom_model`, and
- * `[subagents.models]`) has the same name in Fibril, so a seed config file loads as written.
- * (Keys with no Fibril counterpart, such as CodeWhale 0.9's `launch_concurrency` or
- * `[subagents.providers.*]`, stay unknown keys: an error, or with `strict = false` a warning.)
- * Where one file sets both names, the Fibril key wins and a warning says so (the seed's own
- * rule for `max_subagents`: `[subagents] max_concurrent` overrides it); between files and the
- * environment the usual precedence holds.
- *
- * @since 0.1.0
- */
-export const seedAliases: Readonly<Record<string, string>> = {
-  // The seed's per-step timeout of sub-agents' model calls; Fibril's applies to every agent.
-  "subagents.api_timeout_secs": "agent.api_timeout_secs",
-  max_subagents: "subagents.max_concurrent",
-  // CodeWhale 0.9's names (its Fleet roles, and the budgets it moved out of the tool call).
-  "subagents.scout_model": "subagents.explorer_model",
-  "subagents.planner_model": "subagents.awaiter_model",
-  "subagents.reviewer_model": "subagents.review_model",
-  "subagents.default_max_steps": "subagents.max_steps",
-  "subagents.default_wall_time_secs": "subagents.max_wall_secs",
-  "subagents.token_budget": "subagents.tree_max_tokens"
-}
-
-/** `table` with the value at the dotted `key` replaced (`undefined`: removed), copied along the path. */
-const withValueAt = (table: Record<string, unknown>, key: string, value: unknown): Record<string, unknown> => {
-  const [head, ...rest] = key.split(".")
-  const copy = { ...table }
-  if (rest.length === 0) {
-    if (value === undefined) delete copy[head!]
-    else copy[head!] = value
-    return copy
-  }
-  const inner = copy[head!]
-  copy[head!] = withValueAt(isTable(inner) ? inner : {}, rest.join("."), value)
-  return copy
-}
-
-/**
- * The file as Fibril reads it: each seed name moved to its Fibril key (remembered in
- * `aliased`, with its line), or dropped with a warning where the file sets the Fibril key too.
- */
-const withSeedAliases = (file: ConfigFile): { readonly file: ConfigFile; readonly conflicts: Array<string> } => {
-  let table: Record<string, unknown> = file.table
-  const lines = new Map(file.lines)
-  const aliased = new Map<string, string>()
-  const conflicts: Array<string> = []
-  for (const [seedKey, key] of Object.entries(seedAliases)) {
-    const value = valueAt(file.table, seedKey)
-    if (value === undefined || isTable(value)) continue
-    table = withValueAt(table, seedKey, undefined)
-    const own = valueAt(file.table, key)
-    if (own === undefined) {
-      table = withValueAt(table, key, value)
-      aliased.set(key, seedKey)
-      const line = file.lines.get(seedKey)
-      if (line !== undefined) lines.set(key, line)
-    } else {
-      const line = (name: string) => file.lines.has(name) ? `, line ${file.lines.get(name)}` : ""
-      conflicts.push(
-        `${file.path}${line(seedKey)}: ${seedKey} = ${JSON.stringify(value)} (the seed's name of ${key}) is ignored: ` +
-          `${key} = ${JSON.stringify(own)} is set too (line ${file.lines.get(key) ?? "?"}), and the Fibril key wins`
-      )
-    }
-  }
-  return { file: { ...file, table: table as TomlModule.TomlTable, lines, aliased }, conflicts }
-}
-
-/** Where each value that is not a default came from (see {@link Resolved.origins}). */
-const originsOf = (
-  settings: Settings,
-  env: Readonly<Record<string, string | undefined>>,
-  files: ReadonlyArray<ConfigFile>
-): Record<string, string> => {
-  const sourceOf = locate(env, files)
-  const keys = Object.entries(knownKeys).flatMap(([table, names]) =>
-    Array.isArray(names) && !table.includes("*") ? names.map((name) => join(table, name)) : []
-  )
-  const models = envVarOf("subagents.models") in env && env[envVarOf("subagents.models")] !== ""
-    ? ["subagents.models"]
-    : Object.keys(settings.subagents.models).map((role) => `subagents.models.${role}`)
-  return Object.fromEntries(
-    [...keys, ...models].flatMap((key) => {
-      const source = sourceOf(key)
-      return source === "defaults" ? [] : [[key, source]]
-    })
-  )
-}
-
 // ---------------------------------------------------------------------------
 // Constructors
 // ---------------------------------------------------------------------------
@@ -1031,8 +454,6 @@ const originsOf = (
 /**
  * Where to look for configuration. Pass the process values in at the edge
  * ({@link layerConfig} does); nothing below reads `process` itself.
- *
- * @since 0.1.0
  */
 export interface LoadOptions {
   readonly cwd: string
@@ -1059,8 +480,6 @@ export interface LoadOptions {
  * ```ts
  * const { settings, clamped } = yield* FibrilConfig.load({ cwd: "/repo", home: "/home/me", env: {} })
  * ```
- *
- * @since 0.1.0
  */
 export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOptions) {
   const fs = yield* FileSystem.FileSystem
@@ -1125,7 +544,7 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
     warnings: [...seedConflicts, ...unknown.map(describeUnknown)],
     // An untrusted workspace's ignored widenings are not where any value came from.
     origins: originsOf(
-      settings,
+      settings.subagents.models,
       options.env,
       gate === undefined ?
         files :
@@ -1175,16 +594,10 @@ const gateProject = Effect.fnUntraced(function*(
 /**
  * Everything `load` can fail with: a file that cannot be read or parsed, a value of the
  * wrong type, unknown tables or keys (strict), a denial of an unknown tool.
- *
- * @since 0.1.0
  */
 export type LoadError = ConfigFileError | ConfigInvalid | ConfigUnknownKeys | ConfigUnknownTool
 
-/**
- * Overrides for {@link fromSettings}; each section is merged over its defaults.
- *
- * @since 0.1.0
- */
+/** Overrides for {@link fromSettings}; each section is merged over its defaults. */
 export interface SettingsOverrides {
   readonly model?: string | undefined
   readonly agent?: Partial<AgentSettings> | undefined
@@ -1198,8 +611,6 @@ export interface SettingsOverrides {
 /**
  * Builds the service value from {@link defaults} merged with `overrides`, section
  * by section. No files, no env, no clamping: tests get exactly what they ask for.
- *
- * @since 0.1.0
  */
 export const fromSettings = (overrides: SettingsOverrides = {}): Resolved => ({
   settings: {
@@ -1217,19 +628,11 @@ export const fromSettings = (overrides: SettingsOverrides = {}): Resolved => ({
   origins: {}
 })
 
-/**
- * Test layer: {@link fromSettings} as a `FibrilConfig`.
- *
- * @since 0.1.0
- */
+/** Test layer: {@link fromSettings} as a `FibrilConfig`. */
 export const layerSettings = (overrides: SettingsOverrides = {}): Layer.Layer<FibrilConfig> =>
   Layer.succeed(FibrilConfig, FibrilConfig.of(fromSettings(overrides)))
 
-/**
- * `FibrilConfig` from explicit locations and environment (see {@link load}).
- *
- * @since 0.1.0
- */
+/** `FibrilConfig` from explicit locations and environment (see {@link load}). */
 export const layer = (
   options: LoadOptions
 ): Layer.Layer<FibrilConfig, LoadError, FileSystem.FileSystem> =>
@@ -1243,8 +646,6 @@ export const layer = (
  * ```ts
  * program.pipe(Effect.provide(FibrilConfig.layerConfig), Effect.provide(NodeServices.layer))
  * ```
- *
- * @since 0.1.0
  */
 export const layerConfig: Layer.Layer<FibrilConfig, LoadError, FileSystem.FileSystem> = Layer.unwrap(
   Effect.sync(() => layer({ cwd: process.cwd(), home: os.homedir(), env: { ...process.env } }))

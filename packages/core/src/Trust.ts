@@ -20,8 +20,6 @@
  * `<home>/.fibril/trusted.toml`: each entry is a workspace's real path and the SHA-256 of its
  * config file when it was trusted, so a config changed afterwards (a `git pull`) is untrusted
  * again until the user looks at it and trusts it again.
- *
- * @since 0.1.0
  */
 import * as Effect from "effect/Effect"
 import * as FileSystem from "effect/FileSystem"
@@ -40,11 +38,7 @@ const Toml = (): typeof TomlModule => (tomlModule ??= createRequire(import.meta.
 // Model
 // ---------------------------------------------------------------------------
 
-/**
- * One setting of a project file that widens the posture.
- *
- * @since 0.1.0
- */
+/** One setting of a project file that widens the posture. */
 export interface Widening {
   /** Dotted TOML path, e.g. `"sandbox.roles.explore.mode"`. */
   readonly key: string
@@ -60,8 +54,6 @@ export interface Widening {
  * What the trust check decided for a workspace whose project file widens something.
  * `trusted`: the widenings apply; `untrusted` (never trusted) and `changed` (trusted, but the
  * file changed since): they were ignored.
- *
- * @since 0.1.0
  */
 export interface Report {
   readonly workspace: string
@@ -70,11 +62,7 @@ export interface Report {
   readonly widenings: ReadonlyArray<Widening>
 }
 
-/**
- * One trusted workspace of `<home>/.fibril/trusted.toml`.
- *
- * @since 0.1.0
- */
+/** One trusted workspace of `<home>/.fibril/trusted.toml`. */
 export interface Entry {
   /** The workspace's real path (symlinks resolved). */
   readonly path: string
@@ -84,11 +72,7 @@ export interface Entry {
   readonly trustedAt: string
 }
 
-/**
- * The trust list cannot be read, parsed or written.
- *
- * @since 0.1.0
- */
+/** The trust list cannot be read, parsed or written. */
 export class TrustFileError extends Schema.TaggedError<TrustFileError>()("TrustFileError", {
   path: Schema.String,
   reason: Schema.String
@@ -98,11 +82,7 @@ export class TrustFileError extends Schema.TaggedError<TrustFileError>()("TrustF
   }
 }
 
-/**
- * `fibril trust` on a workspace without a `.fibril/config.toml`: there is nothing to trust.
- *
- * @since 0.1.0
- */
+/** `fibril trust` on a workspace without a `.fibril/config.toml`: there is nothing to trust. */
 export class NothingToTrust extends Schema.TaggedError<NothingToTrust>()("NothingToTrust", {
   workspace: Schema.String,
   reason: Schema.String
@@ -287,8 +267,6 @@ const findWidenings = (project: Record<string, unknown>, context: Base): Array<F
 /**
  * The settings of a project table that widen the base, and the table without them (the
  * copy an untrusted workspace is read with). Pure.
- *
- * @since 0.1.0
  */
 export const widenings = (
   project: Record<string, unknown>,
@@ -307,8 +285,6 @@ export const widenings = (
 /**
  * Whether a project table holds any key a widening can come from (so the base settings
  * need not be read for the common file that holds none).
- *
- * @since 0.1.0
  */
 export const mayWiden = (project: Record<string, unknown>): boolean =>
   at(project, "sandbox") !== undefined || at(project, "permissions", "deny") !== undefined
@@ -324,11 +300,7 @@ const EntryTable = Schema.Struct({
 })
 const ListTable = Schema.Struct({ workspace: Schema.optionalKey(Schema.Array(EntryTable)) })
 
-/**
- * The trusted workspaces recorded under `home` (none when the file does not exist).
- *
- * @since 0.1.0
- */
+/** The trusted workspaces recorded under `home` (none when the file does not exist). */
 export const list = Effect.fnUntraced(function*(fs: FileSystem.FileSystem, home: string) {
   const file = listFile(home)
   const fail = (reason: string) => new TrustFileError({ path: file, reason })
@@ -380,8 +352,6 @@ export const realWorkspace = (fs: FileSystem.FileSystem, workspace: string) =>
 /**
  * Records `workspace` as trusted with the config it holds now. Fails with `NothingToTrust`
  * when it has no `.fibril/config.toml`.
- *
- * @since 0.1.0
  */
 export const trust = Effect.fn("Trust.trust")(function*(options: {
   readonly workspace: string
@@ -407,11 +377,7 @@ export const trust = Effect.fn("Trust.trust")(function*(options: {
   return entry
 })
 
-/**
- * Removes `workspace` from the list; `false` when it was not in it.
- *
- * @since 0.1.0
- */
+/** Removes `workspace` from the list; `false` when it was not in it. */
 export const revoke = Effect.fn("Trust.revoke")(
   function*(options: { readonly workspace: string; readonly home: string }) {
     const fs = yield* FileSystem.FileSystem
@@ -424,11 +390,7 @@ export const revoke = Effect.fn("Trust.revoke")(
   }
 )
 
-/**
- * Whether `workspace` is trusted with the config text it holds now.
- *
- * @since 0.1.0
- */
+/** Whether `workspace` is trusted with the config text it holds now. */
 export const statusOf = Effect.fnUntraced(function*(
   fs: FileSystem.FileSystem,
   options: { readonly workspace: string; readonly home: string; readonly configText: string }
@@ -446,8 +408,6 @@ export const statusOf = Effect.fnUntraced(function*(
 /**
  * One line for stderr saying what a workspace's config widened, or what was ignored and how
  * to apply it.
- *
- * @since 0.1.0
  */
 export const describe = (report: Report): string => {
   const items = report.widenings.map((widening) =>

@@ -8,7 +8,7 @@
  * `Lab.check` (or `fibril lab run --invariants`, which takes the built-in names).
  */
 import { tree as treeOf } from "./LabGenerators.ts"
-import type { Trace, TraceEvent } from "./Simulation.ts"
+import type { Trace, TraceEvent } from "./SimulationTrace.ts"
 
 /**
  * What a failing check reports: a message, and where it can say so the agent, the virtual time

@@ -15,7 +15,7 @@
 import { AgentTools, SubAgentManager, ToolRegistry } from "@fibril/core"
 import { type AgentEvent, withEmit } from "@fibril/core/AgentEvents"
 import * as Effect from "effect/Effect"
-import type { Tamper } from "./Simulation.ts"
+import type { Tamper } from "./SimulationTrace.ts"
 
 const isEnd = (event: AgentEvent) =>
   event.type === "completed" || event.type === "failed" || event.type === "cancelled" ||

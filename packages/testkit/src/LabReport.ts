@@ -17,7 +17,7 @@
  */
 import type { Violation } from "./Invariants.ts"
 import { tree as treeOf } from "./LabGenerators.ts"
-import type { Trace } from "./Simulation.ts"
+import type { Trace } from "./SimulationTrace.ts"
 
 const colors = {
   queued: "#c9ced6",

@@ -1,0 +1,184 @@
+/**
+ * `fibril run` and `fibril demo`: one root agent (and its sub-agents) on a prompt, in this
+ * process on the workspace's file store (Runtime.ts), or as a client of the cluster
+ * (`--cluster`, ClusterCommand.ts); and the scripted scenario on the ScriptedModel.
+ */
+import * as Fibril from "@fibril/core/Fibril"
+import { ScriptedModel } from "@fibril/testkit"
+import { Argument, Command, Flag } from "effect/cli"
+import * as Effect from "effect/Effect"
+import * as FileSystem from "effect/FileSystem"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Stdio from "effect/Stdio"
+import * as Stream from "effect/Stream"
+import * as path from "node:path"
+import { loadConfig, ProcessEnvironment, resolveCwd, setExit } from "./CliEnvironment.ts"
+import * as CliFlags from "./CliFlags.ts"
+import * as ClusterCommand from "./ClusterCommand.ts"
+import * as Demo from "./Demo.ts"
+import * as DemoScript from "./DemoScript.ts"
+import * as ModelSelection from "./ModelSelection.ts"
+import * as Output from "./Output.ts"
+import * as Run from "./Run.ts"
+import * as RunRecords from "./RunRecords.ts"
+import * as Runtime from "./Runtime.ts"
+
+// The OTLP exporter (effect's HTTP and observability modules) is loaded only when spans go somewhere.
+const tracing = (url: Option.Option<string>) =>
+  Option.match(url, {
+    onNone: () => Layer.empty,
+    onSome: (endpoint) =>
+      Layer.unwrap(Effect.map(Effect.promise(() => import("./Tracing.ts")), (Tracing) => Tracing.layer(endpoint)))
+  })
+
+/**
+ * The prompt of `fibril run`: the argument, `-` (stdin) or `--prompt-file FILE` (`-`: stdin),
+ * exactly one of them, not empty. A file or stdin has no size limit (an argument does).
+ */
+const readPrompt = Effect.fn("fibril.run.prompt")(function*(
+  argument: Option.Option<string>,
+  file: Option.Option<string>,
+  /** Where the command was typed: the file is relative to it. */
+  invocationDir: string
+) {
+  const fail = (problem: string) => Effect.fail(new ModelSelection.UsageError({ problem }))
+  if (Option.isSome(argument) && Option.isSome(file)) {
+    return yield* fail("Give the prompt either as an argument or with --prompt-file, not both.")
+  }
+  const source = Option.isSome(file) ? file.value : Option.getOrUndefined(argument)
+  if (source === undefined) {
+    return yield* fail(
+      "No prompt. Give it as an argument (fibril run \"…\"), in a file (--prompt-file FILE), or on stdin (fibril run - < prompt.md)."
+    )
+  }
+  const fromStdin = source === "-"
+  const text = fromStdin
+    ? yield* Effect.flatMap(Stdio.Stdio, (stdio) => stdio.stdin.pipe(Stream.decodeText(), Stream.mkString)).pipe(
+      Effect.catch((error) => fail(`cannot read the prompt from stdin: ${error.message}`))
+    )
+    : Option.isSome(file)
+    ? yield* Effect.flatMap(FileSystem.FileSystem, (fs) => fs.readFileString(path.resolve(invocationDir, source))).pipe(
+      Effect.catch((error) => fail(`--prompt-file ${source}: cannot read it (${error.message})`))
+    )
+    : source
+  if (text.trim() === "") {
+    return yield* fail(
+      `The prompt is empty${
+        fromStdin ? " (nothing on stdin)" : Option.isSome(file) ? ` (${source})` : ""
+      }: say what the agent should do.`
+    )
+  }
+  return text
+})
+
+export const run = Command.make(
+  "run",
+  {
+    prompt: Argument.String("prompt").pipe(
+      Argument.withDescription("What the root agent should do; - reads it from stdin"),
+      Argument.optional
+    ),
+    promptFile: Flag.String("prompt-file").pipe(
+      Flag.withDescription("Read the prompt from this file (- for stdin), instead of the argument"),
+      Flag.optional
+    ),
+    model: CliFlags.model,
+    baseUrl: CliFlags.baseUrl,
+    role: Flag.String("role").pipe(Flag.withDescription("Role of the root agent (default general)"), Flag.optional),
+    maxConcurrent: CliFlags.maxConcurrent,
+    cwd: CliFlags.cwd,
+    json: CliFlags.jsonLines,
+    waitDetached: Flag.Boolean("wait-detached").pipe(
+      Flag.withDescription("When the root agent is done, wait for detached agents still running (default: stop them)"),
+      Flag.withDefault(false)
+    ),
+    otlp: Flag.String("otlp").pipe(
+      Flag.withDescription("Export traces to this OTLP/HTTP endpoint (…/v1/traces)"),
+      Flag.optional
+    ),
+    stream: Flag.Boolean("stream").pipe(
+      Flag.withDescription("Stream each model answer as it arrives (--no-stream: ask for whole answers)"),
+      Flag.withDefault(true)
+    ),
+    cluster: ClusterCommand.clusterFlag
+  },
+  Effect.fn("fibril.run.command")(function*(flags) {
+    const environment = yield* ProcessEnvironment
+    const cwd = yield* resolveCwd(flags.cwd)
+    const prompt = yield* readPrompt(flags.prompt, flags.promptFile, environment.cwd)
+    const config = yield* loadConfig(cwd)
+    const clusterUrl = ClusterCommand.clusterUrl(flags.cluster, environment.env, config.settings.cluster.url)
+    if (clusterUrl !== undefined) {
+      return yield* setExit(
+        yield* ClusterCommand.run({
+          url: clusterUrl,
+          prompt,
+          cwd,
+          role: Option.getOrUndefined(flags.role),
+          model: Option.getOrUndefined(flags.model),
+          json: flags.json,
+          stream: flags.stream,
+          output: Output.console(environment.tty && !flags.json)
+        })
+      )
+    }
+    const core = yield* Runtime.make(environment, cwd, config.settings, flags)
+    const code = yield* Run.run(
+      {
+        prompt,
+        role: Option.getOrUndefined(flags.role),
+        json: flags.json,
+        waitDetached: flags.waitDetached,
+        interruptedBy: environment.interruptedBy
+      },
+      Output.console(environment.tty && !flags.json)
+    ).pipe(
+      // Its records committed (or a clear error naming the one that is not), before the exit code.
+      Effect.flatMap((code) => RunRecords.settle(code, true)),
+      Effect.provide(Layer.mergeAll(
+        core.layer,
+        // The flag, or the standard OpenTelemetry variable.
+        tracing(
+          Option.orElse(flags.otlp, () => Option.fromNullishOr(environment.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]))
+        )
+      ))
+    )
+    yield* setExit(code)
+  })
+).pipe(
+  Command.withDescription("Run one agent (and its sub-agents) on a prompt, drawing the tree of agents as they work"),
+  Command.withExamples([
+    {
+      command: "fibril run \"Find the HTTP routes and summarise them\" --model deepseek-chat",
+      description: "On a real model (OPENAI_API_KEY, OPENAI_BASE_URL)"
+    },
+    { command: "fibril run --prompt-file task.md", description: "A long prompt from a file" },
+    { command: "git diff | fibril run - --role review", description: "The prompt from stdin" },
+    {
+      command: "fibril run \"Explore\" --model scripted:script.json --json",
+      description: "Offline on a scripted model, one JSON event per line"
+    }
+  ])
+)
+
+export const demo = Command.make(
+  "demo",
+  { cwd: CliFlags.cwd },
+  Effect.fn("fibril.demo.command")(function*(flags) {
+    const environment = yield* ProcessEnvironment
+    const cwd = yield* resolveCwd(flags.cwd)
+    const config = yield* loadConfig(cwd)
+    // Paced like a real model on a terminal, so the tree is seen growing; at once otherwise.
+    const script = DemoScript.script({ paced: environment.tty })
+    yield* Demo.run(Output.console(environment.tty), cwd).pipe(
+      Effect.provide(Fibril.layerFromSettings(cwd, config.settings).pipe(Layer.provide(ScriptedModel.layer(script))))
+    )
+  })
+).pipe(
+  Command.withDescription("A scripted scenario (ScriptedModel, no key, no network) with real tools on this project"),
+  Command.withExamples([{
+    command: "fibril demo",
+    description: "Three explorers in parallel, then a reviewer, on this project's files"
+  }])
+)
