@@ -201,6 +201,34 @@ const toToolkit = (tools: ReadonlyArray<RegisteredTool>): Toolkit.WithHandler<Re
   }
 }
 
+/** A definition's registered form whose handler still requires `R`: see `compile`. */
+export interface CompiledTool<R> extends Omit<RegisteredTool, "handler"> {
+  readonly handler: (params: unknown, context: ToolCallContext) => Effect.Effect<unknown, ToolErrorLike, R>
+}
+
+/**
+ * A definition compiled as `register` compiles it (its `effect/ai` tool, strict argument
+ * decoder, paths), its handler's requirements left to the caller: for a caller that runs a
+ * definition with services of its own (cluster mode runs the sub-agent tools with its
+ * `SubAgentManager`, not the one a registration captured). Takes any parameters (`any`: a
+ * definition's handler is invariant in them), as its decoder makes the handler's input.
+ */
+export const compile = <R>(tool: ToolDefinition<any, R>): CompiledTool<R> => {
+  const paths = tool.paths
+  return {
+    name: tool.name,
+    description: tool.description,
+    posture: tool.posture,
+    idempotent: tool.idempotent ?? tool.posture === "read",
+    parameters: tool.parameters,
+    aiTool: AiTool.make(tool.name, { description: tool.description, parameters: tool.parameters }),
+    decode: strictDecoder(tool.parameters),
+    arguments: argumentNames(tool.parameters),
+    paths: paths ? (params) => paths(params) : noPaths,
+    handler: (params, context) => tool.handler(params, context)
+  }
+}
+
 export class ToolRegistry extends Context.Service<ToolRegistry, {
   /** Registers a tool; its handler's requirements are captured from the caller's context. */
   readonly register: <P extends Parameters, R>(tool: ToolDefinition<P, R>) => Effect.Effect<void, DuplicateTool, R>
@@ -249,19 +277,10 @@ export const make = Effect.sync(() => {
       }
       return found
     }
-    const decode = strictDecoder(tool.parameters)
-    const paths = tool.paths
+    const compiled = compile(tool)
     tools.set(tool.name, {
-      name: tool.name,
-      description: tool.description,
-      posture: tool.posture,
-      idempotent: tool.idempotent ?? tool.posture === "read",
-      parameters: tool.parameters,
-      aiTool: AiTool.make(tool.name, { description: tool.description, parameters: tool.parameters }),
-      decode,
-      arguments: argumentNames(tool.parameters),
-      paths: paths ? (params) => paths(params as P["Type"]) : noPaths,
-      handler: (params, ctx) => Effect.updateContext(tool.handler(params as P["Type"], ctx), withCaptured)
+      ...compiled,
+      handler: (params, ctx) => Effect.updateContext(compiled.handler(params, ctx), withCaptured)
     })
     views = new WeakMap()
     viewsByTools = new Map()

@@ -381,6 +381,25 @@ export const assign = ToolRegistry.define({
   })
 })
 
+/**
+ * The agent_* tools and handle_read (what `layer` registers): the definitions cluster mode runs
+ * over its own SubAgentManager.
+ */
+export const definitions = [
+  spawn,
+  open,
+  wait,
+  result,
+  cancel,
+  close,
+  list,
+  sendInput,
+  evaluate,
+  resume,
+  assign,
+  handleRead
+] as const
+
 export const names = [
   "agent_spawn",
   "agent_open",
