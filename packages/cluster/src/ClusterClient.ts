@@ -4,13 +4,13 @@
  * agent. Works from any process with the cluster's engine and store; the agents run on the
  * workers.
  */
+import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { WorkflowEngine } from "effect/workflow"
 import { randomBytes } from "node:crypto"
-import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import { AgentFailed, type AgentOutcome, type AgentPayload, AgentWorkflow } from "./AgentRun.ts"
 import { type AgentRow, ClusterStore, finished, type StoreFailure } from "./ClusterStore.ts"
 import { cancelTree } from "./ClusterWatch.ts"

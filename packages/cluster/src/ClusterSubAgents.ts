@@ -19,6 +19,8 @@
  * manager provided; `tools` (core's definitions, compiled) is what decides that a call runs in
  * the workflow body rather than as a journaled step.
  */
+import type * as AgentSteps from "@fibril/core/AgentSteps"
+import * as RunTools from "@fibril/core/loop/RunTools"
 import * as Models from "@fibril/core/Models"
 import * as OutputContract from "@fibril/core/OutputContract"
 import * as Permission from "@fibril/core/Permission"
@@ -31,8 +33,6 @@ import * as ToolRegistry from "@fibril/core/ToolRegistry"
 import * as AgentTools from "@fibril/core/tools/Agents"
 import * as TaskTool from "@fibril/core/tools/Task"
 import * as TranscriptView from "@fibril/core/TranscriptView"
-import * as RunTools from "@fibril/core/loop/RunTools"
-import type * as AgentSteps from "@fibril/core/AgentSteps"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -351,7 +351,8 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
         ),
         false
       ),
-      (row) => row === null ? Effect.fail(new SubAgentManager.AgentNotFound({ agentId: id })) : Effect.succeed(viewOf(row))
+      (row) =>
+        row === null ? Effect.fail(new SubAgentManager.AgentNotFound({ agentId: id })) : Effect.succeed(viewOf(row))
     )
 
   const list: Manager["list"] = ({ includeArchived }) =>
@@ -446,7 +447,8 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
       ClusterStore.use((store) =>
         Effect.map(
           Effect.provideService(backend.children, ClusterStore, store),
-          (rows) => rows.filter((row) => !finished(row.status) || !backend.read.has(row.agentId)).map((row) => row.agentId)
+          (rows) =>
+            rows.filter((row) => !finished(row.status) || !backend.read.has(row.agentId)).map((row) => row.agentId)
         )
       ),
       false
@@ -466,7 +468,8 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
         ),
         false
       ),
-      (found) => found === null ? Effect.fail(new SubAgentManager.AgentNotFound({ agentId: handle })) : Effect.succeed(found)
+      (found) =>
+        found === null ? Effect.fail(new SubAgentManager.AgentNotFound({ agentId: handle })) : Effect.succeed(found)
     )
 
   return SubAgentManager.SubAgentManager.of({
@@ -484,7 +487,12 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
     markRead: (_caller, ids) => Effect.sync(() => ids.forEach((id) => backend.read.add(id))),
     resume,
     assign,
-    running: once("running", Schema.Int, ClusterStore.use((store) => Effect.map(store.permits, (held) => held.length)), false),
+    running: once(
+      "running",
+      Schema.Int,
+      ClusterStore.use((store) => Effect.map(store.permits, (held) => held.length)),
+      false
+    ),
     resolve: (id) => Effect.succeed(SubAgentRecord.agentOfRunId(id) ?? id),
     readTranscript,
     attachVerification: (id) => Effect.fail(new SubAgentManager.NotOwned({ agentId: id, owner })),
@@ -523,8 +531,9 @@ export interface WorkflowRun {
 export const inWorkflow = (run: WorkflowRun, step: number, index: number): Manager => {
   const parent = run.payload
   let requests = 0
-  const provide = <A, E>(effect: Effect.Effect<A, E, ClusterStore | WorkflowEngine.WorkflowEngine | WorkflowEngine.WorkflowInstance>) =>
-    Effect.provide(effect, run.context)
+  const provide = <A, E>(
+    effect: Effect.Effect<A, E, ClusterStore | WorkflowEngine.WorkflowEngine | WorkflowEngine.WorkflowInstance>
+  ) => Effect.provide(effect, run.context)
   // Between two looks the caller sleeps on a durable clock (the workflow suspends; nothing is
   // polled); a child's end completes that clock early (the child's `signalParent`), and the
   // clock itself fires at the timeout, or after `waitFallbackMs`. The deadline is the first
@@ -543,7 +552,9 @@ export const inWorkflow = (run: WorkflowRun, step: number, index: number): Manag
         if (deadline === undefined && timeoutMs !== undefined) deadline = seen.now + timeoutMs
         const done = seen.rows.filter((row) => finished(row.status)).length
         const satisfied = seen.rows.length === 0 || (mode === "any" ? done > 0 : done === seen.rows.length)
-        if (satisfied || (deadline !== undefined && seen.now >= deadline)) return { rows: seen.rows, timedOut: !satisfied }
+        if (satisfied || (deadline !== undefined && seen.now >= deadline)) {
+          return { rows: seen.rows, timedOut: !satisfied }
+        }
         const wait = deadline === undefined
           ? run.waitFallbackMs
           : Math.max(1, Math.min(run.waitFallbackMs, deadline - seen.now))
@@ -553,7 +564,11 @@ export const inWorkflow = (run: WorkflowRun, step: number, index: number): Manag
   return make({
     once: (kind, schema, effect, transactional) =>
       Effect.suspend(() => {
-        const options = { name: `${kind}/${step}/${index}/${requests++}`, success: schema, execute: Effect.orDie(effect) }
+        const options = {
+          name: `${kind}/${step}/${index}/${requests++}`,
+          success: schema,
+          execute: Effect.orDie(effect)
+        }
         return provide(transactional ? txActivity(options) : Activity.make(options))
       }),
     parent,
@@ -617,7 +632,10 @@ export const client = (options: ClientOptions) =>
       parent: undefined,
       workspace: options.workspace,
       children: ClusterStore.use((store) =>
-        Effect.map(Effect.forEach([...started], (id) => store.get(id)), (rows) => rows.filter((row) => row !== undefined))
+        Effect.map(
+          Effect.forEach([...started], (id) => store.get(id)),
+          (rows) => rows.filter((row) => row !== undefined)
+        )
       ),
       newId: ClusterClient.newAgentId,
       rejectOver: undefined,

@@ -74,7 +74,10 @@ export const make = (run: Run): Journal => {
   const observed = <A, E, R>(name: string, effect: Effect.Effect<A, E, R>) =>
     onStep === undefined
       ? effect
-      : Effect.andThen(onStep("start", agentId, run.run, name), Effect.tap(effect, () => onStep("end", agentId, run.run, name)))
+      : Effect.andThen(
+        onStep("start", agentId, run.run, name),
+        Effect.tap(effect, () => onStep("end", agentId, run.run, name))
+      )
   return {
     step: (name, codec, execute) =>
       Effect.gen(function*() {
