@@ -6,9 +6,9 @@
  * progress); the other tools act on the cluster's agents. The agents are durable: closing the
  * server does not cancel background agents; an interrupted `task` cancels its tree.
  */
-import * as ClusterSubAgents from "@fibril/cluster/ClusterSubAgents"
 import * as ClusterClient from "@fibril/cluster/ClusterClient"
 import type { ClusterStore } from "@fibril/cluster/ClusterStore"
+import * as ClusterSubAgents from "@fibril/cluster/ClusterSubAgents"
 import { SubAgentManager } from "@fibril/core/SubAgentManager"
 import * as TaskToolkit from "@fibril/core/TaskToolkit"
 import * as McpServer from "effect/ai/McpServer"

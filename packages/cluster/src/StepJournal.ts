@@ -78,36 +78,37 @@ export const make = (run: Run): Journal => {
         onStep("start", agentId, run.run, name),
         Effect.tap(effect, () => onStep("end", agentId, run.run, name))
       )
-  return {
-    step: (name, codec, execute) =>
-      Effect.gen(function*() {
-        const store = yield* ClusterStore
-        journal ??= yield* Effect.orDie(store.journal(executionId))
-        const found = journal.get(name)
-        if (found !== undefined) return yield* codec.decode(found)
-        // The step's own outcome, kept as computed: returned as it is when this run journals it.
-        let computed: Exit.Exit<any, any> | undefined
-        const work = Effect.flatMap(Effect.exit(observed(name, execute)), (exit): Effect.Effect<StepWork<any>> => {
-          if (Exit.isSuccess(exit)) {
-            computed = Exit.succeed(exit.value.value)
-            return Effect.sync(() => ({ result: codec.encode(computed!), commit: exit.value.commit }))
-          }
-          if (exit.cause.reasons.every(Cause.isFailReason)) {
-            computed = exit
-            return Effect.sync(() => ({ result: codec.encode(exit as Exit.Exit<never, any>), commit: Effect.void }))
-          }
-          return Cause.hasInterruptsOnly(exit.cause)
-            ? Effect.failCause(exit.cause as Cause.Cause<never>)
-            : Effect.die(Cause.squash(exit.cause))
-        })
-        const outcome = yield* runOnce(store, { agentId, executionId, name }, work)
-        if (outcome._tag === "Cancelled") {
-          yield* AgentWorkflow.interrupt(executionId)
-          return yield* Workflow.suspend(yield* WorkflowEngine.WorkflowInstance)
+  const step = <A, E, R1, R2>(name: string, codec: Codec<A, E>, execute: Effect.Effect<Done<A, R2>, E, R1>) =>
+    Effect.gen(function*() {
+      const store = yield* ClusterStore
+      journal ??= yield* Effect.orDie(store.journal(executionId))
+      const found = journal.get(name)
+      if (found !== undefined) return yield* codec.decode(found)
+      // The step's own outcome, kept as computed: returned as it is when this run journals it.
+      let computed: Exit.Exit<A, E> | undefined
+      const work = Effect.flatMap(Effect.exit(observed(name, execute)), (exit): Effect.Effect<StepWork<R2>> => {
+        if (Exit.isSuccess(exit)) {
+          const value = Exit.succeed(exit.value.value)
+          computed = value
+          return Effect.sync(() => ({ result: codec.encode(value), commit: exit.value.commit }))
         }
-        return yield* (outcome._tag === "Ran" && computed !== undefined ? computed : codec.decode(outcome.result))
+        if (exit.cause.reasons.every(Cause.isFailReason)) {
+          const failure: Exit.Exit<A, E> = Exit.failCause(exit.cause)
+          computed = failure
+          return Effect.sync(() => ({ result: codec.encode(failure), commit: Effect.void }))
+        }
+        return Cause.hasInterruptsOnly(exit.cause)
+          ? Effect.failCause(exit.cause as Cause.Cause<never>)
+          : Effect.die(Cause.squash(exit.cause))
       })
-  }
+      const outcome = yield* runOnce(store, { agentId, executionId, name }, work)
+      if (outcome._tag === "Cancelled") {
+        yield* AgentWorkflow.interrupt(executionId)
+        return yield* Workflow.suspend(yield* WorkflowEngine.WorkflowInstance)
+      }
+      return yield* (outcome._tag === "Ran" && computed !== undefined ? computed : codec.decode(outcome.result))
+    })
+  return { step }
 }
 
 // A step interrupted from within (nothing of it committed) runs again, as effect/workflow runs
