@@ -7,7 +7,7 @@
  * way). Everything else that must happen once is an effect/workflow activity.
  *
  * A sub-agent tool call (core's `task`, `agent_*` and `handle_read` definitions:
- * `ClusterSubAgents.tools`) runs in the body itself, through core's tool pipeline, with the
+ * `subAgentTools`) runs in the body itself, through core's tool pipeline, with the
  * cluster's SubAgentManager (`ClusterSubAgents.inWorkflow`): `task` executes a child workflow
  * and waits for it, `agent_spawn` starts one, waits are durable looks and clocks, the cap is
  * a permit table taken in an activity's transaction (with `queue`, a child waits durably for
@@ -22,7 +22,21 @@
  * Replay determinism: everything the body decides depends only on its payload, the worker
  * options (the same on every worker) and journaled results.
  */
-import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, ToolRegistry, Usage, Workspace } from "@fibril/core"
+import {
+  AgentLoop,
+  AgentSteps,
+  AgentTools,
+  Models,
+  Permission,
+  Roles,
+  Session,
+  SubAgentManager,
+  TaskTool,
+  ToolRegistry,
+  Usage,
+  Workspace
+} from "@fibril/core"
+import * as RunTools from "@fibril/core/loop/RunTools"
 import * as Prompt from "effect/ai/Prompt"
 import * as Cause from "effect/Cause"
 import { MessageStorage, RunnerHealth, Runners, RunnerStorage, Sharding, ShardingConfig } from "effect/cluster"
@@ -353,6 +367,48 @@ const history = (run: RunContext) =>
     )
   })
 
+// --- The sub-agent tools ---
+
+/**
+ * Core's sub-agent tool definitions, compiled, by name: a call to one of these runs in the
+ * workflow body with `inWorkflow`'s manager (`runTool`); any other is a journaled step.
+ */
+export const subAgentTools: ReadonlyMap<string, ToolRegistry.CompiledTool<SubAgentManager.SubAgentManager>> = new Map(
+  [ToolRegistry.compile(TaskTool.definition), ...AgentTools.definitions.map((tool) => ToolRegistry.compile(tool))].map(
+    (tool) => [tool.name, tool]
+  )
+)
+
+/**
+ * A sub-agent tool call through core's pipeline (permission, Schema decoding of the arguments,
+ * the paths it names, the handler) with `manager` as the SubAgentManager. Every refusal is a
+ * result the model reads: `{error: tag, message}`.
+ */
+export const runTool = (
+  tool: ToolRegistry.CompiledTool<SubAgentManager.SubAgentManager>,
+  manager: SubAgentManager.SubAgentManager["Service"],
+  permission: Permission.Permission["Service"],
+  context: ToolRegistry.ToolCallContext & { readonly rules: Permission.Rules },
+  call: AgentSteps.StepToolCall
+): Effect.Effect<AgentSteps.ToolStep> => {
+  const registered: ToolRegistry.RegisteredTool = {
+    ...tool,
+    handler: (params, ctx) => Effect.provideService(tool.handler(params, ctx), SubAgentManager.SubAgentManager, manager)
+  }
+  const rules = context.rules
+  const outcome = permission.checkTool(rules, registered).pipe(
+    Effect.andThen(RunTools.parseArguments(registered, call.params)),
+    Effect.tap((params) => permission.check(rules, registered, registered.paths(params))),
+    Effect.flatMap((params) => registered.handler(params, context))
+  )
+  return Effect.map(Effect.result(outcome), (result) => ({
+    id: call.id,
+    name: call.name,
+    isFailure: result._tag === "Failure",
+    result: result._tag === "Failure" ? { error: result.failure._tag, message: result.failure.message } : result.success
+  }))
+}
+
 // --- The loop's steps ---
 
 const takeUnwritten = (run: RunContext) => run.unwritten.splice(0, run.unwritten.length)
@@ -361,12 +417,12 @@ const takeUnwritten = (run: RunContext) => run.unwritten.splice(0, run.unwritten
 const toolStep = (run: RunContext) => (step: number, call: AgentSteps.StepToolCall, index: number) => {
   const { agentId, depth } = run.payload
   const at = { run: run.payload.run, step, slot: slot.tool + index }
-  const subAgentTool = ClusterSubAgents.tools.get(call.name)
+  const subAgentTool = subAgentTools.get(call.name)
   if (subAgentTool !== undefined) {
     const manager = ClusterSubAgents.inWorkflow(run.subAgents, step, index)
     const context = { sessionId: agentId, callId: call.id, role: run.role.name, depth, rules: run.rules }
     return Effect.tap(
-      ClusterSubAgents.runTool(subAgentTool, manager, run.permission, context, call),
+      runTool(subAgentTool, manager, run.permission, context, call),
       (result) => Effect.sync(() => run.unwritten.push({ at, message: AgentSteps.toolMessage([result]) }))
     )
   }

@@ -14,24 +14,17 @@
  *
  * Rows become core `AgentView`s (`viewOf`), so core's result views (`agentResultForModel`,
  * `taskResult`, `evaluation`) apply as they are; refusals are core's tagged errors, rendered
- * to text at the one tool-result boundary. `runTool` runs a sub-agent tool call through the
- * core pipeline (permission, Schema decoding of the arguments, paths, handler) with this
- * manager provided; `tools` (core's definitions, compiled) is what decides that a call runs in
- * the workflow body rather than as a journaled step.
+ * to text at the one tool-result boundary (the workflow body runs core's tool definitions with
+ * this manager provided: AgentWorkflow's `runTool`).
  */
-import type * as AgentSteps from "@fibril/core/AgentSteps"
-import * as RunTools from "@fibril/core/loop/RunTools"
 import * as Models from "@fibril/core/Models"
 import * as OutputContract from "@fibril/core/OutputContract"
-import * as Permission from "@fibril/core/Permission"
 import * as Receipt from "@fibril/core/Receipt"
 import * as Roles from "@fibril/core/Roles"
 import * as SpawnCheck from "@fibril/core/SpawnCheck"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
 import * as ToolRegistry from "@fibril/core/ToolRegistry"
-import * as AgentTools from "@fibril/core/tools/Agents"
-import * as TaskTool from "@fibril/core/tools/Task"
 import * as TranscriptView from "@fibril/core/TranscriptView"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
@@ -230,6 +223,67 @@ const rowFor = (payload: AgentPayload) =>
     tokens: 0
   }))
 
+/** The contract's reads of the store: the agents, the unread children, a transcript page, the permits. */
+const storeReads = (backend: Backend) => {
+  const { once, parent } = backend
+  const list: Manager["list"] = ({ includeArchived }) =>
+    Effect.map(
+      once(
+        "list",
+        Schema.Array(AgentRow),
+        ClusterStore.use((store) =>
+          Effect.map(store.list, (rows) =>
+            rows.filter((row) =>
+              row.agentId !== parent?.agentId &&
+              (includeArchived || !finished(row.status) || (parent !== undefined && row.rootId === parent.rootId))
+            ))
+        ),
+        false
+      ),
+      (rows) => rows.map(viewOf)
+    )
+
+  const unreadChildren: Manager["unreadChildren"] = () =>
+    once(
+      "children",
+      Schema.Array(Schema.String),
+      ClusterStore.use((store) =>
+        Effect.map(
+          Effect.provideService(backend.children, ClusterStore, store),
+          (rows) =>
+            rows.filter((row) => !finished(row.status) || !backend.read.has(row.agentId)).map((row) => row.agentId)
+        )
+      ),
+      false
+    )
+
+  const readTranscript: Manager["readTranscript"] = (handle, page) =>
+    Effect.flatMap(
+      once(
+        "transcript",
+        Schema.NullOr(TranscriptView.Page),
+        ClusterStore.use((store) =>
+          Effect.gen(function*() {
+            if ((yield* store.get(handle)) === undefined) return null
+            const messages = yield* store.transcript(handle)
+            return TranscriptView.page(messages, { handle, agentId: handle, offset: page.offset, limit: page.limit })
+          })
+        ),
+        false
+      ),
+      (found) =>
+        found === null ? Effect.fail(new SubAgentManager.AgentNotFound({ agentId: handle })) : Effect.succeed(found)
+    )
+
+  const running: Manager["running"] = once(
+    "running",
+    Schema.Int,
+    ClusterStore.use((store) => Effect.map(store.permits, (held) => held.length)),
+    false
+  )
+  return { list, unreadChildren, readTranscript, running }
+}
+
 /** The contract over `backend`. */
 export const make = (backend: Backend, options: SubAgentManager.Options): Manager => {
   const { once, parent } = backend
@@ -355,23 +409,6 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
         row === null ? Effect.fail(new SubAgentManager.AgentNotFound({ agentId: id })) : Effect.succeed(viewOf(row))
     )
 
-  const list: Manager["list"] = ({ includeArchived }) =>
-    Effect.map(
-      once(
-        "list",
-        Schema.Array(AgentRow),
-        ClusterStore.use((store) =>
-          Effect.map(store.list, (rows) =>
-            rows.filter((row) =>
-              row.agentId !== parent?.agentId &&
-              (includeArchived || !finished(row.status) || (parent !== undefined && row.rootId === parent.rootId))
-            ))
-        ),
-        false
-      ),
-      (rows) => rows.map(viewOf)
-    )
-
   const deliver = (id: string, message: string) =>
     Effect.gen(function*() {
       const outcome = yield* once(
@@ -440,38 +477,7 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
       return yield* deliver(id, note)
     })
 
-  const unreadChildren: Manager["unreadChildren"] = () =>
-    once(
-      "children",
-      Schema.Array(Schema.String),
-      ClusterStore.use((store) =>
-        Effect.map(
-          Effect.provideService(backend.children, ClusterStore, store),
-          (rows) =>
-            rows.filter((row) => !finished(row.status) || !backend.read.has(row.agentId)).map((row) => row.agentId)
-        )
-      ),
-      false
-    )
-
-  const readTranscript: Manager["readTranscript"] = (handle, page) =>
-    Effect.flatMap(
-      once(
-        "transcript",
-        Schema.NullOr(TranscriptView.Page),
-        ClusterStore.use((store) =>
-          Effect.gen(function*() {
-            if ((yield* store.get(handle)) === undefined) return null
-            const messages = yield* store.transcript(handle)
-            return TranscriptView.page(messages, { handle, agentId: handle, offset: page.offset, limit: page.limit })
-          })
-        ),
-        false
-      ),
-      (found) =>
-        found === null ? Effect.fail(new SubAgentManager.AgentNotFound({ agentId: handle })) : Effect.succeed(found)
-    )
-
+  const { list, readTranscript, running, unreadChildren } = storeReads(backend)
   return SubAgentManager.SubAgentManager.of({
     bootId: owner,
     options,
@@ -487,12 +493,7 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
     markRead: (_caller, ids) => Effect.sync(() => ids.forEach((id) => backend.read.add(id))),
     resume,
     assign,
-    running: once(
-      "running",
-      Schema.Int,
-      ClusterStore.use((store) => Effect.map(store.permits, (held) => held.length)),
-      false
-    ),
+    running,
     resolve: (id) => Effect.succeed(SubAgentRecord.agentOfRunId(id) ?? id),
     readTranscript,
     attachVerification: (id) => Effect.fail(new SubAgentManager.NotOwned({ agentId: id, owner })),
@@ -653,45 +654,3 @@ export const client = (options: ClientOptions) =>
       read: new Set()
     }, optionsOf(0, "reject"))
   })
-
-// --- The sub-agent tools ---
-
-/**
- * Core's sub-agent tool definitions, compiled, by name: a call to one of these runs in the
- * workflow body with `inWorkflow`'s manager (`runTool`); any other is a journaled step.
- */
-export const tools: ReadonlyMap<string, ToolRegistry.CompiledTool<SubAgentManager.SubAgentManager>> = new Map(
-  [ToolRegistry.compile(TaskTool.definition), ...AgentTools.definitions.map((tool) => ToolRegistry.compile(tool))].map(
-    (tool) => [tool.name, tool]
-  )
-)
-
-/**
- * A sub-agent tool call through core's pipeline (permission, Schema decoding of the arguments,
- * the paths it names, the handler) with `manager` as the SubAgentManager. Every refusal is a
- * result the model reads: `{error: tag, message}`.
- */
-export const runTool = (
-  tool: ToolRegistry.CompiledTool<SubAgentManager.SubAgentManager>,
-  manager: Manager,
-  permission: Permission.Permission["Service"],
-  context: ToolRegistry.ToolCallContext & { readonly rules: Permission.Rules },
-  call: AgentSteps.StepToolCall
-): Effect.Effect<AgentSteps.ToolStep> => {
-  const registered: ToolRegistry.RegisteredTool = {
-    ...tool,
-    handler: (params, ctx) => Effect.provideService(tool.handler(params, ctx), SubAgentManager.SubAgentManager, manager)
-  }
-  const rules = context.rules
-  const outcome = permission.checkTool(rules, registered).pipe(
-    Effect.andThen(RunTools.parseArguments(registered, call.params)),
-    Effect.tap((params) => permission.check(rules, registered, registered.paths(params))),
-    Effect.flatMap((params) => registered.handler(params, context))
-  )
-  return Effect.map(Effect.result(outcome), (result) => ({
-    id: call.id,
-    name: call.name,
-    isFailure: result._tag === "Failure",
-    result: result._tag === "Failure" ? { error: result.failure._tag, message: result.failure.message } : result.success
-  }))
-}
