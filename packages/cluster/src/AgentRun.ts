@@ -14,7 +14,7 @@ import { ClusterSchema } from "effect/cluster"
 import * as Schema from "effect/Schema"
 import { Activity, Workflow } from "effect/workflow"
 import { createHash } from "node:crypto"
-import { Grant } from "./ClusterStore.ts"
+import { AgentRow, Grant } from "./ClusterStore.ts"
 
 export const AgentPayload = Schema.Struct({
   agentId: Schema.String,
@@ -44,7 +44,9 @@ export const AgentOutcome = Schema.Struct({
   agentId: Schema.String,
   text: Schema.String,
   steps: Schema.Int,
-  toolCalls: Schema.Int
+  toolCalls: Schema.Int,
+  /** The agent's row as its run ended: what a parent's `task` returns, without a read of its own. */
+  row: Schema.optionalKey(AgentRow)
 })
 export type AgentOutcome = typeof AgentOutcome.Type
 

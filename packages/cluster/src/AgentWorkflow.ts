@@ -48,7 +48,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { DurableClock, DurableDeferred, Workflow, WorkflowEngine } from "effect/workflow"
 import { AgentFailed, type AgentPayload, AgentWorkflow, grantsOf, txActivity } from "./AgentRun.ts"
-import { ClusterStore, finished, type Grant, type Slot, stepTokens, zeroUsage } from "./ClusterStore.ts"
+import { type AgentRow, ClusterStore, finished, type Grant, type Slot, stepTokens, zeroUsage } from "./ClusterStore.ts"
 import * as ClusterSubAgents from "./ClusterSubAgents.ts"
 import * as ClusterWatch from "./ClusterWatch.ts"
 import * as StepJournal from "./StepJournal.ts"
@@ -451,6 +451,22 @@ const toolStep = (run: RunContext) => (step: number, call: AgentSteps.StepToolCa
   )
 }
 
+/** The rows of the children a turn's sub-agent calls ask for, when its model step records them. */
+const requestedChildren = (run: RunContext, step: number, calls: ReadonlyArray<AgentSteps.StepToolCall>) =>
+  Effect.gen(function*() {
+    const rows: Array<AgentRow> = []
+    if (!ClusterSubAgents.recordsChildren(run.subAgents)) return rows
+    const { agentId, depth } = run.payload
+    yield* Effect.forEach(calls, (call, index) => {
+      const tool = subAgentTools.get(call.name)
+      if (tool === undefined) return Effect.void
+      const manager = ClusterSubAgents.probe(run.subAgents, step, index, (row) => rows.push(row))
+      const context = { sessionId: agentId, callId: call.id, role: run.role.name, depth, rules: run.rules }
+      return Effect.exit(runTool(tool, manager, run.permission, context, call))
+    }, { discard: true })
+    return rows
+  })
+
 /** What the loop has done so far, from journaled results only (so a replay computes the same). */
 interface Progress {
   runTokens: number
@@ -534,7 +550,13 @@ const modelStep = (run: RunContext, progress: Progress) =>
       // The queued input this step delivered is taken by its commit.
       begin.inboxIds.slice(0, result.delivered.length)
     )
-    return { value: result, commit: record }
+    // The children this turn asks for are recorded with it (unless each takes a permit in an
+    // activity of its own), so they exist before their workflows start.
+    const children = yield* requestedChildren(run, step, result.toolCalls)
+    return {
+      value: result,
+      commit: children.length === 0 ? record : Effect.andThen(record, run.store.insertMany(children))
+    }
   })
   return Effect.tap(run.journal.step(`model/${step}`, modelCodec, execute), (result) =>
     Effect.sync(() => {
@@ -570,7 +592,15 @@ const finish = (run: RunContext, progress: Progress, exit: Exit.Exit<AgentLoop.L
       })
     }
     if (Exit.isFailure(exit)) return yield* new AgentFailed({ agentId, reason: failureReason(exit.cause) })
-    return { agentId, text: exit.value.text, steps: exit.value.steps, toolCalls: exit.value.toolCalls }
+    // The run has ended: its row is final (a replay of this end reads the same).
+    const row = yield* Effect.orDie(run.store.get(agentId))
+    return {
+      agentId,
+      text: exit.value.text,
+      steps: exit.value.steps,
+      toolCalls: exit.value.toolCalls,
+      ...(row === undefined ? {} : { row })
+    }
   })
 
 // --- The body ---

@@ -193,11 +193,18 @@ export interface Backend {
   readonly newId: () => string
   /** Does a spawn take its child's permit itself (`reject` admission under a cap)? Else its cap. */
   readonly rejectOver: number | undefined
+  /**
+   * Was the child's row recorded already, by the commit of the model step that asked for it
+   * (`probe`)? Then spawning records nothing.
+   */
+  readonly preRecorded: boolean
   readonly checks: SpawnChecks
   /** Starts a recorded agent's workflow and goes on. */
   readonly start: (payload: AgentPayload) => Effect.Effect<void>
-  /** Runs a recorded agent's workflow to its end (its row then says how it ended). */
-  readonly runToEnd: (payload: AgentPayload) => Effect.Effect<Ending | undefined>
+  /** Runs a recorded agent's workflow to its end: its final row when its run gave it, or how it ended. */
+  readonly runToEnd: (
+    payload: AgentPayload
+  ) => Effect.Effect<{ readonly row?: AgentRow | undefined; readonly ending?: Ending | undefined }>
   /** The rows of `ids` once `mode` is met or `timeoutMs` has passed (each id exists). */
   readonly waitRows: (
     ids: ReadonlyArray<string>,
@@ -323,6 +330,7 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
   const admit = (payload: AgentPayload) =>
     Effect.gen(function*() {
       const row = yield* rowFor(payload)
+      if (backend.preRecorded) return row
       const cap = backend.rejectOver
       const admitted = yield* once(
         "spawn",
@@ -356,9 +364,9 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
     Effect.gen(function*() {
       const payload = yield* payloadFor(request, false)
       yield* admit(payload)
-      const ending = yield* backend.runToEnd(payload)
+      const { ending, row: last } = yield* backend.runToEnd(payload)
       // The child's row says how it ended: a failed or cancelled child is a result, not an error.
-      const row = yield* Effect.orDie(found(payload.agentId))
+      const row = last ?? (yield* Effect.orDie(found(payload.agentId)))
       return viewOf(ending === undefined || finished(row.status) ? row : { ...row, ...ending })
     })
 
@@ -525,6 +533,41 @@ export interface WorkflowRun {
   >
 }
 
+const rejectOver = (run: WorkflowRun) =>
+  run.maxConcurrent > 0 && run.admission === "reject" ? run.maxConcurrent : undefined
+
+/** How a probe stops a handler once it has the request (see `probe`). */
+const probed = "probed: the request is recorded"
+
+/**
+ * The contract as the model step sees a sub-agent call it asked for: the handler runs until its
+ * spawn request is admitted (the same validation, the same child), then `record` gets the
+ * child's row and the handler stops; any other request stops it at once. So the children of a
+ * turn are recorded by its model step's commit, from the definitions' own request mapping,
+ * when spawning takes no permit (`queue` admission, or no cap); `inWorkflow` then records none.
+ */
+export const probe = (run: WorkflowRun, step: number, index: number, record: (row: AgentRow) => void): Manager => {
+  const stop = (payload: AgentPayload) =>
+    Effect.flatMap(rowFor(payload), (row) => Effect.andThen(Effect.sync(() => record(row)), Effect.die(probed)))
+  return make({
+    once: () => Effect.die(probed),
+    parent: run.payload,
+    workspace: run.payload.workspace,
+    children: Effect.die(probed),
+    newId: () => childId(run.payload.agentId, run.payload.run, step, index),
+    rejectOver: undefined,
+    preRecorded: true,
+    checks: run.checks,
+    start: stop,
+    runToEnd: stop,
+    waitRows: () => Effect.die(probed),
+    read: new Set()
+  }, optionsOf(run.maxConcurrent, run.admission))
+}
+
+/** Does the model step record the children its turn asks for (`probe`)? */
+export const recordsChildren = (run: WorkflowRun): boolean => rejectOver(run) === undefined
+
 /**
  * The contract for the sub-agent tool call `index` of model step `step`: its requests are
  * activities named after the call and their order, its waits durable looks and clocks.
@@ -576,16 +619,17 @@ export const inWorkflow = (run: WorkflowRun, step: number, index: number): Manag
     workspace: parent.workspace,
     children: ClusterStore.use((store) => store.children(parent.agentId)),
     newId: () => childId(parent.agentId, parent.run, step, index),
-    rejectOver: run.maxConcurrent > 0 && run.admission === "reject" ? run.maxConcurrent : undefined,
+    rejectOver: rejectOver(run),
+    preRecorded: rejectOver(run) === undefined,
     checks: run.checks,
     start: (payload) => provide(AgentWorkflow.execute(payload, { discard: true, detached: payload.detached })),
     runToEnd: (payload) =>
-      provide(Effect.map(Effect.exit(AgentWorkflow.execute(payload)), (exit): Ending | undefined =>
+      provide(Effect.map(Effect.exit(AgentWorkflow.execute(payload)), (exit) =>
         Exit.isSuccess(exit)
-          ? undefined
+          ? { row: exit.value.row }
           : exit.cause.reasons.every((reason) => reason._tag === "Interrupt")
-          ? { status: "cancelled", reason: "the sub-agent was cancelled" }
-          : { status: "failed", reason: String(exit.cause) })),
+          ? { ending: { status: "cancelled" as const, reason: "the sub-agent was cancelled" } }
+          : { ending: { status: "failed" as const, reason: String(exit.cause) } })),
     waitRows,
     read: run.read
   }, optionsOf(run.maxConcurrent, run.admission))
@@ -640,6 +684,7 @@ export const client = (options: ClientOptions) =>
       ),
       newId: ClusterClient.newAgentId,
       rejectOver: undefined,
+      preRecorded: false,
       checks: {},
       start: (payload) =>
         Effect.sync(() => started.add(payload.agentId)).pipe(
@@ -648,7 +693,7 @@ export const client = (options: ClientOptions) =>
       runToEnd: (payload) =>
         Effect.sync(() => started.add(payload.agentId)).pipe(
           Effect.andThen(provide(AgentWorkflow.execute(payload, { discard: true }))),
-          Effect.andThen(Effect.as(waitRows([payload.agentId], "all", undefined), undefined))
+          Effect.andThen(Effect.as(waitRows([payload.agentId], "all", undefined), {}))
         ),
       waitRows,
       read: new Set()
