@@ -10,7 +10,7 @@
  *   clocks, children are child workflows: a replay decides the same. A child's id is a
  *   function of its parent's run and the call (`AgentRun.childId`).
  * - `client`: the same contract from outside a workflow (`fibril mcp --cluster`): the agents
- *   it starts are roots, waits poll the store.
+ *   it starts are roots, waits poll the store. (`probe`: the model step's view, below.)
  *
  * Rows become core `AgentView`s (`viewOf`), so core's result views (`agentResultForModel`,
  * `taskResult`, `evaluation`) apply as they are; refusals are core's tagged errors, rendered
@@ -65,7 +65,7 @@ export const outcomeOf = (text: string): SubAgentRecord.Outcome => {
   }
 }
 
-const defined = (value: number | null | undefined): number | undefined =>
+const defined = (value: number | null | undefined) =>
   value === null || value === undefined ? undefined : Math.round(value)
 
 /**
@@ -130,8 +130,7 @@ export const workerRecord = (record: SubAgentRecord.SubAgentRecord): Receipt.Wor
 export interface SpawnChecks {
   readonly registry?: ToolRegistry.ToolRegistry["Service"] | undefined
   readonly models?: Models.Models["Service"] | undefined
-  /** The caller's model: a child may name it. */
-  readonly callerModel?: string | undefined
+  readonly callerModel?: string | undefined // a child may name its caller's model
 }
 
 /**
@@ -535,7 +534,6 @@ export interface WorkflowRun {
 
 const rejectOver = (run: WorkflowRun) =>
   run.maxConcurrent > 0 && run.admission === "reject" ? run.maxConcurrent : undefined
-
 /** How a probe stops a handler once it has the request (see `probe`). */
 const probed = "probed: the request is recorded"
 
