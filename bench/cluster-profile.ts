@@ -35,7 +35,10 @@ const script: ScriptedModel.ScriptInput = fan
         match: { depth: 0 },
         turns: [
           {
-            tool_calls: Array.from({ length: K }, (_, i) => ({ name: "task", args: { prompt: `part ${i}` } })) as never
+            tool_calls: Array.from(
+              { length: K },
+              (_, i) => ({ name: "task", args: { description: `part ${i}`, prompt: `part ${i}` } })
+            ) as never
           },
           { text: "root ok" }
         ]

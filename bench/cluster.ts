@@ -184,7 +184,10 @@ try {
         match: { depth: 0, prompt: "slow" },
         turns: [
           {
-            tool_calls: Array.from({ length: K }, (_, i) => ({ name: "task", args: { prompt: `slow part ${i}` } }))
+            tool_calls: Array.from(
+              { length: K },
+              (_, i) => ({ name: "task", args: { description: `slow part ${i}`, prompt: `slow part ${i}` } })
+            )
           },
           { text: "root ok" }
         ]
@@ -200,7 +203,12 @@ try {
       {
         match: { depth: 0 },
         turns: [
-          { tool_calls: Array.from({ length: K }, (_, i) => ({ name: "task", args: { prompt: `part ${i}` } })) },
+          {
+            tool_calls: Array.from(
+              { length: K },
+              (_, i) => ({ name: "task", args: { description: `part ${i}`, prompt: `part ${i}` } })
+            )
+          },
           { text: "root ok" }
         ]
       }

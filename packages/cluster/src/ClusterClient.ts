@@ -4,21 +4,16 @@
  * agent. Works from any process with the cluster's engine and store; the agents run on the
  * workers.
  */
+import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { WorkflowEngine } from "effect/workflow"
 import { randomBytes } from "node:crypto"
-import {
-  AgentFailed,
-  type AgentOutcome,
-  type AgentPayload,
-  AgentWorkflow,
-  cancelTree,
-  resumeRow
-} from "./AgentWorkflow.ts"
+import { AgentFailed, type AgentOutcome, type AgentPayload, AgentWorkflow } from "./AgentRun.ts"
 import { type AgentRow, ClusterStore, finished, type StoreFailure } from "./ClusterStore.ts"
+import { cancelTree } from "./ClusterWatch.ts"
 
 export class AgentNotFound extends Schema.TaggedError<AgentNotFound>()("AgentNotFound", { agentId: Schema.String }) {
   override get message() {
@@ -140,9 +135,42 @@ export const cancel = (
 export const resume = (agentId: string, message: string) =>
   Effect.gen(function*() {
     const next = yield* resumeRow(agentId, message)
-    if (typeof next === "string") return yield* new NotResumable({ agentId, reason: next })
+    if (next instanceof SubAgentManager.AgentNotFound || next instanceof SubAgentManager.NotResumable) {
+      return yield* new NotResumable({ agentId, reason: next.message })
+    }
     yield* AgentWorkflow.execute(next, { discard: true })
     return next.run
+  })
+
+/**
+ * The next run of a finished agent (`agent_resume`, `fibril agents resume`): bumps its run
+ * number, so the new run is a new workflow execution that starts from the agent's transcript.
+ * Why it cannot be resumed otherwise (core's AgentNotFound, NotResumable), as a value: a
+ * workflow journals it as the activity's result.
+ */
+export const resumeRow = (agentId: string, message: string) =>
+  Effect.gen(function*() {
+    const store = yield* ClusterStore
+    const row = yield* store.get(agentId)
+    if (row === undefined) return new SubAgentManager.AgentNotFound({ agentId })
+    if (!finished(row.status)) return new SubAgentManager.NotResumable({ agentId, status: row.status })
+    const next: AgentPayload = {
+      agentId,
+      run: row.run + 1,
+      parentId: row.parentId,
+      rootId: row.rootId,
+      depth: row.depth,
+      role: row.role,
+      model: row.model,
+      description: row.description,
+      prompt: message,
+      detached: row.detached,
+      workspace: row.workspace,
+      ...(row.grants === undefined ? {} : { grants: row.grants })
+    }
+    const executionId = yield* AgentWorkflow.executionId(next)
+    yield* store.update(agentId, { run: next.run, executionId, status: "pending", text: null, reason: null })
+    return next
   })
 
 /** The agent and its descendants, depth first. */

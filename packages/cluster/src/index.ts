@@ -6,3 +6,4 @@
 export * as AgentWorkflow from "./AgentWorkflow.ts"
 export * as ClusterClient from "./ClusterClient.ts"
 export * as ClusterStore from "./ClusterStore.ts"
+export * as ClusterSubAgents from "./ClusterSubAgents.ts"

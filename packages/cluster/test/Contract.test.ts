@@ -266,8 +266,9 @@ describe("cluster contract on TestRunner", () => {
       const results = toolResults(yield* built.store.transcript(outcome.agentId))
       const childId = (results[0]!.result as { agent_id: string }).agent_id
       assert.deepStrictEqual(results[1]!.result, { timed_out: true, completed: [], still_running: [childId] })
-      const blocked = results[2]!.result as { timed_out: boolean; status: string }
-      assert.strictEqual(blocked.timed_out, true)
+      // core's agent_result: the agent's state when the wait gave up (no `timed_out` field).
+      const blocked = results[2]!.result as { status: string; agent_id: string }
+      assert.strictEqual(blocked.agent_id, childId)
       assert.strictEqual(blocked.status, "running")
       assert.strictEqual((results[3]!.result as { status: string }).status, "cancelled")
       assert.strictEqual((yield* built.store.get(childId))!.status, "cancelled")
@@ -330,16 +331,20 @@ describe("cluster contract on TestRunner", () => {
           { match: { depth: 1 }, turns: [{ error: { kind: "fatal", message: "provider says no" } }] },
           {
             match: { depth: 0 },
-            turns: [{ tool_calls: [{ name: "task", args: { prompt: "doomed" } }] }, { text: "handled it" }]
+            turns: [{ tool_calls: [{ name: "task", args: { description: "doomed", prompt: "doomed" } }] }, {
+              text: "handled it"
+            }]
           }
         ]
       })
       const outcome = yield* built.provide(ClusterClient.run({ prompt: "try", workspace: built.root }))
       assert.strictEqual(outcome.text, "handled it")
       const [result] = toolResults(yield* built.store.transcript(outcome.agentId))
-      assert.isTrue(result!.isFailure)
-      assert.strictEqual((result!.result as { error: string }).error, "TaskFailed")
-      assert.include((result!.result as { message: string }).message, "provider says no")
+      // As embedded (core's taskResult): a failed child is a `failed` result, not a tool error.
+      assert.isFalse(result!.isFailure)
+      const task = result!.result as { status: string; summary: string; agent_id: string }
+      assert.strictEqual(task.status, "failed")
+      assert.include(task.summary, "provider says no")
       assert.strictEqual(byDepth(yield* rows(built), 1)[0]!.status, "failed")
     }).pipe(Effect.scoped, provideNode))
 
@@ -355,15 +360,21 @@ describe("cluster contract on TestRunner", () => {
           },
           {
             match: { depth: 0 },
-            turns: [{ tool_calls: [{ name: "task", args: { prompt: "expensive" } }] }, { text: "over budget noted" }]
+            turns: [
+              { tool_calls: [{ name: "task", args: { description: "expensive", prompt: "expensive" } }] },
+              { text: "over budget noted" }
+            ]
           }
         ]
       }, { childMaxTokens: 500 })
       const outcome = yield* built.provide(ClusterClient.run({ prompt: "try", workspace: built.root }))
       assert.strictEqual(outcome.text, "over budget noted")
       const [result] = toolResults(yield* built.store.transcript(outcome.agentId))
-      assert.isTrue(result!.isFailure)
-      assert.include((result!.result as { message: string }).message, "max_tokens=500")
+      assert.isFalse(result!.isFailure)
+      const task = result!.result as { status: string; summary: string; tokens: { input: number; output: number } }
+      assert.strictEqual(task.status, "failed")
+      assert.include(task.summary, "max_tokens=500")
+      assert.deepInclude(task.tokens, { input: 400, output: 200 })
     }).pipe(Effect.scoped, provideNode))
 
   it.live("a worker refuses an agent for a workspace it does not have, saying why", () =>
@@ -394,8 +405,8 @@ describe("cluster contract on TestRunner", () => {
             turns: [
               {
                 tool_calls: [
-                  { name: "task", args: { prompt: "look", allowed_tools: ["read_file", "grep"] } },
-                  { name: "task", args: { prompt: "look", allowed_tools: ["read_fil"] } }
+                  { name: "task", args: { description: "look", prompt: "look", allowed_tools: ["read_file", "grep"] } },
+                  { name: "task", args: { description: "look", prompt: "look", allowed_tools: ["read_fil"] } }
                 ]
               },
               { text: "root done" }

@@ -52,7 +52,9 @@ describe("cluster limits on TestRunner", () => {
             },
             {
               match: { depth: 0 },
-              turns: [{ tool_calls: [{ name: "task", args: { prompt: "slow" } }] }, { text: "noted" }]
+              turns: [{ tool_calls: [{ name: "task", args: { description: "slow", prompt: "slow" } }] }, {
+                text: "noted"
+              }]
             }
           ]
         },
@@ -65,8 +67,10 @@ describe("cluster limits on TestRunner", () => {
       // The root has no wall budget (sub-agents only, as embedded): it answers after the child failed.
       assert.strictEqual(outcome.text, "noted")
       const [result] = toolResults(yield* built.store.transcript(outcome.agentId))
-      assert.isTrue(result!.isFailure)
-      assert.include((result!.result as { message: string }).message, "max_wall_secs=60")
+      // As embedded (core's taskResult): a failed child is a `failed` result the parent reads.
+      assert.isFalse(result!.isFailure)
+      assert.strictEqual((result!.result as { status: string }).status, "failed")
+      assert.include((result!.result as { summary: string }).summary, "max_wall_secs=60")
       const child = (yield* built.store.list).find((r) => r.depth === 1)!
       assert.strictEqual(child.status, "failed")
       assert.include(child.reason ?? "", "max_wall_secs=60")
@@ -90,7 +94,9 @@ describe("cluster limits on TestRunner", () => {
             },
             {
               match: { depth: 0 },
-              turns: [{ tool_calls: [{ name: "task", args: { prompt: "slow" } }] }, { text: "noted" }]
+              turns: [{ tool_calls: [{ name: "task", args: { description: "slow", prompt: "slow" } }] }, {
+                text: "noted"
+              }]
             }
           ]
         },
@@ -119,7 +125,10 @@ describe("cluster limits on TestRunner", () => {
           {
             match: { depth: 0 },
             turns: [
-              { tool_calls: [{ name: "task", args: { prompt: "a" } }], usage: { input: 400, output: 100 } },
+              {
+                tool_calls: [{ name: "task", args: { description: "a", prompt: "a" } }],
+                usage: { input: 400, output: 100 }
+              },
               { text: "never either", usage: { input: 1, output: 1 } }
             ]
           }
@@ -151,7 +160,9 @@ describe("cluster limits on TestRunner", () => {
             },
             {
               match: { depth: 0 },
-              turns: [{ tool_calls: [{ name: "task", args: { prompt: "work" } }] }, { text: "root done" }]
+              turns: [{ tool_calls: [{ name: "task", args: { description: "work", prompt: "work" } }] }, {
+                text: "root done"
+              }]
             }
           ]
         },

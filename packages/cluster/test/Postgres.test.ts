@@ -254,7 +254,12 @@ describe.skipIf(reason !== undefined)(
             {
               match: { depth: 0 },
               turns: [
-                { tool_calls: [1, 2, 3, 4].map((i) => ({ name: "task", args: { prompt: `part ${i}` } })) },
+                {
+                  tool_calls: [1, 2, 3, 4].map((i) => ({
+                    name: "task",
+                    args: { description: `part ${i}`, prompt: `part ${i}` }
+                  }))
+                },
                 { text: "root ok" }
               ]
             }
@@ -358,7 +363,12 @@ describe.skipIf(reason !== undefined)(
           {
             match: { prompt: "fan" },
             turns: [
-              { tool_calls: [1, 2, 3, 4, 5, 6].map((i) => ({ name: "task", args: { prompt: `capped ${i}` } })) },
+              {
+                tool_calls: [1, 2, 3, 4, 5, 6].map((i) => ({
+                  name: "task",
+                  args: { description: `capped ${i}`, prompt: `capped ${i}` }
+                }))
+              },
               { text: "fan ok" }
             ]
           },

@@ -91,7 +91,12 @@ export const crashScript = {
     {
       match: { depth: 0 },
       turns: [
-        { tool_calls: [1, 2, 3, 4].map((i) => ({ name: "task", args: { prompt: `part ${i}` } })) },
+        {
+          tool_calls: [1, 2, 3, 4].map((i) => ({
+            name: "task",
+            args: { description: `part ${i}`, prompt: `part ${i}` }
+          }))
+        },
         { text: "root ok" }
       ]
     }

@@ -5,6 +5,7 @@ import { NodeServices } from "@effect/platform-node"
 import { AgentSteps, Fibril, Session } from "@fibril/core"
 import { ScriptedModel } from "@fibril/testkit"
 import { Context, Effect, FileSystem, Layer } from "effect"
+import type * as LanguageModel from "effect/ai/LanguageModel"
 import { ClusterWorkflowEngine } from "effect/cluster"
 import * as AgentWorkflow from "../src/AgentWorkflow.ts"
 import * as ClusterStore from "../src/ClusterStore.ts"
@@ -16,13 +17,15 @@ export const setup = Effect.fn("cluster.test.setup")(function*(
   /** The store's clock (default Effect's): tests move it to check wall-time budgets and the heartbeat. */
   clock?: Effect.Effect<number>,
   /** What the workers see of the store (tests inject faults with it); `store` stays the real one. */
-  wrapStore: (store: ClusterStore.ClusterStore["Service"]) => ClusterStore.ClusterStore["Service"] = (s) => s
+  wrapStore: (store: ClusterStore.ClusterStore["Service"]) => ClusterStore.ClusterStore["Service"] = (s) => s,
+  /** The workers' model (default: the ScriptedModel of `script`). */
+  model: Layer.Layer<LanguageModel.LanguageModel> = ScriptedModel.layer(script)
 ) {
   const fs = yield* FileSystem.FileSystem
   const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
   const store = yield* (clock === undefined ? ClusterStore.makeMemory : ClusterStore.makeMemoryClocked(clock))
   const core = Fibril.layer({ cwd: root, session: { ...session, maxDepth: options.maxDepth ?? 1 } }).pipe(
-    Layer.provide(ScriptedModel.layer(script))
+    Layer.provide(model)
   )
   const live = AgentWorkflow.layer(options).pipe(
     Layer.provideMerge(ClusterWorkflowEngine.layer),

@@ -9,10 +9,12 @@
  * `undefined`: structured MCP content is JSON, and a model reads the same JSON.
  */
 import * as Schema from "effect/Schema"
+import * as OutputContract from "./OutputContract.ts"
 import * as Receipt from "./Receipt.ts"
 import {
   currentRunId,
   Input,
+  type Outcome,
   ResultSections,
   resultSections,
   Status,
@@ -31,6 +33,28 @@ export const bound = (text: string, max: number): string => {
   return `${text.slice(0, cut)}\n[... cut: ${
     text.length - cut
   } more characters; the whole answer is in the agent's transcript]`
+}
+
+/**
+ * A final answer as a record keeps it: the text, the summary and the five sections parsed
+ * (OutputContract), each part bounded by `max`, and the contract's violations. Both engines
+ * turn an agent's answer into its outcome here.
+ */
+export const outcomeOf = (text: string, max: number): Outcome => {
+  const parsed = OutputContract.parse(text)
+  const sections = parsed.sections
+  return {
+    text: bound(text, max),
+    summary: bound(OutputContract.summaryOf(parsed, text), max),
+    sections: {
+      summary: bound(sections.summary, max),
+      changes: bound(sections.changes, max),
+      evidence: bound(sections.evidence, max),
+      risks: bound(sections.risks, max),
+      blockers: bound(sections.blockers, max)
+    },
+    contract_violations: parsed.violations.map((violation) => violation.message)
+  }
 }
 
 const durationOf = (agent: AgentView): number | undefined =>

@@ -231,15 +231,19 @@ const argumentNames = (parameters: Parameters): ReadonlyArray<string> | undefine
 }
 
 /** `tool` ready for the tool-call pipeline (see `Callable`). */
-export const callable = <P extends Parameters, R>(tool: ToolDefinition<P, R>): Callable<R> => {
+export const callable = <R>(
+  // `any`: a definition's handler is invariant in its parameters (a list of definitions would
+  // not type otherwise); the decoder made here is what gives the handler its input.
+  tool: ToolDefinition<any, R>
+): Callable<R> => {
   const paths = tool.paths
   return {
     name: tool.name,
     posture: tool.posture,
     decode: strictDecoder(tool.parameters),
     arguments: argumentNames(tool.parameters),
-    paths: paths ? (params) => paths(params as P["Type"]) : noPaths,
-    handler: (params, context) => tool.handler(params as P["Type"], context)
+    paths: paths ? (params) => paths(params) : noPaths,
+    handler: (params, context) => tool.handler(params, context)
   }
 }
 

@@ -1,0 +1,79 @@
+/**
+ * AgentRun — what one agent run is to the workflow engine: its payload, its outcome, its
+ * failure and the workflow's versioned name (`fibril/agent/v4`), the ids it derives, and the
+ * activity kind its store writes commit with. The workflow's body (AgentWorkflow), its step
+ * journal (StepJournal), the sub-agent contract (ClusterSubAgents), the watch (ClusterWatch)
+ * and the client (ClusterClient) all start from here; it depends on none of them.
+ *
+ * The name changes when what the body journals changes: a journal written by older code is
+ * never replayed by newer code. v4: a sub-agent tool call runs core's definition, so the
+ * activities it records are named after the call and the order of its requests
+ * (`spawn/<step>/<index>/<n>`, `look/<step>/<index>/<n>`, ...).
+ */
+import { ClusterSchema } from "effect/cluster"
+import * as Schema from "effect/Schema"
+import { Activity, Workflow } from "effect/workflow"
+import { createHash } from "node:crypto"
+import { AgentRow, Grant } from "./ClusterStore.ts"
+
+export const AgentPayload = Schema.Struct({
+  agentId: Schema.String,
+  run: Schema.Int,
+  parentId: Schema.NullOr(Schema.String),
+  /** The tree's root (the agent itself for a root): tree budgets, event following. */
+  rootId: Schema.String,
+  depth: Schema.Int,
+  role: Schema.String,
+  model: Schema.String,
+  description: Schema.String,
+  /** This run's task (the first run) or input (a resume). */
+  prompt: Schema.String,
+  detached: Schema.Boolean,
+  /** The workspace the agent works in: only a worker serving it runs the agent. */
+  workspace: Schema.String,
+  /**
+   * The grants from the root down to this agent, itself last (its caller's `allowed_tools`
+   * among them): its rules are these applied in turn to the worker's root rules. Absent (a
+   * payload of an older version): its role alone.
+   */
+  grants: Schema.optionalKey(Schema.Array(Grant))
+})
+export type AgentPayload = typeof AgentPayload.Type
+
+export const AgentOutcome = Schema.Struct({
+  agentId: Schema.String,
+  text: Schema.String,
+  steps: Schema.Int,
+  toolCalls: Schema.Int,
+  /** The agent's row as its run ended: what a parent's `task` returns, without a read of its own. */
+  row: Schema.optionalKey(AgentRow)
+})
+export type AgentOutcome = typeof AgentOutcome.Type
+
+export class AgentFailed extends Schema.TaggedError<AgentFailed>()("AgentFailed", {
+  agentId: Schema.String,
+  reason: Schema.String
+}) {
+  override get message() {
+    return `agent ${this.agentId} failed: ${this.reason}`
+  }
+}
+
+export const AgentWorkflow = Workflow.make("fibril/agent/v4", {
+  payload: AgentPayload,
+  success: AgentOutcome,
+  error: AgentFailed,
+  idempotencyKey: ({ agentId, run }) => `${agentId}#${run}`
+})
+
+/** A child's id: a function of its parent's run and the call that started it. */
+export const childId = (parent: string, run: number, step: number, index: number): string =>
+  `ag_${createHash("sha256").update(`${parent}#${run}/${step}/${index}`).digest("hex").slice(0, 16)}`
+
+/** The agent's chain of grants (an older payload's: its role alone). */
+export const grantsOf = (payload: AgentPayload): ReadonlyArray<Grant> =>
+  payload.grants ?? [{ role: payload.role, depth: payload.depth }]
+
+/** An activity whose store writes commit in the transaction that journals its result. */
+export const txActivity: typeof Activity.make = (options) =>
+  Activity.make(options).annotate(ClusterSchema.WithTransaction, true)

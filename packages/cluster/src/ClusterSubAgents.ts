@@ -1,0 +1,684 @@
+/**
+ * ClusterSubAgents — core's sub-agent contract (`SubAgentManager`) on the cluster, so the
+ * sub-agent tools (core's `task`, `agent_*` and `handle_read` definitions) and the MCP
+ * toolkit run unchanged against durable agents. Two ways in, one implementation (`make`) over
+ * a `Backend`:
+ *
+ * - `inWorkflow`: what the workflow body gives one sub-agent tool call. Every store read or
+ *   write is an activity named after the step, the call and the order of its requests
+ *   (`spawn/<step>/<index>/<n>`, `look/<step>/<index>/<n>`, ...), waits sleep on durable
+ *   clocks, children are child workflows: a replay decides the same. A child's id is a
+ *   function of its parent's run and the call (`AgentRun.childId`).
+ * - `client`: the same contract from outside a workflow (`fibril mcp --cluster`): the agents
+ *   it starts are roots, waits poll the store. (`probe`: the model step's view, below.)
+ *
+ * Rows become core `AgentView`s (`viewOf`), so core's result views (`agentResultForModel`,
+ * `taskResult`, `evaluation`) apply as they are; refusals are core's tagged errors, rendered
+ * to text at the one tool-result boundary (the workflow body runs core's tool definitions with
+ * this manager provided: AgentWorkflow's `runTool`).
+ */
+import * as AgentResult from "@fibril/core/AgentResult"
+import * as Models from "@fibril/core/Models"
+import * as Receipt from "@fibril/core/Receipt"
+import * as Roles from "@fibril/core/Roles"
+import * as SpawnCheck from "@fibril/core/SpawnCheck"
+import * as SubAgentManager from "@fibril/core/SubAgentManager"
+import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
+import * as ToolRegistry from "@fibril/core/ToolRegistry"
+import * as TranscriptView from "@fibril/core/TranscriptView"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import { Activity, DurableClock, type WorkflowEngine } from "effect/workflow"
+import { AgentPayload, AgentWorkflow, childId, grantsOf, txActivity } from "./AgentRun.ts"
+import * as ClusterClient from "./ClusterClient.ts"
+import { AgentRow, ClusterStore, finished, type StoreFailure, tokensOf } from "./ClusterStore.ts"
+import { cancelTree } from "./ClusterWatch.ts"
+
+type Manager = SubAgentManager.SubAgentManager["Service"]
+type AgentView = SubAgentManager.AgentView
+
+// --- Views ---
+
+/** The owner every cluster record names: the cluster, not a process. */
+export const owner = "cluster"
+
+/** A completed answer as a record keeps it (each part bounded, as the embedded records). */
+export const outcomeOf = (text: string): SubAgentRecord.Outcome =>
+  AgentResult.outcomeOf(text, SubAgentManager.defaultMaxResultChars)
+
+const defined = (value: number | null | undefined) =>
+  value === null || value === undefined ? undefined : Math.round(value)
+
+/**
+ * An agent's row as core's record of it: status, reason, the parsed outcome of its answer,
+ * tokens by kind, counts, the current run's times, its transcript handle (its id). The session
+ * name is the id (every tool takes either).
+ */
+export const recordOf = (row: AgentRow): SubAgentRecord.SubAgentRecord => {
+  const startedAt = defined(row.startedAt)
+  const finishedAt = finished(row.status) ? defined(row.finishedAt) : undefined
+  const reason = row.reason === null ? {} : { reason: row.reason }
+  const times = {
+    ...(startedAt === undefined ? {} : { started_at: startedAt }),
+    ...(finishedAt === undefined ? {} : { finished_at: finishedAt })
+  }
+  return {
+    record_version: SubAgentRecord.recordVersion,
+    agent_id: row.agentId,
+    session_name: row.agentId,
+    ...(row.parentId === null ? {} : { parent_id: row.parentId }),
+    depth: row.depth,
+    role: row.role,
+    model: row.model,
+    description: row.description,
+    objective: row.prompt,
+    status: row.status,
+    ...reason,
+    detached: row.detached,
+    fork_context: false,
+    session_boot_id: owner,
+    created_at: startedAt ?? 0,
+    ...times,
+    steps: row.steps,
+    tool_calls: row.toolCalls,
+    tokens: tokensOf(row),
+    ...(row.status === "completed" && row.text !== null ? { outcome: outcomeOf(row.text) } : {}),
+    transcript_handle: row.agentId,
+    runs: [{
+      run_id: SubAgentRecord.runId(row.agentId, row.run + 1),
+      kind: row.run === 0 ? "spawn" : "resume",
+      status: row.status,
+      ...reason,
+      ...times,
+      session_boot_id: owner
+    }]
+  }
+}
+
+export const viewOf = (row: AgentRow): AgentView => ({ ...recordOf(row), from_prior_session: false })
+
+/** The receipt of a cluster agent: no local takeover (the cluster, not a workspace, keeps it). */
+export const workerRecord = (record: SubAgentRecord.SubAgentRecord): Receipt.WorkerRecord =>
+  Receipt.workerRecord(record, {
+    workspace: undefined,
+    durable: true,
+    owner: SubAgentRecord.isTerminal(record.status) ? "gone" : "alive"
+  })
+
+// --- Spawn validation ---
+
+/** What a worker (or a client) checks a spawn request against; absent: not checked here. */
+export interface SpawnChecks {
+  readonly registry?: ToolRegistry.ToolRegistry["Service"] | undefined
+  readonly models?: Models.Models["Service"] | undefined
+  readonly callerModel?: string | undefined // a child may name its caller's model
+}
+
+/**
+ * A spawn request's role and model, or why it is refused: the bounds of its texts, the role
+ * (`custom` needs `allowed_tools`), `allowed_tools` naming tools that exist, a model the
+ * runtime serves. The one call site of spawn validation in cluster mode.
+ */
+export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnChecks) =>
+  Effect.gen(function*() {
+    const tooLong = SpawnCheck.checkText(request)
+    if (tooLong !== undefined) return yield* tooLong
+    const role = yield* Roles.forRequest(request.role ?? "general", request.allowedTools)
+    const registry = checks.registry
+    const missing = registry === undefined
+      ? []
+      : (request.allowedTools ?? []).filter((name) => Option.isNone(registry.get(name)))
+    if (missing.length > 0) {
+      return yield* new Roles.InvalidRoleRequest({
+        role: role.name,
+        reason: `allowed_tools names ${missing.length === 1 ? "a tool that does" : "tools that do"} not exist: ${
+          missing.map((name) => JSON.stringify(name)).join(", ")
+        }`
+      })
+    }
+    const models = checks.models
+    if (models !== undefined && request.model !== undefined) {
+      const unknown = models.available === undefined
+        ? SpawnCheck.checkModel(request.model, [models.defaultModel, checks.callerModel])
+        : undefined
+      if (unknown !== undefined) return yield* unknown
+      yield* models.resolve(request.model)
+    }
+    return role
+  })
+
+// --- The contract over a backend ---
+
+/** How a run that failed or was cancelled ended, should its row not say it yet. */
+export interface Ending {
+  readonly status: "failed" | "cancelled"
+  readonly reason: string
+}
+
+/** What the workflow body and the client each provide; the contract is written once over it. */
+export interface Backend {
+  /** The store effect run once: a journaled activity in a workflow (`transactional`: its writes commit with it). */
+  readonly once: <A, I>(
+    kind: string,
+    schema: Schema.Codec<A, I>,
+    effect: Effect.Effect<A, StoreFailure, ClusterStore | WorkflowEngine.WorkflowEngine>,
+    transactional: boolean
+  ) => Effect.Effect<A>
+  /** The parent of the agents this manager starts (none: they are roots), and their workspace. */
+  readonly parent: AgentPayload | undefined
+  readonly workspace: string
+  /** The agents `agent_wait` without ids may wait for: the parent's children, the client's roots. */
+  readonly children: Effect.Effect<ReadonlyArray<AgentRow>, StoreFailure, ClusterStore>
+  /** The id of the agent a spawn request starts. */
+  readonly newId: () => string
+  /** Does a spawn take its child's permit itself (`reject` admission under a cap)? Else its cap. */
+  readonly rejectOver: number | undefined
+  /**
+   * Was the child's row recorded already, by the commit of the model step that asked for it
+   * (`probe`)? Then spawning records nothing.
+   */
+  readonly preRecorded: boolean
+  readonly checks: SpawnChecks
+  /** Starts a recorded agent's workflow and goes on. */
+  readonly start: (payload: AgentPayload) => Effect.Effect<void>
+  /** Runs a recorded agent's workflow to its end: its final row when its run gave it, or how it ended. */
+  readonly runToEnd: (
+    payload: AgentPayload
+  ) => Effect.Effect<{ readonly row?: AgentRow | undefined; readonly ending?: Ending | undefined }>
+  /** The rows of `ids` once `mode` is met or `timeoutMs` has passed (each id exists). */
+  readonly waitRows: (
+    ids: ReadonlyArray<string>,
+    mode: "any" | "all",
+    timeoutMs: number | undefined
+  ) => Effect.Effect<{ readonly rows: ReadonlyArray<AgentRow>; readonly timedOut: boolean }>
+  /** Results handed over by this caller (`markRead`): what `unreadChildren` leaves out. */
+  readonly read: Set<string>
+}
+
+const MaybeRow = Schema.NullOr(AgentRow)
+const orNull = (row: AgentRow | undefined) => row ?? null
+
+const rowFor = (payload: AgentPayload) =>
+  Effect.map(AgentWorkflow.executionId(payload), (executionId): AgentRow => ({
+    ...payload,
+    status: "pending",
+    executionId,
+    text: null,
+    reason: null,
+    steps: 0,
+    toolCalls: 0,
+    tokens: 0
+  }))
+
+/** The contract's reads of the store: the agents, the unread children, a transcript page, the permits. */
+const storeReads = (backend: Backend) => {
+  const { once, parent } = backend
+  const list: Manager["list"] = ({ includeArchived }) =>
+    Effect.map(
+      once(
+        "list",
+        Schema.Array(AgentRow),
+        ClusterStore.use((store) =>
+          Effect.map(store.list, (rows) =>
+            rows.filter((row) =>
+              row.agentId !== parent?.agentId &&
+              (includeArchived || !finished(row.status) || (parent !== undefined && row.rootId === parent.rootId))
+            ))
+        ),
+        false
+      ),
+      (rows) => rows.map(viewOf)
+    )
+
+  const unreadChildren: Manager["unreadChildren"] = () =>
+    once(
+      "children",
+      Schema.Array(Schema.String),
+      ClusterStore.use((store) =>
+        Effect.map(
+          Effect.provideService(backend.children, ClusterStore, store),
+          (rows) =>
+            rows.filter((row) => !finished(row.status) || !backend.read.has(row.agentId)).map((row) => row.agentId)
+        )
+      ),
+      false
+    )
+
+  const readTranscript: Manager["readTranscript"] = (handle, page) =>
+    Effect.flatMap(
+      once(
+        "transcript",
+        Schema.NullOr(TranscriptView.Page),
+        ClusterStore.use((store) =>
+          Effect.gen(function*() {
+            if ((yield* store.get(handle)) === undefined) return null
+            const messages = yield* store.transcript(handle)
+            return TranscriptView.page(messages, { handle, agentId: handle, offset: page.offset, limit: page.limit })
+          })
+        ),
+        false
+      ),
+      (found) =>
+        found === null ? Effect.fail(new SubAgentManager.AgentNotFound({ agentId: handle })) : Effect.succeed(found)
+    )
+
+  const running: Manager["running"] = once(
+    "running",
+    Schema.Int,
+    ClusterStore.use((store) => Effect.map(store.permits, (held) => held.length)),
+    false
+  )
+  return { list, unreadChildren, readTranscript, running }
+}
+
+/** The contract over `backend`. */
+export const make = (backend: Backend, options: SubAgentManager.Options): Manager => {
+  const { once, parent } = backend
+
+  const found = (id: string) =>
+    Effect.flatMap(
+      once("read", MaybeRow, Effect.map(ClusterStore.use((store) => store.get(id)), orNull), false),
+      (row) => row === null ? Effect.fail(new SubAgentManager.AgentNotFound({ agentId: id })) : Effect.succeed(row)
+    )
+
+  /** The payload of the agent `request` asks for, or why it is refused. */
+  const payloadFor = (request: SubAgentManager.SpawnRequest, detached: boolean) =>
+    Effect.map(checkSpawn(request, backend.checks), (role): AgentPayload => {
+      const agentId = backend.newId()
+      const depth = parent === undefined ? 0 : parent.depth + 1
+      const allowed = request.allowedTools === undefined ? {} : { allowedTools: request.allowedTools }
+      const grants = parent === undefined
+        ? (request.allowedTools === undefined ? [] : [{ role: role.name, depth, ...allowed }])
+        : [...grantsOf(parent), { role: role.name, depth, ...allowed }]
+      return {
+        agentId,
+        run: 0,
+        parentId: parent?.agentId ?? null,
+        rootId: parent?.rootId ?? agentId,
+        depth,
+        role: role.name,
+        model: request.model ?? parent?.model ?? "",
+        description: request.description ?? request.prompt.slice(0, 60),
+        prompt: request.prompt,
+        detached: parent !== undefined && detached,
+        workspace: backend.workspace,
+        ...(grants.length === 0 ? {} : { grants })
+      }
+    })
+
+  /** Records the agent (taking its permit first under `reject`); CapReached when none is free. */
+  const admit = (payload: AgentPayload) =>
+    Effect.gen(function*() {
+      const row = yield* rowFor(payload)
+      if (backend.preRecorded) return row
+      const cap = backend.rejectOver
+      const admitted = yield* once(
+        "spawn",
+        Schema.Struct({ admitted: Schema.Boolean, running: Schema.Int }),
+        ClusterStore.use((store) =>
+          Effect.gen(function*() {
+            if (cap !== undefined && !(yield* store.acquire(payload.agentId, cap))) {
+              return { admitted: false, running: (yield* store.permits).length }
+            }
+            yield* store.insert(row)
+            return { admitted: true, running: 0 }
+          })
+        ),
+        true
+      )
+      if (!admitted.admitted) {
+        return yield* new SubAgentManager.CapReached({ max: cap ?? 0, running: admitted.running })
+      }
+      return row
+    })
+
+  const spawn: Manager["spawn"] = (_caller, request) =>
+    Effect.gen(function*() {
+      const payload = yield* payloadFor(request, request.detached === true)
+      const row = yield* admit(payload)
+      yield* backend.start(payload)
+      return viewOf(row)
+    })
+
+  const run: Manager["run"] = (_caller, request) =>
+    Effect.gen(function*() {
+      const payload = yield* payloadFor(request, false)
+      yield* admit(payload)
+      const { ending, row: last } = yield* backend.runToEnd(payload)
+      // The child's row says how it ended: a failed or cancelled child is a result, not an error.
+      const row = last ?? (yield* Effect.orDie(found(payload.agentId)))
+      return viewOf(ending === undefined || finished(row.status) ? row : { ...row, ...ending })
+    })
+
+  const wait: Manager["wait"] = (ids, { mode, timeoutMs }) =>
+    Effect.gen(function*() {
+      if (ids.length === 0) return { timed_out: false, completed: [], pending: [] }
+      // Each id must exist (the looks then read them as they change).
+      const missing = yield* once(
+        "exists",
+        Schema.Array(Schema.String),
+        ClusterStore.use((store) =>
+          Effect.map(Effect.forEach(ids, (id) => store.get(id)), (rows) => ids.filter((_, i) => rows[i] === undefined))
+        ),
+        false
+      )
+      if (missing.length > 0) return yield* new SubAgentManager.AgentNotFound({ agentId: missing[0]! })
+      const seen = yield* backend.waitRows(ids, mode, timeoutMs)
+      return {
+        timed_out: seen.timedOut,
+        completed: seen.rows.filter((row) => finished(row.status)).map(viewOf),
+        pending: seen.rows.filter((row) => !finished(row.status)).map((row) => row.agentId)
+      }
+    })
+
+  const result: Manager["result"] = (id, { block, timeoutMs }) =>
+    Effect.gen(function*() {
+      const row = yield* found(id)
+      if (!block || finished(row.status)) return viewOf(row)
+      const seen = yield* backend.waitRows([id], "all", timeoutMs)
+      return viewOf(seen.rows[0] ?? row)
+    })
+
+  const cancel: Manager["cancel"] = (id, reason) =>
+    Effect.flatMap(
+      once(
+        "cancel",
+        MaybeRow,
+        ClusterStore.use((store) =>
+          Effect.gen(function*() {
+            if ((yield* store.get(id)) === undefined) return null
+            yield* cancelTree(id, reason ?? "cancelled")
+            return orNull(yield* store.get(id))
+          })
+        ),
+        false
+      ),
+      (row) =>
+        row === null ? Effect.fail(new SubAgentManager.AgentNotFound({ agentId: id })) : Effect.succeed(viewOf(row))
+    )
+
+  const deliver = (id: string, message: string) =>
+    Effect.gen(function*() {
+      const outcome = yield* once(
+        "input",
+        Schema.Struct({ row: MaybeRow, delivered: Schema.Boolean }),
+        ClusterStore.use((store) =>
+          Effect.gen(function*() {
+            const row = yield* store.get(id)
+            if (row === undefined || finished(row.status)) return { row: orNull(row), delivered: false }
+            yield* store.sendInput(id, message)
+            return { row, delivered: true }
+          })
+        ),
+        true
+      )
+      if (outcome.row === null) return yield* new SubAgentManager.AgentNotFound({ agentId: id })
+      const agent = viewOf(outcome.row)
+      return outcome.delivered
+        ? { delivered: true, agent }
+        : { delivered: false, reason: `the agent has ${agent.status}; agent_resume starts a new run`, agent }
+    })
+
+  const sendInput: Manager["sendInput"] = (id, message) => {
+    const tooLong = SpawnCheck.checkMessage("message", message)
+    return tooLong === undefined ? deliver(id, message) : Effect.fail(tooLong)
+  }
+
+  const resume: Manager["resume"] = (_caller, id, message) =>
+    Effect.gen(function*() {
+      const tooLong = SpawnCheck.checkMessage("message", message)
+      if (tooLong !== undefined) return yield* tooLong
+      const next = yield* once(
+        "resume",
+        Schema.Union([AgentPayload, SubAgentManager.AgentNotFound, SubAgentManager.NotResumable]),
+        ClusterClient.resumeRow(id, message ?? "Continue."),
+        true
+      )
+      if (next instanceof SubAgentManager.AgentNotFound || next instanceof SubAgentManager.NotResumable) {
+        return yield* next
+      }
+      yield* backend.start(next)
+      return viewOf(yield* Effect.orDie(found(id)))
+    })
+
+  // A running agent's rules are fixed for its run (its payload's grants, journaled with it):
+  // a new role cannot reach it. An objective and a note are delivered as input.
+  const assign: Manager["assign"] = (id, update) =>
+    Effect.gen(function*() {
+      const tooLong = SpawnCheck.checkMessage("objective", update.objective) ??
+        SpawnCheck.checkMessage("message", update.message)
+      if (tooLong !== undefined) return yield* tooLong
+      if (update.role !== undefined) {
+        const role = yield* Roles.resolve(update.role)
+        return yield* new Roles.InvalidRoleRequest({
+          role: role.name,
+          reason: "cluster mode cannot change a running agent's role: its permissions are fixed for the run by its " +
+            "workflow's journaled payload. Cancel it and spawn one with this role, or send it the new objective " +
+            "(agent_assign without role, or agent_send_input)"
+        })
+      }
+      const note = [
+        "Your assignment was updated by your parent.",
+        update.objective === undefined ? undefined : `Objective: ${update.objective}`,
+        update.message
+      ].filter((part) => part !== undefined).join("\n")
+      return yield* deliver(id, note)
+    })
+
+  const { list, readTranscript, running, unreadChildren } = storeReads(backend)
+  return SubAgentManager.SubAgentManager.of({
+    bootId: owner,
+    options,
+    spawn,
+    run,
+    startRoot: () => Effect.die("cluster mode starts root agents with ClusterClient.start, not startRoot"),
+    wait,
+    result,
+    cancel,
+    list,
+    sendInput,
+    unreadChildren,
+    markRead: (_caller, ids) => Effect.sync(() => ids.forEach((id) => backend.read.add(id))),
+    resume,
+    assign,
+    running,
+    resolve: (id) => Effect.succeed(SubAgentRecord.agentOfRunId(id) ?? id),
+    readTranscript,
+    attachVerification: (id) => Effect.fail(new SubAgentManager.NotOwned({ agentId: id, owner })),
+    workerRecord: (agent) => Effect.succeed(workerRecord(agent))
+  })
+}
+
+/** The SubAgentManager options a cluster manager reports (its cap and admission). */
+export const optionsOf = (maxConcurrent: number, admission: "reject" | "queue"): SubAgentManager.Options => ({
+  ...SubAgentManager.defaults,
+  maxConcurrent,
+  admission
+})
+
+// --- In a workflow ---
+
+/** What one run of the workflow body gives the sub-agent tool calls it makes. */
+export interface WorkflowRun {
+  readonly payload: AgentPayload
+  readonly maxConcurrent: number
+  readonly admission: "reject" | "queue"
+  /** The longest a wait sleeps between two looks when no child's end wakes it. */
+  readonly waitFallbackMs: number
+  readonly checks: SpawnChecks
+  /** The results this run handed over (`markRead`), rebuilt the same on a replay. */
+  readonly read: Set<string>
+  readonly context: import("effect/Context").Context<
+    ClusterStore | WorkflowEngine.WorkflowEngine | WorkflowEngine.WorkflowInstance
+  >
+}
+
+const rejectOver = (run: WorkflowRun) =>
+  run.maxConcurrent > 0 && run.admission === "reject" ? run.maxConcurrent : undefined
+/** How a probe stops a handler once it has the request (see `probe`). */
+const probed = "probed: the request is recorded"
+
+/**
+ * The contract as the model step sees a sub-agent call it asked for: the handler runs until its
+ * spawn request is admitted (the same validation, the same child), then `record` gets the
+ * child's row and the handler stops; any other request stops it at once. So the children of a
+ * turn are recorded by its model step's commit, from the definitions' own request mapping,
+ * when spawning takes no permit (`queue` admission, or no cap); `inWorkflow` then records none.
+ */
+export const probe = (run: WorkflowRun, step: number, index: number, record: (row: AgentRow) => void): Manager => {
+  const stop = (payload: AgentPayload) =>
+    Effect.flatMap(rowFor(payload), (row) => Effect.andThen(Effect.sync(() => record(row)), Effect.die(probed)))
+  return make({
+    once: () => Effect.die(probed),
+    parent: run.payload,
+    workspace: run.payload.workspace,
+    children: Effect.die(probed),
+    newId: () => childId(run.payload.agentId, run.payload.run, step, index),
+    rejectOver: undefined,
+    preRecorded: true,
+    checks: run.checks,
+    start: stop,
+    runToEnd: stop,
+    waitRows: () => Effect.die(probed),
+    read: new Set()
+  }, optionsOf(run.maxConcurrent, run.admission))
+}
+
+/** Does the model step record the children its turn asks for (`probe`)? */
+export const recordsChildren = (run: WorkflowRun): boolean => rejectOver(run) === undefined
+
+/**
+ * The contract for the sub-agent tool call `index` of model step `step`: its requests are
+ * activities named after the call and their order, its waits durable looks and clocks.
+ */
+export const inWorkflow = (run: WorkflowRun, step: number, index: number): Manager => {
+  const parent = run.payload
+  let requests = 0
+  const provide = <A, E>(
+    effect: Effect.Effect<A, E, ClusterStore | WorkflowEngine.WorkflowEngine | WorkflowEngine.WorkflowInstance>
+  ) => Effect.provide(effect, run.context)
+  // Between two looks the caller sleeps on a durable clock (the workflow suspends; nothing is
+  // polled); a child's end completes that clock early (the child's `signalParent`), and the
+  // clock itself fires at the timeout, or after `waitFallbackMs`. The deadline is the first
+  // look's store time plus the timeout: journaled, so a replay decides the same.
+  const waitRows: Backend["waitRows"] = (ids, mode, timeoutMs) =>
+    provide(Effect.gen(function*() {
+      let deadline: number | undefined
+      while (true) {
+        const look = requests++
+        const clock = `wait/${step}/${index}/${look}`
+        const seen = yield* txActivity({
+          name: `look/${step}/${index}/${look}`,
+          success: Schema.Struct({ rows: Schema.Array(AgentRow), now: Schema.Number }),
+          execute: Effect.orDie(ClusterStore.use((store) => store.look(parent.agentId, ids, clock)))
+        })
+        if (deadline === undefined && timeoutMs !== undefined) deadline = seen.now + timeoutMs
+        const done = seen.rows.filter((row) => finished(row.status)).length
+        const satisfied = seen.rows.length === 0 || (mode === "any" ? done > 0 : done === seen.rows.length)
+        if (satisfied || (deadline !== undefined && seen.now >= deadline)) {
+          return { rows: seen.rows, timedOut: !satisfied }
+        }
+        const wait = deadline === undefined
+          ? run.waitFallbackMs
+          : Math.max(1, Math.min(run.waitFallbackMs, deadline - seen.now))
+        yield* DurableClock.sleep({ name: clock, duration: wait, inMemoryThreshold: 0 })
+      }
+    }))
+  return make({
+    once: (kind, schema, effect, transactional) =>
+      Effect.suspend(() => {
+        const options = {
+          name: `${kind}/${step}/${index}/${requests++}`,
+          success: schema,
+          execute: Effect.orDie(effect)
+        }
+        return provide(transactional ? txActivity(options) : Activity.make(options))
+      }),
+    parent,
+    workspace: parent.workspace,
+    children: ClusterStore.use((store) => store.children(parent.agentId)),
+    newId: () => childId(parent.agentId, parent.run, step, index),
+    rejectOver: rejectOver(run),
+    preRecorded: rejectOver(run) === undefined,
+    checks: run.checks,
+    start: (payload) => provide(AgentWorkflow.execute(payload, { discard: true, detached: payload.detached })),
+    runToEnd: (payload) =>
+      provide(Effect.map(Effect.exit(AgentWorkflow.execute(payload)), (exit) =>
+        Exit.isSuccess(exit)
+          ? { row: exit.value.row }
+          : exit.cause.reasons.every((reason) => reason._tag === "Interrupt")
+          ? { ending: { status: "cancelled" as const, reason: "the sub-agent was cancelled" } }
+          : { ending: { status: "failed" as const, reason: String(exit.cause) } })),
+    waitRows,
+    read: run.read
+  }, optionsOf(run.maxConcurrent, run.admission))
+}
+
+// --- From a client ---
+
+export interface ClientOptions {
+  /** The workspace the agents work in: only workers serving it run them. */
+  readonly workspace: string
+  /** Between two looks at the agents' rows while waiting (default 200 ms). */
+  readonly pollMs?: number | undefined
+}
+
+/**
+ * The contract from outside the cluster's workflows (`fibril mcp --cluster`): the agents it
+ * starts are roots on the workers; waits poll the store. Agents are durable: the client going
+ * away does not cancel them.
+ */
+export const client = (options: ClientOptions) =>
+  Effect.gen(function*() {
+    const context = yield* Effect.context<ClusterStore | WorkflowEngine.WorkflowEngine>()
+    const pollMs = Duration.millis(options.pollMs ?? 200)
+    const started = new Set<string>()
+    const provide = <A, E>(effect: Effect.Effect<A, E, ClusterStore | WorkflowEngine.WorkflowEngine>) =>
+      Effect.provide(effect, context)
+    const waitRows: Backend["waitRows"] = (ids, mode, timeoutMs) =>
+      provide(Effect.gen(function*() {
+        const store = yield* ClusterStore
+        const deadline = timeoutMs === undefined ? undefined : (yield* Clock.currentTimeMillis) + timeoutMs
+        while (true) {
+          const rows = (yield* Effect.orDie(Effect.forEach(ids, (id) => store.get(id)))).filter((row) =>
+            row !== undefined
+          )
+          const done = rows.filter((row) => finished(row.status)).length
+          const satisfied = rows.length === 0 || (mode === "any" ? done > 0 : done === rows.length)
+          if (satisfied || (deadline !== undefined && (yield* Clock.currentTimeMillis) >= deadline)) {
+            return { rows, timedOut: !satisfied }
+          }
+          yield* Effect.sleep(pollMs)
+        }
+      }))
+    return make({
+      once: (_kind, _schema, effect) => Effect.orDie(provide(effect)),
+      parent: undefined,
+      workspace: options.workspace,
+      children: ClusterStore.use((store) =>
+        Effect.map(
+          Effect.forEach([...started], (id) => store.get(id)),
+          (rows) => rows.filter((row) => row !== undefined)
+        )
+      ),
+      newId: ClusterClient.newAgentId,
+      rejectOver: undefined,
+      preRecorded: false,
+      checks: {},
+      start: (payload) =>
+        Effect.sync(() => started.add(payload.agentId)).pipe(
+          Effect.andThen(provide(AgentWorkflow.execute(payload, { discard: true })))
+        ),
+      runToEnd: (payload) =>
+        Effect.sync(() => started.add(payload.agentId)).pipe(
+          Effect.andThen(provide(AgentWorkflow.execute(payload, { discard: true }))),
+          Effect.andThen(Effect.as(waitRows([payload.agentId], "all", undefined), {}))
+        ),
+      waitRows,
+      read: new Set()
+    }, optionsOf(0, "reject"))
+  })
