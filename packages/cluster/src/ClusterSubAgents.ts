@@ -26,6 +26,7 @@ import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
 import * as ToolRegistry from "@fibril/core/ToolRegistry"
 import * as TranscriptView from "@fibril/core/TranscriptView"
+import * as Prompt from "effect/ai/Prompt"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -255,8 +256,16 @@ const storeReads = (backend: Backend) => {
         Schema.NullOr(TranscriptView.Page),
         ClusterStore.use((store) =>
           Effect.gen(function*() {
-            if ((yield* store.get(handle)) === undefined) return null
-            const messages = yield* store.transcript(handle)
+            const row = yield* store.get(handle)
+            if (row === undefined) return null
+            // The store keeps what the agent said and was told; its system prompt, the first
+            // message of a transcript as the embedded engine shows it, is the one its workflow
+            // builds from the row (the role, the depth, the workspace).
+            const role = yield* Effect.orDie(Roles.resolve(row.role))
+            const system = Prompt.makeMessage("system", {
+              content: Roles.systemPrompt(role, row.depth, row.workspace)
+            })
+            const messages = [system, ...yield* store.transcript(handle)]
             return TranscriptView.page(messages, { handle, agentId: handle, offset: page.offset, limit: page.limit })
           })
         ),
