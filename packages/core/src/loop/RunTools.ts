@@ -25,9 +25,9 @@ export interface RunToolsDeps {
   readonly permission: Permission["Service"]
   readonly events: AgentEvents["Service"]
   /** Called with each result as it lands, before the turn's other calls finish (a durable transcript). */
-  onResult: ((state: SessionState, part: Prompt.ToolResultPart) => Effect.Effect<void>) | undefined
-  /** Called with each event after it is published (the session's `onEvent` hook). */
-  onEvent: ((event: AgentEvent) => void) | undefined
+  readonly onResult: ((state: SessionState, part: Prompt.ToolResultPart) => Effect.Effect<void>) | undefined
+  /** Called with each event after it is published (the session's observer's `onEvent`). */
+  readonly onEvent: ((event: AgentEvent) => void) | undefined
 }
 
 export class UnknownTool extends Schema.TaggedError<UnknownTool>()("UnknownTool", {
