@@ -31,7 +31,17 @@
  * options (the same on every worker) and journaled results. Child ids are derived from the
  * parent's id, run, step and call index.
  */
-import { AgentLoop, AgentSteps, Models, Permission, Roles, Session, ToolRegistry, Workspace } from "@fibril/core"
+import {
+  AgentLoop,
+  AgentSteps,
+  Heartbeat,
+  Models,
+  Permission,
+  Roles,
+  Session,
+  ToolRegistry,
+  Workspace
+} from "@fibril/core"
 import * as SpawnCheck from "@fibril/core/SpawnCheck"
 import * as Prompt from "effect/ai/Prompt"
 import * as Cause from "effect/Cause"
@@ -337,10 +347,6 @@ const settle = <A, E, R1, R2>(
       ? Effect.failCause(exit.cause as Cause.Cause<never>)
       : Effect.die(Cause.squash(exit.cause)))
 
-/** The agent's chain of grants (an older payload's: its role alone). */
-export const grantsOf = (payload: AgentPayload): ReadonlyArray<Grant> =>
-  payload.grants ?? [{ role: payload.role, depth: payload.depth }]
-
 /**
  * An agent's rules: its chain's grants applied in turn to the root rules (Permission, rule 1),
  * as the embedded runtime derives a child's rules from its parent's.
@@ -352,7 +358,7 @@ export const rulesFor = (root: Permission.Rules, maxDepth: number, grants: Reado
       const role = yield* Roles.resolve(grant.role)
       rules = Permission.effective(
         rules,
-        Session.grantFor(grant.depth, maxDepth, role, { allowedTools: grant.allowedTools })
+        Permission.grantFor(grant.depth, maxDepth, role, { allowedTools: grant.allowedTools })
       )
     }
     return rules
@@ -380,7 +386,7 @@ export const refusedRequest = (
 }
 
 /** The reason an agent cancelled by the heartbeat gets (the embedded runtime's words). */
-export const heartbeatReason = (seconds: number) => `Auto-cancelled after ${seconds}s without sub-agent progress.`
+export const heartbeatReason = Heartbeat.reason
 
 /**
  * The heartbeat in cluster mode: every worker looks, every `checkMs`, for running sub-agents
@@ -477,7 +483,7 @@ export const layer = (options: Partial<Options> = {}) => {
   const heartbeat = options.heartbeatSecs ?? 0
   const watching = heartbeat > 0
     ? Layer.effectDiscard(Effect.forkScoped(
-      watchdog(heartbeat, options.heartbeatCheckMs ?? Math.max(1000, Math.min(30_000, (heartbeat * 1000) / 4)))
+      watchdog(heartbeat, options.heartbeatCheckMs ?? Heartbeat.checkIntervalMs(heartbeat))
     ))
     : Layer.empty
   return Layer.merge(body(options).pipe(Layer.provide(cancelWatch(options.cancelCheckMs ?? 250))), watching)
@@ -496,7 +502,7 @@ const body = (options: Partial<Options>) =>
     // "": the worker's default model (every worker must have the same one).
     const modelId = payload.model === "" ? models.defaultModel : payload.model
     const role = yield* Effect.orDie(Roles.resolve(payload.role))
-    const grants = grantsOf(payload)
+    const grants = Permission.grantsOf(payload)
     const rules = yield* rulesFor(permission.root, config.maxDepth, grants)
     const system = Prompt.makeMessage("system", { content: Roles.systemPrompt(role, depth, payload.workspace) })
     const capped = depth > 0 && config.maxConcurrent > 0

@@ -175,7 +175,10 @@ export const resolve = Effect.fnUntraced(function*(
       ...context.agents.map((definition) => definition.model)
     ]
     if (SpawnCheck.checkModel(request.model, accepted(undefined)) !== undefined) {
-      const unknown = SpawnCheck.checkModel(request.model, accepted(root || options.parentModel === undefined ? undefined : yield* options.parentModel))
+      const unknown = SpawnCheck.checkModel(
+        request.model,
+        accepted(root || options.parentModel === undefined ? undefined : yield* options.parentModel)
+      )
       if (unknown !== undefined) return yield* unknown
     }
   }

@@ -18,9 +18,9 @@ import type { SubAgentStore } from "./SubAgentStore.ts"
 import type { ToolRegistry } from "./ToolRegistry.ts"
 import type * as TranscriptView from "./TranscriptView.ts"
 
-export { AgentNotFound, CapReached, NotOwned, NotResumable } from "./SubAgentErrors.ts"
 export { requestCancel } from "./internal/manager/ForeignAgents.ts"
 export { agentResultForModel, bound, defaultMaxResultChars } from "./internal/manager/results.ts"
+export { AgentNotFound, CapReached, NotOwned, NotResumable } from "./SubAgentErrors.ts"
 
 export interface Options {
   readonly maxConcurrent: number

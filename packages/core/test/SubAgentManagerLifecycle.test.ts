@@ -413,7 +413,11 @@ describe("SubAgentManager lifecycle", () => {
       for (const mode of ["any", "all"] as const) {
         assert.deepStrictEqual(yield* manager.wait([], { mode }), { timed_out: false, completed: [], pending: [] })
       }
-      const narrow = yield* get(SubAgentManager.Embedded).startRoot({ prompt: "look", role: "explore", allowedTools: ["list_dir"] })
+      const narrow = yield* get(SubAgentManager.Embedded).startRoot({
+        prompt: "look",
+        role: "explore",
+        allowedTools: ["list_dir"]
+      })
       const wide = yield* get(SubAgentManager.Embedded).startRoot({ prompt: "look" })
       const session = get(Session)
       const narrowInfo = yield* session.info(narrow.agent.agent_id)

@@ -23,6 +23,7 @@
  */
 import { Fibril, SubAgentManager as Manager, SubAgentRecord, SubAgentStore, ToolRegistry } from "@fibril/core"
 import { type AgentEvent, AgentEvents, make as makeEvents, withEmit } from "@fibril/core/AgentEvents"
+import * as Heartbeat from "@fibril/core/Heartbeat"
 import { type Options as SessionOptions, Session } from "@fibril/core/Session"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
@@ -1014,7 +1015,7 @@ const gcd = (a: number, b: number): number => (b === 0 ? a : gcd(b, a % b))
 
 /** The period after which the manager's timers repeat: its watchdog's (see SubAgentManager) and whole seconds. */
 const periodOf = (config: Experiment["config"]): number => {
-  const watchdog = Math.round(Math.max(1000, Math.min(30_000, (config.heartbeatSecs * 1000) / 4)))
+  const watchdog = Math.round(Heartbeat.checkIntervalMs(config.heartbeatSecs))
   return (watchdog * 1000) / gcd(watchdog, 1000)
 }
 

@@ -23,13 +23,7 @@ import * as Transcript from "../../internal/transcript.ts"
 import * as OutputContract from "../../OutputContract.ts"
 import * as Permission from "../../Permission.ts"
 import * as Receipt from "../../Receipt.ts"
-import {
-  describeFailure,
-  type PromptError,
-  type PromptResult,
-  type RunEnd,
-  type SessionInfo
-} from "../../Session.ts"
+import { describeFailure, type PromptError, type PromptResult, type RunEnd, type SessionInfo } from "../../Session.ts"
 import * as SpawnPlan from "../../SpawnPlan.ts"
 import { CapReached } from "../../SubAgentErrors.ts"
 import type { AgentView, SpawnRequest } from "../../SubAgentManager.ts"
@@ -114,12 +108,14 @@ export const admit = (ctx: ManagerContext): Exit.Exit<boolean, CapReached> => {
 
 // --- Creation ---
 
-/** The parent's model, for a spawn that names it (SpawnPlan asks only then). */
+/** The parent's model, for a spawn that names a model (SpawnPlan asks only when it is not a configured one). */
 const parentModel = (ctx: ManagerContext, parentId: string | undefined) =>
   parentId === undefined
     ? undefined
-    : Effect.map(Effect.option(ctx.session.info(parentId)), (found) =>
-      Option.isSome(found) ? found.value.model : undefined)
+    : Effect.suspend(() =>
+      Effect.map(Effect.option(ctx.session.info(parentId)), (found) =>
+        Option.isSome(found) ? found.value.model : undefined)
+    )
 
 /**
  * Creates an agent and starts its run: the plan (checked, its model resolved once), the

@@ -72,7 +72,9 @@ export const sendForeign = (ctx: ManagerContext, record: SubAgentRecord, message
     ctx.store.request(record.session_boot_id, { agent_id: record.agent_id, kind: "input", payload: message }),
     {
       delivered: true,
-      reason: `queued for the process that runs it (pid ${record.owner_pid ?? "unknown"}); it delivers it within a second`,
+      reason: `queued for the process that runs it (pid ${
+        record.owner_pid ?? "unknown"
+      }); it delivers it within a second`,
       agent: ctx.table.view(record)
     } satisfies InputResult
   )

@@ -80,7 +80,9 @@ const observerOf = (
     onMessage: store.durable
       ? (sessionId, message) => {
         const agent = table.agents.get(sessionId)
-        return agent === undefined ? Effect.void : AgentRun.queueMessages(store, agent.record.transcript_handle, [message])
+        return agent === undefined
+          ? Effect.void
+          : AgentRun.queueMessages(store, agent.record.transcript_handle, [message])
       }
       : undefined,
     beforeModelCall: store.durable
@@ -329,7 +331,12 @@ const resumeOf = (ctx: ManagerContext) =>
 
 const assignOf = (
   ctx: ManagerContext,
-  deliverInput: (id: string, message: string, interrupt: boolean, via: InputVia) => Effect.Effect<InputResult, AgentNotFound>
+  deliverInput: (
+    id: string,
+    message: string,
+    interrupt: boolean,
+    via: InputVia
+  ) => Effect.Effect<InputResult, AgentNotFound>
 ) =>
   Effect.fn("SubAgentManager.assign")(function*(
     id: string,
