@@ -10,7 +10,7 @@
  */
 import { type AgentEvent, AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
 import * as Session from "@fibril/core/Session"
-import { SubAgentManager } from "@fibril/core/SubAgentManager"
+import { Embedded, SubAgentManager } from "@fibril/core/SubAgentManager"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
@@ -42,7 +42,7 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
   const subscription = yield* events.subscribe
   const follow = Output.follower(output, options.json)
   // The root is recorded like every agent (`fibril agents show <id>`), without a sub-agent permit.
-  const { agent: root, fiber } = yield* manager.startRoot({
+  const { agent: root, fiber } = yield* (yield* Embedded).startRoot({
     prompt: options.prompt,
     role: options.role,
     description: options.prompt.split("\n")[0]!.slice(0, 60)

@@ -10,6 +10,7 @@
  * activities it records are named after the call and the order of its requests
  * (`spawn/<step>/<index>/<n>`, `look/<step>/<index>/<n>`, ...).
  */
+import * as Permission from "@fibril/core/Permission"
 import { ClusterSchema } from "effect/cluster"
 import * as Schema from "effect/Schema"
 import { Activity, Workflow } from "effect/workflow"
@@ -70,9 +71,8 @@ export const AgentWorkflow = Workflow.make("fibril/agent/v4", {
 export const childId = (parent: string, run: number, step: number, index: number): string =>
   `ag_${createHash("sha256").update(`${parent}#${run}/${step}/${index}`).digest("hex").slice(0, 16)}`
 
-/** The agent's chain of grants (an older payload's: its role alone). */
-export const grantsOf = (payload: AgentPayload): ReadonlyArray<Grant> =>
-  payload.grants ?? [{ role: payload.role, depth: payload.depth }]
+/** The agent's chain of grants (an older payload's: its role alone): core's `Permission.grantsOf`. */
+export const grantsOf: (payload: AgentPayload) => ReadonlyArray<Grant> = Permission.grantsOf
 
 /** An activity whose store writes commit in the transaction that journals its result. */
 export const txActivity: typeof Activity.make = (options) =>

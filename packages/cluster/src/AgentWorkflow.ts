@@ -159,7 +159,7 @@ export const rulesFor = (root: Permission.Rules, maxDepth: number, grants: Reado
       const role = yield* Roles.resolve(grant.role)
       rules = Permission.effective(
         rules,
-        Session.grantFor(grant.depth, maxDepth, role, { allowedTools: grant.allowedTools })
+        Permission.grantFor(grant.depth, maxDepth, role, { allowedTools: grant.allowedTools })
       )
     }
     return rules

@@ -9,6 +9,7 @@
  * result: a transcript message is written exactly once per step, an inbox message is taken
  * exactly once, a permit is held exactly when the journal says it was granted.
  */
+import { Permission } from "@fibril/core"
 import * as Prompt from "effect/ai/Prompt"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
@@ -23,17 +24,9 @@ export type Status = typeof Status.Type
 export const finished = (status: Status): boolean =>
   status === "completed" || status === "failed" || status === "cancelled"
 
-/**
- * What one agent of a chain was given (Permission, rule 1): its role at its depth and its
- * caller's `allowed_tools`. An agent's rules are its chain's grants applied in turn from the
- * root's rules, root first, itself last: a child never gets more than its parent had.
- */
-export const Grant = Schema.Struct({
-  role: Schema.String,
-  depth: Schema.Int,
-  allowedTools: Schema.optionalKey(Schema.Array(Schema.String))
-})
-export type Grant = typeof Grant.Type
+/** What one agent of a chain was given: Permission's record of a grant. */
+export const Grant = Permission.GrantRecord
+export type Grant = Permission.GrantRecord
 
 /** Tokens by kind, every model step of every run summed (as the embedded records report them). */
 export const Usage = Schema.Struct({ input: Schema.Number, output: Schema.Number, cached: Schema.Number })

@@ -484,7 +484,6 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
     options,
     spawn,
     run,
-    startRoot: () => Effect.die("cluster mode starts root agents with ClusterClient.start, not startRoot"),
     wait,
     result,
     cancel,

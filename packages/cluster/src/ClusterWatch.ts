@@ -4,6 +4,7 @@
  * worker's watch that stops a model or tool call in flight when its agent is cancelled
  * (`CancelWatch`).
  */
+import * as Heartbeat from "@fibril/core/Heartbeat"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -40,11 +41,8 @@ export const cancelTree = (agentId: string, reason: string) =>
 
 // --- Heartbeat ---
 
-/** The reason an agent cancelled by the heartbeat gets (the embedded runtime's words). */
-export const heartbeatReason = (seconds: number) => `Auto-cancelled after ${seconds}s without sub-agent progress.`
-
-/** Between two looks of the watchdog: a quarter of the timeout, 1-30 s (as the embedded watchdog). */
-export const heartbeatCheckMs = (seconds: number) => Math.max(1000, Math.min(30_000, (seconds * 1000) / 4))
+/** The reason an agent cancelled by the heartbeat gets: core's (Heartbeat.ts), as the embedded engine's. */
+export const heartbeatReason = Heartbeat.reason
 
 /**
  * The heartbeat in cluster mode: every worker looks, every `checkMs`, for running sub-agents
@@ -68,7 +66,7 @@ export const watchdog = (seconds: number, checkMs: number) =>
 /** The watchdog of a worker, when `seconds` > 0 (`[subagents] heartbeat_timeout_secs`). */
 export const heartbeat = (seconds: number, checkMs?: number | undefined) =>
   seconds > 0
-    ? Layer.effectDiscard(Effect.forkScoped(watchdog(seconds, checkMs ?? heartbeatCheckMs(seconds))))
+    ? Layer.effectDiscard(Effect.forkScoped(watchdog(seconds, checkMs ?? Heartbeat.checkIntervalMs(seconds))))
     : Layer.empty
 
 // --- A step's call, stopped by a cancel ---

@@ -25,6 +25,9 @@ import {
 /** A record as shown to callers: the stored fields plus whether it predates this process. */
 export type AgentView = SubAgentRecord & { readonly from_prior_session: boolean }
 
+/** Default bound on each part of a result a parent receives (summary, each section) and on stored reasons. */
+export const defaultMaxResultChars = 16_384
+
 /** `text` cut to `max` characters, marked when cut: the whole text stays in the transcript. */
 export const bound = (text: string, max: number): string => {
   if (text.length <= max) return text

@@ -75,6 +75,7 @@ export interface Options {
 export type Services =
   | Session.Session
   | SubAgentManager.SubAgentManager
+  | SubAgentManager.Embedded
   | SubAgentStore.SubAgentStore
   | ToolRegistry.ToolRegistry
   | Permission.Permission

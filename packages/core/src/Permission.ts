@@ -198,6 +198,68 @@ const ceilingsOf = (grant: Grant): ReadonlyArray<Ceiling> => [
 export const effective = (parent: Rules, grant: Grant): Rules =>
   ceilingsOf(grant).reduce(derive, { ...parent, label: grant.label })
 
+// --- Grants: what an agent at depth d in role r is given ---
+
+/** The tools a child never gets, whatever its role: it cannot delegate or own a todo list. */
+export const childDenied: ReadonlyArray<string> = ["task", "todowrite"]
+
+const withoutSpawn: ReadonlyArray<Posture> = postures.filter((posture) => posture !== "spawn")
+
+/** What an agent asks for besides its role: the caller's `allowed_tools`, a definition, extra denials. */
+export interface GrantOptions {
+  readonly allowedTools?: ReadonlyArray<string> | undefined
+  readonly definition?: Ceiling | undefined
+  readonly deny?: ReadonlyArray<string> | undefined
+}
+
+/** The part of a role a grant reads (Roles.RoleSpec is one): its name, postures and write scope. */
+export interface GrantRole {
+  readonly name: string
+  readonly postures: ReadonlySet<Posture>
+  readonly writeScope?: ReadonlyArray<string> | undefined
+}
+
+/**
+ * Everything an agent in `role` at `depth` is given (rule 1): its role's ceiling, its
+ * definition's, its caller's `allowed_tools`, and the runtime's policy — sub-agents never
+ * get `childDenied`, and nobody spawns at `maxDepth` and below. Both engines derive an
+ * agent's rules from this (the embedded Session, the cluster's workflow).
+ */
+export const grantFor = (
+  depth: number,
+  maxDepth: number,
+  role: GrantRole,
+  options: GrantOptions = {}
+): Grant => ({
+  label: depth === 0 ? `${role.name} agent` : `${role.name} sub-agent at depth ${depth}`,
+  role: { postures: role.postures, writeScope: role.writeScope },
+  definition: options.definition,
+  allowedTools: options.allowedTools,
+  policy: {
+    deny: depth === 0 ? options.deny : [...childDenied, ...(options.deny ?? [])],
+    postures: depth >= maxDepth ? withoutSpawn : undefined
+  }
+})
+
+/**
+ * What one agent of a chain was given, as a record keeps it: its role at its depth and its
+ * caller's `allowed_tools`. An agent's rules are its chain's grants applied in turn from the
+ * root's rules, root first, itself last: a child never gets more than its parent had.
+ */
+export const GrantRecord = Schema.Struct({
+  role: Schema.String,
+  depth: Schema.Int,
+  allowedTools: Schema.optionalKey(Schema.Array(Schema.String))
+})
+export type GrantRecord = typeof GrantRecord.Type
+
+/** An agent's chain of grants (an older record's: its role alone). */
+export const grantsOf = (agent: {
+  readonly grants?: ReadonlyArray<GrantRecord> | undefined
+  readonly role: string
+  readonly depth: number
+}): ReadonlyArray<GrantRecord> => agent.grants ?? [{ role: agent.role, depth: agent.depth }]
+
 const postureAllowed = (rules: Rules, posture: Posture): boolean =>
   required(posture).every((needed) => rules.postures.has(needed))
 

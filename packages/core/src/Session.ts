@@ -5,13 +5,15 @@
  * and a depth, budgets and usage. `prompt` runs `AgentLoop` — the loop cluster mode runs
  * durably too — to a final answer, over this session's steps (loop/): deliver queued input,
  * call the model (per-attempt timeout, retries), resolve the turn, run its tool calls
- * concurrently, append the results, repeat. Before answering, the loop asks its hooks whether
- * to go on (the SubAgentManager waits there for background children and hands their results
- * back as a new message).
+ * concurrently, append the results, repeat. Before answering, the loop asks the session's
+ * `RunObserver` whether to go on (the SubAgentManager waits there for background children and
+ * hands their results back as a new message). The observer is given when the session is
+ * created, and what its owner needs of a run that ended comes back from the run (`RunEnd`).
  *
  * The loop runs in the caller's fiber inside a scope of its own: interrupting the caller
  * interrupts the model call, every running tool, and every child forked into that scope.
  */
+import type * as LanguageModel from "effect/ai/LanguageModel"
 import * as Prompt from "effect/ai/Prompt"
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
@@ -35,20 +37,21 @@ import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
 import type { ModelCallFailed, RetryPolicy } from "./loop/CallModel.ts"
 import * as ModelSteps from "./loop/ModelStep.ts"
 import type { ModelStep } from "./loop/ModelStep.ts"
-import { type Budgets, eventOf, type SessionState } from "./loop/State.ts"
+import { type Budgets, eventOf, type RunEnd, type RunObserver, type SessionState } from "./loop/State.ts"
 import { runTools, type RunToolsDeps } from "./loop/ToolStep.ts"
 import { Memory } from "./Memory.ts"
 import { Models, type UnknownModel, unnamed } from "./Models.ts"
 import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
 import { redactText } from "./Secrets.ts"
+import * as SpawnPlan from "./SpawnPlan.ts"
 import { ToolRegistry } from "./ToolRegistry.ts"
 import * as Usage from "./Usage.ts"
 import { Workspace } from "./Workspace.ts"
 
 export { BudgetExceeded }
 export { ModelCallFailed } from "./loop/CallModel.ts"
-export type { Budgets } from "./loop/State.ts"
+export type { Budgets, RunEnd, RunObserver } from "./loop/State.ts"
 
 export interface Options extends RetryPolicy {
   /** Model steps per `prompt` before it fails with BudgetExceeded. */
@@ -74,38 +77,10 @@ export const defaults: Options = {
   stream: false
 }
 
-/** The tools a child never gets, whatever its role: it cannot delegate or own a todo list. */
-export const childDenied: ReadonlyArray<string> = ["task", "todowrite"]
-
-const withoutSpawn: ReadonlyArray<Permission.Posture> = Permission.postures.filter((posture) => posture !== "spawn")
-
-/** What an agent asks for besides its role: the caller's `allowed_tools`, a definition, extra denials. */
-export interface GrantOptions {
-  readonly allowedTools?: ReadonlyArray<string> | undefined
-  readonly definition?: Permission.Ceiling | undefined
-  readonly deny?: ReadonlyArray<string> | undefined
-}
-
-/**
- * Everything an agent in `role` at `depth` is given (Permission, rule 1): its role's
- * ceiling, its definition's, its caller's `allowed_tools`, and the runtime's policy —
- * sub-agents never get `childDenied`, and nobody spawns at `maxDepth` and below.
- */
-export const grantFor = (
-  depth: number,
-  maxDepth: number,
-  role: Roles.RoleSpec,
-  options: GrantOptions = {}
-): Permission.Grant => ({
-  label: depth === 0 ? `${role.name} agent` : `${role.name} sub-agent at depth ${depth}`,
-  role: Roles.ceiling(role),
-  definition: options.definition,
-  allowedTools: options.allowedTools,
-  policy: {
-    deny: depth === 0 ? options.deny : [...childDenied, ...(options.deny ?? [])],
-    postures: depth >= maxDepth ? withoutSpawn : undefined
-  }
-})
+/** Grants are Permission's (both engines derive rules from them); the names stay here for callers. */
+export const childDenied: ReadonlyArray<string> = Permission.childDenied
+export type GrantOptions = Permission.GrantOptions
+export const grantFor = Permission.grantFor
 
 /** The first user message of a forked child, after the parent's copied history. */
 export const forkMarker = "[fork]"
@@ -170,6 +145,10 @@ export interface CreateOptions {
   readonly systemPrompt?: string | undefined
   readonly allowedTools?: ReadonlyArray<string> | undefined
   readonly deny?: ReadonlyArray<string> | undefined
+  /** `model` already resolved by the caller (SpawnPlan): it is not resolved again. */
+  readonly languageModel?: LanguageModel.LanguageModel | undefined
+  /** Who takes part in its runs (the SubAgentManager, for the agents it runs). */
+  readonly observer?: RunObserver | undefined
 }
 
 export interface ChildOptions {
@@ -177,6 +156,8 @@ export interface ChildOptions {
   readonly description?: string | undefined
   /** An id the caller already validated; default the parent's model. */
   readonly model?: string | undefined
+  /** `model` already resolved by the caller (SpawnPlan): it is not resolved again. */
+  readonly languageModel?: LanguageModel.LanguageModel | undefined
   /** The caller's `allowed_tools`: a ceiling of its own, met with the definition's tools. */
   readonly allowedTools?: ReadonlyArray<string> | undefined
   /** A markdown agent definition's tools and denials. */
@@ -185,6 +166,12 @@ export interface ChildOptions {
   /** Start from the parent's last request, byte-identical, so a prefix cache is reused. */
   readonly forkContext?: boolean | undefined
   readonly budgets?: Partial<Budgets> | undefined
+  /**
+   * Who takes part in its runs. A parent that has none is observed by its child's from then
+   * on: an embedder's own root (`session.create`) waits for the background children a
+   * manager runs for it, as that manager's agents do.
+   */
+  readonly observer?: RunObserver | undefined
 }
 
 /** A session rebuilt from a persisted transcript (to resume it after a restart). */
@@ -202,27 +189,8 @@ export interface RestoreOptions {
   /** The transcript: the system message first, then the conversation. */
   readonly transcript: ReadonlyArray<Prompt.Message>
   readonly budgets?: Partial<Budgets> | undefined
+  readonly observer?: RunObserver | undefined
 }
-
-/** How another service (the SubAgentManager) takes part in every session's loop. */
-export interface Hooks {
-  /** Called with every event, after it is published, at once (it must not block). */
-  readonly onEvent: (event: AgentEvent) => void
-  /**
-   * Called when the model gives a final answer. Return a message to hand the model and go on
-   * (e.g. the results of background children it must see), or undefined to finish.
-   */
-  readonly beforeFinish: (sessionId: string) => Effect.Effect<string | undefined>
-  /**
-   * Called with every message added to a conversation — each tool result on its own, as it
-   * lands — before the loop goes on (a durable store writes it there). Absent: no cost.
-   */
-  readonly onMessage?: ((sessionId: string, message: Prompt.Message) => Effect.Effect<void>) | undefined
-  /** Called before each model call: what `onMessage` was handed must be durable by then. */
-  readonly beforeModelCall?: ((sessionId: string) => Effect.Effect<void>) | undefined
-}
-
-const noHooks: Hooks = { onEvent: () => {}, beforeFinish: () => Effect.succeed(undefined) }
 
 export class Session extends Context.Service<Session, {
   readonly create: (
@@ -262,7 +230,6 @@ export class Session extends Context.Service<Session, {
   ) => Effect.Effect<SessionInfo, SessionNotFound | Permission.PermissionWidening>
   /** Forgets a finished session (its record and transcript live on elsewhere). */
   readonly dispose: (sessionId: string) => Effect.Effect<void>
-  readonly setHooks: (hooks: Hooks) => Effect.Effect<void>
 }>()("@fibril/core/Session") {}
 
 /**
@@ -341,14 +308,49 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   const workspace = yield* Workspace
   const memory = yield* Effect.serviceOption(Memory)
   const sessions = new Map<string, SessionState>()
-  let hooks = noHooks
-  const deps: RunToolsDeps = { registry, permission, events, onResult: undefined, onEvent: undefined }
+  // The tool pipeline hands results and events to the session's observer: its deps are built
+  // once per observer (a manager gives every session it creates the same one).
+  const plainDeps: RunToolsDeps = { registry, permission, events, onResult: undefined, onEvent: undefined }
+  const depsByObserver = new WeakMap<RunObserver, RunToolsDeps>()
+  const depsFor = (observer: RunObserver | undefined): RunToolsDeps => {
+    if (observer === undefined) return plainDeps
+    let deps = depsByObserver.get(observer)
+    if (deps === undefined) {
+      const onMessage = observer.onMessage
+      deps = {
+        registry,
+        permission,
+        events,
+        onEvent: observer.onEvent,
+        onResult: onMessage === undefined ? undefined : (state, part) => onMessage(state.id, Parts.toolMessage([part]))
+      }
+      depsByObserver.set(observer, deps)
+    }
+    return deps
+  }
 
-  /** Adds a message to the conversation and hands it to the `onMessage` hook. */
+  /** Hands a message to the observer's `onMessage` (a durable transcript). */
+  const handOver = (state: SessionState, message: Prompt.Message): Effect.Effect<void> => {
+    const onMessage = state.observer?.onMessage
+    return onMessage === undefined ? Effect.void : onMessage(state.id, message)
+  }
+
+  /** Adds a message to the conversation and hands it to the observer. */
   const addMessage = (state: SessionState, message: Prompt.Message): Effect.Effect<void> => {
     state.messages.push(message)
-    return hooks.onMessage === undefined ? Effect.void : hooks.onMessage(state.id, message)
+    return handOver(state, message)
   }
+
+  /** What a run leaves its owner (RunObserver.onEnd). */
+  const runEnd = (state: SessionState): RunEnd => ({
+    model: state.model,
+    steps: state.steps,
+    toolCalls: state.toolCalls,
+    lastTool: state.lastTool,
+    treeUsage: Usage.snapshot(state.treeUsage),
+    usageSteps: { reported: state.usageSteps.reported, estimated: state.usageSteps.estimated },
+    takeUnread: () => state.inbox.length === 0 ? [] : state.inbox.splice(0)
+  })
 
   const lookup = (sessionId: string): Effect.Effect<SessionState, SessionNotFound> => {
     const state = sessions.get(sessionId)
@@ -360,7 +362,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   const emit = (state: SessionState, event: Omit<AgentEvent, "agent" | "at">): void => {
     const full = eventOf(state, event)
     events.emit(full)
-    hooks.onEvent(full)
+    state.observer?.onEvent?.(full)
   }
   const publish = (state: SessionState, event: Omit<AgentEvent, "agent" | "at">) =>
     Effect.sync(() => emit(state, event))
@@ -421,6 +423,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     readonly description: string | undefined
     readonly budgets: Budgets
     readonly clock: Clock.Clock
+    readonly observer: RunObserver | undefined
   }): SessionState => {
     const state: SessionState = {
       id: init.id ?? Ids.next("agent"),
@@ -448,7 +451,8 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       stepInterrupted: false,
       scope: undefined,
       cancelReason: undefined,
-      clock: init.clock
+      clock: init.clock,
+      observer: init.observer
     }
     sessions.set(state.id, state)
     return state
@@ -459,24 +463,9 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     ...budgets
   })
 
-  /**
-   * `allowed_tools` may name only tools that exist: a misspelt name would otherwise leave the
-   * agent silently without that tool. (A tool that exists but the caller may not use is not an
-   * error: permissions only narrow, and the ceiling simply does not give it.)
-   */
-  const checkAllowedTools = (role: string, allowedTools: ReadonlyArray<string> | undefined) => {
-    const unknown = allowedTools?.filter((name) => Option.isNone(registry.get(name))) ?? []
-    if (unknown.length === 0) return Effect.void
-    return Effect.flatMap(registry.list, (tools) =>
-      Effect.fail(
-        new Roles.InvalidRoleRequest({
-          role,
-          reason: `allowed_tools names ${unknown.length === 1 ? "a tool that does" : "tools that do"} not exist: ${
-            unknown.map((name) => JSON.stringify(name)).join(", ")
-          }; the tools are: ${tools.map((tool) => tool.name).join(", ")}`
-        })
-      ))
-  }
+  /** `allowed_tools` may name only tools that exist (SpawnPlan). */
+  const checkAllowedTools = (role: string, allowedTools: ReadonlyArray<string> | undefined) =>
+    SpawnPlan.checkAllowedTools(registry, role, allowedTools)
 
   // create and createChild run in one step when everything they need is known at once (the
   // usual case): an eager generator (each yield of an Exit read on the spot) inside the span's
@@ -485,7 +474,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     const role = yield* Roles.forRequest(options.role ?? "general", options.allowedTools)
     yield* checkAllowedTools(role.name, options.allowedTools)
     const model = options.model ?? models.defaultModel
-    const languageModel = yield* models.resolve(model)
+    const languageModel = options.languageModel ?? (yield* models.resolve(model))
     const rules = childRules(permission.root, 0, role, options)
     const state = register({
       clock: clockNow(),
@@ -498,7 +487,8 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       system: yield* systemFor(role, 0, options.systemPrompt ?? role.prompt),
       messages: [],
       description: options.description,
-      budgets: { maxSteps: config.maxSteps }
+      budgets: { maxSteps: config.maxSteps },
+      observer: options.observer
     })
     emit(state, { type: "spawned" })
     return info(state)
@@ -534,7 +524,8 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     const depth = parent === undefined ? 1 : parent.depth + 1
     const role = options.role
     const model = options.model ?? parent?.model ?? models.defaultModel
-    const languageModel = model === parent?.model ? parent.languageModel : yield* models.resolve(model)
+    const languageModel = options.languageModel ??
+      (model === parent?.model ? parent.languageModel : yield* models.resolve(model))
     const rules = childRules(parent?.rules ?? permission.root, depth, role, options)
     const fork = options.forkContext === true && parent !== undefined
     // A fork starts with the parent's last request, byte-identical (same message objects),
@@ -563,8 +554,12 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       system,
       messages,
       description: options.description,
-      budgets: childBudgets(options.budgets)
+      budgets: childBudgets(options.budgets),
+      observer: options.observer
     })
+    // An embedder's own root is observed by the manager that runs its first child from then
+    // on (it waits for its background children); an observer, once set, is never replaced.
+    if (parent !== undefined && parent.observer === undefined) parent.observer = options.observer
     emit(state, { type: "spawned" })
     return info(state)
   })
@@ -594,7 +589,8 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       system,
       messages: first?.role === "system" ? rest : [...options.transcript],
       description: options.description,
-      budgets: childBudgets(options.budgets)
+      budgets: childBudgets(options.budgets),
+      observer: options.observer
     })
     state.lastRequestLength = state.messages.length
     return info(state)
@@ -675,7 +671,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   // then the model call. The loop asks for it when it is about to run it (no suspension of
   // its own); `step` reads the history when it runs: after the prelude, not before.
   const modelStep = (state: SessionState): Effect.Effect<ModelStep | undefined, ModelCallFailed> => {
-    const before = hooks.beforeModelCall
+    const before = state.observer?.beforeModelCall
     if (state.inbox.length === 0 && before === undefined) return step(state)
     const prelude = before === undefined
       ? deliverInbox(state)
@@ -684,7 +680,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   }
 
   // The run is AgentLoop's (the same loop cluster mode replays), over this session's steps
-  // and hooks: the history is appended in place, each message handed to `onMessage`; after
+  // and observer: the history is appended in place, each message handed to `onMessage`; after
   // each turn the step is counted, the tree's usage added, a `step` event published and the
   // token budgets (own and tree) checked; a turn without tool calls ends the run unless
   // input is queued or background children leave something to say (`beforeFinish`).
@@ -695,10 +691,10 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
         model: () => modelStep(state),
         // Each result was handed to `onMessage` as it landed (deps.onResult): only kept here.
         // The loop runs what it gets at once, in this fiber: a single call starts here.
-        tools: (_, calls) => runTools(deps, state, calls, true)
+        tools: (_, calls) => runTools(depsFor(state.observer), state, calls, true)
       },
       {
-        onMessage: (message) => hooks.onMessage === undefined ? Effect.void : hooks.onMessage(state.id, message),
+        onMessage: (message) => handOver(state, message),
         // Called when the turn is appended (the loop runs what it returns at once).
         afterModel: (turn, own) => {
           state.steps++
@@ -707,11 +703,13 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
           return checkTokens(state, own)
         },
         // Usually decided at once (no background child): then read with no step.
-        beforeFinish: () =>
-          state.inbox.length > 0
-            ? Effect.succeed(noMessages)
-            : Effect.mapEager(hooks.beforeFinish(state.id), (more) =>
-              more === undefined ? undefined : [userMessage(more)])
+        beforeFinish: () => {
+          if (state.inbox.length > 0) return Effect.succeed(noMessages)
+          const gate = state.observer?.beforeFinish
+          return gate === undefined
+            ? Effect.succeed(undefined)
+            : Effect.mapEager(gate(state.id), (more) => more === undefined ? undefined : [userMessage(more)])
+        }
       },
       (result) => ({
         sessionId: state.id,
@@ -743,7 +741,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
       state.cancelReason = undefined
       const closed = closeDanglingCalls(state)
       return Effect.flatMapEager(
-        closed !== undefined && hooks.onMessage !== undefined ? hooks.onMessage(state.id, closed) : Effect.void,
+        closed !== undefined ? handOver(state, closed) : Effect.void,
         () => Effect.flatMapEager(addMessage(state, userMessage(message)), () => start(state))
       )
     })
@@ -766,6 +764,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
           emit(state, { type: "failed", reason: describeFailure(exit.cause) })
         } else if (state.cancelReason === undefined) emit(state, { type: "interrupted", reason: "interrupted" })
         else emit(state, { type: "cancelled", reason: state.cancelReason })
+        state.observer?.onEnd?.(state.id, runEnd(state))
       }
       // Run uninterruptibly (the default of `onExitPrimitive`, as of `onExit`), as `closeUnsafe`
       // asks. A scope nothing was forked into (the usual run: no background child) is closed at
@@ -842,16 +841,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     // Eager: the lookup is decided at once, and so is the snapshot (a caller reads it with no step).
     info: (sessionId) => Effect.mapEager(lookup(sessionId), info),
     reassign,
-    dispose: (sessionId) => Effect.sync(() => void sessions.delete(sessionId)),
-    setHooks: (next) =>
-      Effect.sync(() => {
-        hooks = next
-        deps.onEvent = next.onEvent
-        const onMessage = next.onMessage
-        deps.onResult = onMessage === undefined
-          ? undefined
-          : (state, part) => onMessage(state.id, Parts.toolMessage([part]))
-      })
+    dispose: (sessionId) => Effect.sync(() => void sessions.delete(sessionId))
   })
 })
 

@@ -58,7 +58,7 @@ describe("bounds", () => {
       assert.include(request, "more characters; the whole answer is in the agent's transcript")
 
       // The record keeps bounded parts; the transcript keeps the whole answer.
-      const [child] = yield* get(SubAgentManager).list({ includeArchived: true, parentSessionId: root.id })
+      const [child] = yield* get(SubAgentManager).list({ includeArchived: true, parentId: root.id })
       const outcome = child!.outcome!
       for (const part of [outcome.text, outcome.summary, outcome.sections.summary, outcome.sections.evidence]) {
         assert.isAtMost(part.length, defaultMaxResultChars + 120)

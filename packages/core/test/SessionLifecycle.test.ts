@@ -38,11 +38,9 @@ describe("Session: restore and dangling tool calls", () => {
       const { get } = yield* setup({ rules: [{ turns: [{ text: "resumed" }], repeat_last: true }] })
       const session = get(Session)
       const handed: Array<Prompt.Message> = []
-      yield* session.setHooks({
-        onEvent: () => {},
-        beforeFinish: () => Effect.succeed(undefined),
+      const observer: SessionModule.RunObserver = {
         onMessage: (_, message) => Effect.sync(() => void handed.push(message))
-      })
+      }
       const system = Prompt.makeMessage("system", { content: "RESTORED SYSTEM" })
       const assistant = Prompt.makeMessage("assistant", { content: [call("c1"), call("c2"), call("c3")] })
       const answered = Prompt.makeMessage("tool", { content: [result("c1")] })
@@ -52,7 +50,8 @@ describe("Session: restore and dangling tool calls", () => {
         role: Roles.roles.general,
         model: "default",
         description: "was running",
-        transcript: [system, user("first"), assistant, answered]
+        transcript: [system, user("first"), assistant, answered],
+        observer
       })
       assert.deepStrictEqual(
         [info.id, info.parentId, info.depth, info.role, info.model, info.description, info.running],
@@ -177,9 +176,9 @@ describe("Session: lifecycle", () => {
       const session = get(Session)
       const subscription = yield* get(AgentEvents).subscribe
       const seen: Array<AgentEvent> = []
-      yield* session.setHooks({ onEvent: (e) => void seen.push(e), beforeFinish: () => Effect.succeed(undefined) })
+      const observer: SessionModule.RunObserver = { onEvent: (e) => void seen.push(e) }
 
-      const ok = yield* session.create()
+      const ok = yield* session.create({ observer })
       yield* session.prompt(ok.id, "ok")
       assert.deepStrictEqual(kinds(yield* PubSub.takeAll(subscription), ok.id), [
         "spawned",
@@ -193,13 +192,13 @@ describe("Session: lifecycle", () => {
         "the hook sees each event"
       )
 
-      const failing = yield* session.create()
+      const failing = yield* session.create({ observer })
       yield* Effect.flip(session.prompt(failing.id, "fail"))
       const failed = kinds(yield* PubSub.takeAll(subscription), failing.id)
       assert.strictEqual(failed.length, 3)
       assert.match(failed[2]!, /^failed:.*bad request/)
 
-      const interrupted = yield* session.create()
+      const interrupted = yield* session.create({ observer })
       const fiber = yield* Effect.forkChild(session.prompt(interrupted.id, "hang"))
       yield* Effect.yieldNow
       const running = yield* session.info(interrupted.id)
@@ -600,8 +599,7 @@ describe("Session: hooks", () => {
       const session = get(Session)
       const log: Array<string> = []
       let finishes = 0
-      yield* session.setHooks({
-        onEvent: () => {},
+      const observer: SessionModule.RunObserver = {
         beforeFinish: (id) =>
           Effect.sync(() => {
             log.push(`beforeFinish ${id === agent.id}`)
@@ -613,8 +611,8 @@ describe("Session: hooks", () => {
             log.push(`${message.role}/${parts} ${id === agent.id}`)
           }),
         beforeModelCall: (id) => Effect.sync(() => void log.push(`call ${id === agent.id}`))
-      })
-      const agent = yield* session.create()
+      }
+      const agent = yield* session.create({ observer })
       const answer = yield* session.prompt(agent.id, "go")
       assert.strictEqual(answer.text, "second answer")
       assert.deepStrictEqual(log, [
@@ -894,7 +892,6 @@ describe("Session: edges (tests from the second mutation run)", () => {
     Effect.gen(function*() {
       const { get } = yield* setup({ rules: [{ turns: [{ text: "fine" }], repeat_last: true }] })
       const session = get(Session)
-      yield* session.setHooks({ onEvent: () => {}, beforeFinish: () => Effect.succeed(undefined) })
       const transcript = [user("first"), Prompt.makeMessage("assistant", { content: [call("c1")] })]
       yield* session.restore({ id: "agent_quiet", depth: 0, role: Roles.roles.general, model: "default", transcript })
       assert.strictEqual((yield* session.prompt("agent_quiet", "go on")).text, "fine")

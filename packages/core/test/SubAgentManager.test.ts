@@ -20,7 +20,7 @@ import { AgentEvents } from "../src/AgentEvents.ts"
 import * as Fibril from "../src/Fibril.ts"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
 import { Session } from "../src/Session.ts"
-import { SubAgentManager } from "../src/SubAgentManager.ts"
+import { Embedded, SubAgentManager } from "../src/SubAgentManager.ts"
 import * as SubAgentRecord from "../src/SubAgentRecord.ts"
 import { SubAgentStore } from "../src/SubAgentStore.ts"
 import { provideNode, report, setup } from "./support.ts"
@@ -352,7 +352,7 @@ describe("SubAgentManager", () => {
         { subagents: { heartbeatTimeoutSecs: 60 } }
       )
       const manager = get(SubAgentManager)
-      const coordinator = (yield* manager.startRoot({ prompt: "coordinate" })).agent
+      const coordinator = (yield* get(Embedded).startRoot({ prompt: "coordinate" })).agent
       for (let i = 0; i < 4; i++) yield* TestClock.adjust("60 seconds")
       const done = yield* manager.result(coordinator.agent_id, { block: true })
       assert.strictEqual(done.status, "completed", done.reason)
@@ -384,7 +384,7 @@ describe("SubAgentManager", () => {
         { subagents: { heartbeatTimeoutSecs: 60 } }
       )
       const manager = get(SubAgentManager)
-      yield* manager.startRoot({ prompt: "coordinate" })
+      yield* get(Embedded).startRoot({ prompt: "coordinate" })
       for (let i = 0; i < 4; i++) yield* TestClock.adjust("60 seconds")
       const delegate = (yield* manager.list({ includeArchived: true })).find((agent) => agent.depth === 1)!
       const done = yield* manager.result(delegate.agent_id, { block: true })
@@ -427,7 +427,7 @@ describe("SubAgentManager", () => {
       )
       const manager = get(SubAgentManager)
       const events = yield* (get(AgentEvents)).subscribe
-      const root = (yield* manager.startRoot({ prompt: "level-0" })).agent
+      const root = (yield* get(Embedded).startRoot({ prompt: "level-0" })).agent
       // Ten virtual seconds: far less than the heartbeat, far more than the tree needs.
       for (let i = 0; i < 10; i++) yield* TestClock.adjust("1 second")
       const done = yield* manager.result(root.agent_id, { block: false })
@@ -538,7 +538,7 @@ describe("SubAgentManager", () => {
       )
       const manager = get(SubAgentManager)
       const events = yield* (get(AgentEvents)).subscribe
-      yield* manager.startRoot({ prompt: "coordinate" })
+      yield* get(Embedded).startRoot({ prompt: "coordinate" })
       const spawned = yield* PubSub.take(events).pipe(
         Effect.repeat({ until: (event) => event.type === "spawned" && event.agent.depth === 1 })
       )
@@ -652,9 +652,9 @@ describe("SubAgentManager", () => {
           }
         ]
       })
-      const manager = get(SubAgentManager)
+      const roots = get(Embedded)
       const session = get(Session)
-      const root = yield* manager.startRoot({ prompt: "coordinate" })
+      const root = yield* roots.startRoot({ prompt: "coordinate" })
       yield* TestClock.adjust("2 seconds")
       const answer = yield* Fiber.join(root.fiber)
       assert.strictEqual(answer.text, "second wait: []")

@@ -248,7 +248,7 @@ describe("SubAgentManager edges", () => {
       )
       const manager = get(Manager)
       const events = yield* get(AgentEvents).subscribe
-      const { agent: root, fiber } = yield* manager.startRoot({ prompt: "go" })
+      const { agent: root, fiber } = yield* get(SubAgentManager.Embedded).startRoot({ prompt: "go" })
       const running = () =>
         Effect.map(manager.list({ includeArchived: true }), (all) => all.filter((a) => a.status === "running").length)
       for (let i = 0; i < 50 && (yield* running()) < 5; i++) yield* TestClock.adjust("10 millis")
@@ -473,7 +473,7 @@ describe("SubAgentManager edges", () => {
       }, { maxDepth: 2 })
       const manager = get(Manager)
       const session = get(Session)
-      const root = yield* manager.startRoot({ prompt: "root" })
+      const root = yield* get(SubAgentManager.Embedded).startRoot({ prompt: "root" })
       const rootId = root.agent.agent_id
       for (let i = 0; i < 100 && Option.isNone(session.scopeOf(rootId)); i++) yield* Effect.yieldNow
       const child = yield* manager.spawn(rootId, { prompt: "child" })
@@ -487,7 +487,7 @@ describe("SubAgentManager edges", () => {
       yield* manager.markRead(rootId, [child.agent_id, "agent_unknown"])
       assert.deepStrictEqual(yield* manager.unreadChildren(rootId), [])
       assert.deepStrictEqual(
-        (yield* manager.list({ includeArchived: true, parentSessionId: rootId })).map((v) => v.agent_id),
+        (yield* manager.list({ includeArchived: true, parentId: rootId })).map((v) => v.agent_id),
         [child.agent_id]
       )
       assert.deepStrictEqual(
@@ -714,10 +714,10 @@ describe("SubAgentManager edges", () => {
         ]
       })
       const manager = get(Manager)
-      const root = yield* manager.startRoot({ prompt: "go" })
+      const root = yield* get(SubAgentManager.Embedded).startRoot({ prompt: "go" })
       yield* TestClock.adjust("1 second")
       assert.strictEqual((yield* Fiber.join(root.fiber)).text, "final")
-      const [child] = yield* manager.list({ includeArchived: true, parentSessionId: root.agent.agent_id })
+      const [child] = yield* manager.list({ includeArchived: true, parentId: root.agent.agent_id })
       assert.strictEqual(child!.parent_id, root.agent.agent_id)
       assert.deepStrictEqual(
         child!.outcome?.contract_violations,
@@ -750,7 +750,7 @@ describe("SubAgentManager edges", () => {
       const manager = get(Manager)
       const store = get(SubAgentStore)
       const session = get(Session)
-      const root = yield* manager.startRoot({ prompt: "the root's task" })
+      const root = yield* get(SubAgentManager.Embedded).startRoot({ prompt: "the root's task" })
       const rootId = root.agent.agent_id
       for (let i = 0; i < 100 && !(yield* session.info(rootId)).waitingOnModel; i++) yield* Effect.yieldNow
       const plain = yield* manager.run(rootId, { prompt: "the child's task" })
@@ -782,7 +782,7 @@ describe("SubAgentManager edges", () => {
       )
       const manager = get(Manager)
       const session = get(Session)
-      const root = yield* manager.startRoot({ prompt: "root" })
+      const root = yield* get(SubAgentManager.Embedded).startRoot({ prompt: "root" })
       const rootId = root.agent.agent_id
       for (let i = 0; i < 100 && Option.isNone(session.scopeOf(rootId)); i++) yield* Effect.yieldNow
       const child = yield* manager.spawn(rootId, { prompt: "child" })

@@ -34,7 +34,11 @@ const stack = (
     const built = yield* Layer.build(
       Fibril.layerWithModels({ cwd: root, store: "file", ...extra }).pipe(Layer.provideMerge(catalog))
     )
-    return { manager: Context.get(built, Manager), store: Context.get(built, SubAgentStore) }
+    return {
+      manager: Context.get(built, Manager),
+      roots: Context.get(built, SubAgentManager.Embedded),
+      store: Context.get(built, SubAgentStore)
+    }
   })
 
 /** The SQLite store on `root`'s state directory, with some of its operations replaced. */
@@ -322,12 +326,12 @@ describe("SubAgentManager and what others left", () => {
   it.effect("reject admission: a root's end gives back no permit it never took", () =>
     Effect.gen(function*() {
       const root = yield* tempRoot
-      const { manager } = yield* stack(root, ["m"], { subagents: { maxConcurrent: 2 } }, {
+      const { manager, roots } = yield* stack(root, ["m"], { subagents: { maxConcurrent: 2 } }, {
         rules: [{
           respond: (c) => JSON.stringify(c.messages).includes("HOLD") ? { hang: true } : { text: report("ok") }
         }]
       })
-      const { fiber } = yield* manager.startRoot({ prompt: "the root" })
+      const { fiber } = yield* roots.startRoot({ prompt: "the root" })
       yield* Fiber.join(fiber)
       yield* manager.spawn(undefined, { prompt: "HOLD one" })
       yield* manager.spawn(undefined, { prompt: "HOLD two" })

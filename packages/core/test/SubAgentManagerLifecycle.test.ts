@@ -48,7 +48,7 @@ describe("SubAgentManager lifecycle", () => {
         ]
       })
       const manager = get(Manager)
-      const root = yield* manager.startRoot({ prompt: "root" })
+      const root = yield* get(SubAgentManager.Embedded).startRoot({ prompt: "root" })
       const rootId = root.agent.agent_id
       yield* untilRunning(get(Session), rootId)
       const child = yield* manager.spawn(rootId, { prompt: "on its own", detached: true })
@@ -262,7 +262,7 @@ describe("SubAgentManager lifecycle", () => {
       }
       const { get, root: dir } = yield* setup(script, {}, { store: "file" })
       const manager = get(Manager)
-      const root = yield* manager.startRoot({ prompt: "root" })
+      const root = yield* get(SubAgentManager.Embedded).startRoot({ prompt: "root" })
       const rootId = root.agent.agent_id
       yield* untilRunning(get(Session), rootId)
       const child = yield* manager.run(rootId, { prompt: "child" })
@@ -312,18 +312,18 @@ describe("SubAgentManager lifecycle", () => {
       const b = yield* setup(script, { maxDepth: 2 }, { root, store: "file" })
       const owner = a.get(Manager)
       const other = b.get(Manager)
-      const parent = yield* owner.startRoot({ prompt: "root" })
+      const parent = yield* a.get(SubAgentManager.Embedded).startRoot({ prompt: "root" })
       const parentId = parent.agent.agent_id
       yield* untilRunning(a.get(Session), parentId)
       const child = yield* owner.spawn(parentId, { prompt: "child" })
       const orphan = yield* owner.spawn(undefined, { prompt: "orphan" })
       yield* a.get(SubAgentStore).sync
 
-      const ids = (options: { readonly parentSessionId?: string }) =>
+      const ids = (options: { readonly parentId?: string }) =>
         Effect.map(other.list({ includeArchived: false, ...options }), (views) => views.map((v) => v.agent_id).sort())
       assert.deepStrictEqual(yield* ids({}), [parentId, child.agent_id, orphan.agent_id].sort())
-      assert.deepStrictEqual(yield* ids({ parentSessionId: parentId }), [child.agent_id])
-      assert.deepStrictEqual(yield* ids({ parentSessionId: "agent_nobody" }), [])
+      assert.deepStrictEqual(yield* ids({ parentId: parentId }), [child.agent_id])
+      assert.deepStrictEqual(yield* ids({ parentId: "agent_nobody" }), [])
       // The owner lists its own agents once, though its store holds them too.
       const own = (yield* owner.list({ includeArchived: true })).map((v) => v.agent_id).sort()
       assert.deepStrictEqual(own, [parentId, child.agent_id, orphan.agent_id].sort())
@@ -373,7 +373,7 @@ describe("SubAgentManager lifecycle", () => {
         }
       })
       yield* Effect.gen(function*() {
-        const root = yield* manager.startRoot({ prompt: "root" })
+        const root = yield* get(SubAgentManager.Embedded).startRoot({ prompt: "root" })
         const spawned = yield* manager.spawn(undefined, { prompt: "one" })
         yield* manager.run(undefined, { prompt: "two" })
         yield* manager.wait([spawned.agent_id], { mode: "all" })
@@ -413,8 +413,12 @@ describe("SubAgentManager lifecycle", () => {
       for (const mode of ["any", "all"] as const) {
         assert.deepStrictEqual(yield* manager.wait([], { mode }), { timed_out: false, completed: [], pending: [] })
       }
-      const narrow = yield* manager.startRoot({ prompt: "look", role: "explore", allowedTools: ["list_dir"] })
-      const wide = yield* manager.startRoot({ prompt: "look" })
+      const narrow = yield* get(SubAgentManager.Embedded).startRoot({
+        prompt: "look",
+        role: "explore",
+        allowedTools: ["list_dir"]
+      })
+      const wide = yield* get(SubAgentManager.Embedded).startRoot({ prompt: "look" })
       const session = get(Session)
       const narrowInfo = yield* session.info(narrow.agent.agent_id)
       const wideInfo = yield* session.info(wide.agent.agent_id)
@@ -566,7 +570,7 @@ describe("SubAgentManager lifecycle", () => {
           rules: [{ match: { depth: 0 }, turns: [{ hang: true }] }, { turns: [{ delay_ms: 1000, text: report("ok") }] }]
         })
         const manager = get(Manager)
-        const root = yield* manager.startRoot({ prompt: "root" })
+        const root = yield* get(SubAgentManager.Embedded).startRoot({ prompt: "root" })
         const rootId = root.agent.agent_id
         yield* untilRunning(get(Session), rootId)
         const child = yield* manager.spawn(rootId, { prompt: "child" })

@@ -12,6 +12,7 @@
  */
 import { SubAgentManager as Manager, SubAgentRecord, SubAgentStore } from "@fibril/core"
 import { type AgentEvent, AgentEvents } from "@fibril/core/AgentEvents"
+import * as Heartbeat from "@fibril/core/Heartbeat"
 import { Session } from "@fibril/core/Session"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
@@ -625,7 +626,7 @@ const gcd = (a: number, b: number): number => (b === 0 ? a : gcd(b, a % b))
 
 /** The period after which the manager's timers repeat: its watchdog's (see SubAgentManager) and whole seconds. */
 const periodOf = (config: Experiment["config"]): number => {
-  const watchdog = Math.round(Math.max(1000, Math.min(30_000, (config.heartbeatSecs * 1000) / 4)))
+  const watchdog = Math.round(Heartbeat.checkIntervalMs(config.heartbeatSecs))
   return (watchdog * 1000) / gcd(watchdog, 1000)
 }
 

@@ -5,12 +5,13 @@
 import type * as LanguageModel from "effect/ai/LanguageModel"
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Clock from "effect/Clock"
+import type * as Effect from "effect/Effect"
 import type * as Fiber from "effect/Fiber"
 import type * as Scope from "effect/Scope"
 import type { AgentEvent, AgentSnapshot } from "../AgentEvents.ts"
 import type * as Permission from "../Permission.ts"
 import type { ToolView } from "../ToolRegistry.ts"
-import type { MutableUsage } from "../Usage.ts"
+import type { MutableUsage, Usage } from "../Usage.ts"
 
 /** Limits on one prompt run of a session; the tree budget is checked against the root's usage. */
 export interface Budgets {
@@ -18,6 +19,46 @@ export interface Budgets {
   readonly maxTokens?: number | undefined
   readonly maxWallSecs?: number | undefined
   readonly treeMaxTokens?: number | undefined
+}
+
+/**
+ * What a session's run leaves its owner when it ends, however it ends: the final counts (the
+ * owner's record needs no call back into the session) and the input the run never read.
+ */
+export interface RunEnd {
+  /** The model it ran on: an unnamed one has taken the name its provider reported. */
+  readonly model: string
+  readonly steps: number
+  readonly toolCalls: number
+  readonly lastTool: string | undefined
+  /** Its own usage plus every descendant's. */
+  readonly treeUsage: Usage
+  readonly usageSteps: { readonly reported: number; readonly estimated: number }
+  /** Takes the messages delivered that the run never read (it ended first): the inbox is emptied. */
+  readonly takeUnread: () => ReadonlyArray<string>
+}
+
+/**
+ * How the owner of a session (the SubAgentManager) takes part in its runs: fixed when the
+ * session is created, never replaced. Every member is optional; an absent one costs nothing.
+ */
+export interface RunObserver {
+  /** Called with every event, after it is published, at once (it must not block). */
+  readonly onEvent?: ((event: AgentEvent) => void) | undefined
+  /**
+   * Called when the model gives a final answer. Return a message to hand the model and go on
+   * (e.g. the results of background children it must see), or undefined to finish.
+   */
+  readonly beforeFinish?: ((sessionId: string) => Effect.Effect<string | undefined>) | undefined
+  /**
+   * Called with every message added to a conversation — each tool result on its own, as it
+   * lands — before the loop goes on (a durable store writes it there).
+   */
+  readonly onMessage?: ((sessionId: string, message: Prompt.Message) => Effect.Effect<void>) | undefined
+  /** Called before each model call: what `onMessage` was handed must be durable by then. */
+  readonly beforeModelCall?: ((sessionId: string) => Effect.Effect<void>) | undefined
+  /** Called once when a run ends (in its finalizer, at once: it must not block). */
+  readonly onEnd?: ((sessionId: string, end: RunEnd) => void) | undefined
 }
 
 export interface SessionState {
@@ -61,6 +102,11 @@ export interface SessionState {
   cancelReason: string | undefined
   /** The clock events are stamped with: the creating fiber's, then the running prompt's. */
   clock: Clock.Clock
+  /**
+   * Who takes part in its runs: given at creation, or (an embedder's own root) the observer
+   * of the first child a manager creates under it. Never replaced once set.
+   */
+  observer: RunObserver | undefined
 }
 
 export const snapshot = (state: SessionState): AgentSnapshot => ({

@@ -43,9 +43,9 @@ export interface RunToolsDeps {
   /** Where each call's `tool_call` and `tool_result` events are published, if anywhere. */
   readonly events?: AgentEvents["Service"] | undefined
   /** Called with each result as it lands, before the turn's other calls finish (a durable transcript). */
-  onResult: ((state: SessionState, part: Prompt.ToolResultPart) => Effect.Effect<void>) | undefined
-  /** Called with each event after it is published (the session's `onEvent` hook). */
-  onEvent: ((event: AgentEvent) => void) | undefined
+  readonly onResult: ((state: SessionState, part: Prompt.ToolResultPart) => Effect.Effect<void>) | undefined
+  /** Called with each event after it is published (the session's observer's `onEvent`). */
+  readonly onEvent: ((event: AgentEvent) => void) | undefined
 }
 
 /**

@@ -1,0 +1,189 @@
+/**
+ * SpawnPlan — a spawn request checked and resolved once, for every engine.
+ *
+ * `resolve` turns a request into a {@link Plan}: its texts within their bounds (SpawnCheck),
+ * its role (a built-in role, or an agent defined in markdown), its `allowed_tools` naming only
+ * tools that exist, and its model chosen and resolved — once: the embedded SubAgentManager
+ * hands the resolved model to the session it creates. It needs only the model catalog, the
+ * tool registry and the settings, so the cluster's workflow can call it as well.
+ *
+ * Model choice: the request's model, else the definition's, else the role's (`[subagents]
+ * *_model`), else the sub-agents' default; with none of those, the parent's (the `model` of the
+ * plan is then undefined and the child runs on its parent's model, resolved already).
+ */
+import type * as LanguageModel from "effect/ai/LanguageModel"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as AgentDefinitions from "./AgentDefinitions.ts"
+import type { Models, UnknownModel } from "./Models.ts"
+import type * as Permission from "./Permission.ts"
+import * as Roles from "./Roles.ts"
+import * as SpawnCheck from "./SpawnCheck.ts"
+import type { ToolRegistry } from "./ToolRegistry.ts"
+
+/** A request as a spawn plan reads it (SubAgentManager.SpawnRequest is one). */
+export interface Request {
+  readonly prompt: string
+  readonly description?: string | undefined
+  readonly role?: string | undefined
+  readonly model?: string | undefined
+  readonly allowedTools?: ReadonlyArray<string> | undefined
+}
+
+/** A role as a request resolves it: a built-in one, or a markdown definition over its base role. */
+export interface ResolvedRole {
+  readonly role: Roles.RoleSpec
+  /** The caller's `allowed_tools`: a ceiling of their own, met with the definition's tools. */
+  readonly allowedTools: ReadonlyArray<string> | undefined
+  /** A markdown definition's tools and denials, as a ceiling. */
+  readonly definition: Permission.Ceiling | undefined
+  /** A markdown definition's model and step budget. */
+  readonly model: string | undefined
+  readonly maxSteps: number | undefined
+}
+
+/** Everything a spawn needs, checked. */
+export interface Plan extends ResolvedRole {
+  /** The model id the agent runs on; undefined: its parent's. */
+  readonly model: string | undefined
+  /** `model`, resolved (undefined with `model`). */
+  readonly languageModel: LanguageModel.LanguageModel | undefined
+}
+
+/** What a plan is resolved against: the catalog, the tools, the sub-agent settings. */
+export interface Context {
+  readonly models: Models["Service"]
+  readonly registry: ToolRegistry["Service"]
+  /** Agent types defined in markdown files, usable as `subagent_type`. */
+  readonly agents: ReadonlyArray<AgentDefinitions.AgentDefinition>
+  /** Model per role (`[subagents] *_model`, `[subagents.models]`). */
+  readonly roleModels: Readonly<Record<string, string>>
+  /** `[subagents] default_model`. */
+  readonly defaultModel: string | undefined
+}
+
+export interface ResolveOptions {
+  /**
+   * The root of a tree (`fibril run`'s agent): its prompt is the user's own and so not
+   * bounded, and its model falls back to the catalog's default rather than a parent's.
+   */
+  readonly root?: boolean | undefined
+  /**
+   * The parent's model: a model named at spawn may be the parent's. Asked only when a named
+   * model is none of the configured ones.
+   */
+  readonly parentModel?: Effect.Effect<string | undefined> | undefined
+}
+
+export type PlanError =
+  | SpawnCheck.SpawnTextTooLong
+  | Roles.UnknownRole
+  | Roles.InvalidRoleRequest
+  | UnknownModel
+
+/**
+ * A built-in role, or an agent defined in markdown (its base role's posture, its own prompt,
+ * its tools as a ceiling of their own). The caller's `allowed_tools` stay a separate
+ * ceiling: they narrow a definition's tools, never replace them. Eager forms: a role is
+ * decided at once, so the spawn path reads the result as an Exit, at no step of its own.
+ */
+export const resolveRole = (
+  agents: ReadonlyArray<AgentDefinitions.AgentDefinition>,
+  name: string,
+  allowedTools: ReadonlyArray<string> | undefined
+): Effect.Effect<ResolvedRole, Roles.UnknownRole | Roles.InvalidRoleRequest> =>
+  Effect.catchEager(
+    Effect.mapEager(Roles.forRequest(name, allowedTools), (role): ResolvedRole => ({
+      role,
+      allowedTools,
+      definition: undefined,
+      model: undefined,
+      maxSteps: undefined
+    })),
+    (error): Effect.Effect<ResolvedRole, Roles.UnknownRole | Roles.InvalidRoleRequest> => {
+      if (error._tag !== "UnknownRole") return Effect.fail(error)
+      const definition = AgentDefinitions.find(agents, name)
+      if (definition === undefined) {
+        const custom = agents.filter((d) => d.usableAsSubagent).map((d) => d.name)
+        return Effect.fail(new Roles.UnknownRole({ name, accepted: error.accepted, custom }))
+      }
+      const base = Roles.roles[definition.baseRole]
+      const role: Roles.RoleSpec = {
+        ...base,
+        name: definition.name,
+        description: definition.description,
+        needsAllowedTools: false,
+        prompt: `${definition.prompt}\n\n${Roles.outputContract}`
+      }
+      return Effect.succeed({
+        role,
+        allowedTools,
+        definition: { allow: definition.allowedTools, deny: definition.deniedTools },
+        model: definition.model,
+        maxSteps: definition.maxSteps
+      })
+    }
+  )
+
+/**
+ * `allowed_tools` may name only tools that exist: a misspelt name would otherwise leave the
+ * agent silently without that tool. (A tool that exists but the caller may not use is not an
+ * error: permissions only narrow, and the ceiling simply does not give it.)
+ */
+export const checkAllowedTools = (
+  registry: ToolRegistry["Service"],
+  role: string,
+  allowedTools: ReadonlyArray<string> | undefined
+): Effect.Effect<void, Roles.InvalidRoleRequest> => {
+  const unknown = allowedTools?.filter((name) => Option.isNone(registry.get(name))) ?? []
+  if (unknown.length === 0) return Effect.void
+  return Effect.flatMap(registry.list, (tools) =>
+    Effect.fail(
+      new Roles.InvalidRoleRequest({
+        role,
+        reason: `allowed_tools names ${unknown.length === 1 ? "a tool that does" : "tools that do"} not exist: ${
+          unknown.map((name) => JSON.stringify(name)).join(", ")
+        }; the tools are: ${tools.map((tool) => tool.name).join(", ")}`
+      })
+    ))
+}
+
+/** The model a plan names before the parent's is considered (undefined: the parent's). */
+const chosenModel = (context: Context, role: ResolvedRole, requested: string | undefined): string | undefined =>
+  requested ?? role.model ?? context.roleModels[role.role.name] ?? context.defaultModel
+
+/** A request checked, its role resolved and its model resolved (once). */
+export const resolve = Effect.fnUntraced(function*(
+  request: Request,
+  context: Context,
+  options: ResolveOptions = {}
+) {
+  const root = options.root === true
+  const tooLong = root ? undefined : SpawnCheck.checkText(request)
+  if (tooLong !== undefined) return yield* tooLong
+  const resolved = yield* resolveRole(context.agents, request.role ?? "general", request.allowedTools)
+  yield* checkAllowedTools(context.registry, resolved.role.name, resolved.allowedTools)
+  const models = context.models
+  // A catalog that lists its models checks the id itself (resolve); one LanguageModel serves
+  // any id, so a named one must be a model configured here (or the parent's).
+  if (models.available === undefined && request.model !== undefined) {
+    const accepted = (parentModel: string | undefined) => [
+      models.defaultModel,
+      context.defaultModel,
+      parentModel,
+      ...Object.values(context.roleModels),
+      ...context.agents.map((definition) => definition.model)
+    ]
+    if (SpawnCheck.checkModel(request.model, accepted(undefined)) !== undefined) {
+      const unknown = SpawnCheck.checkModel(
+        request.model,
+        accepted(root || options.parentModel === undefined ? undefined : yield* options.parentModel)
+      )
+      if (unknown !== undefined) return yield* unknown
+    }
+  }
+  const chosen = chosenModel(context, resolved, request.model)
+  const model = chosen ?? (root ? models.defaultModel : undefined)
+  const languageModel = model === undefined ? undefined : yield* models.resolve(model)
+  return { ...resolved, model, languageModel } satisfies Plan
+})
