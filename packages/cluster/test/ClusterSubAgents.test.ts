@@ -100,7 +100,14 @@ describe("ClusterSubAgents through the model-facing path", () => {
       assert.isFalse(page!.isFailure)
       const read = page!.result as { agent_id: string; messages: ReadonlyArray<{ role: string }> }
       assert.strictEqual(read.agent_id, result.agent_id)
-      assert.deepStrictEqual(read.messages.map((m) => m.role).slice(0, 4), ["user", "assistant", "tool", "assistant"])
+      // Its system prompt first, as an embedded transcript (offset 0 is the system prompt).
+      assert.deepStrictEqual(read.messages.map((m) => m.role).slice(0, 5), [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant"
+      ])
     }).pipe(Effect.scoped, provideNode))
 
   it.live("agent_eval gives the run receipt in cluster mode; agent_assign refuses a new role, saying why", () =>
