@@ -6,3 +6,5 @@
 export * as AgentWorkflow from "./AgentWorkflow.ts"
 export * as ClusterClient from "./ClusterClient.ts"
 export * as ClusterStore from "./ClusterStore.ts"
+export * as PgClusterStore from "./PgClusterStore.ts"
+export * as SqliteClusterStore from "./SqliteClusterStore.ts"

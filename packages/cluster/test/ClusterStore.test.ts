@@ -18,8 +18,9 @@ import { mkdtempSync, rmSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import * as ClusterStore from "../src/ClusterStore.ts"
+import * as PgClusterStore from "../src/PgClusterStore.ts"
 import * as Sqlite from "../src/Sqlite.ts"
-import * as SqliteStore from "../src/SqliteStore.ts"
+import * as SqliteClusterStore from "../src/SqliteClusterStore.ts"
 import * as Pg from "./postgres.ts"
 
 const reason = Pg.skipReason()
@@ -37,7 +38,7 @@ const sqliteStore = (run: Effect.Effect<void, unknown, ClusterStore.ClusterStore
   Effect.gen(function*() {
     const file = path.join(sqliteDir, `store${sqliteFiles++}.db`)
     yield* Effect.provide(
-      Effect.andThen(SqliteStore.migrate, Effect.provide(run, SqliteStore.layer)),
+      Effect.andThen(SqliteClusterStore.migrate, Effect.provide(run, SqliteClusterStore.layer)),
       Sqlite.layer(file)
     )
   })
@@ -49,7 +50,7 @@ const sqlStore = Effect.promise(async () => {
   return pg.url(db)
 }).pipe(
   Effect.map((url) =>
-    ClusterStore.layerSql.pipe(Layer.provideMerge(PgClient.layer({ url: Redacted.make(url), maxConnections: 2 })))
+    PgClusterStore.layerSql.pipe(Layer.provideMerge(PgClient.layer({ url: Redacted.make(url), maxConnections: 2 })))
   )
 )
 
@@ -317,7 +318,7 @@ describe("ClusterStore joined statements", () => {
   it.effect.skipIf(reason !== undefined)("on PostgreSQL", () =>
     Effect.gen(function*() {
       const layer = yield* sqlStore
-      yield* Effect.provide(Effect.andThen(ClusterStore.migrate, contract), layer)
+      yield* Effect.provide(Effect.andThen(PgClusterStore.migrate, contract), layer)
     }), 60_000)
 
   it.live("on SQLite", () => Effect.scoped(sqliteStore(contract)))
@@ -329,7 +330,7 @@ describe("ClusterStore, every other method", () => {
   it.effect.skipIf(reason !== undefined)("on PostgreSQL", () =>
     Effect.gen(function*() {
       const layer = yield* sqlStore
-      yield* Effect.provide(Effect.andThen(ClusterStore.migrate, everyMethod), layer)
+      yield* Effect.provide(Effect.andThen(PgClusterStore.migrate, everyMethod), layer)
     }), 60_000)
 
   it.live("on SQLite", () => Effect.scoped(sqliteStore(everyMethod)))
@@ -342,7 +343,7 @@ describe("ClusterStore step journal", () => {
     Effect.gen(function*() {
       const layer = yield* sqlStore
       yield* Effect.provide(
-        Effect.andThen(ClusterStore.migrate, Effect.andThen(journalContract, journalTransactions)),
+        Effect.andThen(PgClusterStore.migrate, Effect.andThen(journalContract, journalTransactions)),
         layer
       )
     }), 60_000)

@@ -28,8 +28,7 @@ import { Models, UnknownModel } from "./Models.ts"
 import * as Permission from "./Permission.ts"
 import { ToolRegistry } from "./ToolRegistry.ts"
 import type { ToolErrorLike } from "./ToolRegistry.ts"
-
-export const StepUsage = Schema.Struct({ input: Schema.Number, output: Schema.Number, cached: Schema.Number })
+import * as Usage from "./Usage.ts"
 
 export const StepToolCall = Schema.Struct({ id: Schema.String, name: Schema.String, params: Schema.Unknown })
 export type StepToolCall = typeof StepToolCall.Type
@@ -40,7 +39,7 @@ export const ModelStep = Schema.Struct({
   delivered: Schema.Array(Schema.String),
   text: Schema.String,
   toolCalls: Schema.Array(StepToolCall),
-  usage: StepUsage,
+  usage: Usage.Usage,
   /** Did the provider report the usage (otherwise it is an estimate of zero here)? */
   usageReported: Schema.Boolean,
   assistant: Prompt.Message

@@ -36,10 +36,11 @@ import type * as Scope from "effect/Scope"
 import { withSpan } from "./internal/span.ts"
 import * as Receipt from "./Receipt.ts"
 import { agentResultForModel, type AgentView, SubAgentManager } from "./SubAgentManager.ts"
-import { Input, ResultSections, Status, Tokens } from "./SubAgentRecord.ts"
+import { Input, ResultSections, Status } from "./SubAgentRecord.ts"
 import * as AgentTools from "./tools/Agents.ts"
 import * as TaskTool from "./tools/Task.ts"
 import * as TranscriptView from "./TranscriptView.ts"
+import * as Usage from "./Usage.ts"
 
 // ---------------------------------------------------------------------------
 // Output schemas (MCP output schemas must have an object root)
@@ -57,7 +58,7 @@ export const TaskResult = Schema.Struct({
   contract_violations: Schema.Array(Schema.String),
   tool_calls: Schema.Int,
   steps: Schema.Int,
-  tokens: Tokens,
+  tokens: Usage.Usage,
   duration_ms: Schema.Int,
   model: Schema.String,
   /** Read it with `handle_read`, a page at a time. */
@@ -80,7 +81,7 @@ export const AgentResult = Schema.Struct({
   contract_violations: Schema.Array(Schema.String),
   steps: Schema.Int,
   tool_calls: Schema.Int,
-  tokens: Tokens,
+  tokens: Usage.Usage,
   duration_ms: Schema.optionalKey(Schema.Int),
   model: Schema.String,
   transcript_handle: Schema.String,

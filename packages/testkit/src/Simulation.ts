@@ -21,7 +21,14 @@
  * runs (rebuilt every `reuse` runs so that no state grows without bound), the store is in
  * memory, nothing touches the disk or the network, and virtual time jumps instead of passing.
  */
-import { Fibril, SubAgentManager as Manager, SubAgentRecord, SubAgentStore, ToolRegistry } from "@fibril/core"
+import {
+  Fibril,
+  SqliteSubAgentStore,
+  SubAgentManager as Manager,
+  SubAgentRecord,
+  SubAgentStore,
+  ToolRegistry
+} from "@fibril/core"
 import { type AgentEvent, AgentEvents, make as makeEvents, withEmit } from "@fibril/core/AgentEvents"
 import { type Options as SessionOptions, Session } from "@fibril/core/Session"
 import * as Clock from "effect/Clock"
@@ -403,7 +410,7 @@ let processes = 0
  * own, where only its lease tells whether it lives (on one host a live pid would keep a
  * "crashed" process alive for good).
  */
-const simulatedProcess = (): SubAgentStore.Identity => ({
+const simulatedProcess = (): SqliteSubAgentStore.Identity => ({
   pid: process.pid,
   host: `lab-process-${++processes}.invalid`,
   start: undefined,
@@ -469,7 +476,7 @@ const buildWorld = (config: Experiment["config"], tamper: Tamper | undefined, sq
             SubAgentStore.SubAgentStore,
             Effect.map(
               Effect.provideContext(
-                SubAgentStore.makeSqliteWithControl({ dir: sqliteDir, leaseMs, identity: simulatedProcess() }),
+                SqliteSubAgentStore.makeSqliteWithControl({ dir: sqliteDir, leaseMs, identity: simulatedProcess() }),
                 platform
               ),
               (made) => {
