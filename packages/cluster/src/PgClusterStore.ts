@@ -157,7 +157,7 @@ const startRunCte = (sql: SqlClient.SqlClient, agentId: string) =>
 /** Agents' rows, their transcripts and their inboxes. */
 const agentWrites = (
   sql: SqlClient.SqlClient
-): Pick<Service, "insert" | "insertMany" | "update" | "append" | "transcript" | "sendInput" | "takeInbox"> => {
+): Pick<Service, "insert" | "insertMany" | "update" | "append" | "sendInput" | "takeInbox"> => {
   const insertMany = (rows: ReadonlyArray<AgentRow>) =>
     rows.length === 0 ? Effect.void : attempt(
       "insert",
@@ -191,15 +191,6 @@ const agentWrites = (
         sql`INSERT INTO fibril_transcript (agent_id, run, step, slot, message, pid)
           VALUES (${agentId}, ${at.run}, ${at.step}, ${at.slot}, ${encodeMessage(message)}, ${process.pid})
           ON CONFLICT DO NOTHING`
-      ),
-    transcript: (agentId) =>
-      attempt(
-        "transcript",
-        Effect.map(
-          sql<{ message: string }>`SELECT message FROM fibril_transcript WHERE agent_id = ${agentId}
-            ORDER BY run, step, slot`,
-          (rows) => rows.map((r) => decodeMessage(r.message))
-        )
       ),
     sendInput: (agentId, text) =>
       attempt("sendInput", sql`INSERT INTO fibril_inbox (agent_id, text) VALUES (${agentId}, ${text})`),
@@ -377,7 +368,7 @@ const runSteps = (sql: SqlClient.SqlClient): Pick<Service, "startRun" | "beginSt
 const following = (
   sql: SqlClient.SqlClient,
   markers: Option.Option<SqlClient.SqlClient>
-): Pick<Service, "changes" | "look" | "parentWaiting" | "stale" | "cancelledAmong" | "startToolCall"> => {
+): Pick<Service, "changes" | "look" | "stale" | "cancelledAmong" | "startToolCall"> => {
   // A step's transaction is the SqlClient's transaction connection in the context: without it, a
   // statement takes a connection of its own and commits at once.
   const omitTransaction = Context.omit(sql.transactionService)
@@ -429,16 +420,6 @@ const following = (
             now: Number(clock?.now ?? 0)
           }
         })
-      ),
-    parentWaiting: (agentId) =>
-      attempt(
-        "parentWaiting",
-        Effect.map(
-          sql<{ execution_id: string; waiting_on: string | null }>`SELECT p.execution_id, p.waiting_on
-            FROM fibril_agents c JOIN fibril_agents p ON p.agent_id = c.parent_id WHERE c.agent_id = ${agentId}`,
-          (rows) =>
-            rows[0] === undefined ? undefined : { executionId: rows[0].execution_id, waitingOn: rows[0].waiting_on }
-        )
       ),
     stale: (seconds) =>
       attempt(

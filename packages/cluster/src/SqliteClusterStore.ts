@@ -190,7 +190,7 @@ type Statements = ReturnType<typeof statements>
 const agentWrites = (
   sql: SqlClient.SqlClient,
   { appendRows, insertMany, nextChange }: Statements
-): Pick<Service, "insert" | "insertMany" | "update" | "append" | "transcript" | "sendInput" | "takeInbox"> => ({
+): Pick<Service, "insert" | "insertMany" | "update" | "append" | "sendInput" | "takeInbox"> => ({
   insert: (row) => insertMany([row]),
   insertMany,
   update: (agentId, change) => {
@@ -213,15 +213,6 @@ const agentWrites = (
     )
   },
   append: (agentId, at, message) => attempt("append", appendRows(agentId, [{ at, message }])),
-  transcript: (agentId) =>
-    attempt(
-      "transcript",
-      Effect.map(
-        sql<{ message: string }>`SELECT message FROM fibril_transcript WHERE agent_id = ${agentId}
-          ORDER BY run, step, slot`,
-        (rows) => rows.map((r) => decodeMessage(r.message))
-      )
-    ),
   sendInput: (agentId, text) =>
     attempt(
       "sendInput",
@@ -347,7 +338,7 @@ const runSteps = (
 /** What a client, a waiting parent, the heartbeat and a worker's cancellation watch read. */
 const following = (
   sql: SqlClient.SqlClient
-): Pick<Service, "changes" | "look" | "parentWaiting" | "stale" | "cancelledAmong" | "startToolCall"> => {
+): Pick<Service, "changes" | "look" | "stale" | "cancelledAmong" | "startToolCall"> => {
   const omitTransaction = Context.omit(sql.transactionService)
   return {
     changes: (rootId, cursor) =>
@@ -394,16 +385,6 @@ const following = (
             now: Date.now()
           }
         })
-      ),
-    parentWaiting: (agentId) =>
-      attempt(
-        "parentWaiting",
-        Effect.map(
-          sql<{ execution_id: string; waiting_on: string | null }>`SELECT p.execution_id, p.waiting_on
-            FROM fibril_agents c JOIN fibril_agents p ON p.agent_id = c.parent_id WHERE c.agent_id = ${agentId}`,
-          (rows) =>
-            rows[0] === undefined ? undefined : { executionId: rows[0].execution_id, waitingOn: rows[0].waiting_on }
-        )
       ),
     stale: (seconds) =>
       inTransaction(

@@ -102,13 +102,14 @@ export const attempt = <A, E, R>(
 ): Effect.Effect<A, StoreFailure, R> => Effect.mapError(effect, failure(operation))
 
 /**
- * The reads of agents, the same statements on PostgreSQL and SQLite but for the order of rows
- * created in the same instant (`order`: SQLite's clock has milliseconds, so it adds `rowid`).
+ * The reads of agents and transcripts, the same statements on PostgreSQL and SQLite but for the
+ * order of rows created in the same instant (`order`: SQLite's clock has milliseconds, so it
+ * adds `rowid`).
  */
 export const agentReads = (
   sql: SqlClient.SqlClient,
   order: string
-): Pick<ClusterStore["Service"], "get" | "children" | "list"> => {
+): Pick<ClusterStore["Service"], "get" | "children" | "list" | "transcript" | "parentWaiting"> => {
   const orderBy = sql.literal(`ORDER BY ${order}`)
   return {
     get: (agentId) =>
@@ -126,7 +127,26 @@ export const agentReads = (
     list: attempt(
       "list",
       Effect.map(sql<AgentDbRow>`SELECT * FROM fibril_agents ${orderBy}`, (rows) => rows.map(fromDb))
-    )
+    ),
+    transcript: (agentId) =>
+      attempt(
+        "transcript",
+        Effect.map(
+          sql<{ message: string }>`SELECT message FROM fibril_transcript WHERE agent_id = ${agentId}
+            ORDER BY run, step, slot`,
+          (rows) => rows.map((row) => decodeMessage(row.message))
+        )
+      ),
+    parentWaiting: (agentId) =>
+      attempt(
+        "parentWaiting",
+        Effect.map(
+          sql<{ execution_id: string; waiting_on: string | null }>`SELECT p.execution_id, p.waiting_on
+            FROM fibril_agents c JOIN fibril_agents p ON p.agent_id = c.parent_id WHERE c.agent_id = ${agentId}`,
+          (rows) =>
+            rows[0] === undefined ? undefined : { executionId: rows[0].execution_id, waitingOn: rows[0].waiting_on }
+        )
+      )
   }
 }
 
