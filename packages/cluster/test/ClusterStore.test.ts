@@ -9,11 +9,14 @@
 // none of its writes, and three executions of one step at once make their writes once).
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { afterAll, assert, describe, it } from "@effect/vitest"
+import { AgentStatus, AgentSteps, SubAgentRecord, Usage } from "@fibril/core"
 import * as Prompt from "effect/ai/Prompt"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
 import { mkdtempSync, rmSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -349,4 +352,31 @@ describe("ClusterStore step journal", () => {
     }), 60_000)
 
   it.live("on SQLite", () => Effect.scoped(sqliteStore(Effect.andThen(journalContract, journalTransactions))))
+})
+
+// One status enum and one usage schema for both runtimes: a cluster row, an embedded record and
+// a journaled model step use core's `AgentStatus` and `Usage`, so their encoded forms agree.
+describe("ClusterStore rows share core's AgentStatus and Usage", () => {
+  it("a row's status is AgentStatus (with interrupted, which ends a run), as a record's is", () => {
+    assert.strictEqual(ClusterStore.AgentRow.fields.status, AgentStatus.AgentStatus)
+    assert.strictEqual(SubAgentRecord.SubAgentRecord.fields.status, AgentStatus.AgentStatus)
+    assert.strictEqual(Schema.decodeUnknownSync(ClusterStore.AgentRow.fields.status)("interrupted"), "interrupted")
+    assert.isTrue(ClusterStore.finished("interrupted"))
+    assert.isFalse(ClusterStore.finished("running"))
+  })
+
+  it("a row's usage, a record's tokens and a model step's usage are one Usage: whole tokens, the same JSON", () => {
+    assert.strictEqual(AgentSteps.ModelStep.fields.usage, Usage.Usage)
+    assert.strictEqual(SubAgentRecord.SubAgentRecord.fields.tokens, Usage.Usage)
+    const decodeRow = Schema.decodeUnknownResult(ClusterStore.AgentRow)
+    const decoded = decodeRow({ ...row("ag_a"), usage: { input: 3, output: 2, cached: 1 } })
+    assert.isTrue(Result.isSuccess(decoded) && decoded.success.usage !== undefined)
+    if (Result.isSuccess(decoded)) {
+      assert.deepStrictEqual(Schema.encodeSync(Usage.Usage)(decoded.success.usage!), { input: 3, output: 2, cached: 1 })
+    }
+    const fractional = { input: 1.5, output: 0, cached: 0 }
+    assert.isTrue(Result.isFailure(decodeRow({ ...row("ag_a"), usage: fractional })))
+    assert.isTrue(Result.isFailure(Schema.decodeUnknownResult(SubAgentRecord.SubAgentRecord.fields.tokens)(fractional)))
+    assert.strictEqual(ClusterStore.stepTokens({ input: 3, output: 2, cached: 1 }), 5)
+  })
 })
