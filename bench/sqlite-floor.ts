@@ -16,7 +16,7 @@
  */
 import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as Fibril from "@fibril/core/Fibril"
-import * as SubAgentStore from "@fibril/core/SubAgentStore"
+import * as SqliteSubAgentStore from "@fibril/core/SqliteSubAgentStore"
 import * as LanguageModel from "effect/ai/LanguageModel"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -62,7 +62,7 @@ try {
   if (final !== `final: received ${K} summaries`) throw new Error(`the W1 run did not finish: ${final}`)
 
   // 2. Its rows, read back (the root agent is the session itself: no record).
-  const written = Sqlite.open(join(cwd, ".fibril", "state", SubAgentStore.databaseFileName))
+  const written = Sqlite.open(join(cwd, ".fibril", "state", SqliteSubAgentStore.databaseFileName))
   const agents: Array<Agent> = []
   const byHandle = new Map<string, Agent>()
   for (
@@ -98,9 +98,9 @@ try {
   // 3. A new database with the store's schema (made by the store, then closed).
   const dir = join(root, "floor")
   await Effect.runPromise(
-    Effect.scoped(SubAgentStore.makeSqlite({ dir })).pipe(Effect.provide(NodeServices.layer))
+    Effect.scoped(SqliteSubAgentStore.makeSqlite({ dir })).pipe(Effect.provide(NodeServices.layer))
   )
-  const db = Sqlite.open(join(dir, SubAgentStore.databaseFileName))
+  const db = Sqlite.open(join(dir, SqliteSubAgentStore.databaseFileName))
 
   const insertNew = `INSERT OR IGNORE INTO fibril_agents
     (agent_id, parent_id, status, owner_boot, handle, created_at, finished_at, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`

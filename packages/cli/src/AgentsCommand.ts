@@ -14,6 +14,7 @@
  * client of the cluster instead (ClusterAgents.ts).
  */
 import * as Receipt from "@fibril/core/Receipt"
+import * as SqliteSubAgentStore from "@fibril/core/SqliteSubAgentStore"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import { agentOfRunId, currentRunId, isTerminal, type SubAgentRecord } from "@fibril/core/SubAgentRecord"
 import * as SubAgentStore from "@fibril/core/SubAgentStore"
@@ -87,16 +88,19 @@ const withStore = <A, E, R>(
     // A file in the place of the directory is said as such, not read as "no agents recorded".
     const found = yield* fs.stat(stateDir).pipe(Effect.option)
     if (Option.isSome(found) && found.value.type !== "Directory") {
-      return yield* new SubAgentStore.StateNotDirectory({
+      return yield* new SqliteSubAgentStore.StateNotDirectory({
         path: stateDir,
         found: found.value.type === "File" ? "file" : found.value.type.toLowerCase()
       })
     }
-    if (!(yield* exists(SubAgentStore.databaseFileName)) && !(yield* exists(SubAgentStore.legacyRecordsFileName))) {
+    if (
+      !(yield* exists(SqliteSubAgentStore.databaseFileName)) &&
+      !(yield* exists(SqliteSubAgentStore.legacyRecordsFileName))
+    ) {
       return empty
     }
     return yield* SubAgentStore.SubAgentStore.use(f).pipe(
-      Effect.provide(SubAgentStore.layerSqlite({ dir: stateDir }).pipe(Layer.fresh))
+      Effect.provide(SqliteSubAgentStore.layerSqlite({ dir: stateDir }).pipe(Layer.fresh))
     )
   })
 

@@ -20,6 +20,7 @@
 import * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as Sandbox from "@fibril/core/Sandbox"
 import { redactText, redactUrl } from "@fibril/core/Secrets"
+import * as SqliteSubAgentStore from "@fibril/core/SqliteSubAgentStore"
 import * as SubAgentStore from "@fibril/core/SubAgentStore"
 import * as Trust from "@fibril/core/Trust"
 import { OpenAiClient } from "@fibril/openai"
@@ -129,7 +130,7 @@ const storeCheck = (dir: string) =>
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const stateDir = path.join(dir, ".fibril", "state")
-    const database = path.join(stateDir, SubAgentStore.databaseFileName)
+    const database = path.join(stateDir, SqliteSubAgentStore.databaseFileName)
     if (!(yield* Effect.orElseSucceed(fs.exists(database), () => false))) {
       // Nothing is created here: the nearest existing directory must let the first run create it.
       let parent = stateDir
@@ -165,7 +166,7 @@ const storeCheck = (dir: string) =>
         }
         return { others, warnings: store.warnings }
       })
-    ).pipe(Effect.provide(SubAgentStore.layerSqlite({ dir: stateDir }).pipe(Layer.fresh)), Effect.result)
+    ).pipe(Effect.provide(SqliteSubAgentStore.layerSqlite({ dir: stateDir }).pipe(Layer.fresh)), Effect.result)
     if (Result.isFailure(opened)) {
       return check("store", "fail", `${database} cannot be used: ${redactText(opened.failure.message)}`)
     }

@@ -3,39 +3,38 @@
  * (its tree, status and result), its transcript, its inbox (`agent_send_input`) and the
  * permits of the cluster-wide cap.
  *
- * Two implementations: `layerMemory` (one process; with the in-memory `TestRunner`) and
- * `layerSql` (Postgres). On Postgres every write made inside an activity annotated
- * `ClusterSchema.WithTransaction` commits in the transaction that journals the activity's
- * result: a transcript message is written exactly once per step, an inbox message is taken
- * exactly once, a permit is held exactly when the journal says it was granted.
+ * This module is the contract: the service, its rows and errors, and `layerMemory` (one
+ * process; with the in-memory `TestRunner`). The SQL implementations are `PgClusterStore`
+ * (Postgres) and `SqliteClusterStore` (one machine). On a SQL store every write made inside an
+ * activity annotated `ClusterSchema.WithTransaction` commits in the transaction that journals
+ * the activity's result: a transcript message is written exactly once per step, an inbox
+ * message is taken exactly once, a permit is held exactly when the journal says it was granted.
+ *
+ * An agent's status is core's one `AgentStatus` (the cluster never writes `interrupted`), its
+ * tokens core's one `Usage`.
  */
 import { Permission } from "@fibril/core"
+import { AgentStatus, isTerminal } from "@fibril/core/AgentStatus"
+import * as Usage from "@fibril/core/Usage"
 import * as Prompt from "effect/ai/Prompt"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
-import { SqlClient } from "effect/sql"
 
-export const Status = Schema.Literals(["pending", "running", "completed", "failed", "cancelled"])
-export type Status = typeof Status.Type
-
-export const finished = (status: Status): boolean =>
-  status === "completed" || status === "failed" || status === "cancelled"
+/** Has the agent's run ended? (`AgentStatus.isTerminal`, by the name the cluster's callers use.) */
+export const finished: (status: AgentStatus) => boolean = isTerminal
 
 /** What one agent of a chain was given: Permission's record of a grant. */
 export const Grant = Permission.GrantRecord
 export type Grant = Permission.GrantRecord
 
-/** Tokens by kind, every model step of every run summed (as the embedded records report them). */
-export const Usage = Schema.Struct({ input: Schema.Number, output: Schema.Number, cached: Schema.Number })
-export type Usage = typeof Usage.Type
-
-export const zeroUsage: Usage = { input: 0, output: 0, cached: 0 }
+/** No tokens: what a step that called no model adds. */
+export const zeroUsage: Usage.Usage = Usage.none
 
 /** An agent's tokens by kind, every run summed, in whole tokens: what clients report. */
-export const tokensOf = (row: { readonly usage?: Usage | undefined }): Usage => {
+export const tokensOf = (row: { readonly usage?: Usage.Usage | undefined }): Usage.Usage => {
   const usage = row.usage ?? zeroUsage
   return { input: Math.round(usage.input), output: Math.round(usage.output), cached: Math.round(usage.cached) }
 }
@@ -60,7 +59,7 @@ export const AgentRow = Schema.Struct({
   prompt: Schema.String,
   detached: Schema.Boolean,
   workspace: Schema.String,
-  status: Status,
+  status: AgentStatus,
   run: Schema.Int,
   executionId: Schema.String,
   text: Schema.NullOr(Schema.String),
@@ -71,8 +70,8 @@ export const AgentRow = Schema.Struct({
   tokens: Schema.Number,
   /** The grants from the root down to this agent (absent: its role alone, from the root's rules). */
   grants: Schema.optionalKey(Schema.Array(Grant)),
-  /** `tokens` by kind (as read from a store). */
-  usage: Schema.optionalKey(Usage),
+  /** `tokens` by kind, every model step of every run summed (as read from a store). */
+  usage: Schema.optionalKey(Usage.Usage),
   /** When the current run started and ended (ms since the epoch, the store's clock), as read. */
   startedAt: Schema.optionalKey(Schema.NullOr(Schema.Number)),
   finishedAt: Schema.optionalKey(Schema.NullOr(Schema.Number))
@@ -127,7 +126,7 @@ export interface Cursor {
 export const startCursor: Cursor = { transcript: 0, agents: 0 }
 
 export interface AgentUpdate {
-  readonly status?: Status
+  readonly status?: AgentStatus
   readonly run?: number
   readonly executionId?: string
   readonly prompt?: string
@@ -217,7 +216,7 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   readonly recordStep: (
     agentId: string,
     messages: ReadonlyArray<{ readonly at: Slot; readonly message: Prompt.Message }>,
-    usage: Usage,
+    usage: Usage.Usage,
     finish?: { readonly update: AgentUpdate; readonly release: boolean } | undefined,
     taken?: ReadonlyArray<string> | undefined
   ) => Effect.Effect<void, StoreFailure>
@@ -302,19 +301,8 @@ export type StepOutcome =
   | { readonly _tag: "Journaled"; readonly result: string }
   | { readonly _tag: "Cancelled" }
 
-/**
- * The connections the Postgres store commits tool-call markers on (`startToolCall`) and the
- * worker's cancellation watch reads with (`cancelledAmong`), apart from the pool the steps'
- * reads and commits use, so neither waits behind them. Without it the store's own pool is used,
- * outside any transaction.
- */
-export class MarkerClient extends Context.Service<MarkerClient, SqlClient.SqlClient>()(
-  "@fibril/cluster/ClusterStore/MarkerClient"
-) {}
-
 /** Tokens a step counts against budgets (as the embedded runtime: input + output). */
-export const stepTokens = (usage: { readonly input: number; readonly output: number }): number =>
-  usage.input + usage.output
+export const stepTokens: (usage: Usage.Usage) => number = Usage.total
 
 const applyUpdate = (row: AgentRow, update: AgentUpdate): AgentRow => ({
   ...row,
@@ -570,555 +558,3 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
   })
 
 export const layerMemory: Layer.Layer<ClusterStore> = Layer.effect(ClusterStore, makeMemory)
-
-// ---------------------------------------------------------------------------
-// Postgres
-// ---------------------------------------------------------------------------
-
-/** Creates (or brings up to date) the `fibril_*` tables. */
-export const migrate = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql`CREATE TABLE IF NOT EXISTS fibril_meta (key text PRIMARY KEY, value text NOT NULL)`
-  yield* sql`CREATE TABLE IF NOT EXISTS fibril_agents (
-    agent_id text PRIMARY KEY, parent_id text, depth int NOT NULL, role text NOT NULL, model text NOT NULL,
-    description text NOT NULL, prompt text NOT NULL, detached boolean NOT NULL, workspace text NOT NULL,
-    status text NOT NULL, run int NOT NULL, execution_id text NOT NULL, text text, reason text,
-    steps int NOT NULL DEFAULT 0, tool_calls int NOT NULL DEFAULT 0,
-    created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now())`
-  yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_parent ON fibril_agents (parent_id)`
-  yield* sql`CREATE TABLE IF NOT EXISTS fibril_transcript (
-    agent_id text NOT NULL, run int NOT NULL, step int NOT NULL, slot int NOT NULL, message text NOT NULL,
-    pid int NOT NULL DEFAULT 0, at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (agent_id, run, step, slot))`
-  yield* sql`CREATE TABLE IF NOT EXISTS fibril_inbox (
-    id bigserial PRIMARY KEY, agent_id text NOT NULL, text text NOT NULL, at timestamptz NOT NULL DEFAULT now())`
-  yield* sql`CREATE INDEX IF NOT EXISTS fibril_inbox_agent ON fibril_inbox (agent_id)`
-  yield* sql`CREATE TABLE IF NOT EXISTS fibril_permits (agent_id text PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())`
-  // Version 2: tree budgets, the heartbeat, event following.
-  yield* sql`CREATE SEQUENCE IF NOT EXISTS fibril_changes`
-  yield* sql`ALTER TABLE fibril_agents
-    ADD COLUMN IF NOT EXISTS root_id text NOT NULL DEFAULT '',
-    ADD COLUMN IF NOT EXISTS tokens float8 NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS run_started_at timestamptz,
-    ADD COLUMN IF NOT EXISTS last_progress timestamptz,
-    ADD COLUMN IF NOT EXISTS changed bigint NOT NULL DEFAULT 0`
-  yield* sql`ALTER TABLE fibril_agents ALTER COLUMN changed SET DEFAULT nextval('fibril_changes')`
-  yield* sql`UPDATE fibril_agents SET root_id = agent_id WHERE root_id = ''`
-  yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_root ON fibril_agents (root_id, changed)`
-  // The running agents, for the heartbeat's look. Not on last_progress, which every step updates:
-  // a step's update of its agent's row then changes no indexed column and can be a HOT update (no
-  // index entries written), for which the pages keep some room.
-  yield* sql`DROP INDEX IF EXISTS fibril_agents_running`
-  yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_live ON fibril_agents (agent_id) WHERE status = 'running'`
-  yield* sql`ALTER TABLE fibril_agents SET (fillfactor = 80)`
-  yield* sql`ALTER TABLE fibril_agents ADD COLUMN IF NOT EXISTS waiting_on text`
-  yield* sql`CREATE TABLE IF NOT EXISTS fibril_waiters (agent_id text PRIMARY KEY, execution_id text NOT NULL,
-    clock text NOT NULL, at timestamptz NOT NULL DEFAULT now())`
-  yield* sql`ALTER TABLE fibril_transcript ADD COLUMN IF NOT EXISTS seq bigserial`
-  yield* sql`CREATE INDEX IF NOT EXISTS fibril_transcript_seq ON fibril_transcript (seq)`
-  // Version 3: the markers of non-idempotent tool calls started.
-  yield* sql`ALTER TABLE fibril_agents
-    ADD COLUMN IF NOT EXISTS tokens_input float8 NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS tokens_output float8 NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS tokens_cached float8 NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS run_finished_at timestamptz,
-    ADD COLUMN IF NOT EXISTS grants text`
-  yield* sql`CREATE TABLE IF NOT EXISTS fibril_tool_calls (agent_id text NOT NULL, run int NOT NULL,
-    step int NOT NULL, slot int NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (agent_id, run, step, slot))`
-  // Version 4: Fibril's journal of the model and tool steps (each committed with the step's writes).
-  yield* sql`CREATE TABLE IF NOT EXISTS fibril_steps (execution_id text NOT NULL, name text NOT NULL,
-    agent_id text NOT NULL, result text, at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (execution_id, name))`
-  yield* sql`CREATE INDEX IF NOT EXISTS fibril_steps_agent ON fibril_steps (agent_id)`
-  yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
-    ON CONFLICT (key) DO UPDATE SET value = excluded.value`
-})
-
-/** Fails with SchemaMismatch unless the `fibril_*` tables are this code's version. */
-export const checkSchema = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  const exists = yield* sql<{ present: boolean }>`SELECT to_regclass('fibril_meta') IS NOT NULL AS present`
-  if (exists[0]?.present !== true) return yield* new SchemaMismatch({ found: null, expected: schemaVersion })
-  const rows = yield* sql<{ value: string }>`SELECT value FROM fibril_meta WHERE key = 'schema_version'`
-  const found = rows[0] === undefined ? null : Number(rows[0].value)
-  if (found !== schemaVersion) return yield* new SchemaMismatch({ found, expected: schemaVersion })
-})
-
-/** An agent's row as a SQL store reads it (the SQLite store's too). */
-export interface AgentDbRow {
-  readonly agent_id: string
-  readonly parent_id: string | null
-  readonly root_id: string
-  readonly tokens: number
-  readonly depth: number
-  readonly role: string
-  readonly model: string
-  readonly description: string
-  readonly prompt: string
-  readonly detached: boolean
-  readonly workspace: string
-  readonly status: Status
-  readonly run: number
-  readonly execution_id: string
-  readonly text: string | null
-  readonly reason: string | null
-  readonly steps: number
-  readonly tool_calls: number
-  readonly tokens_input: number
-  readonly tokens_output: number
-  readonly tokens_cached: number
-  readonly run_started_at: unknown
-  readonly run_finished_at: unknown
-  readonly grants: string | null
-}
-
-/** A timestamp as the driver gives it (a Date, or text), in ms since the epoch. */
-const millis = (value: unknown): number | null => {
-  if (value === null || value === undefined) return null
-  if (value instanceof Date) return value.getTime()
-  const parsed = typeof value === "number" ? value : Date.parse(String(value))
-  return Number.isNaN(parsed) ? null : parsed
-}
-
-const decodeGrants = Schema.decodeUnknownSync(Schema.fromJsonString(Schema.Array(Grant)))
-
-/** An agent's row from its SQL row. */
-export const fromDb = (r: AgentDbRow): AgentRow => ({
-  agentId: r.agent_id,
-  parentId: r.parent_id,
-  rootId: r.root_id,
-  tokens: Number(r.tokens),
-  depth: r.depth,
-  role: r.role,
-  model: r.model,
-  description: r.description,
-  prompt: r.prompt,
-  detached: Boolean(r.detached),
-  workspace: r.workspace,
-  status: r.status,
-  run: r.run,
-  executionId: r.execution_id,
-  text: r.text,
-  reason: r.reason,
-  steps: r.steps,
-  toolCalls: r.tool_calls,
-  ...(r.grants === null || r.grants === undefined ? {} : { grants: decodeGrants(r.grants) }),
-  usage: {
-    input: Number(r.tokens_input ?? 0),
-    output: Number(r.tokens_output ?? 0),
-    cached: Number(r.tokens_cached ?? 0)
-  },
-  startedAt: millis(r.run_started_at),
-  finishedAt: millis(r.run_finished_at)
-})
-
-/** A transcript message as a SQL store keeps it (JSON). */
-export const encodeMessage = Schema.encodeSync(Schema.fromJsonString(Prompt.Message))
-export const decodeMessage = Schema.decodeSync(Schema.fromJsonString(Prompt.Message))
-
-/** An execution's journaled steps (name to result) on a SQL store: the same statement on PostgreSQL and SQLite. */
-export const journalSql = (sql: SqlClient.SqlClient, executionId: string) =>
-  Effect.map(
-    sql<{ name: string; result: string }>`SELECT name, result FROM fibril_steps
-      WHERE execution_id = ${executionId} AND result IS NOT NULL`,
-    (rows) => new Map(rows.map((r) => [r.name, r.result]))
-  )
-
-/**
- * `runStep` on a SQL store, the same statements on PostgreSQL and SQLite: a read before the call
- * (journaled already? the agent cancelled?), the call, then the claim with the result and the
- * step's writes in one transaction; a claim that finds the step's row gives way to its result.
- */
-export const runStepSql = (sql: SqlClient.SqlClient) =>
-<R1, R2 = never>(
-  { agentId, executionId, name }: StepKey,
-  execute: Effect.Effect<StepWork<R2>, never, R1>
-): Effect.Effect<StepOutcome, StoreFailure, R1 | R2> =>
-  Effect.gen(function*() {
-    const journaled = Effect.map(
-      sql<{ result: string | null }>`SELECT result FROM fibril_steps
-        WHERE execution_id = ${executionId} AND name = ${name}`,
-      (rows) => rows[0]?.result ?? undefined
-    )
-    // Before the call: journaled already (a replay that read the run's journal before another
-    // execution committed), or the agent cancelled? (SQLite's EXISTS is 0 or 1.)
-    const [before] = yield* sql<{ result: string | null; cancelled: boolean | number }>`
-      SELECT (SELECT result FROM fibril_steps WHERE execution_id = ${executionId} AND name = ${name}) AS result,
-        EXISTS (SELECT 1 FROM fibril_agents WHERE agent_id = ${agentId} AND status = 'cancelled') AS cancelled`
-    if (before?.result !== null && before?.result !== undefined) {
-      return { _tag: "Journaled", result: before.result } as StepOutcome
-    }
-    if (before?.cancelled === true || before?.cancelled === 1) return { _tag: "Cancelled" } as StepOutcome
-    const work = yield* execute
-    // The claim, with the result: the first execution of the step to commit wins. A claim held
-    // by a transaction in flight is waited for; one committed makes this one give way.
-    const ran = yield* sql.withTransaction(Effect.gen(function*() {
-      const claimed = yield* sql<{ one: number }>`INSERT INTO fibril_steps (execution_id, name, agent_id, result)
-        VALUES (${executionId}, ${name}, ${agentId}, ${work.result}) ON CONFLICT DO NOTHING RETURNING 1 AS one`
-      if (claimed.length === 0) return false
-      yield* work.commit
-      return true
-    }))
-    if (ran) return { _tag: "Ran", result: work.result } as StepOutcome
-    const first = yield* journaled
-    if (first === undefined) {
-      return yield* Effect.die(`step ${name} of ${executionId}: its claim is taken but has no result`)
-    }
-    return { _tag: "Journaled", result: first } as StepOutcome
-  }).pipe(
-    Effect.mapError((error) =>
-      new StoreFailure({ operation: "runStep", reason: error instanceof Error ? error.message : String(error) })
-    )
-  )
-
-export const makeSql = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  const markers = yield* Effect.serviceOption(MarkerClient)
-  // A step's transaction is the SqlClient's transaction connection in the context: without it, a
-  // statement takes a connection of its own and commits at once.
-  const omitTransaction = Context.omit(sql.transactionService)
-  const outsideTransaction = (context: Context.Context<never>): Context.Context<never> => omitTransaction(context)
-  const fail = (operation: string) => (error: unknown) =>
-    new StoreFailure({ operation, reason: error instanceof Error ? error.message : String(error) })
-  const q = <A>(operation: string, effect: Effect.Effect<A, unknown>) => Effect.mapError(effect, fail(operation))
-  const dbRow = (row: AgentRow) => ({
-    agent_id: row.agentId,
-    parent_id: row.parentId,
-    root_id: row.rootId,
-    depth: row.depth,
-    role: row.role,
-    model: row.model,
-    description: row.description,
-    prompt: row.prompt,
-    detached: row.detached,
-    workspace: row.workspace,
-    status: row.status,
-    run: row.run,
-    execution_id: row.executionId,
-    text: row.text,
-    reason: row.reason,
-    steps: row.steps,
-    tool_calls: row.toolCalls,
-    tokens: row.tokens,
-    grants: row.grants === undefined ? null : JSON.stringify(row.grants)
-  })
-  const insertMany = (rows: ReadonlyArray<AgentRow>) =>
-    rows.length === 0 ? Effect.void : q(
-      "insert",
-      sql`INSERT INTO fibril_agents ${sql.insert(rows.map(dbRow) as [ReturnType<typeof dbRow>])}
-        ON CONFLICT (agent_id) DO NOTHING`
-    )
-  /** Starts a run (a CTE named `a`): an agent cancelled before its first step stays cancelled. */
-  const startRunCte = (agentId: string) =>
-    sql`a AS (UPDATE fibril_agents SET status = 'running', reason = NULL, run_started_at = now(),
-            run_finished_at = NULL,
-            last_progress = now(), changed = nextval('fibril_changes'), updated_at = now()
-            WHERE agent_id = ${agentId} AND status <> 'cancelled')`
-  const transcriptRow = (agentId: string, at: Slot, message: Prompt.Message) => ({
-    agent_id: agentId,
-    run: at.run,
-    step: at.step,
-    slot: at.slot,
-    message: encodeMessage(message),
-    pid: process.pid
-  })
-  return ClusterStore.of({
-    insert: (row) => insertMany([row]),
-    insertMany,
-    update: (agentId, u) =>
-      q(
-        "update",
-        sql`UPDATE fibril_agents SET
-          status = COALESCE(${u.status ?? null}, status),
-          run = COALESCE(${u.run ?? null}, run),
-          execution_id = COALESCE(${u.executionId ?? null}, execution_id),
-          prompt = COALESCE(${u.prompt ?? null}, prompt),
-          text = CASE WHEN ${u.text !== undefined} THEN ${u.text ?? null} ELSE text END,
-          reason = CASE WHEN ${u.reason !== undefined} THEN ${u.reason ?? null} ELSE reason END,
-          steps = COALESCE(${u.steps ?? null}, steps),
-          tool_calls = COALESCE(${u.toolCalls ?? null}, tool_calls),
-          run_finished_at = CASE WHEN ${u.status !== undefined && finished(u.status)} THEN clock_timestamp()
-            ELSE run_finished_at END,
-          changed = nextval('fibril_changes'),
-          updated_at = now()
-          WHERE agent_id = ${agentId}`
-      ),
-    get: (agentId) =>
-      q(
-        "get",
-        Effect.map(sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE agent_id = ${agentId}`, (rows) =>
-          rows[0] === undefined ? undefined : fromDb(rows[0]))
-      ),
-    children: (agentId) =>
-      q(
-        "children",
-        Effect.map(
-          sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE parent_id = ${agentId} ORDER BY created_at`,
-          (rows) => rows.map(fromDb)
-        )
-      ),
-    list: q("list", Effect.map(sql<AgentDbRow>`SELECT * FROM fibril_agents ORDER BY created_at`, (r) => r.map(fromDb))),
-    append: (agentId, at, message) =>
-      q(
-        "append",
-        sql`INSERT INTO fibril_transcript (agent_id, run, step, slot, message, pid)
-          VALUES (${agentId}, ${at.run}, ${at.step}, ${at.slot}, ${encodeMessage(message)}, ${process.pid})
-          ON CONFLICT DO NOTHING`
-      ),
-    transcript: (agentId) =>
-      q(
-        "transcript",
-        Effect.map(
-          sql<{ message: string }>`SELECT message FROM fibril_transcript WHERE agent_id = ${agentId}
-            ORDER BY run, step, slot`,
-          (rows) => rows.map((r) => decodeMessage(r.message))
-        )
-      ),
-    sendInput: (agentId, text) =>
-      q("sendInput", sql`INSERT INTO fibril_inbox (agent_id, text) VALUES (${agentId}, ${text})`),
-    takeInbox: (agentId) =>
-      q(
-        "takeInbox",
-        Effect.map(
-          sql<{ id: string; text: string }>`DELETE FROM fibril_inbox WHERE agent_id = ${agentId} RETURNING id, text`,
-          (rows) => [...rows].sort((a, b) => Number(a.id) - Number(b.id)).map((r) => r.text)
-        )
-      ),
-    acquire: (agentId, cap, waiter) =>
-      q(
-        "acquire",
-        Effect.gen(function*() {
-          // One admission at a time cluster-wide: the lock lasts until the transaction ends.
-          yield* sql`SELECT pg_advisory_xact_lock(4242)`
-          const rows = yield* sql<{ ok: boolean }>`
-            WITH have AS (SELECT 1 FROM fibril_permits WHERE agent_id = ${agentId}),
-                 ins AS (INSERT INTO fibril_permits (agent_id)
-                         SELECT ${agentId} WHERE NOT EXISTS (SELECT 1 FROM have)
-                           AND (SELECT count(*) FROM fibril_permits) < ${cap}
-                         RETURNING 1)
-            SELECT (EXISTS (SELECT 1 FROM have) OR EXISTS (SELECT 1 FROM ins)) AS ok`
-          const ok = rows[0]?.ok === true
-          if (ok) yield* sql`DELETE FROM fibril_waiters WHERE agent_id = ${agentId}`
-          else if (waiter !== undefined) {
-            yield* sql`INSERT INTO fibril_waiters (agent_id, execution_id, clock)
-              VALUES (${agentId}, ${waiter.executionId}, ${waiter.clock})
-              ON CONFLICT (agent_id) DO UPDATE SET clock = excluded.clock`
-          }
-          return ok
-        })
-      ),
-    waiters: (cap) =>
-      q(
-        "waiters",
-        sql.withTransaction(Effect.gen(function*() {
-          // After the admissions in progress: a waiter they queue is seen here.
-          yield* sql`SELECT pg_advisory_xact_lock(4242)`
-          return yield* sql<{ execution_id: string; clock: string }>`SELECT execution_id, clock FROM fibril_waiters
-            ORDER BY at, agent_id LIMIT GREATEST(${cap} - (SELECT count(*) FROM fibril_permits), 0)`
-        })).pipe(Effect.map((rows) => rows.map((r) => ({ executionId: r.execution_id, clock: r.clock }))))
-      ),
-    // A queued agent that ends (cancelled) leaves the queue with its permit, if any.
-    release: (agentId) =>
-      q(
-        "release",
-        sql`WITH w AS (DELETE FROM fibril_waiters WHERE agent_id = ${agentId})
-          DELETE FROM fibril_permits WHERE agent_id = ${agentId}`
-      ),
-    permits: q(
-      "permits",
-      Effect.map(sql<{ agent_id: string }>`SELECT agent_id FROM fibril_permits`, (r) => r.map((x) => x.agent_id))
-    ),
-    startRun: (agentId, at, prompt) =>
-      q(
-        "startRun",
-        sql`WITH ${startRunCte(agentId)}
-          INSERT INTO fibril_transcript ${sql.insert(transcriptRow(agentId, at, prompt))} ON CONFLICT DO NOTHING`
-      ),
-    beginStep: (agentId, { runAge, start, treeOf }) =>
-      q(
-        "beginStep",
-        Effect.map(
-          // With `start`, the run starts in this statement (its CTEs' writes are not visible to the
-          // SELECT, which reads the rows as they were: the run's age is then 0, as it starts now).
-          sql<{ inbox: string; tree_tokens: number; run_secs: number | null }>`
-            ${
-            start === undefined ? sql`` : sql`WITH ${startRunCte(agentId)},
-              p AS (INSERT INTO fibril_transcript ${
-              sql.insert(transcriptRow(agentId, start.at, start.prompt))
-            } ON CONFLICT DO NOTHING)`
-          }
-            SELECT (SELECT COALESCE(json_agg(json_build_array(id::text, text) ORDER BY id), '[]'::json)
-                FROM fibril_inbox WHERE agent_id = ${agentId})::text AS inbox,
-              ${
-            treeOf === undefined
-              ? sql`0::float8`
-              : sql`(SELECT COALESCE(sum(tokens), 0) FROM fibril_agents WHERE root_id = ${treeOf})::float8`
-          } AS tree_tokens,
-              ${
-            start === undefined && runAge === true
-              ? sql`(SELECT EXTRACT(EPOCH FROM now() - run_started_at) FROM fibril_agents
-                WHERE agent_id = ${agentId})::float8`
-              : sql`0::float8`
-          } AS run_secs`,
-          (rows) => {
-            const inbox = JSON.parse(rows[0]?.inbox ?? "[]") as ReadonlyArray<readonly [string, string]>
-            return {
-              inbox: inbox.map(([, text]) => text),
-              inboxIds: inbox.map(([id]) => id),
-              treeTokens: Number(rows[0]?.tree_tokens ?? 0),
-              runSecs: Number(rows[0]?.run_secs ?? 0)
-            }
-          }
-        )
-      ),
-    recordStep: (agentId, messages, usage, finish, taken) => {
-      const tokens = sql`tokens = tokens + ${stepTokens(usage)}, tokens_input = tokens_input + ${usage.input},
-        tokens_output = tokens_output + ${usage.output}, tokens_cached = tokens_cached + ${usage.cached}`
-      const transcript = messages.length === 0 ? sql`` : sql`t AS (INSERT INTO fibril_transcript ${
-        sql.insert(
-          messages.map((m) => transcriptRow(agentId, m.at, m.message)) as [ReturnType<typeof transcriptRow>]
-        )
-      } ON CONFLICT DO NOTHING)`
-      // The queued input the step delivered is taken with it.
-      const inbox = taken === undefined || taken.length === 0
-        ? undefined
-        : sql`i AS (DELETE FROM fibril_inbox WHERE id IN ${sql.in(taken.map(BigInt))})`
-      const ctes = [...(messages.length === 0 ? [] : [transcript]), ...(inbox === undefined ? [] : [inbox])]
-      if (finish === undefined) {
-        return q(
-          "recordStep",
-          sql`${ctes.length === 0 ? sql`` : sql`WITH ${sql.csv(ctes)}`}
-            UPDATE fibril_agents SET ${tokens}, last_progress = now() WHERE agent_id = ${agentId}`
-        )
-      }
-      // One UPDATE of the row for both (a statement changes a row once): the tokens always, the
-      // outcome unless a cancel was recorded meanwhile (it stands, as in finishRun).
-      const u = finish.update
-      const live = sql.literal("status <> 'cancelled'")
-      return q(
-        "recordStep",
-        sql`WITH ${ctes.length === 0 ? sql`` : sql`${sql.csv(ctes)},`}
-            r AS (DELETE FROM fibril_permits WHERE agent_id = ${agentId} AND ${finish.release})
-          UPDATE fibril_agents SET ${tokens}, last_progress = now(),
-          status = CASE WHEN ${live} THEN COALESCE(${u.status ?? null}, status) ELSE status END,
-          text = CASE WHEN ${live} AND ${u.text !== undefined} THEN ${u.text ?? null} ELSE text END,
-          reason = CASE WHEN ${live} AND ${u.reason !== undefined} THEN ${u.reason ?? null} ELSE reason END,
-          steps = CASE WHEN ${live} THEN COALESCE(${u.steps ?? null}, steps) ELSE steps END,
-          tool_calls = CASE WHEN ${live} THEN COALESCE(${u.toolCalls ?? null}, tool_calls) ELSE tool_calls END,
-          run_finished_at = CASE WHEN ${live} THEN clock_timestamp() ELSE run_finished_at END,
-          changed = CASE WHEN ${live} THEN nextval('fibril_changes') ELSE changed END,
-          updated_at = CASE WHEN ${live} THEN now() ELSE updated_at END
-          WHERE agent_id = ${agentId}`
-      )
-    },
-    finishRun: (agentId, u, release) =>
-      q(
-        "finishRun",
-        sql`WITH r AS (DELETE FROM fibril_permits WHERE agent_id = ${agentId} AND ${release})
-          UPDATE fibril_agents SET
-          status = COALESCE(${u.status ?? null}, status),
-          text = CASE WHEN ${u.text !== undefined} THEN ${u.text ?? null} ELSE text END,
-          reason = CASE WHEN ${u.reason !== undefined} THEN ${u.reason ?? null} ELSE reason END,
-          steps = COALESCE(${u.steps ?? null}, steps),
-          tool_calls = COALESCE(${u.toolCalls ?? null}, tool_calls),
-          run_finished_at = clock_timestamp(),
-          changed = nextval('fibril_changes'),
-          updated_at = now()
-          WHERE agent_id = ${agentId} AND status <> 'cancelled'`
-      ),
-    changes: (rootId, cursor) =>
-      q(
-        "changes",
-        Effect.gen(function*() {
-          const messages = yield* sql<
-            { agent_id: string; run: number; step: number; slot: number; message: string; seq: string }
-          >`
-            SELECT t.agent_id, t.run, t.step, t.slot, t.message, t.seq::text AS seq FROM fibril_transcript t
-            WHERE t.seq > ${cursor.transcript}
-              AND t.agent_id IN (SELECT agent_id FROM fibril_agents WHERE root_id = ${rootId})
-            ORDER BY t.seq`
-          const agents = yield* sql<AgentDbRow & { changed_text: string }>`
-            SELECT *, changed::text AS changed_text FROM fibril_agents
-            WHERE root_id = ${rootId} AND changed > ${cursor.agents} ORDER BY changed`
-          return {
-            messages: messages.map((r) => ({
-              agentId: r.agent_id,
-              at: { run: r.run, step: r.step, slot: r.slot },
-              message: decodeMessage(r.message)
-            })),
-            agents: agents.map(fromDb),
-            cursor: {
-              transcript: messages.length === 0 ? cursor.transcript : Number(messages.at(-1)!.seq),
-              agents: agents.length === 0 ? cursor.agents : Number(agents.at(-1)!.changed_text)
-            }
-          }
-        })
-      ),
-    look: (agentId, ids, waitingOn) =>
-      q(
-        "look",
-        Effect.gen(function*() {
-          yield* sql`UPDATE fibril_agents SET waiting_on = ${waitingOn} WHERE agent_id = ${agentId}`
-          const rows = ids === undefined
-            ? yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE parent_id = ${agentId}
-                AND status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_at FOR SHARE`
-            : ids.length === 0
-            ? []
-            : yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE agent_id IN ${sql.in(ids)} FOR SHARE`
-          const [clock] = yield* sql<{ now: number }>`SELECT (EXTRACT(EPOCH FROM now()) * 1000)::float8 AS now`
-          const byId = new Map(rows.map((r) => [r.agent_id, fromDb(r)]))
-          return {
-            rows: ids === undefined ? rows.map(fromDb) : ids.flatMap((id) => byId.get(id) ?? []),
-            now: Number(clock?.now ?? 0)
-          }
-        })
-      ),
-    parentWaiting: (agentId) =>
-      q(
-        "parentWaiting",
-        Effect.map(
-          sql<{ execution_id: string; waiting_on: string | null }>`SELECT p.execution_id, p.waiting_on
-            FROM fibril_agents c JOIN fibril_agents p ON p.agent_id = c.parent_id WHERE c.agent_id = ${agentId}`,
-          (rows) =>
-            rows[0] === undefined ? undefined : { executionId: rows[0].execution_id, waitingOn: rows[0].waiting_on }
-        )
-      ),
-    stale: (seconds) =>
-      q(
-        "stale",
-        Effect.gen(function*() {
-          // A running child is its parent's progress (as embedded).
-          yield* sql`UPDATE fibril_agents a SET last_progress = now() WHERE a.status = 'running'
-            AND EXISTS (SELECT 1 FROM fibril_agents c WHERE c.parent_id = a.agent_id AND c.status = 'running')`
-          const rows = yield* sql<{ agent_id: string }>`SELECT a.agent_id FROM fibril_agents a
-            WHERE a.status = 'running' AND a.depth > 0
-              AND a.last_progress < now() - make_interval(secs => ${seconds})
-              AND NOT EXISTS (SELECT 1 FROM fibril_agents c WHERE c.parent_id = a.agent_id AND c.status = 'running')`
-          return rows.map((r) => r.agent_id)
-        })
-      ),
-    cancelledAmong: (agentIds) => {
-      if (agentIds.length === 0) return Effect.succeed([])
-      const read = (client: SqlClient.SqlClient) =>
-        client<{ agent_id: string }>`SELECT agent_id FROM fibril_agents
-          WHERE agent_id IN ${client.in(agentIds)} AND status = 'cancelled'`
-      const statement = markers._tag === "Some"
-        ? read(markers.value)
-        : Effect.updateContext(read(sql), outsideTransaction)
-      return q("cancelledAmong", Effect.map(statement, (rows) => rows.map((r) => r.agent_id)))
-    },
-    startToolCall: (agentId, at) => {
-      const insert = (client: SqlClient.SqlClient) =>
-        client<{ one: number }>`INSERT INTO fibril_tool_calls (agent_id, run, step, slot, pid)
-          VALUES (${agentId}, ${at.run}, ${at.step}, ${at.slot}, ${process.pid})
-          ON CONFLICT DO NOTHING RETURNING 1 AS one`
-      const statement = markers._tag === "Some"
-        ? insert(markers.value)
-        : Effect.updateContext(insert(sql), outsideTransaction)
-      return q("startToolCall", Effect.map(statement, (rows) => rows.length === 1))
-    },
-    journal: (executionId) => q("journal", journalSql(sql, executionId)),
-    runStep: runStepSql(sql)
-  })
-})
-
-export const layerSql: Layer.Layer<ClusterStore, never, SqlClient.SqlClient> = Layer.effect(ClusterStore, makeSql)

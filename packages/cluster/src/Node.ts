@@ -21,9 +21,10 @@ import { SqlClient } from "effect/sql"
 import { appendFileSync } from "node:fs"
 import * as net from "node:net"
 import * as AgentWorkflow from "./AgentWorkflow.ts"
-import * as ClusterStore from "./ClusterStore.ts"
+import type * as ClusterStore from "./ClusterStore.ts"
+import * as PgClusterStore from "./PgClusterStore.ts"
 import * as Sqlite from "./Sqlite.ts"
-import * as SqliteStore from "./SqliteStore.ts"
+import * as SqliteClusterStore from "./SqliteClusterStore.ts"
 
 export class ClusterUnreachable extends Schema.TaggedError<ClusterUnreachable>()("ClusterUnreachable", {
   url: Schema.String,
@@ -90,14 +91,14 @@ const byDialect = <A>(postgres: A, sqlite: A) =>
 
 /** Creates the cluster's tables (`cluster_*`, effect/cluster's) and Fibril's (`fibril_*`). */
 export const migrate = Effect.gen(function*() {
-  yield* Effect.flatten(byDialect(ClusterStore.migrate, SqliteStore.migrate))
+  yield* Effect.flatten(byDialect(PgClusterStore.migrate, SqliteClusterStore.migrate))
   // effect/cluster creates its tables when its storage starts: start a client once, here.
   yield* Layer.build(NodeClusterSocket.layer({ clientOnly: true, storage: "sql" })).pipe(Effect.scoped)
 }).pipe(Effect.orDie)
 
 /** Drops finished agents older than `olderThan` and their journal: how many agents went. */
 export const prune = (olderThan: Duration.Duration) =>
-  Effect.flatten(byDialect(prunePostgres(olderThan), SqliteStore.prune(olderThan)))
+  Effect.flatten(byDialect(prunePostgres(olderThan), SqliteClusterStore.prune(olderThan)))
 
 const prunePostgres = (olderThan: Duration.Duration) =>
   Effect.gen(function*() {
@@ -128,7 +129,7 @@ const prunePostgres = (olderThan: Duration.Duration) =>
   })
 
 /** Fails with SchemaMismatch (naming `fibril cluster migrate`) unless the tables match this code. */
-export const checkSchema = Effect.flatten(byDialect(ClusterStore.checkSchema, SqliteStore.checkSchema))
+export const checkSchema = Effect.flatten(byDialect(PgClusterStore.checkSchema, SqliteClusterStore.checkSchema))
 
 /** A free TCP port on `host`, for a runner's address. */
 export const freePort = (host: string) =>
@@ -190,7 +191,7 @@ const sharding = (options: {
  * commit on it, and the cancellation watch reads on it, whatever the main pool is busy with.
  */
 const markerClient = Layer.effect(
-  ClusterStore.MarkerClient,
+  PgClusterStore.MarkerClient,
   Effect.gen(function*() {
     const pg = yield* PgClient.PgClient
     return yield* PgClient.make({ ...pg.config, maxConnections: 2 })
@@ -199,9 +200,9 @@ const markerClient = Layer.effect(
 
 /** The store on the database in context: Postgres (with its marker pool) or SQLite. */
 const storeFor = (postgres: Layer.Layer<ClusterStore.ClusterStore, never, SqlClient.SqlClient>) =>
-  Layer.unwrap(byDialect(postgres, SqliteStore.layer))
+  Layer.unwrap(byDialect(postgres, SqliteClusterStore.layer))
 
-const workerStore = storeFor(ClusterStore.layerSql.pipe(Layer.provide(markerClient)))
+const workerStore = storeFor(PgClusterStore.layerSql.pipe(Layer.provide(markerClient)))
 
 /**
  * A worker: hosts agent workflows over the given core services (its workspace, tools, models),
@@ -233,5 +234,5 @@ export const workerAndClient = <E, R>(
 /** A client: the engine (no shards hosted) and the store, on the database in context. */
 export const client = ClusterWorkflowEngine.layer.pipe(
   Layer.provideMerge(NodeClusterSocket.layer({ clientOnly: true, storage: "sql", shardingConfig: sharding({}) })),
-  Layer.provideMerge(storeFor(ClusterStore.layerSql))
+  Layer.provideMerge(storeFor(PgClusterStore.layerSql))
 )

@@ -9,17 +9,21 @@
 // none of its writes, and three executions of one step at once make their writes once).
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { afterAll, assert, describe, it } from "@effect/vitest"
+import { AgentStatus, AgentSteps, SubAgentRecord, Usage } from "@fibril/core"
 import * as Prompt from "effect/ai/Prompt"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
 import { mkdtempSync, rmSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import * as ClusterStore from "../src/ClusterStore.ts"
+import * as PgClusterStore from "../src/PgClusterStore.ts"
 import * as Sqlite from "../src/Sqlite.ts"
-import * as SqliteStore from "../src/SqliteStore.ts"
+import * as SqliteClusterStore from "../src/SqliteClusterStore.ts"
 import * as Pg from "./postgres.ts"
 
 const reason = Pg.skipReason()
@@ -37,7 +41,7 @@ const sqliteStore = (run: Effect.Effect<void, unknown, ClusterStore.ClusterStore
   Effect.gen(function*() {
     const file = path.join(sqliteDir, `store${sqliteFiles++}.db`)
     yield* Effect.provide(
-      Effect.andThen(SqliteStore.migrate, Effect.provide(run, SqliteStore.layer)),
+      Effect.andThen(SqliteClusterStore.migrate, Effect.provide(run, SqliteClusterStore.layer)),
       Sqlite.layer(file)
     )
   })
@@ -49,7 +53,7 @@ const sqlStore = Effect.promise(async () => {
   return pg.url(db)
 }).pipe(
   Effect.map((url) =>
-    ClusterStore.layerSql.pipe(Layer.provideMerge(PgClient.layer({ url: Redacted.make(url), maxConnections: 2 })))
+    PgClusterStore.layerSql.pipe(Layer.provideMerge(PgClient.layer({ url: Redacted.make(url), maxConnections: 2 })))
   )
 )
 
@@ -317,7 +321,7 @@ describe("ClusterStore joined statements", () => {
   it.effect.skipIf(reason !== undefined)("on PostgreSQL", () =>
     Effect.gen(function*() {
       const layer = yield* sqlStore
-      yield* Effect.provide(Effect.andThen(ClusterStore.migrate, contract), layer)
+      yield* Effect.provide(Effect.andThen(PgClusterStore.migrate, contract), layer)
     }), 60_000)
 
   it.live("on SQLite", () => Effect.scoped(sqliteStore(contract)))
@@ -329,7 +333,7 @@ describe("ClusterStore, every other method", () => {
   it.effect.skipIf(reason !== undefined)("on PostgreSQL", () =>
     Effect.gen(function*() {
       const layer = yield* sqlStore
-      yield* Effect.provide(Effect.andThen(ClusterStore.migrate, everyMethod), layer)
+      yield* Effect.provide(Effect.andThen(PgClusterStore.migrate, everyMethod), layer)
     }), 60_000)
 
   it.live("on SQLite", () => Effect.scoped(sqliteStore(everyMethod)))
@@ -342,10 +346,37 @@ describe("ClusterStore step journal", () => {
     Effect.gen(function*() {
       const layer = yield* sqlStore
       yield* Effect.provide(
-        Effect.andThen(ClusterStore.migrate, Effect.andThen(journalContract, journalTransactions)),
+        Effect.andThen(PgClusterStore.migrate, Effect.andThen(journalContract, journalTransactions)),
         layer
       )
     }), 60_000)
 
   it.live("on SQLite", () => Effect.scoped(sqliteStore(Effect.andThen(journalContract, journalTransactions))))
+})
+
+// One status enum and one usage schema for both runtimes: a cluster row, an embedded record and
+// a journaled model step use core's `AgentStatus` and `Usage`, so their encoded forms agree.
+describe("ClusterStore rows share core's AgentStatus and Usage", () => {
+  it("a row's status is AgentStatus (with interrupted, which ends a run), as a record's is", () => {
+    assert.strictEqual(ClusterStore.AgentRow.fields.status, AgentStatus.AgentStatus)
+    assert.strictEqual(SubAgentRecord.SubAgentRecord.fields.status, AgentStatus.AgentStatus)
+    assert.strictEqual(Schema.decodeUnknownSync(ClusterStore.AgentRow.fields.status)("interrupted"), "interrupted")
+    assert.isTrue(ClusterStore.finished("interrupted"))
+    assert.isFalse(ClusterStore.finished("running"))
+  })
+
+  it("a row's usage, a record's tokens and a model step's usage are one Usage: whole tokens, the same JSON", () => {
+    assert.strictEqual(AgentSteps.ModelStep.fields.usage, Usage.Usage)
+    assert.strictEqual(SubAgentRecord.SubAgentRecord.fields.tokens, Usage.Usage)
+    const decodeRow = Schema.decodeUnknownResult(ClusterStore.AgentRow)
+    const decoded = decodeRow({ ...row("ag_a"), usage: { input: 3, output: 2, cached: 1 } })
+    assert.isTrue(Result.isSuccess(decoded) && decoded.success.usage !== undefined)
+    if (Result.isSuccess(decoded)) {
+      assert.deepStrictEqual(Schema.encodeSync(Usage.Usage)(decoded.success.usage!), { input: 3, output: 2, cached: 1 })
+    }
+    const fractional = { input: 1.5, output: 0, cached: 0 }
+    assert.isTrue(Result.isFailure(decodeRow({ ...row("ag_a"), usage: fractional })))
+    assert.isTrue(Result.isFailure(Schema.decodeUnknownResult(SubAgentRecord.SubAgentRecord.fields.tokens)(fractional)))
+    assert.strictEqual(ClusterStore.stepTokens({ input: 3, output: 2, cached: 1 }), 5)
+  })
 })

@@ -18,9 +18,9 @@ import {
   ResultSections,
   resultSections,
   Status,
-  type SubAgentRecord,
-  Tokens
+  type SubAgentRecord
 } from "./SubAgentRecord.ts"
+import * as Usage from "./Usage.ts"
 
 /** A record as shown to callers: the stored fields plus whether it predates this process. */
 export type AgentView = SubAgentRecord & { readonly from_prior_session: boolean }
@@ -82,7 +82,7 @@ export const AgentResult = Schema.Struct({
   contract_violations: Schema.Array(Schema.String),
   steps: Schema.Int,
   tool_calls: Schema.Int,
-  tokens: Tokens,
+  tokens: Usage.Usage,
   duration_ms: Schema.optionalKey(Schema.Int),
   model: Schema.String,
   /** Read it with `handle_read`, a page at a time. */
@@ -129,7 +129,7 @@ export const TaskResult = Schema.Struct({
   contract_violations: Schema.Array(Schema.String),
   tool_calls: Schema.Int,
   steps: Schema.Int,
-  tokens: Tokens,
+  tokens: Usage.Usage,
   duration_ms: Schema.Int,
   model: Schema.String,
   /** The child's transcript, for `handle_read` (it never enters the parent's context by itself). */

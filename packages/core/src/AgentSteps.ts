@@ -30,7 +30,7 @@ import { Models, UnknownModel } from "./Models.ts"
 import * as Permission from "./Permission.ts"
 import { ToolRegistry } from "./ToolRegistry.ts"
 
-export { ModelStep, StepUsage } from "./loop/ModelStep.ts"
+export { ModelStep } from "./loop/ModelStep.ts"
 export { StepToolCall, ToolStep } from "./loop/ToolStep.ts"
 
 /** The step's failure: the model call failed for good, or the agent's model is unknown. */

@@ -35,6 +35,7 @@ import * as Models from "./Models.ts"
 import * as Permission from "./Permission.ts"
 import type * as Sandbox from "./Sandbox.ts"
 import * as Session from "./Session.ts"
+import * as SqliteSubAgentStore from "./SqliteSubAgentStore.ts"
 import * as SubAgentManager from "./SubAgentManager.ts"
 import * as SubAgentStore from "./SubAgentStore.ts"
 import * as ToolRegistry from "./ToolRegistry.ts"
@@ -68,7 +69,7 @@ export interface Options {
    */
   readonly layers?: {
     readonly events?: Layer.Layer<AgentEvents.AgentEvents> | undefined
-    readonly store?: Layer.Layer<SubAgentStore.SubAgentStore, SubAgentStore.OpenError> | undefined
+    readonly store?: Layer.Layer<SubAgentStore.SubAgentStore, SqliteSubAgentStore.OpenError> | undefined
   } | undefined
 }
 
@@ -100,7 +101,7 @@ const storeLayer = (options: Options) => {
   const store = options.store ?? "memory"
   if (store === "memory") return Layer.fresh(SubAgentStore.layerMemory)
   const dir = store === "file" ? stateDirOf(options.cwd) : store.dir
-  return SubAgentStore.layerSqlite({ ...options.storeLimits, dir })
+  return SqliteSubAgentStore.layerSqlite({ ...options.storeLimits, dir })
 }
 
 /**
@@ -117,7 +118,7 @@ const takeoverWorkspace = (options: Options): string | undefined => {
 /** Every core service the agent loop needs, over a model catalog (`Models`) from context. */
 export const layerWithModels = (
   options: Options
-): Layer.Layer<Services, ToolRegistry.DuplicateTool | SubAgentStore.OpenError, Models.Models | Platform> => {
+): Layer.Layer<Services, ToolRegistry.DuplicateTool | SqliteSubAgentStore.OpenError, Models.Models | Platform> => {
   const workspace = Workspace.layer(options.cwd)
   const base = Layer.mergeAll(
     ToolRegistry.layer,
@@ -148,7 +149,7 @@ export const layer = (
   options: Options & { readonly model?: string | undefined }
 ): Layer.Layer<
   Services | Models.Models,
-  ToolRegistry.DuplicateTool | SubAgentStore.OpenError,
+  ToolRegistry.DuplicateTool | SqliteSubAgentStore.OpenError,
   LanguageModel.LanguageModel | Platform
 > => layerWithModels(options).pipe(Layer.provideMerge(Models.fromLanguageModel(options.model)))
 

@@ -1,15 +1,19 @@
 /**
  * Token usage: input, output and cached input tokens. Accumulators are plain mutable
  * records because they are bumped on every model step of every agent.
+ *
+ * `Usage` is the one schema of token counts: a record's `tokens`, a journaled model step's
+ * `usage` (AgentSteps) and a cluster agent's row. Counts are whole tokens.
  */
 import type * as Prompt from "effect/ai/Prompt"
 import type * as Response from "effect/ai/Response"
+import * as Schema from "effect/Schema"
 
-export interface Usage {
-  readonly input: number
-  readonly output: number
-  readonly cached: number
-}
+export const Usage = Schema.Struct({ input: Schema.Int, output: Schema.Int, cached: Schema.Int })
+export type Usage = typeof Usage.Type
+
+/** No tokens (a value: `zero` gives an accumulator). */
+export const none: Usage = { input: 0, output: 0, cached: 0 }
 
 export interface MutableUsage {
   input: number

@@ -11,6 +11,7 @@ import * as Fibril from "../src/Fibril.ts"
 import * as Names from "../src/internal/names.ts"
 import * as Receipt from "../src/Receipt.ts"
 import { Session } from "../src/Session.ts"
+import * as SqliteSubAgentStore from "../src/SqliteSubAgentStore.ts"
 import { SubAgentManager } from "../src/SubAgentManager.ts"
 import {
   append,
@@ -732,7 +733,7 @@ describe("receipt invariants", () => {
       const fs = yield* FileSystem.FileSystem
       const path = yield* Path.Path
       const dir = yield* fs.makeTempDirectoryScoped()
-      const store = yield* SubAgentStore.makeSqlite({ dir })
+      const store = yield* SqliteSubAgentStore.makeSqlite({ dir })
       const boot = store.owner.boot_id
       const v1 = {
         agent_id: "agent_v1old",
@@ -764,7 +765,7 @@ describe("receipt invariants", () => {
         ],
         x_future: 1
       }
-      const db = new DatabaseSync(path.join(dir, SubAgentStore.databaseFileName))
+      const db = new DatabaseSync(path.join(dir, SqliteSubAgentStore.databaseFileName))
       yield* Effect.addFinalizer(() => Effect.sync(() => db.close()))
       db.prepare(
         `INSERT INTO fibril_agents (agent_id, parent_id, status, owner_boot, handle, created_at, finished_at, record)

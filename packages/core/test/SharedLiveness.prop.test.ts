@@ -11,6 +11,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Clock, Effect, FileSystem, Path, Schema, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { DatabaseSync } from "node:sqlite"
+import * as SqliteSubAgentStore from "../src/SqliteSubAgentStore.ts"
 import { isTerminal, type Status, type SubAgentRecord } from "../src/SubAgentRecord.ts"
 import * as SubAgentStore from "../src/SubAgentStore.ts"
 import { owned } from "./records.ts"
@@ -82,7 +83,7 @@ describe("liveness under pauses, skewed clocks and reconciling readers (property
           running.set(pid, `${100 + index}`)
           const host = world.shared[index] ? "shared.test" : `own-${index}.test`
           const store = yield* Scope.provide(
-            SubAgentStore.makeSqlite({
+            SqliteSubAgentStore.makeSqlite({
               dir,
               leaseMs,
               evictAfterMs: 365 * 24 * 60 * minute,
@@ -102,7 +103,7 @@ describe("liveness under pauses, skewed clocks and reconciling readers (property
         const nowOf = (proc: Proc) => base.currentTimeMillisUnsafe() + proc.skew
 
         const db = yield* Effect.acquireRelease(
-          Effect.sync(() => new DatabaseSync(path.join(dir, SubAgentStore.databaseFileName))),
+          Effect.sync(() => new DatabaseSync(path.join(dir, SqliteSubAgentStore.databaseFileName))),
           (db) => Effect.sync(() => db.close())
         )
         const stored = (agentId: string): SubAgentRecord | undefined => {

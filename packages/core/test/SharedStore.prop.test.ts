@@ -14,6 +14,7 @@ import * as AgentEvents from "../src/AgentEvents.ts"
 import * as Models from "../src/Models.ts"
 import * as Permission from "../src/Permission.ts"
 import * as Session from "../src/Session.ts"
+import * as SqliteSubAgentStore from "../src/SqliteSubAgentStore.ts"
 import * as SubAgentManager from "../src/SubAgentManager.ts"
 import { isTerminal, type Status } from "../src/SubAgentRecord.ts"
 import * as SubAgentStore from "../src/SubAgentStore.ts"
@@ -52,7 +53,7 @@ const processLayer = (
 interface Process {
   readonly boot: string
   readonly scope: Scope.Closeable
-  readonly control: SubAgentStore.Control
+  readonly control: SqliteSubAgentStore.Control
   readonly manager: SubAgentManager.SubAgentManager["Service"]
 }
 
@@ -121,14 +122,14 @@ describe("SubAgentStore shared by processes (property)", () => {
           const scope = yield* Scope.fork(runScope, "sequential")
           // Each process on a host of its own: a crash is then seen through its lease (on one
           // host, its pid — this test's, alive — would keep it alive; SharedLiveness.prop.test.ts).
-          const identity: SubAgentStore.Identity = {
+          const identity: SqliteSubAgentStore.Identity = {
             pid: process.pid,
             host: `host-${++hosts}.test`,
             start: undefined,
             probe: () => ({ alive: true, start: undefined })
           }
           const { control, store } = yield* Scope.provide(
-            SubAgentStore.makeSqliteWithControl({ dir, leaseMs, identity }),
+            SqliteSubAgentStore.makeSqliteWithControl({ dir, leaseMs, identity }),
             scope
           )
           const context = yield* Layer.buildWithMemoMap(
@@ -159,7 +160,7 @@ describe("SubAgentStore shared by processes (property)", () => {
         const trace: Array<string> = []
 
         const db = yield* Effect.acquireRelease(
-          Effect.sync(() => new DatabaseSync(path.join(dir, SubAgentStore.databaseFileName))),
+          Effect.sync(() => new DatabaseSync(path.join(dir, SqliteSubAgentStore.databaseFileName))),
           (db) => Effect.sync(() => db.close())
         )
         const rows = () =>
@@ -346,7 +347,9 @@ describe("SubAgentStore shared by processes (property)", () => {
         // Every lease of a crashed owner runs out; live processes and a new one reconcile.
         yield* advance(leaseMs + 200)
         yield* reconcileAll
-        yield* Effect.scoped(Effect.flatMap(SubAgentStore.makeSqlite({ dir, leaseMs }), (store) => store.reconcile))
+        yield* Effect.scoped(
+          Effect.flatMap(SqliteSubAgentStore.makeSqlite({ dir, leaseMs }), (store) => store.reconcile)
+        )
         yield* settle
         yield* observe
         const stored = rows()

@@ -12,8 +12,8 @@ import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { readFileSync } from "node:fs"
 import { DatabaseSync } from "node:sqlite"
 import { fileURLToPath } from "node:url"
+import * as SqliteSubAgentStore from "../src/SqliteSubAgentStore.ts"
 import { SubAgentManager } from "../src/SubAgentManager.ts"
-import * as SubAgentStore from "../src/SubAgentStore.ts"
 import { notesFile, readCallId, sleepCallId, sleeperPidFile } from "./fixtures/step-runner.ts"
 import { alive, report, setup } from "./support.ts"
 
@@ -67,7 +67,7 @@ const runAndKill = (mode: "single" | "parallel") =>
     const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
     const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
     yield* fs.writeFileString(path.join(root, notesFile), notes)
-    const file = path.join(root, ".fibril", "state", SubAgentStore.databaseFileName)
+    const file = path.join(root, ".fibril", "state", SqliteSubAgentStore.databaseFileName)
     const sleeperPid = path.join(root, sleeperPidFile)
 
     const killed = yield* Effect.scoped(Effect.gen(function*() {

@@ -10,9 +10,9 @@ import { Context, Effect, Fiber, FileSystem, Layer, Logger, Option } from "effec
 import { TestClock } from "effect/testing"
 import * as Fibril from "../src/Fibril.ts"
 import * as Models from "../src/Models.ts"
+import * as SqliteSubAgentStore from "../src/SqliteSubAgentStore.ts"
 import * as SubAgentManager from "../src/SubAgentManager.ts"
-import { SubAgentStore } from "../src/SubAgentStore.ts"
-import * as SubAgentStoreModule from "../src/SubAgentStore.ts"
+import { StoreError, SubAgentStore } from "../src/SubAgentStore.ts"
 import { provideNode, report } from "./support.ts"
 
 const Manager = SubAgentManager.SubAgentManager
@@ -53,7 +53,7 @@ const storeWith = (
       return SubAgentStore.of({ ...store, ...replace(store) })
     })
   ).pipe(
-    Layer.provide(SubAgentStoreModule.layerSqlite({ dir: `${root}/.fibril/state` })),
+    Layer.provide(SqliteSubAgentStore.layerSqlite({ dir: `${root}/.fibril/state` })),
     Layer.provide(NodeServices.layer)
   )
 
@@ -185,8 +185,7 @@ describe("SubAgentManager and what others left", () => {
       const refusing = storeWith(
         root,
         () => ({
-          queueTranscript: (handle) =>
-            Effect.fail(new SubAgentStoreModule.StoreError({ path: handle, reason: "disk full" }))
+          queueTranscript: (handle) => Effect.fail(new StoreError({ path: handle, reason: "disk full" }))
         })
       )
       const agent = yield* Effect.gen(function*() {
@@ -211,8 +210,7 @@ describe("SubAgentManager and what others left", () => {
       const unreadable = storeWith(
         root,
         () => ({
-          readTranscript: (handle) =>
-            Effect.fail(new SubAgentStoreModule.StoreError({ path: handle, reason: "unreadable" }))
+          readTranscript: (handle) => Effect.fail(new StoreError({ path: handle, reason: "unreadable" }))
         })
       )
       const seen: Array<ReadonlyArray<string>> = []

@@ -23,6 +23,7 @@ import { readdirSync, readFileSync, readlinkSync } from "node:fs"
 import { hostname } from "node:os"
 import { DatabaseSync, type SQLInputValue } from "node:sqlite"
 import { fileURLToPath } from "node:url"
+import * as SqliteSubAgentStore from "../src/SqliteSubAgentStore.ts"
 import { isTerminal, SubAgentRecord } from "../src/SubAgentRecord.ts"
 import * as SubAgentStore from "../src/SubAgentStore.ts"
 import { owned, sample } from "./records.ts"
@@ -47,16 +48,16 @@ const sandbox = Effect.gen(function*() {
   const fs = yield* FileSystem.FileSystem
   const path = yield* Path.Path
   const dir = yield* fs.makeTempDirectoryScoped()
-  return { fs, path, dir, file: path.join(dir, SubAgentStore.databaseFileName) }
+  return { fs, path, dir, file: path.join(dir, SqliteSubAgentStore.databaseFileName) }
 })
 
 /**
  * Opens a SQLite store in a scope of its own (one "process"): `close` closes it as a clean
  * exit would; `control.crash` makes it behave like a killed one. The test's scope closes it too.
  */
-const open = Effect.fnUntraced(function*(options: SubAgentStore.SqliteOptions) {
+const open = Effect.fnUntraced(function*(options: SqliteSubAgentStore.SqliteOptions) {
   const scope = yield* Scope.fork(yield* Scope.Scope)
-  const { store, control } = yield* SubAgentStore.makeSqliteWithControl({
+  const { store, control } = yield* SqliteSubAgentStore.makeSqliteWithControl({
     identity: elsewhere(),
     ...options
   }).pipe(Scope.provide(scope))
@@ -69,7 +70,7 @@ let hosts = 0
  * (where only the lease tells whether it lives), so that a crash or a stop past the lease can be
  * simulated. The same-host rules (the pid and its start time decide) have their own tests.
  */
-const elsewhere = (): SubAgentStore.Identity => ({
+const elsewhere = (): SqliteSubAgentStore.Identity => ({
   pid: process.pid,
   host: `host-${++hosts}.test`,
   start: undefined,
@@ -77,14 +78,16 @@ const elsewhere = (): SubAgentStore.Identity => ({
 })
 
 /** Runs `f` on a store over `options` (this process, on this host) and closes it. */
-const withStore = <A, E, R>(options: SubAgentStore.SqliteOptions, f: (store: Store) => Effect.Effect<A, E, R>) =>
-  Effect.scoped(Effect.flatMap(open({ identity: SubAgentStore.thisProcess(), ...options }), ({ store }) => f(store)))
+const withStore = <A, E, R>(options: SqliteSubAgentStore.SqliteOptions, f: (store: Store) => Effect.Effect<A, E, R>) =>
+  Effect.scoped(
+    Effect.flatMap(open({ identity: SqliteSubAgentStore.thisProcess(), ...options }), ({ store }) => f(store))
+  )
 
 /** The database file through a connection of its own, as another process (or a newer Fibril) sees it. */
 const raw = (dir: string) =>
   Effect.map(
     Effect.acquireRelease(
-      Effect.sync(() => new DatabaseSync(`${dir}/${SubAgentStore.databaseFileName}`, { timeout: 5_000 })),
+      Effect.sync(() => new DatabaseSync(`${dir}/${SqliteSubAgentStore.databaseFileName}`, { timeout: 5_000 })),
       (db) => Effect.sync(() => db.close())
     ),
     (db) => ({
@@ -465,7 +468,7 @@ describe("SubAgentStore", () => {
       Effect.gen(function*() {
         const { dir } = yield* sandbox
         const pid = yield* deadPid
-        const b = yield* open({ dir, leaseMs, identity: SubAgentStore.thisProcess() })
+        const b = yield* open({ dir, leaseMs, identity: SqliteSubAgentStore.thisProcess() })
         const db = yield* raw(dir)
         const insertOwner = (boot: string, host: string) =>
           db.run(
@@ -619,7 +622,7 @@ describe("SubAgentStore", () => {
       }
       return {
         running,
-        identity: (pid: number, start: string): SubAgentStore.Identity => {
+        identity: (pid: number, start: string): SqliteSubAgentStore.Identity => {
           running.set(pid, start)
           return { pid, host, start, probe }
         }
@@ -684,7 +687,7 @@ describe("SubAgentStore", () => {
           [[201, "4242"]]
         )
         // The real process's start time is field 22 of /proc/self/stat, as the probe reads it.
-        const real = SubAgentStore.thisProcess()
+        const real = SqliteSubAgentStore.thisProcess()
         if (real.start !== undefined) {
           const stat = readFileSync(`/proc/${process.pid}/stat`, "utf8")
           assert.strictEqual(real.start, stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19])
@@ -740,9 +743,9 @@ describe("SubAgentStore", () => {
     readonly name: string
     readonly make: (
       dir: string
-    ) => Effect.Effect<Store, SubAgentStore.OpenError, FileSystem.FileSystem | Path.Path | Scope.Scope>
+    ) => Effect.Effect<Store, SqliteSubAgentStore.OpenError, FileSystem.FileSystem | Path.Path | Scope.Scope>
   }> = [
-    { name: "sqlite", make: (dir) => SubAgentStore.makeSqlite({ dir }) },
+    { name: "sqlite", make: (dir) => SqliteSubAgentStore.makeSqlite({ dir }) },
     { name: "memory", make: () => SubAgentStore.makeMemory() }
   ]
 
@@ -964,11 +967,11 @@ describe("SubAgentStore", () => {
         const { dir, file } = yield* sandbox
         yield* withStore({ dir }, (store) => Effect.andThen(store.put(sample("a")), store.flush))
         yield* withRaw(dir, (db) => db.run("UPDATE fibril_meta SET value = '99' WHERE key = 'schema_version'"))
-        const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
+        const error = yield* Effect.flip(Layer.build(SqliteSubAgentStore.layerSqlite({ dir })))
         assert.strictEqual(error._tag, "StoreError")
         assert.strictEqual(error.path, file)
         assert.include(error.message, "schema version 99")
-        assert.include(error.message, `(${SubAgentStore.schemaVersion})`)
+        assert.include(error.message, `(${SqliteSubAgentStore.schemaVersion})`)
         assert.include(error.message, "the database was written by a different Fibril version")
         // Nothing moved aside or rewritten: the other version's data is still there.
         yield* withRaw(dir, (db) => {
@@ -981,7 +984,7 @@ describe("SubAgentStore", () => {
       Effect.gen(function*() {
         const { dir } = yield* sandbox
         const scope = yield* Scope.make()
-        const context = yield* Layer.buildWithScope(SubAgentStore.layerSqlite({ dir }), scope)
+        const context = yield* Layer.buildWithScope(SqliteSubAgentStore.layerSqlite({ dir }), scope)
         const store = Context.get(context, SubAgentStore.SubAgentStore)
         yield* store.put(sample("x", { session_boot_id: store.owner.boot_id }))
         yield* Scope.close(scope, Exit.void)
@@ -1007,10 +1010,10 @@ describe("SubAgentStore", () => {
       ]
       // The v1 format: one JSON document, one record per line.
       yield* fs.writeFileString(
-        path.join(dir, SubAgentStore.legacyRecordsFileName),
+        path.join(dir, SqliteSubAgentStore.legacyRecordsFileName),
         `{"version":1,"records":[\n${records.map((r) => JSON.stringify(r)).join(",\n")}\n]}\n`
       )
-      const transcripts = path.join(dir, SubAgentStore.legacyTranscriptsDirName)
+      const transcripts = path.join(dir, SqliteSubAgentStore.legacyTranscriptsDirName)
       yield* fs.makeDirectory(transcripts)
       yield* fs.writeFileString(
         path.join(transcripts, "done"),
@@ -1050,11 +1053,11 @@ describe("SubAgentStore", () => {
             assert.deepStrictEqual(yield* store.readTranscript("pending"), [])
           }))
         const listed = [...yield* fs.readDirectory(dir)].filter((name) =>
-          !name.startsWith(SubAgentStore.databaseFileName)
+          !name.startsWith(SqliteSubAgentStore.databaseFileName)
         ).sort()
         assert.deepStrictEqual(listed, [
-          `${SubAgentStore.legacyRecordsFileName}.migrated`,
-          `${SubAgentStore.legacyTranscriptsDirName}.migrated`
+          `${SqliteSubAgentStore.legacyRecordsFileName}.migrated`,
+          `${SqliteSubAgentStore.legacyTranscriptsDirName}.migrated`
         ])
         // Unknown fields came along.
         assert.deepStrictEqual((yield* withRaw(dir, (db) => db.record("done")))?.["x_future_note"], { keep: [1, null] })
@@ -1064,7 +1067,9 @@ describe("SubAgentStore", () => {
             assert.deepStrictEqual(store.warnings, [])
             assert.strictEqual((yield* store.all).length, 3)
           }))
-        assert.isTrue(yield* fs.exists(path.join(dir, `${SubAgentStore.legacyTranscriptsDirName}.migrated`, "done")))
+        assert.isTrue(
+          yield* fs.exists(path.join(dir, `${SqliteSubAgentStore.legacyTranscriptsDirName}.migrated`, "done"))
+        )
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
     it.effect("stores opening one legacy dir at once import each record (and its transcript) exactly once", () =>
@@ -1511,18 +1516,18 @@ describe("SubAgentStore", () => {
       Effect.gen(function*() {
         const { dir, file, fs } = yield* sandbox
         yield* fs.makeDirectory(file)
-        const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
+        const error = yield* Effect.flip(Layer.build(SqliteSubAgentStore.layerSqlite({ dir })))
         assert.deepStrictEqual([error._tag, error.path], ["StoreError", file])
         assert.include(error.message, "unable to open")
         assert.strictEqual((yield* fs.stat(file)).type, "Directory")
-        assert.deepStrictEqual([...yield* fs.readDirectory(dir)], [SubAgentStore.databaseFileName])
+        assert.deepStrictEqual([...yield* fs.readDirectory(dir)], [SqliteSubAgentStore.databaseFileName])
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
     it.effect("migration: an unreadable state file is left in place; one of another format is renamed .corrupt", () =>
       Effect.gen(function*() {
         const { dir, fs, path } = yield* sandbox
-        const legacy = path.join(dir, SubAgentStore.legacyRecordsFileName)
-        const transcripts = path.join(dir, SubAgentStore.legacyTranscriptsDirName)
+        const legacy = path.join(dir, SqliteSubAgentStore.legacyRecordsFileName)
+        const transcripts = path.join(dir, SqliteSubAgentStore.legacyTranscriptsDirName)
         yield* fs.makeDirectory(legacy)
         yield* withStore({ dir }, (store) =>
           Effect.sync(() =>
@@ -1543,18 +1548,18 @@ describe("SubAgentStore", () => {
             assert.deepStrictEqual(yield* store.all, [])
           }))
         const listed = [...yield* fs.readDirectory(dir)].filter((name) =>
-          !name.startsWith(SubAgentStore.databaseFileName)
+          !name.startsWith(SqliteSubAgentStore.databaseFileName)
         ).sort()
         assert.deepStrictEqual(listed, [
-          `${SubAgentStore.legacyRecordsFileName}.corrupt`,
-          `${SubAgentStore.legacyTranscriptsDirName}.corrupt`
+          `${SqliteSubAgentStore.legacyRecordsFileName}.corrupt`,
+          `${SqliteSubAgentStore.legacyTranscriptsDirName}.corrupt`
         ])
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
     it.effect("migration: records that do not decode are named in a warning (cut at 200 characters), the rest imported", () =>
       Effect.gen(function*() {
         const { dir, fs, path } = yield* sandbox
-        const legacy = path.join(dir, SubAgentStore.legacyRecordsFileName)
+        const legacy = path.join(dir, SqliteSubAgentStore.legacyRecordsFileName)
         const long = { agent_id: "x".repeat(300) }
         yield* fs.writeFileString(
           legacy,
@@ -1565,7 +1570,7 @@ describe("SubAgentStore", () => {
             assert.deepStrictEqual(store.warnings, [
               `${legacy}: a record could not be read and was not imported: ${JSON.stringify(long).slice(0, 200)}`,
               `${legacy}: a record could not be read and was not imported: 5`,
-              `imported 1 sub-agent record(s) from ${legacy} into ${SubAgentStore.databaseFileName}; the old file is kept as ${legacy}.migrated`
+              `imported 1 sub-agent record(s) from ${legacy} into ${SqliteSubAgentStore.databaseFileName}; the old file is kept as ${legacy}.migrated`
             ])
             assert.deepStrictEqual(ids(yield* store.all), ["good"])
             // No transcripts directory: the record has an empty transcript.
@@ -1776,7 +1781,7 @@ describe("SubAgentStore", () => {
         const { dir, fs, path } = yield* sandbox
         yield* TestClock.setTime(1000)
         yield* fs.writeFileString(
-          path.join(dir, SubAgentStore.legacyRecordsFileName),
+          path.join(dir, SqliteSubAgentStore.legacyRecordsFileName),
           JSON.stringify({
             version: 1,
             records: [
@@ -1883,7 +1888,7 @@ describe("SubAgentStore", () => {
         const inTheWay = path.join(dir, "not-a-dir")
         yield* fs.writeFileString(inTheWay, "a file")
         const state = path.join(inTheWay, "state")
-        const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir: state })))
+        const error = yield* Effect.flip(Layer.build(SqliteSubAgentStore.layerSqlite({ dir: state })))
         assert.deepStrictEqual([error._tag, error.path], ["StoreError", state])
         assert.include(error.message, "not-a-dir")
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
@@ -1894,7 +1899,7 @@ describe("SubAgentStore", () => {
         yield* fs.writeFileString(file, "not a database at all, and long enough to be read as one".repeat(100))
         // The name it would be moved to is a directory that is not empty: the rename fails.
         yield* fs.makeDirectory(`${file}.corrupt-0/occupied`, { recursive: true })
-        const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
+        const error = yield* Effect.flip(Layer.build(SqliteSubAgentStore.layerSqlite({ dir })))
         assert.deepStrictEqual([error._tag, error.path], ["StoreError", file])
         assert.include(error.message, "rename")
         assert.include(yield* fs.readFileString(file), "not a database at all")
@@ -1909,9 +1914,9 @@ describe("SubAgentStore", () => {
           db.run(
             "CREATE TRIGGER refuse BEFORE INSERT ON fibril_agents BEGIN SELECT RAISE(ABORT, 'inserts refused'); END"
           ))
-        const legacy = path.join(dir, SubAgentStore.legacyRecordsFileName)
+        const legacy = path.join(dir, SqliteSubAgentStore.legacyRecordsFileName)
         yield* fs.writeFileString(legacy, JSON.stringify({ version: 1, records: [sample("a")] }))
-        const error = yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
+        const error = yield* Effect.flip(Layer.build(SqliteSubAgentStore.layerSqlite({ dir })))
         assert.deepStrictEqual([error._tag, error.path], ["StoreError", legacy])
         assert.include(error.message, "inserts refused")
         assert.isTrue(yield* fs.exists(legacy), "kept, to be imported once the database takes it")
@@ -1921,31 +1926,31 @@ describe("SubAgentStore", () => {
       Effect.gen(function*() {
         const { fs, path, dir } = yield* sandbox
         // Symbolic links to themselves: looking them up fails (ELOOP), which is not "not found".
-        const legacy = path.join(dir, SubAgentStore.legacyRecordsFileName)
+        const legacy = path.join(dir, SqliteSubAgentStore.legacyRecordsFileName)
         yield* fs.symlink(legacy, legacy)
         yield* withStore({ dir }, (store) => Effect.sync(() => assert.deepStrictEqual(store.warnings, [])))
         yield* fs.remove(legacy)
-        const transcripts = path.join(dir, SubAgentStore.legacyTranscriptsDirName)
+        const transcripts = path.join(dir, SqliteSubAgentStore.legacyTranscriptsDirName)
         yield* fs.symlink(transcripts, transcripts)
         yield* fs.writeFileString(legacy, JSON.stringify({ version: 1, records: [] }))
         yield* withStore({ dir }, (store) => Effect.sync(() => assert.strictEqual(store.warnings.length, 1)))
         const listed = [...yield* fs.readDirectory(dir)].filter((name) =>
-          !name.startsWith(SubAgentStore.databaseFileName)
+          !name.startsWith(SqliteSubAgentStore.databaseFileName)
         ).sort()
         assert.deepStrictEqual(listed, [
-          `${SubAgentStore.legacyRecordsFileName}.migrated`,
-          SubAgentStore.legacyTranscriptsDirName
+          `${SqliteSubAgentStore.legacyRecordsFileName}.migrated`,
+          SqliteSubAgentStore.legacyTranscriptsDirName
         ])
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 
     it.effect("sqlite: a database refused at open (another schema version, or corrupt) is closed, not left open", () =>
       Effect.gen(function*() {
         const { fs, dir } = yield* sandbox
-        const file = `${yield* fs.realPath(dir)}/${SubAgentStore.databaseFileName}`
+        const file = `${yield* fs.realPath(dir)}/${SqliteSubAgentStore.databaseFileName}`
         yield* withStore({ dir }, () => Effect.void)
         yield* withRaw(dir, (db) => db.run("UPDATE fibril_meta SET value = '99' WHERE key = 'schema_version'"))
         assert.deepStrictEqual(openFiles(file), [])
-        yield* Effect.flip(Layer.build(SubAgentStore.layerSqlite({ dir })))
+        yield* Effect.flip(Layer.build(SqliteSubAgentStore.layerSqlite({ dir })))
         assert.deepStrictEqual(openFiles(file), [], "the refused database is not held open")
         // fibril_meta's page overwritten: SQLite opens the file and fails on the schema's insert.
         yield* withRaw(dir, (db) => db.run("UPDATE fibril_meta SET value = '1' WHERE key = 'schema_version'"))

@@ -12,7 +12,7 @@
  * takes `delayMs` of virtual time. The node's fault replaces the answer: a retryable error
  * (once, then the answer), a fatal error, a hang, or a crash (a defect in the model call).
  */
-import { Fibril, SubAgentManager as Manager, SubAgentStore, ToolRegistry } from "@fibril/core"
+import { Fibril, SqliteSubAgentStore, SubAgentManager as Manager, SubAgentStore, ToolRegistry } from "@fibril/core"
 import { type AgentEvent, AgentEvents, make as makeEvents, withEmit } from "@fibril/core/AgentEvents"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
@@ -252,7 +252,7 @@ let processes = 0
  * own, where only its lease tells whether it lives (on one host a live pid would keep a
  * "crashed" process alive for good).
  */
-const simulatedProcess = (): SubAgentStore.Identity => ({
+const simulatedProcess = (): SqliteSubAgentStore.Identity => ({
   pid: process.pid,
   host: `lab-process-${++processes}.invalid`,
   start: undefined,
@@ -318,7 +318,7 @@ export const buildWorld = (config: Experiment["config"], tamper: Tamper | undefi
             SubAgentStore.SubAgentStore,
             Effect.map(
               Effect.provideContext(
-                SubAgentStore.makeSqliteWithControl({ dir: sqliteDir, leaseMs, identity: simulatedProcess() }),
+                SqliteSubAgentStore.makeSqliteWithControl({ dir: sqliteDir, leaseMs, identity: simulatedProcess() }),
                 platform
               ),
               (made) => {

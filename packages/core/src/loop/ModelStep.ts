@@ -22,8 +22,6 @@ import { callModelIn, type ModelCallFailed, type Response, type RetryPolicy, typ
 import { resolveTurn } from "./ResolveTurn.ts"
 import { StepToolCall } from "./ToolStep.ts"
 
-export const StepUsage = Schema.Struct({ input: Schema.Number, output: Schema.Number, cached: Schema.Number })
-
 /** What one model step produced: the input it took from the inbox, then the model's turn. */
 export const ModelStep = Schema.Struct({
   /** Messages queued for the agent, delivered (as user messages) before this request. */
@@ -31,7 +29,7 @@ export const ModelStep = Schema.Struct({
   text: Schema.String,
   toolCalls: Schema.Array(StepToolCall),
   /** The provider's figures, or (`usageReported` false) an estimate from the request and the answer. */
-  usage: StepUsage,
+  usage: Usage.Usage,
   usageReported: Schema.Boolean,
   assistant: Prompt.Message
 })

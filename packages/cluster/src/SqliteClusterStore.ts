@@ -1,12 +1,13 @@
 /**
- * The cluster store on SQLite (`--cluster sqlite:<file>`): the same `ClusterStore` as the
- * Postgres one, for a cluster on one machine with no database server. SQLite has one writer per
- * file, so where the Postgres store joins writes into one statement (data-modifying CTEs) or
- * takes an advisory lock, this one runs a few plain statements in one `BEGIN IMMEDIATE`
- * transaction (statements on a local file cost microseconds, not round trips). Times are
- * milliseconds since the epoch from this machine's clock, the one clock of such a cluster;
- * change numbers are the agents' table's largest plus one, taken under the write lock.
+ * SqliteClusterStore — the cluster store on SQLite (`--cluster sqlite:<file>`): the same
+ * `ClusterStore` as the Postgres one, for a cluster on one machine with no database server.
+ * SQLite has one writer per file, so where the Postgres store joins writes into one statement
+ * (data-modifying CTEs) or takes an advisory lock, this one runs a few plain statements in one
+ * `BEGIN IMMEDIATE` transaction (statements on a local file cost microseconds, not round trips).
+ * Times are milliseconds since the epoch from this machine's clock, the one clock of such a
+ * cluster; change numbers are the agents' table's largest plus one, taken under the write lock.
  */
+import type * as Usage from "@fibril/core/Usage"
 import type * as Prompt from "effect/ai/Prompt"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -14,23 +15,27 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { SqlClient } from "effect/sql"
 import {
-  type AgentDbRow,
   type AgentRow,
   type AgentUpdate,
   ClusterStore,
-  decodeMessage,
-  encodeMessage,
   finished,
-  fromDb,
-  journalSql,
-  runStepSql,
   SchemaMismatch,
   schemaVersion,
   type Slot,
-  stepTokens,
-  StoreFailure,
-  type Usage
+  stepTokens
 } from "./ClusterStore.ts"
+import {
+  type AgentDbRow,
+  agentReads,
+  attempt,
+  decodeMessage,
+  encodeMessage,
+  fromDb,
+  journalSql,
+  runStepSql
+} from "./internal/sql.ts"
+
+type Service = ClusterStore["Service"]
 
 /** Creates (or brings up to date) the `fibril_*` tables in a SQLite file. */
 export const migrate = Effect.gen(function*() {
@@ -98,23 +103,24 @@ export const prune = (olderThan: Duration.Duration) =>
         yield* sql`DELETE FROM ${sql(table)} WHERE agent_id IN ${sql.in(ids)}`
       }
       const executions = gone.map((r) => r.execution_id)
-      const messages = yield* sql<{ n: number }>`
-        SELECT count(*) AS n FROM cluster_messages
+      const messages = yield* sql<{ total: number }>`
+        SELECT count(*) AS total FROM cluster_messages
         WHERE substr(entity_id, 1, instr(entity_id || '/', '/') - 1) IN ${sql.in(executions)}`
       yield* sql`DELETE FROM cluster_messages
         WHERE substr(entity_id, 1, instr(entity_id || '/', '/') - 1) IN ${sql.in(executions)}`
       yield* sql`DELETE FROM cluster_replies WHERE request_id NOT IN (SELECT id FROM cluster_messages)`
-      return { agents: gone.length, messages: Number(messages[0]?.n ?? 0) }
+      return { agents: gone.length, messages: Number(messages[0]?.total ?? 0) }
     }))
   })
 
-export const make = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  const omitTransaction = Context.omit(sql.transactionService)
-  const fail = (operation: string) => (error: unknown) =>
-    new StoreFailure({ operation, reason: error instanceof Error ? error.message : String(error) })
-  const q = <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) => Effect.mapError(effect, fail(operation))
-  const tx = <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) => q(operation, sql.withTransaction(effect))
+// --- Statements ---
+
+/** `effect` in one `BEGIN IMMEDIATE` transaction, its failure as `operation`'s. */
+const inTransaction = <A, E, R>(sql: SqlClient.SqlClient, operation: string, effect: Effect.Effect<A, E, R>) =>
+  attempt(operation, sql.withTransaction(effect))
+
+/** The statements several methods run, within their transactions. */
+const statements = (sql: SqlClient.SqlClient) => {
   const nextChange = sql`(SELECT COALESCE(max(changed), 0) + 1 FROM fibril_agents)`
 
   const insertOne = (row: AgentRow) => {
@@ -129,7 +135,7 @@ export const make = Effect.gen(function*() {
       ON CONFLICT DO NOTHING`
   }
   const insertMany = (rows: ReadonlyArray<AgentRow>) =>
-    rows.length === 0 ? Effect.void : tx("insert", Effect.forEach(rows, insertOne, { discard: true }))
+    rows.length === 0 ? Effect.void : inTransaction(sql, "insert", Effect.forEach(rows, insertOne, { discard: true }))
   const appendRows = (
     agentId: string,
     messages: ReadonlyArray<{ readonly at: Slot; readonly message: Prompt.Message }>
@@ -152,7 +158,7 @@ export const make = Effect.gen(function*() {
     )
   }
   /** The outcome's columns, unless the agent was cancelled meanwhile (the cancel stands). */
-  const finish = (agentId: string, u: AgentUpdate, release: boolean) => {
+  const finish = (agentId: string, change: AgentUpdate, release: boolean) => {
     const now = Date.now()
     const released: Effect.Effect<unknown, unknown> = release
       ? sql`DELETE FROM fibril_permits WHERE agent_id = ${agentId}`
@@ -160,164 +166,183 @@ export const make = Effect.gen(function*() {
     return Effect.andThen(
       released,
       sql`UPDATE fibril_agents SET
-          status = COALESCE(${u.status ?? null}, status),
-          text = CASE WHEN ${u.text !== undefined ? 1 : 0} THEN ${u.text ?? null} ELSE text END,
-          reason = CASE WHEN ${u.reason !== undefined ? 1 : 0} THEN ${u.reason ?? null} ELSE reason END,
-          steps = COALESCE(${u.steps ?? null}, steps),
-          tool_calls = COALESCE(${u.toolCalls ?? null}, tool_calls),
+          status = COALESCE(${change.status ?? null}, status),
+          text = CASE WHEN ${change.text !== undefined ? 1 : 0} THEN ${change.text ?? null} ELSE text END,
+          reason = CASE WHEN ${change.reason !== undefined ? 1 : 0} THEN ${change.reason ?? null} ELSE reason END,
+          steps = COALESCE(${change.steps ?? null}, steps),
+          tool_calls = COALESCE(${change.toolCalls ?? null}, tool_calls),
           run_finished_at = ${now}, changed = ${nextChange}, updated_at = ${now}
         WHERE agent_id = ${agentId} AND status <> 'cancelled'`
     )
   }
-  const addTokens = (agentId: string, usage: Usage) =>
+  const addTokens = (agentId: string, usage: Usage.Usage) =>
     sql`UPDATE fibril_agents SET tokens = tokens + ${stepTokens(usage)}, tokens_input = tokens_input + ${usage.input},
         tokens_output = tokens_output + ${usage.output}, tokens_cached = tokens_cached + ${usage.cached},
         last_progress = ${Date.now()}
       WHERE agent_id = ${agentId}`
-  const rowsOf = (rows: ReadonlyArray<AgentDbRow>) => rows.map(fromDb)
+  return { nextChange, insertMany, appendRows, startRun, finish, addTokens }
+}
+type Statements = ReturnType<typeof statements>
 
-  return ClusterStore.of({
-    insert: (row) => insertMany([row]),
-    insertMany,
-    update: (agentId, u) => {
-      const now = Date.now()
-      return q(
-        "update",
-        sql`UPDATE fibril_agents SET
-          status = COALESCE(${u.status ?? null}, status),
-          run = COALESCE(${u.run ?? null}, run),
-          execution_id = COALESCE(${u.executionId ?? null}, execution_id),
-          prompt = COALESCE(${u.prompt ?? null}, prompt),
-          text = CASE WHEN ${u.text !== undefined ? 1 : 0} THEN ${u.text ?? null} ELSE text END,
-          reason = CASE WHEN ${u.reason !== undefined ? 1 : 0} THEN ${u.reason ?? null} ELSE reason END,
-          steps = COALESCE(${u.steps ?? null}, steps),
-          tool_calls = COALESCE(${u.toolCalls ?? null}, tool_calls),
-          run_finished_at = CASE WHEN ${u.status !== undefined && finished(u.status) ? 1 : 0} THEN ${now}
-            ELSE run_finished_at END,
-          changed = ${nextChange}, updated_at = ${now}
-          WHERE agent_id = ${agentId}`
-      )
-    },
-    get: (agentId) =>
-      q(
-        "get",
-        Effect.map(sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE agent_id = ${agentId}`, (rows) =>
-          rows[0] === undefined ? undefined : fromDb(rows[0]))
-      ),
-    children: (agentId) =>
-      q(
-        "children",
-        Effect.map(
-          sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE parent_id = ${agentId} ORDER BY created_at, rowid`,
-          rowsOf
-        )
-      ),
-    list: q("list", Effect.map(sql<AgentDbRow>`SELECT * FROM fibril_agents ORDER BY created_at, rowid`, rowsOf)),
-    append: (agentId, at, message) => q("append", appendRows(agentId, [{ at, message }])),
-    transcript: (agentId) =>
-      q(
-        "transcript",
-        Effect.map(
-          sql<{ message: string }>`SELECT message FROM fibril_transcript WHERE agent_id = ${agentId}
-            ORDER BY run, step, slot`,
-          (rows) => rows.map((r) => decodeMessage(r.message))
-        )
-      ),
-    sendInput: (agentId, text) =>
-      q("sendInput", sql`INSERT INTO fibril_inbox (agent_id, text, at) VALUES (${agentId}, ${text}, ${Date.now()})`),
-    takeInbox: (agentId) =>
-      tx(
-        "takeInbox",
-        Effect.gen(function*() {
-          const rows = yield* sql<{ id: number; text: string }>`SELECT id, text FROM fibril_inbox
-            WHERE agent_id = ${agentId} ORDER BY id`
-          yield* sql`DELETE FROM fibril_inbox WHERE agent_id = ${agentId} AND id <= ${rows.at(-1)?.id ?? 0}`
-          return rows.map((r) => r.text)
-        })
-      ),
-    acquire: (agentId, cap, waiter) =>
-      tx(
-        "acquire",
-        Effect.gen(function*() {
-          const held = yield* sql`SELECT 1 FROM fibril_permits WHERE agent_id = ${agentId}`
-          const [count] = yield* sql<{ n: number }>`SELECT count(*) AS n FROM fibril_permits`
-          const ok = held.length > 0 || Number(count?.n ?? 0) < cap
-          if (ok) {
-            yield* sql`INSERT INTO fibril_permits (agent_id, at) VALUES (${agentId}, ${Date.now()}) ON CONFLICT DO NOTHING`
-            yield* sql`DELETE FROM fibril_waiters WHERE agent_id = ${agentId}`
-          } else if (waiter !== undefined) {
-            yield* sql`INSERT INTO fibril_waiters (agent_id, execution_id, clock, at)
-              VALUES (${agentId}, ${waiter.executionId}, ${waiter.clock}, ${Date.now()})
-              ON CONFLICT (agent_id) DO UPDATE SET clock = excluded.clock`
-          }
-          return ok
-        })
-      ),
-    waiters: (cap) =>
-      tx(
-        "waiters",
-        Effect.gen(function*() {
-          const [count] = yield* sql<{ n: number }>`SELECT count(*) AS n FROM fibril_permits`
-          const free = Math.max(0, cap - Number(count?.n ?? 0))
-          if (free === 0) return []
-          const rows = yield* sql<{ execution_id: string; clock: string }>`SELECT execution_id, clock
-            FROM fibril_waiters ORDER BY at, agent_id LIMIT ${free}`
-          return rows.map((r) => ({ executionId: r.execution_id, clock: r.clock }))
-        })
-      ),
-    release: (agentId) =>
-      tx(
-        "release",
-        Effect.andThen(
-          sql`DELETE FROM fibril_waiters WHERE agent_id = ${agentId}`,
-          sql`DELETE FROM fibril_permits WHERE agent_id = ${agentId}`
-        )
-      ),
-    permits: q(
-      "permits",
-      Effect.map(sql<{ agent_id: string }>`SELECT agent_id FROM fibril_permits`, (r) => r.map((x) => x.agent_id))
+// --- Rows ---
+
+/** Agents' rows, their transcripts and their inboxes. */
+const agentWrites = (
+  sql: SqlClient.SqlClient,
+  { appendRows, insertMany, nextChange }: Statements
+): Pick<Service, "insert" | "insertMany" | "update" | "append" | "sendInput" | "takeInbox"> => ({
+  insert: (row) => insertMany([row]),
+  insertMany,
+  update: (agentId, change) => {
+    const now = Date.now()
+    return attempt(
+      "update",
+      sql`UPDATE fibril_agents SET
+        status = COALESCE(${change.status ?? null}, status),
+        run = COALESCE(${change.run ?? null}, run),
+        execution_id = COALESCE(${change.executionId ?? null}, execution_id),
+        prompt = COALESCE(${change.prompt ?? null}, prompt),
+        text = CASE WHEN ${change.text !== undefined ? 1 : 0} THEN ${change.text ?? null} ELSE text END,
+        reason = CASE WHEN ${change.reason !== undefined ? 1 : 0} THEN ${change.reason ?? null} ELSE reason END,
+        steps = COALESCE(${change.steps ?? null}, steps),
+        tool_calls = COALESCE(${change.toolCalls ?? null}, tool_calls),
+        run_finished_at = CASE WHEN ${change.status !== undefined && finished(change.status) ? 1 : 0} THEN ${now}
+          ELSE run_finished_at END,
+        changed = ${nextChange}, updated_at = ${now}
+        WHERE agent_id = ${agentId}`
+    )
+  },
+  append: (agentId, at, message) => attempt("append", appendRows(agentId, [{ at, message }])),
+  sendInput: (agentId, text) =>
+    attempt(
+      "sendInput",
+      sql`INSERT INTO fibril_inbox (agent_id, text, at) VALUES (${agentId}, ${text}, ${Date.now()})`
     ),
-    startRun: (agentId, at, prompt) => tx("startRun", startRun(agentId, at, prompt)),
-    beginStep: (agentId, { runAge, start, treeOf }) =>
-      tx(
-        "beginStep",
-        Effect.gen(function*() {
-          if (start !== undefined) yield* startRun(agentId, start.at, start.prompt)
-          const inbox = yield* sql<{ id: number; text: string }>`SELECT id, text FROM fibril_inbox
-            WHERE agent_id = ${agentId} ORDER BY id`
-          const tree = treeOf === undefined
-            ? 0
-            : Number(
-              (yield* sql<{ n: number }>`SELECT COALESCE(sum(tokens), 0) AS n FROM fibril_agents
-                WHERE root_id = ${treeOf}`)[0]?.n ?? 0
-            )
-          const started = start === undefined && runAge === true
-            ? (yield* sql<{ at: number | null }>`SELECT run_started_at AS at FROM fibril_agents
-                WHERE agent_id = ${agentId}`)[0]?.at ?? null
-            : null
-          return {
-            inbox: inbox.map((r) => r.text),
-            inboxIds: inbox.map((r) => String(r.id)),
-            treeTokens: tree,
-            runSecs: started === null ? 0 : (Date.now() - Number(started)) / 1000
-          }
-        })
-      ),
-    recordStep: (agentId, messages, usage, end, taken) =>
-      tx(
-        "recordStep",
-        Effect.gen(function*() {
-          yield* appendRows(agentId, messages)
-          if (taken !== undefined && taken.length > 0) {
-            yield* sql`DELETE FROM fibril_inbox WHERE id IN ${sql.in(taken.map(Number))}`
-          }
-          yield* addTokens(agentId, usage)
-          if (end !== undefined) yield* finish(agentId, end.update, end.release)
-        })
-      ),
-    finishRun: (agentId, u, release) => Effect.asVoid(tx("finishRun", finish(agentId, u, release))),
+  takeInbox: (agentId) =>
+    inTransaction(
+      sql,
+      "takeInbox",
+      Effect.gen(function*() {
+        const rows = yield* sql<{ id: number; text: string }>`SELECT id, text FROM fibril_inbox
+          WHERE agent_id = ${agentId} ORDER BY id`
+        yield* sql`DELETE FROM fibril_inbox WHERE agent_id = ${agentId} AND id <= ${rows.at(-1)?.id ?? 0}`
+        return rows.map((r) => r.text)
+      })
+    )
+})
+
+// --- Admission ---
+
+/** The permits of the cluster-wide cap, and the queue of agents waiting for one. */
+const admission = (sql: SqlClient.SqlClient): Pick<Service, "acquire" | "waiters" | "release" | "permits"> => ({
+  acquire: (agentId, cap, waiter) =>
+    inTransaction(
+      sql,
+      "acquire",
+      Effect.gen(function*() {
+        const held = yield* sql`SELECT 1 FROM fibril_permits WHERE agent_id = ${agentId}`
+        const [permits] = yield* sql<{ held: number }>`SELECT count(*) AS held FROM fibril_permits`
+        const admitted = held.length > 0 || Number(permits?.held ?? 0) < cap
+        if (admitted) {
+          yield* sql`INSERT INTO fibril_permits (agent_id, at) VALUES (${agentId}, ${Date.now()}) ON CONFLICT DO NOTHING`
+          yield* sql`DELETE FROM fibril_waiters WHERE agent_id = ${agentId}`
+        } else if (waiter !== undefined) {
+          yield* sql`INSERT INTO fibril_waiters (agent_id, execution_id, clock, at)
+            VALUES (${agentId}, ${waiter.executionId}, ${waiter.clock}, ${Date.now()})
+            ON CONFLICT (agent_id) DO UPDATE SET clock = excluded.clock`
+        }
+        return admitted
+      })
+    ),
+  waiters: (cap) =>
+    inTransaction(
+      sql,
+      "waiters",
+      Effect.gen(function*() {
+        const [permits] = yield* sql<{ held: number }>`SELECT count(*) AS held FROM fibril_permits`
+        const free = Math.max(0, cap - Number(permits?.held ?? 0))
+        if (free === 0) return []
+        const rows = yield* sql<{ execution_id: string; clock: string }>`SELECT execution_id, clock
+          FROM fibril_waiters ORDER BY at, agent_id LIMIT ${free}`
+        return rows.map((r) => ({ executionId: r.execution_id, clock: r.clock }))
+      })
+    ),
+  release: (agentId) =>
+    inTransaction(
+      sql,
+      "release",
+      Effect.andThen(
+        sql`DELETE FROM fibril_waiters WHERE agent_id = ${agentId}`,
+        sql`DELETE FROM fibril_permits WHERE agent_id = ${agentId}`
+      )
+    ),
+  permits: attempt(
+    "permits",
+    Effect.map(sql<{ agent_id: string }>`SELECT agent_id FROM fibril_permits`, (r) => r.map((x) => x.agent_id))
+  )
+})
+
+// --- Steps ---
+
+/** A run's start, a model step's first read and its commit, a run's end. */
+const runSteps = (
+  sql: SqlClient.SqlClient,
+  { addTokens, appendRows, finish, startRun }: Statements
+): Pick<Service, "startRun" | "beginStep" | "recordStep" | "finishRun"> => ({
+  startRun: (agentId, at, prompt) => inTransaction(sql, "startRun", startRun(agentId, at, prompt)),
+  beginStep: (agentId, { runAge, start, treeOf }) =>
+    inTransaction(
+      sql,
+      "beginStep",
+      Effect.gen(function*() {
+        if (start !== undefined) yield* startRun(agentId, start.at, start.prompt)
+        const inbox = yield* sql<{ id: number; text: string }>`SELECT id, text FROM fibril_inbox
+          WHERE agent_id = ${agentId} ORDER BY id`
+        const tree = treeOf === undefined
+          ? 0
+          : Number(
+            (yield* sql<{ tokens: number }>`SELECT COALESCE(sum(tokens), 0) AS tokens FROM fibril_agents
+              WHERE root_id = ${treeOf}`)[0]?.tokens ?? 0
+          )
+        const started = start === undefined && runAge === true
+          ? (yield* sql<{ at: number | null }>`SELECT run_started_at AS at FROM fibril_agents
+              WHERE agent_id = ${agentId}`)[0]?.at ?? null
+          : null
+        return {
+          inbox: inbox.map((r) => r.text),
+          inboxIds: inbox.map((r) => String(r.id)),
+          treeTokens: tree,
+          runSecs: started === null ? 0 : (Date.now() - Number(started)) / 1000
+        }
+      })
+    ),
+  recordStep: (agentId, messages, usage, end, taken) =>
+    inTransaction(
+      sql,
+      "recordStep",
+      Effect.gen(function*() {
+        yield* appendRows(agentId, messages)
+        if (taken !== undefined && taken.length > 0) {
+          yield* sql`DELETE FROM fibril_inbox WHERE id IN ${sql.in(taken.map(Number))}`
+        }
+        yield* addTokens(agentId, usage)
+        if (end !== undefined) yield* finish(agentId, end.update, end.release)
+      })
+    ),
+  finishRun: (agentId, change, release) =>
+    Effect.asVoid(inTransaction(sql, "finishRun", finish(agentId, change, release)))
+})
+
+// --- Following and watching ---
+
+/** What a client, a waiting parent, the heartbeat and a worker's cancellation watch read. */
+const following = (
+  sql: SqlClient.SqlClient
+): Pick<Service, "changes" | "look" | "stale" | "cancelledAmong" | "startToolCall"> => {
+  const omitTransaction = Context.omit(sql.transactionService)
+  return {
     changes: (rootId, cursor) =>
-      q(
+      attempt(
         "changes",
         Effect.gen(function*() {
           const messages = yield* sql<
@@ -334,7 +359,7 @@ export const make = Effect.gen(function*() {
               at: { run: r.run, step: r.step, slot: r.slot },
               message: decodeMessage(r.message)
             })),
-            agents: rowsOf(agents),
+            agents: agents.map(fromDb),
             cursor: {
               transcript: messages.length === 0 ? cursor.transcript : Number(messages.at(-1)!.seq),
               agents: agents.length === 0 ? cursor.agents : Number(agents.at(-1)!.changed)
@@ -343,7 +368,8 @@ export const make = Effect.gen(function*() {
         })
       ),
     look: (agentId, ids, waitingOn) =>
-      tx(
+      inTransaction(
+        sql,
         "look",
         Effect.gen(function*() {
           yield* sql`UPDATE fibril_agents SET waiting_on = ${waitingOn} WHERE agent_id = ${agentId}`
@@ -355,23 +381,14 @@ export const make = Effect.gen(function*() {
             : yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE agent_id IN ${sql.in(ids)}`
           const byId = new Map(rows.map((r) => [r.agent_id, fromDb(r)]))
           return {
-            rows: ids === undefined ? rowsOf(rows) : ids.flatMap((id) => byId.get(id) ?? []),
+            rows: ids === undefined ? rows.map(fromDb) : ids.flatMap((id) => byId.get(id) ?? []),
             now: Date.now()
           }
         })
       ),
-    parentWaiting: (agentId) =>
-      q(
-        "parentWaiting",
-        Effect.map(
-          sql<{ execution_id: string; waiting_on: string | null }>`SELECT p.execution_id, p.waiting_on
-            FROM fibril_agents c JOIN fibril_agents p ON p.agent_id = c.parent_id WHERE c.agent_id = ${agentId}`,
-          (rows) =>
-            rows[0] === undefined ? undefined : { executionId: rows[0].execution_id, waitingOn: rows[0].waiting_on }
-        )
-      ),
     stale: (seconds) =>
-      tx(
+      inTransaction(
+        sql,
         "stale",
         Effect.gen(function*() {
           const now = Date.now()
@@ -386,7 +403,7 @@ export const make = Effect.gen(function*() {
         })
       ),
     cancelledAmong: (agentIds) =>
-      agentIds.length === 0 ? Effect.succeed([]) : q(
+      agentIds.length === 0 ? Effect.succeed([]) : attempt(
         "cancelledAmong",
         Effect.map(
           sql<{ agent_id: string }>`SELECT agent_id FROM fibril_agents
@@ -396,7 +413,7 @@ export const make = Effect.gen(function*() {
       ),
     // Committed by itself, outside any step's transaction: it stays when the step never commits.
     startToolCall: (agentId, at) =>
-      q(
+      attempt(
         "startToolCall",
         Effect.map(
           Effect.updateContext(
@@ -407,8 +424,20 @@ export const make = Effect.gen(function*() {
           ),
           (rows) => rows.length === 1
         )
-      ),
-    journal: (executionId) => q("journal", journalSql(sql, executionId)),
+      )
+  }
+}
+
+export const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const shared = statements(sql)
+  return ClusterStore.of({
+    ...agentReads(sql, "created_at, rowid"),
+    ...agentWrites(sql, shared),
+    ...admission(sql),
+    ...runSteps(sql, shared),
+    ...following(sql),
+    journal: (executionId) => journalSql(sql, executionId),
     runStep: runStepSql(sql)
   })
 })
