@@ -12,6 +12,7 @@
  */
 import * as Permission from "@fibril/core/Permission"
 import { ClusterSchema } from "effect/cluster"
+import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import { Activity, Workflow } from "effect/workflow"
 import { createHash } from "node:crypto"
@@ -77,3 +78,16 @@ export const grantsOf: (payload: AgentPayload) => ReadonlyArray<Grant> = Permiss
 /** An activity whose store writes commit in the transaction that journals its result. */
 export const txActivity: typeof Activity.make = (options) =>
   Activity.make(options).annotate(ClusterSchema.WithTransaction, true)
+
+/** A new agent's row, before its workflow starts: pending, nothing done yet. */
+export const rowFor = (payload: AgentPayload) =>
+  Effect.map(AgentWorkflow.executionId(payload), (executionId): AgentRow => ({
+    ...payload,
+    status: "pending",
+    executionId,
+    text: null,
+    reason: null,
+    steps: 0,
+    toolCalls: 0,
+    tokens: 0
+  }))

@@ -11,7 +11,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { WorkflowEngine } from "effect/workflow"
 import { randomBytes } from "node:crypto"
-import { AgentFailed, type AgentOutcome, type AgentPayload, AgentWorkflow } from "./AgentRun.ts"
+import { AgentFailed, type AgentOutcome, type AgentPayload, AgentWorkflow, rowFor } from "./AgentRun.ts"
 import { type AgentRow, ClusterStore, finished, type StoreFailure } from "./ClusterStore.ts"
 import { cancelTree } from "./ClusterWatch.ts"
 
@@ -72,17 +72,7 @@ export const start = (options: StartOptions) =>
         ? {}
         : { grants: [{ role, depth: 0, allowedTools: options.allowedTools }] })
     }
-    const executionId = yield* AgentWorkflow.executionId(payload)
-    yield* store.insert({
-      ...payload,
-      status: "pending",
-      executionId,
-      text: null,
-      reason: null,
-      steps: 0,
-      toolCalls: 0,
-      tokens: 0
-    })
+    yield* store.insert(yield* rowFor(payload))
     yield* AgentWorkflow.execute(payload, { discard: true })
     return payload.agentId
   })

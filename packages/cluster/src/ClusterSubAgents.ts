@@ -34,7 +34,7 @@ import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { Activity, DurableClock, type WorkflowEngine } from "effect/workflow"
-import { AgentPayload, AgentWorkflow, childId, grantsOf, txActivity } from "./AgentRun.ts"
+import { AgentPayload, AgentWorkflow, childId, grantsOf, rowFor, txActivity } from "./AgentRun.ts"
 import * as ClusterClient from "./ClusterClient.ts"
 import { AgentRow, ClusterStore, finished, type StoreFailure, tokensOf } from "./ClusterStore.ts"
 import { cancelTree } from "./ClusterWatch.ts"
@@ -202,18 +202,6 @@ export interface Backend {
 
 const MaybeRow = Schema.NullOr(AgentRow)
 const orNull = (row: AgentRow | undefined) => row ?? null
-
-const rowFor = (payload: AgentPayload) =>
-  Effect.map(AgentWorkflow.executionId(payload), (executionId): AgentRow => ({
-    ...payload,
-    status: "pending",
-    executionId,
-    text: null,
-    reason: null,
-    steps: 0,
-    toolCalls: 0,
-    tokens: 0
-  }))
 
 /** The contract's reads of the store: the agents, the unread children, a transcript page, the permits. */
 const storeReads = (backend: Backend) => {
