@@ -16,29 +16,24 @@ import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import { Activity, Workflow } from "effect/workflow"
 import { createHash } from "node:crypto"
-import { AgentRow, Grant } from "./ClusterStore.ts"
+import { AgentRow, type Grant } from "./ClusterStore.ts"
 
+/** A run's payload: the fields of the agent's row that say what the run is (AgentRow's, one schema). */
+const { agentId, run, parentId, rootId, depth, role, model, description, prompt, detached, workspace, grants } =
+  AgentRow.fields
 export const AgentPayload = Schema.Struct({
-  agentId: Schema.String,
-  run: Schema.Int,
-  parentId: Schema.NullOr(Schema.String),
-  /** The tree's root (the agent itself for a root): tree budgets, event following. */
-  rootId: Schema.String,
-  depth: Schema.Int,
-  role: Schema.String,
-  model: Schema.String,
-  description: Schema.String,
-  /** This run's task (the first run) or input (a resume). */
-  prompt: Schema.String,
-  detached: Schema.Boolean,
-  /** The workspace the agent works in: only a worker serving it runs the agent. */
-  workspace: Schema.String,
-  /**
-   * The grants from the root down to this agent, itself last (its caller's `allowed_tools`
-   * among them): its rules are these applied in turn to the worker's root rules. Absent (a
-   * payload of an older version): its role alone.
-   */
-  grants: Schema.optionalKey(Schema.Array(Grant))
+  agentId,
+  run,
+  parentId,
+  rootId,
+  depth,
+  role,
+  model,
+  description,
+  prompt,
+  detached,
+  workspace,
+  grants
 })
 export type AgentPayload = typeof AgentPayload.Type
 

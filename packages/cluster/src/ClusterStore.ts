@@ -56,8 +56,10 @@ export const AgentRow = Schema.Struct({
   role: Schema.String,
   model: Schema.String,
   description: Schema.String,
+  /** The current run's task (the first run) or input (a resume). */
   prompt: Schema.String,
   detached: Schema.Boolean,
+  /** The workspace the agent works in: only a worker serving it runs the agent. */
   workspace: Schema.String,
   status: AgentStatus,
   run: Schema.Int,
@@ -68,7 +70,11 @@ export const AgentRow = Schema.Struct({
   toolCalls: Schema.Int,
   /** Tokens (input + output) of every model step of every run, summed. */
   tokens: Schema.Number,
-  /** The grants from the root down to this agent (absent: its role alone, from the root's rules). */
+  /**
+   * The grants from the root down to this agent, itself last (its caller's `allowed_tools`
+   * among them): its rules are these applied in turn to the worker's root rules. Absent (a row
+   * or payload of an older version): its role alone.
+   */
   grants: Schema.optionalKey(Schema.Array(Grant)),
   /** `tokens` by kind, every model step of every run summed (as read from a store). */
   usage: Schema.optionalKey(Usage.Usage),
