@@ -115,7 +115,12 @@ export const embedded: Engine = {
       const session = Context.get(context, Session.Session)
       const embedded = Context.get(context, SubAgentManager.Embedded)
       const { agent: root, fiber } = yield* embedded.startRoot({ prompt: options.prompt ?? "go" })
-      for (let i = 0; i < 600 && fiber.pollUnsafe() === undefined; i++) yield* TestClock.adjust("1 second")
+      // Virtual time moves the timers (budgets, the heartbeat); real I/O (the file tools) needs
+      // real time, so each turn also lets the event loop run, bounded so that a hang fails.
+      for (let i = 0; i < 3000 && fiber.pollUnsafe() === undefined; i++) {
+        yield* TestClock.adjust("1 second")
+        yield* Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 2)))
+      }
       const exit = yield* Fiber.await(fiber)
       const agents = yield* manager.list({ includeArchived: true })
       return {
