@@ -15,35 +15,30 @@
  */
 import type * as LanguageModel from "effect/ai/LanguageModel"
 import * as Prompt from "effect/ai/Prompt"
-import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
-import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
-import { type AgentEvent, AgentEvents } from "./AgentEvents.ts"
-import * as AgentLoop from "./AgentLoop.ts"
+import { AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as Ids from "./Ids.ts"
 import { clockNow } from "./internal/clock.ts"
 import * as Parts from "./internal/parts.ts"
-import { spanned, tracing } from "./internal/span.ts"
+import { describeFailure, SessionBusy, SessionNotFound } from "./internal/session/errors.ts"
+import * as SessionRun from "./internal/session/run.ts"
+import * as SessionSystem from "./internal/session/system.ts"
+import { spanned } from "./internal/span.ts"
 import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
 import type { ModelCallFailed, RetryPolicy } from "./loop/CallModel.ts"
-import * as ModelSteps from "./loop/ModelStep.ts"
-import type { ModelStep } from "./loop/ModelStep.ts"
-import { type Budgets, eventOf, type RunEnd, type RunObserver, type SessionState } from "./loop/State.ts"
-import { runTools, type RunToolsDeps } from "./loop/ToolStep.ts"
+import type { Budgets, RunObserver, SessionState } from "./loop/State.ts"
 import { Memory } from "./Memory.ts"
-import { Models, type UnknownModel, unnamed } from "./Models.ts"
+import { Models, type UnknownModel } from "./Models.ts"
 import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
-import { redactText } from "./Secrets.ts"
 import * as SpawnPlan from "./SpawnPlan.ts"
 import { ToolRegistry } from "./ToolRegistry.ts"
 import * as Usage from "./Usage.ts"
@@ -85,19 +80,7 @@ export const grantFor = Permission.grantFor
 /** The first user message of a forked child, after the parent's copied history. */
 export const forkMarker = "[fork]"
 
-export class SessionNotFound extends Schema.TaggedError<SessionNotFound>()("SessionNotFound", {
-  sessionId: Schema.String
-}) {
-  override get message() {
-    return `no session with id "${this.sessionId}"`
-  }
-}
-
-export class SessionBusy extends Schema.TaggedError<SessionBusy>()("SessionBusy", { sessionId: Schema.String }) {
-  override get message() {
-    return `session "${this.sessionId}" is already running a prompt; wait for it to finish`
-  }
-}
+export { describeFailure, SessionBusy, SessionNotFound }
 
 export type PromptError = SessionNotFound | SessionBusy | ModelCallFailed | BudgetExceeded
 
@@ -232,15 +215,6 @@ export class Session extends Context.Service<Session, {
   readonly dispose: (sessionId: string) => Effect.Effect<void>
 }>()("@fibril/core/Session") {}
 
-/**
- * The message of a typed failure, or a short form of a defect; URLs in it are redacted
- * (Secrets), since it becomes a record's reason, an event, a `task` result and CLI output.
- */
-export const describeFailure = (cause: Cause.Cause<unknown>): string => {
-  const error = Cause.squash(cause)
-  return redactText(error instanceof Error ? error.message : String(error))
-}
-
 const info = (state: SessionState): SessionInfo => ({
   id: state.id,
   parentId: state.parent?.id,
@@ -259,44 +233,6 @@ const info = (state: SessionState): SessionInfo => ({
   rules: state.rules
 })
 
-/**
- * A run interrupted while tools ran leaves tool calls without results; providers reject
- * such a history, so before a new prompt each call that has no result gets one saying so.
- * Results that did land (kept as they landed) are not touched: only a call that really did
- * not finish is reported as interrupted.
- */
-const closeDanglingCalls = (state: SessionState): Prompt.ToolMessage | undefined => {
-  let at = state.messages.length - 1
-  while (at >= 0 && state.messages[at]!.role === "tool") at--
-  const last = state.messages[at]
-  if (last?.role !== "assistant") return undefined
-  const answered = new Set<string>()
-  for (const message of state.messages.slice(at + 1)) {
-    if (message.role !== "tool") continue
-    for (const part of message.content) if (part.type === "tool-result") answered.add(part.id)
-  }
-  const missing = last.content.filter((part) => part.type === "tool-call" && !answered.has(part.id))
-  if (missing.length === 0) return undefined
-  const message = Prompt.makeMessage("tool", {
-    content: missing.flatMap((call) =>
-      call.type === "tool-call"
-        ? [Prompt.makePart("tool-result", {
-          id: call.id,
-          name: call.name,
-          isFailure: true,
-          result: {
-            error: "Interrupted",
-            message: "the run was interrupted before this call finished; its effects are unknown"
-          },
-          providerExecuted: false
-        })]
-        : []
-    )
-  })
-  state.messages.push(message)
-  return message
-}
-
 const userMessage = Parts.userText
 
 export const make = Effect.fn("Session.make")(function*(options: Partial<Options> = {}) {
@@ -308,48 +244,10 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
   const workspace = yield* Workspace
   const memory = yield* Effect.serviceOption(Memory)
   const sessions = new Map<string, SessionState>()
-  // The tool pipeline hands results and events to the session's observer: its deps are built
-  // once per observer (a manager gives every session it creates the same one).
-  const plainDeps: RunToolsDeps = { registry, permission, events, onResult: undefined, onEvent: undefined }
-  const depsByObserver = new WeakMap<RunObserver, RunToolsDeps>()
-  const depsFor = (observer: RunObserver | undefined): RunToolsDeps => {
-    if (observer === undefined) return plainDeps
-    let deps = depsByObserver.get(observer)
-    if (deps === undefined) {
-      const onMessage = observer.onMessage
-      deps = {
-        registry,
-        permission,
-        events,
-        onEvent: observer.onEvent,
-        onResult: onMessage === undefined ? undefined : (state, part) => onMessage(state.id, Parts.toolMessage([part]))
-      }
-      depsByObserver.set(observer, deps)
-    }
-    return deps
-  }
-
-  /** Hands a message to the observer's `onMessage` (a durable transcript). */
-  const handOver = (state: SessionState, message: Prompt.Message): Effect.Effect<void> => {
-    const onMessage = state.observer?.onMessage
-    return onMessage === undefined ? Effect.void : onMessage(state.id, message)
-  }
-
-  /** Adds a message to the conversation and hands it to the observer. */
-  const addMessage = (state: SessionState, message: Prompt.Message): Effect.Effect<void> => {
-    state.messages.push(message)
-    return handOver(state, message)
-  }
-
-  /** What a run leaves its owner (RunObserver.onEnd). */
-  const runEnd = (state: SessionState): RunEnd => ({
-    model: state.model,
-    steps: state.steps,
-    toolCalls: state.toolCalls,
-    lastTool: state.lastTool,
-    treeUsage: Usage.snapshot(state.treeUsage),
-    usageSteps: { reported: state.usageSteps.reported, estimated: state.usageSteps.estimated },
-    takeUnread: () => state.inbox.length === 0 ? [] : state.inbox.splice(0)
+  const { addMessage, depsFor, emit, handOver, publish, runEnd } = SessionRun.context({
+    registry,
+    permission,
+    events
   })
 
   const lookup = (sessionId: string): Effect.Effect<SessionState, SessionNotFound> => {
@@ -357,58 +255,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     return state ? Effect.succeed(state) : Effect.fail(new SessionNotFound({ sessionId }))
   }
 
-  // Events are published at once, inside the step that has the news (no Effect per event);
-  // `publish` is the same as an Effect, for the places that need one.
-  const emit = (state: SessionState, event: Omit<AgentEvent, "agent" | "at">): void => {
-    const full = eventOf(state, event)
-    events.emit(full)
-    state.observer?.onEvent?.(full)
-  }
-  const publish = (state: SessionState, event: Omit<AgentEvent, "agent" | "at">) =>
-    Effect.sync(() => emit(state, event))
-
-  // A new conversation reads the memory file; a sub-agent inherits what this process last
-  // read or wrote (with every note remembered since), so a fan-out does not read it per child.
-  // Usually the section is known at once (the file unchanged since it was read): then it is an
-  // Exit, read with no step. With a tracer, the read runs as an effect (its `Memory.section` span).
-  const memorySection = (inherited: boolean): Effect.Effect<string> => {
-    if (Option.isNone(memory)) return Effect.succeed("")
-    const fiber = Fiber.getCurrent()
-    if (fiber !== undefined && !tracing(fiber)) {
-      const known = memory.value.knownSection(inherited)
-      if (known !== undefined) return Effect.succeed(known)
-    }
-    return Effect.orElseSucceed(inherited ? memory.value.inheritedSection : memory.value.section, () => "")
-  }
-
-  // Children of one role at one depth get the same system message: one shared (immutable)
-  // message instead of a new ~1 KB string per sub-agent, retained for as long as its session.
-  // Keyed by prompt, then section (strings whose hashes V8 caches), then role and depth;
-  // cleared when it grows (each changed memory section adds keys).
-  let systemCache = new Map<string, Map<string, Map<string, Prompt.SystemMessage>>>()
-  let systemCached = 0
-  const systemFor = (role: Roles.RoleSpec, depth: number, prompt: string) =>
-    Effect.mapEager(memorySection(depth > 0), (section) => {
-      let bySection = systemCache.get(prompt)
-      if (bySection === undefined) systemCache.set(prompt, bySection = new Map())
-      let byRole = bySection.get(section)
-      if (byRole === undefined) bySection.set(section, byRole = new Map())
-      const key = `${role.name}:${depth}`
-      let message = byRole.get(key)
-      if (message === undefined) {
-        message = Parts.systemMessage(
-          `${Roles.header(role.name, depth)}\nWorkspace: ${workspace.root}\n\n${prompt}${
-            section === "" ? "" : `\n\n${section}`
-          }`
-        )
-        if (++systemCached > 256) {
-          systemCache = new Map([[prompt, new Map([[section, byRole = new Map()]])]])
-          systemCached = 1
-        }
-        byRole.set(key, message)
-      }
-      return message
-    })
+  const systemFor = SessionSystem.make(workspace, memory)
 
   const register = (init: {
     readonly id?: string | undefined
@@ -596,185 +443,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
     return info(state)
   })
 
-  const addUsage = (state: SessionState, usage: Usage.Usage, reported: boolean) => {
-    Usage.add(state.usage, usage)
-    for (let node: SessionState | undefined = state; node !== undefined; node = node.parent) {
-      Usage.add(node.treeUsage, usage)
-      if (reported) node.usageSteps.reported++
-      else node.usageSteps.estimated++
-    }
-  }
-
-  const rootOf = (state: SessionState): SessionState => {
-    let node = state
-    while (node.parent !== undefined) node = node.parent
-    return node
-  }
-
-  const checkTokens = (state: SessionState, own: Usage.Usage): Effect.Effect<void, BudgetExceeded> => {
-    const { maxTokens, treeMaxTokens } = state.budgets
-    if (maxTokens !== undefined && Usage.total(own) > maxTokens) {
-      return Effect.fail(new BudgetExceeded({ sessionId: state.id, budget: "max_tokens", limit: maxTokens }))
-    }
-    if (treeMaxTokens !== undefined && Usage.total(rootOf(state).treeUsage) > treeMaxTokens) {
-      return Effect.fail(new BudgetExceeded({ sessionId: state.id, budget: "tree_max_tokens", limit: treeMaxTokens }))
-    }
-    return Effect.void
-  }
-
-  const retryEvent = (state: SessionState) => (attempt: number, reason: string, delayMs: number) =>
-    publish(state, {
-      type: "retry",
-      reason: `attempt ${attempt} failed (${reason}); retrying in ${Math.round(delayMs)} ms`
-    })
-
-  const noMessages: ReadonlyArray<Prompt.Message> = []
-  const noneDelivered: ReadonlyArray<string> = []
-
-  // What `ModelStep.runCuttable` hands each attempt to and reads at the end: `state.modelCall`
-  // while an attempt runs, so a delivery with `interrupt` can cancel just this step (then
-  // there is no turn, and the loop takes the step again).
-  const cuttableOf = (state: SessionState): ModelSteps.Cuttable => ({
-    onAttempt: (call) => void (state.modelCall = call),
-    takeCut: () => {
-      const cut = state.stepInterrupted
-      state.stepInterrupted = false
-      return cut
-    }
-  })
-
-  // The model step proper (loop/ModelStep), started in this fiber; the request is read when it
-  // runs (after the prelude), and an unnamed model takes the name its answer reports.
-  const step = (state: SessionState): Effect.Effect<ModelStep | undefined, ModelCallFailed> =>
-    Effect.withFiber((fiber) => {
-      state.lastRequestLength = state.messages.length
-      return ModelSteps.runCuttable(fiber, {
-        languageModel: state.languageModel,
-        prompt: Prompt.fromMessages([state.system, ...state.messages]),
-        toolkit: state.view.toolkit,
-        policy: config,
-        onRetry: retryEvent(state),
-        delivered: noneDelivered,
-        onText: config.stream ? (text: string) => emit(state, { type: "text", text }) : undefined,
-        onModelId: state.model === unnamed ? (modelId) => void (state.model = modelId) : undefined
-      }, cuttableOf(state))
-    })
-
-  const deliverInbox = (state: SessionState): Effect.Effect<void> =>
-    Effect.suspend(() =>
-      state.inbox.length === 0
-        ? Effect.void
-        : Effect.andThen(addMessage(state, userMessage(state.inbox.shift()!)), deliverInbox(state))
-    )
-
-  // The session's model step: deliver queued input, let the store catch up (beforeModelCall),
-  // then the model call. The loop asks for it when it is about to run it (no suspension of
-  // its own); `step` reads the history when it runs: after the prelude, not before.
-  const modelStep = (state: SessionState): Effect.Effect<ModelStep | undefined, ModelCallFailed> => {
-    const before = state.observer?.beforeModelCall
-    if (state.inbox.length === 0 && before === undefined) return step(state)
-    const prelude = before === undefined
-      ? deliverInbox(state)
-      : Effect.andThen(deliverInbox(state), before(state.id))
-    return Effect.andThen(prelude, step(state))
-  }
-
-  // The run is AgentLoop's (the same loop cluster mode replays), over this session's steps
-  // and observer: the history is appended in place, each message handed to `onMessage`; after
-  // each turn the step is counted, the tree's usage added, a `step` event published and the
-  // token budgets (own and tree) checked; a turn without tool calls ends the run unless
-  // input is queued or background children leave something to say (`beforeFinish`).
-  const loop = (state: SessionState): Effect.Effect<PromptResult, PromptError> =>
-    AgentLoop.runAs<ModelCallFailed | BudgetExceeded, never, PromptResult>(
-      { agentId: state.id, messages: state.messages, history: state.messages, maxSteps: state.budgets.maxSteps },
-      {
-        model: () => modelStep(state),
-        // Each result was handed to `onMessage` as it landed (deps.onResult): only kept here.
-        // The loop runs what it gets at once, in this fiber: a single call starts here.
-        tools: (_, calls) => runTools(depsFor(state.observer), state, calls, true)
-      },
-      {
-        onMessage: (message) => handOver(state, message),
-        // Called when the turn is appended (the loop runs what it returns at once).
-        afterModel: (turn, own) => {
-          state.steps++
-          addUsage(state, turn.usage, turn.usageReported)
-          emit(state, { type: "step" })
-          return checkTokens(state, own)
-        },
-        // Usually decided at once (no background child): then read with no step.
-        beforeFinish: () => {
-          if (state.inbox.length > 0) return Effect.succeed(noMessages)
-          const gate = state.observer?.beforeFinish
-          return gate === undefined
-            ? Effect.succeed(undefined)
-            : Effect.mapEager(gate(state.id), (more) => more === undefined ? undefined : [userMessage(more)])
-        }
-      },
-      (result) => ({
-        sessionId: state.id,
-        text: result.text,
-        steps: result.steps,
-        toolCalls: result.toolCalls,
-        usage: result.usage
-      })
-    )
-
-  const withWallBudget = (state: SessionState) => <A, E, R>(effect: Effect.Effect<A, E, R>) => {
-    const limit = state.budgets.maxWallSecs
-    return limit === undefined ? effect : effect.pipe(
-      Effect.timeoutOrElse({
-        duration: Duration.seconds(limit),
-        orElse: () => Effect.fail(new BudgetExceeded({ sessionId: state.id, budget: "max_wall_secs", limit }))
-      })
-    )
-  }
-
-  // The run from the span's own step (see createChild): input checked and appended, the
-  // `started` event, the scope, then the loop, with one finalizer that ends it.
-  const prompt = (sessionId: string, message: string): Effect.Effect<PromptResult, PromptError> =>
-    spanned("Session.prompt", () => {
-      const state = sessions.get(sessionId)
-      if (state === undefined) return Effect.fail(new SessionNotFound({ sessionId }))
-      if (state.busy) return Effect.fail(new SessionBusy({ sessionId }))
-      state.busy = true
-      state.cancelReason = undefined
-      const closed = closeDanglingCalls(state)
-      return Effect.flatMapEager(
-        closed !== undefined ? handOver(state, closed) : Effect.void,
-        () => Effect.flatMapEager(addMessage(state, userMessage(message)), () => start(state))
-      )
-    })
-
-  const start = (state: SessionState): Effect.Effect<PromptResult, PromptError> => {
-    // Events of this run are stamped by its clock (the caller's: a TestClock under test).
-    state.clock = clockNow()
-    emit(state, { type: "started" })
-    // The run's scope (background children are forked into it) is closed by the same
-    // finalizer that publishes the terminal event, first: one finalizer to unwind, not two.
-    const scope = Scope.makeUnsafe()
-    state.scope = scope
-    return Effect.onExitPrimitive(withWallBudget(state)(loop(state)), (exit) => {
-      const ended = () => {
-        state.busy = false
-        state.scope = undefined
-        state.modelCall = undefined
-        if (exit._tag === "Success") emit(state, { type: "completed" })
-        else if (!Cause.hasInterruptsOnly(exit.cause)) {
-          emit(state, { type: "failed", reason: describeFailure(exit.cause) })
-        } else if (state.cancelReason === undefined) emit(state, { type: "interrupted", reason: "interrupted" })
-        else emit(state, { type: "cancelled", reason: state.cancelReason })
-        state.observer?.onEnd?.(state.id, runEnd(state))
-      }
-      // Run uninterruptibly (the default of `onExitPrimitive`, as of `onExit`), as `closeUnsafe`
-      // asks. A scope nothing was forked into (the usual run: no background child) is closed at
-      // once, and then there is no effect to run at all (`undefined`: no step to unwind).
-      const closing = Scope.closeUnsafe(scope, exit)
-      if (closing !== undefined) return Effect.map(closing, ended)
-      ended()
-      return undefined
-    })
-  }
+  const { prompt } = SessionRun.make({ config, sessions, emit, publish, handOver, addMessage, depsFor, runEnd })
 
   const setRules = (state: SessionState, rules: Permission.Rules) => {
     state.rules = rules
