@@ -255,7 +255,7 @@ try {
     await new Promise((resolve) => setTimeout(resolve, 1000))
     const now = split()
     const shards = now.split("\n").filter((l) => l !== "").map(Number)
-    if (now === last && shards.length === 2 && shards[0]! + shards[1]! === Node.shardsPerGroup) break
+    if (now === last && shards.length === 2 && (shards[0] ?? 0) + (shards[1] ?? 0) === Node.shardsPerGroup) break
     if (performance.now() - settleStart > 90_000) throw new Error(`shards did not settle: ${now}`)
     last = now
   }

@@ -65,15 +65,21 @@ describe("the lab on worker threads", () => {
 
   it.live("interrupted, it stops its workers: nothing more is reported", () =>
     Effect.gen(function*() {
-      let progress = 0
+      const seen = { progress: 0 }
       const fiber = yield* Effect.forkChild(
-        LabParallel.check({ runs: 100_000, seed: 1, workers: 2, bounds, onProgress: (done) => void (progress = done) })
+        LabParallel.check({
+          runs: 100_000,
+          seed: 1,
+          workers: 2,
+          bounds,
+          onProgress: (done) => void (seen.progress = done)
+        })
       )
-      while (progress === 0) yield* Effect.sleep("50 millis")
+      while (seen.progress === 0) yield* Effect.sleep("50 millis")
       yield* Fiber.interrupt(fiber)
-      const stopped = progress
+      const stopped = seen.progress
       yield* Effect.sleep("1 second")
-      assert.strictEqual(progress, stopped, "no progress after the interruption")
+      assert.strictEqual(seen.progress, stopped, "no progress after the interruption")
       assert.isBelow(stopped, 100_000)
     }), 60_000)
 

@@ -79,6 +79,8 @@ const connect = (dir: string) =>
       // sent just before the response can be dropped by the client; the wire shows it).
       const wire: Array<Record<string, any>> = []
       const deliver = transport.onmessage
+      // The MCP SDK's transport has an `onmessage` callback, not DOM events.
+      // oxlint-disable-next-line unicorn/prefer-add-event-listener
       transport.onmessage = (message) => {
         wire.push(message as Record<string, any>)
         deliver?.(message)

@@ -413,9 +413,9 @@ describe.skipIf(reason !== undefined)(
         assert.include(workers[1]!.out.stderr, "db_connections 20")
         const client = fibril(["run", "fan", "--cluster", s.url, "--cwd", s.ws, "--json"])
         let max = 0
-        let running = true
-        void client.done.then(() => running = false)
-        while (running) {
+        const run = { going: true }
+        void client.done.then(() => run.going = false)
+        while (run.going) {
           max = Math.max(max, Number(s.psql("SELECT count(*) FROM fibril_permits")))
           await sleep(30)
         }
@@ -469,6 +469,8 @@ describe.skipIf(reason !== undefined)(
           // response: it runs progress handlers a microtask late).
           const progress: Array<string> = []
           const deliver = transport.onmessage
+          // The MCP SDK's transport has an `onmessage` callback, not DOM events.
+          // oxlint-disable-next-line unicorn/prefer-add-event-listener
           transport.onmessage = (message) => {
             const m = message as { method?: string; params?: { message?: string } }
             if (m.method === "notifications/progress") progress.push(m.params?.message ?? "")

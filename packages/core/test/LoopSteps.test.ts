@@ -411,7 +411,10 @@ describe("loop/ToolStep", () => {
       assert.strictEqual(messageOf(4), "fail: as designed")
       assert.strictEqual(state.toolCalls, 5)
       const results = (yield* PubSub.takeAll(subscription)).filter((e) => e.type === "tool_result")
-      assert.deepStrictEqual(results.map((e) => [e.isFailure, e.changed]), Array(5).fill([true, undefined]))
+      assert.deepStrictEqual(
+        results.map((e) => [e.isFailure, e.changed]),
+        Array.from({ length: 5 }, () => [true, undefined])
+      )
       assert.include(results.find((e) => e.tool === "teleport")!.reason!, "there is no tool named")
     }).pipe(provideNode))
 
