@@ -15,7 +15,6 @@
  */
 import type * as LanguageModel from "effect/ai/LanguageModel"
 import * as Prompt from "effect/ai/Prompt"
-import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -25,11 +24,11 @@ import * as Result from "effect/Result"
 import * as Scope from "effect/Scope"
 import { AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
-import * as Ids from "./Ids.ts"
 import { clockNow } from "./internal/clock.ts"
 import * as Parts from "./internal/parts.ts"
 import { describeFailure, SessionBusy, SessionNotFound } from "./internal/session/errors.ts"
 import * as SessionRun from "./internal/session/run.ts"
+import * as SessionStates from "./internal/session/state.ts"
 import * as SessionSystem from "./internal/session/system.ts"
 import { spanned } from "./internal/span.ts"
 import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
@@ -257,53 +256,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
 
   const systemFor = SessionSystem.make(workspace, memory)
 
-  const register = (init: {
-    readonly id?: string | undefined
-    readonly parent: SessionState | undefined
-    readonly depth: number
-    readonly role: Roles.RoleSpec
-    readonly rules: SessionState["rules"]
-    readonly model: string
-    readonly languageModel: SessionState["languageModel"]
-    readonly system: Prompt.SystemMessage
-    readonly messages: Array<Prompt.Message>
-    readonly description: string | undefined
-    readonly budgets: Budgets
-    readonly clock: Clock.Clock
-    readonly observer: RunObserver | undefined
-  }): SessionState => {
-    const state: SessionState = {
-      id: init.id ?? Ids.next("agent"),
-      parent: init.parent,
-      depth: init.depth,
-      role: init.role.name,
-      model: init.model,
-      languageModel: init.languageModel,
-      description: init.description,
-      system: init.system,
-      messages: init.messages,
-      rules: init.rules,
-      view: registry.view(init.rules),
-      budgets: init.budgets,
-      usage: Usage.zero(),
-      treeUsage: Usage.zero(),
-      usageSteps: { reported: 0, estimated: 0 },
-      inbox: [],
-      steps: 0,
-      toolCalls: 0,
-      lastTool: undefined,
-      busy: false,
-      lastRequestLength: 0,
-      modelCall: undefined,
-      stepInterrupted: false,
-      scope: undefined,
-      cancelReason: undefined,
-      clock: init.clock,
-      observer: init.observer
-    }
-    sessions.set(state.id, state)
-    return state
-  }
+  const register = (init: SessionStates.Init): SessionState => SessionStates.register(sessions, registry, init)
 
   const childBudgets = (budgets: Partial<Budgets> | undefined): Budgets => ({
     maxSteps: config.childMaxSteps ?? config.maxSteps,
@@ -445,10 +398,7 @@ export const make = Effect.fn("Session.make")(function*(options: Partial<Options
 
   const { prompt } = SessionRun.make({ config, sessions, emit, publish, handOver, addMessage, depsFor, runEnd })
 
-  const setRules = (state: SessionState, rules: Permission.Rules) => {
-    state.rules = rules
-    state.view = registry.view(rules)
-  }
+  const setRules = (state: SessionState, rules: Permission.Rules) => SessionStates.setRules(registry, state, rules)
 
   const reassign = Effect.fn("Session.reassign")(function*(
     sessionId: string,
