@@ -22,6 +22,7 @@ import * as Models from "@fibril/core/Models"
 import * as Receipt from "@fibril/core/Receipt"
 import * as Roles from "@fibril/core/Roles"
 import * as SpawnCheck from "@fibril/core/SpawnCheck"
+import * as SpawnPlan from "@fibril/core/SpawnPlan"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
 import * as ToolRegistry from "@fibril/core/ToolRegistry"
@@ -31,7 +32,6 @@ import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { Activity, DurableClock, type WorkflowEngine } from "effect/workflow"
 import { AgentPayload, AgentWorkflow, childId, grantsOf, rowFor, txActivity } from "./AgentRun.ts"
@@ -126,20 +126,13 @@ export interface SpawnChecks {
  */
 export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnChecks) =>
   Effect.gen(function*() {
+    // Core's checks (SpawnPlan), each the embedded engine's own: the texts' bounds, the role,
+    // `allowed_tools` naming tools that exist, a model the runtime serves.
     const tooLong = SpawnCheck.checkText(request)
     if (tooLong !== undefined) return yield* tooLong
-    const role = yield* Roles.forRequest(request.role ?? "general", request.allowedTools)
-    const registry = checks.registry
-    const missing = registry === undefined
-      ? []
-      : (request.allowedTools ?? []).filter((name) => Option.isNone(registry.get(name)))
-    if (missing.length > 0) {
-      return yield* new Roles.InvalidRoleRequest({
-        role: role.name,
-        reason: `allowed_tools names ${missing.length === 1 ? "a tool that does" : "tools that do"} not exist: ${
-          missing.map((name) => JSON.stringify(name)).join(", ")
-        }`
-      })
+    const { role } = yield* SpawnPlan.resolveRole([], request.role ?? "general", request.allowedTools)
+    if (checks.registry !== undefined) {
+      yield* SpawnPlan.checkAllowedTools(checks.registry, role.name, request.allowedTools)
     }
     const models = checks.models
     if (models !== undefined && request.model !== undefined) {
