@@ -12,8 +12,8 @@
  * - `client`: the same contract from outside a workflow (`fibril mcp --cluster`): the agents
  *   it starts are roots, waits poll the store. (`probe`: the model step's view, below.)
  *
- * Rows become core `AgentView`s (`viewOf`), so core's result views (`agentResultForModel`,
- * `taskResult`, `evaluation`) apply as they are; refusals are core's tagged errors, rendered
+ * Rows become core `AgentView`s (`viewOf`), so core's result views (AgentResult's `of`, `task`,
+ * `evaluation`) apply as they are; refusals are core's tagged errors, rendered
  * to text at the one tool-result boundary (the workflow body runs core's tool definitions with
  * this manager provided: AgentWorkflow's `runTool`).
  */
