@@ -34,7 +34,7 @@ import {
   ProcessEnvironment,
   resolveCwd,
   setExit,
-  stateDir
+  stateDir as stateDirOf
 } from "./CliEnvironment.ts"
 import * as CliFlags from "./CliFlags.ts"
 import * as ClusterCommand from "./ClusterCommand.ts"
@@ -443,7 +443,7 @@ export const command = Command.make("agents").pipe(
         onCluster(
           flags,
           (url) => Effect.flatMap(loadClusterAgents, (c) => c.list(url, flags.all, flags.json)),
-          Effect.flatMap(resolveCwd(flags.cwd), (cwd) => list(stateDir(cwd), flags.all, flags.json, plainOutput))
+          Effect.flatMap(resolveCwd(flags.cwd), (cwd) => list(stateDirOf(cwd), flags.all, flags.json, plainOutput))
         )
     ).pipe(
       Command.withDescription("Agent trees with a running agent (any process), times and owners; --all for every one")
@@ -455,7 +455,7 @@ export const command = Command.make("agents").pipe(
         onCluster(
           flags,
           (url) => Effect.flatMap(loadClusterAgents, (c) => c.show(url, flags.id)),
-          Effect.flatMap(resolveCwd(flags.cwd), (cwd) => show(stateDir(cwd), flags.id, plainOutput))
+          Effect.flatMap(resolveCwd(flags.cwd), (cwd) => show(stateDirOf(cwd), flags.id, plainOutput))
         )
     ).pipe(Command.withDescription("One agent's record: its run receipt, with follow-up and takeover")),
     Command.make(
@@ -480,7 +480,7 @@ export const command = Command.make("agents").pipe(
         return onCluster(
           flags,
           (url) => Effect.flatMap(loadClusterAgents, (c) => c.transcript(url, flags.id, page)),
-          Effect.flatMap(resolveCwd(flags.cwd), (cwd) => transcript(stateDir(cwd), flags.id, plainOutput, page))
+          Effect.flatMap(resolveCwd(flags.cwd), (cwd) => transcript(stateDirOf(cwd), flags.id, plainOutput, page))
         )
       }
     ).pipe(
@@ -493,7 +493,7 @@ export const command = Command.make("agents").pipe(
         onCluster(
           flags,
           (url) => Effect.flatMap(loadClusterAgents, (c) => c.cancel(url, flags.id)),
-          Effect.flatMap(resolveCwd(flags.cwd), (cwd) => cancel(stateDir(cwd), flags.id, plainOutput))
+          Effect.flatMap(resolveCwd(flags.cwd), (cwd) => cancel(stateDirOf(cwd), flags.id, plainOutput))
         )
     ).pipe(
       Command.withDescription("Cancel an agent, in whichever process runs it (that process acts within a second)")

@@ -206,19 +206,19 @@ export const worker = Command.make(
   Effect.fn("fibril.worker.command")(function*(flags) {
     const environment = yield* ProcessEnvironment
     const cwd = yield* resolveCwd(flags.cwd)
-    const config = yield* loadConfig(cwd)
-    const url = ClusterCommand.clusterUrl(flags.cluster, environment.env, config.settings.cluster.url)
+    const loaded = yield* loadConfig(cwd)
+    const url = ClusterCommand.clusterUrl(flags.cluster, environment.env, loaded.settings.cluster.url)
     if (url === undefined) {
       return yield* new ModelSelection.UsageError({
         problem:
           "fibril worker needs the cluster database: --cluster postgres://user@host:5432/db (or sqlite:<file> on one machine), FIBRIL_CLUSTER_URL, or url in [cluster] of .fibril/config.toml"
       })
     }
-    const selection = yield* Runtime.select(environment, cwd, config.settings, flags)
+    const selection = yield* Runtime.select(environment, cwd, loaded.settings, flags)
     yield* ClusterCommand.worker({
       url,
       cwd,
-      settings: config.settings,
+      settings: loaded.settings,
       selection,
       maxConcurrent: Option.getOrUndefined(flags.maxConcurrent),
       shutdownTimeoutSecs: flags.shutdownTimeout,

@@ -172,7 +172,7 @@ export const run = (options: RunOnCluster) =>
     )
   })
 
-const url = clusterFlag
+const urlFlag = clusterFlag
 const agentIdArgument = Argument.String("agent-id").pipe(Argument.withDescription("The agent's id"))
 
 export const commands = <R, R2>(
@@ -268,7 +268,7 @@ export const commands = <R, R2>(
       yield* Console.log(outcome.text)
       return 0
     })
-  return { migrate, prune, status, cancel, input, resume, agentIdArgument, url }
+  return { migrate, prune, status, cancel, input, resume, agentIdArgument, url: urlFlag }
 }
 
 export interface WorkerFlags {

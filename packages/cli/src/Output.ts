@@ -268,5 +268,5 @@ export const follower = (output: Output, json: boolean): Follower => {
 }
 
 /** Runs `follower.tick` every 100 ms of the clock until interrupted. */
-export const ticker = (follower: Follower): Effect.Effect<never> =>
-  Effect.forever(Effect.andThen(Effect.sleep("100 millis"), follower.tick))
+export const ticker = (following: Follower): Effect.Effect<never> =>
+  Effect.forever(Effect.andThen(Effect.sleep("100 millis"), following.tick))

@@ -135,7 +135,7 @@ export const run = Command.make(
       Output.console(environment.tty && !flags.json)
     ).pipe(
       // Its records committed (or a clear error naming the one that is not), before the exit code.
-      Effect.flatMap((code) => RunRecords.settle(code, true)),
+      Effect.flatMap((exitCode) => RunRecords.settle(exitCode, true)),
       Effect.provide(Layer.mergeAll(
         core.layer,
         // The flag, or the standard OpenTelemetry variable.

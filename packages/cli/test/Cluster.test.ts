@@ -158,10 +158,10 @@ describe("cluster mode: the events a client follows", () => {
       toolCalls: 0,
       tokens: 0
     })
-    const message = (agentId: string, step: number, message: Prompt.Message) => ({
+    const message = (agentId: string, step: number, content: Prompt.Message) => ({
       agentId,
       at: { run: 0, step, slot: 100 },
-      message
+      message: content
     })
     const asked = Prompt.makeMessage("assistant", {
       content: [

@@ -137,9 +137,9 @@ const isServer = (command: string) =>
 
 describe("the command lines of docs/cli.md and docs/mcp.md", () => {
   it("every sh block is run here, or says why not", () => {
-    const sh = all.filter((block) => block.lang === "sh")
-    assert.isAbove(sh.length, 8)
-    const untested = sh.filter((block) => block.untested !== undefined)
+    const shBlocks = all.filter((block) => block.lang === "sh")
+    assert.isAbove(shBlocks.length, 8)
+    const untested = shBlocks.filter((block) => block.untested !== undefined)
     assert.deepStrictEqual(
       untested.map((block) => `${block.file}: ${commands(block.text)[0]!.split(" ").slice(0, 2).join(" ")}`),
       [

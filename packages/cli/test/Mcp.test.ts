@@ -384,8 +384,8 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
       )
       const sent = wire.slice(0, response).filter((m) => m["method"] === "notifications/progress")
         .map((m) => {
-          const { progressToken: _, ...progress } = m["params"] as Progress & { progressToken: unknown }
-          return progress
+          const { progressToken: _, ...rest } = m["params"] as Progress & { progressToken: unknown }
+          return rest
         })
       assert.isAbove(response, 0)
       const messages = sent.map((p) => p.message ?? "")

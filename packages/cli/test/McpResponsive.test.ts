@@ -54,11 +54,11 @@ describe("fibril mcp stays responsive", () => {
               env: { PATH: process.env["PATH"] ?? "", HOME: dir, NODE_OPTIONS: process.env["NODE_OPTIONS"] ?? "" },
               stderr: "pipe"
             })
-            const client = new Client({ name: "fibril-test", version: "0.0.0" })
-            await client.connect(transport)
-            return client
+            const connected = new Client({ name: "fibril-test", version: "0.0.0" })
+            await connected.connect(transport)
+            return connected
           }),
-          (client) => Effect.promise(() => client.close())
+          (opened) => Effect.promise(() => opened.close())
         )
         const call = (name: string, args: Record<string, unknown>) =>
           Effect.promise(() => client.callTool({ name, arguments: args })).pipe(

@@ -264,11 +264,11 @@ describe("records that never lie", () => {
               env: { PATH: process.env["PATH"] ?? "", HOME: dir },
               stderr: "pipe"
             })
-            const client = new Client({ name: "fibril-test", version: "0.0.0" })
-            await client.connect(transport)
-            return client
+            const connected = new Client({ name: "fibril-test", version: "0.0.0" })
+            await connected.connect(transport)
+            return connected
           }),
-          (client) => Effect.promise(() => client.close())
+          (opened) => Effect.promise(() => opened.close())
         )
         const task = (prompt: string) =>
           Effect.promise(() =>

@@ -111,12 +111,12 @@ const fanOut = (n: number, delays: readonly [number, number]) => ({
 /** A tree row as drawn (its icon or spinner, after the branches). */
 const treeRow = /^[│├└─ ]*[○●✓✗⊘⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] (general|explore)\b/
 
-const workspaceWith = (script: unknown, config?: string) =>
+const workspaceWith = (scripted: unknown, config?: string) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const dir = yield* fs.makeTempDirectoryScoped()
-    yield* fs.writeFileString(path.join(dir, "script.json"), JSON.stringify(script))
+    yield* fs.writeFileString(path.join(dir, "script.json"), JSON.stringify(scripted))
     if (config !== undefined) {
       yield* fs.makeDirectory(path.join(dir, ".fibril"))
       yield* fs.writeFileString(path.join(dir, ".fibril", "config.toml"), config)

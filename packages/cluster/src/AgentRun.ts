@@ -19,21 +19,20 @@ import { createHash } from "node:crypto"
 import { AgentRow, type Grant } from "./ClusterStore.ts"
 
 /** A run's payload: the fields of the agent's row that say what the run is (AgentRow's, one schema). */
-const { agentId, run, parentId, rootId, depth, role, model, description, prompt, detached, workspace, grants } =
-  AgentRow.fields
+const row = AgentRow.fields
 export const AgentPayload = Schema.Struct({
-  agentId,
-  run,
-  parentId,
-  rootId,
-  depth,
-  role,
-  model,
-  description,
-  prompt,
-  detached,
-  workspace,
-  grants
+  agentId: row.agentId,
+  run: row.run,
+  parentId: row.parentId,
+  rootId: row.rootId,
+  depth: row.depth,
+  role: row.role,
+  model: row.model,
+  description: row.description,
+  prompt: row.prompt,
+  detached: row.detached,
+  workspace: row.workspace,
+  grants: row.grants
 })
 export type AgentPayload = typeof AgentPayload.Type
 

@@ -78,24 +78,24 @@ export const make = (run: Run): Journal => {
         onStep("start", agentId, run.run, name),
         Effect.tap(effect, () => onStep("end", agentId, run.run, name))
       )
-  const step = <A, E, R1, R2>(name: string, codec: Codec<A, E>, execute: Effect.Effect<Done<A, R2>, E, R1>) =>
+  const step = <A, E, R1, R2>(name: string, format: Codec<A, E>, execute: Effect.Effect<Done<A, R2>, E, R1>) =>
     Effect.gen(function*() {
       const store = yield* ClusterStore
       journal ??= yield* Effect.orDie(store.journal(executionId))
       const found = journal.get(name)
-      if (found !== undefined) return yield* codec.decode(found)
+      if (found !== undefined) return yield* format.decode(found)
       // The step's own outcome, kept as computed: returned as it is when this run journals it.
       let computed: Exit.Exit<A, E> | undefined
       const work = Effect.flatMap(Effect.exit(observed(name, execute)), (exit): Effect.Effect<StepWork<R2>> => {
         if (Exit.isSuccess(exit)) {
           const value = Exit.succeed(exit.value.value)
           computed = value
-          return Effect.sync(() => ({ result: codec.encode(value), commit: exit.value.commit }))
+          return Effect.sync(() => ({ result: format.encode(value), commit: exit.value.commit }))
         }
         if (exit.cause.reasons.every(Cause.isFailReason)) {
           const failure: Exit.Exit<A, E> = Exit.failCause(exit.cause)
           computed = failure
-          return Effect.sync(() => ({ result: codec.encode(failure), commit: Effect.void }))
+          return Effect.sync(() => ({ result: format.encode(failure), commit: Effect.void }))
         }
         return Cause.hasInterruptsOnly(exit.cause)
           ? Effect.failCause(exit.cause as Cause.Cause<never>)
@@ -106,7 +106,7 @@ export const make = (run: Run): Journal => {
         yield* AgentWorkflow.interrupt(executionId)
         return yield* Workflow.suspend(yield* WorkflowEngine.WorkflowInstance)
       }
-      return yield* (outcome._tag === "Ran" && computed !== undefined ? computed : codec.decode(outcome.result))
+      return yield* (outcome._tag === "Ran" && computed !== undefined ? computed : format.decode(outcome.result))
     })
   return { step }
 }

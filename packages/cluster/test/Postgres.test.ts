@@ -436,14 +436,14 @@ describe.skipIf(reason !== undefined)(
         const events = client.out.stdout.split("\n").filter((l) => l.startsWith("{")).map((l) =>
           JSON.parse(l) as { type: string; depth?: number; tool?: string }
         )
-        const children = events.filter((e) => e.depth === 1)
-        assert.strictEqual(children.filter((e) => e.type === "spawned").length, 6, seen())
+        const childEvents = events.filter((e) => e.depth === 1)
+        assert.strictEqual(childEvents.filter((e) => e.type === "spawned").length, 6, seen())
         assert.strictEqual(
-          children.filter((e) => e.type === "tool_call" && e.tool === "list_dir").length,
+          childEvents.filter((e) => e.type === "tool_call" && e.tool === "list_dir").length,
           6,
           seen()
         )
-        assert.strictEqual(children.filter((e) => e.type === "completed").length, 6, seen())
+        assert.strictEqual(childEvents.filter((e) => e.type === "completed").length, 6, seen())
         assert.strictEqual(events.filter((e) => e.depth === 0 && e.type === "tool_call").length, 6, seen())
         console.log(
           `cap: at most ${max} permits held at once; steps ran on ${pids.size} workers; ${events.length} events reached the client`

@@ -113,8 +113,8 @@ export const embedded: Engine = {
       for (const tool of options.tools ?? []) yield* registry.register(tool)
       const manager = Context.get(context, SubAgentManager.SubAgentManager)
       const session = Context.get(context, Session.Session)
-      const embedded = Context.get(context, SubAgentManager.Embedded)
-      const { agent: root, fiber } = yield* embedded.startRoot({ prompt: options.prompt ?? "go" })
+      const roots = Context.get(context, SubAgentManager.Embedded)
+      const { agent: root, fiber } = yield* roots.startRoot({ prompt: options.prompt ?? "go" })
       // Virtual time moves the timers (budgets, the heartbeat); real I/O (the file tools) needs
       // real time, so each turn also lets the event loop run, bounded so that a hang fails.
       for (let i = 0; i < 3000 && fiber.pollUnsafe() === undefined; i++) {

@@ -234,8 +234,8 @@ const info = (state: SessionState): SessionInfo => ({
 
 const userMessage = Parts.userText
 
-export const make = Effect.fn("Session.make")(function*(options: Partial<Options> = {}) {
-  const config: Options = { ...defaults, ...options }
+export const make = Effect.fn("Session.make")(function*(given: Partial<Options> = {}) {
+  const config: Options = { ...defaults, ...given }
   const models = yield* Models
   const registry = yield* ToolRegistry
   const permission = yield* Permission.Permission

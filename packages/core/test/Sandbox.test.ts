@@ -75,8 +75,8 @@ const untouched = Effect.fn("untouched")(function*(h: Harness) {
 const marker = () => String(500_000 + Math.floor(Math.random() * 400_000))
 
 /** Waits until `count` processes with `marker` run on the host. */
-const waitFor = (marker: string, count: number) =>
-  Effect.suspend(() => pidsWith(marker).length >= count ? Effect.void : Effect.fail("not running yet")).pipe(
+const waitFor = (tag: string, count: number) =>
+  Effect.suspend(() => pidsWith(tag).length >= count ? Effect.void : Effect.fail("not running yet")).pipe(
     Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 })
   )
 

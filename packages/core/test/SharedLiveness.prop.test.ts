@@ -104,7 +104,7 @@ describe("liveness under pauses, skewed clocks and reconciling readers (property
 
         const db = yield* Effect.acquireRelease(
           Effect.sync(() => new DatabaseSync(path.join(dir, SqliteSubAgentStore.databaseFileName))),
-          (db) => Effect.sync(() => db.close())
+          (opened) => Effect.sync(() => opened.close())
         )
         const stored = (agentId: string): SubAgentRecord | undefined => {
           const row = db.prepare("SELECT record FROM fibril_agents WHERE agent_id = ?").get(agentId)

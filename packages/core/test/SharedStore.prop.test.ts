@@ -161,7 +161,7 @@ describe("SubAgentStore shared by processes (property)", () => {
 
         const db = yield* Effect.acquireRelease(
           Effect.sync(() => new DatabaseSync(path.join(dir, SqliteSubAgentStore.databaseFileName))),
-          (db) => Effect.sync(() => db.close())
+          (opened) => Effect.sync(() => opened.close())
         )
         const rows = () =>
           new Map(

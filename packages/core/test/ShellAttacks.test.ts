@@ -107,9 +107,9 @@ for (const variant of variants) {
     `shell attacks by sub-agents ${variant.name}`,
     () => {
       /** Every outcome is a refusal the model can read: a failed command, or (no sandbox) a denial. */
-      const refused = (outcomes: ReadonlyArray<Outcome> | undefined, role: string, count: number) => {
-        assert.strictEqual(outcomes?.length, count, role)
-        for (const outcome of outcomes ?? []) {
+      const refused = (seen: ReadonlyArray<Outcome> | undefined, role: string, count: number) => {
+        assert.strictEqual(seen?.length, count, role)
+        for (const outcome of seen ?? []) {
           if (variant.sandboxed) {
             assert.isTrue(outcome.ran, role)
             if (outcome.ran) {

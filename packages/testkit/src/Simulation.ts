@@ -251,43 +251,43 @@ const runIn = (
   Session | Manager.SubAgentManager | SubAgentStore.SubAgentStore | AgentEvents | Scope.Scope | Platform
 > =>
   Effect.gen(function*() {
-    const run = yield* start(world, experiment, options, restart)
+    const ctx = yield* start(world, experiment, options, restart)
     for (const step of experiment.schedule) {
-      yield* run.current.clock.adjust(step.after)
+      yield* ctx.current.clock.adjust(step.after)
       yield* settle
-      yield* drain(run)
-      yield* operate(run, step)
+      yield* drain(ctx)
+      yield* operate(ctx, step)
       yield* settle
     }
-    const { afterRoot, agentIds } = yield* endRoot(run)
-    return yield* traceOf(run, world, afterRoot, agentIds)
+    const { afterRoot, agentIds } = yield* endRoot(ctx)
+    return yield* traceOf(ctx, world, afterRoot, agentIds)
   })
 
 /** In the current process's services (after a crash, the restarted one's). */
-const inWorld = <A, E>(run: RunContext, effect: Effect.Effect<A, E, any>): Effect.Effect<A, E> =>
-  Effect.provideContext(effect, run.current.context as Context.Context<any>) as Effect.Effect<A, E>
+const inWorld = <A, E>(ctx: RunContext, effect: Effect.Effect<A, E, any>): Effect.Effect<A, E> =>
+  Effect.provideContext(effect, ctx.current.context as Context.Context<any>) as Effect.Effect<A, E>
 
 /** Virtual milliseconds since the run began. */
-const now = (run: RunContext) => Effect.sync(() => run.current.clock.currentTimeMillisUnsafe() - run.t0)
+const now = (ctx: RunContext) => Effect.sync(() => ctx.current.clock.currentTimeMillisUnsafe() - ctx.t0)
 
-const labelOf = (run: RunContext, event: AgentEvent): string => {
-  const known = run.labels.get(event.agent.agentId)
+const labelOf = (ctx: RunContext, event: AgentEvent): string => {
+  const known = ctx.labels.get(event.agent.agentId)
   if (known !== undefined) return known
   const index = event.agent.depth === 0 ? 0 : nodeOf(event.agent.description ?? "")
   const label = index === undefined ? `?${event.agent.agentId}` : `n${index}`
-  run.labels.set(event.agent.agentId, label)
-  if (index !== undefined && index !== 0) run.ids.set(index, event.agent.agentId)
+  ctx.labels.set(event.agent.agentId, label)
+  if (index !== undefined && index !== 0) ctx.ids.set(index, event.agent.agentId)
   return label
 }
 
 /** The events published since the last drain, into the trace. */
-const drain = (run: RunContext) =>
-  Effect.map(Effect.suspend(() => PubSub.takeUpTo(run.subscription, Number.MAX_SAFE_INTEGER)), (taken) => {
+const drain = (ctx: RunContext) =>
+  Effect.map(Effect.suspend(() => PubSub.takeUpTo(ctx.subscription, Number.MAX_SAFE_INTEGER)), (taken) => {
     for (const event of taken) {
-      run.events.push({
-        t: event.at - run.t0,
+      ctx.events.push({
+        t: event.at - ctx.t0,
         type: event.type,
-        agent: labelOf(run, event),
+        agent: labelOf(ctx, event),
         depth: event.agent.depth,
         ...(event.tool === undefined ? {} : { tool: event.tool }),
         ...(event.isFailure === true ? { failed: true as const } : {}),
@@ -297,9 +297,9 @@ const drain = (run: RunContext) =>
   })
 
 /** The agent's transcript (the live session's, else the store's), message by message as JSON. */
-const transcriptOf = (run: RunContext, id: string) =>
+const transcriptOf = (ctx: RunContext, id: string) =>
   Effect.map(
-    Effect.orElseSucceed(inWorld(run, run.manager.readTranscript(id, { limit: 10_000 })), () => undefined),
+    Effect.orElseSucceed(inWorld(ctx, ctx.manager.readTranscript(id, { limit: 10_000 })), () => undefined),
     (page) => (page === undefined ? [] : page.messages.map((message) => JSON.stringify(message)))
   )
 
@@ -366,30 +366,30 @@ const start = Effect.fnUntraced(function*(
 })
 
 /** One operation of the schedule, from outside the tree, recorded with its outcome. */
-const operate = Effect.fnUntraced(function*(run: RunContext, step: Experiment["schedule"][number]) {
-  const count = run.tree.length - 1
+const operate = Effect.fnUntraced(function*(ctx: RunContext, step: Experiment["schedule"][number]) {
+  const count = ctx.tree.length - 1
   const index = count === 0 ? 0 : 1 + (step.target % count)
-  const id = run.ids.get(index)
-  const t = yield* now(run)
+  const id = ctx.ids.get(index)
+  const t = yield* now(ctx)
   const label = `n${index}`
-  const record = (outcome: string) => run.ops.push({ t, op: step.op, agent: label, outcome })
+  const record = (outcome: string) => ctx.ops.push({ t, op: step.op, agent: label, outcome })
   const failure = (exit: Exit.Exit<unknown, unknown>) => {
     const error = Option.getOrUndefined(Exit.findErrorOption(exit))
     return error === undefined ? "defect" : (error as { _tag: string })._tag
   }
   if (step.op === "crash") {
-    yield* crash(run, t)
+    yield* crash(ctx, t)
   } else if (step.op === "kill") {
-    yield* Fiber.interrupt(run.rootFiber)
-    run.ops.push({ t, op: "kill", agent: "n0", outcome: "interrupted" })
+    yield* Fiber.interrupt(ctx.rootFiber)
+    ctx.ops.push({ t, op: "kill", agent: "n0", outcome: "interrupted" })
   } else if (step.op === "jump") {
     const ms = (step.target % 600) * 1000
-    yield* run.current.clock.adjust(ms)
-    run.ops.push({ t, op: "jump", agent: "-", outcome: `${ms}ms` })
+    yield* ctx.current.clock.adjust(ms)
+    ctx.ops.push({ t, op: "jump", agent: "-", outcome: `${ms}ms` })
   } else if (id === undefined) {
     record("not spawned")
   } else if (step.op === "cancel") {
-    const exit = yield* Effect.exit(inWorld(run, run.manager.cancel(id, "lab: cancelled from outside")))
+    const exit = yield* Effect.exit(inWorld(ctx, ctx.manager.cancel(id, "lab: cancelled from outside")))
     record(Exit.isSuccess(exit) ? exit.value.status : "error")
   } else if (step.op === "assign") {
     // A new objective and a role: explore narrows a general agent; general for an explore
@@ -397,20 +397,20 @@ const operate = Effect.fnUntraced(function*(run: RunContext, step: Experiment["s
     const role = step.target % 2 === 0 ? "explore" : "general"
     const exit = yield* Effect.exit(
       inWorld(
-        run,
-        run.manager.assign(id, { objective: `node:${index} (reassigned)`, role, message: "lab: new assignment" })
+        ctx,
+        ctx.manager.assign(id, { objective: `node:${index} (reassigned)`, role, message: "lab: new assignment" })
       )
     )
     if (Exit.isSuccess(exit)) record(`assigned ${role}, ${exit.value.delivered ? "delivered" : "not delivered"}`)
     else record(failure(exit))
   } else if (step.op === "send_input") {
-    const exit = yield* Effect.exit(inWorld(run, run.manager.sendInput(id, "lab: more input", false, "api")))
+    const exit = yield* Effect.exit(inWorld(ctx, ctx.manager.sendInput(id, "lab: more input", false, "api")))
     record(Exit.isSuccess(exit) ? (exit.value.delivered ? "delivered" : "not delivered") : "error")
   } else {
-    const before = yield* transcriptOf(run, id)
-    const exit = yield* Effect.exit(inWorld(run, run.manager.resume(undefined, id, "lab: resume")))
+    const before = yield* transcriptOf(ctx, id)
+    const exit = yield* Effect.exit(inWorld(ctx, ctx.manager.resume(undefined, id, "lab: resume")))
     if (Exit.isSuccess(exit)) {
-      run.resumes.push({ agent: label, id, before })
+      ctx.resumes.push({ agent: label, id, before })
       record(`resumed ${exit.value.status}`)
     } else {
       record(failure(exit))
@@ -423,45 +423,45 @@ const operate = Effect.fnUntraced(function*(run: RunContext, step: Experiment["s
  * same SQLite store once the dead one's lease has run out, and reconciles: what was pending or
  * running is interrupted; resumes replay from the stored transcript.
  */
-const crash = Effect.fnUntraced(function*(run: RunContext, t: number) {
-  const dying = run.current
+const crash = Effect.fnUntraced(function*(ctx: RunContext, t: number) {
+  const dying = ctx.current
   if (dying.crash === undefined) {
-    run.ops.push({ t, op: "crash", agent: "-", outcome: "already crashed" })
+    ctx.ops.push({ t, op: "crash", agent: "-", outcome: "already crashed" })
     return
   }
   // What was still going when it died.
   const live = new Set(
-    (yield* inWorld(run, run.manager.list({ includeArchived: true })))
+    (yield* inWorld(ctx, ctx.manager.list({ includeArchived: true })))
       .filter((record) => !SubAgentRecord.isTerminal(record.status))
       .map((record) => record.agent_id)
   )
   yield* dying.crash
-  yield* Effect.exit(inWorld(run, Fiber.interrupt(run.rootFiber)))
+  yield* Effect.exit(inWorld(ctx, Fiber.interrupt(ctx.rootFiber)))
   yield* Scope.close(dying.scope, Exit.void)
   const at = dying.clock.currentTimeMillisUnsafe()
-  const next = yield* run.restart
+  const next = yield* ctx.restart
   yield* next.clock.setTime(at + leaseMs + 1000)
-  next.state.current = run.state
-  run.current = next
+  next.state.current = ctx.state
+  ctx.current = next
   const services = next.context as Context.Context<
     Manager.SubAgentManager | SubAgentStore.SubAgentStore | AgentEvents
   >
   const restarted = Context.get(services, Manager.SubAgentManager)
-  run.manager = run.options.tamper?.manager?.(restarted) ?? restarted
-  run.store = Context.get(services, SubAgentStore.SubAgentStore)
-  run.subscription = yield* Context.get(services, AgentEvents).subscribe
-  const found = yield* inWorld(run, run.manager.list({ includeArchived: true }))
+  ctx.manager = ctx.options.tamper?.manager?.(restarted) ?? restarted
+  ctx.store = Context.get(services, SubAgentStore.SubAgentStore)
+  ctx.subscription = yield* Context.get(services, AgentEvents).subscribe
+  const found = yield* inWorld(ctx, ctx.manager.list({ includeArchived: true }))
   const interrupted = found
     .filter((record) =>
       live.has(record.agent_id) && record.status === "interrupted" && goneReason.test(record.reason ?? "")
     )
     .flatMap((record) => {
-      const label = run.labels.get(record.agent_id)
+      const label = ctx.labels.get(record.agent_id)
       return label === undefined || label === "n0" ? [] : [label]
     })
     .sort((a, b) => Number(a.slice(1)) - Number(b.slice(1)))
-  run.crashes.push({ t, interrupted })
-  run.ops.push({
+  ctx.crashes.push({ t, interrupted })
+  ctx.ops.push({
     t,
     op: "crash",
     agent: "-",
@@ -470,8 +470,8 @@ const crash = Effect.fnUntraced(function*(run: RunContext, t: number) {
 })
 
 /** The views of these agents that the manager has. */
-const viewsOf = (run: RunContext, ids: ReadonlyArray<string>) =>
-  Effect.forEach(ids, (id) => Effect.option(inWorld(run, run.manager.result(id, { block: false })))).pipe(
+const viewsOf = (ctx: RunContext, ids: ReadonlyArray<string>) =>
+  Effect.forEach(ids, (id) => Effect.option(inWorld(ctx, ctx.manager.result(id, { block: false })))).pipe(
     Effect.map((found) => found.flatMap((view) => (Option.isSome(view) ? [view.value] : [])))
   )
 
@@ -480,33 +480,33 @@ const viewsOf = (run: RunContext, ids: ReadonlyArray<string>) =>
  * says what was left: agents still running, model calls still live, agents whose run did not
  * end. Detached agents still going are then ended, so that the next run starts from nothing.
  */
-const endRoot = Effect.fnUntraced(function*(run: RunContext) {
+const endRoot = Effect.fnUntraced(function*(ctx: RunContext) {
   // After a crash the root is gone; agents resumed in the new process get the same time.
-  for (let i = 0; i < 24 && (run.rootFiber.pollUnsafe() === undefined || run.crashes.length > 0); i++) {
-    yield* run.current.clock.adjust(30_000)
+  for (let i = 0; i < 24 && (ctx.rootFiber.pollUnsafe() === undefined || ctx.crashes.length > 0); i++) {
+    yield* ctx.current.clock.adjust(30_000)
     yield* settle
   }
-  yield* Fiber.interrupt(run.rootFiber)
+  yield* Fiber.interrupt(ctx.rootFiber)
   yield* settle
-  yield* drain(run)
+  yield* drain(ctx)
 
   // The agents spawned by now: the records of the trace are theirs.
-  const agentIds = [...run.ids.values()]
-  const mine = yield* viewsOf(run, agentIds)
+  const agentIds = [...ctx.ids.values()]
+  const mine = yield* viewsOf(ctx, agentIds)
   // Detached agents, and agents resumed from outside (no caller: they belong to no tree), may go on.
   const detachedIds = detachedSubtrees(
-    run.tree,
-    run.ids,
-    new Set(run.resumes.map((resume) => Number(resume.agent.slice(1))))
+    ctx.tree,
+    ctx.ids,
+    new Set(ctx.resumes.map((resume) => Number(resume.agent.slice(1))))
   )
   const notEnded = mine
     .filter((record) => !SubAgentRecord.isTerminal(record.status) && !detachedIds.has(record.agent_id))
-    .map((record) => run.labels.get(record.agent_id)!)
+    .map((record) => ctx.labels.get(record.agent_id)!)
     .sort()
   const afterRoot: Trace["afterRoot"] = {
-    running: Math.max(0, (yield* inWorld(run, run.manager.running)) - countRunning(mine, detachedIds)),
-    liveModelCalls: [...run.state.live].reduce(
-      (sum, [index, live]) => sum + (detachedIds.has(run.ids.get(index) ?? "") ? 0 : live),
+    running: Math.max(0, (yield* inWorld(ctx, ctx.manager.running)) - countRunning(mine, detachedIds)),
+    liveModelCalls: [...ctx.state.live].reduce(
+      (sum, [index, live]) => sum + (detachedIds.has(ctx.ids.get(index) ?? "") ? 0 : live),
       0
     ),
     notEnded
@@ -514,25 +514,25 @@ const endRoot = Effect.fnUntraced(function*(run: RunContext) {
 
   for (const record of mine) {
     if (!SubAgentRecord.isTerminal(record.status)) {
-      yield* Effect.ignore(inWorld(run, run.manager.cancel(record.agent_id, "lab: end of run")))
+      yield* Effect.ignore(inWorld(ctx, ctx.manager.cancel(record.agent_id, "lab: end of run")))
     }
   }
   yield* settle
-  yield* drain(run)
+  yield* drain(ctx)
   return { afterRoot, agentIds }
 })
 
 /** The trace: the resumed transcripts compared, the records read back, and what was gathered. */
 const traceOf = Effect.fnUntraced(function*(
-  run: RunContext,
+  ctx: RunContext,
   world: World,
   afterRoot: Trace["afterRoot"],
   agentIds: ReadonlyArray<string>
 ) {
   const resumed = yield* Effect.forEach(
-    run.resumes,
+    ctx.resumes,
     ({ agent, before, id }) =>
-      Effect.map(transcriptOf(run, id), (after): TraceResume => ({
+      Effect.map(transcriptOf(ctx, id), (after): TraceResume => ({
         agent,
         before: before.length,
         after: after.length,
@@ -540,14 +540,14 @@ const traceOf = Effect.fnUntraced(function*(
       }))
   )
 
-  const finals = yield* viewsOf(run, agentIds)
+  const finals = yield* viewsOf(ctx, agentIds)
   const records: Array<TraceRecord> = []
   for (const record of finals) {
-    const label = run.labels.get(record.agent_id)
+    const label = ctx.labels.get(record.agent_id)
     if (label === undefined || label === "n0") continue
     const index = Number(label.slice(1))
-    const node = run.tree[index]
-    const stored = yield* inWorld(run, run.store.get(record.agent_id))
+    const node = ctx.tree[index]
+    const stored = yield* inWorld(ctx, ctx.store.get(record.agent_id))
     records.push({
       agent: label,
       parent: node?.parent === undefined ? "?" : `n${node.parent}`,
@@ -560,28 +560,28 @@ const traceOf = Effect.fnUntraced(function*(
       toolCalls: record.tool_calls ?? 0,
       outputTokens: record.tokens.output,
       ...(record.reason === undefined ? {} : { reason: anonymous(record.reason) }),
-      tools: [...(run.state.tools.get(index) ?? [])].sort(),
+      tools: [...(ctx.state.tools.get(index) ?? [])].sort(),
       roundTrip: Option.isSome(stored) && roundTrips(stored.value, record)
     })
   }
   records.sort((a, b) => Number(a.agent.slice(1)) - Number(b.agent.slice(1)))
   world.state.current = undefined
-  run.current.state.current = undefined
-  const { options } = run
+  ctx.current.state.current = undefined
+  const { options } = ctx
   return {
     version: 1,
     ...(options.seed === undefined ? {} : { seed: options.seed }),
     ...(options.tamper === undefined ? {} : { tamper: options.tamper.name }),
-    experiment: run.experiment,
-    events: run.events,
-    requests: run.state.requests,
-    ops: run.ops,
+    experiment: ctx.experiment,
+    events: ctx.events,
+    requests: ctx.state.requests,
+    ops: ctx.ops,
     records,
     resumes: resumed,
-    rootTools: [...(run.state.tools.get(0) ?? [])].sort(),
+    rootTools: [...(ctx.state.tools.get(0) ?? [])].sort(),
     afterRoot,
-    end: yield* now(run),
-    ...(run.crashes.length === 0 ? {} : { crashes: run.crashes })
+    end: yield* now(ctx),
+    ...(ctx.crashes.length === 0 ? {} : { crashes: ctx.crashes })
   } satisfies Trace as Trace
 })
 

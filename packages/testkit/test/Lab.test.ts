@@ -356,8 +356,8 @@ describe("Lab", () => {
         for (const label of textsOf(text)) {
           const [left, right] = horizontalExtent(label)
           const y = Number(label.attributes["y"])
-          const size = Number(label.attributes["font-size"] ?? 11)
-          assert.isTrue(left >= 0 && right <= width! && y - size >= 0 && y <= height!, JSON.stringify(label))
+          const fontSize = Number(label.attributes["font-size"] ?? 11)
+          assert.isTrue(left >= 0 && right <= width! && y - fontSize >= 0 && y <= height!, JSON.stringify(label))
         }
       }).pipe(provideNode),
     60_000

@@ -208,7 +208,7 @@ describe("ScriptedModel turns", () => {
 
   it.effect("a forked child counts only assistant messages after the [fork] marker", () =>
     Effect.gen(function*() {
-      const script: ScriptedModel.ScriptInput = {
+      const forkScript: ScriptedModel.ScriptInput = {
         rules: [
           {
             match: { role: "explore", prompt: "child task" },
@@ -230,9 +230,9 @@ describe("ScriptedModel turns", () => {
         user("Fibril agent: role=explore depth=1\nExplore read-only."),
         user("child task: list the files")
       ]
-      assert.strictEqual((yield* run(script, fork)).text, "child turn 0")
+      assert.strictEqual((yield* run(forkScript, fork)).text, "child turn 0")
       assert.strictEqual(
-        (yield* run(script, [...fork, assistantText("child turn 0"), user("next")])).text,
+        (yield* run(forkScript, [...fork, assistantText("child turn 0"), user("next")])).text,
         "child turn 1"
       )
     }))
@@ -559,13 +559,13 @@ describe("ScriptedModel JSON scripts", () => {
       const [first, second] = yield* Effect.gen(function*() {
         const fiber = yield* Effect.forkChild(generate(explore))
         yield* TestClock.adjust("10 millis")
-        const first = yield* Fiber.join(fiber)
-        const second = yield* generate([
+        const joined = yield* Fiber.join(fiber)
+        const next = yield* generate([
           ...explore,
           assistantCalls({ id: "call_0_0", name: "read_file", params: { path: "README.md" } }),
           toolResults({ id: "call_0_0", name: "read_file", result: "# readme" })
         ])
-        return [first, second] as const
+        return [joined, next] as const
       }).pipe(Effect.provide(ScriptedModel.layerFile(path)))
       assert.deepStrictEqual(first.toolCalls.map((c) => c.params), [{ path: "README.md" }])
       assert.strictEqual(second.text, "SUMMARY\ndone")

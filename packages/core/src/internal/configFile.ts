@@ -296,7 +296,7 @@ export const locate = (
   const variable = envVarOf(key)
   const fromEnv = env[variable]
   if (fromEnv !== undefined && fromEnv !== "") return `environment variable ${variable}`
-  const file = files.find((file) => valueAt(file.table, key) !== undefined)
+  const file = files.find((candidate) => valueAt(candidate.table, key) !== undefined)
   if (file === undefined) return "defaults"
   const line = file.lines.get(key)
   const where = line === undefined ? file.path : `${file.path}, line ${line}`

@@ -157,7 +157,7 @@ export const start = Effect.fnUntraced(function*(
       budgets: plan.maxSteps === undefined ? ctx.config.budgets : { ...ctx.config.budgets, maxSteps: plan.maxSteps },
       observer: ctx.observer
     }).pipe(Effect.onError(() => released))
-  const agent = record(ctx, created, request, parentId, foreground, verifies)
+  const agent = newRecord(ctx, created, request, parentId, foreground, verifies)
   ctx.table.started()
   yield* ctx.store.put(agent.record)
   yield* persistStart(ctx, agent)
@@ -179,7 +179,7 @@ export const start = Effect.fnUntraced(function*(
 })
 
 /** The new agent's record and its entry in the table. */
-const record = (
+const newRecord = (
   ctx: ManagerContext,
   created: SessionInfo,
   request: SpawnRequest,
