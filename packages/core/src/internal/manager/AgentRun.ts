@@ -18,6 +18,7 @@ import * as Exit from "effect/Exit"
 import type * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import { bound, outcomeOf } from "../../AgentResult.ts"
+import * as Claims from "../../Claims.ts"
 import { nowMillis } from "../../internal/clock.ts"
 import * as Names from "../../internal/names.ts"
 import * as Transcript from "../../internal/transcript.ts"
@@ -293,7 +294,8 @@ export const keepFiber = (agent: LiveAgent, fiber: Fiber.Fiber<unknown, unknown>
 const outcomeInto = (
   ctx: ManagerContext,
   agent: LiveAgent,
-  exit: Exit.Exit<{ readonly text: string }, unknown>
+  exit: Exit.Exit<{ readonly text: string }, unknown>,
+  claims: Claims.ClaimsReport | undefined
 ): "completed" | "failed" | "cancelled" | "interrupted" => {
   const record = agent.record
   const max = ctx.maxResultChars
@@ -302,7 +304,7 @@ const outcomeInto = (
     // whole answer is in the transcript.
     record.status = "completed"
     delete record.reason
-    record.outcome = outcomeOf(exit.value.text, max)
+    record.outcome = outcomeOf(exit.value.text, max, claims)
     return record.status
   }
   if (Cause.hasInterruptsOnly(exit.cause)) {
@@ -336,8 +338,16 @@ const finish = (ctx: ManagerContext, agent: LiveAgent, exit: Exit.Exit<{ readonl
       yield* syncFromSession(ctx, agent)
       unread = yield* ctx.session.takeUnread(record.agent_id)
     }
+    // A completed answer's claims, checked against the session's transcript (the whole
+    // conversation: every run's tool calls and results) before the session can be disposed.
+    const claims = Exit.isSuccess(exit)
+      ? yield* Effect.map(
+        Effect.option(ctx.session.transcript(record.agent_id)),
+        (messages) => Option.isSome(messages) ? Claims.ofAnswer(exit.value.text, messages.value) : undefined
+      )
+      : undefined
     record.finished_at = nowMillis()
-    const status = outcomeInto(ctx, agent, exit)
+    const status = outcomeInto(ctx, agent, exit, claims)
     Receipt.unread(
       record,
       unread.length,
