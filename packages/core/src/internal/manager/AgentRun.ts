@@ -18,7 +18,7 @@ import * as Exit from "effect/Exit"
 import type * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import { bound, outcomeOf } from "../../AgentResult.ts"
-import * as Claims from "../../Claims.ts"
+import type { ClaimsReport } from "../../Claims.ts"
 import { nowMillis } from "../../internal/clock.ts"
 import * as Names from "../../internal/names.ts"
 import * as Transcript from "../../internal/transcript.ts"
@@ -295,7 +295,7 @@ const outcomeInto = (
   ctx: ManagerContext,
   agent: LiveAgent,
   exit: Exit.Exit<{ readonly text: string }, unknown>,
-  claims: Claims.ClaimsReport | undefined
+  claims: ClaimsReport | undefined
 ): "completed" | "failed" | "cancelled" | "interrupted" => {
   const record = agent.record
   const max = ctx.maxResultChars
@@ -331,6 +331,8 @@ const finish = (ctx: ManagerContext, agent: LiveAgent, exit: Exit.Exit<{ readonl
     const end = agent.ended
     agent.ended = undefined
     let unread: ReadonlyArray<string>
+    // A completed answer's claims, checked by the run as it ended (Session: Claims.ofAnswer).
+    const claims = end?.claims
     if (end !== undefined) {
       countsInto(record, end)
       unread = end.takeUnread()
@@ -338,14 +340,6 @@ const finish = (ctx: ManagerContext, agent: LiveAgent, exit: Exit.Exit<{ readonl
       yield* syncFromSession(ctx, agent)
       unread = yield* ctx.session.takeUnread(record.agent_id)
     }
-    // A completed answer's claims, checked against the session's transcript (the whole
-    // conversation: every run's tool calls and results) before the session can be disposed.
-    const claims = Exit.isSuccess(exit)
-      ? yield* Effect.map(
-        Effect.option(ctx.session.transcript(record.agent_id)),
-        (messages) => Option.isSome(messages) ? Claims.ofAnswer(exit.value.text, messages.value) : undefined
-      )
-      : undefined
     record.finished_at = nowMillis()
     const status = outcomeInto(ctx, agent, exit, claims)
     Receipt.unread(
