@@ -37,7 +37,7 @@ const expectedLies = [
   { claim: "never.txt:1", why: "it never read, grepped or wrote never.txt" },
   {
     claim: "liar.txt:2-9",
-    why: "lines 2-9 of liar.txt lie beyond what it read or wrote (lines 1-3, 2-3)"
+    why: "lines 2-9 of liar.txt are beyond what it read or wrote (it saw lines 1-3, 2-3)"
   },
   { claim: "`npm test` exit 0", why: "it never ran this command (no shell call with this exact command line)" },
   { claim: "`exit 3` exit 0", why: "its last run of it exited 3, not exit 0" }

@@ -183,8 +183,7 @@ export const evidenceOf = (
     if (ranges === undefined) lines.set(key, [[from, to]])
     else ranges.push([from, to])
   }
-  const pathParam = (params: Record<string, unknown>) =>
-    typeof params["path"] === "string" ? params["path"] : undefined
+  const pathParam = (params: Record<string, unknown>) => typeof params["path"] === "string" ? params["path"] : undefined
   for (const message of messages) {
     if (typeof message.content === "string") continue
     for (const part of message.content) {
@@ -255,7 +254,10 @@ export const evidenceOf = (
 
 // A path: no spaces; it has a `/` or ends in an extension (`.ts`), and a letter somewhere.
 const pathChars = String.raw`(?:\.{0,2}/)?[\w@+-][\w@+./-]*`
-const citation = new RegExp(String.raw`(?<![\w@./:-])(${pathChars}):(\d{1,7})(?:\s?[-–]\s?(\d{1,7}))?(?::\d+)?(?![\w])`, "g")
+const citation = new RegExp(
+  String.raw`(?<![\w@./:-])(${pathChars}):(\d{1,7})(?:\s?[-–]\s?(\d{1,7}))?(?::\d+)?(?![\w])`,
+  "g"
+)
 const pathToken = new RegExp(String.raw`(?<![\w@./:-])(${pathChars})`, "g")
 const extension = /\.[A-Za-z][A-Za-z0-9]*$/
 const notPaths: ReadonlySet<string> = new Set(["e.g", "i.e", "etc", "vs", "a.k.a"])
@@ -265,7 +267,8 @@ const isPathLike = (token: string): boolean =>
 
 // An exit phrase: `exit 0`, `exit code 1`, `exited with 2`, `exit status: 0`, `returned 0`,
 // or the words `passed`/`succeeded` (exit 0) and `failed` (non-zero).
-const exitPhrase = String.raw`(?:(?:exit(?:ed)?|returned)(?:\s+with)?(?:\s+(?:code|status))?\s*[:=]?\s*(\d{1,3})(?!\d)|(passed|succeeded|failed)\b)`
+const exitPhrase = String
+  .raw`(?:(?:exit(?:ed)?|returned)(?:\s+with)?(?:\s+(?:code|status))?\s*[:=]?\s*(\d{1,3})(?!\d)|(passed|succeeded|failed)\b)`
 // Right after a backticked command: an optional separator, then the phrase.
 const afterCommand = new RegExp(String.raw`^\s*(?:[:,(]|->|→|=>|—|–|-)?\s*${exitPhrase}`, "i")
 // At the end of a `$ command` line, after a separator: `$ npm test → exit 0`, `$ make (exit 2)`.
@@ -368,8 +371,11 @@ export const extract = (sections: { readonly evidence: string; readonly changes:
 
 // --- Checking ---
 
-const rangesText = (ranges: ReadonlyArray<readonly [number, number]>): string =>
-  [...ranges].sort((a, b) => a[0] - b[0]).map(([a, b]) => a === b ? `${a}` : `${a}-${b}`).join(", ")
+const rangesText = (ranges: ReadonlyArray<readonly [number, number]>): string => {
+  const sorted = [...ranges].sort((a, b) => a[0] - b[0])
+  const one = sorted.length === 1 && sorted[0]![0] === sorted[0]![1]
+  return `${one ? "line" : "lines"} ${sorted.map(([a, b]) => a === b ? `${a}` : `${a}-${b}`).join(", ")}`
+}
 
 /** Do the ranges, merged, cover every line of `[from, to]`? */
 const covers = (ranges: ReadonlyArray<readonly [number, number]>, from: number, to: number): boolean => {
@@ -382,7 +388,8 @@ const covers = (ranges: ReadonlyArray<readonly [number, number]>, from: number, 
   return next > to
 }
 
-const exitText = (exit: number | null): string => exit === null ? "ended without an exit code (killed or timed out)" : `exited ${exit}`
+const exitText = (exit: number | null): string =>
+  exit === null ? "ended without an exit code (killed or timed out)" : `exited ${exit}`
 
 /** Why `evidence` does not back `claim`; undefined: it does. */
 export const why = (claim: Claim, evidence: Evidence): string | undefined => {
@@ -392,8 +399,10 @@ export const why = (claim: Claim, evidence: Evidence): string | undefined => {
       const ranges = rangesOf(evidence.lines, claim.path)
       if (ranges === undefined) return `it never read, grepped or wrote ${claim.path}`
       if (covers(ranges, claim.from, claim.to)) return undefined
-      const cited = claim.from === claim.to ? `line ${claim.from}` : `lines ${claim.from}-${claim.to}`
-      return `${cited} of ${claim.path} lie beyond what it read or wrote (lines ${rangesText(ranges)})`
+      const cited = claim.from === claim.to
+        ? `line ${claim.from} of ${claim.path} is`
+        : `lines ${claim.from}-${claim.to} of ${claim.path} are`
+      return `${cited} beyond what it read or wrote (it saw ${rangesText(ranges)})`
     }
     case "Command": {
       const runs = evidence.ran.filter((run) => run.command === claim.command)
