@@ -331,7 +331,7 @@ describe("Claims properties", () => {
   )
 
   it.prop("extract and ofAnswer are total on arbitrary text", [Schema.String], ([text]) => {
-    const report = Claims.ofAnswer(text, [])
-    assert.strictEqual(report.verified + report.unverified.length, report.checked)
+    const checked = Claims.ofAnswer(text, [])
+    assert.strictEqual(checked.verified + checked.unverified.length, checked.checked)
   })
 })
