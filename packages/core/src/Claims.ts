@@ -82,8 +82,9 @@ export interface Evidence {
   /** Its shell calls that ran, in order, with their exit codes (null: killed or timed out). */
   readonly ran: ReadonlyArray<{ readonly command: string; readonly exit: number | null }>
   /**
-   * Files the workspace shows changed during its run (by anything it ran), when that was
-   * compared; absent: not compared.
+   * Files its shell commands changed, as `git status` before and after each showed them (a
+   * shell result's `changed`), with any given by the caller; absent: nothing was compared (no
+   * writing command ran in a git work tree).
    */
   readonly changed?: ReadonlySet<string> | undefined
 }
@@ -177,6 +178,7 @@ export const evidenceOf = (
   const wrote = new Set<string>()
   const edited = new Set<string>()
   const ran: Array<{ readonly command: string; readonly exit: number | null }> = []
+  let changed: Set<string> | undefined = options.changed === undefined ? undefined : new Set(options.changed)
   const saw = (path: string, from: number, to: number) => {
     const key = normalizePath(path)
     const ranges = lines.get(key)
@@ -242,12 +244,19 @@ export const evidenceOf = (
             ? (result as { readonly exit_code: unknown }).exit_code
             : null
           ran.push({ command: normalizeCommand(command), exit: typeof exit === "number" ? exit : null })
+          const made = typeof result === "object" && result !== null && "changed" in result
+            ? (result as { readonly changed: unknown }).changed
+            : undefined
+          if (Array.isArray(made)) {
+            changed ??= new Set()
+            for (const path of made) if (typeof path === "string") changed.add(normalizePath(path))
+          }
           break
         }
       }
     }
   }
-  return { lines, wrote, edited, ran, changed: options.changed }
+  return { lines, wrote, edited, ran, changed }
 }
 
 // --- Reading claims from a report ---
@@ -419,7 +428,7 @@ export const why = (claim: Claim, evidence: Evidence): string | undefined => {
       if (hasIn(evidence.wrote, claim.path) || hasIn(evidence.changed, claim.path)) return undefined
       return evidence.changed === undefined
         ? `no write_file or edit_file call of it changed ${claim.path}`
-        : `no write_file or edit_file call of it changed ${claim.path}, and the workspace did not show it changed`
+        : `no write_file or edit_file call of it changed ${claim.path}, nor did any of its shell commands (by git status)`
     }
   }
 }

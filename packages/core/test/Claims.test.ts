@@ -17,7 +17,13 @@ type Action =
   | { readonly _tag: "grep"; readonly path: string; readonly line: number }
   | { readonly _tag: "write"; readonly path: string; readonly lines: number }
   | { readonly _tag: "edit"; readonly path: string }
-  | { readonly _tag: "shell"; readonly command: string; readonly exit: number | null }
+  | {
+    readonly _tag: "shell"
+    readonly command: string
+    readonly exit: number | null
+    /** What `git status` showed it changed (a writing command in a git work tree). */
+    readonly changed?: ReadonlyArray<string> | undefined
+  }
 
 /** One tool call and its result, as a session's transcript holds them (`failed`: a denied or failed call). */
 const step = (id: number, action: Action, failed = false): ReadonlyArray<Prompt.Message> => {
@@ -50,7 +56,8 @@ const step = (id: number, action: Action, failed = false): ReadonlyArray<Prompt.
           stdout: "",
           stderr: "",
           timed_out: action.exit === null,
-          sandbox: "none"
+          sandbox: "none",
+          ...(action.changed === undefined ? {} : { changed: action.changed })
         }]
     }
   })()
@@ -162,6 +169,19 @@ describe("Claims.check: each lie with its reason, a truthful report with none", 
     })
   })
 
+  it("a shell command's changes (git status before and after it) back a CHANGES line", () => {
+    const made = transcript([{ _tag: "shell", command: "npm run gen", exit: 0, changed: ["gen/y.ts"] }])
+    const text = report("- gen/y.ts\n- gen/z.ts", "")
+    assert.deepStrictEqual(Claims.ofAnswer(text, made), {
+      checked: 2,
+      verified: 1,
+      unverified: [{
+        claim: "changed gen/z.ts",
+        why: "no write_file or edit_file call of it changed gen/z.ts, nor did any of its shell commands (by git status)"
+      }]
+    })
+  })
+
   it("a failed or denied call backs nothing; a change the workspace shows backs a CHANGES line", () => {
     const denied = [
       ...step(0, { _tag: "write", path: "x.ts", lines: 2 }, true),
@@ -172,7 +192,7 @@ describe("Claims.check: each lie with its reason, a truthful report with none", 
     assert.deepStrictEqual(plain.unverified.map((u) => u.claim), ["changed x.ts", "changed gen/y.ts", "`make` exit 0"])
     const compared = Claims.ofAnswer(text, denied, { changed: new Set(["/ws/gen/y.ts"]) })
     assert.deepStrictEqual(compared.unverified.map((u) => u.why), [
-      "no write_file or edit_file call of it changed x.ts, and the workspace did not show it changed",
+      "no write_file or edit_file call of it changed x.ts, nor did any of its shell commands (by git status)",
       "it never ran this command (no shell call with this exact command line)"
     ])
   })
@@ -203,7 +223,12 @@ const ActionSchema = Schema.Union([
   Schema.Struct({ _tag: Schema.Literal("grep"), path: Path, line: Line }),
   Schema.Struct({ _tag: Schema.Literal("write"), path: Path, lines: Line, spelling: Spelling }),
   Schema.Struct({ _tag: Schema.Literal("edit"), path: Path }),
-  Schema.Struct({ _tag: Schema.Literal("shell"), command: Cmd, exit: Schema.NullOr(Schema.Literals([0, 1, 2])) })
+  Schema.Struct({
+    _tag: Schema.Literal("shell"),
+    command: Cmd,
+    exit: Schema.NullOr(Schema.Literals([0, 1, 2])),
+    changed: Schema.optionalKey(Schema.Array(Path))
+  })
 ])
 type GeneratedAction = typeof ActionSchema.Type
 
@@ -246,7 +271,10 @@ const backs = (
   const done = actions.filter((a) => !a.failed).map((a) => a.action)
   switch (claim._tag) {
     case "Change":
-      return done.some((a) => (a._tag === "write" || a._tag === "edit") && a.path === claim.path)
+      return done.some((a) =>
+        ((a._tag === "write" || a._tag === "edit") && a.path === claim.path) ||
+        (a._tag === "shell" && a.changed?.includes(claim.path) === true)
+      )
     case "Command": {
       const last = done.filter((a) => a._tag === "shell" && a.command === claim.command).at(-1)
       if (last === undefined || last._tag !== "shell") return false

@@ -25,9 +25,11 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import * as GitStatus from "../internal/gitStatus.ts"
 import { text } from "../internal/resource.ts"
 import * as Sandbox from "../Sandbox.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
+import { Workspace } from "../Workspace.ts"
 import { describe } from "./Common.ts"
 
 export const name = "shell"
@@ -80,6 +82,12 @@ export interface Result {
   readonly stderr: string
   readonly timed_out: boolean
   readonly sandbox: Sandbox.Confinement
+  /**
+   * The workspace files the command changed, as `git status` before and after it shows them
+   * (workspace-relative): present only for a command that may write, in a git work tree.
+   * Whatever else changed the workspace while it ran is listed too.
+   */
+  readonly changed?: ReadonlyArray<string>
 }
 
 export interface Options {
@@ -147,6 +155,10 @@ export const definition = (options: Options) =>
         killSignal: "SIGTERM",
         forceKillAfter
       })
+      // A command that may write is bracketed by `git status` (in a git work tree): what it
+      // changed is in its result, where Claims finds a change its agent lists under CHANGES.
+      const workspace = yield* Workspace
+      const before = launch.sandbox === "read-only" ? undefined : yield* GitStatus.snapshot(workspace.root)
       const timeoutMs = Math.min(params.timeout_ms ?? options.shellTimeoutSecs * 1000, maxTimeoutMs)
       const stdout = makeCapture(options.maxOutputChars)
       const stderr = makeCapture(options.maxOutputChars)
@@ -185,6 +197,12 @@ export const definition = (options: Options) =>
         timed_out: Option.isNone(outcome),
         sandbox: launch.sandbox
       }
-      return result
+      if (before === undefined) return result
+      const after = yield* GitStatus.snapshot(workspace.root)
+      if (after === undefined) return result
+      const changed = GitStatus.changedBetween(before, after).flatMap((path) =>
+        workspace.containsLexically(path) ? [workspace.relative(path)] : []
+      )
+      return { ...result, changed }
     })
   })
