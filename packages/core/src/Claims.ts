@@ -249,7 +249,7 @@ export const evidenceOf = (
             : undefined
           if (Array.isArray(made)) {
             changed ??= new Set()
-            for (const path of made) if (typeof path === "string") changed.add(normalizePath(path))
+            for (const file of made) if (typeof file === "string") changed.add(normalizePath(file))
           }
           break
         }
