@@ -140,5 +140,6 @@ export const eventOf = (state: SessionState, event: Omit<AgentEvent, "agent" | "
   if ("isFailure" in event) out.isFailure = event.isFailure
   if ("changed" in event) out.changed = event.changed
   if ("text" in event) out.text = event.text
+  if ("unverified" in event) out.unverified = event.unverified
   return out
 }
