@@ -297,13 +297,19 @@ const endingOf = (code: string | undefined, word: string | undefined): Ending =>
 const blank = (text: string, start: number, end: number) =>
   text.slice(0, start) + " ".repeat(end - start) + text.slice(end)
 
+// The phrases around a command are looked for this near it: the searches that are not anchored
+// at a line's start look at a bounded window, so reading a report stays linear in its length
+// (an answer is not bounded: a line of a million spaces must not take a million squared steps).
+const near = 120
+
 /** The commands named on one line (see the grammar) and the line without them, for citations. */
 const commandsOf = (line: string): { readonly commands: Array<Claim>; readonly rest: string } => {
   const dollar = dollarLine.exec(line)
   if (dollar !== null) {
     const body = dollar[2]!
-    const end = endOfLine.exec(body)
-    const command = normalizeCommand(end === null ? body : body.slice(0, end.index))
+    const from = Math.max(0, body.length - near)
+    const end = endOfLine.exec(body.slice(from))
+    const command = normalizeCommand(end === null ? body : body.slice(0, from + end.index))
     if (command === "") return { commands: [], rest: line }
     return {
       commands: [{ _tag: "Command", command, ending: end === null ? { _tag: "Ran" } : endingOf(end[1], end[2]) }],
@@ -315,8 +321,8 @@ const commandsOf = (line: string): { readonly commands: Array<Claim>; readonly r
   for (const match of line.matchAll(backticked)) {
     const start = match.index
     const end = start + match[0].length
-    const after = afterCommand.exec(line.slice(end))
-    const ran = ranBefore.test(line.slice(0, start))
+    const after = afterCommand.exec(line.slice(end, end + near))
+    const ran = ranBefore.test(line.slice(Math.max(0, start - near), start))
     if (after === null && !ran) continue
     const command = normalizeCommand(match[1]!)
     if (command === "") continue

@@ -4,6 +4,7 @@ import type * as Prompt from "effect/ai/Prompt"
 import * as Claims from "../src/Claims.ts"
 import type { Claim, Ending } from "../src/Claims.ts"
 import * as Parts from "../src/internal/parts.ts"
+import * as OutputContract from "../src/OutputContract.ts"
 import * as EditFile from "../src/tools/EditFile.ts"
 import * as Grep from "../src/tools/Grep.ts"
 import * as ReadFile from "../src/tools/ReadFile.ts"
@@ -110,6 +111,15 @@ describe("Claims.extract: the grammar", () => {
       command("ls -la", exit(0)),
       command("echo hi")
     ])
+  })
+
+  it("linear in the report's length: a line of many backticked spans is not searched again for each", {
+    timeout: 10_000
+  }, () => {
+    // Each span looks back for `ran` and ahead for an exit phrase: over the whole line, that
+    // would be (2.5e5 spans × 1e6 characters) steps.
+    const text = report("", `${"`a` ".repeat(250_000)}and \`make\` exit 2`)
+    assert.deepStrictEqual(Claims.extract(OutputContract.parse(text).sections), [command("make", exit(2))])
   })
 
   it("each claim once; a command's arguments are not read as citations", () => {
