@@ -102,4 +102,58 @@ describe.skipIf(process.platform !== "linux")("shell: what a writing command cha
       assert.deepStrictEqual([looked!.sandbox, "changed" in looked!], ["read-only", false])
       assert.deepStrictEqual(reader!.claims, { checked: 1, verified: 1, unverified: [] })
     }).pipe(provideNode))
+
+  it.live("git status never runs what the agent configured outside the sandbox: a clean filter in a .git it made", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      const dir = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      // Not a git work tree: `.git` does not exist, so the sandbox has nothing to keep read-only.
+      const root = path.join(dir, "ws")
+      yield* fs.makeDirectory(root)
+      const pwned = path.join(dir, "pwned")
+      const commands = [
+        // Its own repository, whose clean filter writes outside the workspace when git hashes f.txt.
+        `git init -q && git config filter.x.clean 'touch ${pwned}; cat' && echo '* filter=x' > .gitattributes` +
+        ` && echo a > f.txt && git -c user.name=t -c user.email=t@example.com add f.txt .gitattributes`,
+        // f.txt changed: a git status that hashes it runs the filter.
+        "echo b >> f.txt"
+      ]
+      const { get } = yield* setup(
+        {
+          rules: [
+            {
+              match: { role: "implementer" },
+              turns: [
+                ...commands.map((command) => ({ tool_calls: [{ name: "shell", args: { command } }] as const })),
+                { text: answer("- f.txt", "none") }
+              ]
+            },
+            {
+              match: { depth: 0 },
+              turns: [{
+                tool_calls: [{
+                  name: "task",
+                  args: { description: "write", prompt: "make files", subagent_type: "implementer" }
+                }]
+              }, { text: "done" }]
+            }
+          ]
+        },
+        {},
+        { root }
+      )
+      const session = get(Session)
+      const parent = yield* session.create()
+      assert.strictEqual((yield* session.prompt(parent.id, "go")).text, "done")
+      const [task] = toolResults(yield* session.transcript(parent.id)).map((r) => r.result as { agent_id: string })
+      const shells = toolResults(yield* session.transcript(task!.agent_id)).map((r) => r.result as Shell.Result)
+      assert.deepStrictEqual(shells.map((r) => [r.sandbox, r.exit_code]), [["workspace-write", 0], [
+        "workspace-write",
+        0
+      ]])
+      // git ran (it compared: f.txt changed), but read-only in the sandbox: the filter wrote nothing outside.
+      assert.deepStrictEqual(shells[1]!.changed, ["f.txt"])
+      assert.isFalse(yield* fs.exists(pwned), "the agent's clean filter ran outside the sandbox")
+    }).pipe(provideNode))
 })

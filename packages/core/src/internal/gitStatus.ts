@@ -8,16 +8,16 @@
  * changed again differs too. Where the workspace is not in a git work tree, git is missing or
  * slow, or lists more than `maxEntries` paths, there is no snapshot: nothing is compared.
  *
- * git runs on the host, not in the sandbox: with `core.fsmonitor` off (a repository's config
- * could name a program for it) and optional locks off (it never takes the index lock from
- * a command of the agent's).
+ * git is untrusted here: the repository it reads may have a configuration or attributes the
+ * agent wrote (a `.git` it made where none was, `writable_paths = [".git"]`), and `git status`
+ * can run programs they name (a clean filter, an fsmonitor). So `shell` runs it as it runs the
+ * agent's own commands, through the sandbox, read-only (or unconfined exactly when the
+ * agent's command was: then git can do nothing the command could not): `Run`. It also runs
+ * with `core.fsmonitor` off and without optional locks.
  */
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as FileSystem from "effect/FileSystem"
 import * as Option from "effect/Option"
-import { ChildProcess, ChildProcessSpawner } from "effect/process"
-import * as Stream from "effect/Stream"
 
 /** path (absolute) → its status letters, size and modification time. */
 export type Snapshot = ReadonlyMap<string, string>
@@ -25,61 +25,29 @@ export type Snapshot = ReadonlyMap<string, string>
 /** Beyond this many listed paths, no snapshot (a comparison would cost more than it tells). */
 export const maxEntries = 2000
 
-const timeout = Duration.seconds(5)
+/** Runs `sh -c script` in the workspace root (confined as above): its stdout if it exits 0. */
+export type Run = (script: string) => Effect.Effect<Option.Option<string>>
 
-const git = (root: string, args: ReadonlyArray<string>) =>
-  Effect.gen(function*() {
-    const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
-    const handle = yield* spawner.spawn(
-      ChildProcess.make("git", ["-c", "core.fsmonitor=false", "-C", root, ...args], {
-        stdin: "ignore",
-        stderr: "ignore",
-        env: { GIT_OPTIONAL_LOCKS: "0" },
-        extendEnv: true
-      })
-    )
-    const [output, code] = yield* Effect.all(
-      [Stream.mkString(Stream.decodeText(handle.stdout)), handle.exitCode],
-      { concurrency: "unbounded" }
-    )
-    return Number(code) === 0 ? Option.some(output) : Option.none<string>()
-  }).pipe(
-    Effect.scoped,
-    Effect.timeoutOption(timeout),
-    Effect.map(Option.flatten),
-    Effect.orElseSucceed(() => Option.none<string>())
-  )
+const git = "GIT_OPTIONAL_LOCKS=0 git -c core.fsmonitor=false"
 
-/** The work tree's top directory of each root seen in one (asked once per root). */
-const toplevels = new Map<string, string>()
-
-const toplevelOf = (root: string) => {
-  const known = toplevels.get(root)
-  if (known !== undefined) return Effect.succeed(Option.some(known))
-  return Effect.map(git(root, ["rev-parse", "--show-toplevel"]), (found) =>
-    Option.map(found, (output) => {
-      const top = output.trim()
-      toplevels.set(root, top)
-      return top
-    }))
-}
+/** The work tree's top on the first line, then `XY path\0` for each listed path (relative to the top). */
+export const script =
+  `${git} rev-parse --show-toplevel && ${git} status --porcelain=v1 -z --untracked-files=all --no-renames`
 
 /** The workspace's changes as git lists them now, or none (see the module's header). */
-export const snapshot = (
-  root: string
-): Effect.Effect<Snapshot | undefined, never, ChildProcessSpawner.ChildProcessSpawner | FileSystem.FileSystem> =>
+export const snapshot = (run: Run): Effect.Effect<Snapshot | undefined, never, FileSystem.FileSystem> =>
   Effect.gen(function*() {
-    const top = yield* toplevelOf(root)
-    if (Option.isNone(top)) return undefined
-    const listed = yield* git(root, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames"])
-    if (Option.isNone(listed)) return undefined
-    // `XY path\0` each: paths relative to the work tree's top.
-    const entries = listed.value.split("\0").filter((entry) => entry.length > 3)
+    const output = yield* run(script)
+    if (Option.isNone(output)) return undefined
+    const newline = output.value.indexOf("\n")
+    if (newline <= 0) return undefined
+    const top = output.value.slice(0, newline)
+    const entries = output.value.slice(newline + 1).split("\0").filter((entry) => entry.length > 3)
     if (entries.length > maxEntries) return undefined
     const fs = yield* FileSystem.FileSystem
     const shot = new Map<string, string>()
     yield* Effect.forEach(entries, (entry) => {
-      const path = `${top.value}/${entry.slice(3)}`
+      const path = `${top}/${entry.slice(3)}`
       return Effect.map(
         Effect.option(fs.stat(path)),
         (info) => {
