@@ -31,7 +31,9 @@ const row = (r: AgentRow, { durationOf, tokensOf }: typeof StoreModule) => ({
   detached: r.detached,
   workspace: r.workspace,
   ...(r.reason === null ? {} : { reason: r.reason }),
-  ...(r.text === null ? {} : { text: r.text })
+  ...(r.text === null ? {} : { text: r.text }),
+  // Its answer's claims checked against its transcript (the embedded record has them in `outcome.claims`).
+  ...(r.claims === undefined ? {} : { claims: r.claims })
 })
 
 const line = (r: AgentRow) =>

@@ -115,7 +115,13 @@ export const eventsOf = (
     if (row.status === "running") now(() => start(agent))
     if (row.status !== was) {
       if (row.status === "completed" || row.status === "failed" || row.status === "cancelled") {
-        const end = () => emit(row.status as EventType, agent, row.reason === null ? {} : { reason: row.reason })
+        // A completed row's checked claims: how many its record does not back, as the embedded event says.
+        const unverified = row.claims === undefined ? 0 : row.claims.checked - row.claims.verified
+        const end = () =>
+          emit(row.status as EventType, agent, {
+            ...(row.reason === null ? {} : { reason: row.reason }),
+            ...(row.status === "completed" && unverified > 0 ? { unverified } : {})
+          })
         if (last.has(row.agentId)) ends.set(row.agentId, end)
         else now(end)
       }

@@ -78,6 +78,7 @@ export const eventJson = (event: AgentEvent): string =>
     ...(event.reason === undefined ? {} : { reason: event.reason }),
     ...(event.isFailure === undefined ? {} : { is_failure: event.isFailure }),
     ...(event.text === undefined ? {} : { delta: event.text }),
+    ...(event.unverified === undefined ? {} : { unverified_claims: event.unverified }),
     tokens: event.agent.usage
   })
 

@@ -6,6 +6,9 @@
  * its tree's when it has children) and what it is doing — the tool it runs, a spinner while
  * it waits on its model, or the sub-agents it waits for — and, while its model streams its
  * answer, the last line it streamed, after the rest of the row. Every row is cut to the width.
+ * A completed agent whose answer makes claims its own record does not back (its `completed`
+ * event's `unverified`) is marked `! N unverified claims` beside its status: the claims and
+ * why each is not backed are in its result and in `fibril agents show`.
  * `progressLine` is the one-line form used when the output is not a terminal. Pure
  * functions of the view and the time, so tests (TestClock) and the demo share them.
  */
@@ -48,6 +51,8 @@ export interface Node {
   pendingTools: number
   /** The last line its model call in flight has streamed ("" when none). */
   streamed: string
+  /** Claims of its completed answer its record does not back (0: none, or none checked). */
+  unverified: number
 }
 
 export interface View {
@@ -117,7 +122,8 @@ export const apply = (view: View, event: AgentEvent): void => {
       endedAt: undefined,
       activity: "model",
       pendingTools: 0,
-      streamed: ""
+      streamed: "",
+      unverified: 0
     }
     view.nodes.set(agent.agentId, node)
     view.order.push(agent.agentId)
@@ -146,6 +152,9 @@ export const apply = (view: View, event: AgentEvent): void => {
     case "step":
       node.activity = "finishing"
       node.streamed = ""
+      break
+    case "completed":
+      node.unverified = event.unverified ?? 0
       break
     case "tool_call":
       node.pendingTools += 1
@@ -191,7 +200,8 @@ const refuse = (view: View, parent: Node, event: AgentEvent) => {
     endedAt: event.at,
     activity: "finishing",
     pendingTools: 0,
-    streamed: ""
+    streamed: "",
+    unverified: 0
   }
   view.nodes.set(id, node)
   view.order.push(id)
@@ -289,6 +299,12 @@ interface Parts {
   readonly streamed: string
 }
 
+/** The mark of a completed agent whose claims its record does not all back. */
+const unverifiedMark = (node: Node): string =>
+  node.status !== "completed" || node.unverified === 0
+    ? ""
+    : ` ! ${node.unverified} unverified claim${node.unverified === 1 ? "" : "s"}`
+
 const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
   const running = node.status === "running"
   const mark = live && running && node.activity === "model" ? spinner(now) : icon[node.status]
@@ -312,7 +328,7 @@ const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
   return {
     head: `${mark} ${node.role}`,
     description: node.description === undefined ? undefined : oneLine(node.description),
-    state: ` ${node.status} ${elapsed((node.endedAt ?? now) - node.spawnedAt)}`,
+    state: ` ${node.status} ${elapsed((node.endedAt ?? now) - node.spawnedAt)}${unverifiedMark(node)}`,
     activity,
     metrics: node.status === "refused" ? "" : `  steps ${node.steps}  tools ${node.toolCalls}  ${tokens}${cached}`,
     id: node.status === "refused" ? "" : `  [${node.id}]`,

@@ -168,8 +168,10 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
         "status",
         "summary",
         "sections",
+        "claims",
         "tokens"
       ])
+      assert.containsAllKeys(byName.get("agent_result")!.outputSchema?.properties ?? {}, ["claims"])
       assert.include(task.description ?? "", "sub-agent")
       assert.containsAllKeys(byName.get("agent_spawn")!.inputSchema.properties ?? {}, [
         "prompt",
@@ -249,6 +251,8 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
         risks: "none",
         blockers: "none"
       })
+      // Its EVIDENCE cites nothing checkable: no claims, none unverified (validated against the output schema).
+      assert.deepStrictEqual(value["claims"], { checked: 0, verified: 0, unverified: [] })
       assert.strictEqual(value["model"], "scripted:script.json")
       assert.match(String(value["agent_id"]), /^agent_/)
       assert.deepStrictEqual(JSON.parse(textOf(result)), value)

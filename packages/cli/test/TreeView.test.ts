@@ -184,6 +184,25 @@ describe("TreeView", () => {
     assert.strictEqual(totals.agents, 2)
   })
 
+  it("a child whose answer makes claims its record does not back is marked, here and without a terminal", () => {
+    const view = TreeView.empty()
+    const other = { id: "agent_d", parent: "agent_r", description: "Honest" }
+    TreeView.apply(view, event("started", 0, root))
+    TreeView.apply(view, event("started", 1, child))
+    TreeView.apply(view, event("started", 1, other))
+    const marked = event("completed", 1001, child, { unverified: 2 })
+    TreeView.apply(view, marked)
+    TreeView.apply(view, event("completed", 1001, other))
+    const rows = TreeView.render(view, { now: 2000 })
+    assert.include(rows[1], "✓ explore \"Map the repository layout\" completed 1.0s ! 2 unverified claims", rows[1])
+    assert.notInclude(rows[2], "unverified", rows[2])
+    assert.include(TreeView.progressLine(view, marked), "completed 1.0s ! 2 unverified claims")
+    // Resumed and completed again with every claim backed: the mark goes.
+    TreeView.apply(view, event("started", 3000, child))
+    TreeView.apply(view, event("completed", 4000, child))
+    assert.notInclude(TreeView.render(view, { now: 5000 })[1], "unverified")
+  })
+
   it("without a terminal: one line per event, a multi-line reason on one line", () => {
     const view = TreeView.empty()
     const failed = event("retry", 10, child, {

@@ -26,6 +26,7 @@ import {
   AgentLoop,
   AgentSteps,
   AgentTools,
+  Claims,
   Models,
   Permission,
   Roles,
@@ -522,7 +523,16 @@ const modelStep = (run: RunContext, progress: Progress) =>
       result.usage,
       final
         ? {
-          update: { status: "completed", text: result.text, reason: null, steps: step + 1, toolCalls: toolCallsBefore },
+          update: {
+            status: "completed",
+            text: result.text,
+            // Its claims checked against the conversation that led to the answer (core's Claims,
+            // as the embedded engine checks them over its session's transcript).
+            claims: Claims.ofAnswer(result.text, messages),
+            reason: null,
+            steps: step + 1,
+            toolCalls: toolCallsBefore
+          },
           release: run.capped
         }
         : undefined,
@@ -556,8 +566,13 @@ const finish = (run: RunContext, progress: Progress, exit: Exit.Exit<AgentLoop.L
     const { agentId } = run.payload
     if (!(Exit.isSuccess(exit) && progress.ended)) {
       const outcome = Exit.isSuccess(exit)
-        ? { status: "completed" as const, text: exit.value.text, reason: null }
-        : { status: "failed" as const, text: null, reason: failureReason(exit.cause) }
+        ? {
+          status: "completed" as const,
+          text: exit.value.text,
+          claims: Claims.ofAnswer(exit.value.text, exit.value.messages),
+          reason: null
+        }
+        : { status: "failed" as const, text: null, claims: null, reason: failureReason(exit.cause) }
       const rest = takeUnwritten(run)
       yield* txActivity({
         name: "finish",

@@ -159,7 +159,14 @@ export const resumeRow = (agentId: string, message: string) =>
       ...(row.grants === undefined ? {} : { grants: row.grants })
     }
     const executionId = yield* AgentWorkflow.executionId(next)
-    yield* store.update(agentId, { run: next.run, executionId, status: "pending", text: null, reason: null })
+    yield* store.update(agentId, {
+      run: next.run,
+      executionId,
+      status: "pending",
+      text: null,
+      claims: null,
+      reason: null
+    })
     return next
   })
 

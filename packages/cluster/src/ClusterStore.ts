@@ -15,6 +15,7 @@
  */
 import { Permission } from "@fibril/core"
 import { AgentStatus, isTerminal } from "@fibril/core/AgentStatus"
+import { ClaimsReport } from "@fibril/core/Claims"
 import * as Usage from "@fibril/core/Usage"
 import * as Prompt from "effect/ai/Prompt"
 import * as Clock from "effect/Clock"
@@ -80,7 +81,9 @@ export const AgentRow = Schema.Struct({
   usage: Schema.optionalKey(Usage.Usage),
   /** When the current run started and ended (ms since the epoch, the store's clock), as read. */
   startedAt: Schema.optionalKey(Schema.NullOr(Schema.Number)),
-  finishedAt: Schema.optionalKey(Schema.NullOr(Schema.Number))
+  finishedAt: Schema.optionalKey(Schema.NullOr(Schema.Number)),
+  /** The claims of its answer (`text`) checked against its transcript when its run completed. */
+  claims: Schema.optionalKey(ClaimsReport)
 })
 export type AgentRow = typeof AgentRow.Type
 
@@ -137,6 +140,8 @@ export interface AgentUpdate {
   readonly executionId?: string
   readonly prompt?: string
   readonly text?: string | null
+  /** With a completed answer: its claims checked (core's Claims); null clears them. */
+  readonly claims?: ClaimsReport | null
   readonly reason?: string | null
   readonly steps?: number
   readonly toolCalls?: number
@@ -152,7 +157,7 @@ export class StoreFailure extends Schema.TaggedError<StoreFailure>()("StoreFailu
 }
 
 /** The version of the `fibril_*` tables this code reads and writes. */
-export const schemaVersion = 4
+export const schemaVersion = 5
 
 export class SchemaMismatch extends Schema.TaggedError<SchemaMismatch>()("SchemaMismatch", {
   found: Schema.NullOr(Schema.Int),
@@ -310,17 +315,23 @@ export type StepOutcome =
 /** Tokens a step counts against budgets (as the embedded runtime: input + output). */
 export const stepTokens: (usage: Usage.Usage) => number = Usage.total
 
-const applyUpdate = (row: AgentRow, update: AgentUpdate): AgentRow => ({
-  ...row,
-  ...(update.status === undefined ? {} : { status: update.status }),
-  ...(update.run === undefined ? {} : { run: update.run }),
-  ...(update.executionId === undefined ? {} : { executionId: update.executionId }),
-  ...(update.prompt === undefined ? {} : { prompt: update.prompt }),
-  ...(update.text === undefined ? {} : { text: update.text }),
-  ...(update.reason === undefined ? {} : { reason: update.reason }),
-  ...(update.steps === undefined ? {} : { steps: update.steps }),
-  ...(update.toolCalls === undefined ? {} : { toolCalls: update.toolCalls })
-})
+const applyUpdate = (row: AgentRow, update: AgentUpdate): AgentRow => {
+  // A row has `claims` only as a key with a value: null in an update clears them.
+  const { claims, ...rest } = row
+  const kept = update.claims === undefined ? claims : update.claims ?? undefined
+  return {
+    ...rest,
+    ...(update.status === undefined ? {} : { status: update.status }),
+    ...(update.run === undefined ? {} : { run: update.run }),
+    ...(update.executionId === undefined ? {} : { executionId: update.executionId }),
+    ...(update.prompt === undefined ? {} : { prompt: update.prompt }),
+    ...(update.text === undefined ? {} : { text: update.text }),
+    ...(kept === undefined ? {} : { claims: kept }),
+    ...(update.reason === undefined ? {} : { reason: update.reason }),
+    ...(update.steps === undefined ? {} : { steps: update.steps }),
+    ...(update.toolCalls === undefined ? {} : { toolCalls: update.toolCalls })
+  }
+}
 
 const slotKey = (
   at: { readonly run: number; readonly step: number; readonly slot: number }

@@ -18,6 +18,7 @@
  * this manager provided: AgentWorkflow's `runTool`).
  */
 import * as AgentResult from "@fibril/core/AgentResult"
+import type * as Claims from "@fibril/core/Claims"
 import * as Models from "@fibril/core/Models"
 import * as Receipt from "@fibril/core/Receipt"
 import * as Roles from "@fibril/core/Roles"
@@ -47,9 +48,9 @@ type AgentView = SubAgentManager.AgentView
 /** The owner every cluster record names: the cluster, not a process. */
 export const owner = "cluster"
 
-/** A completed answer as a record keeps it (each part bounded, as the embedded records). */
-export const outcomeOf = (text: string): SubAgentRecord.Outcome =>
-  AgentResult.outcomeOf(text, SubAgentManager.defaultMaxResultChars)
+/** A completed answer as a record keeps it (each part bounded, as the embedded records), with its checked claims. */
+export const outcomeOf = (text: string, claims?: Claims.ClaimsReport | undefined): SubAgentRecord.Outcome =>
+  AgentResult.outcomeOf(text, SubAgentManager.defaultMaxResultChars, claims)
 
 const defined = (value: number | null | undefined) =>
   value === null || value === undefined ? undefined : Math.round(value)
@@ -87,7 +88,7 @@ export const recordOf = (row: AgentRow): SubAgentRecord.SubAgentRecord => {
     steps: row.steps,
     tool_calls: row.toolCalls,
     tokens: tokensOf(row),
-    ...(row.status === "completed" && row.text !== null ? { outcome: outcomeOf(row.text) } : {}),
+    ...(row.status === "completed" && row.text !== null ? { outcome: outcomeOf(row.text, row.claims) } : {}),
     transcript_handle: row.agentId,
     runs: [{
       run_id: SubAgentRecord.runId(row.agentId, row.run + 1),

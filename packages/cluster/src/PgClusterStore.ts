@@ -26,6 +26,7 @@ import {
   agentReads,
   attempt,
   decodeMessage,
+  encodeClaims,
   encodeMessage,
   fromDb,
   journalSql,
@@ -88,6 +89,8 @@ export const migrate = Effect.gen(function*() {
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_steps (execution_id text NOT NULL, name text NOT NULL,
     agent_id text NOT NULL, result text, at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (execution_id, name))`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_steps_agent ON fibril_steps (agent_id)`
+  // Version 5: a completed answer's checked claims (JSON).
+  yield* sql`ALTER TABLE fibril_agents ADD COLUMN IF NOT EXISTS claims text`
   yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 })
@@ -176,6 +179,7 @@ const agentWrites = (
           execution_id = COALESCE(${change.executionId ?? null}, execution_id),
           prompt = COALESCE(${change.prompt ?? null}, prompt),
           text = CASE WHEN ${change.text !== undefined} THEN ${change.text ?? null} ELSE text END,
+          claims = CASE WHEN ${change.claims !== undefined} THEN ${encodeClaims(change.claims)} ELSE claims END,
           reason = CASE WHEN ${change.reason !== undefined} THEN ${change.reason ?? null} ELSE reason END,
           steps = COALESCE(${change.steps ?? null}, steps),
           tool_calls = COALESCE(${change.toolCalls ?? null}, tool_calls),
@@ -336,6 +340,8 @@ const runSteps = (sql: SqlClient.SqlClient): Pick<Service, "startRun" | "beginSt
         UPDATE fibril_agents SET ${tokens}, last_progress = now(),
         status = CASE WHEN ${live} THEN COALESCE(${change.status ?? null}, status) ELSE status END,
         text = CASE WHEN ${live} AND ${change.text !== undefined} THEN ${change.text ?? null} ELSE text END,
+        claims = CASE WHEN ${live} AND ${change.claims !== undefined} THEN ${encodeClaims(change.claims)}
+          ELSE claims END,
         reason = CASE WHEN ${live} AND ${change.reason !== undefined} THEN ${change.reason ?? null} ELSE reason END,
         steps = CASE WHEN ${live} THEN COALESCE(${change.steps ?? null}, steps) ELSE steps END,
         tool_calls = CASE WHEN ${live} THEN COALESCE(${change.toolCalls ?? null}, tool_calls) ELSE tool_calls END,
@@ -352,6 +358,7 @@ const runSteps = (sql: SqlClient.SqlClient): Pick<Service, "startRun" | "beginSt
         UPDATE fibril_agents SET
         status = COALESCE(${change.status ?? null}, status),
         text = CASE WHEN ${change.text !== undefined} THEN ${change.text ?? null} ELSE text END,
+        claims = CASE WHEN ${change.claims !== undefined} THEN ${encodeClaims(change.claims)} ELSE claims END,
         reason = CASE WHEN ${change.reason !== undefined} THEN ${change.reason ?? null} ELSE reason END,
         steps = COALESCE(${change.steps ?? null}, steps),
         tool_calls = COALESCE(${change.toolCalls ?? null}, tool_calls),

@@ -29,6 +29,7 @@ import {
   agentReads,
   attempt,
   decodeMessage,
+  encodeClaims,
   encodeMessage,
   fromDb,
   journalSql,
@@ -48,7 +49,7 @@ export const migrate = Effect.gen(function*() {
     execution_id TEXT NOT NULL, text TEXT, reason TEXT, steps INTEGER NOT NULL DEFAULT 0,
     tool_calls INTEGER NOT NULL DEFAULT 0, tokens REAL NOT NULL DEFAULT 0,
     tokens_input REAL NOT NULL DEFAULT 0, tokens_output REAL NOT NULL DEFAULT 0,
-    tokens_cached REAL NOT NULL DEFAULT 0, grants TEXT, waiting_on TEXT,
+    tokens_cached REAL NOT NULL DEFAULT 0, grants TEXT, waiting_on TEXT, claims TEXT,
     run_started_at INTEGER, run_finished_at INTEGER, last_progress INTEGER,
     changed INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_parent ON fibril_agents (parent_id)`
@@ -72,6 +73,9 @@ export const migrate = Effect.gen(function*() {
     at INTEGER NOT NULL DEFAULT (CAST(strftime('%s', 'now') AS INTEGER) * 1000),
     PRIMARY KEY (execution_id, name))`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_steps_agent ON fibril_steps (agent_id)`
+  // Version 5: a completed answer's checked claims (JSON); a table made by version 4 lacks the column.
+  const columns = yield* sql<{ name: string }>`SELECT name FROM pragma_table_info('fibril_agents')`
+  if (!columns.some((column) => column.name === "claims")) yield* sql`ALTER TABLE fibril_agents ADD COLUMN claims TEXT`
   yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 })
@@ -168,6 +172,7 @@ const statements = (sql: SqlClient.SqlClient) => {
       sql`UPDATE fibril_agents SET
           status = COALESCE(${change.status ?? null}, status),
           text = CASE WHEN ${change.text !== undefined ? 1 : 0} THEN ${change.text ?? null} ELSE text END,
+        claims = CASE WHEN ${change.claims !== undefined ? 1 : 0} THEN ${encodeClaims(change.claims)} ELSE claims END,
           reason = CASE WHEN ${change.reason !== undefined ? 1 : 0} THEN ${change.reason ?? null} ELSE reason END,
           steps = COALESCE(${change.steps ?? null}, steps),
           tool_calls = COALESCE(${change.toolCalls ?? null}, tool_calls),
@@ -203,6 +208,7 @@ const agentWrites = (
         execution_id = COALESCE(${change.executionId ?? null}, execution_id),
         prompt = COALESCE(${change.prompt ?? null}, prompt),
         text = CASE WHEN ${change.text !== undefined ? 1 : 0} THEN ${change.text ?? null} ELSE text END,
+        claims = CASE WHEN ${change.claims !== undefined ? 1 : 0} THEN ${encodeClaims(change.claims)} ELSE claims END,
         reason = CASE WHEN ${change.reason !== undefined ? 1 : 0} THEN ${change.reason ?? null} ELSE reason END,
         steps = COALESCE(${change.steps ?? null}, steps),
         tool_calls = COALESCE(${change.toolCalls ?? null}, tool_calls),

@@ -17,6 +17,7 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import { SqlClient } from "effect/sql"
 import { mkdtempSync, rmSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -81,6 +82,12 @@ const row = (agentId: string): ClusterStore.AgentRow => ({
 const prompt = Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: "go" })] })
 const answer = Prompt.makeMessage("assistant", { content: [Prompt.makePart("text", { text: "done" })] })
 const usage = { input: 3, output: 4, cached: 1 }
+/** A completed answer's checked claims, as the final step writes them. */
+const claims = {
+  checked: 2,
+  verified: 1,
+  unverified: [{ claim: "a.ts:3", why: "it never read, grepped or wrote a.ts" }]
+}
 
 const contract = Effect.gen(function*() {
   const store = yield* ClusterStore.ClusterStore
@@ -106,13 +113,14 @@ const contract = Effect.gen(function*() {
   // A final answer's write ends the run and gives the permit back.
   assert.isTrue(yield* store.acquire("ag_a", 5))
   const finish = {
-    update: { status: "completed" as const, text: "done", reason: null, steps: 1, toolCalls: 0 },
+    update: { status: "completed" as const, text: "done", claims, reason: null, steps: 1, toolCalls: 0 },
     release: true
   }
   yield* store.recordStep("ag_a", [{ at: { run: 0, step: 0, slot: 100 }, message: answer }], usage, finish)
   const a = yield* store.get("ag_a")
   assert.strictEqual(a?.status, "completed")
   assert.strictEqual(a?.text, "done")
+  assert.deepStrictEqual(a?.claims, claims)
   assert.strictEqual(a?.steps, 1)
   assert.strictEqual(a?.tokens, 7)
   assert.deepStrictEqual(a?.usage, usage)
@@ -126,9 +134,16 @@ const contract = Effect.gen(function*() {
   assert.strictEqual(b?.status, "cancelled")
   assert.strictEqual(b?.reason, "stop")
   assert.strictEqual(b?.text, null)
+  assert.isUndefined(b?.claims)
   assert.strictEqual(b?.tokens, 7)
   assert.deepStrictEqual(yield* store.transcript("ag_b"), [prompt, answer])
   assert.deepStrictEqual(yield* store.permits, [])
+
+  // A resume clears the claims with the answer; an update that does not name them keeps them.
+  yield* store.update("ag_a", { steps: 1 })
+  assert.deepStrictEqual((yield* store.get("ag_a"))?.claims, claims)
+  yield* store.update("ag_a", { text: null, claims: null })
+  assert.isUndefined((yield* store.get("ag_a"))?.claims)
 
   // Without `start` the age is read; without `finish` the status is left alone.
   yield* store.update("ag_a", { status: "running" })
@@ -379,4 +394,33 @@ describe("ClusterStore rows share core's AgentStatus and Usage", () => {
     assert.isTrue(Result.isFailure(Schema.decodeUnknownResult(SubAgentRecord.SubAgentRecord.fields.tokens)(fractional)))
     assert.strictEqual(ClusterStore.stepTokens({ input: 3, output: 2, cached: 1 }), 5)
   })
+})
+
+// Schema version 5 added the `claims` column: `migrate` adds it to a version 4 SQLite file.
+describe("ClusterStore schema version 5", () => {
+  it.live("migrate adds the claims column to a version 4 SQLite file, and rows keep claims", () =>
+    Effect.gen(function*() {
+      const file = path.join(sqliteDir, `store${sqliteFiles++}.db`)
+      yield* Effect.provide(
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          yield* SqliteClusterStore.migrate
+          yield* sql`ALTER TABLE fibril_agents DROP COLUMN claims`
+          yield* sql`UPDATE fibril_meta SET value = '4' WHERE key = 'schema_version'`
+          assert.isTrue(Exit.isFailure(yield* Effect.exit(SqliteClusterStore.checkSchema)))
+          yield* SqliteClusterStore.migrate
+          yield* SqliteClusterStore.checkSchema
+          yield* Effect.provide(
+            Effect.gen(function*() {
+              const store = yield* ClusterStore.ClusterStore
+              yield* store.insert(row("ag_v5"))
+              yield* store.finishRun("ag_v5", { status: "completed", text: "done", claims }, false)
+              assert.deepStrictEqual((yield* store.get("ag_v5"))?.claims, claims)
+            }),
+            SqliteClusterStore.layer
+          )
+        }),
+        Sqlite.layer(file)
+      )
+    }))
 })

@@ -46,6 +46,8 @@ const assertShape = (value: unknown, expected: Shape, what: string) =>
 
 const tokens = { input: "number", output: "number", cached: "number" }
 const sections = { changes: "string", evidence: "string", risks: "string", blockers: "string" }
+/** A completed answer's checked claims (none in `report`'s answers: ClaimsContract.test.ts checks them). */
+const claims = { checked: "number", verified: "number", unverified: [] }
 
 /** `task`'s result. */
 const TaskResult = {
@@ -55,6 +57,7 @@ const TaskResult = {
   summary: "string",
   sections,
   contract_violations: [],
+  claims,
   tool_calls: "number",
   steps: "number",
   tokens,
@@ -86,6 +89,7 @@ const Finished = {
   summary: "string",
   sections,
   contract_violations: [],
+  claims,
   steps: "number",
   tool_calls: "number",
   tokens,
@@ -94,8 +98,11 @@ const Finished = {
   transcript_handle: "string"
 }
 
-/** One that ended without an answer (cancelled): a reason, no sections. */
-const { sections: _, ...withoutSections } = Finished
+/** A `task` result without an answer (failed): no claims to check. */
+const { claims: _claims, ...FailedTask } = TaskResult
+
+/** One that ended without an answer (cancelled): a reason, no sections, no claims. */
+const { sections: _, claims: _unchecked, ...withoutSections } = Finished
 const Stopped = { ...withoutSections, reason: "string" }
 
 /** One still running: no answer, no duration. */
@@ -195,7 +202,7 @@ const contract = (engine: Engine) => {
       assert.strictEqual(run.text, "handled it")
       const [task] = run.toolResults
       assert.isFalse(task!.isFailure, JSON.stringify(task))
-      assertShape(task!.result, TaskResult, "task")
+      assertShape(task!.result, FailedTask, "task")
       const result = task!.result as { status: string; summary: string }
       assert.strictEqual(result.status, "failed")
       assert.include(result.summary, "provider says no")
@@ -724,7 +731,7 @@ const contract = (engine: Engine) => {
       const [steps, cost] = run.toolResults
       for (const [task, budget] of [[steps!, "max_steps"], [cost!, "max_tokens"]] as const) {
         assert.isFalse(task.isFailure, JSON.stringify(task))
-        assertShape(task.result, TaskResult, `task over ${budget}`)
+        assertShape(task.result, FailedTask, `task over ${budget}`)
         const result = task.result as { status: string; summary: string }
         assert.strictEqual(result.status, "failed")
         assert.include(result.summary, budget)

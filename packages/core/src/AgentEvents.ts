@@ -57,6 +57,11 @@ export interface AgentEvent {
   readonly text?: string | undefined
   /** For a successful tool_result of a writing tool: the workspace paths it was given (as given). */
   readonly changed?: ReadonlyArray<string> | undefined
+  /**
+   * For `completed`: how many claims of its answer its own record does not back (Claims), when
+   * some were checked. A progress view marks such an agent; the claims are in its result.
+   */
+  readonly unverified?: number | undefined
 }
 
 export const isTerminal = (type: EventType): boolean =>

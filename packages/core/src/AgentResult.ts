@@ -9,6 +9,7 @@
  * `undefined`: structured MCP content is JSON, and a model reads the same JSON.
  */
 import * as Schema from "effect/Schema"
+import { ClaimsReport } from "./Claims.ts"
 import * as OutputContract from "./OutputContract.ts"
 import * as Receipt from "./Receipt.ts"
 import {
@@ -40,10 +41,11 @@ export const bound = (text: string, max: number): string => {
 
 /**
  * A final answer as a record keeps it: the text, the summary and the five sections parsed
- * (OutputContract), each part bounded by `max`, and the contract's violations. Both engines
- * turn an agent's answer into its outcome here.
+ * (OutputContract), each part bounded by `max`, the contract's violations, and its claims
+ * checked (`Claims.ofAnswer`, over the whole answer and transcript). Both engines turn an
+ * agent's answer into its outcome here.
  */
-export const outcomeOf = (text: string, max: number): Outcome => {
+export const outcomeOf = (text: string, max: number, claims?: ClaimsReport | undefined): Outcome => {
   const parsed = OutputContract.parse(text)
   const sections = parsed.sections
   return {
@@ -56,7 +58,8 @@ export const outcomeOf = (text: string, max: number): Outcome => {
       risks: bound(sections.risks, max),
       blockers: bound(sections.blockers, max)
     },
-    contract_violations: parsed.violations.map((violation) => violation.message)
+    contract_violations: parsed.violations.map((violation) => violation.message),
+    ...(claims === undefined ? {} : { claims })
   }
 }
 
@@ -80,6 +83,8 @@ export const AgentResult = Schema.Struct({
   summary: Schema.String,
   sections: Schema.optionalKey(ResultSections),
   contract_violations: Schema.Array(Schema.String),
+  /** A finished agent's EVIDENCE and CHANGES checked against what it did (docs/subagents.md). */
+  claims: Schema.optionalKey(ClaimsReport),
   steps: Schema.Int,
   tool_calls: Schema.Int,
   tokens: Usage.Usage,
@@ -90,6 +95,9 @@ export const AgentResult = Schema.Struct({
   from_prior_session: Schema.optionalKey(Schema.Boolean)
 })
 export type AgentResult = typeof AgentResult.Type
+
+const claimsOf = (agent: AgentView): { readonly claims?: ClaimsReport } =>
+  agent.outcome?.claims === undefined ? {} : { claims: agent.outcome.claims }
 
 /** An agent's state or result: the record without bookkeeping, the outcome flattened. */
 export const of = (agent: AgentView): AgentResult => {
@@ -105,6 +113,7 @@ export const of = (agent: AgentView): AgentResult => {
     summary: agent.outcome?.summary ?? "",
     ...(agent.outcome === undefined ? {} : { sections: resultSections(agent.outcome.sections) }),
     contract_violations: agent.outcome?.contract_violations ?? [],
+    ...claimsOf(agent),
     steps: agent.steps,
     tool_calls: agent.tool_calls,
     tokens: agent.tokens,
@@ -127,6 +136,8 @@ export const TaskResult = Schema.Struct({
   /** CHANGES, EVIDENCE, RISKS, BLOCKERS; SUMMARY is `summary`. */
   sections: ResultSections,
   contract_violations: Schema.Array(Schema.String),
+  /** Its EVIDENCE and CHANGES checked against what it did: unverified claims never fail a result. */
+  claims: Schema.optionalKey(ClaimsReport),
   tool_calls: Schema.Int,
   steps: Schema.Int,
   tokens: Usage.Usage,
@@ -147,6 +158,7 @@ export const task = (agent: AgentView): TaskResult => ({
   summary: agent.outcome?.summary ?? agent.reason ?? "",
   sections: agent.outcome === undefined ? emptySections : resultSections(agent.outcome.sections),
   contract_violations: agent.outcome?.contract_violations ?? [],
+  ...claimsOf(agent),
   tool_calls: agent.tool_calls,
   steps: agent.steps,
   tokens: agent.tokens,

@@ -21,6 +21,7 @@
 import * as Schema from "effect/Schema"
 import * as SchemaJITCompiler from "effect/schema/SchemaJITCompiler"
 import { AgentStatus as Status, isTerminal, terminal as terminalStatuses } from "./AgentStatus.ts"
+import { ClaimsReport } from "./Claims.ts"
 import * as Names from "./internal/names.ts"
 import { RulesJson } from "./Permission.ts"
 import * as Usage from "./Usage.ts"
@@ -39,7 +40,9 @@ export const Outcome = Schema.Struct({
     risks: Schema.String,
     blockers: Schema.String
   }),
-  contract_violations: Schema.Array(Schema.String)
+  contract_violations: Schema.Array(Schema.String),
+  /** Its EVIDENCE and CHANGES checked against its transcript (Claims); absent in records from before. */
+  claims: Schema.optionalKey(ClaimsReport)
 })
 export type Outcome = typeof Outcome.Type
 

@@ -320,6 +320,7 @@ describe("SubAgentManager edges", () => {
         summary: "all good",
         sections: { changes: "none", evidence: "none", risks: "none", blockers: "none" },
         contract_violations: [],
+        claims: { checked: 0, verified: 0, unverified: [] },
         steps: 1,
         tool_calls: 0,
         tokens: done.tokens,

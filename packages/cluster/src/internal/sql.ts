@@ -5,6 +5,7 @@
  * becomes a `StoreFailure`. It imports `ClusterStore`'s types; nothing there imports it.
  */
 import type { AgentStatus } from "@fibril/core/AgentStatus"
+import { ClaimsReport } from "@fibril/core/Claims"
 import * as Prompt from "effect/ai/Prompt"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
@@ -45,6 +46,8 @@ export interface AgentDbRow {
   readonly run_started_at: unknown
   readonly run_finished_at: unknown
   readonly grants: string | null
+  /** The checked claims of a completed answer (JSON), from schema version 5. */
+  readonly claims?: string | null
 }
 
 /** A timestamp as the driver gives it (a Date, or text), in ms since the epoch. */
@@ -56,6 +59,18 @@ const millis = (value: unknown): number | null => {
 }
 
 const decodeGrants = Schema.decodeUnknownSync(Schema.fromJsonString(Schema.Array(Grant)))
+const decodeClaims = Schema.decodeUnknownOption(Schema.fromJsonString(ClaimsReport))
+
+/** An update's claims as the `claims` column keeps them (JSON); null clears them. */
+export const encodeClaims = (claims: ClaimsReport | null | undefined): string | null =>
+  claims === null || claims === undefined ? null : JSON.stringify(claims)
+
+// Claims that no longer decode (a newer writer's shape) are left out, not a failed read.
+const claimsOf = (row: AgentDbRow): { readonly claims?: ClaimsReport } => {
+  if (row.claims === null || row.claims === undefined) return {}
+  const decoded = decodeClaims(row.claims)
+  return decoded._tag === "Some" ? { claims: decoded.value } : {}
+}
 
 /** An agent's row from its SQL row. */
 export const fromDb = (row: AgentDbRow): AgentRow => ({
@@ -84,7 +99,8 @@ export const fromDb = (row: AgentDbRow): AgentRow => ({
     cached: Number(row.tokens_cached ?? 0)
   },
   startedAt: millis(row.run_started_at),
-  finishedAt: millis(row.run_finished_at)
+  finishedAt: millis(row.run_finished_at),
+  ...claimsOf(row)
 })
 
 /** A transcript message as a SQL store keeps it (JSON). */

@@ -9,6 +9,7 @@ import type * as Effect from "effect/Effect"
 import type * as Fiber from "effect/Fiber"
 import type * as Scope from "effect/Scope"
 import type { AgentEvent, AgentSnapshot } from "../AgentEvents.ts"
+import type { ClaimsReport } from "../Claims.ts"
 import type * as Permission from "../Permission.ts"
 import type { ToolView } from "../ToolRegistry.ts"
 import type { MutableUsage, Usage } from "../Usage.ts"
@@ -36,6 +37,8 @@ export interface RunEnd {
   readonly usageSteps: { readonly reported: number; readonly estimated: number }
   /** Takes the messages delivered that the run never read (it ended first): the inbox is emptied. */
   readonly takeUnread: () => ReadonlyArray<string>
+  /** A completed run's answer, its claims checked against the conversation (Claims.ofAnswer). */
+  readonly claims?: ClaimsReport | undefined
 }
 
 /**
@@ -137,5 +140,6 @@ export const eventOf = (state: SessionState, event: Omit<AgentEvent, "agent" | "
   if ("isFailure" in event) out.isFailure = event.isFailure
   if ("changed" in event) out.changed = event.changed
   if ("text" in event) out.text = event.text
+  if ("unverified" in event) out.unverified = event.unverified
   return out
 }

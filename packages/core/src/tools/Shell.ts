@@ -25,9 +25,11 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import * as GitStatus from "../internal/gitStatus.ts"
 import { text } from "../internal/resource.ts"
 import * as Sandbox from "../Sandbox.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
+import { Workspace } from "../Workspace.ts"
 import { describe } from "./Common.ts"
 
 export const name = "shell"
@@ -80,6 +82,12 @@ export interface Result {
   readonly stderr: string
   readonly timed_out: boolean
   readonly sandbox: Sandbox.Confinement
+  /**
+   * The workspace files the command changed, as `git status` before and after it shows them
+   * (workspace-relative): present only for a command that may write, in a git work tree.
+   * Whatever else changed the workspace while it ran is listed too.
+   */
+  readonly changed?: ReadonlyArray<string>
 }
 
 export interface Options {
@@ -127,6 +135,37 @@ type Capture = ReturnType<typeof makeCapture>
 const drain = (stream: Stream.Stream<Uint8Array, unknown>, capture: Capture) =>
   Stream.runForEach(stream, (bytes) => Effect.sync(() => capture.append(bytes))).pipe(Effect.ignore)
 
+/** How long a `git status` may take before the comparison is given up. */
+const gitTimeout = Duration.seconds(5)
+
+/**
+ * Runs a script for GitStatus as the agent's command ran: read-only in the sandbox, or
+ * unconfined when the command was (`none`: git can then do nothing the command could not).
+ */
+const gitRun = (
+  sandbox: Sandbox.Sandbox["Service"],
+  confinement: Sandbox.Confinement,
+  policy: Sandbox.Policy
+): GitStatus.Run =>
+(script) =>
+  Effect.gen(function*() {
+    const readOnly: Sandbox.Policy = confinement === "none"
+      ? policy
+      : { ...policy, mode: "read-only", network: false, writable: [] }
+    const launched = yield* sandbox.launch(readOnly, script, { stdin: "ignore", stderr: "ignore" })
+    const { handle } = yield* sandbox.spawn(launched)
+    const [output, code] = yield* Effect.all(
+      [Stream.mkString(Stream.decodeText(handle.stdout)), handle.exitCode],
+      { concurrency: "unbounded" }
+    )
+    return Number(code) === 0 ? Option.some(output) : Option.none<string>()
+  }).pipe(
+    Effect.scoped,
+    Effect.timeoutOption(gitTimeout),
+    Effect.map(Option.flatten),
+    Effect.orElseSucceed(() => Option.none<string>())
+  )
+
 export const definition = (options: Options) =>
   ToolRegistry.define({
     name,
@@ -147,6 +186,12 @@ export const definition = (options: Options) =>
         killSignal: "SIGTERM",
         forceKillAfter
       })
+      // A command that may write is bracketed by `git status` (in a git work tree): what it
+      // changed is in its result, where Claims finds a change its agent lists under CHANGES.
+      // git runs confined like the command, but read-only (internal/gitStatus.ts says why).
+      const workspace = yield* Workspace
+      const status = launch.sandbox === "read-only" ? undefined : gitRun(sandbox, launch.sandbox, policy)
+      const before = status === undefined ? undefined : yield* GitStatus.snapshot(status)
       const timeoutMs = Math.min(params.timeout_ms ?? options.shellTimeoutSecs * 1000, maxTimeoutMs)
       const stdout = makeCapture(options.maxOutputChars)
       const stderr = makeCapture(options.maxOutputChars)
@@ -185,6 +230,12 @@ export const definition = (options: Options) =>
         timed_out: Option.isNone(outcome),
         sandbox: launch.sandbox
       }
-      return result
+      if (status === undefined || before === undefined) return result
+      const after = yield* GitStatus.snapshot(status)
+      if (after === undefined) return result
+      const changed = GitStatus.changedBetween(before, after).flatMap((path) =>
+        workspace.containsLexically(path) ? [workspace.relative(path)] : []
+      )
+      return { ...result, changed }
     })
   })

@@ -18,6 +18,7 @@ import * as Exit from "effect/Exit"
 import type * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import { bound, outcomeOf } from "../../AgentResult.ts"
+import type { ClaimsReport } from "../../Claims.ts"
 import { nowMillis } from "../../internal/clock.ts"
 import * as Names from "../../internal/names.ts"
 import * as Transcript from "../../internal/transcript.ts"
@@ -293,7 +294,8 @@ export const keepFiber = (agent: LiveAgent, fiber: Fiber.Fiber<unknown, unknown>
 const outcomeInto = (
   ctx: ManagerContext,
   agent: LiveAgent,
-  exit: Exit.Exit<{ readonly text: string }, unknown>
+  exit: Exit.Exit<{ readonly text: string }, unknown>,
+  claims: ClaimsReport | undefined
 ): "completed" | "failed" | "cancelled" | "interrupted" => {
   const record = agent.record
   const max = ctx.maxResultChars
@@ -302,7 +304,7 @@ const outcomeInto = (
     // whole answer is in the transcript.
     record.status = "completed"
     delete record.reason
-    record.outcome = outcomeOf(exit.value.text, max)
+    record.outcome = outcomeOf(exit.value.text, max, claims)
     return record.status
   }
   if (Cause.hasInterruptsOnly(exit.cause)) {
@@ -329,6 +331,8 @@ const finish = (ctx: ManagerContext, agent: LiveAgent, exit: Exit.Exit<{ readonl
     const end = agent.ended
     agent.ended = undefined
     let unread: ReadonlyArray<string>
+    // A completed answer's claims, checked by the run as it ended (Session: Claims.ofAnswer).
+    const claims = end?.claims
     if (end !== undefined) {
       countsInto(record, end)
       unread = end.takeUnread()
@@ -337,7 +341,7 @@ const finish = (ctx: ManagerContext, agent: LiveAgent, exit: Exit.Exit<{ readonl
       unread = yield* ctx.session.takeUnread(record.agent_id)
     }
     record.finished_at = nowMillis()
-    const status = outcomeInto(ctx, agent, exit)
+    const status = outcomeInto(ctx, agent, exit, claims)
     Receipt.unread(
       record,
       unread.length,

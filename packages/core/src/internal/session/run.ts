@@ -11,6 +11,7 @@ import * as Effect from "effect/Effect"
 import * as Scope from "effect/Scope"
 import type { AgentEvent, AgentEvents } from "../../AgentEvents.ts"
 import * as AgentLoop from "../../AgentLoop.ts"
+import * as Claims from "../../Claims.ts"
 import { BudgetExceeded } from "../../loop/BudgetExceeded.ts"
 import type { ModelCallFailed } from "../../loop/CallModel.ts"
 import * as ModelSteps from "../../loop/ModelStep.ts"
@@ -41,7 +42,7 @@ export interface SessionContext {
   /** The tool pipeline's dependencies for an observer. */
   readonly depsFor: (observer: RunObserver | undefined) => RunToolsDeps
   /** What a run leaves its owner (RunObserver.onEnd). */
-  readonly runEnd: (state: SessionState) => RunEnd
+  readonly runEnd: (state: SessionState, claims?: Claims.ClaimsReport | undefined) => RunEnd
 }
 
 const userMessage = Parts.userText
@@ -87,14 +88,15 @@ export const context = (services: {
   }
 
   /** What a run leaves its owner (RunObserver.onEnd). */
-  const runEnd = (state: SessionState): RunEnd => ({
+  const runEnd = (state: SessionState, claims?: Claims.ClaimsReport | undefined): RunEnd => ({
     model: state.model,
     steps: state.steps,
     toolCalls: state.toolCalls,
     lastTool: state.lastTool,
     treeUsage: Usage.snapshot(state.treeUsage),
     usageSteps: { reported: state.usageSteps.reported, estimated: state.usageSteps.estimated },
-    takeUnread: () => state.inbox.length === 0 ? [] : state.inbox.splice(0)
+    takeUnread: () => state.inbox.length === 0 ? [] : state.inbox.splice(0),
+    claims
   })
 
   // Events are published at once, inside the step that has the news (no Effect per event);
@@ -146,6 +148,9 @@ const closeDanglingCalls = (state: SessionState): Prompt.ToolMessage | undefined
   state.messages.push(message)
   return message
 }
+
+/** The event of a completed run whose claims all hold (or that made none): one object for all. */
+const completed = { type: "completed" } as const
 
 /** `prompt` over the sessions of `ctx`. */
 export const make = (ctx: SessionContext) => {
@@ -313,12 +318,16 @@ export const make = (ctx: SessionContext) => {
         state.busy = false
         state.scope = undefined
         state.modelCall = undefined
-        if (exit._tag === "Success") emit(state, { type: "completed" })
+        // A completed answer's claims are checked here, once, over the whole conversation: the
+        // event says how many its record does not back, the owner keeps the report (RunEnd).
+        const claims = exit._tag === "Success" ? Claims.ofAnswer(exit.value.text, state.messages) : undefined
+        const unverified = claims === undefined ? 0 : claims.checked - claims.verified
+        if (exit._tag === "Success") emit(state, unverified === 0 ? completed : { type: "completed", unverified })
         else if (!Cause.hasInterruptsOnly(exit.cause)) {
           emit(state, { type: "failed", reason: describeFailure(exit.cause) })
         } else if (state.cancelReason === undefined) emit(state, { type: "interrupted", reason: "interrupted" })
         else emit(state, { type: "cancelled", reason: state.cancelReason })
-        state.observer?.onEnd?.(state.id, runEnd(state))
+        state.observer?.onEnd?.(state.id, runEnd(state, claims))
       }
       // Run uninterruptibly (the default of `onExitPrimitive`, as of `onExit`), as `closeUnsafe`
       // asks. A scope nothing was forked into (the usual run: no background child) is closed at
