@@ -42,6 +42,7 @@ import * as SpawnPlan from "./SpawnPlan.ts"
 import { ToolRegistry } from "./ToolRegistry.ts"
 import * as Usage from "./Usage.ts"
 import { Workspace } from "./Workspace.ts"
+import * as OutputSchema from "./OutputSchema.ts"
 
 export { BudgetExceeded }
 export { ModelCallFailed } from "./loop/CallModel.ts"
@@ -81,7 +82,7 @@ export const forkMarker = "[fork]"
 
 export { describeFailure, SessionBusy, SessionNotFound }
 
-export type PromptError = SessionNotFound | SessionBusy | ModelCallFailed | BudgetExceeded
+export type PromptError = SessionNotFound | SessionBusy | ModelCallFailed | BudgetExceeded | OutputSchema.OutputInvalid
 
 export interface SessionInfo {
   readonly id: string
@@ -112,6 +113,8 @@ export interface PromptResult {
   readonly toolCalls: number
   /** Usage of this prompt only (own model calls). */
   readonly usage: Usage.Usage
+  /** With an output schema: the decoded answer (`text` is its compact JSON). */
+  readonly output?: unknown
 }
 
 /** A message of a transcript (the `effect/ai` prompt message). */
@@ -148,6 +151,8 @@ export interface ChildOptions {
   /** Start from the parent's last request, byte-identical, so a prefix cache is reused. */
   readonly forkContext?: boolean | undefined
   readonly budgets?: Partial<Budgets> | undefined
+  /** A typed result (`output_schema`): its runs end with an answer decoded against it. */
+  readonly output?: OutputSchema.Compiled | undefined
   /**
    * Who takes part in its runs. A parent that has none is observed by its child's from then
    * on: an embedder's own root (`session.create`) waits for the background children a
@@ -355,7 +360,10 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
       messages,
       description: options.description,
       budgets: childBudgets(options.budgets),
-      observer: options.observer
+      observer: options.observer,
+      output: options.output === undefined
+        ? undefined
+        : { compiled: options.output, via: OutputSchema.viaOf(languageModel) }
     })
     // An embedder's own root is observed by the manager that runs its first child from then
     // on (it waits for its background children); an observer, once set, is never replaced.

@@ -12,6 +12,7 @@ import type { AgentEvent, AgentSnapshot } from "../AgentEvents.ts"
 import type * as Permission from "../Permission.ts"
 import type { ToolView } from "../ToolRegistry.ts"
 import type { MutableUsage, Usage } from "../Usage.ts"
+import type * as OutputSchema from "../OutputSchema.ts"
 
 /** Limits on one prompt run of a session; the tree budget is checked against the root's usage. */
 export interface Budgets {
@@ -107,6 +108,8 @@ export interface SessionState {
    * of the first child a manager creates under it. Never replaced once set.
    */
   observer: RunObserver | undefined
+  /** A typed result (`output_schema`): the loop decodes the final answer against it. */
+  readonly output: OutputSchema.Check | undefined
 }
 
 export const snapshot = (state: SessionState): AgentSnapshot => ({
