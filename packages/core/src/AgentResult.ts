@@ -43,7 +43,9 @@ export const bound = (text: string, max: number): string => {
  * (OutputContract), each part bounded by `max`, and the contract's violations. Both engines
  * turn an agent's answer into its outcome here.
  */
-export const outcomeOf = (text: string, max: number): Outcome => {
+export const outcomeOf = (text: string, max: number, output?: unknown): Outcome => {
+  // A typed result is its value: no sections to parse (the text is the value's JSON).
+  if (output !== undefined) return typedOutcome(text, max, output)
   const parsed = OutputContract.parse(text)
   const sections = parsed.sections
   return {
@@ -59,6 +61,20 @@ export const outcomeOf = (text: string, max: number): Outcome => {
     contract_violations: parsed.violations.map((violation) => violation.message)
   }
 }
+
+const noSections = { summary: "", changes: "", evidence: "", risks: "", blockers: "" }
+
+const typedOutcome = (text: string, max: number, output: unknown): Outcome => ({
+  text: bound(text, max),
+  summary: "",
+  sections: noSections,
+  contract_violations: [],
+  output
+})
+
+/** A typed result's value, as a view carries it (no sections beside it: the value is the result). */
+const outputOf = (agent: AgentView) =>
+  agent.outcome?.output === undefined ? undefined : { output: agent.outcome.output }
 
 const durationOf = (agent: AgentView): number | undefined =>
   agent.started_at !== undefined && agent.finished_at !== undefined ? agent.finished_at - agent.started_at : undefined
@@ -79,6 +95,8 @@ export const AgentResult = Schema.Struct({
   reason: Schema.optionalKey(Schema.String),
   summary: Schema.String,
   sections: Schema.optionalKey(ResultSections),
+  /** With `output_schema`: the result, decoded against it (then there are no `sections`). */
+  output: Schema.optionalKey(Schema.Unknown),
   contract_violations: Schema.Array(Schema.String),
   steps: Schema.Int,
   tool_calls: Schema.Int,
@@ -103,7 +121,7 @@ export const of = (agent: AgentView): AgentResult => {
     status: agent.status,
     ...(agent.reason === undefined ? {} : { reason: agent.reason }),
     summary: agent.outcome?.summary ?? "",
-    ...(agent.outcome === undefined ? {} : { sections: resultSections(agent.outcome.sections) }),
+    ...(agent.outcome === undefined ? {} : outputOf(agent) ?? { sections: resultSections(agent.outcome.sections) }),
     contract_violations: agent.outcome?.contract_violations ?? [],
     steps: agent.steps,
     tool_calls: agent.tool_calls,
@@ -124,8 +142,10 @@ export const TaskResult = Schema.Struct({
   description: Schema.String,
   status: Schema.Literals(["completed", "failed", "cancelled"]),
   summary: Schema.String,
-  /** CHANGES, EVIDENCE, RISKS, BLOCKERS; SUMMARY is `summary`. */
-  sections: ResultSections,
+  /** CHANGES, EVIDENCE, RISKS, BLOCKERS; SUMMARY is `summary`. Absent with `output`. */
+  sections: Schema.optionalKey(ResultSections),
+  /** With `output_schema`: the result, decoded against it (the parent gets this JSON only). */
+  output: Schema.optionalKey(Schema.Unknown),
   contract_violations: Schema.Array(Schema.String),
   tool_calls: Schema.Int,
   steps: Schema.Int,
@@ -145,7 +165,8 @@ export const task = (agent: AgentView): TaskResult => ({
   description: agent.description,
   status: agent.status === "completed" ? "completed" : agent.status === "cancelled" ? "cancelled" : "failed",
   summary: agent.outcome?.summary ?? agent.reason ?? "",
-  sections: agent.outcome === undefined ? emptySections : resultSections(agent.outcome.sections),
+  ...(outputOf(agent) ??
+    { sections: agent.outcome === undefined ? emptySections : resultSections(agent.outcome.sections) }),
   contract_violations: agent.outcome?.contract_violations ?? [],
   tool_calls: agent.tool_calls,
   steps: agent.steps,

@@ -22,6 +22,13 @@ import * as Schema from "effect/Schema"
 /** A JSON Schema object as a caller gives it. */
 export type JsonSchema = { readonly [key: string]: unknown }
 
+/** `output_schema` as the `task` and `agent_spawn` tools take it. */
+export const Parameter = Schema.Record(Schema.String, Schema.Unknown).annotate({
+  description: "A JSON Schema (type object) the result must match: the result is then this data, as `output`, " +
+    "instead of the five text sections. Supported: type, properties, required, additionalProperties (bool), " +
+    "items, enum, const, description, min/maxLength, min/maxItems, minimum/maximum; nullable via a type array."
+})
+
 /** The keywords this subset reads (anything else is refused, with its path). */
 export const supported: ReadonlyArray<string> = [
   "type (object, array, string, number, integer, boolean, null, or an array of them for nullable)",
@@ -288,10 +295,15 @@ export const finalAnswerTool = "final_answer"
 /** What the child is told, after its task: how to finish. */
 export const instruction = (compiled: Compiled, via: "tool" | "provider"): string =>
   via === "tool"
-    ? `When you are done, call the ${finalAnswerTool} tool once with your result as its arguments ` +
-      `(they must match its schema); do not write the result as text.`
-    : `When you are done, answer with only a JSON object matching this JSON Schema (no other text):\n` +
+    ? `Your result is data, not the SUMMARY/CHANGES/EVIDENCE/RISKS/BLOCKERS sections: when you are done, ` +
+      `call the ${finalAnswerTool} tool once with your result as its arguments (they must match its schema).`
+    : `Your result is data, not the SUMMARY/CHANGES/EVIDENCE/RISKS/BLOCKERS sections: when you are done, ` +
+      `answer with only a JSON object matching this JSON Schema (no other text):\n` +
       JSON.stringify(compiled.jsonSchema)
+
+/** A child's task, with how to finish when its result is typed. */
+export const taskMessage = (prompt: string, output: Check | undefined): string =>
+  output === undefined ? prompt : `${prompt}\n\n${instruction(output.compiled, output.via)}`
 
 /** The repair turn's message: what did not match, and how to answer again. */
 export const repairMessage = (errors: string, via: "tool" | "provider"): string =>

@@ -103,6 +103,8 @@ export interface SessionInfo {
   readonly waitingOnModel: boolean
   /** Its effective permissions now. */
   readonly rules: Permission.Rules
+  /** A typed result's schema, and how its model is told to finish (OutputSchema.instruction). */
+  readonly output?: OutputSchema.Check | undefined
 }
 
 export interface PromptResult {
@@ -234,7 +236,8 @@ const info = (state: SessionState): SessionInfo => ({
   usageSteps: { reported: state.usageSteps.reported, estimated: state.usageSteps.estimated },
   running: state.busy,
   waitingOnModel: state.modelCall !== undefined,
-  rules: state.rules
+  rules: state.rules,
+  ...(state.output === undefined ? {} : { output: state.output })
 })
 
 const userMessage = Parts.userText

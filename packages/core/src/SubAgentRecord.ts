@@ -39,7 +39,9 @@ export const Outcome = Schema.Struct({
     risks: Schema.String,
     blockers: Schema.String
   }),
-  contract_violations: Schema.Array(Schema.String)
+  contract_violations: Schema.Array(Schema.String),
+  /** A typed result (`output_schema`): the decoded value; `text` is its compact JSON. */
+  output: Schema.optionalKey(Schema.Unknown)
 })
 export type Outcome = typeof Outcome.Type
 

@@ -31,6 +31,7 @@ import { agentOfRunId, currentRunId, isTerminal, type SubAgentRecord } from "../
 import type { SubAgentStore } from "../../SubAgentStore.ts"
 import { isLive, type LiveAgent, type Mutable } from "./AgentTable.ts"
 import type { ManagerContext } from "./ManagerContext.ts"
+import * as OutputSchema from "../../OutputSchema.ts"
 
 /** A run's sub-agent permit: taken at admission, to be waited for (queue), or none (a root agent). */
 export type Permit = "held" | "wait" | "none"
@@ -155,7 +156,8 @@ export const start = Effect.fnUntraced(function*(
       definition: plan.definition,
       forkContext: request.forkContext,
       budgets: plan.maxSteps === undefined ? ctx.config.budgets : { ...ctx.config.budgets, maxSteps: plan.maxSteps },
-      observer: ctx.observer
+      observer: ctx.observer,
+      output: plan.output
     }).pipe(Effect.onError(() => released))
   const agent = newRecord(ctx, created, request, parentId, foreground, verifies)
   ctx.table.started()
@@ -163,7 +165,7 @@ export const start = Effect.fnUntraced(function*(
   yield* persistStart(ctx, agent)
   const detached = agent.record.detached
   if (!detached && parentId !== undefined) ctx.table.addChild(ctx.table.cancelReaches, parentId, agent)
-  const run = runAgent(ctx, agent, request.prompt, permit)
+  const run = runAgent(ctx, agent, OutputSchema.taskMessage(request.prompt, created.output), permit)
   let fiber: Fiber.Fiber<PromptResult, PromptError>
   if (foreground) {
     fiber = yield* Effect.forkChild(run, { startImmediately: true })
@@ -293,7 +295,7 @@ export const keepFiber = (agent: LiveAgent, fiber: Fiber.Fiber<unknown, unknown>
 const outcomeInto = (
   ctx: ManagerContext,
   agent: LiveAgent,
-  exit: Exit.Exit<{ readonly text: string }, unknown>
+  exit: Exit.Exit<{ readonly text: string; readonly output?: unknown }, unknown>
 ): "completed" | "failed" | "cancelled" | "interrupted" => {
   const record = agent.record
   const max = ctx.maxResultChars
@@ -302,7 +304,7 @@ const outcomeInto = (
     // whole answer is in the transcript.
     record.status = "completed"
     delete record.reason
-    record.outcome = outcomeOf(exit.value.text, max)
+    record.outcome = outcomeOf(exit.value.text, max, exit.value.output)
     return record.status
   }
   if (Cause.hasInterruptsOnly(exit.cause)) {
@@ -319,7 +321,11 @@ const outcomeInto = (
 }
 
 /** The run's end: its counts and outcome into the record, its one terminal event, the record written. */
-const finish = (ctx: ManagerContext, agent: LiveAgent, exit: Exit.Exit<{ readonly text: string }, unknown>) =>
+const finish = (
+  ctx: ManagerContext,
+  agent: LiveAgent,
+  exit: Exit.Exit<{ readonly text: string; readonly output?: unknown }, unknown>
+) =>
   Effect.gen(function*() {
     const record = agent.record
     if (isTerminal(record.status)) return
