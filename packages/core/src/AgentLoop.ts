@@ -100,8 +100,7 @@ export const run = <E, R>(
   input: LoopInput,
   steps: LoopSteps<E, R>,
   hooks: LoopHooks<E, R> = {}
-): Effect.Effect<LoopResult, E | BudgetExceeded | OutputSchema.OutputInvalid, R> =>
-  runAs(input, steps, hooks, identity)
+): Effect.Effect<LoopResult, E | BudgetExceeded | OutputSchema.OutputInvalid, R> => runAs(input, steps, hooks, identity)
 
 const identity = (result: LoopResult): LoopResult => result
 
@@ -142,7 +141,9 @@ export const runAs = <E, R, B>(
           output: decoded.success
         }))
       }
-      if (repaired) return Effect.fail(new OutputSchema.OutputInvalid({ agentId: input.agentId, errors: decoded.failure }))
+      if (repaired) {
+        return Effect.fail(new OutputSchema.OutputInvalid({ agentId: input.agentId, errors: decoded.failure }))
+      }
       repaired = true
       return Effect.as(append(userMessage(OutputSchema.repairMessage(decoded.failure, output!.via))), undefined)
     }

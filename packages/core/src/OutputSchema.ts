@@ -200,8 +200,9 @@ const objectOf = (node: JsonSchema, path: string): Built => {
   }
   const struct = Schema.Struct(fields)
   // Decoded with excess properties refused (`decode`): extra keys pass only where allowed.
-  return (additional ? Schema.StructWithRest(struct, [Schema.Record(Schema.String, Schema.Unknown)]) : struct) as
-    unknown as Schema.Codec<unknown>
+  return (additional
+    ? Schema.StructWithRest(struct, [Schema.Record(Schema.String, Schema.Unknown)])
+    : struct) as unknown as Schema.Codec<unknown>
 }
 
 const build = (node: unknown, path: string): Built => {
@@ -210,7 +211,9 @@ const build = (node: unknown, path: string): Built => {
   if (unknown !== undefined) return refuse(`${path}/${unknown}`, unknown, `"${unknown}" is not supported`)
   let built: Built
   if (node.const !== undefined) {
-    if (!isPrimitive(node.const)) return refuse(`${path}/const`, "const", "const must be a string, number, boolean or null")
+    if (!isPrimitive(node.const)) {
+      return refuse(`${path}/const`, "const", "const must be a string, number, boolean or null")
+    }
     built = Schema.Literal(node.const as never) as Schema.Codec<unknown>
     if (node.const === null) built = Schema.Null
   } else if (node.enum !== undefined) {
@@ -232,7 +235,11 @@ const build = (node: unknown, path: string): Built => {
     const list = Array.isArray(declared) ? declared : [declared]
     const bad = list.find((type) => typeof type !== "string" || !types.has(type))
     if (list.length === 0 || bad !== undefined) {
-      return refuse(`${path}/type`, "type", `type ${JSON.stringify(bad ?? declared)} is not one of ${[...types].join(", ")}`)
+      return refuse(
+        `${path}/type`,
+        "type",
+        `type ${JSON.stringify(bad ?? declared)} is not one of ${[...types].join(", ")}`
+      )
     }
     const members: Array<Schema.Codec<unknown>> = []
     for (const type of list as ReadonlyArray<string>) {
@@ -254,7 +261,7 @@ export const compile = (jsonSchema: JsonSchema): Result.Result<Compiled, Unsuppo
       new UnsupportedOutputSchema({
         path: "/type",
         keyword: "type",
-        reason: 'the root must be {"type": "object"} (structured output and MCP need an object)',
+        reason: "the root must be {\"type\": \"object\"} (structured output and MCP need an object)",
         supported
       })
     )

@@ -24,9 +24,7 @@ const toolResults = (messages: ReadonlyArray<Prompt.Message>) =>
   messages.flatMap((m) => m.role === "tool" ? m.content.flatMap((p) => p.type === "tool-result" ? [p] : []) : [])
 
 const userTexts = (messages: ReadonlyArray<Prompt.Message>) =>
-  messages.flatMap((m) =>
-    m.role === "user" ? m.content.flatMap((p) => p.type === "text" ? [p.text] : []) : []
-  )
+  messages.flatMap((m) => m.role === "user" ? m.content.flatMap((p) => p.type === "text" ? [p.text] : []) : [])
 
 const compiled = (schema: OutputSchema.JsonSchema) => Result.getOrThrow(OutputSchema.compile(schema))
 

@@ -9,10 +9,10 @@ import type * as Effect from "effect/Effect"
 import type * as Fiber from "effect/Fiber"
 import type * as Scope from "effect/Scope"
 import type { AgentEvent, AgentSnapshot } from "../AgentEvents.ts"
+import type * as OutputSchema from "../OutputSchema.ts"
 import type * as Permission from "../Permission.ts"
 import type { ToolView } from "../ToolRegistry.ts"
 import type { MutableUsage, Usage } from "../Usage.ts"
-import type * as OutputSchema from "../OutputSchema.ts"
 
 /** Limits on one prompt run of a session; the tree budget is checked against the root's usage. */
 export interface Budgets {

@@ -21,6 +21,7 @@ import { bound, outcomeOf } from "../../AgentResult.ts"
 import { nowMillis } from "../../internal/clock.ts"
 import * as Names from "../../internal/names.ts"
 import * as Transcript from "../../internal/transcript.ts"
+import * as OutputSchema from "../../OutputSchema.ts"
 import * as Permission from "../../Permission.ts"
 import * as Receipt from "../../Receipt.ts"
 import { describeFailure, type PromptError, type PromptResult, type RunEnd, type SessionInfo } from "../../Session.ts"
@@ -31,7 +32,6 @@ import { agentOfRunId, currentRunId, isTerminal, type SubAgentRecord } from "../
 import type { SubAgentStore } from "../../SubAgentStore.ts"
 import { isLive, type LiveAgent, type Mutable } from "./AgentTable.ts"
 import type { ManagerContext } from "./ManagerContext.ts"
-import * as OutputSchema from "../../OutputSchema.ts"
 
 /** A run's sub-agent permit: taken at admission, to be waited for (queue), or none (a root agent). */
 export type Permit = "held" | "wait" | "none"
