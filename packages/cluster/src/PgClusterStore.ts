@@ -81,6 +81,8 @@ export const migrate = Effect.gen(function*() {
     ADD COLUMN IF NOT EXISTS tokens_cached float8 NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS run_finished_at timestamptz,
     ADD COLUMN IF NOT EXISTS grants text`
+  // A typed result's schema (issue 35).
+  yield* sql`ALTER TABLE fibril_agents ADD COLUMN IF NOT EXISTS output_schema text`
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_tool_calls (agent_id text NOT NULL, run int NOT NULL,
     step int NOT NULL, slot int NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (agent_id, run, step, slot))`
@@ -134,7 +136,8 @@ const dbRow = (row: AgentRow) => ({
   steps: row.steps,
   tool_calls: row.toolCalls,
   tokens: row.tokens,
-  grants: row.grants === undefined ? null : JSON.stringify(row.grants)
+  grants: row.grants === undefined ? null : JSON.stringify(row.grants),
+  output_schema: row.outputSchema === undefined ? null : JSON.stringify(row.outputSchema)
 })
 
 /** A transcript message's row. */

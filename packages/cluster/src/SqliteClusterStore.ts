@@ -51,6 +51,11 @@ export const migrate = Effect.gen(function*() {
     tokens_cached REAL NOT NULL DEFAULT 0, grants TEXT, waiting_on TEXT,
     run_started_at INTEGER, run_finished_at INTEGER, last_progress INTEGER,
     changed INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)`
+  // A typed result's schema (issue 35): added to a table made before it.
+  const columns = yield* sql<{ readonly name: string }>`PRAGMA table_info(fibril_agents)`
+  if (!columns.some((column) => column.name === "output_schema")) {
+    yield* sql`ALTER TABLE fibril_agents ADD COLUMN output_schema TEXT`
+  }
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_parent ON fibril_agents (parent_id)`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_root ON fibril_agents (root_id, changed)`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_live ON fibril_agents (agent_id) WHERE status = 'running'`
@@ -127,11 +132,12 @@ const statements = (sql: SqlClient.SqlClient) => {
     const now = Date.now()
     return sql`INSERT INTO fibril_agents (agent_id, parent_id, root_id, depth, role, model, description, prompt,
         detached, workspace, status, run, execution_id, text, reason, steps, tool_calls, tokens, grants,
-        changed, created_at, updated_at)
+        output_schema, changed, created_at, updated_at)
       VALUES (${row.agentId}, ${row.parentId}, ${row.rootId}, ${row.depth}, ${row.role}, ${row.model},
         ${row.description}, ${row.prompt}, ${row.detached ? 1 : 0}, ${row.workspace}, ${row.status}, ${row.run},
         ${row.executionId}, ${row.text}, ${row.reason}, ${row.steps}, ${row.toolCalls}, ${row.tokens},
-        ${row.grants === undefined ? null : JSON.stringify(row.grants)}, ${nextChange}, ${now}, ${now})
+        ${row.grants === undefined ? null : JSON.stringify(row.grants)},
+        ${row.outputSchema === undefined ? null : JSON.stringify(row.outputSchema)}, ${nextChange}, ${now}, ${now})
       ON CONFLICT DO NOTHING`
   }
   const insertMany = (rows: ReadonlyArray<AgentRow>) =>

@@ -45,6 +45,7 @@ export interface AgentDbRow {
   readonly run_started_at: unknown
   readonly run_finished_at: unknown
   readonly grants: string | null
+  readonly output_schema?: string | null
 }
 
 /** A timestamp as the driver gives it (a Date, or text), in ms since the epoch. */
@@ -55,6 +56,9 @@ const millis = (value: unknown): number | null => {
   return Number.isNaN(parsed) ? null : parsed
 }
 
+const decodeOutputSchema = Schema.decodeUnknownSync(
+  Schema.fromJsonString(Schema.Record(Schema.String, Schema.Unknown))
+)
 const decodeGrants = Schema.decodeUnknownSync(Schema.fromJsonString(Schema.Array(Grant)))
 
 /** An agent's row from its SQL row. */
@@ -78,6 +82,9 @@ export const fromDb = (row: AgentDbRow): AgentRow => ({
   steps: row.steps,
   toolCalls: row.tool_calls,
   ...(row.grants === null || row.grants === undefined ? {} : { grants: decodeGrants(row.grants) }),
+  ...(row.output_schema === null || row.output_schema === undefined
+    ? {}
+    : { outputSchema: decodeOutputSchema(row.output_schema) }),
   usage: {
     input: Number(row.tokens_input ?? 0),
     output: Number(row.tokens_output ?? 0),
