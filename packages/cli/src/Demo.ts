@@ -62,7 +62,9 @@ export const run = Effect.fn("fibril.demo")(function*(output: Output.Output, cwd
       }, ${result.tokens.input + result.tokens.output} tokens, ${result.duration_ms} ms`
     )
     yield* output.line(`    summary:  ${result.summary}`)
-    for (const line of result.sections.evidence.split("\n").slice(0, 4)) yield* output.line(`    evidence: ${line}`)
+    for (const line of (result.sections?.evidence ?? "").split("\n").slice(0, 4)) {
+      yield* output.line(`    evidence: ${line}`)
+    }
     if (result.contract_violations.length > 0) {
       yield* output.line(`    contract: ${result.contract_violations.join("; ")}`)
     }

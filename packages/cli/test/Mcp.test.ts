@@ -37,6 +37,11 @@ const script: ScriptedModel.ScriptInput = {
       match: { prompt: "background" },
       turns: [{ delay_ms: 200, text: report("background done") }]
     },
+    {
+      name: "typed: finishes with the final-answer tool",
+      match: { prompt: "typed" },
+      turns: [{ tool_calls: [{ name: "final_answer", args: { files: ["a.ts"], count: 1 } }] }]
+    },
     { name: "anyone else", turns: [{ text: report("all good") }], repeat_last: true }
   ]
 }
@@ -236,7 +241,7 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
       assert.strictEqual(page["next_offset"], 1)
     }).pipe(Effect.provide(NodeServices.layer)))
 
-  it.live("tools/call task runs a sub-agent and returns its structured result", () =>
+  it.live("tools/call task runs a sub-agent and returns its structured result (typed with output_schema)", () =>
     Effect.gen(function*() {
       const { dir } = yield* workspace()
       const client = yield* connect(dir)
@@ -256,6 +261,33 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
       assert.strictEqual(value["model"], "scripted:script.json")
       assert.match(String(value["agent_id"]), /^agent_/)
       assert.deepStrictEqual(JSON.parse(textOf(result)), value)
+
+      // With output_schema (the same server): tools/list shows it, structuredContent carries the typed output.
+      const { tools } = yield* Effect.promise(() => client.listTools())
+      const task = tools.find((tool) => tool.name === "task")
+      assert.property(task?.inputSchema.properties, "output_schema")
+      assert.property(task?.outputSchema?.properties, "output")
+      const outputSchema = {
+        type: "object",
+        properties: { files: { type: "array", items: { type: "string" } }, count: { type: "integer" } },
+        required: ["files", "count"],
+        additionalProperties: false
+      }
+      // The SDK client checks structuredContent against the tool's outputSchema (listed above).
+      const typed = yield* call(client, "task", { description: "typed", prompt: "typed", output_schema: outputSchema })
+      const typedValue = structured(typed)
+      assert.strictEqual(typedValue["status"], "completed")
+      assert.deepStrictEqual(typedValue["output"], { files: ["a.ts"], count: 1 })
+      // The typed value is the result: no text sections beside it.
+      assert.notProperty(typedValue, "sections")
+      assert.deepStrictEqual(JSON.parse(textOf(typed)), typedValue)
+      const refused = yield* call(client, "task", {
+        description: "typed",
+        prompt: "typed",
+        output_schema: { type: "object", properties: { a: { oneOf: [] } } }
+      })
+      assert.isTrue(refused.isError)
+      assert.include(textOf(refused), "oneOf")
     }).pipe(Effect.provide(NodeServices.layer)))
 
   it.live("agent_spawn, then agent_wait, then agent_result collect a background agent", () =>

@@ -32,7 +32,8 @@ export const AgentPayload = Schema.Struct({
   prompt: row.prompt,
   detached: row.detached,
   workspace: row.workspace,
-  grants: row.grants
+  grants: row.grants,
+  outputSchema: row.outputSchema
 })
 export type AgentPayload = typeof AgentPayload.Type
 

@@ -28,6 +28,7 @@ import {
   AgentTools,
   Claims,
   Models,
+  OutputSchema,
   Permission,
   Roles,
   Session,
@@ -215,6 +216,8 @@ interface RunContext {
   readonly journal: StepJournal.Journal
   readonly subAgents: ClusterSubAgents.WorkflowRun
   readonly prompt: Prompt.Message
+  /** A typed result (`output_schema`, checked at spawn): decoded by the loop, with one repair turn. */
+  readonly output: OutputSchema.Check | undefined
   /** Where the run's prompt goes in its transcript. */
   readonly promptAt: Slot
   /** Refuses a workspace this worker does not have, or a refused request. */
@@ -239,6 +242,11 @@ const setup = Effect.fnUntraced(function*(config: Options, payload: AgentPayload
   const grants = grantsOf(payload)
   const rules = yield* rulesFor(permission.root, config.maxDepth, grants)
   const checks = { registry, models, callerModel: modelId }
+  // Checked at spawn (ClusterSubAgents.checkSpawn); the model decides how the child is told.
+  const output = payload.outputSchema === undefined ? undefined : {
+    compiled: yield* Effect.orDie(Effect.fromResult(OutputSchema.compile(payload.outputSchema))),
+    via: OutputSchema.viaOf(yield* Effect.orDie(models.resolve(modelId)))
+  }
   const admitRun = Effect.gen(function*() {
     if (payload.workspace !== workspace.root) {
       return yield* new AgentFailed({
@@ -278,7 +286,12 @@ const setup = Effect.fnUntraced(function*(config: Options, payload: AgentPayload
       read: new Set(),
       context: yield* Effect.context<ClusterStore | WorkflowEngine.WorkflowEngine | WorkflowEngine.WorkflowInstance>()
     },
-    prompt: Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: payload.prompt })] }),
+    prompt: Prompt.makeMessage("user", {
+      content: [Prompt.makePart("text", {
+        text: payload.run === 0 ? OutputSchema.taskMessage(payload.prompt, output) : payload.prompt
+      })]
+    }),
+    output,
     promptAt: { run: payload.run, step: -1, slot: 0 },
     admitRun,
     unwritten: []
@@ -457,8 +470,9 @@ interface Progress {
   ended: boolean
 }
 
+// A typed answer is decoded by the loop first (it may need its repair turn): its run ends in the finish.
 const endsRun = (run: RunContext, result: AgentSteps.ModelStep, tokensBefore: number) =>
-  result.toolCalls.length === 0 &&
+  run.output === undefined && result.toolCalls.length === 0 &&
   (run.maxTokens === undefined || tokensBefore + stepTokens(result.usage) <= run.maxTokens)
 
 /** One model step: the budgets checked at the step, the call, and the writes of its commit. */
@@ -504,7 +518,8 @@ const modelStep = (run: RunContext, progress: Progress) =>
         system: run.system,
         messages,
         rules: run.rules,
-        takeInbox: Effect.succeed(begin.inbox)
+        takeInbox: Effect.succeed(begin.inbox),
+        output: run.output?.compiled
       }),
       Effect.fail(new AgentFailed({ agentId, reason: "cancelled while its model call was in flight" }))
     )
@@ -612,7 +627,8 @@ const body = (options: Partial<Options>) =>
         agentId: payload.agentId,
         messages,
         maxSteps: payload.depth === 0 ? config.maxSteps : config.childMaxSteps,
-        maxTokens: run.maxTokens
+        maxTokens: run.maxTokens,
+        output: run.output
       },
       { model: modelStep(run, progress), tool: toolStep(run) }
     ))

@@ -77,6 +77,8 @@ export const AgentRow = Schema.Struct({
    * or payload of an older version): its role alone.
    */
   grants: Schema.optionalKey(Schema.Array(Grant)),
+  /** `output_schema` (a typed result): the answer in `text` is then the decoded value's JSON. */
+  outputSchema: Schema.optionalKey(Schema.Record(Schema.String, Schema.Unknown)),
   /** `tokens` by kind, every model step of every run summed (as read from a store). */
   usage: Schema.optionalKey(Usage.Usage),
   /** When the current run started and ended (ms since the epoch, the store's clock), as read. */

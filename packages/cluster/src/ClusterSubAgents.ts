@@ -20,6 +20,7 @@
 import * as AgentResult from "@fibril/core/AgentResult"
 import type * as Claims from "@fibril/core/Claims"
 import * as Models from "@fibril/core/Models"
+import * as OutputSchema from "@fibril/core/OutputSchema"
 import * as Receipt from "@fibril/core/Receipt"
 import * as Roles from "@fibril/core/Roles"
 import * as SpawnCheck from "@fibril/core/SpawnCheck"
@@ -48,9 +49,28 @@ type AgentView = SubAgentManager.AgentView
 /** The owner every cluster record names: the cluster, not a process. */
 export const owner = "cluster"
 
-/** A completed answer as a record keeps it (each part bounded, as the embedded records), with its checked claims. */
-export const outcomeOf = (text: string, claims?: Claims.ClaimsReport | undefined): SubAgentRecord.Outcome =>
-  AgentResult.outcomeOf(text, SubAgentManager.defaultMaxResultChars, claims)
+/**
+ * A completed answer as a record keeps it (each part bounded, as the embedded records), with
+ * its checked claims; a typed answer's value is parsed back from its text.
+ */
+export const outcomeOf = (
+  text: string,
+  claims: Claims.ClaimsReport | undefined,
+  typed = false
+): SubAgentRecord.Outcome =>
+  AgentResult.outcomeOf(text, SubAgentManager.defaultMaxResultChars, {
+    claims,
+    output: typed ? parsed(text) : undefined
+  })
+
+/** A typed answer's value: the run wrote its compact JSON (the loop decoded it) as the text. */
+const parsed = (text: string): unknown => {
+  try {
+    return JSON.parse(text)
+  } catch {
+    return undefined
+  }
+}
 
 const defined = (value: number | null | undefined) =>
   value === null || value === undefined ? undefined : Math.round(value)
@@ -88,7 +108,9 @@ export const recordOf = (row: AgentRow): SubAgentRecord.SubAgentRecord => {
     steps: row.steps,
     tool_calls: row.toolCalls,
     tokens: tokensOf(row),
-    ...(row.status === "completed" && row.text !== null ? { outcome: outcomeOf(row.text, row.claims) } : {}),
+    ...(row.status === "completed" && row.text !== null
+      ? { outcome: outcomeOf(row.text, row.claims, row.outputSchema !== undefined) }
+      : {}),
     transcript_handle: row.agentId,
     runs: [{
       run_id: SubAgentRecord.runId(row.agentId, row.run + 1),
@@ -136,6 +158,8 @@ export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnC
       yield* SpawnPlan.checkAllowedTools(checks.registry, role.name, request.allowedTools)
     }
     const models = checks.models
+    // A schema outside the supported subset is refused here, as SpawnPlan refuses it.
+    if (request.outputSchema !== undefined) yield* Effect.fromResult(OutputSchema.compile(request.outputSchema))
     if (models !== undefined && request.model !== undefined) {
       const unknown = models.available === undefined
         ? SpawnCheck.checkModel(request.model, [models.defaultModel, checks.callerModel])
@@ -297,7 +321,8 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
         prompt: request.prompt,
         detached: parent !== undefined && detached,
         workspace: backend.workspace,
-        ...(grants.length === 0 ? {} : { grants })
+        ...(grants.length === 0 ? {} : { grants }),
+        ...(request.outputSchema === undefined ? {} : { outputSchema: request.outputSchema })
       }
     })
 

@@ -89,8 +89,9 @@ export const migrate = Effect.gen(function*() {
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_steps (execution_id text NOT NULL, name text NOT NULL,
     agent_id text NOT NULL, result text, at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (execution_id, name))`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_steps_agent ON fibril_steps (agent_id)`
-  // Version 5: a completed answer's checked claims (JSON).
-  yield* sql`ALTER TABLE fibril_agents ADD COLUMN IF NOT EXISTS claims text`
+  // Version 5: a completed answer's checked claims (JSON) and a typed result's schema (JSON).
+  yield* sql`ALTER TABLE fibril_agents ADD COLUMN IF NOT EXISTS claims text,
+    ADD COLUMN IF NOT EXISTS output_schema text`
   yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 })
@@ -137,7 +138,8 @@ const dbRow = (row: AgentRow) => ({
   steps: row.steps,
   tool_calls: row.toolCalls,
   tokens: row.tokens,
-  grants: row.grants === undefined ? null : JSON.stringify(row.grants)
+  grants: row.grants === undefined ? null : JSON.stringify(row.grants),
+  output_schema: row.outputSchema === undefined ? null : JSON.stringify(row.outputSchema)
 })
 
 /** A transcript message's row. */

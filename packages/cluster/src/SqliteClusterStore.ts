@@ -49,7 +49,7 @@ export const migrate = Effect.gen(function*() {
     execution_id TEXT NOT NULL, text TEXT, reason TEXT, steps INTEGER NOT NULL DEFAULT 0,
     tool_calls INTEGER NOT NULL DEFAULT 0, tokens REAL NOT NULL DEFAULT 0,
     tokens_input REAL NOT NULL DEFAULT 0, tokens_output REAL NOT NULL DEFAULT 0,
-    tokens_cached REAL NOT NULL DEFAULT 0, grants TEXT, waiting_on TEXT, claims TEXT,
+    tokens_cached REAL NOT NULL DEFAULT 0, grants TEXT, waiting_on TEXT, claims TEXT, output_schema TEXT,
     run_started_at INTEGER, run_finished_at INTEGER, last_progress INTEGER,
     changed INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_agents_parent ON fibril_agents (parent_id)`
@@ -73,9 +73,12 @@ export const migrate = Effect.gen(function*() {
     at INTEGER NOT NULL DEFAULT (CAST(strftime('%s', 'now') AS INTEGER) * 1000),
     PRIMARY KEY (execution_id, name))`
   yield* sql`CREATE INDEX IF NOT EXISTS fibril_steps_agent ON fibril_steps (agent_id)`
-  // Version 5: a completed answer's checked claims (JSON); a table made by version 4 lacks the column.
+  // Version 5: a completed answer's checked claims (JSON) and a typed result's schema (JSON); a
+  // table made by version 4 lacks the columns.
   const columns = yield* sql<{ name: string }>`SELECT name FROM pragma_table_info('fibril_agents')`
-  if (!columns.some((column) => column.name === "claims")) yield* sql`ALTER TABLE fibril_agents ADD COLUMN claims TEXT`
+  const lacks = (name: string) => !columns.some((column) => column.name === name)
+  if (lacks("claims")) yield* sql`ALTER TABLE fibril_agents ADD COLUMN claims TEXT`
+  if (lacks("output_schema")) yield* sql`ALTER TABLE fibril_agents ADD COLUMN output_schema TEXT`
   yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 })
@@ -131,11 +134,12 @@ const statements = (sql: SqlClient.SqlClient) => {
     const now = Date.now()
     return sql`INSERT INTO fibril_agents (agent_id, parent_id, root_id, depth, role, model, description, prompt,
         detached, workspace, status, run, execution_id, text, reason, steps, tool_calls, tokens, grants,
-        changed, created_at, updated_at)
+        output_schema, changed, created_at, updated_at)
       VALUES (${row.agentId}, ${row.parentId}, ${row.rootId}, ${row.depth}, ${row.role}, ${row.model},
         ${row.description}, ${row.prompt}, ${row.detached ? 1 : 0}, ${row.workspace}, ${row.status}, ${row.run},
         ${row.executionId}, ${row.text}, ${row.reason}, ${row.steps}, ${row.toolCalls}, ${row.tokens},
-        ${row.grants === undefined ? null : JSON.stringify(row.grants)}, ${nextChange}, ${now}, ${now})
+        ${row.grants === undefined ? null : JSON.stringify(row.grants)},
+        ${row.outputSchema === undefined ? null : JSON.stringify(row.outputSchema)}, ${nextChange}, ${now}, ${now})
       ON CONFLICT DO NOTHING`
   }
   const insertMany = (rows: ReadonlyArray<AgentRow>) =>

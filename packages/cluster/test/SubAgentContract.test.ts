@@ -791,6 +791,75 @@ const contract = (engine: Engine) => {
         "Auto-cancelled after 1s without sub-agent progress."
       ])
     }))
+
+  // --- Typed results (issue 35): the same `output` from both engines ---
+
+  test("output_schema: a repaired answer is the output (task, agent_wait), one still invalid fails closed, an unsupported schema is refused", () =>
+    Effect.gen(function*() {
+      const schema = {
+        type: "object",
+        properties: { files: { type: "array", items: { type: "string" } }, count: { type: "integer", minimum: 0 } },
+        required: ["files", "count"],
+        additionalProperties: false
+      }
+      const value = { files: ["a.ts"], count: 1 }
+      const run = yield* engine.run({
+        rules: [
+          {
+            match: { depth: 1, prompt: "repairable" },
+            turns: [
+              { tool_calls: [{ name: "final_answer", args: { files: ["a.ts"], count: -1 } }] },
+              { tool_calls: [{ name: "final_answer", args: value }] }
+            ]
+          },
+          {
+            match: { depth: 1, prompt: "hopeless" },
+            turns: [{ text: "no JSON here" }, { text: "{\"files\": 3}" }]
+          },
+          {
+            match: { depth: 0 },
+            respond: (c) => {
+              const typed = (prompt: string, output_schema: unknown = schema) => ({
+                description: "typed",
+                prompt,
+                output_schema
+              })
+              switch (c.turn) {
+                case 0:
+                  return { tool_calls: [{ name: "task", args: typed("repairable") }] }
+                case 1:
+                  return { tool_calls: [{ name: "agent_spawn", args: typed("hopeless") }] }
+                case 2:
+                  return { tool_calls: [{ name: "agent_wait", args: { ids: [idIn(c, 1)] } }] }
+                case 3:
+                  return {
+                    tool_calls: [{
+                      name: "task",
+                      args: typed("never", { type: "object", properties: { a: { $ref: "#/a" } } })
+                    }]
+                  }
+                default:
+                  return { text: "root done" }
+              }
+            }
+          }
+        ]
+      })
+      assert.strictEqual(run.text, "root done")
+      const [task, , waited, refused] = run.toolResults
+      const { sections: _sections, ...typedTask } = TaskResult
+      assertShape(task!.result, { ...typedTask, output: { files: ["string"], count: "number" } }, "typed task")
+      assert.deepStrictEqual((task!.result as { output: unknown }).output, value)
+      const [hopeless] = (waited!.result as { completed: ReadonlyArray<{ status: string; reason: string }> })
+        .completed
+      assertShape(hopeless, Stopped, "failed typed agent")
+      assert.strictEqual(hopeless!.status, "failed")
+      assert.include(hopeless!.reason, "does not match output_schema after one repair turn")
+      assert.isTrue(refused!.isFailure)
+      assert.strictEqual(failed(refused!), "UnsupportedOutputSchema")
+      assert.include((refused!.result as { message: string }).message, "/properties/a/$ref")
+      assert.deepStrictEqual(childrenOf(run.agents).map((a) => a.status), ["completed", "failed"])
+    }))
 }
 
 for (const engine of engines) {

@@ -46,6 +46,11 @@ export interface AgentDefinition {
   /** A model id or alias as written; "inherit" or absent: undefined. */
   readonly model: string | undefined
   readonly maxSteps: number | undefined
+  /**
+   * `output_schema` (any format): the JSON Schema its result must match (OutputSchema.ts);
+   * checked against the supported subset when the agent is spawned.
+   */
+  readonly outputSchema?: { readonly [key: string]: unknown } | undefined
   /** The markdown body, trimmed. */
   readonly prompt: string
   readonly source: { readonly path: string; readonly format: Format }
@@ -233,6 +238,13 @@ const BaseRole = string("role").check(
 
 const Description = nonBlank("description").pipe(Schema.annotateKey({ messageMissingKey: "missing description" }))
 
+/** `output_schema`: a JSON Schema object (its subset is checked at spawn, OutputSchema.ts). */
+const OutputSchemaField = Schema.Record(Schema.String, Schema.Unknown).annotate({
+  message: "output_schema must be a JSON Schema object"
+})
+const outputSchemaOf = (schema: { readonly [key: string]: unknown } | undefined) =>
+  schema === undefined ? {} : { outputSchema: schema }
+
 const FibrilFrontmatter = Schema.Struct({
   name: Schema.optionalKey(AgentName),
   description: Description,
@@ -240,7 +252,8 @@ const FibrilFrontmatter = Schema.Struct({
   tools: Schema.optionalKey(toolList("tools")),
   denied_tools: Schema.optionalKey(toolList("denied_tools")),
   model: Schema.optionalKey(string("model")),
-  max_steps: Schema.optionalKey(positiveInt("max_steps"))
+  max_steps: Schema.optionalKey(positiveInt("max_steps")),
+  output_schema: Schema.optionalKey(OutputSchemaField)
 })
 
 const ClaudeFrontmatter = Schema.Struct({
@@ -249,7 +262,8 @@ const ClaudeFrontmatter = Schema.Struct({
   tools: Schema.optionalKey(toolList("tools")),
   disallowedTools: Schema.optionalKey(toolList("disallowedTools")),
   model: Schema.optionalKey(string("model")),
-  maxTurns: Schema.optionalKey(positiveInt("maxTurns"))
+  maxTurns: Schema.optionalKey(positiveInt("maxTurns")),
+  output_schema: Schema.optionalKey(OutputSchemaField)
 })
 
 const Action = Schema.Literals(["allow", "ask", "deny"])
@@ -274,7 +288,8 @@ const OpencodeFrontmatter = Schema.Struct({
   temperature: Schema.optionalKey(Schema.Finite.annotate({ message: "temperature must be a number" })),
   maxSteps: Schema.optionalKey(positiveInt("maxSteps")),
   steps: Schema.optionalKey(positiveInt("steps")),
-  disable: Schema.optionalKey(Schema.Boolean.annotate({ message: "disable must be true or false" }))
+  disable: Schema.optionalKey(Schema.Boolean.annotate({ message: "disable must be true or false" })),
+  output_schema: Schema.optionalKey(OutputSchemaField)
 })
 
 const fibrilKeys = new Set(Object.keys(FibrilFrontmatter.fields))
@@ -569,6 +584,7 @@ const fromFibril = (path: string, raw: Record<string, unknown>, prompt: string, 
       deniedTools: denied,
       model: modelOf(fm.model),
       maxSteps: fm.max_steps,
+      ...outputSchemaOf(fm.output_schema),
       prompt,
       source: { path, format: "fibril" },
       usableAsSubagent: true
@@ -592,6 +608,7 @@ const fromClaude = (path: string, raw: Record<string, unknown>, prompt: string, 
       deniedTools: denied,
       model: modelOf(fm.model),
       maxSteps: fm.maxTurns,
+      ...outputSchemaOf(fm.output_schema),
       prompt,
       source: { path, format: "claude" },
       usableAsSubagent: true
@@ -621,6 +638,7 @@ const fromOpencode = (path: string, raw: Record<string, unknown>, prompt: string
         deniedTools: policy.denied,
         model: modelOf(fm.model),
         maxSteps: fm.maxSteps ?? fm.steps,
+        ...outputSchemaOf(fm.output_schema),
         prompt,
         source: { path, format: "opencode" },
         usableAsSubagent: mode !== "primary" && fm.disable !== true

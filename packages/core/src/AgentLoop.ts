@@ -17,8 +17,10 @@
 import type * as Prompt from "effect/ai/Prompt"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Result from "effect/Result"
 import { type ModelStep, type StepToolCall, toolMessage, type ToolStep, userMessage } from "./AgentSteps.ts"
 import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
+import * as OutputSchema from "./OutputSchema.ts"
 import * as Usage from "./Usage.ts"
 
 export interface LoopInput {
@@ -33,6 +35,11 @@ export interface LoopInput {
    * the run goes on); by default a copy of `messages`.
    */
   readonly history?: Array<Prompt.Message> | undefined
+  /**
+   * A typed result (`output_schema`): the final answer (its text, or a `final_answer` call's
+   * arguments) is decoded here, with one repair turn; still invalid, the run fails closed.
+   */
+  readonly output?: OutputSchema.Check | undefined
 }
 
 /**
@@ -85,13 +92,15 @@ export interface LoopResult {
   readonly usage: Usage.Usage
   /** The conversation at the end: the input messages, then every message this run added. */
   readonly messages: ReadonlyArray<Prompt.Message>
+  /** With `output`: the decoded answer (the `text` is then its compact JSON). */
+  readonly output?: unknown
 }
 
 export const run = <E, R>(
   input: LoopInput,
   steps: LoopSteps<E, R>,
   hooks: LoopHooks<E, R> = {}
-): Effect.Effect<LoopResult, E | BudgetExceeded, R> => runAs(input, steps, hooks, identity)
+): Effect.Effect<LoopResult, E | BudgetExceeded | OutputSchema.OutputInvalid, R> => runAs(input, steps, hooks, identity)
 
 const identity = (result: LoopResult): LoopResult => result
 
@@ -108,7 +117,7 @@ export const runAs = <E, R, B>(
   steps: LoopSteps<E, R>,
   hooks: LoopHooks<E, R>,
   finish: (result: LoopResult) => B
-): Effect.Effect<B, E | BudgetExceeded, R> =>
+): Effect.Effect<B, E | BudgetExceeded | OutputSchema.OutputInvalid, R> =>
   Effect.gen(function*() {
     const messages: Array<Prompt.Message> = input.history ?? [...input.messages]
     const { onMessage, afterModel, beforeFinish } = hooks
@@ -119,6 +128,26 @@ export const runAs = <E, R, B>(
     }
     const usage = Usage.zero()
     let toolCalls = 0
+    let repaired = false
+    // A typed answer decoded: the run's end, one repair turn, or the run failed closed.
+    const typed = (decoded: Result.Result<unknown, string>, step: number) => {
+      if (Result.isSuccess(decoded)) {
+        return Effect.succeed(finish({
+          text: JSON.stringify(decoded.success),
+          steps: step,
+          toolCalls,
+          usage: Usage.snapshot(usage),
+          messages,
+          output: decoded.success
+        }))
+      }
+      if (repaired) {
+        return Effect.fail(new OutputSchema.OutputInvalid({ agentId: input.agentId, errors: decoded.failure }))
+      }
+      repaired = true
+      return Effect.as(append(userMessage(OutputSchema.repairMessage(decoded.failure, output!.via))), undefined)
+    }
+    const output = input.output
     for (let step = 0;;) {
       if (step >= input.maxSteps) {
         return yield* new BudgetExceeded({ sessionId: input.agentId, budget: "max_steps", limit: input.maxSteps })
@@ -137,6 +166,27 @@ export const runAs = <E, R, B>(
         return yield* new BudgetExceeded({ sessionId: input.agentId, budget: "max_tokens", limit: input.maxTokens })
       }
       const current = step++
+      const final = output === undefined
+        ? undefined
+        : turn.toolCalls.find((call) => call.name === OutputSchema.finalAnswerTool)
+      if (final !== undefined) {
+        // The answer is the call's arguments; the turn's other calls are not run.
+        toolCalls += turn.toolCalls.length
+        const decoded = OutputSchema.decodeAnswer(output!.compiled, final)
+        yield* append(toolMessage(turn.toolCalls.map((call) => ({
+          id: call.id,
+          name: call.name,
+          isFailure: call !== final || Result.isFailure(decoded),
+          result: call !== final
+            ? "Not run: the turn ended with final_answer"
+            : Result.isFailure(decoded)
+            ? decoded.failure
+            : "Accepted"
+        }))))
+        const done = yield* typed(decoded, step)
+        if (done !== undefined) return done
+        continue
+      }
       if (turn.toolCalls.length > 0) {
         toolCalls += turn.toolCalls.length
         const { tool, tools } = steps
@@ -154,7 +204,12 @@ export const runAs = <E, R, B>(
       const asked = beforeFinish?.()
       const more = asked === undefined ? undefined : isSuccess(asked) ? asked.value : yield* asked
       if (more === undefined) {
-        return finish({ text: turn.text, steps: step, toolCalls, usage: Usage.snapshot(usage), messages })
+        if (output === undefined) {
+          return finish({ text: turn.text, steps: step, toolCalls, usage: Usage.snapshot(usage), messages })
+        }
+        const done = yield* typed(OutputSchema.decodeAnswer(output.compiled, turn.text), step)
+        if (done !== undefined) return done
+        continue
       }
       for (const message of more) yield* append(message)
     }

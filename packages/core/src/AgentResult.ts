@@ -45,7 +45,14 @@ export const bound = (text: string, max: number): string => {
  * checked (`Claims.ofAnswer`, over the whole answer and transcript). Both engines turn an
  * agent's answer into its outcome here.
  */
-export const outcomeOf = (text: string, max: number, claims?: ClaimsReport | undefined): Outcome => {
+export const outcomeOf = (
+  text: string,
+  max: number,
+  checked: { readonly claims?: ClaimsReport | undefined; readonly output?: unknown } = {}
+): Outcome => {
+  const { claims, output } = checked
+  // A typed result is its value: no sections to parse (the text is the value's JSON).
+  if (output !== undefined) return typedOutcome(text, max, output, claims)
   const parsed = OutputContract.parse(text)
   const sections = parsed.sections
   return {
@@ -62,6 +69,21 @@ export const outcomeOf = (text: string, max: number, claims?: ClaimsReport | und
     ...(claims === undefined ? {} : { claims })
   }
 }
+
+const noSections = { summary: "", changes: "", evidence: "", risks: "", blockers: "" }
+
+const typedOutcome = (text: string, max: number, output: unknown, claims: ClaimsReport | undefined): Outcome => ({
+  text: bound(text, max),
+  summary: "",
+  sections: noSections,
+  contract_violations: [],
+  output,
+  ...(claims === undefined ? {} : { claims })
+})
+
+/** A typed result's value, as a view carries it (no sections beside it: the value is the result). */
+const outputOf = (agent: AgentView) =>
+  agent.outcome?.output === undefined ? undefined : { output: agent.outcome.output }
 
 const durationOf = (agent: AgentView): number | undefined =>
   agent.started_at !== undefined && agent.finished_at !== undefined ? agent.finished_at - agent.started_at : undefined
@@ -82,6 +104,8 @@ export const AgentResult = Schema.Struct({
   reason: Schema.optionalKey(Schema.String),
   summary: Schema.String,
   sections: Schema.optionalKey(ResultSections),
+  /** With `output_schema`: the result, decoded against it (then there are no `sections`). */
+  output: Schema.optionalKey(Schema.Unknown),
   contract_violations: Schema.Array(Schema.String),
   /** A finished agent's EVIDENCE and CHANGES checked against what it did (docs/subagents.md). */
   claims: Schema.optionalKey(ClaimsReport),
@@ -111,7 +135,7 @@ export const of = (agent: AgentView): AgentResult => {
     status: agent.status,
     ...(agent.reason === undefined ? {} : { reason: agent.reason }),
     summary: agent.outcome?.summary ?? "",
-    ...(agent.outcome === undefined ? {} : { sections: resultSections(agent.outcome.sections) }),
+    ...(agent.outcome === undefined ? {} : outputOf(agent) ?? { sections: resultSections(agent.outcome.sections) }),
     contract_violations: agent.outcome?.contract_violations ?? [],
     ...claimsOf(agent),
     steps: agent.steps,
@@ -133,8 +157,10 @@ export const TaskResult = Schema.Struct({
   description: Schema.String,
   status: Schema.Literals(["completed", "failed", "cancelled"]),
   summary: Schema.String,
-  /** CHANGES, EVIDENCE, RISKS, BLOCKERS; SUMMARY is `summary`. */
-  sections: ResultSections,
+  /** CHANGES, EVIDENCE, RISKS, BLOCKERS; SUMMARY is `summary`. Absent with `output`. */
+  sections: Schema.optionalKey(ResultSections),
+  /** With `output_schema`: the result, decoded against it (the parent gets this JSON only). */
+  output: Schema.optionalKey(Schema.Unknown),
   contract_violations: Schema.Array(Schema.String),
   /** Its EVIDENCE and CHANGES checked against what it did: unverified claims never fail a result. */
   claims: Schema.optionalKey(ClaimsReport),
@@ -156,7 +182,8 @@ export const task = (agent: AgentView): TaskResult => ({
   description: agent.description,
   status: agent.status === "completed" ? "completed" : agent.status === "cancelled" ? "cancelled" : "failed",
   summary: agent.outcome?.summary ?? agent.reason ?? "",
-  sections: agent.outcome === undefined ? emptySections : resultSections(agent.outcome.sections),
+  ...(outputOf(agent) ??
+    { sections: agent.outcome === undefined ? emptySections : resultSections(agent.outcome.sections) }),
   contract_violations: agent.outcome?.contract_violations ?? [],
   ...claimsOf(agent),
   tool_calls: agent.tool_calls,

@@ -27,6 +27,7 @@ import type { ModelStep } from "./loop/ModelStep.ts"
 import * as ToolSteps from "./loop/ToolStep.ts"
 import type { StepToolCall, ToolStep } from "./loop/ToolStep.ts"
 import { Models, UnknownModel } from "./Models.ts"
+import * as OutputSchema from "./OutputSchema.ts"
 import * as Permission from "./Permission.ts"
 import { ToolRegistry } from "./ToolRegistry.ts"
 
@@ -47,6 +48,8 @@ export interface ModelStepInput {
   readonly rules: Permission.Rules
   /** Takes the messages queued for the agent; they are put before the request. */
   readonly takeInbox?: Effect.Effect<ReadonlyArray<string>> | undefined
+  /** A typed result (`output_schema`): the final-answer tool or the provider's response format. */
+  readonly output?: OutputSchema.Compiled | undefined
 }
 
 export interface ToolStepInput {
@@ -82,6 +85,9 @@ export const make = (policy: RetryPolicy) =>
         languageModel,
         prompt: Prompt.fromMessages([input.system, ...input.messages, ...delivered.map(userMessage)]),
         toolkit: registry.view(input.rules).toolkit,
+        output: input.output === undefined
+          ? undefined
+          : { compiled: input.output, via: OutputSchema.viaOf(languageModel) },
         policy,
         onRetry: () => Effect.void,
         delivered

@@ -36,6 +36,7 @@ import type { ModelCallFailed, RetryPolicy } from "./loop/CallModel.ts"
 import type { Budgets, RunObserver, SessionState } from "./loop/State.ts"
 import { Memory } from "./Memory.ts"
 import { Models, type UnknownModel } from "./Models.ts"
+import * as OutputSchema from "./OutputSchema.ts"
 import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
 import * as SpawnPlan from "./SpawnPlan.ts"
@@ -81,7 +82,7 @@ export const forkMarker = "[fork]"
 
 export { describeFailure, SessionBusy, SessionNotFound }
 
-export type PromptError = SessionNotFound | SessionBusy | ModelCallFailed | BudgetExceeded
+export type PromptError = SessionNotFound | SessionBusy | ModelCallFailed | BudgetExceeded | OutputSchema.OutputInvalid
 
 export interface SessionInfo {
   readonly id: string
@@ -102,6 +103,8 @@ export interface SessionInfo {
   readonly waitingOnModel: boolean
   /** Its effective permissions now. */
   readonly rules: Permission.Rules
+  /** A typed result's schema, and how its model is told to finish (OutputSchema.instruction). */
+  readonly output?: OutputSchema.Check | undefined
 }
 
 export interface PromptResult {
@@ -112,6 +115,8 @@ export interface PromptResult {
   readonly toolCalls: number
   /** Usage of this prompt only (own model calls). */
   readonly usage: Usage.Usage
+  /** With an output schema: the decoded answer (`text` is its compact JSON). */
+  readonly output?: unknown
 }
 
 /** A message of a transcript (the `effect/ai` prompt message). */
@@ -148,6 +153,8 @@ export interface ChildOptions {
   /** Start from the parent's last request, byte-identical, so a prefix cache is reused. */
   readonly forkContext?: boolean | undefined
   readonly budgets?: Partial<Budgets> | undefined
+  /** A typed result (`output_schema`): its runs end with an answer decoded against it. */
+  readonly output?: OutputSchema.Compiled | undefined
   /**
    * Who takes part in its runs. A parent that has none is observed by its child's from then
    * on: an embedder's own root (`session.create`) waits for the background children a
@@ -229,7 +236,8 @@ const info = (state: SessionState): SessionInfo => ({
   usageSteps: { reported: state.usageSteps.reported, estimated: state.usageSteps.estimated },
   running: state.busy,
   waitingOnModel: state.modelCall !== undefined,
-  rules: state.rules
+  rules: state.rules,
+  ...(state.output === undefined ? {} : { output: state.output })
 })
 
 const userMessage = Parts.userText
@@ -355,7 +363,10 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
       messages,
       description: options.description,
       budgets: childBudgets(options.budgets),
-      observer: options.observer
+      observer: options.observer,
+      output: options.output === undefined
+        ? undefined
+        : { compiled: options.output, via: OutputSchema.viaOf(languageModel) }
     })
     // An embedder's own root is observed by the manager that runs its first child from then
     // on (it waits for its background children); an observer, once set, is never replaced.

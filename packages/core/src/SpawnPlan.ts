@@ -16,6 +16,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as AgentDefinitions from "./AgentDefinitions.ts"
 import type { Models, UnknownModel } from "./Models.ts"
+import * as OutputSchema from "./OutputSchema.ts"
 import type * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
 import * as SpawnCheck from "./SpawnCheck.ts"
@@ -28,6 +29,8 @@ export interface Request {
   readonly role?: string | undefined
   readonly model?: string | undefined
   readonly allowedTools?: ReadonlyArray<string> | undefined
+  /** `output_schema`: the JSON Schema the result must match (a definition's, when absent). */
+  readonly outputSchema?: OutputSchema.JsonSchema | undefined
 }
 
 /** A role as a request resolves it: a built-in one, or a markdown definition over its base role. */
@@ -40,6 +43,8 @@ export interface ResolvedRole {
   /** A markdown definition's model and step budget. */
   readonly model: string | undefined
   readonly maxSteps: number | undefined
+  /** A markdown definition's `output_schema`. */
+  readonly outputSchema?: OutputSchema.JsonSchema | undefined
 }
 
 /** Everything a spawn needs, checked. */
@@ -48,6 +53,8 @@ export interface Plan extends ResolvedRole {
   readonly model: string | undefined
   /** `model`, resolved (undefined with `model`). */
   readonly languageModel: LanguageModel.LanguageModel | undefined
+  /** The request's (or the definition's) output schema, checked against the subset and compiled. */
+  readonly output: OutputSchema.Compiled | undefined
 }
 
 /** What a plan is resolved against: the catalog, the tools, the sub-agent settings. */
@@ -76,6 +83,7 @@ export interface ResolveOptions {
 }
 
 export type PlanError =
+  | OutputSchema.UnsupportedOutputSchema
   | SpawnCheck.SpawnTextTooLong
   | Roles.UnknownRole
   | Roles.InvalidRoleRequest
@@ -120,7 +128,8 @@ export const resolveRole = (
         allowedTools,
         definition: { allow: definition.allowedTools, deny: definition.deniedTools },
         model: definition.model,
-        maxSteps: definition.maxSteps
+        maxSteps: definition.maxSteps,
+        ...(definition.outputSchema === undefined ? {} : { outputSchema: definition.outputSchema })
       })
     }
   )
@@ -162,6 +171,9 @@ export const resolve = Effect.fnUntraced(function*(
   const tooLong = root ? undefined : SpawnCheck.checkText(request)
   if (tooLong !== undefined) return yield* tooLong
   const resolved = yield* resolveRole(context.agents, request.role ?? "general", request.allowedTools)
+  // A schema outside the subset is refused here, before anything starts (OutputSchema.ts).
+  const outputSchema = request.outputSchema ?? resolved.outputSchema
+  const output = outputSchema === undefined ? undefined : yield* Effect.fromResult(OutputSchema.compile(outputSchema))
   yield* checkAllowedTools(context.registry, resolved.role.name, resolved.allowedTools)
   const models = context.models
   // A catalog that lists its models checks the id itself (resolve); one LanguageModel serves
@@ -185,5 +197,5 @@ export const resolve = Effect.fnUntraced(function*(
   const chosen = chosenModel(context, resolved, request.model)
   const model = chosen ?? (root ? models.defaultModel : undefined)
   const languageModel = model === undefined ? undefined : yield* models.resolve(model)
-  return { ...resolved, model, languageModel } satisfies Plan
+  return { ...resolved, model, languageModel, output } satisfies Plan
 })

@@ -7,6 +7,7 @@ import type { AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as EmbeddedEngine from "./internal/manager/embedded.ts"
 import type { Models, UnknownModel } from "./Models.ts"
+import type * as OutputSchema from "./OutputSchema.ts"
 import type * as Permission from "./Permission.ts"
 import type * as Receipt from "./Receipt.ts"
 import * as Roles from "./Roles.ts"
@@ -64,9 +65,12 @@ export interface SpawnRequest {
    * that agent's record as a verification receipt (Receipt.fromVerifier).
    */
   readonly verifies?: string | undefined
+  /** `output_schema`: a typed result (OutputSchema.ts); without it, the five-section contract. */
+  readonly outputSchema?: OutputSchema.JsonSchema | undefined
 }
 
 export type SpawnError =
+  | OutputSchema.UnsupportedOutputSchema
   | SpawnCheck.SpawnTextTooLong
   | Roles.UnknownRole
   | Roles.InvalidRoleRequest

@@ -42,7 +42,9 @@ export const Outcome = Schema.Struct({
   }),
   contract_violations: Schema.Array(Schema.String),
   /** Its EVIDENCE and CHANGES checked against its transcript (Claims); absent in records from before. */
-  claims: Schema.optionalKey(ClaimsReport)
+  claims: Schema.optionalKey(ClaimsReport),
+  /** A typed result (`output_schema`): the decoded value; `text` is its compact JSON. */
+  output: Schema.optionalKey(Schema.Unknown)
 })
 export type Outcome = typeof Outcome.Type
 

@@ -62,7 +62,7 @@ describe("Session and the task tool", () => {
       const tasks = results.map((r) => r.result as TaskResult)
       assert.deepStrictEqual(tasks.map((t) => t.status), ["completed", "completed", "completed"])
       assert.deepStrictEqual(tasks.map((t) => t.summary), ["found alpha", "found beta", "found gamma"])
-      assert.deepStrictEqual(tasks.map((t) => t.sections.evidence), [
+      assert.deepStrictEqual(tasks.map((t) => t.sections?.evidence), [
         "read alpha.txt",
         "read beta.txt",
         "read gamma.txt"

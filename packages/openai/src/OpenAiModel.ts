@@ -17,6 +17,7 @@
  *   rejects a history whose tool-call turns lost their reasoning.
  */
 import * as DirectModel from "@fibril/core/DirectModel"
+import * as OutputSchema from "@fibril/core/OutputSchema"
 import * as AiError from "effect/ai/AiError"
 import * as LanguageModel from "effect/ai/LanguageModel"
 import * as Prompt from "effect/ai/Prompt"
@@ -51,6 +52,11 @@ export interface Options {
   readonly parallelToolCalls?: boolean | undefined
   /** Extra body fields for server-specific options (e.g. DeepSeek's `thinking`). */
   readonly extraBody?: Readonly<Record<string, unknown>> | undefined
+  /**
+   * The server takes `response_format: {type: "json_schema"}` with tools: a sub-agent with an
+   * `output_schema` is then asked for its answer that way, rather than through a final-answer tool.
+   */
+  readonly structuredOutput?: boolean | undefined
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -206,32 +212,50 @@ const requestBody = (
   options: Options,
   provider: Pick<LanguageModel.ProviderOptions, "prompt" | "tools" | "toolChoice" | "responseFormat">
 ): Effect.Effect<RequestBody, AiError.AiError> =>
-  Effect.map(toMessages(provider.prompt), (messages): RequestBody => {
-    const tools = toTools(provider.tools)
-    return {
-      ...options.extraBody,
-      model: options.model,
-      messages,
-      ...(tools.length > 0
-        ? {
-          tools,
-          tool_choice: toToolChoice(provider.toolChoice),
-          ...(options.parallelToolCalls === undefined ? {} : { parallel_tool_calls: options.parallelToolCalls })
-        }
-        : {}),
-      ...(provider.responseFormat.type === "json"
-        ? {
-          response_format: {
-            type: "json_schema",
-            json_schema: {
-              name: provider.responseFormat.objectName,
-              schema: Tool.getJsonSchemaFromSchema(provider.responseFormat.schema)
-            }
+  Effect.withFiber((fiber) =>
+    Effect.map(toMessages(provider.prompt), (messages): RequestBody => {
+      // A typed sub-agent's request: the agent loop's `generateText` (so with its tools), with
+      // the answer's schema the model step set for it (OutputSchema.ResponseFormat).
+      const typed = options.structuredOutput === true && provider.responseFormat.type === "text"
+        ? fiber.getRef(OutputSchema.ResponseFormat)
+        : undefined
+      const body = baseBody(options, provider, messages)
+      return typed === undefined
+        ? body
+        : { ...body, response_format: { type: "json_schema", json_schema: { name: "output", schema: typed } } }
+    })
+  )
+
+const baseBody = (
+  options: Options,
+  provider: Pick<LanguageModel.ProviderOptions, "prompt" | "tools" | "toolChoice" | "responseFormat">,
+  messages: RequestBody["messages"]
+): RequestBody => {
+  const tools = toTools(provider.tools)
+  return {
+    ...options.extraBody,
+    model: options.model,
+    messages,
+    ...(tools.length > 0
+      ? {
+        tools,
+        tool_choice: toToolChoice(provider.toolChoice),
+        ...(options.parallelToolCalls === undefined ? {} : { parallel_tool_calls: options.parallelToolCalls })
+      }
+      : {}),
+    ...(provider.responseFormat.type === "json"
+      ? {
+        response_format: {
+          type: "json_schema",
+          json_schema: {
+            name: provider.responseFormat.objectName,
+            schema: Tool.getJsonSchemaFromSchema(provider.responseFormat.schema)
           }
         }
-        : {})
-    }
-  })
+      }
+      : {})
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Answers → parts
@@ -524,7 +548,7 @@ export const makeWith = (
 
   // The agent loop's calls skip LanguageModel's generic machinery when nothing would observe it
   // (DirectModel): the request is built and the completion's parts made here, as its decode would.
-  return Effect.flatMap(
+  const made = Effect.flatMap(
     LanguageModel.make({ generateText, streamText }),
     (model) =>
       DirectModel.make(model, (provider) =>
@@ -533,6 +557,7 @@ export const makeWith = (
           Effect.map(fromCompletion)
         ))
   )
+  return options.structuredOutput === true ? Effect.map(made, OutputSchema.withStructuredOutput) : made
 }
 
 /**

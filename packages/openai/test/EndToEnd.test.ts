@@ -99,8 +99,8 @@ describe("Fibril on the OpenAI provider (fake server, real SDK)", () => {
       assert.deepStrictEqual(tasks.map((t) => t.status), ["completed", "completed"])
       assert.deepStrictEqual(tasks.map((t) => t.model), ["fake-large", "fake-large"])
       // Each child's evidence is the file it read (numbered lines), passed through the wire.
-      assert.include(tasks[0]?.sections.evidence, "contents of alpha")
-      assert.include(tasks[1]?.sections.evidence, "contents of beta")
+      assert.include(tasks[0]?.sections?.evidence, "contents of alpha")
+      assert.include(tasks[1]?.sections?.evidence, "contents of beta")
       for (const task of tasks) assert.isAbove(task.tokens.input, 0)
 
       // 2 parent turns + 2 × 2 child turns, plus the two retried faults.

@@ -48,6 +48,7 @@ export interface AgentDbRow {
   readonly grants: string | null
   /** The checked claims of a completed answer (JSON), from schema version 5. */
   readonly claims?: string | null
+  readonly output_schema?: string | null
 }
 
 /** A timestamp as the driver gives it (a Date, or text), in ms since the epoch. */
@@ -58,6 +59,9 @@ const millis = (value: unknown): number | null => {
   return Number.isNaN(parsed) ? null : parsed
 }
 
+const decodeOutputSchema = Schema.decodeUnknownSync(
+  Schema.fromJsonString(Schema.Record(Schema.String, Schema.Unknown))
+)
 const decodeGrants = Schema.decodeUnknownSync(Schema.fromJsonString(Schema.Array(Grant)))
 const decodeClaims = Schema.decodeUnknownOption(Schema.fromJsonString(ClaimsReport))
 
@@ -93,6 +97,9 @@ export const fromDb = (row: AgentDbRow): AgentRow => ({
   steps: row.steps,
   toolCalls: row.tool_calls,
   ...(row.grants === null || row.grants === undefined ? {} : { grants: decodeGrants(row.grants) }),
+  ...(row.output_schema === null || row.output_schema === undefined
+    ? {}
+    : { outputSchema: decodeOutputSchema(row.output_schema) }),
   usage: {
     input: Number(row.tokens_input ?? 0),
     output: Number(row.tokens_output ?? 0),

@@ -27,6 +27,7 @@ import * as Random from "effect/Random"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import { liveClock } from "../internal/sleep.ts"
+import * as OutputSchema from "../OutputSchema.ts"
 
 export interface RetryPolicy {
   /** Per-attempt timeout. */
@@ -218,12 +219,44 @@ export const callModelIn = (
   policy: RetryPolicy,
   onRetry: (attempt: number, reason: string, delayMs: number) => Effect.Effect<void>,
   onAttempt?: (call: Fiber.Fiber<unknown, unknown>) => void,
-  onText?: (delta: string) => void
+  onText?: (delta: string) => void,
+  output?: OutputSchema.Check
+): Effect.Effect<Response, ModelCallFailed> => {
+  const typed = output === undefined ? undefined : typedRequest(toolkit, output)
+  return callWith(fiber, model, prompt, typed?.toolkit ?? toolkit, policy, onRetry, onAttempt, onText, typed?.format)
+}
+
+/**
+ * A typed result's request: with the provider's structured output, the answer's schema as the
+ * request's response format (OutputSchema.ResponseFormat); otherwise the final-answer tool
+ * beside the agent's own.
+ */
+const typedRequest = (toolkit: Toolkit, output: OutputSchema.Check) =>
+  output.via === "provider"
+    ? { toolkit, format: output.compiled.jsonSchema }
+    : {
+      toolkit: {
+        ...toolkit,
+        tools: { ...toolkit.tools, [OutputSchema.finalAnswerTool]: OutputSchema.finalAnswer(output.compiled) }
+      },
+      format: undefined
+    }
+
+const callWith = (
+  fiber: Fiber.Fiber<unknown, unknown>,
+  model: LanguageModel.LanguageModel,
+  prompt: Prompt.Prompt,
+  toolkit: Toolkit,
+  policy: RetryPolicy,
+  onRetry: (attempt: number, reason: string, delayMs: number) => Effect.Effect<void>,
+  onAttempt: ((call: Fiber.Fiber<unknown, unknown>) => void) | undefined,
+  onText: ((delta: string) => void) | undefined,
+  format: OutputSchema.JsonSchema | undefined
 ): Effect.Effect<Response, ModelCallFailed> => {
   // The toolkit's tools are typed `Tool.Any`, whose parameter-encoding services are `unknown`;
   // ToolRegistry only admits parameter schemas that need no services, so R is really never.
   const request = { prompt, toolkit, disableToolCallResolution: true, toolCallValidation: "deferred" } as const
-  const generate = onText === undefined
+  const plain = onText === undefined
     ? model.generateText(request) as Effect.Effect<Response, AiError.AiError>
     : collectStream(
       model.streamText(request) as Stream.Stream<
@@ -232,6 +265,7 @@ export const callModelIn = (
       >,
       onText
     )
+  const generate = format === undefined ? plain : Effect.provideService(plain, OutputSchema.ResponseFormat, format)
   // The provider's error is described where it is caught, not in the attempt's fiber. The
   // attempt's fiber starts at once, in this fiber's context (no `forkChild` and then a
   // `flatMap`); `awaitWithin` takes it down with this one.

@@ -17,6 +17,7 @@ import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import type * as Fiber from "effect/Fiber"
 import * as Schema from "effect/Schema"
+import type * as OutputSchema from "../OutputSchema.ts"
 import * as Usage from "../Usage.ts"
 import { callModelIn, type ModelCallFailed, type Response, type RetryPolicy, type Toolkit } from "./CallModel.ts"
 import { resolveTurn } from "./ResolveTurn.ts"
@@ -48,6 +49,8 @@ export interface Request {
   readonly onText?: ((delta: string) => void) | undefined
   /** Called with the model id the answer reports (`response-metadata`), if it reports one. */
   readonly onModelId?: ((modelId: string) => void) | undefined
+  /** A typed result: the child is offered the final-answer tool, or its provider the answer's schema. */
+  readonly output?: OutputSchema.Check | undefined
 }
 
 /** How a caller may cut a step short: it is handed each attempt, and says afterwards whether it cut it. */
@@ -96,7 +99,8 @@ const call = (
     request.policy,
     request.onRetry,
     onAttempt,
-    request.onText
+    request.onText,
+    request.output
   )
 
 /** One model step, started in the running fiber (`AgentSteps.model`). */

@@ -10,6 +10,7 @@ import type * as Fiber from "effect/Fiber"
 import type * as Scope from "effect/Scope"
 import type { AgentEvent, AgentSnapshot } from "../AgentEvents.ts"
 import type { ClaimsReport } from "../Claims.ts"
+import type * as OutputSchema from "../OutputSchema.ts"
 import type * as Permission from "../Permission.ts"
 import type { ToolView } from "../ToolRegistry.ts"
 import type { MutableUsage, Usage } from "../Usage.ts"
@@ -110,6 +111,8 @@ export interface SessionState {
    * of the first child a manager creates under it. Never replaced once set.
    */
   observer: RunObserver | undefined
+  /** A typed result (`output_schema`): the loop decodes the final answer against it. */
+  readonly output: OutputSchema.Check | undefined
 }
 
 export const snapshot = (state: SessionState): AgentSnapshot => ({

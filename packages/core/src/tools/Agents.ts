@@ -20,6 +20,7 @@ import * as Schema from "effect/Schema"
 import * as AgentResult from "../AgentResult.ts"
 import { text } from "../internal/resource.ts"
 import { InvalidArguments } from "../loop/ToolStep.ts"
+import * as OutputSchema from "../OutputSchema.ts"
 import * as Roles from "../Roles.ts"
 import { type SpawnRequest, SubAgentManager } from "../SubAgentManager.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
@@ -103,7 +104,8 @@ export const SpawnParameters = Schema.Struct({
   ),
   verifies: optionalString(
     "An agent (id or session name) whose current run this agent checks: its result is attached to that agent's record as verification"
-  )
+  ),
+  output_schema: Schema.optionalKey(OutputSchema.Parameter)
 })
 
 /** The spawn request an `agent_spawn` call makes. */
@@ -116,7 +118,8 @@ export const spawnRequest = (tool: string, params: typeof SpawnParameters.Type) 
     detached: params.detached,
     forkContext: params.fork_context ?? params.inherit_context,
     allowedTools: params.allowed_tools,
-    verifies: params.verifies
+    verifies: params.verifies,
+    ...(params.output_schema === undefined ? {} : { outputSchema: params.output_schema })
   }))
 
 const spawnHandler = (name: string) =>

@@ -21,6 +21,7 @@ import type * as Scope from "effect/Scope"
 import * as AgentResult from "../AgentResult.ts"
 import { text } from "../internal/resource.ts"
 import { spanned, withSpan } from "../internal/span.ts"
+import * as OutputSchema from "../OutputSchema.ts"
 import * as Roles from "../Roles.ts"
 import { type SpawnError, type SpawnRequest, SubAgentManager } from "../SubAgentManager.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
@@ -33,7 +34,8 @@ export const TaskParameters = Schema.Struct({
   ),
   allowed_tools: Schema.optionalKey(
     Schema.Array(Schema.String).annotate({ description: "For custom agents: the tool names they may use" })
-  )
+  ),
+  output_schema: Schema.optionalKey(OutputSchema.Parameter)
 })
 
 export type TaskResult = AgentResult.TaskResult
@@ -43,7 +45,8 @@ export const request = (params: typeof TaskParameters.Type): SpawnRequest => ({
   prompt: params.prompt,
   description: params.description,
   role: params.subagent_type ?? "general",
-  allowedTools: params.allowed_tools
+  allowedTools: params.allowed_tools,
+  ...(params.output_schema === undefined ? {} : { outputSchema: params.output_schema })
 })
 
 export const definition = ToolRegistry.define({

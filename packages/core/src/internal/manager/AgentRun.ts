@@ -22,6 +22,7 @@ import type { ClaimsReport } from "../../Claims.ts"
 import { nowMillis } from "../../internal/clock.ts"
 import * as Names from "../../internal/names.ts"
 import * as Transcript from "../../internal/transcript.ts"
+import * as OutputSchema from "../../OutputSchema.ts"
 import * as Permission from "../../Permission.ts"
 import * as Receipt from "../../Receipt.ts"
 import { describeFailure, type PromptError, type PromptResult, type RunEnd, type SessionInfo } from "../../Session.ts"
@@ -156,7 +157,8 @@ export const start = Effect.fnUntraced(function*(
       definition: plan.definition,
       forkContext: request.forkContext,
       budgets: plan.maxSteps === undefined ? ctx.config.budgets : { ...ctx.config.budgets, maxSteps: plan.maxSteps },
-      observer: ctx.observer
+      observer: ctx.observer,
+      output: plan.output
     }).pipe(Effect.onError(() => released))
   const agent = newRecord(ctx, created, request, parentId, foreground, verifies)
   ctx.table.started()
@@ -164,7 +166,7 @@ export const start = Effect.fnUntraced(function*(
   yield* persistStart(ctx, agent)
   const detached = agent.record.detached
   if (!detached && parentId !== undefined) ctx.table.addChild(ctx.table.cancelReaches, parentId, agent)
-  const run = runAgent(ctx, agent, request.prompt, permit)
+  const run = runAgent(ctx, agent, OutputSchema.taskMessage(request.prompt, created.output), permit)
   let fiber: Fiber.Fiber<PromptResult, PromptError>
   if (foreground) {
     fiber = yield* Effect.forkChild(run, { startImmediately: true })
@@ -294,7 +296,7 @@ export const keepFiber = (agent: LiveAgent, fiber: Fiber.Fiber<unknown, unknown>
 const outcomeInto = (
   ctx: ManagerContext,
   agent: LiveAgent,
-  exit: Exit.Exit<{ readonly text: string }, unknown>,
+  exit: Exit.Exit<{ readonly text: string; readonly output?: unknown }, unknown>,
   claims: ClaimsReport | undefined
 ): "completed" | "failed" | "cancelled" | "interrupted" => {
   const record = agent.record
@@ -304,7 +306,7 @@ const outcomeInto = (
     // whole answer is in the transcript.
     record.status = "completed"
     delete record.reason
-    record.outcome = outcomeOf(exit.value.text, max, claims)
+    record.outcome = outcomeOf(exit.value.text, max, { claims, output: exit.value.output })
     return record.status
   }
   if (Cause.hasInterruptsOnly(exit.cause)) {
@@ -321,7 +323,11 @@ const outcomeInto = (
 }
 
 /** The run's end: its counts and outcome into the record, its one terminal event, the record written. */
-const finish = (ctx: ManagerContext, agent: LiveAgent, exit: Exit.Exit<{ readonly text: string }, unknown>) =>
+const finish = (
+  ctx: ManagerContext,
+  agent: LiveAgent,
+  exit: Exit.Exit<{ readonly text: string; readonly output?: unknown }, unknown>
+) =>
   Effect.gen(function*() {
     const record = agent.record
     if (isTerminal(record.status)) return

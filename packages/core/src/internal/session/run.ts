@@ -215,7 +215,8 @@ export const make = (ctx: SessionContext) => {
         onRetry: retryEvent(state),
         delivered: noneDelivered,
         onText: config.stream ? (text: string) => emit(state, { type: "text", text }) : undefined,
-        onModelId: state.model === unnamed ? (modelId) => void (state.model = modelId) : undefined
+        onModelId: state.model === unnamed ? (modelId) => void (state.model = modelId) : undefined,
+        output: state.output
       }, cuttableOf(state))
     })
 
@@ -245,7 +246,13 @@ export const make = (ctx: SessionContext) => {
   // input is queued or background children leave something to say (`beforeFinish`).
   const loop = (state: SessionState): Effect.Effect<PromptResult, PromptError> =>
     AgentLoop.runAs<ModelCallFailed | BudgetExceeded, never, PromptResult>(
-      { agentId: state.id, messages: state.messages, history: state.messages, maxSteps: state.budgets.maxSteps },
+      {
+        agentId: state.id,
+        messages: state.messages,
+        history: state.messages,
+        maxSteps: state.budgets.maxSteps,
+        output: state.output
+      },
       {
         model: () => modelStep(state),
         // Each result was handed to `onMessage` as it landed (deps.onResult): only kept here.
@@ -275,7 +282,8 @@ export const make = (ctx: SessionContext) => {
         text: result.text,
         steps: result.steps,
         toolCalls: result.toolCalls,
-        usage: result.usage
+        usage: result.usage,
+        ...(result.output === undefined ? {} : { output: result.output })
       })
     )
 

@@ -24,6 +24,7 @@ export interface Init {
   readonly budgets: Budgets
   readonly clock: Clock.Clock
   readonly observer: RunObserver | undefined
+  readonly output?: SessionState["output"]
 }
 
 /** A new session's state, registered in `sessions` (its tools: the registry's view of its rules). */
@@ -59,7 +60,8 @@ export const register = (
     scope: undefined,
     cancelReason: undefined,
     clock: init.clock,
-    observer: init.observer
+    observer: init.observer,
+    output: init.output
   }
   sessions.set(state.id, state)
   return state
