@@ -8,6 +8,7 @@ import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as EmbeddedEngine from "./internal/manager/embedded.ts"
 import type { Models, UnknownModel } from "./Models.ts"
 import type * as Permission from "./Permission.ts"
+import type * as ProcessIsolation from "./ProcessIsolation.ts"
 import type * as Receipt from "./Receipt.ts"
 import * as Roles from "./Roles.ts"
 import type { Budgets, PromptError, PromptResult, Session, SessionNotFound } from "./Session.ts"
@@ -41,6 +42,8 @@ export interface Options {
    * memory store, or a store elsewhere): receipts say why no local takeover is possible.
    */
   readonly workspace?: string | undefined
+  /** `isolation: "process"`: how a child process is started and capped (ProcessIsolation.ts). */
+  readonly processIsolation?: ProcessIsolation.Options | undefined
 }
 
 export const defaults: Options = {
@@ -64,7 +67,17 @@ export interface SpawnRequest {
    * that agent's record as a verification receipt (Receipt.fromVerifier).
    */
   readonly verifies?: string | undefined
+  /**
+   * How the child is kept apart from its parent: `"process"` runs it in its own OS process
+   * (ProcessIsolation.ts), `"worktree"` in a git worktree of its own; none: a fiber here.
+   */
+  readonly isolation?: Isolation | undefined
 }
+
+export type Isolation = "worktree" | "process"
+
+/** Why a run of an agent ended without an answer: its session's, or its child process's. */
+export type RunError = PromptError | ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable
 
 export type SpawnError =
   | SpawnCheck.SpawnTextTooLong
@@ -242,7 +255,7 @@ export class Embedded extends Context.Service<Embedded, {
    * like any other; the fiber runs its prompt (`fibril run`).
    */
   readonly startRoot: (request: SpawnRequest) => Effect.Effect<
-    { readonly agent: AgentView; readonly fiber: Fiber.Fiber<PromptResult, PromptError> },
+    { readonly agent: AgentView; readonly fiber: Fiber.Fiber<PromptResult, RunError> },
     SpawnError
   >
 }>()("@fibril/core/SubAgentManager/Embedded") {}

@@ -103,6 +103,11 @@ export const SpawnParameters = Schema.Struct({
   ),
   verifies: optionalString(
     "An agent (id or session name) whose current run this agent checks: its result is attached to that agent's record as verification"
+  ),
+  isolation: Schema.optionalKey(
+    Schema.Literals(["worktree", "process"]).annotate({
+      description: "Keep the agent apart: \"process\" runs it in its own OS process (own memory cap, killed on cancel)"
+    })
   )
 })
 
@@ -116,7 +121,8 @@ export const spawnRequest = (tool: string, params: typeof SpawnParameters.Type) 
     detached: params.detached,
     forkContext: params.fork_context ?? params.inherit_context,
     allowedTools: params.allowed_tools,
-    verifies: params.verifies
+    verifies: params.verifies,
+    isolation: params.isolation
   }))
 
 const spawnHandler = (name: string) =>

@@ -33,6 +33,11 @@ export const TaskParameters = Schema.Struct({
   ),
   allowed_tools: Schema.optionalKey(
     Schema.Array(Schema.String).annotate({ description: "For custom agents: the tool names they may use" })
+  ),
+  isolation: Schema.optionalKey(
+    Schema.Literals(["worktree", "process"]).annotate({
+      description: "Keep the sub-agent apart: \"process\" runs it in its own OS process (own memory cap, killed on cancel)"
+    })
   )
 })
 
@@ -43,7 +48,8 @@ export const request = (params: typeof TaskParameters.Type): SpawnRequest => ({
   prompt: params.prompt,
   description: params.description,
   role: params.subagent_type ?? "general",
-  allowedTools: params.allowed_tools
+  allowedTools: params.allowed_tools,
+  isolation: params.isolation
 })
 
 export const definition = ToolRegistry.define({

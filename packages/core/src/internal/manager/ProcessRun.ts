@@ -1,0 +1,86 @@
+/**
+ * ProcessRun — the run of an `isolation: "process"` agent: instead of prompting its session in
+ * this process, the manager starts a child process (ProcessIsolation) whose engine runs the
+ * prompt, and takes its events and end back. Everything else of the run (admission, the
+ * record, the one terminal event, cancel through the run's fiber) is AgentRun's, unchanged.
+ */
+import * as Effect from "effect/Effect"
+import type { AgentSnapshot } from "../../AgentEvents.ts"
+import * as AgentEvents from "../../AgentEvents.ts"
+import * as ProcessIsolation from "../../ProcessIsolation.ts"
+import type { PromptResult } from "../../Session.ts"
+import type { LiveAgent } from "./AgentTable.ts"
+import type { ManagerContext } from "./ManagerContext.ts"
+
+/** The pids of the child processes running now, by agent id (what a test or a receipt reads). */
+export const pids = new Map<string, number>()
+
+export const prompt = (
+  ctx: ManagerContext,
+  agent: LiveAgent,
+  message: string
+): Effect.Effect<PromptResult, ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable> =>
+  Effect.suspend((): Effect.Effect<
+    PromptResult,
+    ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable
+  > => {
+    const options = ctx.config.processIsolation ?? ProcessIsolation.defaults
+    const host = options.host
+    const cwd = ctx.workspaceRoot
+    if (host === undefined || cwd === undefined) {
+      return Effect.fail(
+        new ProcessIsolation.ProcessIsolationUnavailable({
+          reason: host === undefined
+            ? "this runtime has no host program for child processes (the fibril CLI provides one)"
+            : "this runtime has no workspace for a child process to start in"
+        })
+      )
+    }
+    const record = agent.record
+    const as: AgentSnapshot = {
+      agentId: record.agent_id,
+      parentId: record.parent_id,
+      depth: record.depth,
+      role: record.role,
+      model: record.model,
+      description: record.description,
+      step: 0,
+      toolCalls: 0,
+      lastTool: undefined,
+      usage: record.tokens
+    }
+    let rootId: string | undefined
+    return ProcessIsolation.run({
+      host,
+      maxOldSpaceMb: ProcessIsolation.capFor(options, record.role),
+      start: {
+        prompt: message,
+        role: record.role,
+        ...(record.model === "" ? {} : { model: record.model }),
+        description: record.description,
+        cwd,
+        maxDepth: options.nestedDepth
+      },
+      onPid: (pid) => pids.set(record.agent_id, pid),
+      onEvent: (event) => {
+        if (event.agent.depth === 0) rootId ??= event.agent.agentId
+        // The run's one terminal event is AgentRun.finish's: it also covers a child that died.
+        if (event.agent.depth === 0 && (AgentEvents.isTerminal(event.type) || event.type === "spawned")) return
+        const relabelled = ProcessIsolation.relabel(event, rootId, as)
+        agent.lastProgress = event.at
+        ctx.events.emit(relabelled)
+      }
+    }).pipe(
+      Effect.map(({ counts, text }) => {
+        agent.ended = { ...counts, takeUnread: () => [] }
+        return {
+          sessionId: record.agent_id,
+          text,
+          steps: counts.steps,
+          toolCalls: counts.toolCalls,
+          usage: counts.treeUsage
+        }
+      }),
+      Effect.ensuring(Effect.sync(() => pids.delete(record.agent_id)))
+    )
+  })
