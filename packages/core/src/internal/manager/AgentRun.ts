@@ -164,7 +164,7 @@ export const start = Effect.fnUntraced(function*(
   yield* persistStart(ctx, agent)
   const detached = agent.record.detached
   if (!detached && parentId !== undefined) ctx.table.addChild(ctx.table.cancelReaches, parentId, agent)
-  const run = runAgent(ctx, agent, request.prompt, permit, request.isolation === "process" && !root)
+  const run = runAgent(ctx, agent, request.prompt, permit, request.isolation === "process" && !root ? request : undefined)
   let fiber: Fiber.Fiber<PromptResult, RunError>
   if (foreground) {
     fiber = yield* Effect.forkChild(run, { startImmediately: true })
@@ -255,7 +255,14 @@ const newRecord = (
 // --- The run ---
 
 // The agent's run: (wait for a permit,) run the session's prompt, record the outcome.
-const runAgent = (ctx: ManagerContext, agent: LiveAgent, message: string, permit: Permit, ownProcess = false) => {
+const runAgent = (
+  ctx: ManagerContext,
+  agent: LiveAgent,
+  message: string,
+  permit: Permit,
+  /** An `isolation: "process"` request: the run is in a process of its own. */
+  ownProcess?: SpawnRequest | undefined
+) => {
   if (permit === "held") agent.permit = "pool"
   let counted = false
   const body = Effect.suspend(() => {
@@ -272,7 +279,9 @@ const runAgent = (ctx: ManagerContext, agent: LiveAgent, message: string, permit
     const record = agent.record
     Receipt.started(record, now)
     // A process child's prompt runs in its own OS process, on the same engine (ProcessRun).
-    const prompt = ownProcess ? ProcessRun.prompt(ctx, agent, message) : ctx.session.prompt(record.agent_id, message)
+    const prompt = ownProcess !== undefined
+      ? ProcessRun.prompt(ctx, agent, message, ownProcess.model)
+      : ctx.session.prompt(record.agent_id, message)
     return Effect.flatMap(ctx.store.put(record), (): Effect.Effect<PromptResult, RunError> => prompt)
   })
   // One finalizer for the count, the permit taken at admission and the outcome: each

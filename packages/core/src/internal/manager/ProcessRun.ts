@@ -18,7 +18,9 @@ export const pids = new Map<string, number>()
 export const prompt = (
   ctx: ManagerContext,
   agent: LiveAgent,
-  message: string
+  message: string,
+  /** The model the request named (undefined: the child's catalog chooses, as its parent's would). */
+  model: string | undefined
 ): Effect.Effect<PromptResult, ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable> =>
   Effect.suspend((): Effect.Effect<
     PromptResult,
@@ -56,7 +58,7 @@ export const prompt = (
       start: {
         prompt: message,
         role: record.role,
-        ...(record.model === "" ? {} : { model: record.model }),
+        ...(model === undefined ? {} : { model }),
         description: record.description,
         cwd,
         maxDepth: options.nestedDepth
