@@ -6,7 +6,7 @@ import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { AgentEvents, Fibril, SubAgentManager, ToolRegistry } from "@fibril/core"
 import { ScriptedModel } from "@fibril/testkit"
-import { Context, Effect, Fiber, FileSystem, Layer, Path, PubSub } from "effect"
+import { Context, Effect, Fiber, FileSystem, Layer, Path, PubSub, type Scope } from "effect"
 import { fileURLToPath } from "node:url"
 import * as ChildHost from "../src/ChildHost.ts"
 import * as ProcessTools from "./fixtures/processTools.ts"
@@ -17,7 +17,7 @@ const isolation: "process" | undefined = "process"
 const toolsModule = fileURLToPath(new URL("./fixtures/processTools.ts", import.meta.url))
 
 /** The children's script (the file a child process plays), by the prompts the parent gives. */
-const childScript = (pidFile: string) => ({
+const childScript = (pidFile: string): ScriptedModel.ScriptInput => ({
   rules: [
     { match: { prompt: "allocate please" }, turns: [{ tool_calls: [{ name: "allocate" }] }, { text: "never" }] },
     { match: { prompt: "sibling work" }, turns: [{ text: "sibling done" }] },
@@ -32,13 +32,15 @@ const spawnCall = (prompt: string, isolation: "process" | undefined) => ({
 })
 
 /** A parent whose script spawns `children` then waits for all of them. */
-const parentScript = (children: ReadonlyArray<ReturnType<typeof spawnCall>>): ScriptedModel.ScriptInput => ({
+const parentScript = (
+  children: readonly [ReturnType<typeof spawnCall>, ...Array<ReturnType<typeof spawnCall>>]
+): ScriptedModel.ScriptInput => ({
   rules: [
     // Five steps, a fifth of a second each: progress events a stalled event loop would hold back.
     {
       match: { prompt: "steady work" },
       turns: [
-        ...Array.from({ length: 5 }, () => ({ tool_calls: [{ name: "todoread" }], delay_ms: 200 })),
+        ...Array.from({ length: 5 }, () => ({ tool_calls: [{ name: "todoread" }] as const, delay_ms: 200 })),
         { text: "steady done" }
       ]
     },
@@ -62,7 +64,7 @@ const harness = <A>(
     readonly events: AgentEvents.AgentEvents["Service"]
     readonly start: Effect.Effect<Fiber.Fiber<unknown, unknown>>
     readonly pidFile: string
-  }) => Effect.Effect<A>,
+  }) => Effect.Effect<A, never, Scope.Scope>,
   options: {
     readonly maxOldSpaceMb?: number
     /** The fixture tools in the parent too (a child without isolation runs them there). */
@@ -169,5 +171,29 @@ describe("isolation: process", () => {
           assert.isBelow(Math.max(...gaps), 1500, JSON.stringify(gaps))
         }),
       { parentTools: true }
+    ), 60_000)
+
+  it.live("cancel kills the child's process group (the child and what its tools started)", () =>
+    harness(
+      parentScript([spawnCall("pids please", "process")]),
+      ({ manager, pidFile, start }) =>
+        Effect.gen(function*() {
+          const fs = yield* FileSystem.FileSystem
+          const root = yield* start
+          // The child wrote its pid and its grandchild's, then hangs on its next model call.
+          assert.isTrue(yield* until(fs.exists(pidFile).pipe(Effect.orElseSucceed(() => false)), 600))
+          const pids = JSON.parse(yield* Effect.orDie(fs.readFileString(pidFile))) as {
+            readonly pid: number
+            readonly grandchild: number
+          }
+          assert.isTrue(alive(pids.pid) && alive(pids.grandchild))
+          const [child] = yield* childrenOf(manager)
+          const cancelled = yield* Effect.orDie(manager.cancel(child!.agent_id, "test cancel"))
+          yield* Fiber.await(root)
+          assert.isTrue(yield* until(Effect.sync(() => !alive(pids.pid) && !alive(pids.grandchild)), 40))
+          const [after] = yield* childrenOf(manager)
+          assert.strictEqual(after?.status, "cancelled")
+          assert.strictEqual(cancelled.agent_id, child!.agent_id)
+        }).pipe(Effect.provide(NodeServices.layer))
     ), 60_000)
 })
