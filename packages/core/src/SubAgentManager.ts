@@ -87,6 +87,7 @@ export type SpawnError =
   | CapReached
   | SessionNotFound
   | AgentNotFound
+  | ProcessIsolation.ProcessIsolationUnavailable
 
 /** A record as shown to callers (AgentResult.ts): the stored fields plus whether it predates this process. */
 import type { AgentView } from "./AgentResult.ts"

@@ -131,6 +131,10 @@ export const start = Effect.fnUntraced(function*(
   const foreground = mode !== "background"
   const root = mode === "root"
   const plan = yield* SpawnPlan.resolve(request, ctx.plans, { root, parentModel: parentModel(ctx, parentId) })
+  if (request.isolation === "process" && !root) {
+    const unavailable = ProcessRun.unavailable(ctx)
+    if (unavailable !== undefined) return yield* unavailable
+  }
   // The run a verifier checks is the one current when it is spawned.
   const verifies = request.verifies === undefined
     ? undefined

@@ -15,6 +15,31 @@ import type { ManagerContext } from "./ManagerContext.ts"
 /** The pids of the child processes running now, by agent id (what a test or a receipt reads). */
 export const pids = new Map<string, number>()
 
+/** The host and workspace a process child needs, or why this manager cannot run one. */
+const ready = (
+  ctx: ManagerContext
+): { readonly host: ProcessIsolation.Host; readonly cwd: string } | ProcessIsolation.ProcessIsolationUnavailable => {
+  const host = ctx.config.processIsolation?.host
+  const cwd = ctx.workspaceRoot
+  if (host === undefined) {
+    return new ProcessIsolation.ProcessIsolationUnavailable({
+      reason: "this runtime has no host program for child processes (the fibril CLI provides one)"
+    })
+  }
+  if (cwd === undefined) {
+    return new ProcessIsolation.ProcessIsolationUnavailable({
+      reason: "this runtime has no workspace for a child process to start in"
+    })
+  }
+  return { host, cwd }
+}
+
+/** Why this manager cannot run a process child (refused at spawn, before anything is created), if it cannot. */
+export const unavailable = (ctx: ManagerContext): ProcessIsolation.ProcessIsolationUnavailable | undefined => {
+  const readiness = ready(ctx)
+  return readiness instanceof ProcessIsolation.ProcessIsolationUnavailable ? readiness : undefined
+}
+
 export const prompt = (
   ctx: ManagerContext,
   agent: LiveAgent,
@@ -27,17 +52,9 @@ export const prompt = (
     ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable
   > => {
     const options = ctx.config.processIsolation ?? ProcessIsolation.defaults
-    const host = options.host
-    const cwd = ctx.workspaceRoot
-    if (host === undefined || cwd === undefined) {
-      return Effect.fail(
-        new ProcessIsolation.ProcessIsolationUnavailable({
-          reason: host === undefined
-            ? "this runtime has no host program for child processes (the fibril CLI provides one)"
-            : "this runtime has no workspace for a child process to start in"
-        })
-      )
-    }
+    const readiness = ready(ctx)
+    if (readiness instanceof ProcessIsolation.ProcessIsolationUnavailable) return Effect.fail(readiness)
+    const { cwd, host } = readiness
     const record = agent.record
     const as: AgentSnapshot = {
       agentId: record.agent_id,
