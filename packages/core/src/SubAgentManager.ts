@@ -8,7 +8,7 @@ import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as EmbeddedEngine from "./internal/manager/embedded.ts"
 import type { Models, UnknownModel } from "./Models.ts"
 import type * as Permission from "./Permission.ts"
-import type * as ProcessIsolation from "./ProcessIsolation.ts"
+import * as ProcessIsolation from "./ProcessIsolation.ts"
 import type * as Receipt from "./Receipt.ts"
 import * as Roles from "./Roles.ts"
 import type { Budgets, PromptError, PromptResult, Session, SessionNotFound } from "./Session.ts"
@@ -154,7 +154,8 @@ export const optionsFrom = (settings: FibrilConfig.Settings): Options => ({
   },
   defaultModel: settings.subagents.defaultModel,
   roleModels: roleModelsFrom(settings.subagents),
-  maxResultChars: settings.subagents.maxResultChars
+  maxResultChars: settings.subagents.maxResultChars,
+  processIsolation: { ...ProcessIsolation.defaults, maxOldSpaceMb: settings.subagents.processMemoryMb }
 })
 
 export class SubAgentManager extends Context.Service<SubAgentManager, {
