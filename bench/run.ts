@@ -225,7 +225,10 @@ console.log(
 
 // isolation: "process": a child's start-up and cost per message over its pipe (bench/process-isolation.ts).
 const processIsolation = JSON.parse(
-  execFileSync(process.execPath, [fileURLToPath(new URL("./process-isolation.ts", import.meta.url)), ...(quick ? ["--quick"] : [])], {
+  execFileSync(process.execPath, [
+    fileURLToPath(new URL("./process-isolation.ts", import.meta.url)),
+    ...(quick ? ["--quick"] : [])
+  ], {
     encoding: "utf8"
   }).trim()
 ) as Record<string, number | boolean>

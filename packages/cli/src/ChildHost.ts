@@ -12,7 +12,7 @@
  * (repeatable): a module whose `tools` export lists ToolDefinitions to register (an embedder's
  * own tools, which a child in another process cannot get otherwise).
  */
-import { NodeServices } from "@effect/platform-node"
+import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as AgentEvents from "@fibril/core/AgentEvents"
 import * as Fibril from "@fibril/core/Fibril"
 import * as FibrilConfig from "@fibril/core/FibrilConfig"
@@ -42,7 +42,11 @@ export const modulePath = fileURLToPath(import.meta.url)
  * The host a parent process hands its core (SubAgentManager `processIsolation.host`): this
  * program on this Node, with the model the parent's command selected.
  */
-export const host = (model: string | undefined, baseUrl?: string | undefined, toolModules: ReadonlyArray<string> = []) => ({
+export const host = (
+  model: string | undefined,
+  baseUrl?: string | undefined,
+  toolModules: ReadonlyArray<string> = []
+) => ({
   command: process.execPath,
   // `--conditions` (the repository runs the packages from source) must reach the child too.
   args: [
@@ -80,7 +84,9 @@ const readStart = Effect.flatMap(
   Schema.decodeUnknownEffect(Schema.fromJsonString(ProcessIsolation.Start))
 )
 
-const isToolModule = (value: unknown): value is { readonly tools: ReadonlyArray<ToolRegistry.ToolDefinition<any, never>> } =>
+const isToolModule = (
+  value: unknown
+): value is { readonly tools: ReadonlyArray<ToolRegistry.ToolDefinition<any, never>> } =>
   typeof value === "object" && value !== null && "tools" in value && Array.isArray(value.tools)
 
 const main = Effect.gen(function*() {
@@ -115,7 +121,7 @@ const main = Effect.gen(function*() {
   const registry = Context.get(context, ToolRegistry.ToolRegistry)
   for (const module of values.tools ?? []) {
     const loaded: unknown = yield* Effect.promise(() => import(pathToFileURL(module).href))
-    if (isToolModule(loaded)) for (const tool of loaded.tools) yield* registry.register(tool)
+    if (isToolModule(loaded)) { for (const tool of loaded.tools) yield* registry.register(tool) }
   }
   const events = Context.get(context, AgentEvents.AgentEvents)
   const subscription = yield* events.subscribe

@@ -12,7 +12,7 @@ import * as ChildHost from "../src/ChildHost.ts"
 import * as ProcessTools from "./fixtures/processTools.ts"
 
 /** What the busy child runs with (undefined: a fiber of the parent, the code before isolation). */
-const isolation: "process" | undefined = "process"
+const busyIsolation: "process" | undefined = "process"
 
 const toolsModule = fileURLToPath(new URL("./fixtures/processTools.ts", import.meta.url))
 
@@ -21,8 +21,14 @@ const childScript = (pidFile: string): ScriptedModel.ScriptInput => ({
   rules: [
     { match: { prompt: "allocate please" }, turns: [{ tool_calls: [{ name: "allocate" }] }, { text: "never" }] },
     { match: { prompt: "sibling work" }, turns: [{ text: "sibling done" }] },
-    { match: { prompt: "busy work" }, turns: [{ tool_calls: [{ name: "busy", args: { ms: 2500 } }] }, { text: "busy done" }] },
-    { match: { prompt: "pids please" }, turns: [{ tool_calls: [{ name: "pids", args: { path: pidFile } }] }, { hang: true }] }
+    {
+      match: { prompt: "busy work" },
+      turns: [{ tool_calls: [{ name: "busy", args: { ms: 2500 } }] }, { text: "busy done" }]
+    },
+    {
+      match: { prompt: "pids please" },
+      turns: [{ tool_calls: [{ name: "pids", args: { path: pidFile } }] }, { hang: true }]
+    }
   ]
 })
 
@@ -127,32 +133,40 @@ const until = (check: Effect.Effect<boolean>, bound = 200) =>
   })
 
 describe("isolation: process", () => {
-  it.live("a child past its heap cap ends failed (out of memory); its sibling completes; the parent gets both", () =>
-    harness(
-      parentScript([spawnCall("allocate please", "process"), spawnCall("sibling work", "process")]),
-      ({ manager, start }) =>
-        Effect.gen(function*() {
-          const root = yield* start
-          yield* Fiber.await(root)
-          const children = yield* childrenOf(manager)
-          const allocating = children.find((agent) => agent.description === "allocate please")
-          const sibling = children.find((agent) => agent.description === "sibling work")
-          assert.strictEqual(allocating?.status, "failed")
-          assert.match(allocating?.reason ?? "", /out of memory \(its heap cap is 96 MB; exit (signal SIGABRT|code \d+)\)/)
-          assert.strictEqual(sibling?.status, "completed")
-          assert.strictEqual(sibling?.outcome?.summary, "sibling done")
-          const parent = (yield* manager.list({ includeArchived: true })).find((agent) => agent.depth === 0)
-          assert.strictEqual(parent?.status, "completed")
-        }),
-      { maxOldSpaceMb: 96 }
-    ), 60_000)
+  it.live(
+    "a child past its heap cap ends failed (out of memory); its sibling completes; the parent gets both",
+    () =>
+      harness(
+        parentScript([spawnCall("allocate please", "process"), spawnCall("sibling work", "process")]),
+        ({ manager, start }) =>
+          Effect.gen(function*() {
+            const root = yield* start
+            yield* Fiber.await(root)
+            const children = yield* childrenOf(manager)
+            const allocating = children.find((agent) => agent.description === "allocate please")
+            const sibling = children.find((agent) => agent.description === "sibling work")
+            assert.strictEqual(allocating?.status, "failed")
+            assert.match(
+              allocating?.reason ?? "",
+              /out of memory \(its heap cap is 96 MB; exit (signal SIGABRT|code \d+)\)/
+            )
+            assert.strictEqual(sibling?.status, "completed")
+            assert.strictEqual(sibling?.outcome?.summary, "sibling done")
+            const parent = (yield* manager.list({ includeArchived: true })).find((agent) => agent.depth === 0)
+            assert.strictEqual(parent?.status, "completed")
+          }),
+        { maxOldSpaceMb: 96 }
+      ),
+    60_000
+  )
 
   it.live("a child that blocks its event loop does not stall its sibling's progress events", () =>
     harness(
-      parentScript([spawnCall("steady work", undefined), spawnCall("busy work", isolation)]),
+      parentScript([spawnCall("steady work", undefined), spawnCall("busy work", busyIsolation)]),
       ({ events, manager, start }) =>
         Effect.gen(function*() {
-          const seen: Array<{ readonly type: string; readonly description: string | undefined; readonly at: number }> = []
+          const seen: Array<{ readonly type: string; readonly description: string | undefined; readonly at: number }> =
+            []
           const subscription = yield* events.subscribe
           yield* Effect.forkChild(Effect.forever(Effect.map(PubSub.take(subscription), (event) => {
             seen.push({ type: event.type, description: event.agent.description, at: event.at })

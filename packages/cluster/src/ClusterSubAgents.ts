@@ -135,7 +135,8 @@ export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnC
     // no one parent process to own its OS process (docs/subagents.md, "Process isolation").
     if (request.isolation === "process") {
       return yield* new ProcessIsolation.ProcessIsolationUnavailable({
-        reason: "in cluster mode a child is a workflow that any worker may run and take over, not a process of its parent"
+        reason:
+          "in cluster mode a child is a workflow that any worker may run and take over, not a process of its parent"
       })
     }
     const { role } = yield* SpawnPlan.resolveRole([], request.role ?? "general", request.allowedTools)

@@ -48,7 +48,8 @@ export interface Options {
 export const defaults: Options = { maxOldSpaceMb: 512, roleMaxOldSpaceMb: {}, nestedDepth: 0 }
 
 /** The heap cap of a child of this role. */
-export const capFor = (options: Options, role: string): number => options.roleMaxOldSpaceMb[role] ?? options.maxOldSpaceMb
+export const capFor = (options: Options, role: string): number =>
+  options.roleMaxOldSpaceMb[role] ?? options.maxOldSpaceMb
 
 // --- Protocol ---
 

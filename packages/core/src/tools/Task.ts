@@ -36,7 +36,8 @@ export const TaskParameters = Schema.Struct({
   ),
   isolation: Schema.optionalKey(
     Schema.Literals(["worktree", "process"]).annotate({
-      description: "Keep the sub-agent apart: \"process\" runs it in its own OS process (own memory cap, killed on cancel)"
+      description:
+        "Keep the sub-agent apart: \"process\" runs it in its own OS process (own memory cap, killed on cancel)"
     })
   )
 })

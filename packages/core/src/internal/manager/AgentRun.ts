@@ -168,7 +168,13 @@ export const start = Effect.fnUntraced(function*(
   yield* persistStart(ctx, agent)
   const detached = agent.record.detached
   if (!detached && parentId !== undefined) ctx.table.addChild(ctx.table.cancelReaches, parentId, agent)
-  const run = runAgent(ctx, agent, request.prompt, permit, request.isolation === "process" && !root ? request : undefined)
+  const run = runAgent(
+    ctx,
+    agent,
+    request.prompt,
+    permit,
+    request.isolation === "process" && !root ? request : undefined
+  )
   let fiber: Fiber.Fiber<PromptResult, RunError>
   if (foreground) {
     fiber = yield* Effect.forkChild(run, { startImmediately: true })
