@@ -12,9 +12,6 @@ import type { PromptResult } from "../../Session.ts"
 import type { LiveAgent } from "./AgentTable.ts"
 import type { ManagerContext } from "./ManagerContext.ts"
 
-/** The pids of the child processes running now, by agent id (what a test or a receipt reads). */
-export const pids = new Map<string, number>()
-
 /** The host and workspace a process child needs, or why this manager cannot run one. */
 const ready = (
   ctx: ManagerContext
@@ -80,7 +77,6 @@ export const prompt = (
         cwd,
         maxDepth: options.nestedDepth
       },
-      onPid: (pid) => pids.set(record.agent_id, pid),
       onEvent: (event) => {
         if (event.agent.depth === 0) rootId ??= event.agent.agentId
         // The run's one terminal event is AgentRun.finish's: it also covers a child that died.
@@ -99,7 +95,6 @@ export const prompt = (
           toolCalls: counts.toolCalls,
           usage: counts.treeUsage
         }
-      }),
-      Effect.ensuring(Effect.sync(() => pids.delete(record.agent_id)))
+      })
     )
   })
