@@ -223,6 +223,23 @@ console.log(
   } ms CPU each)`
 )
 
+// isolation: "process": a child's start-up and cost per message over its pipe (bench/process-isolation.ts).
+const processIsolation = JSON.parse(
+  execFileSync(process.execPath, [
+    fileURLToPath(new URL("./process-isolation.ts", import.meta.url)),
+    ...(quick ? ["--quick"] : [])
+  ], {
+    encoding: "utf8"
+  }).trim()
+) as Record<string, number | boolean>
+console.log(
+  `${processIsolation["ok"] ? "ok  " : "FAIL"} process isolation: start-up ${
+    Number(processIsolation["startup_ms"]).toFixed(0)
+  } ms per child (a one-step child, spawn to end), ${
+    Number(processIsolation["per_message_us"]).toFixed(0)
+  } µs per event over the pipe (a ${processIsolation["steps"]}-step child, its work included)`
+)
+
 const out = fileURLToPath(new URL("./results.json", import.meta.url))
 writeFileSync(
   out,
@@ -239,14 +256,15 @@ writeFileSync(
       flatnessCpu,
       persistence,
       persistenceFloor,
-      context
+      context,
+      processIsolation
     },
     null,
     2
   )
 )
 console.log(`wrote ${out}`)
-if (!results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok) process.exitCode = 1
+if (!results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok || !processIsolation["ok"]) process.exitCode = 1
 
 // Cluster mode on PostgreSQL: per-step overhead and a K = 100 fan-out over two workers
 // (bench/cluster.ts; it says why when it cannot run, e.g. without PostgreSQL).

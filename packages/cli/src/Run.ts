@@ -10,7 +10,7 @@
  */
 import { type AgentEvent, AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
 import * as Session from "@fibril/core/Session"
-import { Embedded, SubAgentManager } from "@fibril/core/SubAgentManager"
+import { Embedded, type RunError, SubAgentManager } from "@fibril/core/SubAgentManager"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
@@ -89,7 +89,7 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
     })
 
   const summarise = (
-    exit: Exit.Exit<Session.PromptResult, Session.PromptError>,
+    exit: Exit.Exit<Session.PromptResult, RunError>,
     stopped: ReadonlyArray<string>,
     cancelledBy?: string
   ) =>

@@ -7,12 +7,14 @@
  */
 import * as Fibril from "@fibril/core/Fibril"
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
+import * as ProcessIsolation from "@fibril/core/ProcessIsolation"
 import * as Session from "@fibril/core/Session"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import type * as SubAgentStore from "@fibril/core/SubAgentStore"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as ChildHost from "./ChildHost.ts"
 import type { Environment } from "./CliEnvironment.ts"
 import * as ModelSelection from "./ModelSelection.ts"
 import * as RunRecords from "./RunRecords.ts"
@@ -30,7 +32,19 @@ export interface Options {
 }
 
 export const layer = (options: Options) => {
-  const subagents = SubAgentManager.optionsFrom(options.settings)
+  const settings = SubAgentManager.optionsFrom(options.settings)
+  // `isolation: "process"`: a child runs ChildHost on this Node, on the model this command selected.
+  const subagents: SubAgentManager.Options = {
+    ...settings,
+    processIsolation: {
+      ...ProcessIsolation.defaults,
+      ...settings.processIsolation,
+      host: ChildHost.host(
+        ChildHost.modelOf(options.selection),
+        options.selection.kind === "openai" ? options.selection.baseURL : undefined
+      )
+    }
+  }
   return Fibril.layerWithModels({
     cwd: options.cwd,
     store: "file",

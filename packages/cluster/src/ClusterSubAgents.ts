@@ -21,6 +21,7 @@ import * as AgentResult from "@fibril/core/AgentResult"
 import type * as Claims from "@fibril/core/Claims"
 import * as Models from "@fibril/core/Models"
 import * as OutputSchema from "@fibril/core/OutputSchema"
+import * as ProcessIsolation from "@fibril/core/ProcessIsolation"
 import * as Receipt from "@fibril/core/Receipt"
 import * as Roles from "@fibril/core/Roles"
 import * as SpawnCheck from "@fibril/core/SpawnCheck"
@@ -153,6 +154,14 @@ export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnC
     // `allowed_tools` naming tools that exist, a model the runtime serves.
     const tooLong = SpawnCheck.checkText(request)
     if (tooLong !== undefined) return yield* tooLong
+    // A child of the cluster is a workflow any worker may run, resume or take over: there is
+    // no one parent process to own its OS process (docs/subagents.md, "Process isolation").
+    if (request.isolation === "process") {
+      return yield* new ProcessIsolation.ProcessIsolationUnavailable({
+        reason:
+          "in cluster mode a child is a workflow that any worker may run and take over, not a process of its parent"
+      })
+    }
     const { role } = yield* SpawnPlan.resolveRole([], request.role ?? "general", request.allowedTools)
     if (checks.registry !== undefined) {
       yield* SpawnPlan.checkAllowedTools(checks.registry, role.name, request.allowedTools)

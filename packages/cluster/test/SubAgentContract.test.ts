@@ -656,6 +656,35 @@ const contract = (engine: Engine) => {
       assert.deepStrictEqual(childrenOf(run.agents), [])
     }))
 
+  // isolation "process" needs a parent process that owns the child's process: the embedded
+  // engine without a host program (this suite gives it none) and the cluster (a child is a
+  // workflow any worker may take over) refuse it at once, the same way.
+  test("isolation process where no process can own the child is ProcessIsolationUnavailable", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [{
+          match: { depth: 0 },
+          turns: [
+            {
+              tool_calls: [
+                { name: "task", args: { description: "iso", prompt: "x", isolation: "process" } },
+                { name: "agent_spawn", args: { prompt: "x", isolation: "process" } }
+              ]
+            },
+            { text: "root done" }
+          ]
+        }]
+      })
+      assert.strictEqual(run.toolResults.length, 2)
+      for (const refused of run.toolResults) {
+        assert.isTrue(refused.isFailure, JSON.stringify(refused))
+        assertShape(refused.result, Refusal, refused.name)
+        assert.strictEqual(failed(refused), "ProcessIsolationUnavailable")
+        assert.include((refused.result as { message: string }).message, "isolation \"process\" is not available here")
+      }
+      assert.deepStrictEqual(childrenOf(run.agents), [])
+    }))
+
   test("arguments that are not JSON are InvalidArguments saying so, for every sub-agent tool", () =>
     Effect.gen(function*() {
       const calls = ["task", "agent_spawn", "agent_wait", "agent_list", "agent_result", "agent_cancel"]

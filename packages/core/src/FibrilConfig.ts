@@ -96,6 +96,8 @@ export interface SubagentSettings {
   readonly customModel: string | undefined
   /** `[subagents.models]`: role name -> model id (env: `FIBRIL_SUBAGENTS_MODELS="worker=m1,explorer=m2"`). */
   readonly models: Readonly<Record<string, string>>
+  /** Heap cap of an `isolation: "process"` child, in MB (`--max-old-space-size`). */
+  readonly processMemoryMb: number
 }
 
 /** `[tools]`: limits of the built-in tools. */
@@ -216,7 +218,8 @@ export const defaults: Settings = {
     awaiterModel: undefined,
     reviewModel: undefined,
     customModel: undefined,
-    models: {}
+    models: {},
+    processMemoryMb: 512
   },
   tools: { shellTimeoutSecs: 120, maxOutputChars: 30_000 },
   permissions: { deny: [] },
@@ -404,7 +407,8 @@ const readSettings = Effect.fnUntraced(function*(
         "subagents.models",
         accepts.models,
         (name) => Config.Record(Schema.String, Schema.String, name).pipe(Config.withDefault(d.subagents.models))
-      )
+      ),
+      processMemoryMb: required("subagents.process_memory_mb", d.subagents.processMemoryMb)
     },
     tools: {
       shellTimeoutSecs: required("tools.shell_timeout_secs", d.tools.shellTimeoutSecs),

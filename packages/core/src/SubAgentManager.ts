@@ -9,6 +9,7 @@ import * as EmbeddedEngine from "./internal/manager/embedded.ts"
 import type { Models, UnknownModel } from "./Models.ts"
 import type * as OutputSchema from "./OutputSchema.ts"
 import type * as Permission from "./Permission.ts"
+import * as ProcessIsolation from "./ProcessIsolation.ts"
 import type * as Receipt from "./Receipt.ts"
 import * as Roles from "./Roles.ts"
 import type { Budgets, PromptError, PromptResult, Session, SessionNotFound } from "./Session.ts"
@@ -42,6 +43,8 @@ export interface Options {
    * memory store, or a store elsewhere): receipts say why no local takeover is possible.
    */
   readonly workspace?: string | undefined
+  /** `isolation: "process"`: how a child process is started and capped (ProcessIsolation.ts). */
+  readonly processIsolation?: ProcessIsolation.Options | undefined
 }
 
 export const defaults: Options = {
@@ -67,7 +70,17 @@ export interface SpawnRequest {
   readonly verifies?: string | undefined
   /** `output_schema`: a typed result (OutputSchema.ts); without it, the five-section contract. */
   readonly outputSchema?: OutputSchema.JsonSchema | undefined
+  /**
+   * How the child is kept apart from its parent: `"process"` runs it in its own OS process
+   * (ProcessIsolation.ts), `"worktree"` in a git worktree of its own; none: a fiber here.
+   */
+  readonly isolation?: Isolation | undefined
 }
+
+export type Isolation = "worktree" | "process"
+
+/** Why a run of an agent ended without an answer: its session's, or its child process's. */
+export type RunError = PromptError | ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable
 
 export type SpawnError =
   | OutputSchema.UnsupportedOutputSchema
@@ -78,6 +91,7 @@ export type SpawnError =
   | CapReached
   | SessionNotFound
   | AgentNotFound
+  | ProcessIsolation.ProcessIsolationUnavailable
 
 /** A record as shown to callers (AgentResult.ts): the stored fields plus whether it predates this process. */
 import type { AgentView } from "./AgentResult.ts"
@@ -144,7 +158,8 @@ export const optionsFrom = (settings: FibrilConfig.Settings): Options => ({
   },
   defaultModel: settings.subagents.defaultModel,
   roleModels: roleModelsFrom(settings.subagents),
-  maxResultChars: settings.subagents.maxResultChars
+  maxResultChars: settings.subagents.maxResultChars,
+  processIsolation: { ...ProcessIsolation.defaults, maxOldSpaceMb: settings.subagents.processMemoryMb }
 })
 
 export class SubAgentManager extends Context.Service<SubAgentManager, {
@@ -246,7 +261,7 @@ export class Embedded extends Context.Service<Embedded, {
    * like any other; the fiber runs its prompt (`fibril run`).
    */
   readonly startRoot: (request: SpawnRequest) => Effect.Effect<
-    { readonly agent: AgentView; readonly fiber: Fiber.Fiber<PromptResult, PromptError> },
+    { readonly agent: AgentView; readonly fiber: Fiber.Fiber<PromptResult, RunError> },
     SpawnError
   >
 }>()("@fibril/core/SubAgentManager/Embedded") {}

@@ -273,6 +273,7 @@ describe("models per role", () => {
       maxDepth: 1,
       admission: "reject",
       heartbeatTimeoutSecs: 300,
+      processMemoryMb: 512,
       maxSteps: undefined,
       maxTokens: undefined,
       maxWallSecs: undefined,

@@ -27,6 +27,7 @@ export const bounds = {
   "subagents.max_wall_secs": [1, 86_400],
   "subagents.tree_max_tokens": [1, Number.MAX_SAFE_INTEGER],
   "subagents.max_result_chars": [256, 1_048_576],
+  "subagents.process_memory_mb": [64, 65_536],
   "tools.shell_timeout_secs": [1, 3600],
   "tools.max_output_chars": [1000, 1_000_000],
   "sandbox.tmp_size_mb": [1, 65_536],

@@ -129,7 +129,8 @@ export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> 
     "explorer_model",
     "awaiter_model",
     "review_model",
-    "custom_model"
+    "custom_model",
+    "process_memory_mb"
   ],
   "subagents.models": "any",
   tools: ["shell_timeout_secs", "max_output_chars"],

@@ -105,7 +105,12 @@ export const SpawnParameters = Schema.Struct({
   verifies: optionalString(
     "An agent (id or session name) whose current run this agent checks: its result is attached to that agent's record as verification"
   ),
-  output_schema: Schema.optionalKey(OutputSchema.Parameter)
+  output_schema: Schema.optionalKey(OutputSchema.Parameter),
+  isolation: Schema.optionalKey(
+    Schema.Literals(["worktree", "process"]).annotate({
+      description: "Keep the agent apart: \"process\" runs it in its own OS process (own memory cap, killed on cancel)"
+    })
+  )
 })
 
 /** The spawn request an `agent_spawn` call makes. */
@@ -119,7 +124,8 @@ export const spawnRequest = (tool: string, params: typeof SpawnParameters.Type) 
     forkContext: params.fork_context ?? params.inherit_context,
     allowedTools: params.allowed_tools,
     verifies: params.verifies,
-    ...(params.output_schema === undefined ? {} : { outputSchema: params.output_schema })
+    ...(params.output_schema === undefined ? {} : { outputSchema: params.output_schema }),
+    isolation: params.isolation
   }))
 
 const spawnHandler = (name: string) =>

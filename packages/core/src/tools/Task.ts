@@ -35,7 +35,13 @@ export const TaskParameters = Schema.Struct({
   allowed_tools: Schema.optionalKey(
     Schema.Array(Schema.String).annotate({ description: "For custom agents: the tool names they may use" })
   ),
-  output_schema: Schema.optionalKey(OutputSchema.Parameter)
+  output_schema: Schema.optionalKey(OutputSchema.Parameter),
+  isolation: Schema.optionalKey(
+    Schema.Literals(["worktree", "process"]).annotate({
+      description:
+        "Keep the sub-agent apart: \"process\" runs it in its own OS process (own memory cap, killed on cancel)"
+    })
+  )
 })
 
 export type TaskResult = AgentResult.TaskResult
@@ -46,7 +52,8 @@ export const request = (params: typeof TaskParameters.Type): SpawnRequest => ({
   description: params.description,
   role: params.subagent_type ?? "general",
   allowedTools: params.allowed_tools,
-  ...(params.output_schema === undefined ? {} : { outputSchema: params.output_schema })
+  ...(params.output_schema === undefined ? {} : { outputSchema: params.output_schema }),
+  isolation: params.isolation
 })
 
 export const definition = ToolRegistry.define({

@@ -25,14 +25,15 @@ import * as Transcript from "../../internal/transcript.ts"
 import * as OutputSchema from "../../OutputSchema.ts"
 import * as Permission from "../../Permission.ts"
 import * as Receipt from "../../Receipt.ts"
-import { describeFailure, type PromptError, type PromptResult, type RunEnd, type SessionInfo } from "../../Session.ts"
+import { describeFailure, type PromptResult, type RunEnd, type SessionInfo } from "../../Session.ts"
 import * as SpawnPlan from "../../SpawnPlan.ts"
 import { CapReached } from "../../SubAgentErrors.ts"
-import type { AgentView, SpawnRequest } from "../../SubAgentManager.ts"
+import type { AgentView, RunError, SpawnRequest } from "../../SubAgentManager.ts"
 import { agentOfRunId, currentRunId, isTerminal, type SubAgentRecord } from "../../SubAgentRecord.ts"
 import type { SubAgentStore } from "../../SubAgentStore.ts"
 import { isLive, type LiveAgent, type Mutable } from "./AgentTable.ts"
 import type { ManagerContext } from "./ManagerContext.ts"
+import * as ProcessRun from "./ProcessRun.ts"
 
 /** A run's sub-agent permit: taken at admission, to be waited for (queue), or none (a root agent). */
 export type Permit = "held" | "wait" | "none"
@@ -132,6 +133,10 @@ export const start = Effect.fnUntraced(function*(
   const foreground = mode !== "background"
   const root = mode === "root"
   const plan = yield* SpawnPlan.resolve(request, ctx.plans, { root, parentModel: parentModel(ctx, parentId) })
+  if (request.isolation === "process" && !root) {
+    const unavailable = ProcessRun.unavailable(ctx)
+    if (unavailable !== undefined) return yield* unavailable
+  }
   // The run a verifier checks is the one current when it is spawned.
   const verifies = request.verifies === undefined
     ? undefined
@@ -166,8 +171,14 @@ export const start = Effect.fnUntraced(function*(
   yield* persistStart(ctx, agent)
   const detached = agent.record.detached
   if (!detached && parentId !== undefined) ctx.table.addChild(ctx.table.cancelReaches, parentId, agent)
-  const run = runAgent(ctx, agent, OutputSchema.taskMessage(request.prompt, created.output), permit)
-  let fiber: Fiber.Fiber<PromptResult, PromptError>
+  const run = runAgent(
+    ctx,
+    agent,
+    OutputSchema.taskMessage(request.prompt, created.output),
+    permit,
+    request.isolation === "process" && !root ? request : undefined
+  )
+  let fiber: Fiber.Fiber<PromptResult, RunError>
   if (foreground) {
     fiber = yield* Effect.forkChild(run, { startImmediately: true })
   } else {
@@ -257,7 +268,14 @@ const newRecord = (
 // --- The run ---
 
 // The agent's run: (wait for a permit,) run the session's prompt, record the outcome.
-const runAgent = (ctx: ManagerContext, agent: LiveAgent, message: string, permit: Permit) => {
+const runAgent = (
+  ctx: ManagerContext,
+  agent: LiveAgent,
+  message: string,
+  permit: Permit,
+  /** An `isolation: "process"` request: the run is in a process of its own. */
+  ownProcess?: SpawnRequest | undefined
+) => {
   if (permit === "held") agent.permit = "pool"
   let counted = false
   const body = Effect.suspend(() => {
@@ -273,7 +291,11 @@ const runAgent = (ctx: ManagerContext, agent: LiveAgent, message: string, permit
     agent.ended = undefined
     const record = agent.record
     Receipt.started(record, now)
-    return Effect.flatMap(ctx.store.put(record), () => ctx.session.prompt(record.agent_id, message))
+    // A process child's prompt runs in its own OS process, on the same engine (ProcessRun).
+    const prompt = ownProcess !== undefined
+      ? ProcessRun.prompt(ctx, agent, message, ownProcess.model)
+      : ctx.session.prompt(record.agent_id, message)
+    return Effect.flatMap(ctx.store.put(record), (): Effect.Effect<PromptResult, RunError> => prompt)
   })
   // One finalizer for the count, the permit taken at admission and the outcome: each
   // finalizer is a step to unwind when the agent is interrupted.

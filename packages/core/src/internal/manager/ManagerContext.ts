@@ -28,6 +28,8 @@ export interface ManagerContext {
   readonly scope: Scope.Scope
   /** Bound on each part of a result and on reasons. */
   readonly maxResultChars: number
+  /** The workspace root: where a process child (isolation "process") starts. */
+  readonly workspaceRoot: string | undefined
   /** How the manager takes part in the runs of the sessions it creates (given at creation). */
   readonly observer: RunObserver
 }

@@ -556,6 +556,7 @@ export const make = Effect.fnUntraced(function*(config: Options) {
     bootId,
     scope,
     maxResultChars: config.maxResultChars ?? AgentResult.defaultMaxResultChars,
+    workspaceRoot: Option.isSome(workspace) ? workspace.value.root : undefined,
     observer: observerOf({ store, table, permits }, relativize)
   }
 

@@ -1,0 +1,213 @@
+// isolation: "process" for real: a parent (core Fibril.layer on the ScriptedModel) spawns
+// children that run in their own OS processes (ChildHost.ts on this Node, on a script file, with
+// the fixture tools of fixtures/processTools.ts). Real processes, real time (`it.live`); each
+// poll is bounded.
+import { NodeServices } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { AgentEvents, Fibril, SubAgentManager, ToolRegistry } from "@fibril/core"
+import { ScriptedModel } from "@fibril/testkit"
+import { Context, Effect, Fiber, FileSystem, Layer, Path, PubSub, type Scope } from "effect"
+import { fileURLToPath } from "node:url"
+import * as ChildHost from "../src/ChildHost.ts"
+import * as ProcessTools from "./fixtures/processTools.ts"
+
+/** What the busy child runs with (undefined: a fiber of the parent, the code before isolation). */
+const busyIsolation: "process" | undefined = "process"
+
+const toolsModule = fileURLToPath(new URL("./fixtures/processTools.ts", import.meta.url))
+
+/** The children's script (the file a child process plays), by the prompts the parent gives. */
+const childScript = (pidFile: string): ScriptedModel.ScriptInput => ({
+  rules: [
+    { match: { prompt: "allocate please" }, turns: [{ tool_calls: [{ name: "allocate" }] }, { text: "never" }] },
+    { match: { prompt: "sibling work" }, turns: [{ text: "sibling done" }] },
+    {
+      match: { prompt: "busy work" },
+      turns: [{ tool_calls: [{ name: "busy", args: { ms: 2500 } }] }, { text: "busy done" }]
+    },
+    {
+      match: { prompt: "pids please" },
+      turns: [{ tool_calls: [{ name: "pids", args: { path: pidFile } }] }, { hang: true }]
+    }
+  ]
+})
+
+const spawnCall = (prompt: string, isolation: "process" | undefined) => ({
+  name: "agent_spawn",
+  args: { prompt, description: prompt, ...(isolation === undefined ? {} : { isolation }) }
+})
+
+/** A parent whose script spawns `children` then waits for all of them. */
+const parentScript = (
+  children: readonly [ReturnType<typeof spawnCall>, ...Array<ReturnType<typeof spawnCall>>]
+): ScriptedModel.ScriptInput => ({
+  rules: [
+    // Five steps, a fifth of a second each: progress events a stalled event loop would hold back.
+    {
+      match: { prompt: "steady work" },
+      turns: [
+        ...Array.from({ length: 5 }, () => ({ tool_calls: [{ name: "todoread" }] as const, delay_ms: 200 })),
+        { text: "steady done" }
+      ]
+    },
+    // A child run as a fiber here (no isolation) plays the same rules as in its own process.
+    ...childScript("unused").rules,
+    {
+      match: { depth: 0 },
+      turns: [
+        { tool_calls: children },
+        { tool_calls: [{ name: "agent_wait", args: { wait_mode: "all" } }] },
+        { text: "parent done" }
+      ]
+    }
+  ]
+})
+
+const harness = <A>(
+  script: ScriptedModel.ScriptInput,
+  use: (parts: {
+    readonly manager: SubAgentManager.SubAgentManager["Service"]
+    readonly events: AgentEvents.AgentEvents["Service"]
+    readonly start: Effect.Effect<Fiber.Fiber<unknown, unknown>>
+    readonly pidFile: string
+  }) => Effect.Effect<A, never, Scope.Scope>,
+  options: {
+    readonly maxOldSpaceMb?: number
+    /** The fixture tools in the parent too (a child without isolation runs them there). */
+    readonly parentTools?: boolean
+  } = {}
+) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const cwd = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+    const pidFile = path.join(cwd, "pids.json")
+    const scriptFile = path.join(cwd, "children.json")
+    yield* fs.writeFileString(scriptFile, JSON.stringify(childScript(pidFile)))
+    const context = yield* Layer.build(
+      Fibril.layer({
+        cwd,
+        subagents: {
+          processIsolation: {
+            host: ChildHost.host(`scripted:${scriptFile}`, undefined, [toolsModule]),
+            maxOldSpaceMb: options.maxOldSpaceMb ?? 256,
+            roleMaxOldSpaceMb: {},
+            nestedDepth: 0
+          }
+        }
+      }).pipe(Layer.provide(ScriptedModel.layer(script)))
+    )
+    if (options.parentTools === true) {
+      const registry = Context.get(context, ToolRegistry.ToolRegistry)
+      for (const tool of ProcessTools.tools) yield* Effect.orDie(registry.register(tool))
+    }
+    const roots = Context.get(context, SubAgentManager.Embedded)
+    return yield* use({
+      manager: Context.get(context, SubAgentManager.SubAgentManager),
+      events: Context.get(context, AgentEvents.AgentEvents),
+      start: Effect.map(Effect.orDie(roots.startRoot({ prompt: "go" })), ({ fiber }) => fiber),
+      pidFile
+    })
+  }).pipe(Effect.scoped, Effect.provide(NodeServices.layer))
+
+const childrenOf = (manager: SubAgentManager.SubAgentManager["Service"]) =>
+  Effect.map(manager.list({ includeArchived: true }), (agents) => agents.filter((agent) => agent.depth === 1))
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** Polls `check` every 50 ms, at most `bound` times. */
+const until = (check: Effect.Effect<boolean>, bound = 200) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < bound; i++) {
+      if (yield* check) return true
+      yield* Effect.sleep("50 millis")
+    }
+    return false
+  })
+
+describe("isolation: process", () => {
+  it.live(
+    "a child past its heap cap ends failed (out of memory); its sibling completes; the parent gets both",
+    () =>
+      harness(
+        parentScript([spawnCall("allocate please", "process"), spawnCall("sibling work", "process")]),
+        ({ manager, start }) =>
+          Effect.gen(function*() {
+            const root = yield* start
+            yield* Fiber.await(root)
+            const children = yield* childrenOf(manager)
+            const allocating = children.find((agent) => agent.description === "allocate please")
+            const sibling = children.find((agent) => agent.description === "sibling work")
+            assert.strictEqual(allocating?.status, "failed")
+            assert.match(
+              allocating?.reason ?? "",
+              /out of memory \(its heap cap is 96 MB; exit (signal SIGABRT|code \d+)\)/
+            )
+            assert.strictEqual(sibling?.status, "completed")
+            assert.strictEqual(sibling?.outcome?.summary, "sibling done")
+            const parent = (yield* manager.list({ includeArchived: true })).find((agent) => agent.depth === 0)
+            assert.strictEqual(parent?.status, "completed")
+          }),
+        { maxOldSpaceMb: 96 }
+      ),
+    60_000
+  )
+
+  it.live("a child that blocks its event loop does not stall its sibling's progress events", () =>
+    harness(
+      parentScript([spawnCall("steady work", undefined), spawnCall("busy work", busyIsolation)]),
+      ({ events, manager, start }) =>
+        Effect.gen(function*() {
+          const seen: Array<{ readonly type: string; readonly description: string | undefined; readonly at: number }> =
+            []
+          const subscription = yield* events.subscribe
+          yield* Effect.forkChild(Effect.forever(Effect.map(PubSub.take(subscription), (event) => {
+            seen.push({ type: event.type, description: event.agent.description, at: event.at })
+          })))
+          yield* Fiber.await(yield* start)
+          const children = yield* childrenOf(manager)
+          assert.deepStrictEqual(children.map((agent) => agent.status), ["completed", "completed"])
+          const steady = seen.filter((event) => event.description === "steady work")
+          const busyEnd = seen.findIndex((event) => event.description === "busy work" && event.type === "tool_result")
+          const steadyEnd = seen.findIndex((event) => event.description === "steady work" && event.type === "completed")
+          assert.isAbove(busyEnd, -1)
+          // The sibling finished while the busy tool still held its own process's event loop...
+          assert.isBelow(steadyEnd, busyEnd, JSON.stringify(seen))
+          // ...and none of its events waited on it (a step takes 200 ms).
+          const gaps = steady.slice(1).map((event, i) => event.at - steady[i]!.at)
+          assert.isBelow(Math.max(...gaps), 1500, JSON.stringify(gaps))
+        }),
+      { parentTools: true }
+    ), 60_000)
+
+  it.live("cancel kills the child's process group (the child and what its tools started)", () =>
+    harness(
+      parentScript([spawnCall("pids please", "process")]),
+      ({ manager, pidFile, start }) =>
+        Effect.gen(function*() {
+          const fs = yield* FileSystem.FileSystem
+          const root = yield* start
+          // The child wrote its pid and its grandchild's, then hangs on its next model call.
+          assert.isTrue(yield* until(fs.exists(pidFile).pipe(Effect.orElseSucceed(() => false)), 600))
+          const pids = JSON.parse(yield* Effect.orDie(fs.readFileString(pidFile))) as {
+            readonly pid: number
+            readonly grandchild: number
+          }
+          assert.isTrue(alive(pids.pid) && alive(pids.grandchild))
+          const [child] = yield* childrenOf(manager)
+          const cancelled = yield* Effect.orDie(manager.cancel(child!.agent_id, "test cancel"))
+          yield* Fiber.await(root)
+          assert.isTrue(yield* until(Effect.sync(() => !alive(pids.pid) && !alive(pids.grandchild)), 40))
+          const [after] = yield* childrenOf(manager)
+          assert.strictEqual(after?.status, "cancelled")
+          assert.strictEqual(cancelled.agent_id, child!.agent_id)
+        }).pipe(Effect.provide(NodeServices.layer))
+    ), 60_000)
+})

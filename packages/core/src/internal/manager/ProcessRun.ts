@@ -1,0 +1,100 @@
+/**
+ * ProcessRun — the run of an `isolation: "process"` agent: instead of prompting its session in
+ * this process, the manager starts a child process (ProcessIsolation) whose engine runs the
+ * prompt, and takes its events and end back. Everything else of the run (admission, the
+ * record, the one terminal event, cancel through the run's fiber) is AgentRun's, unchanged.
+ */
+import * as Effect from "effect/Effect"
+import type { AgentSnapshot } from "../../AgentEvents.ts"
+import * as AgentEvents from "../../AgentEvents.ts"
+import * as ProcessIsolation from "../../ProcessIsolation.ts"
+import type { PromptResult } from "../../Session.ts"
+import type { LiveAgent } from "./AgentTable.ts"
+import type { ManagerContext } from "./ManagerContext.ts"
+
+/** The host and workspace a process child needs, or why this manager cannot run one. */
+const ready = (
+  ctx: ManagerContext
+): { readonly host: ProcessIsolation.Host; readonly cwd: string } | ProcessIsolation.ProcessIsolationUnavailable => {
+  const host = ctx.config.processIsolation?.host
+  const cwd = ctx.workspaceRoot
+  if (host === undefined) {
+    return new ProcessIsolation.ProcessIsolationUnavailable({
+      reason: "this runtime has no host program for child processes (the fibril CLI provides one)"
+    })
+  }
+  if (cwd === undefined) {
+    return new ProcessIsolation.ProcessIsolationUnavailable({
+      reason: "this runtime has no workspace for a child process to start in"
+    })
+  }
+  return { host, cwd }
+}
+
+/** Why this manager cannot run a process child (refused at spawn, before anything is created), if it cannot. */
+export const unavailable = (ctx: ManagerContext): ProcessIsolation.ProcessIsolationUnavailable | undefined => {
+  const readiness = ready(ctx)
+  return readiness instanceof ProcessIsolation.ProcessIsolationUnavailable ? readiness : undefined
+}
+
+export const prompt = (
+  ctx: ManagerContext,
+  agent: LiveAgent,
+  message: string,
+  /** The model the request named (undefined: the child's catalog chooses, as its parent's would). */
+  model: string | undefined
+): Effect.Effect<PromptResult, ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable> =>
+  Effect.suspend((): Effect.Effect<
+    PromptResult,
+    ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable
+  > => {
+    const options = ctx.config.processIsolation ?? ProcessIsolation.defaults
+    const readiness = ready(ctx)
+    if (readiness instanceof ProcessIsolation.ProcessIsolationUnavailable) return Effect.fail(readiness)
+    const { cwd, host } = readiness
+    const record = agent.record
+    const as: AgentSnapshot = {
+      agentId: record.agent_id,
+      parentId: record.parent_id,
+      depth: record.depth,
+      role: record.role,
+      model: record.model,
+      description: record.description,
+      step: 0,
+      toolCalls: 0,
+      lastTool: undefined,
+      usage: record.tokens
+    }
+    let rootId: string | undefined
+    return ProcessIsolation.run({
+      host,
+      maxOldSpaceMb: ProcessIsolation.capFor(options, record.role),
+      start: {
+        prompt: message,
+        role: record.role,
+        ...(model === undefined ? {} : { model }),
+        description: record.description,
+        cwd,
+        maxDepth: options.nestedDepth
+      },
+      onEvent: (event) => {
+        if (event.agent.depth === 0) rootId ??= event.agent.agentId
+        // The run's one terminal event is AgentRun.finish's: it also covers a child that died.
+        if (event.agent.depth === 0 && (AgentEvents.isTerminal(event.type) || event.type === "spawned")) return
+        const relabelled = ProcessIsolation.relabel(event, rootId, as)
+        agent.lastProgress = event.at
+        ctx.events.emit(relabelled)
+      }
+    }).pipe(
+      Effect.map(({ counts, text }) => {
+        agent.ended = { ...counts, takeUnread: () => [] }
+        return {
+          sessionId: record.agent_id,
+          text,
+          steps: counts.steps,
+          toolCalls: counts.toolCalls,
+          usage: counts.treeUsage
+        }
+      })
+    )
+  })
