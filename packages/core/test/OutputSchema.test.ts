@@ -91,7 +91,8 @@ describe("OutputSchema: the supported subset", () => {
 const typedRun = (
   answers: ReadonlyArray<ScriptedModel.Turn>,
   schema: OutputSchema.JsonSchema = findings,
-  seen: Array<ReadonlyArray<string>> = []
+  seen: Array<ReadonlyArray<string>> = [],
+  store: "memory" | "file" = "memory"
 ) =>
   Effect.gen(function*() {
     const script: ScriptedModel.ScriptInput = {
@@ -117,7 +118,7 @@ const typedRun = (
         }
       ]
     }
-    const { get } = yield* setup(script)
+    const { get } = yield* setup(script, {}, { store })
     const session = get(Session)
     const root = yield* session.create()
     yield* session.prompt(root.id, "go")
@@ -134,7 +135,9 @@ describe("typed results through task (final-answer tool)", () => {
       const { call, get, session } = yield* typedRun(
         [{ tool_calls: [{ name: "final_answer", args: value }] }],
         findings,
-        offered
+        offered,
+        // The SQLite store: the receipt keeps the output through its encoding.
+        "file"
       )
       assert.isFalse(call.isFailure)
       const result = call.result as AgentResult.TaskResult
