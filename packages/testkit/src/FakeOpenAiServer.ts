@@ -30,6 +30,7 @@ import * as FiberSet from "effect/FiberSet"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Http from "node:http"
+import * as FakeRateLimit from "./FakeRateLimit.ts"
 import * as ScriptedModel from "./ScriptedModel.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -108,6 +109,8 @@ export interface Options {
   readonly argumentChunkChars?: number
   /** Interleave the argument deltas of parallel tool calls (round-robin) instead of one after another. */
   readonly interleaveToolCalls?: boolean
+  /** Rate-limit mode: requests and tokens per window, concurrent requests (see FakeRateLimit). */
+  readonly rateLimit?: FakeRateLimit.RateLimitOptions
 }
 
 export interface RecordedRequest {
@@ -128,6 +131,8 @@ export interface FakeOpenAiServer {
   readonly closed: Effect.Effect<number>
   /** Waits until at least `count` connections were closed by the client. */
   readonly awaitClosed: (count: number) => Effect.Effect<void>
+  /** What the rate-limit mode admitted and refused (zeros without `rateLimit`). */
+  readonly rateLimitStats: () => FakeRateLimit.RateLimitStats
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -471,6 +476,7 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
     const faultUses = new Map<FaultRule, number>()
     const cutByServer = new WeakSet<Http.ServerResponse>()
     const waiters: Array<{ readonly count: number; readonly done: Deferred.Deferred<void> }> = []
+    const limits = options.rateLimit === undefined ? undefined : FakeRateLimit.make(options.rateLimit)
     let chats = 0
     let closedByClient = 0
     let stopping = false
@@ -649,6 +655,13 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
           )
         }
         if (fault.hang === true) return yield* Effect.never
+        if (limits !== undefined) {
+          const admission = limits.admit(FakeRateLimit.chargeOf(json.value), yield* Clock.currentTimeMillis)
+          if (!admission.admitted) return yield* send(res, 429, errorBody(429, admission.message), admission.headers)
+          // Every answer carries the budgets; the request counts as in flight until it is answered.
+          for (const [name, value] of Object.entries(admission.headers)) res.setHeader(name, value)
+          res.on("close", admission.done)
+        }
         // The prefix cache hashes the messages exactly as sent, not as decoded.
         const raw = json.value
         const rawMessages: ReadonlyArray<unknown> =
@@ -730,6 +743,7 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
           const done = Deferred.makeUnsafe<void>()
           waiters.push({ count, done })
           return Deferred.await(done)
-        })
+        }),
+      rateLimitStats: () => limits?.stats() ?? { admitted: 0, rejected: 0, peakConcurrent: 0 }
     } satisfies FakeOpenAiServer
   })
