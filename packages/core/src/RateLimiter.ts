@@ -79,6 +79,8 @@ export interface Ticket {
   readonly cost: number
   /** The window generation it was sent in (a header from an older one is stale). */
   readonly generation: number
+  /** Concurrency cuts made before it was sent. */
+  readonly cuts: number
 }
 
 /** What a test or benchmark reads of an endpoint. */
@@ -146,7 +148,7 @@ const makeEndpoint = (key: string, options: Resolved): Endpoint => {
   let successesAtLimit = 0
   let inFlight = 0
   let notBefore = 0
-  let lastCutAt = Number.NEGATIVE_INFINITY
+  let cuts = 0
   let generation = 0
   let admitted = 0
   let rateLimited = 0
@@ -207,7 +209,7 @@ const makeEndpoint = (key: string, options: Resolved): Endpoint => {
         admitted++
         if (requests.remaining !== undefined) requests.remaining -= 1
         if (tokens.remaining !== undefined) tokens.remaining -= cost
-        return Effect.succeed<Ticket>({ sentAt: now, inFlight, cost, generation })
+        return Effect.succeed<Ticket>({ sentAt: now, inFlight, cost, generation, cuts })
       }))
 
   // --- What answers say ---
@@ -242,8 +244,8 @@ const makeEndpoint = (key: string, options: Resolved): Endpoint => {
       return told
     }
     // One cut per congestion event: calls sent before the last cut were judged by it.
-    if (ticket.sentAt < lastCutAt) return told
-    lastCutAt = now
+    if (ticket.cuts !== cuts) return told
+    cuts++
     successesAtLimit = 0
     const saidBudget = headers.requests.remaining !== undefined || headers.tokens.remaining !== undefined
     if (saidBudget) {

@@ -477,6 +477,9 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
     const cutByServer = new WeakSet<Http.ServerResponse>()
     const waiters: Array<{ readonly count: number; readonly done: Deferred.Deferred<void> }> = []
     const limits = options.rateLimit === undefined ? undefined : FakeRateLimit.make(options.rateLimit)
+    const stamps = new WeakMap<Http.ServerResponse, (now: number) => void>()
+    const stamp = (res: Http.ServerResponse) =>
+      Effect.map(Clock.currentTimeMillis, (now) => stamps.get(res)?.(now))
     let chats = 0
     let closedByClient = 0
     let stopping = false
@@ -587,6 +590,7 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
         const text = fault.malformedJson === true
           ? `{"id":"${result.id}","object":"chat.completion","choices":[{"index":0,`
           : JSON.stringify(completionJson(result))
+        yield* stamp(res)
         if (fault.disconnectMidStream === true) {
           yield* Effect.sync(() => {
             res.writeHead(200, { "content-type": "application/json", "content-length": String(text.length) })
@@ -603,6 +607,7 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
     const sendStream = (res: Http.ServerResponse, result: Answer, fault: Fault, includeUsage: boolean) =>
       Effect.gen(function*() {
         const chunks = streamChunks(result, options, includeUsage)
+        yield* stamp(res)
         yield* Effect.sync(() => {
           res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
           res.flushHeaders()
@@ -658,8 +663,11 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
         if (limits !== undefined) {
           const admission = limits.admit(FakeRateLimit.chargeOf(json.value), yield* Clock.currentTimeMillis)
           if (!admission.admitted) return yield* send(res, 429, errorBody(429, admission.message), admission.headers)
-          // Every answer carries the budgets; the request counts as in flight until it is answered.
-          for (const [name, value] of Object.entries(admission.headers)) res.setHeader(name, value)
+          // Every answer carries the budgets as they are when it is sent (a reset counts from
+          // then); the request counts as in flight until it is answered.
+          stamps.set(res, (now) => {
+            for (const [name, value] of Object.entries(admission.headers(now))) res.setHeader(name, value)
+          })
           res.on("close", admission.done)
         }
         // The prefix cache hashes the messages exactly as sent, not as decoded.

@@ -27,7 +27,12 @@ export interface RateLimitStats {
 }
 
 export type Admission =
-  | { readonly admitted: true; readonly headers: Record<string, string>; readonly done: () => void }
+  | {
+    readonly admitted: true
+    /** The budgets as the answer, sent at `now`, reports them. */
+    readonly headers: (now: number) => Record<string, string>
+    readonly done: () => void
+  }
   | { readonly admitted: false; readonly headers: Record<string, string>; readonly message: string }
 
 /** A reset as OpenAI writes it: `250ms`, `1.5s`, `6m0s`. */
@@ -60,6 +65,11 @@ export const make = (options: RateLimitOptions) => {
   const stats = { admitted: 0, rejected: 0, peakConcurrent: 0 }
 
   const headersAt = (now: number, start: number): Record<string, string> => {
+    // An answer sent after its window ended reports the window it is in now.
+    if (origin !== undefined && now >= start + windowMs) {
+      const current = Math.floor((now - origin) / windowMs)
+      if (current !== window) return headersAt(now, origin + current * windowMs)
+    }
     const reset = formatReset(start + windowMs - now)
     const headers: Record<string, string> = {}
     if (options.requestsPerWindow !== undefined) {
@@ -117,7 +127,7 @@ export const make = (options: RateLimitOptions) => {
     let done = false
     return {
       admitted: true,
-      headers: headersAt(now, start),
+      headers: (at) => headersAt(at, start),
       done: () => {
         if (!done) inFlight--
         done = true
