@@ -22,6 +22,7 @@ import { appendFileSync } from "node:fs"
 import * as net from "node:net"
 import * as AgentWorkflow from "./AgentWorkflow.ts"
 import type * as ClusterStore from "./ClusterStore.ts"
+import * as ClusterRateLimit from "./ClusterRateLimit.ts"
 import * as PgClusterStore from "./PgClusterStore.ts"
 import * as Sqlite from "./Sqlite.ts"
 import * as SqliteClusterStore from "./SqliteClusterStore.ts"
@@ -205,6 +206,13 @@ const storeFor = (postgres: Layer.Layer<ClusterStore.ClusterStore, never, SqlCli
 const workerStore = storeFor(PgClusterStore.layerSql.pipe(Layer.provide(markerClient)))
 
 /**
+ * The worker's core services, whose model calls share a `RateLimiter` with the other workers
+ * through the database (ClusterRateLimit).
+ */
+const sharingRateLimits = <E, R>(core: Layer.Layer<AgentSteps.AgentSteps | AgentWorkflow.WorkerServices, E, R>) =>
+  core.pipe(Layer.provide(ClusterRateLimit.layer()))
+
+/**
  * A worker: hosts agent workflows over the given core services (its workspace, tools, models),
  * on the cluster in the database in context.
  */
@@ -216,7 +224,7 @@ export const worker = <E, R>(
     Layer.provide(ClusterWorkflowEngine.layer),
     Layer.provide(NodeClusterSocket.layer({ storage: "sql", shardingConfig: sharding(options) })),
     Layer.provide(workerStore),
-    Layer.provide(core)
+    Layer.provide(sharingRateLimits(core))
   )
 
 /** A worker that is also a client in the same process (benchmarks, embedding): one engine. */
@@ -228,7 +236,7 @@ export const workerAndClient = <E, R>(
     Layer.provideMerge(ClusterWorkflowEngine.layer),
     Layer.provideMerge(NodeClusterSocket.layer({ storage: "sql", shardingConfig: sharding(options) })),
     Layer.provideMerge(workerStore),
-    Layer.provide(core)
+    Layer.provide(sharingRateLimits(core))
   )
 
 /** A client: the engine (no shards hosted) and the store, on the database in context. */

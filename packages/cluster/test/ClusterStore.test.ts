@@ -25,6 +25,7 @@ import * as PgClusterStore from "../src/PgClusterStore.ts"
 import * as Sqlite from "../src/Sqlite.ts"
 import * as SqliteClusterStore from "../src/SqliteClusterStore.ts"
 import * as Pg from "./postgres.ts"
+import { workersShare } from "./rateLimitShared.ts"
 
 const reason = Pg.skipReason()
 let pg: Pg.Postgres | undefined
@@ -379,4 +380,19 @@ describe("ClusterStore rows share core's AgentStatus and Usage", () => {
     assert.isTrue(Result.isFailure(Schema.decodeUnknownResult(SubAgentRecord.SubAgentRecord.fields.tokens)(fractional)))
     assert.strictEqual(ClusterStore.stepTokens({ input: 3, output: 2, cached: 1 }), 5)
   })
+})
+
+describe("ClusterRateLimit: the workers' shared rate-limit row", () => {
+  // Two connections to one database are two workers (SQLite: ClusterRateLimit.test.ts).
+  it.effect.skipIf(reason !== undefined)("on PostgreSQL", () =>
+    Effect.gen(function*() {
+      const url = yield* Effect.promise(async () => {
+        pg ??= await Pg.start()
+        const db = `store${dbs++}`
+        pg.createDatabase(db)
+        return pg.url(db)
+      })
+      const worker = () => PgClient.layer({ url: Redacted.make(url), maxConnections: 1 })
+      yield* workersShare(worker(), worker())
+    }))
 })
