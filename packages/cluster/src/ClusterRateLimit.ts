@@ -28,17 +28,18 @@ interface Row {
   readonly learned_limit: number | string | bigint | null
 }
 
-const logged = (what: string) => <A, R>(effect: Effect.Effect<A, unknown, R>, fallback: A): Effect.Effect<A, never, R> =>
-  effect.pipe(
-    Effect.catch((error) =>
-      Effect.as(
-        Effect.logWarning(`rate limit row: ${what} failed; this worker goes on with what it knows`).pipe(
-          Effect.annotateLogs({ error: String(error) })
-        ),
-        fallback
+const logged =
+  (what: string) => <A, R>(effect: Effect.Effect<A, unknown, R>, fallback: A): Effect.Effect<A, never, R> =>
+    effect.pipe(
+      Effect.catch((error) =>
+        Effect.as(
+          Effect.logWarning(`rate limit row: ${what} failed; this worker goes on with what it knows`).pipe(
+            Effect.annotateLogs({ error: String(error) })
+          ),
+          fallback
+        )
       )
     )
-  )
 
 /** The shared row on the database in context. */
 export const makeShared = Effect.gen(function*() {
@@ -81,11 +82,16 @@ export const makeShared = Effect.gen(function*() {
  * core.pipe(Layer.provide(ClusterRateLimit.layer()))
  * ```
  */
-export const layer = (options: Omit<RateLimiter.Options, "shared"> = {}): Layer.Layer<never, never, SqlClient.SqlClient> =>
+export const layer = (
+  options: Omit<RateLimiter.Options, "shared"> = {}
+): Layer.Layer<never, never, SqlClient.SqlClient> =>
   Layer.effect(
     RateLimiter.RateLimiter,
     Effect.map(
-      logged("creating the table")(Effect.map(makeShared, (shared) => shared as RateLimiter.SharedState | undefined), undefined),
+      logged("creating the table")(
+        Effect.map(makeShared, (shared) => shared as RateLimiter.SharedState | undefined),
+        undefined
+      ),
       (shared) => RateLimiter.make({ ...options, shared })
     )
   )

@@ -147,6 +147,7 @@ const makeEndpoint = (key: string, options: Resolved): Endpoint => {
   let learnedLimit: number | undefined
   let successesAtLimit = 0
   let inFlight = 0
+  let inFlightTokens = 0
   let notBefore = 0
   let cuts = 0
   let generation = 0
@@ -203,9 +204,13 @@ const makeEndpoint = (key: string, options: Resolved): Endpoint => {
           budgetWait(requests, 1, now, options.pauseMs) ?? 0,
           budgetWait(tokens, cost, now, options.pauseMs) ?? 0
         )
-        if (waitUntil > now) return Effect.andThen(Effect.sleep(waitUntil - now), acquire(cost))
+        // Until then, or until an answer changes what is known (a budget read as spent may not be).
+        if (waitUntil > now) {
+          return Effect.andThen(Effect.raceFirst(Effect.sleep(waitUntil - now), Deferred.await(changed)), acquire(cost))
+        }
         if (inFlight >= Math.floor(limit)) return Effect.andThen(Deferred.await(changed), acquire(cost))
         inFlight++
+        inFlightTokens += cost
         admitted++
         if (requests.remaining !== undefined) requests.remaining -= 1
         if (tokens.remaining !== undefined) tokens.remaining -= cost
@@ -214,13 +219,17 @@ const makeEndpoint = (key: string, options: Resolved): Endpoint => {
 
   // --- What answers say ---
 
-  const observe = (window: Window, budget: RateHeaders.Budget, ticket: Ticket, now: number) => {
+  // The server counted what it had received when it answered; the calls still in flight may
+  // not be in that count, so they are taken off it (when they were, this is short by them until
+  // their own answers, which count them, come back). Taken as is rather than as a minimum, a
+  // later answer corrects an earlier one either way.
+  const observe = (window: Window, budget: RateHeaders.Budget, ticket: Ticket, now: number, pending: number) => {
     if (budget.limit !== undefined) window.limit = budget.limit
     // A budget that has already reset, or that describes a window rolled over since the call
     // was sent, says nothing about the current one.
     if (budget.remaining === undefined || ticket.generation !== generation) return
     if (budget.resetAt !== undefined && budget.resetAt <= now) return
-    window.remaining = Math.min(window.remaining ?? budget.remaining, budget.remaining)
+    window.remaining = budget.remaining - pending
     if (budget.resetAt !== undefined) window.resetAt = budget.resetAt
   }
 
@@ -278,10 +287,11 @@ const makeEndpoint = (key: string, options: Resolved): Endpoint => {
   const complete = (ticket: Ticket, outcome: Outcome | undefined): Effect.Effect<void> =>
     Effect.flatMap(Clock.currentTimeMillis, (now) => {
       inFlight--
+      inFlightTokens -= ticket.cost
       let write = false
       if (outcome !== undefined) {
-        observe(requests, outcome.headers.requests, ticket, now)
-        observe(tokens, outcome.headers.tokens, ticket, now)
+        observe(requests, outcome.headers.requests, ticket, now, inFlight)
+        observe(tokens, outcome.headers.tokens, ticket, now, inFlightTokens)
         if (outcome.rateLimited) write = onRateLimited(ticket, outcome.headers, now)
         else onSuccess(ticket)
       }
@@ -349,8 +359,7 @@ export const RateLimiter: Context.Reference<Service> = Context.Reference<Service
  * )
  * ```
  */
-export const layer = (options: Options = {}): Layer.Layer<never> =>
-  Layer.succeed(RateLimiter, make(options))
+export const layer = (options: Options = {}): Layer.Layer<never> => Layer.succeed(RateLimiter, make(options))
 
 /** Reads `x-ratelimit-*` and `retry-after*` headers (by lower-case name) of an answer received at `now`. */
 export const readHeaders: (get: RateHeaders.HeaderLookup, now: number) => RateHeaders.RateHeaders = RateHeaders.read

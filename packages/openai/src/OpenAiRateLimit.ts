@@ -20,7 +20,11 @@ export const endpointKey = (baseURL: string, apiKey: string): string =>
  * same against a tokens-per-minute budget when the request arrives.
  */
 export const estimateTokens = (
-  body: { readonly messages: unknown; readonly max_tokens?: number | null; readonly max_completion_tokens?: number | null }
+  body: {
+    readonly messages: unknown
+    readonly max_tokens?: number | null
+    readonly max_completion_tokens?: number | null
+  }
 ): number =>
   Math.ceil((JSON.stringify(body.messages)?.length ?? 0) / 4) + (body.max_completion_tokens ?? body.max_tokens ?? 0)
 

@@ -478,8 +478,7 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
     const waiters: Array<{ readonly count: number; readonly done: Deferred.Deferred<void> }> = []
     const limits = options.rateLimit === undefined ? undefined : FakeRateLimit.make(options.rateLimit)
     const stamps = new WeakMap<Http.ServerResponse, (now: number) => void>()
-    const stamp = (res: Http.ServerResponse) =>
-      Effect.map(Clock.currentTimeMillis, (now) => stamps.get(res)?.(now))
+    const stamp = (res: Http.ServerResponse) => Effect.map(Clock.currentTimeMillis, (now) => stamps.get(res)?.(now))
     let chats = 0
     let closedByClient = 0
     let stopping = false

@@ -64,12 +64,20 @@ export const make = (options: RateLimitOptions) => {
   let inFlight = 0
   const stats = { admitted: 0, rejected: 0, peakConcurrent: 0 }
 
-  const headersAt = (now: number, start: number): Record<string, string> => {
-    // An answer sent after its window ended reports the window it is in now.
-    if (origin !== undefined && now >= start + windowMs) {
-      const current = Math.floor((now - origin) / windowMs)
-      if (current !== window) return headersAt(now, origin + current * windowMs)
+  /** Moves to the window `now` is in (its counts start at zero); its start. */
+  const advance = (now: number): number => {
+    origin ??= now
+    const current = Math.floor((now - origin) / windowMs)
+    if (current !== window) {
+      window = current
+      requests = 0
+      tokens = 0
     }
+    return origin + current * windowMs
+  }
+
+  const headersAt = (now: number): Record<string, string> => {
+    const start = advance(now)
     const reset = formatReset(start + windowMs - now)
     const headers: Record<string, string> = {}
     if (options.requestsPerWindow !== undefined) {
@@ -86,14 +94,7 @@ export const make = (options: RateLimitOptions) => {
   }
 
   const admit = (charge: number, now: number): Admission => {
-    origin ??= now
-    const current = Math.floor((now - origin) / windowMs)
-    if (current !== window) {
-      window = current
-      requests = 0
-      tokens = 0
-    }
-    const start = origin + current * windowMs
+    const start = advance(now)
     const overRequests = options.requestsPerWindow !== undefined && requests + 1 > options.requestsPerWindow
     const overTokens = options.tokensPerWindow !== undefined && tokens + charge > options.tokensPerWindow
     if (overRequests || overTokens) {
@@ -102,7 +103,7 @@ export const make = (options: RateLimitOptions) => {
       return {
         admitted: false,
         headers: {
-          ...headersAt(now, start),
+          ...headersAt(now),
           "retry-after-ms": String(Math.ceil(waitMs)),
           "retry-after": String(Math.ceil(waitMs / 1000))
         },
@@ -115,7 +116,7 @@ export const make = (options: RateLimitOptions) => {
       stats.rejected++
       return {
         admitted: false,
-        headers: headersAt(now, start),
+        headers: headersAt(now),
         message: `Too many concurrent requests: limit ${options.maxConcurrent}.`
       }
     }
@@ -127,7 +128,7 @@ export const make = (options: RateLimitOptions) => {
     let done = false
     return {
       admitted: true,
-      headers: (at) => headersAt(at, start),
+      headers: headersAt,
       done: () => {
         if (!done) inFlight--
         done = true
