@@ -223,6 +223,30 @@ console.log(
   } ms CPU each)`
 )
 
+// A fan-out under a provider's rate limit (bench/ratelimit.ts, its own process), limiter on and off.
+interface RateLimitRun {
+  readonly failed: number
+  readonly makespan_ms: number
+  readonly makespan_over_ideal: number
+  readonly requests: number
+  readonly rejected_share: number
+}
+const rateLimit = JSON.parse(
+  execFileSync(process.execPath, [fileURLToPath(new URL("./ratelimit.ts", import.meta.url))], { encoding: "utf8" })
+    .trim()
+) as { ok: boolean; K: number; ideal_ms: number; on: RateLimitRun; off: RateLimitRun } & Record<string, unknown>
+const rateLimitRun = (run: RateLimitRun) =>
+  `${run.failed} failed, makespan ${run.makespan_ms} ms = ${run.makespan_over_ideal.toFixed(2)}x T, ${
+    (run.rejected_share * 100).toFixed(1)
+  }% of ${run.requests} requests answered 429`
+console.log(
+  `${
+    rateLimit.ok ? "ok  " : "FAIL"
+  } rate limit: K=${rateLimit.K} children, 10 at once and a token budget, T=${rateLimit.ideal_ms} ms: ${
+    rateLimitRun(rateLimit.on)
+  } (goal 0 failed, <= 1.15x T, <= 5% 429); limiter off: ${rateLimitRun(rateLimit.off)}`
+)
+
 const out = fileURLToPath(new URL("./results.json", import.meta.url))
 writeFileSync(
   out,
@@ -239,14 +263,15 @@ writeFileSync(
       flatnessCpu,
       persistence,
       persistenceFloor,
-      context
+      context,
+      rateLimit
     },
     null,
     2
   )
 )
 console.log(`wrote ${out}`)
-if (!results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok) process.exitCode = 1
+if (!results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok || !rateLimit.ok) process.exitCode = 1
 
 // Cluster mode on PostgreSQL: per-step overhead and a K = 100 fan-out over two workers
 // (bench/cluster.ts; it says why when it cannot run, e.g. without PostgreSQL).
