@@ -235,10 +235,10 @@ const rateLimit = JSON.parse(
   execFileSync(process.execPath, [fileURLToPath(new URL("./ratelimit.ts", import.meta.url))], { encoding: "utf8" })
     .trim()
 ) as { ok: boolean; K: number; ideal_ms: number; on: RateLimitRun; off: RateLimitRun } & Record<string, unknown>
-const rateLimitRun = (run: RateLimitRun) =>
-  `${run.failed} failed, makespan ${run.makespan_ms} ms = ${run.makespan_over_ideal.toFixed(2)}x T, ${
-    (run.rejected_share * 100).toFixed(1)
-  }% of ${run.requests} requests answered 429`
+const rateLimitRun = (figures: RateLimitRun) =>
+  `${figures.failed} failed, makespan ${figures.makespan_ms} ms = ${figures.makespan_over_ideal.toFixed(2)}x T, ${
+    (figures.rejected_share * 100).toFixed(1)
+  }% of ${figures.requests} requests answered 429`
 console.log(
   `${
     rateLimit.ok ? "ok  " : "FAIL"

@@ -423,6 +423,29 @@ const fromAiError = (error: AiError.AiError): ErrorAnswer => {
   }
 }
 
+/** Usage as the API reports it, cached tokens in the dialect's fields. */
+const usageJson = (
+  dialect: Options["dialect"],
+  input: number,
+  output: number,
+  cached: number
+): Record<string, unknown> =>
+  dialect === "deepseek"
+    ? {
+      prompt_tokens: input,
+      completion_tokens: output,
+      total_tokens: input + output,
+      prompt_cache_hit_tokens: cached,
+      prompt_cache_miss_tokens: input - cached
+    }
+    : {
+      prompt_tokens: input,
+      completion_tokens: output,
+      total_tokens: input + output,
+      prompt_tokens_details: { cached_tokens: cached },
+      completion_tokens_details: { reasoning_tokens: 0 }
+    }
+
 const headersOf = (req: Http.IncomingMessage): Record<string, string> => {
   const out: Record<string, string> = {}
   for (const [key, value] of Object.entries(req.headers)) {
@@ -477,8 +500,7 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
     const cutByServer = new WeakSet<Http.ServerResponse>()
     const waiters: Array<{ readonly count: number; readonly done: Deferred.Deferred<void> }> = []
     const limits = options.rateLimit === undefined ? undefined : FakeRateLimit.make(options.rateLimit)
-    const stamps = new WeakMap<Http.ServerResponse, (now: number) => void>()
-    const stamp = (res: Http.ServerResponse) => Effect.map(Clock.currentTimeMillis, (now) => stamps.get(res)?.(now))
+    const stamp = (res: Http.ServerResponse) => Effect.map(Clock.currentTimeMillis, (now) => limits?.stamp(res, now))
     let chats = 0
     let closedByClient = 0
     let stopping = false
@@ -530,23 +552,6 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
       return { cached, total: prefixes.total }
     }
 
-    const usageJson = (input: number, output: number, cached: number): Record<string, unknown> =>
-      options.dialect === "deepseek"
-        ? {
-          prompt_tokens: input,
-          completion_tokens: output,
-          total_tokens: input + output,
-          prompt_cache_hit_tokens: cached,
-          prompt_cache_miss_tokens: input - cached
-        }
-        : {
-          prompt_tokens: input,
-          completion_tokens: output,
-          total_tokens: input + output,
-          prompt_tokens_details: { cached_tokens: cached },
-          completion_tokens_details: { reasoning_tokens: 0 }
-        }
-
     const answer = (request: ChatRequest, rawMessages: ReadonlyArray<unknown>, fault: Fault) =>
       Effect.gen(function*() {
         const prompt = toPrompt(request.body.messages)
@@ -579,7 +584,7 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
           text: response.text === "" ? undefined : response.text,
           reasoning: fault.reasoningContent,
           calls,
-          usage: usageJson(input, output, cached)
+          usage: usageJson(options.dialect, input, output, cached)
         } satisfies Answer
       })
 
@@ -659,16 +664,8 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
           )
         }
         if (fault.hang === true) return yield* Effect.never
-        if (limits !== undefined) {
-          const admission = limits.admit(FakeRateLimit.chargeOf(json.value), yield* Clock.currentTimeMillis)
-          if (!admission.admitted) return yield* send(res, 429, errorBody(429, admission.message), admission.headers)
-          // Every answer carries the budgets as they are when it is sent (a reset counts from
-          // then); the request counts as in flight until it is answered.
-          stamps.set(res, (now) => {
-            for (const [name, value] of Object.entries(admission.headers(now))) res.setHeader(name, value)
-          })
-          res.on("close", admission.done)
-        }
+        const refused = limits?.admitResponse(res, json.value, yield* Clock.currentTimeMillis)
+        if (refused !== undefined) return yield* send(res, 429, errorBody(429, refused.message), refused.headers)
         // The prefix cache hashes the messages exactly as sent, not as decoded.
         const raw = json.value
         const rawMessages: ReadonlyArray<unknown> =

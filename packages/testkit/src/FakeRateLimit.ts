@@ -8,6 +8,7 @@
  * the tokens OpenAiRateLimit estimates for it (a quarter of its messages' JSON length plus its
  * `max_tokens`), as providers charge their own estimate against a tokens-per-minute budget.
  */
+import type * as Http from "node:http"
 
 export interface RateLimitOptions {
   readonly requestsPerWindow?: number | undefined
@@ -136,5 +137,25 @@ export const make = (options: RateLimitOptions) => {
     }
   }
 
-  return { admit, stats: (): RateLimitStats => ({ ...stats }) }
+  // The headers each admitted answer will carry, by response: stamped when it is sent.
+  const pending = new WeakMap<Http.ServerResponse, (now: number) => Record<string, string>>()
+
+  /**
+   * Admits the request `res` answers (undefined), or says the 429 to send. An admitted request
+   * counts as in flight until its response closes.
+   */
+  const admitResponse = (res: Http.ServerResponse, body: unknown, now: number) => {
+    const admission = admit(chargeOf(body), now)
+    if (!admission.admitted) return admission
+    pending.set(res, admission.headers)
+    res.on("close", admission.done)
+    return undefined
+  }
+
+  /** Sets the budgets on an admitted answer about to be sent (a reset counts from then). */
+  const stamp = (res: Http.ServerResponse, now: number) => {
+    for (const [name, value] of Object.entries(pending.get(res)?.(now) ?? {})) res.setHeader(name, value)
+  }
+
+  return { admit, admitResponse, stamp, stats: (): RateLimitStats => ({ ...stats }) }
 }
