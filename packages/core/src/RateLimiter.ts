@@ -317,6 +317,15 @@ export const defaults = {
   syncMs: 1000
 } as const
 
+/** The options `[rate_limit]` sets (FibrilConfig's settings). */
+export const optionsFrom = (settings: {
+  readonly rateLimit: {
+    readonly enabled: boolean
+    readonly initialConcurrency: number
+    readonly maxConcurrency: number
+  }
+}): Options => ({ ...settings.rateLimit })
+
 /** A limiter: one gate per endpoint key, made on first use. */
 export const make = (options: Options = {}): Service => {
   const resolved = {
