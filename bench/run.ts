@@ -239,6 +239,29 @@ console.log(
     Number(processIsolation["per_message_us"]).toFixed(0)
   } µs per event over the pipe (a ${processIsolation["steps"]}-step child, its work included)`
 )
+// A fan-out under a provider's rate limit (bench/ratelimit.ts, its own process), limiter on and off.
+interface RateLimitRun {
+  readonly failed: number
+  readonly makespan_ms: number
+  readonly makespan_over_ideal: number
+  readonly requests: number
+  readonly rejected_share: number
+}
+const rateLimit = JSON.parse(
+  execFileSync(process.execPath, [fileURLToPath(new URL("./ratelimit.ts", import.meta.url))], { encoding: "utf8" })
+    .trim()
+) as { ok: boolean; K: number; ideal_ms: number; on: RateLimitRun; off: RateLimitRun } & Record<string, unknown>
+const rateLimitRun = (figures: RateLimitRun) =>
+  `${figures.failed} failed, makespan ${figures.makespan_ms} ms = ${figures.makespan_over_ideal.toFixed(2)}x T, ${
+    (figures.rejected_share * 100).toFixed(1)
+  }% of ${figures.requests} requests answered 429`
+console.log(
+  `${
+    rateLimit.ok ? "ok  " : "FAIL"
+  } rate limit: K=${rateLimit.K} children, 10 at once and a token budget, T=${rateLimit.ideal_ms} ms: ${
+    rateLimitRun(rateLimit.on)
+  } (goal 0 failed, <= 1.15x T, <= 5% 429); limiter off: ${rateLimitRun(rateLimit.off)}`
+)
 
 const out = fileURLToPath(new URL("./results.json", import.meta.url))
 writeFileSync(
@@ -257,14 +280,17 @@ writeFileSync(
       persistence,
       persistenceFloor,
       context,
-      processIsolation
+      processIsolation,
+      rateLimit
     },
     null,
     2
   )
 )
 console.log(`wrote ${out}`)
-if (!results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok || !processIsolation["ok"]) process.exitCode = 1
+if (
+  !results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok || !processIsolation["ok"] || !rateLimit.ok
+) process.exitCode = 1
 
 // Cluster mode on PostgreSQL: per-step overhead and a K = 100 fan-out over two workers
 // (bench/cluster.ts; it says why when it cannot run, e.g. without PostgreSQL).

@@ -11,6 +11,7 @@
 import type * as ClusterNode from "@fibril/cluster/Node"
 import * as AgentSteps from "@fibril/core/AgentSteps"
 import * as Fibril from "@fibril/core/Fibril"
+import * as RateLimiter from "@fibril/core/RateLimiter"
 import { redactUrl } from "@fibril/core/Secrets"
 import * as Session from "@fibril/core/Session"
 import * as Cause from "effect/Cause"
@@ -327,6 +328,7 @@ export const worker = (flags: WorkerFlags) =>
       heartbeatSecs: settings.subagents.heartbeatTimeoutSecs,
       maxConcurrent: flags.maxConcurrent ?? settings.subagents.maxConcurrent,
       admission: settings.subagents.admission,
+      rateLimit: RateLimiter.optionsFrom(settings),
       ...(flags.lockExpirationSecs === undefined
         ? {}
         : {

@@ -8,6 +8,7 @@
 import * as Fibril from "@fibril/core/Fibril"
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as ProcessIsolation from "@fibril/core/ProcessIsolation"
+import * as RateLimiter from "@fibril/core/RateLimiter"
 import * as Session from "@fibril/core/Session"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import type * as SubAgentStore from "@fibril/core/SubAgentStore"
@@ -54,7 +55,14 @@ export const layer = (options: Options) => {
     tools: options.settings.tools,
     deny: options.settings.permissions.deny,
     sandbox: options.settings.sandbox
-  }).pipe(Layer.provideMerge(ModelSelection.layer(options.selection)))
+  }).pipe(
+    Layer.provideMerge(
+      // One rate limiter for the process's model calls, as `[rate_limit]` says.
+      ModelSelection.layer(options.selection).pipe(
+        Layer.provide(RateLimiter.layer(RateLimiter.optionsFrom(options.settings)))
+      )
+    )
+  )
 }
 
 /** The flags that choose the model: `--model`, `--base-url`. */

@@ -8,6 +8,7 @@ import * as NodeClusterSocket from "@effect/platform-node/NodeClusterSocket"
 import * as NodeCrypto from "@effect/platform-node/NodeCrypto"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { AgentSteps } from "@fibril/core"
+import type * as RateLimiter from "@fibril/core/RateLimiter"
 import { redactUrl } from "@fibril/core/Secrets"
 import { ClusterWorkflowEngine, RunnerAddress } from "effect/cluster"
 import * as Duration from "effect/Duration"
@@ -21,6 +22,7 @@ import { SqlClient } from "effect/sql"
 import { appendFileSync } from "node:fs"
 import * as net from "node:net"
 import * as AgentWorkflow from "./AgentWorkflow.ts"
+import * as ClusterRateLimit from "./ClusterRateLimit.ts"
 import type * as ClusterStore from "./ClusterStore.ts"
 import * as PgClusterStore from "./PgClusterStore.ts"
 import * as Sqlite from "./Sqlite.ts"
@@ -149,6 +151,8 @@ export interface WorkerOptions extends Partial<AgentWorkflow.Options> {
   /** How long a dead worker's shards stay locked (failover time). Default 35 s (effect/cluster's). */
   readonly lockExpiration?: Duration.Input | undefined
   readonly lockRefresh?: Duration.Input | undefined
+  /** The rate limiter of the worker's model calls (`[rate_limit]`); shared with the other workers. */
+  readonly rateLimit?: Omit<RateLimiter.Options, "shared"> | undefined
   /** Appends one JSON line per step start and end (tests count re-executions with it). */
   readonly stepLog?: string | undefined
 }
@@ -205,6 +209,15 @@ const storeFor = (postgres: Layer.Layer<ClusterStore.ClusterStore, never, SqlCli
 const workerStore = storeFor(PgClusterStore.layerSql.pipe(Layer.provide(markerClient)))
 
 /**
+ * The worker's core services, whose model calls share a `RateLimiter` with the other workers
+ * through the database (ClusterRateLimit).
+ */
+const sharingRateLimits = <E, R>(
+  core: Layer.Layer<AgentSteps.AgentSteps | AgentWorkflow.WorkerServices, E, R>,
+  options: WorkerOptions
+) => core.pipe(Layer.provide(ClusterRateLimit.layer(options.rateLimit)))
+
+/**
  * A worker: hosts agent workflows over the given core services (its workspace, tools, models),
  * on the cluster in the database in context.
  */
@@ -216,7 +229,7 @@ export const worker = <E, R>(
     Layer.provide(ClusterWorkflowEngine.layer),
     Layer.provide(NodeClusterSocket.layer({ storage: "sql", shardingConfig: sharding(options) })),
     Layer.provide(workerStore),
-    Layer.provide(core)
+    Layer.provide(sharingRateLimits(core, options))
   )
 
 /** A worker that is also a client in the same process (benchmarks, embedding): one engine. */
@@ -228,7 +241,7 @@ export const workerAndClient = <E, R>(
     Layer.provideMerge(ClusterWorkflowEngine.layer),
     Layer.provideMerge(NodeClusterSocket.layer({ storage: "sql", shardingConfig: sharding(options) })),
     Layer.provideMerge(workerStore),
-    Layer.provide(core)
+    Layer.provide(sharingRateLimits(core, options))
   )
 
 /** A client: the engine (no shards hosted) and the store, on the database in context. */

@@ -5,6 +5,7 @@
  */
 export * as AgentWorkflow from "./AgentWorkflow.ts"
 export * as ClusterClient from "./ClusterClient.ts"
+export * as ClusterRateLimit from "./ClusterRateLimit.ts"
 export * as ClusterStore from "./ClusterStore.ts"
 export * as ClusterSubAgents from "./ClusterSubAgents.ts"
 export * as PgClusterStore from "./PgClusterStore.ts"

@@ -154,6 +154,13 @@ export interface ClusterSettings {
   readonly url: string | undefined
 }
 
+/** `[rate_limit]`: the gate each provider endpoint's calls wait at (RateLimiter, docs/configuration.md). */
+export interface RateLimitSettings {
+  readonly enabled: boolean
+  readonly initialConcurrency: number
+  readonly maxConcurrency: number
+}
+
 /** The resolved settings, with camelCase names for the snake_case TOML keys. */
 export interface Settings {
   /** Default model id of the root agent. */
@@ -164,6 +171,7 @@ export interface Settings {
   readonly permissions: PermissionSettings
   readonly sandbox: SandboxSettings
   readonly cluster: ClusterSettings
+  readonly rateLimit: RateLimitSettings
 }
 
 /** The service shape: settings plus where they came from. */
@@ -233,7 +241,8 @@ export const defaults: Settings = {
     memoryMb: 4096,
     roles: {}
   },
-  cluster: { url: undefined }
+  cluster: { url: undefined },
+  rateLimit: { enabled: true, initialConcurrency: 4, maxConcurrency: 64 }
 }
 
 // ---------------------------------------------------------------------------
@@ -447,7 +456,16 @@ const readSettings = Effect.fnUntraced(function*(
       memoryMb: required("sandbox.memory_mb", d.sandbox.memoryMb),
       roles: yield* readRoles(sources, read)
     },
-    cluster: { url: yield* optionalString("cluster.url") }
+    cluster: { url: yield* optionalString("cluster.url") },
+    rateLimit: {
+      enabled: yield* read(
+        "rate_limit.enabled",
+        accepts.boolean,
+        (name) => Config.Boolean(name).pipe(Config.withDefault(d.rateLimit.enabled))
+      ),
+      initialConcurrency: required("rate_limit.initial_concurrency", d.rateLimit.initialConcurrency),
+      maxConcurrency: required("rate_limit.max_concurrency", d.rateLimit.maxConcurrency)
+    }
   }
   return { settings, clamped }
 })
@@ -610,6 +628,7 @@ export interface SettingsOverrides {
   readonly permissions?: Partial<PermissionSettings> | undefined
   readonly sandbox?: Partial<SandboxSettings> | undefined
   readonly cluster?: Partial<ClusterSettings> | undefined
+  readonly rateLimit?: Partial<RateLimitSettings> | undefined
 }
 
 /**
@@ -624,7 +643,8 @@ export const fromSettings = (overrides: SettingsOverrides = {}): Resolved => ({
     tools: { ...defaults.tools, ...overrides.tools },
     permissions: { ...defaults.permissions, ...overrides.permissions },
     sandbox: { ...defaults.sandbox, ...overrides.sandbox },
-    cluster: { ...defaults.cluster, ...overrides.cluster }
+    cluster: { ...defaults.cluster, ...overrides.cluster },
+    rateLimit: { ...defaults.rateLimit, ...overrides.rateLimit }
   },
   clamped: [],
   sources: [],

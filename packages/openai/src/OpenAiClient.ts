@@ -10,8 +10,10 @@
  * It works with any server that speaks the Chat Completions API: OpenAI, DeepSeek, vLLM,
  * Ollama, OpenRouter — set `baseURL`.
  */
+import * as RateLimiter from "@fibril/core/RateLimiter"
 import { redactUrl } from "@fibril/core/Secrets"
 import type * as AiError from "effect/ai/AiError"
+import * as Clock from "effect/Clock"
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -27,6 +29,7 @@ import type {
   ChatCompletionCreateParamsStreaming
 } from "openai/resources/chat/completions"
 import * as OpenAiError from "./OpenAiError.ts"
+import * as OpenAiRateLimit from "./OpenAiRateLimit.ts"
 
 /** Where OpenAI's API lives; the default when no base URL is configured. */
 export const defaultBaseURL = "https://api.openai.com/v1"
@@ -102,85 +105,119 @@ const loadSdk: Effect.Effect<typeof OpenAI> = Effect.promise(() => import("opena
   Effect.map((module) => module.default)
 )
 
-/** Builds the client (the SDK is loaded on first use). Construction does no network I/O. */
+/**
+ * Builds the client (the SDK is loaded on first use). Construction does no network I/O.
+ * Chat completions go through the `RateLimiter` in context (the process's own by default),
+ * on the gate of this base URL and key.
+ */
 export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =>
-  Effect.map(loadSdk, (OpenAI) => {
-    const baseURL = trimSlash(options.baseURL ?? defaultBaseURL)
-    const sdk = new OpenAI({
-      apiKey: Redacted.value(options.apiKey),
-      baseURL,
-      // Explicit nulls: otherwise the SDK reads OPENAI_ORG_ID / OPENAI_PROJECT_ID / … from
-      // process.env behind the configuration's back.
-      organization: null,
-      project: null,
-      adminAPIKey: null,
-      webhookSecret: null,
-      maxRetries: 0,
-      // Failures come back as AiErrors; the SDK's own console logging would only write into
-      // the CLI's live view (an explicit level also overrides OPENAI_LOG from the environment).
-      logLevel: "off",
-      ...(options.timeoutMs === undefined ? {} : { timeout: options.timeoutMs }),
-      ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
-      ...(options.headers === undefined ? {} : { defaultHeaders: { ...options.headers } })
-    })
-    const shownURL = redactUrl(baseURL)
-    const completionsURL = { method: "POST", url: `${shownURL}/chat/completions` }
-    const modelsURL = { method: "GET", url: `${shownURL}/models` }
+  Effect.flatMap(loadSdk, (OpenAI) =>
+    Effect.map(RateLimiter.RateLimiter.useSync((limiter) => limiter), (limiter) => {
+      const baseURL = trimSlash(options.baseURL ?? defaultBaseURL)
+      const sdk = new OpenAI({
+        apiKey: Redacted.value(options.apiKey),
+        baseURL,
+        // Explicit nulls: otherwise the SDK reads OPENAI_ORG_ID / OPENAI_PROJECT_ID / … from
+        // process.env behind the configuration's back.
+        organization: null,
+        project: null,
+        adminAPIKey: null,
+        webhookSecret: null,
+        maxRetries: 0,
+        // Failures come back as AiErrors; the SDK's own console logging would only write into
+        // the CLI's live view (an explicit level also overrides OPENAI_LOG from the environment).
+        logLevel: "off",
+        ...(options.timeoutMs === undefined ? {} : { timeout: options.timeoutMs }),
+        ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
+        ...(options.headers === undefined ? {} : { defaultHeaders: { ...options.headers } })
+      })
+      const shownURL = redactUrl(baseURL)
+      const completionsURL = { method: "POST", url: `${shownURL}/chat/completions` }
+      const modelsURL = { method: "GET", url: `${shownURL}/models` }
+      const gateKey = OpenAiRateLimit.endpointKey(shownURL, Redacted.value(options.apiKey))
+      // What the gate learns from a call: the answer's headers, or the 429 it got.
+      const outcomeOf = (
+        result: RateLimiter.Result<{ readonly response: Response }, AiError.AiError>,
+        now: number
+      ): RateLimiter.Outcome | undefined =>
+        result._tag === "Success"
+          ? OpenAiRateLimit.answered(result.value.response.headers, now)
+          : OpenAiRateLimit.failed(result.error, now)
+      const gated = <A>(
+        body: { readonly messages: unknown },
+        call: Effect.Effect<{ readonly data: A; readonly response: Response }, AiError.AiError>
+      ) => RateLimiter.gate(limiter, gateKey, OpenAiRateLimit.estimateTokens(body), call, outcomeOf)
 
-    const createCompletion = (body: ChatCompletionCreateParamsNonStreaming) =>
-      Effect.tryPromise({
-        // The signal is aborted when the fiber is interrupted: the HTTP request is cancelled.
-        try: (signal) => sdk.chat.completions.create(body, { signal }),
-        catch: (cause) => cause
-      }).pipe(
-        Effect.catch(OpenAiError.fail("generateText", completionsURL)),
-        Effect.flatMap((completion) =>
-          hasChoices(completion) ? Effect.succeed(completion) : Effect.fail(
-            OpenAiError.make(
-              "generateText",
-              OpenAiError.invalidResponse(`${completionsURL.url} answered without choices`)
+      const createCompletion = (body: ChatCompletionCreateParamsNonStreaming) =>
+        gated(
+          body,
+          Effect.tryPromise({
+            // The signal is aborted when the fiber is interrupted: the HTTP request is cancelled.
+            try: (signal) => sdk.chat.completions.create(body, { signal }).withResponse(),
+            catch: (cause) => cause
+          }).pipe(Effect.catch(OpenAiError.fail("generateText", completionsURL)))
+        ).pipe(
+          Effect.map(({ data }) => data),
+          Effect.flatMap((completion) =>
+            hasChoices(completion) ? Effect.succeed(completion) : Effect.fail(
+              OpenAiError.make(
+                "generateText",
+                OpenAiError.invalidResponse(`${completionsURL.url} answered without choices`)
+              )
             )
           )
         )
-      )
 
-    const streamCompletion = (body: ChatCompletionCreateParamsStreaming) =>
-      Stream.unwrap(Effect.gen(function*() {
-        // Our own controller, aborted when the stream's scope closes (end, failure or
-        // interruption): it cancels the request while connecting and while reading the body.
-        const controller = new AbortController()
-        yield* Effect.addFinalizer(() => Effect.sync(() => controller.abort()))
-        const chunks = yield* Effect.tryPromise({
-          try: () => sdk.chat.completions.create(body, { signal: controller.signal }),
-          catch: (cause) => cause
-        }).pipe(Effect.catch(OpenAiError.fail("streamText", completionsURL)))
-        return Stream.fromAsyncIterable(chunks, (cause) => cause).pipe(
-          Stream.catch((cause) => Stream.fromEffect(OpenAiError.fail("streamText", completionsURL)(cause)))
-        )
-      }))
-
-    const listModels = Effect.tryPromise({
-      try: (signal) => sdk.models.list({ signal }),
-      catch: (cause) => cause
-    }).pipe(
-      Effect.catch(OpenAiError.fail("listModels", modelsURL)),
-      Effect.flatMap((page) => {
-        const ids = modelIds(page)
-        return ids === undefined
-          ? Effect.fail(
-            OpenAiError.make("listModels", OpenAiError.invalidResponse(`${modelsURL.url} did not list models`))
+      const streamCompletion = (body: ChatCompletionCreateParamsStreaming) =>
+        Stream.unwrap(Effect.gen(function*() {
+          // Our own controller, aborted when the stream's scope closes (end, failure or
+          // interruption): it cancels the request while connecting and while reading the body.
+          // The gate's ticket is held until the stream ends: a streamed answer is in flight until then.
+          let outcome: RateLimiter.Outcome | undefined
+          if (limiter.enabled) {
+            const endpoint = limiter.endpoint(gateKey)
+            const ticket = yield* endpoint.acquire(OpenAiRateLimit.estimateTokens(body))
+            yield* Effect.addFinalizer(() => endpoint.complete(ticket, outcome))
+          }
+          const controller = new AbortController()
+          yield* Effect.addFinalizer(() => Effect.sync(() => controller.abort()))
+          const { data: chunks, response } = yield* Effect.tryPromise({
+            try: () => sdk.chat.completions.create(body, { signal: controller.signal }).withResponse(),
+            catch: (cause) => cause
+          }).pipe(
+            Effect.catch(OpenAiError.fail("streamText", completionsURL)),
+            Effect.tapError((error) =>
+              Effect.map(Clock.currentTimeMillis, (now) => void (outcome = OpenAiRateLimit.failed(error, now)))
+            )
           )
-          : Effect.succeed(ids)
-      })
-    )
+          outcome = OpenAiRateLimit.answered(response.headers, yield* Clock.currentTimeMillis)
+          return Stream.fromAsyncIterable(chunks, (cause) => cause).pipe(
+            Stream.catch((cause) => Stream.fromEffect(OpenAiError.fail("streamText", completionsURL)(cause)))
+          )
+        }))
 
-    const use = <A>(method: string, f: (sdk: OpenAI, signal: AbortSignal) => Promise<A>) =>
-      Effect.tryPromise({ try: (signal) => f(sdk, signal), catch: (cause) => cause }).pipe(
-        Effect.catch(OpenAiError.fail(method, { method: "SDK", url: shownURL }))
+      const listModels = Effect.tryPromise({
+        try: (signal) => sdk.models.list({ signal }),
+        catch: (cause) => cause
+      }).pipe(
+        Effect.catch(OpenAiError.fail("listModels", modelsURL)),
+        Effect.flatMap((page) => {
+          const ids = modelIds(page)
+          return ids === undefined
+            ? Effect.fail(
+              OpenAiError.make("listModels", OpenAiError.invalidResponse(`${modelsURL.url} did not list models`))
+            )
+            : Effect.succeed(ids)
+        })
       )
 
-    return OpenAiClient.of({ baseURL: shownURL, createCompletion, streamCompletion, listModels, use })
-  })
+      const use = <A>(method: string, f: (sdk: OpenAI, signal: AbortSignal) => Promise<A>) =>
+        Effect.tryPromise({ try: (signal) => f(sdk, signal), catch: (cause) => cause }).pipe(
+          Effect.catch(OpenAiError.fail(method, { method: "SDK", url: shownURL }))
+        )
+
+      return OpenAiClient.of({ baseURL: shownURL, createCompletion, streamCompletion, listModels, use })
+    }))
 
 /**
  * The client for explicit options.

@@ -1,4 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
+import * as RateLimiter from "@fibril/core/RateLimiter"
 import type { FakeOpenAiServer } from "@fibril/testkit"
 import { Cause, Clock, Duration, Effect, Fiber, Redacted, Schedule, Stream } from "effect"
 import type { AiError, LanguageModel } from "effect/ai"
@@ -24,6 +25,10 @@ const awaitChats = (server: FakeOpenAiServer.FakeOpenAiServer, n: number) =>
     Effect.retry({ times: 1000, schedule: Schedule.spaced("5 millis") }),
     Effect.orDie
   )
+
+// These tests read how each 429 maps to an error; the rate limiter (on by default) would make
+// each next call wait out the previous one's retry-after (RateLimit.test.ts tests that).
+const noLimiter = Effect.provide(RateLimiter.layer({ enabled: false }))
 
 const bothWays = (model: LanguageModel.LanguageModel) =>
   Effect.all([Effect.flip(generate(model, "hi")), Effect.flip(stream(model, "hi"))])
@@ -75,7 +80,7 @@ describe("OpenAiError: every fault maps to the right AiError reason", () => {
       assert.strictEqual(retryAfterMs(streamed), 3000)
       assert.strictEqual(streamed.module, "OpenAiModel")
       assert.strictEqual(streamed.method, "streamText")
-    }))
+    }).pipe(noLimiter))
 
   it.live("a 429 with no code, or a code other than insufficient_quota, is a rate limit to wait out, not an empty account", () =>
     Effect.gen(function*() {
@@ -95,7 +100,7 @@ describe("OpenAiError: every fault maps to the right AiError reason", () => {
         { tag: "QuotaExhaustedError", retryable: false }
       ])
       assert.deepStrictEqual(errors.slice(0, 3).map(retryAfterMs), [2000, 2000, 2000])
-    }))
+    }).pipe(noLimiter))
 
   it.live("HTTP statuses: 5xx/408 retryable InternalProviderError; 400/422 InvalidRequestError and 403 AuthenticationError are not", () =>
     Effect.gen(function*() {

@@ -30,6 +30,7 @@ import * as FiberSet from "effect/FiberSet"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Http from "node:http"
+import * as FakeRateLimit from "./FakeRateLimit.ts"
 import * as ScriptedModel from "./ScriptedModel.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -108,6 +109,8 @@ export interface Options {
   readonly argumentChunkChars?: number
   /** Interleave the argument deltas of parallel tool calls (round-robin) instead of one after another. */
   readonly interleaveToolCalls?: boolean
+  /** Rate-limit mode: requests and tokens per window, concurrent requests (see FakeRateLimit). */
+  readonly rateLimit?: FakeRateLimit.RateLimitOptions
 }
 
 export interface RecordedRequest {
@@ -128,6 +131,8 @@ export interface FakeOpenAiServer {
   readonly closed: Effect.Effect<number>
   /** Waits until at least `count` connections were closed by the client. */
   readonly awaitClosed: (count: number) => Effect.Effect<void>
+  /** What the rate-limit mode admitted and refused (zeros without `rateLimit`). */
+  readonly rateLimitStats: () => FakeRateLimit.RateLimitStats
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -418,6 +423,29 @@ const fromAiError = (error: AiError.AiError): ErrorAnswer => {
   }
 }
 
+/** Usage as the API reports it, cached tokens in the dialect's fields. */
+const usageJson = (
+  dialect: Options["dialect"],
+  input: number,
+  output: number,
+  cached: number
+): Record<string, unknown> =>
+  dialect === "deepseek"
+    ? {
+      prompt_tokens: input,
+      completion_tokens: output,
+      total_tokens: input + output,
+      prompt_cache_hit_tokens: cached,
+      prompt_cache_miss_tokens: input - cached
+    }
+    : {
+      prompt_tokens: input,
+      completion_tokens: output,
+      total_tokens: input + output,
+      prompt_tokens_details: { cached_tokens: cached },
+      completion_tokens_details: { reasoning_tokens: 0 }
+    }
+
 const headersOf = (req: Http.IncomingMessage): Record<string, string> => {
   const out: Record<string, string> = {}
   for (const [key, value] of Object.entries(req.headers)) {
@@ -471,6 +499,8 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
     const faultUses = new Map<FaultRule, number>()
     const cutByServer = new WeakSet<Http.ServerResponse>()
     const waiters: Array<{ readonly count: number; readonly done: Deferred.Deferred<void> }> = []
+    const limits = options.rateLimit === undefined ? undefined : FakeRateLimit.make(options.rateLimit)
+    const stamp = (res: Http.ServerResponse) => Effect.map(Clock.currentTimeMillis, (now) => limits?.stamp(res, now))
     let chats = 0
     let closedByClient = 0
     let stopping = false
@@ -522,23 +552,6 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
       return { cached, total: prefixes.total }
     }
 
-    const usageJson = (input: number, output: number, cached: number): Record<string, unknown> =>
-      options.dialect === "deepseek"
-        ? {
-          prompt_tokens: input,
-          completion_tokens: output,
-          total_tokens: input + output,
-          prompt_cache_hit_tokens: cached,
-          prompt_cache_miss_tokens: input - cached
-        }
-        : {
-          prompt_tokens: input,
-          completion_tokens: output,
-          total_tokens: input + output,
-          prompt_tokens_details: { cached_tokens: cached },
-          completion_tokens_details: { reasoning_tokens: 0 }
-        }
-
     const answer = (request: ChatRequest, rawMessages: ReadonlyArray<unknown>, fault: Fault) =>
       Effect.gen(function*() {
         const prompt = toPrompt(request.body.messages)
@@ -571,7 +584,7 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
           text: response.text === "" ? undefined : response.text,
           reasoning: fault.reasoningContent,
           calls,
-          usage: usageJson(input, output, cached)
+          usage: usageJson(options.dialect, input, output, cached)
         } satisfies Answer
       })
 
@@ -581,6 +594,7 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
         const text = fault.malformedJson === true
           ? `{"id":"${result.id}","object":"chat.completion","choices":[{"index":0,`
           : JSON.stringify(completionJson(result))
+        yield* stamp(res)
         if (fault.disconnectMidStream === true) {
           yield* Effect.sync(() => {
             res.writeHead(200, { "content-type": "application/json", "content-length": String(text.length) })
@@ -597,6 +611,7 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
     const sendStream = (res: Http.ServerResponse, result: Answer, fault: Fault, includeUsage: boolean) =>
       Effect.gen(function*() {
         const chunks = streamChunks(result, options, includeUsage)
+        yield* stamp(res)
         yield* Effect.sync(() => {
           res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
           res.flushHeaders()
@@ -649,6 +664,8 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
           )
         }
         if (fault.hang === true) return yield* Effect.never
+        const refused = limits?.admitResponse(res, json.value, yield* Clock.currentTimeMillis)
+        if (refused !== undefined) return yield* send(res, 429, errorBody(429, refused.message), refused.headers)
         // The prefix cache hashes the messages exactly as sent, not as decoded.
         const raw = json.value
         const rawMessages: ReadonlyArray<unknown> =
@@ -730,6 +747,7 @@ export const start = (options: Options): Effect.Effect<FakeOpenAiServer, never, 
           const done = Deferred.makeUnsafe<void>()
           waiters.push({ count, done })
           return Deferred.await(done)
-        })
+        }),
+      rateLimitStats: () => limits?.stats() ?? { admitted: 0, rejected: 0, peakConcurrent: 0 }
     } satisfies FakeOpenAiServer
   })

@@ -4,6 +4,7 @@
  * from the same scripts.
  */
 export * as FakeOpenAiServer from "./FakeOpenAiServer.ts"
+export * as FakeRateLimit from "./FakeRateLimit.ts"
 export * as Invariants from "./Invariants.ts"
 export * as Lab from "./Lab.ts"
 export * as LabBugs from "./LabBugs.ts"

@@ -32,7 +32,9 @@ export const bounds = {
   "tools.max_output_chars": [1000, 1_000_000],
   "sandbox.tmp_size_mb": [1, 65_536],
   "sandbox.max_processes": [16, 65_536],
-  "sandbox.memory_mb": [64, 1_048_576]
+  "sandbox.memory_mb": [64, 1_048_576],
+  "rate_limit.initial_concurrency": [1, 1000],
+  "rate_limit.max_concurrency": [1, 1000]
 } as const satisfies Record<string, readonly [number, number]>
 
 export type IntKey = keyof typeof bounds

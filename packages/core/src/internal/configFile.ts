@@ -138,7 +138,8 @@ export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> 
   sandbox: ["mode", "network", "writable_paths", "bwrap_path", "tmp_size_mb", "max_processes", "memory_mb"],
   "sandbox.roles": [],
   "sandbox.roles.*": ["mode", "network", "writable_paths"],
-  cluster: ["url"]
+  cluster: ["url"],
+  rate_limit: ["enabled", "initial_concurrency", "max_concurrency"]
 }
 
 /** The registry entry for a table path, `*` segments matching any name. */
@@ -330,6 +331,7 @@ const fileKinds: Readonly<Record<string, readonly [FileKind, string]>> = {
   "sandbox.writable_paths": ["strings", accepts.writablePaths],
   "sandbox.bwrap_path": ["string", accepts.bwrapPath],
   "cluster.url": ["string", accepts.string],
+  "rate_limit.enabled": ["boolean", accepts.boolean],
   ...Object.fromEntries(Object.keys(bounds).map((key) => [key, ["integer", describeBounds(key as IntKey)] as const]))
 }
 
