@@ -6,6 +6,7 @@
 import { execFileSync } from "node:child_process"
 import { writeFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
+import * as HoldTheLine from "./hold-the-line.ts"
 
 const quick = process.argv.includes("--quick")
 const reps = quick ? 3 : 5
@@ -134,6 +135,10 @@ console.log(
   }x) (goal <= 1.5x)`
 )
 
+// Hold the line (issue 38): against the ratios recorded in docs/performance.md, only on a full run (K = 1000).
+const holdTheLine = quick ? undefined : HoldTheLine.verdict(effectRatios)
+for (const line of holdTheLine?.lines ?? []) console.log(line)
+
 // Beyond the peers' figures: persistence cost, the parent's context growth, fork prefix share.
 const w1Store = (store: string, field: string) => figure(`W1 K=${kMax} cap=none store=${store}`, field)
 const persistence = {
@@ -246,7 +251,9 @@ writeFileSync(
   )
 )
 console.log(`wrote ${out}`)
-if (!results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok) process.exitCode = 1
+if (!results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok || holdTheLine?.ok === false) {
+  process.exitCode = 1
+}
 
 // Cluster mode on PostgreSQL: per-step overhead and a K = 100 fan-out over two workers
 // (bench/cluster.ts; it says why when it cannot run, e.g. without PostgreSQL).
