@@ -228,6 +228,19 @@ console.log(
   } ms CPU each)`
 )
 
+// The scorecard of issue 38 (bench/scorecard.ts, a fresh process): fan-out makespan, the context
+// rows from this run's bench/context.ts figures, budget overshoot, and the lab's invariant rows.
+const contextJson = fileURLToPath(new URL("./context-results.json", import.meta.url))
+writeFileSync(contextJson, JSON.stringify(context))
+const scorecardOut = execFileSync(
+  process.execPath,
+  [fileURLToPath(new URL("./scorecard.ts", import.meta.url)), ...(quick ? ["--quick"] : []), contextJson],
+  { encoding: "utf8", maxBuffer: 1 << 24 }
+)
+const scorecardLine = scorecardOut.split("\n").find((line) => line.startsWith("SCORECARD "))
+for (const line of scorecardOut.split("\n")) if (line !== "" && line !== scorecardLine) console.log(line)
+const scorecard = JSON.parse(scorecardLine?.slice("SCORECARD ".length) ?? "[]") as ReadonlyArray<{ ok?: boolean }>
+
 const out = fileURLToPath(new URL("./results.json", import.meta.url))
 writeFileSync(
   out,
@@ -244,14 +257,18 @@ writeFileSync(
       flatnessCpu,
       persistence,
       persistenceFloor,
-      context
+      context,
+      scorecard
     },
     null,
     2
   )
 )
 console.log(`wrote ${out}`)
-if (!results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok || holdTheLine?.ok === false) {
+if (
+  !results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok || holdTheLine?.ok === false ||
+  scorecard.some((row) => row.ok === false)
+) {
   process.exitCode = 1
 }
 

@@ -444,20 +444,25 @@ export const livenessBound = make(
     }))
     const crashedAt = new Map<string, number>()
     for (const crash of trace.crashes ?? []) for (const agent of crash.interrupted) crashedAt.set(agent, crash.t)
-    // Each sub-agent's life, from its start to its end (or the crash that cut it short, or the run's end).
-    const lives = new Map<string, { readonly from: number; readonly to: number }>()
+    // Each run of a sub-agent, from its start to its end (or the crash that cut it short, or the run's end).
+    const lives: Array<{ readonly label: string; readonly from: number; readonly to: number }> = []
     for (const node of tree) {
       if (node.index === 0) continue
       const own = trace.events.filter((e) => e.agent === node.label)
-      const start = own.find((e) => e.type === "started")
-      if (start === undefined) continue
-      lives.set(node.label, {
-        from: start.t,
-        to: own.findLast(isTerminal)?.t ?? crashedAt.get(node.label) ?? trace.end
+      own.forEach((start, i) => {
+        if (start.type !== "started") return
+        const end = own.slice(i).find(isTerminal)?.t
+        const crash = crashedAt.get(node.label)
+        lives.push({
+          label: node.label,
+          from: start.t,
+          to: end ?? (crash !== undefined && crash >= start.t ? crash : trace.end)
+        })
       })
     }
     const cap = trace.experiment.config.cap
-    for (const [label, life] of lives) {
+    for (const life of lives) {
+      const label = life.label
       const family = new Set(ancestors(label))
       const times = [...signs.get(label)!.filter((t) => t >= life.from && t <= life.to), life.to].sort((a, b) => a - b)
       for (let i = 1; i < times.length; i++) {
@@ -467,8 +472,9 @@ export const livenessBound = make(
         if (to - from <= allowed) continue
         // Waiting for a permit is not stalling: cap other agents (not its ancestors, which lend
         // theirs while they wait) lived through the whole gap, each under this bound itself.
-        const holders = [...lives].filter(([other, o]) =>
-          other !== label && !family.has(other) && !ancestors(other).includes(label) && o.from <= from && o.to >= to
+        const holders = lives.filter((o) =>
+          o.label !== label && !family.has(o.label) && !ancestors(o.label).includes(label) && o.from <= from &&
+          o.to >= to
         )
         if (holders.length >= cap) continue
         return fail(`${label} went ${to - from} ms without a sign of life, bound ${allowed} ms`, {
