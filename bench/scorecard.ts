@@ -223,8 +223,8 @@ const lab = Effect.gen(function*() {
         answers: "claude-code#92716: unpaired start/stop events",
         goal: "every spawned has exactly one end (kills, crashes included)",
         measured:
-          `${counts.spawned} spawned, ${counts.ends} ends + ${counts.crashEnds} ended by a crash's reconciliation, ${counts.resumes} resumes; "terminal" held in ${experiments}`,
-        ok: passed && counts.spawned > 0
+          `${counts.spawned} spawned + ${counts.resumes} resumed runs = ${counts.ends} ends + ${counts.crashEnds} ended by a crash's reconciliation; "terminal" held in ${experiments}`,
+        ok: passed && counts.spawned > 0 && counts.spawned + counts.resumes === counts.ends + counts.crashEnds
       },
       {
         name: "completion delivered once (embedded, crashes included)",
