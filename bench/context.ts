@@ -9,9 +9,16 @@
  *   prefix of the parent's request (what a provider's prefix cache can reuse), after the
  *   parent has done M = 3 lookups.
  *
+ * - economy (issue 38's scorecard): a child that reads ~50k tokens of tool output (seven real
+ *   files through `read_file`) and answers in the five-section contract: what the parent gains
+ *   per delegated task, and what the child costs beyond its task (system prompt, the tool
+ *   definitions as an OpenAI request carries them, its result).
+ *
  * Sizes are bytes of the JSON-encoded messages; tokens are estimated as bytes / 4 (the bench
  * model reports no usage, and no tokenizer is involved).
  */
+import * as NodeServices from "@effect/platform-node/NodeServices"
+import * as Fibril from "@fibril/core/Fibril"
 import { Session } from "@fibril/core/Session"
 import { ScriptedModel } from "@fibril/testkit"
 import * as LanguageModel from "effect/ai/LanguageModel"
@@ -19,6 +26,10 @@ import * as Prompt from "effect/ai/Prompt"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as ManagedRuntime from "effect/ManagedRuntime"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { toTools } from "../packages/openai/src/OpenAiModel.ts"
 import { layerFor, parentRun, scriptModel } from "./peer-adapter.ts"
 import { makeScript, PAYLOAD } from "./script.ts"
 
@@ -144,5 +155,107 @@ const fork = async () => {
   }
 }
 
-const result = { workload: "context", ok: true, delegation: await delegation(), fork: await fork() }
+/** The five-section answer a child gives (docs/subagents.md): what the parent receives. */
+const fiveSections = [
+  "SUMMARY:\nRead the seven module files; the retry policy lives in one place and every caller goes through it.",
+  "CHANGES:\nnone (read-only task)",
+  "EVIDENCE:\nmodule-0.txt..module-6.txt: one retry helper, two callers each; no caller sleeps on its own.",
+  "RISKS:\nthe backoff cap is read at start-up only: a config change needs a restart.",
+  "BLOCKERS:\nnone"
+].join("\n\n")
+
+/**
+ * A parent delegates one task; its child reads seven real files of ~29 KB (about 50k tokens in
+ * all, each under read_file's 30,000-character cut) and answers in five sections.
+ */
+const economy = async () => {
+  const files = 7
+  const cwd = mkdtempSync(path.join(os.tmpdir(), "fibril-bench-economy-"))
+  for (let i = 0; i < files; i++) {
+    const line = `export const retry${i} = (attempt: number) => Math.min(30_000, 500 * 2 ** attempt) // policy\n`
+    writeFileSync(path.join(cwd, `module-${i}.txt`), line.repeat(Math.floor(29_000 / line.length)))
+  }
+  const task = "Read module-0.txt to module-6.txt and report where the retry policy lives."
+  const parent: Array<ReadonlyArray<Prompt.Message>> = []
+  const child: Array<{ messages: ReadonlyArray<Prompt.Message>; toolBytes: number }> = []
+  const script = ScriptedModel.layer({
+    rules: [
+      {
+        match: { depth: 0 },
+        respond: (c) =>
+          c.turn === 0
+            ? { tool_calls: [{ name: "task", args: { description: "find the retry policy", prompt: task } }] }
+            : { text: "done" }
+      },
+      {
+        respond: (c) =>
+          c.turn < files
+            ? { tool_calls: [{ name: "read_file", args: { path: `module-${c.turn}.txt` } }] }
+            : { text: fiveSections }
+      }
+    ]
+  })
+  // Records each request as the provider would get it: the messages and the tool definitions.
+  const recording = Layer.effect(
+    LanguageModel.LanguageModel,
+    Effect.map(Effect.service(LanguageModel.LanguageModel), (inner) =>
+      ({
+        ...inner,
+        generateText: (options: { readonly prompt: Prompt.RawInput; readonly toolkit?: unknown }) => {
+          const messages = Prompt.make(options.prompt).content
+          const system = messages[0]?.role === "system" ? messages[0].content : ""
+          const tools = (options.toolkit as { readonly tools?: Record<string, never> } | undefined)?.tools ?? {}
+          if (/depth=0/.test(system)) parent.push(messages)
+          else child.push({ messages, toolBytes: JSON.stringify(toTools(Object.values(tools))).length })
+          return inner.generateText(options as never)
+        }
+      }) as unknown as LanguageModel.LanguageModel)
+  ).pipe(Layer.provide(script))
+  const layer = Fibril.layer({ cwd }).pipe(Layer.provide(recording), Layer.provide(NodeServices.layer))
+  const program = Effect.gen(function*() {
+    const session = yield* Session
+    const root = yield* session.create({ role: "general", allowedTools: ["task", "read_file"] })
+    return (yield* session.prompt(root.id, "bench")).text
+  })
+  const runtime = ManagedRuntime.make(layer)
+  const answer = await runtime.runPromise(program as Effect.Effect<string, unknown, Session>)
+  await runtime.dispose()
+  rmSync(cwd, { recursive: true, force: true })
+  const [first, second] = parent
+  const firstChild = child[0]
+  const lastChild = child.at(-1)
+  if (answer !== "done" || first === undefined || second === undefined || firstChild === undefined || !lastChild) {
+    throw new Error(
+      `economy run did not check out: ${answer}, ${parent.length} parent and ${child.length} child requests`
+    )
+  }
+  // What the child read: every tool result of its last request.
+  const readBytes = lastChild.messages.filter((m) => m.role === "tool").reduce(
+    (n, m) => n + JSON.stringify(m).length,
+    0
+  )
+  const gained = encode(second).length - encode(first).length
+  const systemBytes = firstChild.messages.filter((m) => m.role === "system").reduce(
+    (n, m) => n + JSON.stringify(m).length,
+    0
+  )
+  return {
+    child_read_bytes: readBytes,
+    child_read_tokens_est: Math.round(readBytes / 4),
+    parent_bytes_gained: gained,
+    parent_tokens_gained_est: Math.round(gained / 4),
+    child_system_bytes: systemBytes,
+    child_tool_definition_bytes: firstChild.toolBytes,
+    /** Beyond its task: its system prompt, the tool definitions and the result the parent carries. */
+    overhead_tokens_est: Math.round((systemBytes + firstChild.toolBytes + gained) / 4)
+  }
+}
+
+const result = {
+  workload: "context",
+  ok: true,
+  delegation: await delegation(),
+  fork: await fork(),
+  economy: await economy()
+}
 process.stdout.write(JSON.stringify(result) + "\n")

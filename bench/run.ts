@@ -6,6 +6,7 @@
 import { execFileSync } from "node:child_process"
 import { writeFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
+import * as HoldTheLine from "./hold-the-line.ts"
 
 const quick = process.argv.includes("--quick")
 const reps = quick ? 3 : 5
@@ -133,6 +134,10 @@ console.log(
     flatnessCpu.toFixed(2)
   }x) (goal <= 1.5x)`
 )
+
+// Hold the line (issue 38): against the ratios recorded in docs/performance.md, only on a full run (K = 1000).
+const holdTheLine = quick ? undefined : HoldTheLine.verdict(effectRatios)
+for (const line of holdTheLine?.lines ?? []) console.log(line)
 
 // Beyond the peers' figures: persistence cost, the parent's context growth, fork prefix share.
 const w1Store = (store: string, field: string) => figure(`W1 K=${kMax} cap=none store=${store}`, field)
@@ -262,6 +267,18 @@ console.log(
     rateLimitRun(rateLimit.on)
   } (goal 0 failed, <= 1.15x T, <= 5% 429); limiter off: ${rateLimitRun(rateLimit.off)}`
 )
+// The scorecard of issue 38 (bench/scorecard.ts, a fresh process): fan-out makespan, the context
+// rows from this run's bench/context.ts figures, budget overshoot, and the lab's invariant rows.
+const contextJson = fileURLToPath(new URL("./context-results.json", import.meta.url))
+writeFileSync(contextJson, JSON.stringify(context))
+const scorecardOut = execFileSync(
+  process.execPath,
+  [fileURLToPath(new URL("./scorecard.ts", import.meta.url)), ...(quick ? ["--quick"] : []), contextJson],
+  { encoding: "utf8", maxBuffer: 1 << 24 }
+)
+const scorecardLine = scorecardOut.split("\n").find((line) => line.startsWith("SCORECARD "))
+for (const line of scorecardOut.split("\n")) if (line !== "" && line !== scorecardLine) console.log(line)
+const scorecard = JSON.parse(scorecardLine?.slice("SCORECARD ".length) ?? "[]") as ReadonlyArray<{ ok?: boolean }>
 
 const out = fileURLToPath(new URL("./results.json", import.meta.url))
 writeFileSync(
@@ -281,7 +298,8 @@ writeFileSync(
       persistenceFloor,
       context,
       processIsolation,
-      rateLimit
+      rateLimit,
+      scorecard
     },
     null,
     2
@@ -289,8 +307,11 @@ writeFileSync(
 )
 console.log(`wrote ${out}`)
 if (
-  !results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok || !processIsolation["ok"] || !rateLimit.ok
-) process.exitCode = 1
+  !results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok || !processIsolation["ok"] || !rateLimit.ok ||
+  holdTheLine?.ok === false || scorecard.some((row) => row.ok === false)
+) {
+  process.exitCode = 1
+}
 
 // Cluster mode on PostgreSQL: per-step overhead and a K = 100 fan-out over two workers
 // (bench/cluster.ts; it says why when it cannot run, e.g. without PostgreSQL).

@@ -117,6 +117,22 @@ export const stepBudgetPlusTwo: Tamper = {
   session: (config) => ({ childMaxSteps: config.maxSteps + 2 })
 }
 
+/** A model call is given an hour instead of the lab's 60 s: a hung child outlives the liveness bound. */
+export const noRequestTimeout: Tamper = {
+  name: "no-request-timeout",
+  session: () => ({ apiTimeoutSecs: 3600 })
+}
+
+/** Every tool call of a sub-agent's work runs twice (seen, as the lab sees everything, through its event). */
+export const toolCallsRunTwice: Tamper = {
+  name: "tool-calls-run-twice",
+  events: (events) =>
+    withEmit(events, (event) => {
+      events.emit(event)
+      if (event.agent.depth > 0 && event.type === "tool_call" && event.tool === "lab_probe") events.emit(event)
+    })
+}
+
 /** Every planted bug with the invariant that must catch it. */
 export const all: ReadonlyArray<{ readonly tamper: Tamper; readonly invariant: string }> = [
   { tamper: capPlusOne, invariant: "cap" },
@@ -128,5 +144,7 @@ export const all: ReadonlyArray<{ readonly tamper: Tamper; readonly invariant: s
   { tamper: resultCarriesTranscript, invariant: "result-once" },
   { tamper: storeDropsToolCalls, invariant: "round-trip" },
   { tamper: stepBudgetPlusTwo, invariant: "budgets" },
-  { tamper: resumeRewritesTranscript, invariant: "resume-extends" }
+  { tamper: resumeRewritesTranscript, invariant: "resume-extends" },
+  { tamper: noRequestTimeout, invariant: "liveness" },
+  { tamper: toolCallsRunTwice, invariant: "no-rerun" }
 ]

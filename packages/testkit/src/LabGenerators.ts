@@ -57,6 +57,12 @@ export const Config = Schema.Struct({
 })
 export type Config = typeof Config.Type
 
+/**
+ * The session settings every lab run uses (not generated): one retry after 500 ms, a model call
+ * given 60 s. The liveness invariant derives its bound from them.
+ */
+export const sessionSettings = { maxRetries: 1, retryBaseMs: 500, retryMaxMs: 500, apiTimeoutSecs: 60 } as const
+
 export const Experiment = Schema.Struct({
   config: Config,
   nodes: Schema.Array(Node),

@@ -29,7 +29,7 @@ import { TestClock } from "effect/testing"
 import * as NodeFs from "node:fs"
 import * as NodeOs from "node:os"
 import * as NodePath from "node:path"
-import type { Experiment, TreeNode } from "./LabGenerators.ts"
+import { type Experiment, sessionSettings, type TreeNode } from "./LabGenerators.ts"
 import * as ScriptedModel from "./ScriptedModel.ts"
 import type { Tamper, TraceRequest } from "./SimulationTrace.ts"
 
@@ -294,10 +294,7 @@ export const buildWorld = (config: Experiment["config"], tamper: Tamper | undefi
     const fibril = Fibril.layer({
       cwd: workspace(),
       session: {
-        maxRetries: 1,
-        retryBaseMs: 500,
-        retryMaxMs: 500,
-        apiTimeoutSecs: 60,
+        ...sessionSettings,
         maxDepth: config.maxDepth,
         childMaxSteps: config.maxSteps,
         ...tamper?.session?.(config)
