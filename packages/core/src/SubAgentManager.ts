@@ -17,6 +17,7 @@ import type { Input, SubAgentRecord } from "./SubAgentRecord.ts"
 import type { SubAgentStore } from "./SubAgentStore.ts"
 import type { ToolRegistry } from "./ToolRegistry.ts"
 import type * as TranscriptView from "./TranscriptView.ts"
+import type * as Worktrees from "./Worktrees.ts"
 
 export { bound, defaultMaxResultChars } from "./AgentResult.ts"
 export { requestCancel } from "./internal/manager/ForeignAgents.ts"
@@ -64,7 +65,15 @@ export interface SpawnRequest {
    * that agent's record as a verification receipt (Receipt.fromVerifier).
    */
   readonly verifies?: string | undefined
+  /**
+   * "worktree": the agent works in a git worktree of its parent's tree, on its own branch
+   * (Worktrees.ts); "process": in its own OS process. Absent: in its parent's workspace.
+   */
+  readonly isolation?: Isolation | undefined
 }
+
+/** How an agent is kept apart from its parent and siblings (`isolation` on a spawn). */
+export type Isolation = "worktree" | "process"
 
 export type SpawnError =
   | SpawnCheck.SpawnTextTooLong
@@ -74,6 +83,9 @@ export type SpawnError =
   | CapReached
   | SessionNotFound
   | AgentNotFound
+  | Worktrees.NotAGitWorkspace
+  | Worktrees.GitFailed
+  | Worktrees.IsolationUnavailable
 
 /** A record as shown to callers (AgentResult.ts): the stored fields plus whether it predates this process. */
 import type { AgentView } from "./AgentResult.ts"

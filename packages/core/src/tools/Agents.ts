@@ -24,6 +24,7 @@ import * as Roles from "../Roles.ts"
 import { type SpawnRequest, SubAgentManager } from "../SubAgentManager.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 import * as TranscriptView from "../TranscriptView.ts"
+import * as Merge from "./Merge.ts"
 import * as Task from "./Task.ts"
 
 const optionalString = (description: string) => Schema.optionalKey(Schema.String.annotate({ description }))
@@ -103,7 +104,8 @@ export const SpawnParameters = Schema.Struct({
   ),
   verifies: optionalString(
     "An agent (id or session name) whose current run this agent checks: its result is attached to that agent's record as verification"
-  )
+  ),
+  isolation: Schema.optionalKey(Task.IsolationParameter)
 })
 
 /** The spawn request an `agent_spawn` call makes. */
@@ -116,7 +118,8 @@ export const spawnRequest = (tool: string, params: typeof SpawnParameters.Type) 
     detached: params.detached,
     forkContext: params.fork_context ?? params.inherit_context,
     allowedTools: params.allowed_tools,
-    verifies: params.verifies
+    verifies: params.verifies,
+    isolation: params.isolation
   }))
 
 const spawnHandler = (name: string) =>
@@ -430,7 +433,8 @@ export const definitions = [
   evaluate,
   assign,
   resume,
-  handleRead
+  handleRead,
+  Merge.definition
 ] as const
 
 /** The names of the sub-agent tools (`task` included). */

@@ -25,6 +25,12 @@ import * as Roles from "../Roles.ts"
 import { type SpawnError, type SpawnRequest, SubAgentManager } from "../SubAgentManager.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 
+/** `isolation` of task and agent_spawn (SubAgentManager.Isolation). */
+export const IsolationParameter = Schema.Literals(["worktree", "process"]).annotate({
+  description:
+    "worktree: work in a git worktree of your current tree on its own branch (merge it with agent_merge); process: in its own OS process. Default: in your workspace"
+})
+
 export const TaskParameters = Schema.Struct({
   description: Schema.String.annotate({ description: "A 3-8 word label for the task" }),
   prompt: Schema.String.annotate({ description: "The full, self-contained task for the sub-agent" }),
@@ -33,7 +39,8 @@ export const TaskParameters = Schema.Struct({
   ),
   allowed_tools: Schema.optionalKey(
     Schema.Array(Schema.String).annotate({ description: "For custom agents: the tool names they may use" })
-  )
+  ),
+  isolation: Schema.optionalKey(IsolationParameter)
 })
 
 export type TaskResult = AgentResult.TaskResult
@@ -43,7 +50,8 @@ export const request = (params: typeof TaskParameters.Type): SpawnRequest => ({
   prompt: params.prompt,
   description: params.description,
   role: params.subagent_type ?? "general",
-  allowedTools: params.allowed_tools
+  allowedTools: params.allowed_tools,
+  isolation: params.isolation
 })
 
 export const definition = ToolRegistry.define({

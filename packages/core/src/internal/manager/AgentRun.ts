@@ -30,6 +30,7 @@ import type { AgentView, SpawnRequest } from "../../SubAgentManager.ts"
 import { agentOfRunId, currentRunId, isTerminal, type SubAgentRecord } from "../../SubAgentRecord.ts"
 import type { SubAgentStore } from "../../SubAgentStore.ts"
 import { isLive, type LiveAgent, type Mutable } from "./AgentTable.ts"
+import * as Isolation from "./isolation.ts"
 import type { ManagerContext } from "./ManagerContext.ts"
 
 /** A run's sub-agent permit: taken at admission, to be waited for (queue), or none (a root agent). */
@@ -157,7 +158,12 @@ export const start = Effect.fnUntraced(function*(
       budgets: plan.maxSteps === undefined ? ctx.config.budgets : { ...ctx.config.budgets, maxSteps: plan.maxSteps },
       observer: ctx.observer
     }).pipe(Effect.onError(() => released))
+  // Its worktree, named after it: a spawn that cannot have one is refused, nothing left behind.
+  const isolated = yield* Isolation.prepare(ctx, request.isolation, created.id).pipe(
+    Effect.onError(() => Effect.andThen(released, ctx.session.dispose(created.id)))
+  )
   const agent = newRecord(ctx, created, request, parentId, foreground, verifies)
+  if (isolated !== undefined) agent.record.worktree = isolated.info
   ctx.table.started()
   yield* ctx.store.put(agent.record)
   yield* persistStart(ctx, agent)
@@ -272,9 +278,10 @@ const runAgent = (ctx: ManagerContext, agent: LiveAgent, message: string, permit
     Receipt.started(record, now)
     return Effect.flatMap(ctx.store.put(record), () => ctx.session.prompt(record.agent_id, message))
   })
+  const confined = Isolation.confine(ctx, agent.record, body)
   // One finalizer for the count, the permit taken at admission and the outcome: each
   // finalizer is a step to unwind when the agent is interrupted.
-  const admitted = permit === "wait" ? Effect.andThen(ctx.permits.take(agent), body) : body
+  const admitted = permit === "wait" ? Effect.andThen(ctx.permits.take(agent), confined) : confined
   return Effect.onExit(admitted, (exit) => {
     if (counted) ctx.table.running--
     ctx.permits.release(agent, permit === "held")
@@ -345,6 +352,7 @@ const finish = (ctx: ManagerContext, agent: LiveAgent, exit: Exit.Exit<{ readonl
       record.finished_at
     )
     Receipt.finished(record, agent.runBase)
+    yield* Isolation.commit(ctx, record)
     // An agent that never started its prompt has no session events: say it here, so every
     // agent publishes exactly one terminal event.
     if (!agent.started) {
