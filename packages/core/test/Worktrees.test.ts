@@ -1,0 +1,174 @@
+// isolation: "worktree", through the real services (Fibril.layer over a ScriptedModel) in a real
+// git repository in a temp directory: each isolated child works in its own worktree of the
+// parent's tree (uncommitted changes included), is confined to it, and its branch is merged
+// back with agent_merge — a conflict comes back as data and changes nothing.
+import { assert, describe, it } from "@effect/vitest"
+import type { ScriptedModel } from "@fibril/testkit"
+import { Effect, FileSystem, Path } from "effect"
+import { execFileSync } from "node:child_process"
+import { Session } from "../src/Session.ts"
+import type * as Worktrees from "../src/Worktrees.ts"
+import { provideNode, report, setup } from "./support.ts"
+
+const git = (cwd: string, ...args: Array<string>) =>
+  execFileSync("git", args, { cwd, encoding: "utf8", env: { ...process.env, LC_ALL: "C" } }).trim()
+
+const lines = (changes: Partial<Record<number, string>> = {}) =>
+  Array.from({ length: 9 }, (_, i) => changes[i + 1] ?? `line${i + 1}`).join("\n") + "\n"
+
+/** A repository with one commit, plus uncommitted work: a tracked file changed, a new file. */
+const repository = Effect.fn("repository")(function*() {
+  const fs = yield* FileSystem.FileSystem
+  const path = yield* Path.Path
+  const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+  git(root, "init", "-q", "-b", "main")
+  git(root, "config", "user.email", "test@example.com")
+  git(root, "config", "user.name", "Test")
+  yield* fs.writeFileString(path.join(root, "shared.txt"), lines())
+  yield* fs.writeFileString(path.join(root, "readme.md"), "committed\n")
+  git(root, "add", "-A")
+  git(root, "commit", "-q", "-m", "init")
+  yield* fs.writeFileString(path.join(root, "readme.md"), "committed\nand changed, not committed\n")
+  yield* fs.writeFileString(path.join(root, "notes.txt"), "untracked notes\n")
+  return root
+})
+
+type Result = { readonly name: string; readonly result: unknown; readonly isFailure: boolean }
+const lastOf = (results: ReadonlyArray<Result>, name: string) => results.filter((r) => r.name === name).at(-1)!
+
+const spawn = (tag: string) => ({
+  name: "agent_spawn",
+  args: { prompt: `[${tag}] edit shared.txt`, subagent_type: "implementer", isolation: "worktree" }
+})
+
+const edit = (oldString: string, newString: string): ScriptedModel.Turn => ({
+  tool_calls: [{ name: "edit_file", args: { path: "shared.txt", old_string: oldString, new_string: newString } }]
+})
+
+describe("isolation: worktree", () => {
+  it.effect(
+    "three implementers edit one file in parallel; two merge, the third's conflict is data and is resolved by delegating",
+    () =>
+      Effect.gen(function*() {
+        const root = yield* repository()
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const parentFile = path.join(root, "shared.txt")
+        const original = lines()
+        // What each child saw of the parent's tree on disk, after its own edit.
+        const seen: Array<string> = []
+        const child = (tag: string, oldString: string, newString: string): ScriptedModel.Rule => ({
+          match: { prompt: `[${tag}]` },
+          respond: (conversation) =>
+            conversation.turn === 0
+              ? { tool_calls: [{ name: "read_file", args: { path: "notes.txt" } }] }
+              : conversation.turn === 1
+              ? edit(oldString, newString)
+              : Effect.map(fs.readFileString(parentFile), (onDisk) => {
+                seen.push(onDisk)
+                return { text: report(`${tag} edited shared.txt`) }
+              }).pipe(Effect.orDie)
+        })
+        let merges: Array<Worktrees.MergeResult> = []
+        const { get } = yield* setup({
+          rules: [
+            child("A", "line1\n", "line1 by A\n"),
+            child("B", "line9\n", "line9 by B\n"),
+            child("C", "line1\n", "line1 by C\n"),
+            child("D", "line1 by A\n", "line1 by A and C\n"),
+            {
+              match: { depth: 0 },
+              respond: (conversation): ScriptedModel.Turn => {
+                const results = conversation.toolResults
+                const spawned = results.filter((r) => r.name === "agent_spawn")
+                  .map((r) => (r.result as { agent_id: string }).agent_id)
+                const merge = (i: number, action?: string): ScriptedModel.Turn => ({
+                  tool_calls: [{ name: "agent_merge", args: { agent_id: spawned[i], ...(action ? { action } : {}) } }]
+                })
+                switch (conversation.turn) {
+                  case 0:
+                    return {
+                      tool_calls: [spawn("A"), spawn("B"), spawn("C")]
+                    }
+                  case 1:
+                    return { tool_calls: [{ name: "agent_wait", args: { ids: spawned, wait_mode: "all" } }] }
+                  case 2:
+                    return merge(0)
+                  case 3:
+                    return merge(1)
+                  case 4:
+                    return merge(2)
+                  case 5: {
+                    // Delegated: a fresh isolated implementer starts from the tree as it is now.
+                    const conflict = lastOf(results, "agent_merge").result as Worktrees.MergeResult
+                    return {
+                      tool_calls: [{
+                        name: "task",
+                        args: {
+                          description: "resolve the conflict",
+                          prompt: `[D] resolve ${JSON.stringify(conflict.conflicts)}`,
+                          subagent_type: "implementer",
+                          isolation: "worktree"
+                        }
+                      }]
+                    }
+                  }
+                  case 6: {
+                    const resolver = (lastOf(results, "task").result as { agent_id: string }).agent_id
+                    return { tool_calls: [{ name: "agent_merge", args: { agent_id: resolver } }] }
+                  }
+                  case 7:
+                    return merge(2, "discard")
+                  default:
+                    merges = results.filter((r) => r.name === "agent_merge").map((r) =>
+                      r.result as Worktrees.MergeResult
+                    )
+                    return { text: report("merged all three") }
+                }
+              }
+            }
+          ]
+        }, {}, { root })
+        const session = get(Session)
+        const parent = yield* session.create({ role: "general" })
+        yield* session.prompt(parent.id, "implement it in parallel")
+
+        // No child ever changed the parent's file while it ran.
+        assert.deepStrictEqual(seen, [original, original, original, lines({ 1: "line1 by A", 9: "line9 by B" })])
+        assert.strictEqual(merges.length, 5)
+        const [a, b, c, d, discarded] = merges as [
+          Worktrees.MergeResult,
+          Worktrees.MergeResult,
+          Worktrees.MergeResult,
+          Worktrees.MergeResult,
+          Worktrees.MergeResult
+        ]
+        assert.strictEqual(a.outcome, "merged")
+        assert.strictEqual(a.mode, "fast-forward")
+        assert.deepStrictEqual(a.files, ["shared.txt"])
+        assert.strictEqual(b.outcome, "merged")
+        assert.strictEqual(b.mode, "three-way")
+        assert.strictEqual(c.outcome, "conflict")
+        assert.deepStrictEqual(c.conflicts.map((conflict) => conflict.path), ["shared.txt"])
+        assert.deepStrictEqual(c.conflicts[0]!.hunks, [{ ours: "line1 by A", theirs: "line1 by C" }])
+        assert.isFalse(c.removed)
+        assert.strictEqual(d.outcome, "merged")
+        assert.strictEqual(discarded.outcome, "discarded")
+        // All three changes; the parent's own uncommitted work kept; its index and HEAD as they were.
+        assert.strictEqual(yield* fs.readFileString(parentFile), lines({ 1: "line1 by A and C", 9: "line9 by B" }))
+        assert.strictEqual(yield* fs.readFileString(path.join(root, "notes.txt")), "untracked notes\n")
+        assert.include(yield* fs.readFileString(path.join(root, "readme.md")), "not committed")
+        assert.strictEqual(git(root, "rev-list", "--count", "HEAD"), "1")
+        assert.strictEqual(git(root, "diff", "--cached", "--name-only"), "")
+        assert.deepStrictEqual(git(root, "status", "--porcelain", "--untracked-files=all", "--", ":!.fibril").split("\n"), [
+          "M readme.md",
+          " M shared.txt",
+          "?? notes.txt"
+        ])
+        // Merged and discarded: no worktree and no fibril/ branch left.
+        assert.deepStrictEqual(git(root, "branch", "--list", "fibril/*"), "")
+        assert.deepStrictEqual(yield* fs.readDirectory(path.join(root, ".fibril", "worktrees")), [])
+        assert.strictEqual(git(root, "worktree", "list").split("\n").length, 1)
+      }).pipe(provideNode)
+  )
+})
