@@ -7,6 +7,8 @@ import type { ScriptedModel } from "@fibril/testkit"
 import { Effect, FileSystem, Path } from "effect"
 import { execFileSync } from "node:child_process"
 import { Session } from "../src/Session.ts"
+import { SubAgentManager } from "../src/SubAgentManager.ts"
+import * as WorktreesService from "../src/Worktrees.ts"
 import type * as Worktrees from "../src/Worktrees.ts"
 import { provideNode, report, setup } from "./support.ts"
 
@@ -171,4 +173,123 @@ describe("isolation: worktree", () => {
         assert.strictEqual(git(root, "worktree", "list").split("\n").length, 1)
       }).pipe(provideNode)
   )
+
+  it.effect("an isolated child cannot write outside its worktree; a nested child works inside it", () =>
+    Effect.gen(function*() {
+      const root = yield* repository()
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      const parentFile = path.join(root, "shared.txt")
+      // Untracked in the parent, so part of the child's tree: a link out of the worktree.
+      yield* fs.symlink(root, path.join(root, "linkdir"))
+      const attacks = [
+        { name: "write_file", args: { path: "../../../shared.txt", content: "pwned" } },
+        { name: "write_file", args: { path: parentFile, content: "pwned" } },
+        { name: "edit_file", args: { path: parentFile, old_string: "line1", new_string: "pwned" } },
+        { name: "write_file", args: { path: "linkdir/shared.txt", content: "pwned" } },
+        { name: "edit_file", args: { path: "linkdir/shared.txt", old_string: "line1", new_string: "pwned" } },
+        { name: "read_file", args: { path: "../../../notes.txt" } },
+        { name: "shell", args: { command: `echo pwned > ${parentFile}; echo pwned > linkdir/notes.txt; echo ok > inside.txt` } }
+      ]
+      let refusals: ReadonlyArray<ScriptedModel.ToolResult> = []
+      const { get } = yield* setup({
+        rules: [
+          {
+            match: { prompt: "[G]" },
+            turns: [
+              { tool_calls: [{ name: "write_file", args: { path: "shared.txt", content: "by the grandchild\n" } }] },
+              { text: report("wrote shared.txt") }
+            ]
+          },
+          {
+            match: { prompt: "[attack]" },
+            respond: (conversation): ScriptedModel.Turn => {
+              if (conversation.turn === 0) return { tool_calls: attacks } as unknown as ScriptedModel.Turn
+              if (conversation.turn === 1) {
+                refusals = conversation.lastToolResults
+                return { tool_calls: [{ name: "agent_spawn", args: { prompt: "[G] write", subagent_type: "general" } }] }
+              }
+              if (conversation.turn === 2) {
+                const spawned = conversation.lastToolResults[0]!.result as { agent_id: string }
+                return { tool_calls: [{ name: "agent_wait", args: { ids: [spawned.agent_id] } }] }
+              }
+              return { text: report("tried") }
+            }
+          }
+        ]
+      }, { maxDepth: 2 }, { root })
+      const manager = get(SubAgentManager)
+      const child = yield* manager.run(undefined, { prompt: "[attack] leave your worktree", role: "general", isolation: "worktree" })
+      assert.strictEqual(child.status, "completed")
+      assert.deepStrictEqual(refusals.map((r) => [r.name, r.isFailure, (r.result as { error: string }).error]), [
+        ["write_file", true, "OutsideWorkspace"],
+        ["write_file", true, "OutsideWorkspace"],
+        ["edit_file", true, "OutsideWorkspace"],
+        ["write_file", true, "OutsideWorkspace"],
+        ["edit_file", true, "OutsideWorkspace"],
+        ["read_file", true, "OutsideWorkspace"],
+        ["shell", false, undefined]
+      ])
+      // The shell ran in the worktree, its writes outside refused by the sandbox.
+      assert.include((refusals.at(-1)!.result as { stderr: string }).stderr, "Read-only file system")
+      // The parent's tree is as it was; the grandchild's write is in the child's worktree, committed on its branch.
+      assert.strictEqual(yield* fs.readFileString(parentFile), lines())
+      const worktree = child.worktree!
+      assert.strictEqual(worktree.branch, `fibril/${child.agent_id}`)
+      assert.strictEqual(worktree.path, path.join(root, ".fibril", "worktrees", child.agent_id))
+      assert.strictEqual(git(worktree.path, "show", `${worktree.branch}:shared.txt`), "by the grandchild")
+      assert.strictEqual(git(worktree.path, "show", `${worktree.branch}:inside.txt`), "ok")
+      assert.deepStrictEqual([worktree.commits, worktree.files_changed], [1, 2])
+      assert.strictEqual(git(worktree.path, "status", "--porcelain"), "")
+    }).pipe(provideNode))
+
+  it.effect("the worktree starts from the parent's uncommitted state, without touching the parent's index", () =>
+    Effect.gen(function*() {
+      const root = yield* repository()
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      git(root, "add", "readme.md")
+      const staged = git(root, "diff", "--cached", "--name-only")
+      const { get } = yield* setup({ rules: [{ turns: [{ text: report("nothing to do") }] }] }, {}, {
+        root,
+        worktrees: { keep: true }
+      })
+      const child = yield* get(SubAgentManager).run(undefined, { prompt: "look", role: "implementer", isolation: "worktree" })
+      const at = child.worktree!.path
+      assert.strictEqual(yield* fs.readFileString(path.join(at, "notes.txt")), "untracked notes\n")
+      assert.strictEqual(yield* fs.readFileString(path.join(at, "readme.md")), "committed\nand changed, not committed\n")
+      assert.deepStrictEqual([child.worktree!.commits, child.worktree!.files_changed], [0, 0])
+      assert.strictEqual(git(root, "diff", "--cached", "--name-only"), staged)
+      assert.strictEqual(git(root, "rev-list", "--count", "HEAD"), "1")
+      // Nothing changed: merging is "empty"; with `keep`, the worktree and branch stay for a person.
+      const merged = yield* get(WorktreesService.Worktrees).merge(root, child.agent_id, child.worktree!)
+      assert.strictEqual(merged.outcome, "empty")
+      assert.isFalse(merged.removed)
+      assert.isTrue(yield* fs.exists(at))
+      assert.strictEqual(
+        git(root, "branch", "--list", "--format=%(refname:short)", child.worktree!.branch),
+        child.worktree!.branch
+      )
+    }).pipe(provideNode))
+
+  it.effect("a workspace that is not a git repository, or has no commit, is refused at spawn with a typed error", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const { get, root } = yield* setup({ rules: [{ turns: [{ text: report("never runs") }] }] })
+      const manager = get(SubAgentManager)
+      const notGit = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", isolation: "worktree" }))
+      assert.strictEqual(notGit._tag, "NotAGitWorkspace")
+      assert.include(notGit.message, `isolation "worktree" needs a git repository with at least one commit, and ${root}`)
+      git(root, "init", "-q")
+      const empty = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", isolation: "worktree" }))
+      assert.strictEqual(empty._tag, "NotAGitWorkspace")
+      assert.include(empty.message, "it has no commit yet")
+      const process = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", isolation: "process" }))
+      assert.strictEqual(process.message, "isolation \"process\" is not available here: process isolation is not available here")
+      // Nothing was left behind: no agent, no permit held, no worktree.
+      assert.deepStrictEqual(yield* manager.list({ includeArchived: true }), [])
+      assert.strictEqual(yield* manager.running, 0)
+      assert.isFalse(yield* fs.exists(`${root}/.fibril/worktrees`))
+    }).pipe(provideNode))
 })
+
