@@ -649,6 +649,38 @@ const contract = (engine: Engine) => {
       assert.deepStrictEqual(childrenOf(run.agents), [])
     }))
 
+  // Issue 36: isolation. "process" is refused by both engines for now; "worktree" is refused by
+  // the cluster (a worktree would live on the claiming worker's own clone, which the cluster does
+  // not manage) and needs a git repository in the embedded engine (this suite's is not one).
+  test("isolation is refused with a typed error and starts no child: process (both), worktree (per engine)", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [{
+          match: { depth: 0 },
+          turns: [
+            {
+              tool_calls: [
+                { name: "task", args: { description: "apart", prompt: "x", isolation: "process" } },
+                { name: "agent_spawn", args: { prompt: "x", isolation: "process" } },
+                { name: "task", args: { description: "apart", prompt: "x", isolation: "worktree" } },
+                { name: "agent_spawn", args: { prompt: "x", isolation: "worktree" } }
+              ]
+            },
+            { text: "root done" }
+          ]
+        }]
+      })
+      assert.strictEqual(run.toolResults.length, 4)
+      const worktree = engine.name === "cluster" ? "IsolationUnavailable" : "NotAGitWorkspace"
+      run.toolResults.forEach((refused, i) => {
+        assert.isTrue(refused.isFailure, JSON.stringify(refused))
+        assertShape(refused.result, Refusal, refused.name)
+        assert.strictEqual(failed(refused), i < 2 ? "IsolationUnavailable" : worktree)
+      })
+      assert.include((run.toolResults[0]!.result as { message: string }).message, "isolation \"process\"")
+      assert.deepStrictEqual(childrenOf(run.agents), [])
+    }))
+
   test("arguments that are not JSON are InvalidArguments saying so, for every sub-agent tool", () =>
     Effect.gen(function*() {
       const calls = ["task", "agent_spawn", "agent_wait", "agent_list", "agent_result", "agent_cancel"]
