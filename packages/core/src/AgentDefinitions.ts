@@ -46,6 +46,8 @@ export interface AgentDefinition {
   /** A model id or alias as written; "inherit" or absent: undefined. */
   readonly model: string | undefined
   readonly maxSteps: number | undefined
+  /** `isolation` (Fibril and Claude Code front matter): how its agents are kept apart; absent: not. */
+  readonly isolation?: "worktree" | "process" | undefined
   /** The markdown body, trimmed. */
   readonly prompt: string
   readonly source: { readonly path: string; readonly format: Format }
@@ -233,6 +235,10 @@ const BaseRole = string("role").check(
 
 const Description = nonBlank("description").pipe(Schema.annotateKey({ messageMissingKey: "missing description" }))
 
+const IsolationField = Schema.Literals(["worktree", "process"]).annotate({
+  message: `isolation must be "worktree" or "process"`
+})
+
 const FibrilFrontmatter = Schema.Struct({
   name: Schema.optionalKey(AgentName),
   description: Description,
@@ -240,7 +246,8 @@ const FibrilFrontmatter = Schema.Struct({
   tools: Schema.optionalKey(toolList("tools")),
   denied_tools: Schema.optionalKey(toolList("denied_tools")),
   model: Schema.optionalKey(string("model")),
-  max_steps: Schema.optionalKey(positiveInt("max_steps"))
+  max_steps: Schema.optionalKey(positiveInt("max_steps")),
+  isolation: Schema.optionalKey(IsolationField)
 })
 
 const ClaudeFrontmatter = Schema.Struct({
@@ -249,7 +256,8 @@ const ClaudeFrontmatter = Schema.Struct({
   tools: Schema.optionalKey(toolList("tools")),
   disallowedTools: Schema.optionalKey(toolList("disallowedTools")),
   model: Schema.optionalKey(string("model")),
-  maxTurns: Schema.optionalKey(positiveInt("maxTurns"))
+  maxTurns: Schema.optionalKey(positiveInt("maxTurns")),
+  isolation: Schema.optionalKey(IsolationField)
 })
 
 const Action = Schema.Literals(["allow", "ask", "deny"])
@@ -569,6 +577,7 @@ const fromFibril = (path: string, raw: Record<string, unknown>, prompt: string, 
       deniedTools: denied,
       model: modelOf(fm.model),
       maxSteps: fm.max_steps,
+      ...(fm.isolation === undefined ? {} : { isolation: fm.isolation }),
       prompt,
       source: { path, format: "fibril" },
       usableAsSubagent: true
@@ -592,6 +601,7 @@ const fromClaude = (path: string, raw: Record<string, unknown>, prompt: string, 
       deniedTools: denied,
       model: modelOf(fm.model),
       maxSteps: fm.maxTurns,
+      ...(fm.isolation === undefined ? {} : { isolation: fm.isolation }),
       prompt,
       source: { path, format: "claude" },
       usableAsSubagent: true

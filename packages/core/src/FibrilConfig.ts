@@ -96,6 +96,8 @@ export interface SubagentSettings {
   readonly customModel: string | undefined
   /** `[subagents.models]`: role name -> model id (env: `FIBRIL_SUBAGENTS_MODELS="worker=m1,explorer=m2"`). */
   readonly models: Readonly<Record<string, string>>
+  /** `[subagents.isolation]`: role name -> "worktree" | "process", when a spawn names none (docs/subagents.md). */
+  readonly isolation?: Readonly<Record<string, "worktree" | "process">> | undefined
 }
 
 /** `[tools]`: limits of the built-in tools. */
@@ -216,7 +218,8 @@ export const defaults: Settings = {
     awaiterModel: undefined,
     reviewModel: undefined,
     customModel: undefined,
-    models: {}
+    models: {},
+    isolation: {}
   },
   tools: { shellTimeoutSecs: 120, maxOutputChars: 30_000 },
   permissions: { deny: [] },
@@ -404,6 +407,14 @@ const readSettings = Effect.fnUntraced(function*(
         "subagents.models",
         accepts.models,
         (name) => Config.Record(Schema.String, Schema.String, name).pipe(Config.withDefault(d.subagents.models))
+      ),
+      isolation: yield* read(
+        "subagents.isolation",
+        accepts.isolation,
+        (name) =>
+          Config.Record(Schema.String, Schema.Literals(["worktree", "process"]), name).pipe(
+            Config.withDefault(d.subagents.isolation ?? {})
+          )
       )
     },
     tools: {

@@ -40,6 +40,8 @@ export interface ResolvedRole {
   /** A markdown definition's model and step budget. */
   readonly model: string | undefined
   readonly maxSteps: number | undefined
+  /** A markdown definition's `isolation` (a request's own wins). */
+  readonly isolation?: "worktree" | "process" | undefined
 }
 
 /** Everything a spawn needs, checked. */
@@ -120,7 +122,8 @@ export const resolveRole = (
         allowedTools,
         definition: { allow: definition.allowedTools, deny: definition.deniedTools },
         model: definition.model,
-        maxSteps: definition.maxSteps
+        maxSteps: definition.maxSteps,
+        isolation: definition.isolation
       })
     }
   )

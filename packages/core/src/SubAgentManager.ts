@@ -42,6 +42,8 @@ export interface Options {
    * memory store, or a store elsewhere): receipts say why no local takeover is possible.
    */
   readonly workspace?: string | undefined
+  /** `isolation` per role when a spawn names none (`[subagents.isolation]`, e.g. implementer = "worktree"). */
+  readonly roleIsolation?: Readonly<Record<string, Isolation>> | undefined
 }
 
 export const defaults: Options = {
@@ -152,7 +154,10 @@ export const optionsFrom = (settings: FibrilConfig.Settings): Options => ({
   },
   defaultModel: settings.subagents.defaultModel,
   roleModels: roleModelsFrom(settings.subagents),
-  maxResultChars: settings.subagents.maxResultChars
+  maxResultChars: settings.subagents.maxResultChars,
+  roleIsolation: Object.fromEntries(
+    Object.entries(settings.subagents.isolation ?? {}).map(([name, mode]) => [Roles.canonical(name) ?? name, mode])
+  )
 })
 
 export class SubAgentManager extends Context.Service<SubAgentManager, {

@@ -4,9 +4,12 @@
 // back with agent_merge — a conflict comes back as data and changes nothing.
 import { assert, describe, it } from "@effect/vitest"
 import type { ScriptedModel } from "@fibril/testkit"
-import { Effect, FileSystem, Path } from "effect"
+import { Effect, FileSystem, Path, Result } from "effect"
 import { execFileSync } from "node:child_process"
+import * as AgentDefinitions from "../src/AgentDefinitions.ts"
+import * as FibrilConfig from "../src/FibrilConfig.ts"
 import { Session } from "../src/Session.ts"
+import * as SubAgentManagerModule from "../src/SubAgentManager.ts"
 import { SubAgentManager } from "../src/SubAgentManager.ts"
 import * as WorktreesService from "../src/Worktrees.ts"
 import type * as Worktrees from "../src/Worktrees.ts"
@@ -252,9 +255,11 @@ describe("isolation: worktree", () => {
       const staged = git(root, "diff", "--cached", "--name-only")
       const { get } = yield* setup({ rules: [{ turns: [{ text: report("nothing to do") }] }] }, {}, {
         root,
-        worktrees: { keep: true }
+        worktrees: { keep: true },
+        // No `isolation` on the spawn: the role's, from settings.
+        subagents: { roleIsolation: { implementer: "worktree" } }
       })
-      const child = yield* get(SubAgentManager).run(undefined, { prompt: "look", role: "implementer", isolation: "worktree" })
+      const child = yield* get(SubAgentManager).run(undefined, { prompt: "look", role: "implementer" })
       const at = child.worktree!.path
       assert.strictEqual(yield* fs.readFileString(path.join(at, "notes.txt")), "untracked notes\n")
       assert.strictEqual(yield* fs.readFileString(path.join(at, "readme.md")), "committed\nand changed, not committed\n")
@@ -291,5 +296,33 @@ describe("isolation: worktree", () => {
       assert.strictEqual(yield* manager.running, 0)
       assert.isFalse(yield* fs.exists(`${root}/.fibril/worktrees`))
     }).pipe(provideNode))
-})
 
+  it.effect("isolation from an agent definition's front matter and from [subagents.isolation]; a bad value is refused", () =>
+    Effect.gen(function*() {
+      const claude = AgentDefinitions.parse(
+        ".claude/agents/writer.md",
+        "---\nname: writer\ndescription: Writes code\nisolation: worktree\n---\nWrite it.\n",
+        "claude"
+      )
+      assert.isTrue(Result.isSuccess(claude))
+      if (Result.isSuccess(claude)) assert.strictEqual(claude.success.definition.isolation, "worktree")
+      const bad = AgentDefinitions.parse(
+        ".fibril/agents/writer.md",
+        "---\ndescription: Writes code\nisolation: container\n---\nWrite it.\n",
+        "fibril"
+      )
+      assert.isTrue(Result.isFailure(bad))
+      if (Result.isFailure(bad)) assert.include(bad.failure.message, `isolation must be "worktree" or "process"`)
+
+      const fs = yield* FileSystem.FileSystem
+      const cwd = yield* fs.makeTempDirectoryScoped()
+      yield* fs.makeDirectory(`${cwd}/.fibril`)
+      yield* fs.writeFileString(`${cwd}/.fibril/config.toml`, `[subagents.isolation]\nimplement = "worktree"\n`)
+      const loaded = yield* FibrilConfig.load({ cwd, home: cwd, env: {} })
+      assert.deepStrictEqual(SubAgentManagerModule.optionsFrom(loaded.settings).roleIsolation, { implementer: "worktree" })
+      yield* fs.writeFileString(`${cwd}/.fibril/config.toml`, `[subagents.isolation]\nimplementer = "vm"\n`)
+      const error = yield* Effect.flip(FibrilConfig.load({ cwd, home: cwd, env: {} }))
+      assert.strictEqual(error._tag, "ConfigInvalid")
+      assert.include(error.message, `a table of role name = "worktree" or "process"`)
+    }).pipe(provideNode))
+})

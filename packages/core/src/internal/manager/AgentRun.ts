@@ -159,7 +159,8 @@ export const start = Effect.fnUntraced(function*(
       observer: ctx.observer
     }).pipe(Effect.onError(() => released))
   // Its worktree, named after it: a spawn that cannot have one is refused, nothing left behind.
-  const isolated = yield* Isolation.prepare(ctx, request.isolation, created.id).pipe(
+  const isolation = request.isolation ?? plan.isolation ?? ctx.config.roleIsolation?.[plan.role.name]
+  const isolated = yield* Isolation.prepare(ctx, isolation, created.id).pipe(
     Effect.onError(() => Effect.andThen(released, ctx.session.dispose(created.id)))
   )
   const agent = newRecord(ctx, created, request, parentId, foreground, verifies)
