@@ -151,13 +151,15 @@ export const nodeLine = (node: TreeNode): string => {
 
 /** An isolated agent's worktree and branch (`isolation: "worktree"`). */
 const worktreeText = (agent: SubAgentRecord): string =>
-  agent.worktree === undefined ? "" : `  worktree ${agent.worktree.path} on ${agent.worktree.branch}${
-    agent.worktree.commits === undefined
-      ? ""
-      : ` (${agent.worktree.commits} commit${agent.worktree.commits === 1 ? "" : "s"}, ${agent.worktree.files_changed} file${
-        agent.worktree.files_changed === 1 ? "" : "s"
-      } changed)`
-  }`
+  agent.worktree === undefined ?
+    "" :
+    `  worktree ${agent.worktree.path} on ${agent.worktree.branch}${
+      agent.worktree.commits === undefined
+        ? ""
+        : ` (${agent.worktree.commits} commit${
+          agent.worktree.commits === 1 ? "" : "s"
+        }, ${agent.worktree.files_changed} file${agent.worktree.files_changed === 1 ? "" : "s"} changed)`
+    }`
 
 /** A row that does not decode, as a line of `agents list`. */
 export const unreadableLine = (row: SubAgentStore.Unreadable): string =>

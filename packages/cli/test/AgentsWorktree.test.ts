@@ -1,10 +1,10 @@
 // `fibril agents list` shows an isolated agent's worktree and branch (issue 36): a real
 // `isolation: "worktree"` child recorded in the workspace's SQLite store, listed from that store.
 import { NodeServices } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
 import * as Fibril from "@fibril/core/Fibril"
 import { SubAgentManager } from "@fibril/core/SubAgentManager"
 import { ScriptedModel } from "@fibril/testkit"
-import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, FileSystem, Layer } from "effect"
 import { execFileSync } from "node:child_process"
 import * as AgentsCommand from "../src/AgentsCommand.ts"
@@ -41,7 +41,10 @@ describe("fibril agents list", () => {
       const output = { line: (text: string) => Effect.sync(() => void lines.push(text)) }
       yield* AgentsCommand.list(`${root}/.fibril/state`, true, false, output)
       const line = lines.find((text) => text.startsWith(agentId))
-      assert.include(line, `worktree ${root}/.fibril/worktrees/${agentId} on fibril/${agentId} (1 commit, 1 file changed)`)
+      assert.include(
+        line,
+        `worktree ${root}/.fibril/worktrees/${agentId} on fibril/${agentId} (1 commit, 1 file changed)`
+      )
       lines.length = 0
       yield* AgentsCommand.list(`${root}/.fibril/state`, true, true, output)
       const [tree] = JSON.parse(lines[0]!) as Array<{ worktree: { branch: string; files_changed: number } }>

@@ -423,23 +423,24 @@ export const make = Effect.fn("Permission.make")(function*(options: { readonly d
     derive,
     checkTool: (rules, tool) => verdict(tool.name, decideTool(rules, tool.name, tool.posture)),
     // Paths are judged in the caller's workspace: an isolated agent's worktree (Workspace.Isolated).
-    check: (rules, tool, paths) => Effect.flatMap(currentWorkspace(base), (workspace) => {
-      const lexical = paths.map(workspace.relativize)
-      if (rules.writeScope === "all" || !writes(tool.posture) || paths.length === 0) {
-        return verdict(tool.name, decide(rules, tool.name, tool.posture, lexical))
-      }
-      // Under a write scope, where a path really leads counts too: `.fibril/plans/link/x`
-      // through a symlink to `src/` is a write to `src/`. A path that resolves outside the
-      // workspace is judged by its lexical form (and refused by the tool itself).
-      return Effect.flatMap(
-        Effect.forEach(paths, (path) =>
-          workspace.resolve(path).pipe(
-            Effect.map(workspace.relative),
-            Effect.orElseSucceed(() => workspace.relativize(path))
-          )),
-        (real) => verdict(tool.name, decide(rules, tool.name, tool.posture, [...lexical, ...real]))
-      )
-    })
+    check: (rules, tool, paths) =>
+      Effect.flatMap(currentWorkspace(base), (workspace) => {
+        const lexical = paths.map(workspace.relativize)
+        if (rules.writeScope === "all" || !writes(tool.posture) || paths.length === 0) {
+          return verdict(tool.name, decide(rules, tool.name, tool.posture, lexical))
+        }
+        // Under a write scope, where a path really leads counts too: `.fibril/plans/link/x`
+        // through a symlink to `src/` is a write to `src/`. A path that resolves outside the
+        // workspace is judged by its lexical form (and refused by the tool itself).
+        return Effect.flatMap(
+          Effect.forEach(paths, (path) =>
+            workspace.resolve(path).pipe(
+              Effect.map(workspace.relative),
+              Effect.orElseSucceed(() => workspace.relativize(path))
+            )),
+          (real) => verdict(tool.name, decide(rules, tool.name, tool.posture, [...lexical, ...real]))
+        )
+      })
   })
 })
 

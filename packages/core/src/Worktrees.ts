@@ -220,13 +220,16 @@ export const make = Effect.fn("Worktrees.make")(function*(options: Options = {})
 
   // Commits need a name; one the user configured wins.
   const identity = yield* Effect.cached(
-    Effect.map(git(root.root, ["config", "user.email"]), (found): Record<string, string> =>
-      found.exitCode === 0 ? {} : {
-        GIT_AUTHOR_NAME: "Fibril",
-        GIT_AUTHOR_EMAIL: "fibril@localhost",
-        GIT_COMMITTER_NAME: "Fibril",
-        GIT_COMMITTER_EMAIL: "fibril@localhost"
-      })
+    Effect.map(
+      git(root.root, ["config", "user.email"]),
+      (found): Record<string, string> =>
+        found.exitCode === 0 ? {} : {
+          GIT_AUTHOR_NAME: "Fibril",
+          GIT_AUTHOR_EMAIL: "fibril@localhost",
+          GIT_COMMITTER_NAME: "Fibril",
+          GIT_COMMITTER_EMAIL: "fibril@localhost"
+        }
+    )
   )
 
   /** The repository's top and the workspace's place in it, or NotAGitWorkspace. */
@@ -278,7 +281,11 @@ export const make = Effect.fn("Worktrees.make")(function*(options: Options = {})
     yield* run(info.path, ["add", "-A", "--", ".", ...excluded])
     const staged = yield* git(info.path, ["diff", "--cached", "--quiet"])
     if (staged.exitCode === 1) {
-      yield* run(info.path, ["commit", "--quiet", "--no-verify", "-m", message.trim() || "fibril: agent's changes"], yield* identity)
+      yield* run(
+        info.path,
+        ["commit", "--quiet", "--no-verify", "-m", message.trim() || "fibril: agent's changes"],
+        yield* identity
+      )
     }
     const commits = Number(yield* run(info.path, ["rev-list", "--count", `${info.base}..HEAD`]))
     const stat = shortstat(yield* run(info.path, ["diff", "--shortstat", info.base, "HEAD"]))
@@ -295,7 +302,14 @@ export const make = Effect.fn("Worktrees.make")(function*(options: Options = {})
   const discard = Effect.fn("Worktrees.discard")(function*(agentId: string, info: Info) {
     const toplevel = yield* run(root.root, ["rev-parse", "--show-toplevel"])
     const removed = yield* remove(toplevel, info)
-    return { agent_id: agentId, branch: info.branch, outcome: "discarded", files: [], conflicts: [], removed } satisfies MergeResult
+    return {
+      agent_id: agentId,
+      branch: info.branch,
+      outcome: "discarded",
+      files: [],
+      conflicts: [],
+      removed
+    } satisfies MergeResult
   })
 
   const merge = Effect.fn("Worktrees.merge")(function*(into: string, agentId: string, info: Info) {
@@ -317,16 +331,26 @@ export const make = Effect.fn("Worktrees.make")(function*(options: Options = {})
       run(repo.toplevel, ["rev-parse", `${current}^{tree}`]),
       run(repo.toplevel, ["rev-parse", `${info.base}^{tree}`])
     ])
-    const computed = yield* git(repo.toplevel, ["merge-tree", "--write-tree", "--name-only", "--no-messages", current, tip])
+    const computed = yield* git(repo.toplevel, [
+      "merge-tree",
+      "--write-tree",
+      "--name-only",
+      "--no-messages",
+      current,
+      tip
+    ])
     if (computed.exitCode !== 0 && computed.exitCode !== 1) yield* ok(computed, ["merge-tree"])
     const [merged = "", ...rest] = computed.stdout.split("\n")
     if (computed.exitCode === 1) {
       const files = rest.filter((file) => file.length > 0)
-      const conflicts = yield* Effect.forEach(files, (file) =>
-        Effect.map(git(repo.toplevel, ["show", `${merged}:${file}`]), (shown) => ({
-          path: file,
-          hunks: shown.exitCode === 0 ? hunksOf(shown.stdout) : []
-        })))
+      const conflicts = yield* Effect.forEach(
+        files,
+        (file) =>
+          Effect.map(git(repo.toplevel, ["show", `${merged}:${file}`]), (shown) => ({
+            path: file,
+            hunks: shown.exitCode === 0 ? hunksOf(shown.stdout) : []
+          }))
+      )
       return result("conflict", { files, conflicts })
     }
     const files = (yield* run(repo.toplevel, ["diff", "--name-only", current, merged])).split("\n").filter((f) => f)

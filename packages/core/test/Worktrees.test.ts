@@ -75,65 +75,69 @@ describe("isolation: worktree", () => {
               }).pipe(Effect.orDie)
         })
         let merges: Array<Worktrees.MergeResult> = []
-        const { get } = yield* setup({
-          rules: [
-            child("A", "line1\n", "line1 by A\n"),
-            child("B", "line9\n", "line9 by B\n"),
-            child("C", "line1\n", "line1 by C\n"),
-            child("D", "line1 by A\n", "line1 by A and C\n"),
-            {
-              match: { depth: 0 },
-              respond: (conversation): ScriptedModel.Turn => {
-                const results = conversation.toolResults
-                const spawned = results.filter((r) => r.name === "agent_spawn")
-                  .map((r) => (r.result as { agent_id: string }).agent_id)
-                const merge = (i: number, action?: string): ScriptedModel.Turn => ({
-                  tool_calls: [{ name: "agent_merge", args: { agent_id: spawned[i], ...(action ? { action } : {}) } }]
-                })
-                switch (conversation.turn) {
-                  case 0:
-                    return {
-                      tool_calls: [spawn("A"), spawn("B"), spawn("C")]
+        const { get } = yield* setup(
+          {
+            rules: [
+              child("A", "line1\n", "line1 by A\n"),
+              child("B", "line9\n", "line9 by B\n"),
+              child("C", "line1\n", "line1 by C\n"),
+              child("D", "line1 by A\n", "line1 by A and C\n"),
+              {
+                match: { depth: 0 },
+                respond: (conversation): ScriptedModel.Turn => {
+                  const results = conversation.toolResults
+                  const spawned = results.filter((r) => r.name === "agent_spawn")
+                    .map((r) => (r.result as { agent_id: string }).agent_id)
+                  const merge = (i: number, action?: string): ScriptedModel.Turn => ({
+                    tool_calls: [{ name: "agent_merge", args: { agent_id: spawned[i], ...(action ? { action } : {}) } }]
+                  })
+                  switch (conversation.turn) {
+                    case 0:
+                      return {
+                        tool_calls: [spawn("A"), spawn("B"), spawn("C")]
+                      }
+                    case 1:
+                      return { tool_calls: [{ name: "agent_wait", args: { ids: spawned, wait_mode: "all" } }] }
+                    case 2:
+                      return merge(0)
+                    case 3:
+                      return merge(1)
+                    case 4:
+                      return merge(2)
+                    case 5: {
+                      // Delegated: a fresh isolated implementer starts from the tree as it is now.
+                      const conflict = lastOf(results, "agent_merge").result as Worktrees.MergeResult
+                      return {
+                        tool_calls: [{
+                          name: "task",
+                          args: {
+                            description: "resolve the conflict",
+                            prompt: `[D] resolve ${JSON.stringify(conflict.conflicts)}`,
+                            subagent_type: "implementer",
+                            isolation: "worktree"
+                          }
+                        }]
+                      }
                     }
-                  case 1:
-                    return { tool_calls: [{ name: "agent_wait", args: { ids: spawned, wait_mode: "all" } }] }
-                  case 2:
-                    return merge(0)
-                  case 3:
-                    return merge(1)
-                  case 4:
-                    return merge(2)
-                  case 5: {
-                    // Delegated: a fresh isolated implementer starts from the tree as it is now.
-                    const conflict = lastOf(results, "agent_merge").result as Worktrees.MergeResult
-                    return {
-                      tool_calls: [{
-                        name: "task",
-                        args: {
-                          description: "resolve the conflict",
-                          prompt: `[D] resolve ${JSON.stringify(conflict.conflicts)}`,
-                          subagent_type: "implementer",
-                          isolation: "worktree"
-                        }
-                      }]
+                    case 6: {
+                      const resolver = (lastOf(results, "task").result as { agent_id: string }).agent_id
+                      return { tool_calls: [{ name: "agent_merge", args: { agent_id: resolver } }] }
                     }
+                    case 7:
+                      return merge(2, "discard")
+                    default:
+                      merges = results.filter((r) => r.name === "agent_merge").map((r) =>
+                        r.result as Worktrees.MergeResult
+                      )
+                      return { text: report("merged all three") }
                   }
-                  case 6: {
-                    const resolver = (lastOf(results, "task").result as { agent_id: string }).agent_id
-                    return { tool_calls: [{ name: "agent_merge", args: { agent_id: resolver } }] }
-                  }
-                  case 7:
-                    return merge(2, "discard")
-                  default:
-                    merges = results.filter((r) => r.name === "agent_merge").map((r) =>
-                      r.result as Worktrees.MergeResult
-                    )
-                    return { text: report("merged all three") }
                 }
               }
-            }
-          ]
-        }, {}, { root })
+            ]
+          },
+          {},
+          { root }
+        )
         const session = get(Session)
         const parent = yield* session.create({ role: "general" })
         yield* session.prompt(parent.id, "implement it in parallel")
@@ -165,11 +169,14 @@ describe("isolation: worktree", () => {
         assert.include(yield* fs.readFileString(path.join(root, "readme.md")), "not committed")
         assert.strictEqual(git(root, "rev-list", "--count", "HEAD"), "1")
         assert.strictEqual(git(root, "diff", "--cached", "--name-only"), "")
-        assert.deepStrictEqual(git(root, "status", "--porcelain", "--untracked-files=all", "--", ":!.fibril").split("\n"), [
-          "M readme.md",
-          " M shared.txt",
-          "?? notes.txt"
-        ])
+        assert.deepStrictEqual(
+          git(root, "status", "--porcelain", "--untracked-files=all", "--", ":!.fibril").split("\n"),
+          [
+            "M readme.md",
+            " M shared.txt",
+            "?? notes.txt"
+          ]
+        )
         // Merged and discarded: no worktree and no fibril/ branch left.
         assert.deepStrictEqual(git(root, "branch", "--list", "fibril/*"), "")
         assert.deepStrictEqual(yield* fs.readDirectory(path.join(root, ".fibril", "worktrees")), [])
@@ -192,37 +199,50 @@ describe("isolation: worktree", () => {
         { name: "write_file", args: { path: "linkdir/shared.txt", content: "pwned" } },
         { name: "edit_file", args: { path: "linkdir/shared.txt", old_string: "line1", new_string: "pwned" } },
         { name: "read_file", args: { path: "../../../notes.txt" } },
-        { name: "shell", args: { command: `echo pwned > ${parentFile}; echo pwned > linkdir/notes.txt; echo ok > inside.txt` } }
+        {
+          name: "shell",
+          args: { command: `echo pwned > ${parentFile}; echo pwned > linkdir/notes.txt; echo ok > inside.txt` }
+        }
       ]
       let refusals: ReadonlyArray<ScriptedModel.ToolResult> = []
-      const { get } = yield* setup({
-        rules: [
-          {
-            match: { prompt: "[G]" },
-            turns: [
-              { tool_calls: [{ name: "write_file", args: { path: "shared.txt", content: "by the grandchild\n" } }] },
-              { text: report("wrote shared.txt") }
-            ]
-          },
-          {
-            match: { prompt: "[attack]" },
-            respond: (conversation): ScriptedModel.Turn => {
-              if (conversation.turn === 0) return { tool_calls: attacks } as unknown as ScriptedModel.Turn
-              if (conversation.turn === 1) {
-                refusals = conversation.lastToolResults
-                return { tool_calls: [{ name: "agent_spawn", args: { prompt: "[G] write", subagent_type: "general" } }] }
+      const { get } = yield* setup(
+        {
+          rules: [
+            {
+              match: { prompt: "[G]" },
+              turns: [
+                { tool_calls: [{ name: "write_file", args: { path: "shared.txt", content: "by the grandchild\n" } }] },
+                { text: report("wrote shared.txt") }
+              ]
+            },
+            {
+              match: { prompt: "[attack]" },
+              respond: (conversation): ScriptedModel.Turn => {
+                if (conversation.turn === 0) return { tool_calls: attacks } as unknown as ScriptedModel.Turn
+                if (conversation.turn === 1) {
+                  refusals = conversation.lastToolResults
+                  return {
+                    tool_calls: [{ name: "agent_spawn", args: { prompt: "[G] write", subagent_type: "general" } }]
+                  }
+                }
+                if (conversation.turn === 2) {
+                  const spawned = conversation.lastToolResults[0]!.result as { agent_id: string }
+                  return { tool_calls: [{ name: "agent_wait", args: { ids: [spawned.agent_id] } }] }
+                }
+                return { text: report("tried") }
               }
-              if (conversation.turn === 2) {
-                const spawned = conversation.lastToolResults[0]!.result as { agent_id: string }
-                return { tool_calls: [{ name: "agent_wait", args: { ids: [spawned.agent_id] } }] }
-              }
-              return { text: report("tried") }
             }
-          }
-        ]
-      }, { maxDepth: 2 }, { root })
+          ]
+        },
+        { maxDepth: 2 },
+        { root }
+      )
       const manager = get(SubAgentManager)
-      const child = yield* manager.run(undefined, { prompt: "[attack] leave your worktree", role: "general", isolation: "worktree" })
+      const child = yield* manager.run(undefined, {
+        prompt: "[attack] leave your worktree",
+        role: "general",
+        isolation: "worktree"
+      })
       assert.strictEqual(child.status, "completed")
       assert.deepStrictEqual(refusals.map((r) => [r.name, r.isFailure, (r.result as { error: string }).error]), [
         ["write_file", true, "OutsideWorkspace"],
@@ -262,7 +282,10 @@ describe("isolation: worktree", () => {
       const child = yield* get(SubAgentManager).run(undefined, { prompt: "look", role: "implementer" })
       const at = child.worktree!.path
       assert.strictEqual(yield* fs.readFileString(path.join(at, "notes.txt")), "untracked notes\n")
-      assert.strictEqual(yield* fs.readFileString(path.join(at, "readme.md")), "committed\nand changed, not committed\n")
+      assert.strictEqual(
+        yield* fs.readFileString(path.join(at, "readme.md")),
+        "committed\nand changed, not committed\n"
+      )
       assert.deepStrictEqual([child.worktree!.commits, child.worktree!.files_changed], [0, 0])
       assert.strictEqual(git(root, "diff", "--cached", "--name-only"), staged)
       assert.strictEqual(git(root, "rev-list", "--count", "HEAD"), "1")
@@ -284,13 +307,19 @@ describe("isolation: worktree", () => {
       const manager = get(SubAgentManager)
       const notGit = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", isolation: "worktree" }))
       assert.strictEqual(notGit._tag, "NotAGitWorkspace")
-      assert.include(notGit.message, `isolation "worktree" needs a git repository with at least one commit, and ${root}`)
+      assert.include(
+        notGit.message,
+        `isolation "worktree" needs a git repository with at least one commit, and ${root}`
+      )
       git(root, "init", "-q")
       const empty = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", isolation: "worktree" }))
       assert.strictEqual(empty._tag, "NotAGitWorkspace")
       assert.include(empty.message, "it has no commit yet")
       const process = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", isolation: "process" }))
-      assert.strictEqual(process.message, "isolation \"process\" is not available here: process isolation is not available here")
+      assert.strictEqual(
+        process.message,
+        "isolation \"process\" is not available here: process isolation is not available here"
+      )
       // Nothing was left behind: no agent, no permit held, no worktree.
       assert.deepStrictEqual(yield* manager.list({ includeArchived: true }), [])
       assert.strictEqual(yield* manager.running, 0)
@@ -319,7 +348,9 @@ describe("isolation: worktree", () => {
       yield* fs.makeDirectory(`${cwd}/.fibril`)
       yield* fs.writeFileString(`${cwd}/.fibril/config.toml`, `[subagents.isolation]\nimplement = "worktree"\n`)
       const loaded = yield* FibrilConfig.load({ cwd, home: cwd, env: {} })
-      assert.deepStrictEqual(SubAgentManagerModule.optionsFrom(loaded.settings).roleIsolation, { implementer: "worktree" })
+      assert.deepStrictEqual(SubAgentManagerModule.optionsFrom(loaded.settings).roleIsolation, {
+        implementer: "worktree"
+      })
       yield* fs.writeFileString(`${cwd}/.fibril/config.toml`, `[subagents.isolation]\nimplementer = "vm"\n`)
       const error = yield* Effect.flip(FibrilConfig.load({ cwd, home: cwd, env: {} }))
       assert.strictEqual(error._tag, "ConfigInvalid")

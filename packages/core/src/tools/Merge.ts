@@ -64,7 +64,10 @@ export const definition = ToolRegistry.define({
     const agent = yield* manager.result(id, { block: false })
     const info = agent.worktree
     if (info === undefined) {
-      return yield* new NotMergeable({ agentId: agent.agent_id, reason: "it was not spawned with isolation \"worktree\"" })
+      return yield* new NotMergeable({
+        agentId: agent.agent_id,
+        reason: "it was not spawned with isolation \"worktree\""
+      })
     }
     if (!isTerminal(agent.status)) {
       return yield* new NotMergeable({

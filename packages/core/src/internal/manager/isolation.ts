@@ -63,6 +63,8 @@ export const commit = (ctx: ManagerContext, record: Mutable<SubAgentRecord>) => 
     Effect.map((finished) => {
       record.worktree = finished
     }),
-    Effect.catch((error) => Effect.logWarning(`agent ${record.agent_id}: its worktree was not committed: ${error.message}`))
+    Effect.catch((error) =>
+      Effect.logWarning(`agent ${record.agent_id}: its worktree was not committed: ${error.message}`)
+    )
   )
 }
