@@ -122,7 +122,8 @@ export const fibrilTools: ReadonlyArray<string> = [
   "agent_eval",
   "agent_resume",
   "agent_assign",
-  "handle_read"
+  "handle_read",
+  "agent_merge"
 ]
 
 /** Claude Code tool -> Fibril tools (keys lower-case; lookups ignore case). */
