@@ -8,6 +8,7 @@ import { ScriptedModel } from "@fibril/testkit"
 import { Context, Effect, FileSystem, Layer } from "effect"
 import { execFileSync } from "node:child_process"
 import * as AgentsCommand from "../src/AgentsCommand.ts"
+import * as DemoWorktrees from "../src/DemoWorktrees.ts"
 
 const git = (cwd: string, ...args: Array<string>) => execFileSync("git", args, { cwd, encoding: "utf8" }).trim()
 
@@ -50,4 +51,24 @@ describe("fibril agents list", () => {
       const [tree] = JSON.parse(lines[0]!) as Array<{ worktree: { branch: string; files_changed: number } }>
       assert.deepStrictEqual([tree!.worktree.branch, tree!.worktree.files_changed], [`fibril/${agentId}`, 1])
     }).pipe(Effect.provide(NodeServices.layer)))
+})
+
+describe("fibril demo --scenario worktrees", () => {
+  it.effect("two merges, the third's conflict as data, resolved by a delegate; the parent's file untouched meanwhile", () =>
+    Effect.gen(function*() {
+      const lines: Array<string> = []
+      const output = { line: (text: string) => Effect.sync(() => void lines.push(text)) }
+      const result = yield* DemoWorktrees.run(output)
+      assert.deepStrictEqual(result.merges.map((merge) => [merge.outcome, merge.mode ?? ""]), [
+        ["merged", "fast-forward"],
+        ["merged", "three-way"],
+        ["conflict", ""],
+        ["merged", "fast-forward"],
+        ["discarded", ""]
+      ])
+      assert.strictEqual(result.untouched, 3)
+      assert.include(result.final, "line1 by A and C\n")
+      assert.include(result.final, "line9 by B\n")
+      assert.include(lines.join("\n"), `conflict in shared.txt: ours "line1 by A" / theirs "line1 by C"`)
+    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)))
 })
