@@ -146,8 +146,20 @@ export const nodeLine = (node: TreeNode): string => {
     : `since ${time(agent.started_at ?? agent.created_at)}`
   return `${agent.agent_id}  ${agent.status.padEnd(11)} ${agent.role.padEnd(11)} ${agent.description}  [${times}; ${
     ownerText(agent, node.owner)
-  }]${agent.reason === undefined ? "" : `  — ${agent.reason}`}`
+  }]${agent.reason === undefined ? "" : `  — ${agent.reason}`}${worktreeText(agent)}`
 }
+
+/** An isolated agent's worktree and branch (`isolation: "worktree"`). */
+const worktreeText = (agent: SubAgentRecord): string =>
+  agent.worktree === undefined ?
+    "" :
+    `  worktree ${agent.worktree.path} on ${agent.worktree.branch}${
+      agent.worktree.commits === undefined
+        ? ""
+        : ` (${agent.worktree.commits} commit${
+          agent.worktree.commits === 1 ? "" : "s"
+        }, ${agent.worktree.files_changed} file${agent.worktree.files_changed === 1 ? "" : "s"} changed)`
+    }`
 
 /** A row that does not decode, as a line of `agents list`. */
 export const unreadableLine = (row: SubAgentStore.Unreadable): string =>

@@ -18,6 +18,7 @@ import * as CliFlags from "./CliFlags.ts"
 import * as ClusterCommand from "./ClusterCommand.ts"
 import * as Demo from "./Demo.ts"
 import * as DemoScript from "./DemoScript.ts"
+import * as DemoWorktrees from "./DemoWorktrees.ts"
 import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
 import * as Run from "./Run.ts"
@@ -164,9 +165,20 @@ export const run = Command.make(
 
 export const demo = Command.make(
   "demo",
-  { cwd: CliFlags.cwd },
+  {
+    cwd: CliFlags.cwd,
+    scenario: Flag.Literals("scenario", ["explore", "worktrees"]).pipe(
+      Flag.withDescription(
+        "explore (default): explorers and a reviewer on this project; worktrees: isolated implementers and agent_merge in a temporary git repository"
+      ),
+      Flag.withDefault("explore" as const)
+    )
+  },
   Effect.fn("fibril.demo.command")(function*(flags) {
     const environment = yield* ProcessEnvironment
+    if (flags.scenario === "worktrees") {
+      return yield* Effect.scoped(DemoWorktrees.run(Output.console(environment.tty)))
+    }
     const cwd = yield* resolveCwd(flags.cwd)
     const config = yield* loadConfig(cwd)
     // Paced like a real model on a terminal, so the tree is seen growing; at once otherwise.
@@ -180,5 +192,8 @@ export const demo = Command.make(
   Command.withExamples([{
     command: "fibril demo",
     description: "Three explorers in parallel, then a reviewer, on this project's files"
+  }, {
+    command: "fibril demo --scenario worktrees",
+    description: "Three isolated implementers edit one file; two merges, a conflict as data, resolved by delegating"
   }])
 )

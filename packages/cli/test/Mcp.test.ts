@@ -146,7 +146,8 @@ const toolNames = [
   "handle_read",
   "agent_list",
   "agent_send_input",
-  "agent_resume"
+  "agent_resume",
+  "agent_merge"
 ]
 
 describe("fibril mcp (MCP SDK client over stdio)", () => {

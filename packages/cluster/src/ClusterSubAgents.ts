@@ -27,6 +27,7 @@ import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
 import * as ToolRegistry from "@fibril/core/ToolRegistry"
 import * as TranscriptView from "@fibril/core/TranscriptView"
+import * as Worktrees from "@fibril/core/Worktrees"
 import * as Prompt from "effect/ai/Prompt"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
@@ -47,6 +48,20 @@ type Manager = SubAgentManager.SubAgentManager["Service"]
 export { outcomeOf, owner, recordOf, viewOf, workerRecord } from "./internal/views.ts"
 
 // --- Spawn validation ---
+
+/**
+ * `isolation` in cluster mode: refused. A cluster agent runs on whichever worker claims it, so
+ * a worktree would have to live on that worker's own clone of the repository, and its branch
+ * be fetched back by the parent's worker to merge; the cluster does not manage clones, and a
+ * process per agent is what a worker already is.
+ */
+const isolationRefused = (mode: SubAgentManager.Isolation) =>
+  new Worktrees.IsolationUnavailable({
+    mode,
+    reason: mode === "worktree"
+      ? "in cluster mode an agent runs on whichever worker claims it, and a worktree would live on that worker's own clone, which the cluster does not manage; spawn it without isolation, or run embedded (without --cluster)"
+      : "in cluster mode every agent already runs in a worker process; spawn it without isolation"
+  })
 
 /** What a worker (or a client) checks a spawn request against; absent: not checked here. */
 export interface SpawnChecks {
@@ -74,6 +89,7 @@ export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnC
           "in cluster mode a child is a workflow that any worker may run and take over, not a process of its parent"
       })
     }
+    if (request.isolation === "worktree") return yield* isolationRefused(request.isolation)
     const { role } = yield* SpawnPlan.resolveRole([], request.role ?? "general", request.allowedTools)
     if (checks.registry !== undefined) {
       yield* SpawnPlan.checkAllowedTools(checks.registry, role.name, request.allowedTools)

@@ -656,10 +656,12 @@ const contract = (engine: Engine) => {
       assert.deepStrictEqual(childrenOf(run.agents), [])
     }))
 
-  // isolation "process" needs a parent process that owns the child's process: the embedded
-  // engine without a host program (this suite gives it none) and the cluster (a child is a
-  // workflow any worker may take over) refuse it at once, the same way.
-  test("isolation process where no process can own the child is ProcessIsolationUnavailable", () =>
+  // Issue 36: isolation. "process" needs a parent process that owns the child's process: the
+  // embedded engine without a host program (this suite gives it none) and the cluster (a child is
+  // a workflow any worker may take over) refuse it at once, the same way. "worktree" is refused by
+  // the cluster (a worktree would live on the claiming worker's own clone, which the cluster does
+  // not manage) and needs a git repository in the embedded engine (this suite's is not one).
+  test("isolation is refused with a typed error and starts no child: process (both), worktree (per engine)", () =>
     Effect.gen(function*() {
       const run = yield* engine.run({
         rules: [{
@@ -667,21 +669,27 @@ const contract = (engine: Engine) => {
           turns: [
             {
               tool_calls: [
-                { name: "task", args: { description: "iso", prompt: "x", isolation: "process" } },
-                { name: "agent_spawn", args: { prompt: "x", isolation: "process" } }
+                { name: "task", args: { description: "apart", prompt: "x", isolation: "process" } },
+                { name: "agent_spawn", args: { prompt: "x", isolation: "process" } },
+                { name: "task", args: { description: "apart", prompt: "x", isolation: "worktree" } },
+                { name: "agent_spawn", args: { prompt: "x", isolation: "worktree" } }
               ]
             },
             { text: "root done" }
           ]
         }]
       })
-      assert.strictEqual(run.toolResults.length, 2)
-      for (const refused of run.toolResults) {
+      assert.strictEqual(run.toolResults.length, 4)
+      const worktree = engine.name === "cluster" ? "IsolationUnavailable" : "NotAGitWorkspace"
+      run.toolResults.forEach((refused, i) => {
         assert.isTrue(refused.isFailure, JSON.stringify(refused))
         assertShape(refused.result, Refusal, refused.name)
-        assert.strictEqual(failed(refused), "ProcessIsolationUnavailable")
-        assert.include((refused.result as { message: string }).message, "isolation \"process\" is not available here")
-      }
+        assert.strictEqual(failed(refused), i < 2 ? "ProcessIsolationUnavailable" : worktree)
+      })
+      assert.include(
+        (run.toolResults[0]!.result as { message: string }).message,
+        "isolation \"process\" is not available here"
+      )
       assert.deepStrictEqual(childrenOf(run.agents), [])
     }))
 

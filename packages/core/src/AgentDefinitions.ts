@@ -51,6 +51,8 @@ export interface AgentDefinition {
    * checked against the supported subset when the agent is spawned.
    */
   readonly outputSchema?: { readonly [key: string]: unknown } | undefined
+  /** `isolation` (Fibril and Claude Code front matter): how its agents are kept apart; absent: not. */
+  readonly isolation?: "worktree" | "process" | undefined
   /** The markdown body, trimmed. */
   readonly prompt: string
   readonly source: { readonly path: string; readonly format: Format }
@@ -125,7 +127,8 @@ export const fibrilTools: ReadonlyArray<string> = [
   "agent_eval",
   "agent_resume",
   "agent_assign",
-  "handle_read"
+  "handle_read",
+  "agent_merge"
 ]
 
 /** Claude Code tool -> Fibril tools (keys lower-case; lookups ignore case). */
@@ -244,6 +247,9 @@ const OutputSchemaField = Schema.Record(Schema.String, Schema.Unknown).annotate(
 })
 const outputSchemaOf = (schema: { readonly [key: string]: unknown } | undefined) =>
   schema === undefined ? {} : { outputSchema: schema }
+const IsolationField = Schema.Literals(["worktree", "process"]).annotate({
+  message: `isolation must be "worktree" or "process"`
+})
 
 const FibrilFrontmatter = Schema.Struct({
   name: Schema.optionalKey(AgentName),
@@ -253,7 +259,8 @@ const FibrilFrontmatter = Schema.Struct({
   denied_tools: Schema.optionalKey(toolList("denied_tools")),
   model: Schema.optionalKey(string("model")),
   max_steps: Schema.optionalKey(positiveInt("max_steps")),
-  output_schema: Schema.optionalKey(OutputSchemaField)
+  output_schema: Schema.optionalKey(OutputSchemaField),
+  isolation: Schema.optionalKey(IsolationField)
 })
 
 const ClaudeFrontmatter = Schema.Struct({
@@ -263,7 +270,8 @@ const ClaudeFrontmatter = Schema.Struct({
   disallowedTools: Schema.optionalKey(toolList("disallowedTools")),
   model: Schema.optionalKey(string("model")),
   maxTurns: Schema.optionalKey(positiveInt("maxTurns")),
-  output_schema: Schema.optionalKey(OutputSchemaField)
+  output_schema: Schema.optionalKey(OutputSchemaField),
+  isolation: Schema.optionalKey(IsolationField)
 })
 
 const Action = Schema.Literals(["allow", "ask", "deny"])
@@ -585,6 +593,7 @@ const fromFibril = (path: string, raw: Record<string, unknown>, prompt: string, 
       model: modelOf(fm.model),
       maxSteps: fm.max_steps,
       ...outputSchemaOf(fm.output_schema),
+      ...(fm.isolation === undefined ? {} : { isolation: fm.isolation }),
       prompt,
       source: { path, format: "fibril" },
       usableAsSubagent: true
@@ -609,6 +618,7 @@ const fromClaude = (path: string, raw: Record<string, unknown>, prompt: string, 
       model: modelOf(fm.model),
       maxSteps: fm.maxTurns,
       ...outputSchemaOf(fm.output_schema),
+      ...(fm.isolation === undefined ? {} : { isolation: fm.isolation }),
       prompt,
       source: { path, format: "claude" },
       usableAsSubagent: true

@@ -22,6 +22,7 @@ import {
   type SubAgentRecord
 } from "./SubAgentRecord.ts"
 import * as Usage from "./Usage.ts"
+import * as Worktrees from "./Worktrees.ts"
 
 /** A record as shown to callers: the stored fields plus whether it predates this process. */
 export type AgentView = SubAgentRecord & { readonly from_prior_session: boolean }
@@ -116,12 +117,17 @@ export const AgentResult = Schema.Struct({
   model: Schema.String,
   /** Read it with `handle_read`, a page at a time. */
   transcript_handle: Schema.String,
-  from_prior_session: Schema.optionalKey(Schema.Boolean)
+  from_prior_session: Schema.optionalKey(Schema.Boolean),
+  /** An isolated agent's branch and what it holds (`agent_merge` brings it into your tree). */
+  worktree: Schema.optionalKey(Worktrees.Summary)
 })
 export type AgentResult = typeof AgentResult.Type
 
 const claimsOf = (agent: AgentView): { readonly claims?: ClaimsReport } =>
   agent.outcome?.claims === undefined ? {} : { claims: agent.outcome.claims }
+/** The `worktree` key of a view: present only for an isolated agent. */
+const worktreeOf = (agent: AgentView): { readonly worktree?: Worktrees.Summary } =>
+  agent.worktree === undefined ? {} : { worktree: Worktrees.summaryOf(agent.worktree) }
 
 /** An agent's state or result: the record without bookkeeping, the outcome flattened. */
 export const of = (agent: AgentView): AgentResult => {
@@ -144,7 +150,8 @@ export const of = (agent: AgentView): AgentResult => {
     ...(duration === undefined ? {} : { duration_ms: duration }),
     model: agent.model,
     transcript_handle: agent.transcript_handle,
-    ...(agent.from_prior_session ? { from_prior_session: true } : {})
+    ...(agent.from_prior_session ? { from_prior_session: true } : {}),
+    ...worktreeOf(agent)
   }
 }
 
@@ -170,7 +177,8 @@ export const TaskResult = Schema.Struct({
   duration_ms: Schema.Int,
   model: Schema.String,
   /** The child's transcript, for `handle_read` (it never enters the parent's context by itself). */
-  transcript_handle: Schema.String
+  transcript_handle: Schema.String,
+  worktree: Schema.optionalKey(Worktrees.Summary)
 })
 export type TaskResult = typeof TaskResult.Type
 
@@ -191,7 +199,8 @@ export const task = (agent: AgentView): TaskResult => ({
   tokens: agent.tokens,
   duration_ms: durationOf(agent) ?? 0,
   model: agent.model,
-  transcript_handle: agent.transcript_handle
+  transcript_handle: agent.transcript_handle,
+  ...worktreeOf(agent)
 })
 
 // ---------------------------------------------------------------------------
@@ -244,7 +253,8 @@ export const AgentSummary = Schema.Struct({
   detached: Schema.Boolean,
   steps: Schema.Int,
   tool_calls: Schema.Int,
-  from_prior_session: Schema.optionalKey(Schema.Boolean)
+  from_prior_session: Schema.optionalKey(Schema.Boolean),
+  worktree: Schema.optionalKey(Worktrees.Summary)
 })
 export type AgentSummary = typeof AgentSummary.Type
 
@@ -261,7 +271,8 @@ export const summary = (agent: AgentView): AgentSummary => ({
   detached: agent.detached,
   steps: agent.steps,
   tool_calls: agent.tool_calls,
-  ...(agent.from_prior_session ? { from_prior_session: true } : {})
+  ...(agent.from_prior_session ? { from_prior_session: true } : {}),
+  ...worktreeOf(agent)
 })
 
 export const ListResult = Schema.Struct({ agents: Schema.Array(AgentSummary) })

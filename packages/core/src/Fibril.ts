@@ -44,6 +44,7 @@ import * as Remember from "./tools/Remember.ts"
 import * as TaskTool from "./tools/Task.ts"
 import * as Todo from "./tools/Todo.ts"
 import * as Workspace from "./Workspace.ts"
+import * as Worktrees from "./Worktrees.ts"
 
 export interface Options {
   /** The workspace root. */
@@ -63,6 +64,8 @@ export interface Options {
   readonly store?: "memory" | "file" | { readonly dir: string } | undefined
   /** The file store's limits (its lease, eviction); the defaults otherwise. */
   readonly storeLimits?: SubAgentStore.Limits | undefined
+  /** `isolation: "worktree"`: whether merged and discarded agents' worktrees are kept. */
+  readonly worktrees?: Worktrees.Options | undefined
   /**
    * Replacements for the events and store layers (the orchestration lab runs experiments
    * against deliberately broken ones); `store` here wins over the `store` option.
@@ -84,6 +87,7 @@ export type Services =
   | Workspace.Workspace
   | Memory.Memory
   | Todo.Todos
+  | Worktrees.Worktrees
 
 type Platform = FileSystem.FileSystem | Path.Path | ChildProcessSpawner.ChildProcessSpawner
 
@@ -126,7 +130,8 @@ export const layerWithModels = (
     Todo.layer,
     options.layers?.store ?? storeLayer(options),
     Permission.layer({ deny: options.deny ?? [] }),
-    Memory.layer()
+    Memory.layer(),
+    Worktrees.layer(options.worktrees)
   ).pipe(Layer.provideMerge(workspace))
   const session = Session.layer(options.session).pipe(Layer.provideMerge(base))
   // Agent types defined in markdown files under the workspace; bad files are logged, the rest load.

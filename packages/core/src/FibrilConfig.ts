@@ -98,6 +98,8 @@ export interface SubagentSettings {
   readonly models: Readonly<Record<string, string>>
   /** Heap cap of an `isolation: "process"` child, in MB (`--max-old-space-size`). */
   readonly processMemoryMb: number
+  /** `[subagents.isolation]`: role name -> "worktree" | "process", when a spawn names none (docs/subagents.md). */
+  readonly isolation?: Readonly<Record<string, "worktree" | "process">> | undefined
 }
 
 /** `[tools]`: limits of the built-in tools. */
@@ -227,7 +229,8 @@ export const defaults: Settings = {
     reviewModel: undefined,
     customModel: undefined,
     models: {},
-    processMemoryMb: 512
+    processMemoryMb: 512,
+    isolation: {}
   },
   tools: { shellTimeoutSecs: 120, maxOutputChars: 30_000 },
   permissions: { deny: [] },
@@ -417,7 +420,15 @@ const readSettings = Effect.fnUntraced(function*(
         accepts.models,
         (name) => Config.Record(Schema.String, Schema.String, name).pipe(Config.withDefault(d.subagents.models))
       ),
-      processMemoryMb: required("subagents.process_memory_mb", d.subagents.processMemoryMb)
+      processMemoryMb: required("subagents.process_memory_mb", d.subagents.processMemoryMb),
+      isolation: yield* read(
+        "subagents.isolation",
+        accepts.isolation,
+        (name) =>
+          Config.Record(Schema.String, Schema.Literals(["worktree", "process"]), name).pipe(
+            Config.withDefault(d.subagents.isolation ?? {})
+          )
+      )
     },
     tools: {
       shellTimeoutSecs: required("tools.shell_timeout_secs", d.tools.shellTimeoutSecs),

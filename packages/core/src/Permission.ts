@@ -28,7 +28,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
-import { Workspace } from "./Workspace.ts"
+import { current as currentWorkspace, Workspace } from "./Workspace.ts"
 
 /** What a tool may do; roles and permission rules allow or deny whole postures. */
 export const Posture = Schema.Literals(["read", "write", "shell", "spawn", "plan", "memory"])
@@ -416,29 +416,31 @@ const verdict = (tool: string, decision: Decision): Effect.Effect<void, Permissi
   decision.allowed ? Effect.void : Effect.fail(new PermissionDenied({ tool, reason: decision.reason }))
 
 export const make = Effect.fn("Permission.make")(function*(options: { readonly deny?: ReadonlyArray<string> }) {
-  const workspace = yield* Workspace
+  const base = yield* Workspace
   const root = derive(allowAll, { deny: options.deny ?? [] })
   return Permission.of({
     root,
     derive,
     checkTool: (rules, tool) => verdict(tool.name, decideTool(rules, tool.name, tool.posture)),
-    check: (rules, tool, paths) => {
-      const lexical = paths.map(workspace.relativize)
-      if (rules.writeScope === "all" || !writes(tool.posture) || paths.length === 0) {
-        return verdict(tool.name, decide(rules, tool.name, tool.posture, lexical))
-      }
-      // Under a write scope, where a path really leads counts too: `.fibril/plans/link/x`
-      // through a symlink to `src/` is a write to `src/`. A path that resolves outside the
-      // workspace is judged by its lexical form (and refused by the tool itself).
-      return Effect.flatMap(
-        Effect.forEach(paths, (path) =>
-          workspace.resolve(path).pipe(
-            Effect.map(workspace.relative),
-            Effect.orElseSucceed(() => workspace.relativize(path))
-          )),
-        (real) => verdict(tool.name, decide(rules, tool.name, tool.posture, [...lexical, ...real]))
-      )
-    }
+    // Paths are judged in the caller's workspace: an isolated agent's worktree (Workspace.Isolated).
+    check: (rules, tool, paths) =>
+      Effect.flatMap(currentWorkspace(base), (workspace) => {
+        const lexical = paths.map(workspace.relativize)
+        if (rules.writeScope === "all" || !writes(tool.posture) || paths.length === 0) {
+          return verdict(tool.name, decide(rules, tool.name, tool.posture, lexical))
+        }
+        // Under a write scope, where a path really leads counts too: `.fibril/plans/link/x`
+        // through a symlink to `src/` is a write to `src/`. A path that resolves outside the
+        // workspace is judged by its lexical form (and refused by the tool itself).
+        return Effect.flatMap(
+          Effect.forEach(paths, (path) =>
+            workspace.resolve(path).pipe(
+              Effect.map(workspace.relative),
+              Effect.orElseSucceed(() => workspace.relativize(path))
+            )),
+          (real) => verdict(tool.name, decide(rules, tool.name, tool.posture, [...lexical, ...real]))
+        )
+      })
   })
 })
 

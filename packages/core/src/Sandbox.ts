@@ -43,7 +43,7 @@ import * as FibrilConfig from "./FibrilConfig.ts"
 import * as HostProcess from "./internal/hostProcess.ts"
 import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
-import { Workspace } from "./Workspace.ts"
+import { current as currentWorkspace, Workspace } from "./Workspace.ts"
 
 /** How far a shell command may write: the whole file system read-only, the workspace writable, or no sandbox. */
 export type Mode = FibrilConfig.SandboxMode
@@ -475,14 +475,14 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
   const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
   const fs = yield* FileSystem.FileSystem
   const path = yield* Path.Path
-  const workspace = yield* Workspace
+  const base = yield* Workspace
   const filter = seccompFilter(host.arch)
   const status = yield* Effect.cached(
     Effect.provideService(probe(options, host), ChildProcessSpawner.ChildProcessSpawner, spawner)
   )
 
   /** The real paths of those that exist; relative ones are workspace-relative and must stay inside it. */
-  const existing = (paths: ReadonlyArray<string>) =>
+  const existing = (workspace: Workspace["Service"], paths: ReadonlyArray<string>) =>
     Effect.map(
       Effect.forEach(paths, (given) =>
         (path.isAbsolute(given) ? Effect.succeed(given) : workspace.resolve(given)).pipe(
@@ -496,7 +496,11 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
   // Every process an unconfined command starts inherits this entry in its environment,
   // also one that left the process group with `setsid`: the end of the call kills them all.
   let calls = 0
-  const unconfined = (script: string, extra: ChildProcess.CommandOptions): Launch => {
+  const unconfined = (
+    workspace: Workspace["Service"],
+    script: string,
+    extra: ChildProcess.CommandOptions
+  ): Launch => {
     const value = `${process.pid}.${++calls}.${Math.random().toString(36).slice(2)}`
     return {
       command: ChildProcess.make("sh", ["-c", script], {
@@ -515,14 +519,16 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
     script: string,
     extra: ChildProcess.CommandOptions
   ) {
-    if (policy.mode === "off") return unconfined(script, extra)
+    // An isolated agent's commands run in, and may write only, its worktree.
+    const workspace = yield* currentWorkspace(base)
+    if (policy.mode === "off") return unconfined(workspace, script, extra)
     const found = yield* status
     if (!found.available) {
-      if (policy.mode === "workspace-write") return unconfined(script, extra)
+      if (policy.mode === "workspace-write") return unconfined(workspace, script, extra)
       return yield* new SandboxUnavailable({ role: policy.role, label: policy.label, reason: found.reason })
     }
-    const protectedDirs = policy.mode === "workspace-write" ? yield* existing(protectedPaths) : []
-    const writable = yield* existing(policy.writable)
+    const protectedDirs = policy.mode === "workspace-write" ? yield* existing(workspace, protectedPaths) : []
+    const writable = yield* existing(workspace, policy.writable)
     // With network on, Unix sockets are allowed too: the filter is what "no network" adds.
     const seccomp = policy.network ? undefined : filter
     const args = bwrapArgs({

@@ -45,6 +45,8 @@ export interface ResolvedRole {
   readonly maxSteps: number | undefined
   /** A markdown definition's `output_schema`. */
   readonly outputSchema?: OutputSchema.JsonSchema | undefined
+  /** A markdown definition's `isolation` (a request's own wins). */
+  readonly isolation?: "worktree" | "process" | undefined
 }
 
 /** Everything a spawn needs, checked. */
@@ -129,7 +131,8 @@ export const resolveRole = (
         definition: { allow: definition.allowedTools, deny: definition.deniedTools },
         model: definition.model,
         maxSteps: definition.maxSteps,
-        ...(definition.outputSchema === undefined ? {} : { outputSchema: definition.outputSchema })
+        ...(definition.outputSchema === undefined ? {} : { outputSchema: definition.outputSchema }),
+        isolation: definition.isolation
       })
     }
   )

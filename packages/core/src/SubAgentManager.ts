@@ -19,6 +19,7 @@ import type { Input, SubAgentRecord } from "./SubAgentRecord.ts"
 import type { SubAgentStore } from "./SubAgentStore.ts"
 import type { ToolRegistry } from "./ToolRegistry.ts"
 import type * as TranscriptView from "./TranscriptView.ts"
+import type * as Worktrees from "./Worktrees.ts"
 
 export { bound, defaultMaxResultChars } from "./AgentResult.ts"
 export { requestCancel } from "./internal/manager/ForeignAgents.ts"
@@ -45,6 +46,8 @@ export interface Options {
   readonly workspace?: string | undefined
   /** `isolation: "process"`: how a child process is started and capped (ProcessIsolation.ts). */
   readonly processIsolation?: ProcessIsolation.Options | undefined
+  /** `isolation` per role when a spawn names none (`[subagents.isolation]`, e.g. implementer = "worktree"). */
+  readonly roleIsolation?: Readonly<Record<string, Isolation>> | undefined
 }
 
 export const defaults: Options = {
@@ -71,12 +74,13 @@ export interface SpawnRequest {
   /** `output_schema`: a typed result (OutputSchema.ts); without it, the five-section contract. */
   readonly outputSchema?: OutputSchema.JsonSchema | undefined
   /**
-   * How the child is kept apart from its parent: `"process"` runs it in its own OS process
-   * (ProcessIsolation.ts), `"worktree"` in a git worktree of its own; none: a fiber here.
+   * "worktree": the agent works in a git worktree of its parent's tree, on its own branch
+   * (Worktrees.ts); "process": in its own OS process. Absent: in its parent's workspace.
    */
   readonly isolation?: Isolation | undefined
 }
 
+/** How an agent is kept apart from its parent and siblings (`isolation` on a spawn). */
 export type Isolation = "worktree" | "process"
 
 /** Why a run of an agent ended without an answer: its session's, or its child process's. */
@@ -92,6 +96,9 @@ export type SpawnError =
   | SessionNotFound
   | AgentNotFound
   | ProcessIsolation.ProcessIsolationUnavailable
+  | Worktrees.NotAGitWorkspace
+  | Worktrees.GitFailed
+  | Worktrees.IsolationUnavailable
 
 /** A record as shown to callers (AgentResult.ts): the stored fields plus whether it predates this process. */
 import type { AgentView } from "./AgentResult.ts"
@@ -159,7 +166,10 @@ export const optionsFrom = (settings: FibrilConfig.Settings): Options => ({
   defaultModel: settings.subagents.defaultModel,
   roleModels: roleModelsFrom(settings.subagents),
   maxResultChars: settings.subagents.maxResultChars,
-  processIsolation: { ...ProcessIsolation.defaults, maxOldSpaceMb: settings.subagents.processMemoryMb }
+  processIsolation: { ...ProcessIsolation.defaults, maxOldSpaceMb: settings.subagents.processMemoryMb },
+  roleIsolation: Object.fromEntries(
+    Object.entries(settings.subagents.isolation ?? {}).map(([name, mode]) => [Roles.canonical(name) ?? name, mode])
+  )
 })
 
 export class SubAgentManager extends Context.Service<SubAgentManager, {

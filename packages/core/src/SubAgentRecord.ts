@@ -25,6 +25,7 @@ import { ClaimsReport } from "./Claims.ts"
 import * as Names from "./internal/names.ts"
 import { RulesJson } from "./Permission.ts"
 import * as Usage from "./Usage.ts"
+import * as Worktrees from "./Worktrees.ts"
 
 /** A record's status is the one `AgentStatus`, named here as the record's readers know it. */
 export { isTerminal, Status, terminalStatuses }
@@ -288,7 +289,9 @@ export const SubAgentRecord = Schema.Struct({
   /** The run (run id) this agent checks (`verifies` at spawn): its result becomes that agent's verification receipt. */
   verifies: Schema.optionalKey(Schema.String),
   /** Its effective permissions when spawned: a resume after a restart never gives it more. */
-  permissions: Schema.optionalKey(RulesJson)
+  permissions: Schema.optionalKey(RulesJson),
+  /** `isolation: "worktree"`: the git worktree and branch it works on (Worktrees.ts). */
+  worktree: Schema.optionalKey(Worktrees.Info)
 })
 export type SubAgentRecord = typeof SubAgentRecord.Type
 

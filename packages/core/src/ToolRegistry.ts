@@ -20,6 +20,7 @@ import type * as SchemaAST from "effect/SchemaAST"
 import * as SchemaIssue from "effect/SchemaIssue"
 import * as Tracer from "effect/Tracer"
 import * as Permission from "./Permission.ts"
+import * as Workspace from "./Workspace.ts"
 
 import { type Posture } from "./Permission.ts"
 
@@ -301,6 +302,9 @@ export const make = Effect.sync(() => {
         for (const { key, service, value } of captured) {
           if (Context.getOrUndefined(ctx, service) !== value) ctx = Context.addUnsafe(ctx, key, value)
         }
+        // An isolated agent's tools work in its worktree, whatever workspace they captured.
+        const isolated = Context.get(caller, Workspace.Isolated)
+        if (isolated !== undefined) ctx = Context.add(ctx, Workspace.Workspace, isolated) as Context.Context<R>
         found = ctx
         merged.set(caller, found)
       }

@@ -101,3 +101,19 @@ export const make = Effect.fn("Workspace.make")(function*(root: string) {
 /** The workspace rooted at `root` (usually the current directory, resolved at the entry point). */
 export const layer = (root: string): Layer.Layer<Workspace, never, FileSystem.FileSystem | Path.Path> =>
   Layer.effect(Workspace, make(root))
+
+// --- Isolation ---
+
+/**
+ * The workspace an isolated agent (`isolation: "worktree"`, Worktrees.ts) and every agent it
+ * starts are confined to, in place of the root one. Set on the agent's run fiber, so the file
+ * tools (ToolRegistry puts it over the Workspace a tool captured), the permission check and the
+ * sandbox of every call in that tree see it; unset, the root workspace holds.
+ */
+export const Isolated = Context.Reference<Workspace["Service"] | undefined>("@fibril/core/Workspace/Isolated", {
+  defaultValue: () => undefined
+})
+
+/** The workspace in force for the calling fiber: an isolated agent's, else `base`. */
+export const current = (base: Workspace["Service"]): Effect.Effect<Workspace["Service"]> =>
+  Effect.map(Effect.service(Isolated), (isolated) => isolated ?? base)

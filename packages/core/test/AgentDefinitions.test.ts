@@ -505,7 +505,8 @@ max-steps: 3
       "agent_send_input",
       "agent_eval",
       "agent_resume",
-      "agent_assign"
+      "agent_assign",
+      "agent_merge"
     ])
     assert.deepStrictEqual(warnings, [
       "f/delegator.md: unknown field(s) max-steps; ignored",

@@ -25,7 +25,7 @@ const withToolkit = (options: TaskToolkit.Options = {}) =>
   })
 
 describe("TaskToolkit", () => {
-  it("declares thirteen tools (agent_assign among them) with object output schemas and explicit MCP hints", () => {
+  it("declares fourteen tools (agent_assign and agent_merge among them) with object output schemas and explicit MCP hints", () => {
     assert.sameMembers([...TaskToolkit.names], [
       "task",
       "agent_spawn",
@@ -39,7 +39,8 @@ describe("TaskToolkit", () => {
       "handle_read",
       "agent_list",
       "agent_send_input",
-      "agent_resume"
+      "agent_resume",
+      "agent_merge"
     ])
     const tools = TaskToolkit.toolkit.tools
     assert.strictEqual(tools.task.failureMode, "return")

@@ -67,6 +67,7 @@ export const accepts = {
   boolean: "true or false",
   admission: `"reject" | "queue"`,
   models: `a table of role name = model id strings ("role=model,role=model" in the environment)`,
+  isolation: `a table of role name = "worktree" or "process" ("role=worktree" in the environment)`,
   deny: "an array of tool names (comma-separated in the environment)",
   writablePaths: "an array of paths, absolute or relative to the workspace (comma-separated in the environment)",
   bwrapPath: "a string: the bubblewrap binary, a name on PATH or a path"

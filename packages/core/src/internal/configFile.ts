@@ -133,6 +133,7 @@ export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> 
     "process_memory_mb"
   ],
   "subagents.models": "any",
+  "subagents.isolation": "any",
   tools: ["shell_timeout_secs", "max_output_chars"],
   permissions: ["deny"],
   sandbox: ["mode", "network", "writable_paths", "bwrap_path", "tmp_size_mb", "max_processes", "memory_mb"],
@@ -325,6 +326,7 @@ const fileKinds: Readonly<Record<string, readonly [FileKind, string]>> = {
   "subagents.review_model": ["string", accepts.string],
   "subagents.custom_model": ["string", accepts.string],
   "subagents.models": ["string table", accepts.models],
+  "subagents.isolation": ["string table", accepts.isolation],
   "permissions.deny": ["strings", accepts.deny],
   "sandbox.mode": ["string", sandboxModesAccepted],
   "sandbox.network": ["boolean", accepts.boolean],

@@ -25,6 +25,7 @@ import * as Roles from "../Roles.ts"
 import { type SpawnRequest, SubAgentManager } from "../SubAgentManager.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 import * as TranscriptView from "../TranscriptView.ts"
+import * as Merge from "./Merge.ts"
 import * as Task from "./Task.ts"
 
 const optionalString = (description: string) => Schema.optionalKey(Schema.String.annotate({ description }))
@@ -106,11 +107,7 @@ export const SpawnParameters = Schema.Struct({
     "An agent (id or session name) whose current run this agent checks: its result is attached to that agent's record as verification"
   ),
   output_schema: Schema.optionalKey(OutputSchema.Parameter),
-  isolation: Schema.optionalKey(
-    Schema.Literals(["worktree", "process"]).annotate({
-      description: "Keep the agent apart: \"process\" runs it in its own OS process (own memory cap, killed on cancel)"
-    })
-  )
+  isolation: Schema.optionalKey(Task.IsolationParameter)
 })
 
 /** The spawn request an `agent_spawn` call makes. */
@@ -439,7 +436,8 @@ export const definitions = [
   evaluate,
   assign,
   resume,
-  handleRead
+  handleRead,
+  Merge.definition
 ] as const
 
 /** The names of the sub-agent tools (`task` included). */

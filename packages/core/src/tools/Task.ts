@@ -26,6 +26,12 @@ import * as Roles from "../Roles.ts"
 import { type SpawnError, type SpawnRequest, SubAgentManager } from "../SubAgentManager.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 
+/** `isolation` of task and agent_spawn (SubAgentManager.Isolation). */
+export const IsolationParameter = Schema.Literals(["worktree", "process"]).annotate({
+  description:
+    "worktree: work in a git worktree of your current tree on its own branch (merge it with agent_merge); process: in its own OS process. Default: in your workspace"
+})
+
 export const TaskParameters = Schema.Struct({
   description: Schema.String.annotate({ description: "A 3-8 word label for the task" }),
   prompt: Schema.String.annotate({ description: "The full, self-contained task for the sub-agent" }),
@@ -36,12 +42,7 @@ export const TaskParameters = Schema.Struct({
     Schema.Array(Schema.String).annotate({ description: "For custom agents: the tool names they may use" })
   ),
   output_schema: Schema.optionalKey(OutputSchema.Parameter),
-  isolation: Schema.optionalKey(
-    Schema.Literals(["worktree", "process"]).annotate({
-      description:
-        "Keep the sub-agent apart: \"process\" runs it in its own OS process (own memory cap, killed on cancel)"
-    })
-  )
+  isolation: Schema.optionalKey(IsolationParameter)
 })
 
 export type TaskResult = AgentResult.TaskResult

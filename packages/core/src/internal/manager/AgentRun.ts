@@ -32,6 +32,7 @@ import type { AgentView, RunError, SpawnRequest } from "../../SubAgentManager.ts
 import { agentOfRunId, currentRunId, isTerminal, type SubAgentRecord } from "../../SubAgentRecord.ts"
 import type { SubAgentStore } from "../../SubAgentStore.ts"
 import { isLive, type LiveAgent, type Mutable } from "./AgentTable.ts"
+import * as Isolation from "./isolation.ts"
 import type { ManagerContext } from "./ManagerContext.ts"
 import * as ProcessRun from "./ProcessRun.ts"
 
@@ -133,7 +134,9 @@ export const start = Effect.fnUntraced(function*(
   const foreground = mode !== "background"
   const root = mode === "root"
   const plan = yield* SpawnPlan.resolve(request, ctx.plans, { root, parentModel: parentModel(ctx, parentId) })
-  if (request.isolation === "process" && !root) {
+  // How it is kept apart: the spawn's own, its definition's, its role's (`[subagents.isolation]`).
+  const isolation = root ? undefined : request.isolation ?? plan.isolation ?? ctx.config.roleIsolation?.[plan.role.name]
+  if (isolation === "process") {
     const unavailable = ProcessRun.unavailable(ctx)
     if (unavailable !== undefined) return yield* unavailable
   }
@@ -165,7 +168,12 @@ export const start = Effect.fnUntraced(function*(
       observer: ctx.observer,
       output: plan.output
     }).pipe(Effect.onError(() => released))
+  // Its worktree, named after it: a spawn that cannot have one is refused, nothing left behind.
+  const isolated = yield* Isolation.prepare(ctx, isolation, created.id).pipe(
+    Effect.onError(() => Effect.andThen(released, ctx.session.dispose(created.id)))
+  )
   const agent = newRecord(ctx, created, request, parentId, foreground, verifies)
+  if (isolated !== undefined) agent.record.worktree = isolated.info
   ctx.table.started()
   yield* ctx.store.put(agent.record)
   yield* persistStart(ctx, agent)
@@ -176,7 +184,7 @@ export const start = Effect.fnUntraced(function*(
     agent,
     OutputSchema.taskMessage(request.prompt, created.output),
     permit,
-    request.isolation === "process" && !root ? request : undefined
+    isolation === "process" ? { ...request, isolation } : undefined
   )
   let fiber: Fiber.Fiber<PromptResult, RunError>
   if (foreground) {
@@ -297,9 +305,10 @@ const runAgent = (
       : ctx.session.prompt(record.agent_id, message)
     return Effect.flatMap(ctx.store.put(record), (): Effect.Effect<PromptResult, RunError> => prompt)
   })
+  const confined = Isolation.confine(ctx, agent.record, body)
   // One finalizer for the count, the permit taken at admission and the outcome: each
   // finalizer is a step to unwind when the agent is interrupted.
-  const admitted = permit === "wait" ? Effect.andThen(ctx.permits.take(agent), body) : body
+  const admitted = permit === "wait" ? Effect.andThen(ctx.permits.take(agent), confined) : confined
   return Effect.onExit(admitted, (exit) => {
     if (counted) ctx.table.running--
     ctx.permits.release(agent, permit === "held")
@@ -377,6 +386,7 @@ const finish = (
       record.finished_at
     )
     Receipt.finished(record, agent.runBase)
+    yield* Isolation.commit(ctx, record)
     // An agent that never started its prompt has no session events: say it here, so every
     // agent publishes exactly one terminal event.
     if (!agent.started) {

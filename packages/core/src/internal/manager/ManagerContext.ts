@@ -3,12 +3,15 @@
  * passed as the first argument (instead of a dozen locals shared by one closure).
  */
 import * as Effect from "effect/Effect"
+import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import type { AgentEvents } from "../../AgentEvents.ts"
 import type { RunObserver, Session } from "../../Session.ts"
 import type * as SpawnPlan from "../../SpawnPlan.ts"
 import type { Options } from "../../SubAgentManager.ts"
 import type { SubAgentStore } from "../../SubAgentStore.ts"
+import type { Workspace } from "../../Workspace.ts"
+import type { Worktrees } from "../../Worktrees.ts"
 import type * as Permits from "../permits.ts"
 import type { AgentTable, Target } from "./AgentTable.ts"
 
@@ -32,6 +35,9 @@ export interface ManagerContext {
   readonly workspaceRoot: string | undefined
   /** How the manager takes part in the runs of the sessions it creates (given at creation). */
   readonly observer: RunObserver
+  /** The root workspace, and worktrees for `isolation: "worktree"` (both absent: no isolation here). */
+  readonly workspace: Workspace["Service"] | undefined
+  readonly worktrees: Option.Option<Worktrees["Service"]>
 }
 
 /**

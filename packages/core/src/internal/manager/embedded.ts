@@ -41,6 +41,7 @@ import { SubAgentStore } from "../../SubAgentStore.ts"
 import { ToolRegistry } from "../../ToolRegistry.ts"
 import * as TranscriptView from "../../TranscriptView.ts"
 import { Workspace } from "../../Workspace.ts"
+import { Worktrees } from "../../Worktrees.ts"
 import * as Permits from "../permits.ts"
 import { sleepUnref } from "../sleep.ts"
 import { withSpan } from "../span.ts"
@@ -519,6 +520,7 @@ export const make = Effect.fnUntraced(function*(config: Options) {
   const events = yield* AgentEvents
   const registry = yield* ToolRegistry
   const workspace = yield* Effect.serviceOption(Workspace)
+  const worktrees = yield* Effect.serviceOption(Worktrees)
   const scope = yield* Effect.scope
   const bootId = store.owner.boot_id
   // Permits, `maxConcurrent` of them (internal/permits.ts): taken at admission (reject), or
@@ -557,7 +559,9 @@ export const make = Effect.fnUntraced(function*(config: Options) {
     scope,
     maxResultChars: config.maxResultChars ?? AgentResult.defaultMaxResultChars,
     workspaceRoot: Option.isSome(workspace) ? workspace.value.root : undefined,
-    observer: observerOf({ store, table, permits }, relativize)
+    observer: observerOf({ store, table, permits }, relativize),
+    workspace: Option.getOrUndefined(workspace),
+    worktrees
   }
 
   const { run, spawn, startRoot } = spawnOps(ctx)

@@ -1,0 +1,359 @@
+// isolation: "worktree", through the real services (Fibril.layer over a ScriptedModel) in a real
+// git repository in a temp directory: each isolated child works in its own worktree of the
+// parent's tree (uncommitted changes included), is confined to it, and its branch is merged
+// back with agent_merge — a conflict comes back as data and changes nothing.
+import { assert, describe, it } from "@effect/vitest"
+import type { ScriptedModel } from "@fibril/testkit"
+import { Effect, FileSystem, Path, Result } from "effect"
+import { execFileSync } from "node:child_process"
+import * as AgentDefinitions from "../src/AgentDefinitions.ts"
+import * as FibrilConfig from "../src/FibrilConfig.ts"
+import { Session } from "../src/Session.ts"
+import * as SubAgentManagerModule from "../src/SubAgentManager.ts"
+import { SubAgentManager } from "../src/SubAgentManager.ts"
+import * as WorktreesService from "../src/Worktrees.ts"
+import type * as Worktrees from "../src/Worktrees.ts"
+import { provideNode, report, setup } from "./support.ts"
+
+const git = (cwd: string, ...args: Array<string>) =>
+  execFileSync("git", args, { cwd, encoding: "utf8", env: { ...process.env, LC_ALL: "C" } }).trim()
+
+const lines = (changes: Partial<Record<number, string>> = {}) =>
+  Array.from({ length: 9 }, (_, i) => changes[i + 1] ?? `line${i + 1}`).join("\n") + "\n"
+
+/** A repository with one commit, plus uncommitted work: a tracked file changed, a new file. */
+const repository = Effect.fn("repository")(function*() {
+  const fs = yield* FileSystem.FileSystem
+  const path = yield* Path.Path
+  const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+  git(root, "init", "-q", "-b", "main")
+  git(root, "config", "user.email", "test@example.com")
+  git(root, "config", "user.name", "Test")
+  yield* fs.writeFileString(path.join(root, "shared.txt"), lines())
+  yield* fs.writeFileString(path.join(root, "readme.md"), "committed\n")
+  git(root, "add", "-A")
+  git(root, "commit", "-q", "-m", "init")
+  yield* fs.writeFileString(path.join(root, "readme.md"), "committed\nand changed, not committed\n")
+  yield* fs.writeFileString(path.join(root, "notes.txt"), "untracked notes\n")
+  return root
+})
+
+type Result = { readonly name: string; readonly result: unknown; readonly isFailure: boolean }
+const lastOf = (results: ReadonlyArray<Result>, name: string) => results.filter((r) => r.name === name).at(-1)!
+
+const spawn = (tag: string) => ({
+  name: "agent_spawn",
+  args: { prompt: `[${tag}] edit shared.txt`, subagent_type: "implementer", isolation: "worktree" }
+})
+
+const edit = (oldString: string, newString: string): ScriptedModel.Turn => ({
+  tool_calls: [{ name: "edit_file", args: { path: "shared.txt", old_string: oldString, new_string: newString } }]
+})
+
+describe("isolation: worktree", () => {
+  it.effect(
+    "three implementers edit one file in parallel; two merge, the third's conflict is data and is resolved by delegating",
+    () =>
+      Effect.gen(function*() {
+        const root = yield* repository()
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const parentFile = path.join(root, "shared.txt")
+        const original = lines()
+        // What each child saw of the parent's tree on disk, after its own edit.
+        const seen: Array<string> = []
+        const child = (tag: string, oldString: string, newString: string): ScriptedModel.Rule => ({
+          match: { prompt: `[${tag}]` },
+          respond: (conversation) =>
+            conversation.turn === 0
+              ? { tool_calls: [{ name: "read_file", args: { path: "notes.txt" } }] }
+              : conversation.turn === 1
+              ? edit(oldString, newString)
+              : Effect.map(fs.readFileString(parentFile), (onDisk) => {
+                seen.push(onDisk)
+                return { text: report(`${tag} edited shared.txt`) }
+              }).pipe(Effect.orDie)
+        })
+        let merges: Array<Worktrees.MergeResult> = []
+        const { get } = yield* setup(
+          {
+            rules: [
+              child("A", "line1\n", "line1 by A\n"),
+              child("B", "line9\n", "line9 by B\n"),
+              child("C", "line1\n", "line1 by C\n"),
+              child("D", "line1 by A\n", "line1 by A and C\n"),
+              {
+                match: { depth: 0 },
+                respond: (conversation): ScriptedModel.Turn => {
+                  const results = conversation.toolResults
+                  const spawned = results.filter((r) => r.name === "agent_spawn")
+                    .map((r) => (r.result as { agent_id: string }).agent_id)
+                  const merge = (i: number, action?: string): ScriptedModel.Turn => ({
+                    tool_calls: [{ name: "agent_merge", args: { agent_id: spawned[i], ...(action ? { action } : {}) } }]
+                  })
+                  switch (conversation.turn) {
+                    case 0:
+                      return {
+                        tool_calls: [spawn("A"), spawn("B"), spawn("C")]
+                      }
+                    case 1:
+                      return { tool_calls: [{ name: "agent_wait", args: { ids: spawned, wait_mode: "all" } }] }
+                    case 2:
+                      return merge(0)
+                    case 3:
+                      return merge(1)
+                    case 4:
+                      return merge(2)
+                    case 5: {
+                      // Delegated: a fresh isolated implementer starts from the tree as it is now.
+                      const conflict = lastOf(results, "agent_merge").result as Worktrees.MergeResult
+                      return {
+                        tool_calls: [{
+                          name: "task",
+                          args: {
+                            description: "resolve the conflict",
+                            prompt: `[D] resolve ${JSON.stringify(conflict.conflicts)}`,
+                            subagent_type: "implementer",
+                            isolation: "worktree"
+                          }
+                        }]
+                      }
+                    }
+                    case 6: {
+                      const resolver = (lastOf(results, "task").result as { agent_id: string }).agent_id
+                      return { tool_calls: [{ name: "agent_merge", args: { agent_id: resolver } }] }
+                    }
+                    case 7:
+                      return merge(2, "discard")
+                    default:
+                      merges = results.filter((r) => r.name === "agent_merge").map((r) =>
+                        r.result as Worktrees.MergeResult
+                      )
+                      return { text: report("merged all three") }
+                  }
+                }
+              }
+            ]
+          },
+          {},
+          { root }
+        )
+        const session = get(Session)
+        const parent = yield* session.create({ role: "general" })
+        yield* session.prompt(parent.id, "implement it in parallel")
+
+        // No child ever changed the parent's file while it ran.
+        assert.deepStrictEqual(seen, [original, original, original, lines({ 1: "line1 by A", 9: "line9 by B" })])
+        assert.strictEqual(merges.length, 5)
+        const [a, b, c, d, discarded] = merges as [
+          Worktrees.MergeResult,
+          Worktrees.MergeResult,
+          Worktrees.MergeResult,
+          Worktrees.MergeResult,
+          Worktrees.MergeResult
+        ]
+        assert.strictEqual(a.outcome, "merged")
+        assert.strictEqual(a.mode, "fast-forward")
+        assert.deepStrictEqual(a.files, ["shared.txt"])
+        assert.strictEqual(b.outcome, "merged")
+        assert.strictEqual(b.mode, "three-way")
+        assert.strictEqual(c.outcome, "conflict")
+        assert.deepStrictEqual(c.conflicts.map((conflict) => conflict.path), ["shared.txt"])
+        assert.deepStrictEqual(c.conflicts[0]!.hunks, [{ ours: "line1 by A", theirs: "line1 by C" }])
+        assert.isFalse(c.removed)
+        assert.strictEqual(d.outcome, "merged")
+        assert.strictEqual(discarded.outcome, "discarded")
+        // All three changes; the parent's own uncommitted work kept; its index and HEAD as they were.
+        assert.strictEqual(yield* fs.readFileString(parentFile), lines({ 1: "line1 by A and C", 9: "line9 by B" }))
+        assert.strictEqual(yield* fs.readFileString(path.join(root, "notes.txt")), "untracked notes\n")
+        assert.include(yield* fs.readFileString(path.join(root, "readme.md")), "not committed")
+        assert.strictEqual(git(root, "rev-list", "--count", "HEAD"), "1")
+        assert.strictEqual(git(root, "diff", "--cached", "--name-only"), "")
+        assert.deepStrictEqual(
+          git(root, "status", "--porcelain", "--untracked-files=all", "--", ":!.fibril").split("\n"),
+          [
+            "M readme.md",
+            " M shared.txt",
+            "?? notes.txt"
+          ]
+        )
+        // Merged and discarded: no worktree and no fibril/ branch left.
+        assert.deepStrictEqual(git(root, "branch", "--list", "fibril/*"), "")
+        assert.deepStrictEqual(yield* fs.readDirectory(path.join(root, ".fibril", "worktrees")), [])
+        assert.strictEqual(git(root, "worktree", "list").split("\n").length, 1)
+      }).pipe(provideNode)
+  )
+
+  it.effect("an isolated child cannot write outside its worktree; a nested child works inside it", () =>
+    Effect.gen(function*() {
+      const root = yield* repository()
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      const parentFile = path.join(root, "shared.txt")
+      // Untracked in the parent, so part of the child's tree: a link out of the worktree.
+      yield* fs.symlink(root, path.join(root, "linkdir"))
+      const attacks = [
+        { name: "write_file", args: { path: "../../../shared.txt", content: "pwned" } },
+        { name: "write_file", args: { path: parentFile, content: "pwned" } },
+        { name: "edit_file", args: { path: parentFile, old_string: "line1", new_string: "pwned" } },
+        { name: "write_file", args: { path: "linkdir/shared.txt", content: "pwned" } },
+        { name: "edit_file", args: { path: "linkdir/shared.txt", old_string: "line1", new_string: "pwned" } },
+        { name: "read_file", args: { path: "../../../notes.txt" } },
+        {
+          name: "shell",
+          args: { command: `echo pwned > ${parentFile}; echo pwned > linkdir/notes.txt; echo ok > inside.txt` }
+        }
+      ]
+      let refusals: ReadonlyArray<ScriptedModel.ToolResult> = []
+      const { get } = yield* setup(
+        {
+          rules: [
+            {
+              match: { prompt: "[G]" },
+              turns: [
+                { tool_calls: [{ name: "write_file", args: { path: "shared.txt", content: "by the grandchild\n" } }] },
+                { text: report("wrote shared.txt") }
+              ]
+            },
+            {
+              match: { prompt: "[attack]" },
+              respond: (conversation): ScriptedModel.Turn => {
+                if (conversation.turn === 0) return { tool_calls: attacks } as unknown as ScriptedModel.Turn
+                if (conversation.turn === 1) {
+                  refusals = conversation.lastToolResults
+                  return {
+                    tool_calls: [{ name: "agent_spawn", args: { prompt: "[G] write", subagent_type: "general" } }]
+                  }
+                }
+                if (conversation.turn === 2) {
+                  const spawned = conversation.lastToolResults[0]!.result as { agent_id: string }
+                  return { tool_calls: [{ name: "agent_wait", args: { ids: [spawned.agent_id] } }] }
+                }
+                return { text: report("tried") }
+              }
+            }
+          ]
+        },
+        { maxDepth: 2 },
+        { root }
+      )
+      const manager = get(SubAgentManager)
+      const child = yield* manager.run(undefined, {
+        prompt: "[attack] leave your worktree",
+        role: "general",
+        isolation: "worktree"
+      })
+      assert.strictEqual(child.status, "completed")
+      assert.deepStrictEqual(refusals.map((r) => [r.name, r.isFailure, (r.result as { error: string }).error]), [
+        ["write_file", true, "OutsideWorkspace"],
+        ["write_file", true, "OutsideWorkspace"],
+        ["edit_file", true, "OutsideWorkspace"],
+        ["write_file", true, "OutsideWorkspace"],
+        ["edit_file", true, "OutsideWorkspace"],
+        ["read_file", true, "OutsideWorkspace"],
+        ["shell", false, undefined]
+      ])
+      // The shell ran in the worktree, its writes outside refused by the sandbox.
+      assert.include((refusals.at(-1)!.result as { stderr: string }).stderr, "Read-only file system")
+      // The parent's tree is as it was; the grandchild's write is in the child's worktree, committed on its branch.
+      assert.strictEqual(yield* fs.readFileString(parentFile), lines())
+      const worktree = child.worktree!
+      assert.strictEqual(worktree.branch, `fibril/${child.agent_id}`)
+      assert.strictEqual(worktree.path, path.join(root, ".fibril", "worktrees", child.agent_id))
+      assert.strictEqual(git(worktree.path, "show", `${worktree.branch}:shared.txt`), "by the grandchild")
+      assert.strictEqual(git(worktree.path, "show", `${worktree.branch}:inside.txt`), "ok")
+      assert.deepStrictEqual([worktree.commits, worktree.files_changed], [1, 2])
+      assert.strictEqual(git(worktree.path, "status", "--porcelain"), "")
+    }).pipe(provideNode))
+
+  it.effect("the worktree starts from the parent's uncommitted state, without touching the parent's index", () =>
+    Effect.gen(function*() {
+      const root = yield* repository()
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      git(root, "add", "readme.md")
+      const staged = git(root, "diff", "--cached", "--name-only")
+      const { get } = yield* setup({ rules: [{ turns: [{ text: report("nothing to do") }] }] }, {}, {
+        root,
+        worktrees: { keep: true },
+        // No `isolation` on the spawn: the role's, from settings.
+        subagents: { roleIsolation: { implementer: "worktree" } }
+      })
+      const child = yield* get(SubAgentManager).run(undefined, { prompt: "look", role: "implementer" })
+      const at = child.worktree!.path
+      assert.strictEqual(yield* fs.readFileString(path.join(at, "notes.txt")), "untracked notes\n")
+      assert.strictEqual(
+        yield* fs.readFileString(path.join(at, "readme.md")),
+        "committed\nand changed, not committed\n"
+      )
+      assert.deepStrictEqual([child.worktree!.commits, child.worktree!.files_changed], [0, 0])
+      assert.strictEqual(git(root, "diff", "--cached", "--name-only"), staged)
+      assert.strictEqual(git(root, "rev-list", "--count", "HEAD"), "1")
+      // Nothing changed: merging is "empty"; with `keep`, the worktree and branch stay for a person.
+      const merged = yield* get(WorktreesService.Worktrees).merge(root, child.agent_id, child.worktree!)
+      assert.strictEqual(merged.outcome, "empty")
+      assert.isFalse(merged.removed)
+      assert.isTrue(yield* fs.exists(at))
+      assert.strictEqual(
+        git(root, "branch", "--list", "--format=%(refname:short)", child.worktree!.branch),
+        child.worktree!.branch
+      )
+    }).pipe(provideNode))
+
+  it.effect("a workspace that is not a git repository, or has no commit, is refused at spawn with a typed error", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const { get, root } = yield* setup({ rules: [{ turns: [{ text: report("never runs") }] }] })
+      const manager = get(SubAgentManager)
+      const notGit = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", isolation: "worktree" }))
+      assert.strictEqual(notGit._tag, "NotAGitWorkspace")
+      assert.include(
+        notGit.message,
+        `isolation "worktree" needs a git repository with at least one commit, and ${root}`
+      )
+      git(root, "init", "-q")
+      const empty = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", isolation: "worktree" }))
+      assert.strictEqual(empty._tag, "NotAGitWorkspace")
+      assert.include(empty.message, "it has no commit yet")
+      const process = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", isolation: "process" }))
+      assert.strictEqual(
+        process.message,
+        "isolation \"process\" is not available here: process isolation is not available here"
+      )
+      // Nothing was left behind: no agent, no permit held, no worktree.
+      assert.deepStrictEqual(yield* manager.list({ includeArchived: true }), [])
+      assert.strictEqual(yield* manager.running, 0)
+      assert.isFalse(yield* fs.exists(`${root}/.fibril/worktrees`))
+    }).pipe(provideNode))
+
+  it.effect("isolation from an agent definition's front matter and from [subagents.isolation]; a bad value is refused", () =>
+    Effect.gen(function*() {
+      const claude = AgentDefinitions.parse(
+        ".claude/agents/writer.md",
+        "---\nname: writer\ndescription: Writes code\nisolation: worktree\n---\nWrite it.\n",
+        "claude"
+      )
+      assert.isTrue(Result.isSuccess(claude))
+      if (Result.isSuccess(claude)) assert.strictEqual(claude.success.definition.isolation, "worktree")
+      const bad = AgentDefinitions.parse(
+        ".fibril/agents/writer.md",
+        "---\ndescription: Writes code\nisolation: container\n---\nWrite it.\n",
+        "fibril"
+      )
+      assert.isTrue(Result.isFailure(bad))
+      if (Result.isFailure(bad)) assert.include(bad.failure.message, `isolation must be "worktree" or "process"`)
+
+      const fs = yield* FileSystem.FileSystem
+      const cwd = yield* fs.makeTempDirectoryScoped()
+      yield* fs.makeDirectory(`${cwd}/.fibril`)
+      yield* fs.writeFileString(`${cwd}/.fibril/config.toml`, `[subagents.isolation]\nimplement = "worktree"\n`)
+      const loaded = yield* FibrilConfig.load({ cwd, home: cwd, env: {} })
+      assert.deepStrictEqual(SubAgentManagerModule.optionsFrom(loaded.settings).roleIsolation, {
+        implementer: "worktree"
+      })
+      yield* fs.writeFileString(`${cwd}/.fibril/config.toml`, `[subagents.isolation]\nimplementer = "vm"\n`)
+      const error = yield* Effect.flip(FibrilConfig.load({ cwd, home: cwd, env: {} }))
+      assert.strictEqual(error._tag, "ConfigInvalid")
+      assert.include(error.message, `a table of role name = "worktree" or "process"`)
+    }).pipe(provideNode))
+})
