@@ -94,45 +94,32 @@ const modelIds = (page: unknown): ReadonlyArray<string> | undefined => {
 }
 
 /**
- * The SDK, imported when the first client is made: about 240 modules and 100 ms that a process
- * which never calls an OpenAI-compatible server (a scripted model, `fibril --help`, an MCP server
- * on the scripted default) does not load.
+ * The SDK, imported by a client's first request: about 240 modules and 100 ms that a process
+ * which never calls an OpenAI-compatible server (a scripted model, `fibril --help`) does not
+ * load, and that `fibril mcp` does not spend before it answers `tools/list` (its client is made
+ * at start-up, its first request comes with the first task).
  */
 const loadSdk: Effect.Effect<typeof OpenAI> = Effect.promise(() => import("openai")).pipe(
   Effect.map((module) => module.default)
 )
 
-/** Builds the client (the SDK is loaded on first use). Construction does no network I/O. */
+/** Builds the client (the SDK is loaded by the first request). Construction does no I/O. */
 export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =>
-  Effect.map(loadSdk, (OpenAI) => {
-    const baseURL = trimSlash(options.baseURL ?? defaultBaseURL)
-    const sdk = new OpenAI({
-      apiKey: Redacted.value(options.apiKey),
-      baseURL,
-      // Explicit nulls: otherwise the SDK reads OPENAI_ORG_ID / OPENAI_PROJECT_ID / … from
-      // process.env behind the configuration's back.
-      organization: null,
-      project: null,
-      adminAPIKey: null,
-      webhookSecret: null,
-      maxRetries: 0,
-      // Failures come back as AiErrors; the SDK's own console logging would only write into
-      // the CLI's live view (an explicit level also overrides OPENAI_LOG from the environment).
-      logLevel: "off",
-      ...(options.timeoutMs === undefined ? {} : { timeout: options.timeoutMs }),
-      ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
-      ...(options.headers === undefined ? {} : { defaultHeaders: { ...options.headers } })
-    })
-    const shownURL = redactUrl(baseURL)
+  Effect.map(Effect.cached(Effect.map(loadSdk, (Sdk) => sdkOf(Sdk, options))), (onFirstUse) => {
+    const shownURL = redactUrl(trimSlash(options.baseURL ?? defaultBaseURL))
     const completionsURL = { method: "POST", url: `${shownURL}/chat/completions` }
     const modelsURL = { method: "GET", url: `${shownURL}/models` }
+    /** `f` with the SDK client, once it is loaded (the first call loads it). */
+    const withSdk = <A, E>(f: (sdk: OpenAI) => Effect.Effect<A, E>) => Effect.flatMap(onFirstUse, f)
 
     const createCompletion = (body: ChatCompletionCreateParamsNonStreaming) =>
-      Effect.tryPromise({
-        // The signal is aborted when the fiber is interrupted: the HTTP request is cancelled.
-        try: (signal) => sdk.chat.completions.create(body, { signal }),
-        catch: (cause) => cause
-      }).pipe(
+      withSdk((sdk) =>
+        Effect.tryPromise({
+          // The signal is aborted when the fiber is interrupted: the HTTP request is cancelled.
+          try: (signal) => sdk.chat.completions.create(body, { signal }),
+          catch: (cause) => cause
+        })
+      ).pipe(
         Effect.catch(OpenAiError.fail("generateText", completionsURL)),
         Effect.flatMap((completion) =>
           hasChoices(completion) ? Effect.succeed(completion) : Effect.fail(
@@ -146,6 +133,7 @@ export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =
 
     const streamCompletion = (body: ChatCompletionCreateParamsStreaming) =>
       Stream.unwrap(Effect.gen(function*() {
+        const sdk = yield* onFirstUse
         // Our own controller, aborted when the stream's scope closes (end, failure or
         // interruption): it cancels the request while connecting and while reading the body.
         const controller = new AbortController()
@@ -159,10 +147,12 @@ export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =
         )
       }))
 
-    const listModels = Effect.tryPromise({
-      try: (signal) => sdk.models.list({ signal }),
-      catch: (cause) => cause
-    }).pipe(
+    const listModels = withSdk((sdk) =>
+      Effect.tryPromise({
+        try: (signal) => sdk.models.list({ signal }),
+        catch: (cause) => cause
+      })
+    ).pipe(
       Effect.catch(OpenAiError.fail("listModels", modelsURL)),
       Effect.flatMap((page) => {
         const ids = modelIds(page)
@@ -175,12 +165,34 @@ export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =
     )
 
     const use = <A>(method: string, f: (sdk: OpenAI, signal: AbortSignal) => Promise<A>) =>
-      Effect.tryPromise({ try: (signal) => f(sdk, signal), catch: (cause) => cause }).pipe(
+      withSdk((sdk) => Effect.tryPromise({ try: (signal) => f(sdk, signal), catch: (cause) => cause })).pipe(
         Effect.catch(OpenAiError.fail(method, { method: "SDK", url: shownURL }))
       )
 
     return OpenAiClient.of({ baseURL: shownURL, createCompletion, streamCompletion, listModels, use })
   })
+
+/** The SDK client for `options` (the key leaves its `Redacted` here, for the SDK only). */
+const sdkOf = (Sdk: typeof OpenAI, options: Options): OpenAI => {
+  const baseURL = trimSlash(options.baseURL ?? defaultBaseURL)
+  return new Sdk({
+    apiKey: Redacted.value(options.apiKey),
+    baseURL,
+    // Explicit nulls: otherwise the SDK reads OPENAI_ORG_ID / OPENAI_PROJECT_ID / … from
+    // process.env behind the configuration's back.
+    organization: null,
+    project: null,
+    adminAPIKey: null,
+    webhookSecret: null,
+    maxRetries: 0,
+    // Failures come back as AiErrors; the SDK's own console logging would only write into
+    // the CLI's live view (an explicit level also overrides OPENAI_LOG from the environment).
+    logLevel: "off",
+    ...(options.timeoutMs === undefined ? {} : { timeout: options.timeoutMs }),
+    ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
+    ...(options.headers === undefined ? {} : { defaultHeaders: { ...options.headers } })
+  })
+}
 
 /**
  * The client for explicit options.
