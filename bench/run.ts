@@ -251,3 +251,7 @@ if (!results.every((r) => r.ok) || !lab["ok"] || !persistenceFloor.ok) process.e
 // Cluster mode on PostgreSQL: per-step overhead and a K = 100 fan-out over two workers
 // (bench/cluster.ts; it says why when it cannot run, e.g. without PostgreSQL).
 execFileSync(process.execPath, [fileURLToPath(new URL("./cluster.ts", import.meta.url))], { stdio: "inherit" })
+
+// Start-up from a project install: spawn -> first tools/list of `fibril mcp`, spawn -> exit of
+// `fibril --help`, beside a bare node start (bench/startup.ts; it packs and installs the tarballs).
+execFileSync(process.execPath, [fileURLToPath(new URL("./startup.ts", import.meta.url))], { stdio: "inherit" })

@@ -9,9 +9,9 @@
  *
  * beside the floor on the same machine in the same rounds: a bare `node -e ""`, and Node
  * importing `effect/Effect` alone (what no Effect program starts without). Each figure is also
- * given as a ratio to the node floor, which is what compares across machines and loads. The
- * first process of each runs without Node's compile cache (a fresh TMPDIR) and is reported
- * apart: a user pays it once per Fibril version.
+ * given as a ratio to the node floor, which is what compares across machines and loads. Both
+ * commands are measured again with Node's compile cache turned off (NODE_DISABLE_COMPILE_CACHE=1):
+ * what the first start after an install or an upgrade costs, and what the cache saves.
  */
 import { spawn, spawnSync } from "node:child_process"
 import { mkdirSync } from "node:fs"
@@ -91,15 +91,20 @@ export const measure = () =>
     // Resolved from the project's node_modules, as the CLI resolves it.
     const effect = () =>
       timeExit(installs, env, process.execPath, ["--input-type=module", "-e", "await import('effect/Effect')"])
-    const help = () => timeExit(installs, env, installs.projectBin, ["--help"])
-    const mcp = () => timeMcp(installs, env)
+    const noCache = { ...env, NODE_DISABLE_COMPILE_CACHE: "1" }
+    const help = (cache = env) => timeExit(installs, cache, installs.projectBin, ["--help"])
+    const mcp = (cache = env) => timeMcp(installs, cache)
+    // The first processes read the files from disk and fill the compile cache.
     node()
-    const cold = { help: help(), mcp: await mcp() }
+    help()
+    await mcp()
     const samples = {
       node: [] as Array<number>,
       effect: [] as Array<number>,
       help: [] as Array<number>,
-      mcp: [] as Array<number>
+      mcp: [] as Array<number>,
+      helpNoCache: [] as Array<number>,
+      mcpNoCache: [] as Array<number>
     }
     // Interleaved rounds, so that a machine whose load changes slows every figure alike.
     for (let i = 0; i < runs; i++) {
@@ -107,12 +112,16 @@ export const measure = () =>
       samples.effect.push(effect())
       samples.help.push(help())
       samples.mcp.push(await mcp())
+      samples.helpNoCache.push(help(noCache))
+      samples.mcpNoCache.push(await mcp(noCache))
     }
     const figures = {
       node: median(samples.node),
       effect: median(samples.effect),
       help: median(samples.help),
-      mcp: median(samples.mcp)
+      mcp: median(samples.mcp),
+      helpNoCache: median(samples.helpNoCache),
+      mcpNoCache: median(samples.mcpNoCache)
     }
     console.log(
       `Start-up from a project install, medians of ${runs} fresh processes (node ${process.version}; load average ${
@@ -122,13 +131,10 @@ export const measure = () =>
     console.log(line(`node -e "" (the floor)`, figures.node, figures.node))
     console.log(line("node, import effect/Effect", figures.effect, figures.node))
     console.log(line("fibril mcp: spawn -> first tools/list", figures.mcp, figures.node, goals.mcp))
+    console.log(line("  the same without the compile cache", figures.mcpNoCache, figures.node))
     console.log(line("fibril --help: spawn -> exit", figures.help, figures.node, goals.help))
-    console.log(
-      `  first start, no compile cache yet: fibril mcp ${cold.mcp.toFixed(0)} ms, fibril --help ${
-        cold.help.toFixed(0)
-      } ms`
-    )
-    return { ...figures, cold, runs }
+    console.log(line("  the same without the compile cache", figures.helpNoCache, figures.node))
+    return { ...figures, runs }
   })
 
 if (import.meta.main) await measure()
