@@ -2,7 +2,9 @@
 // (Claude Code, opencode, Cursor) starts it with every session and waits for `tools/list`. One
 // real server process, on a real model id whose endpoint is never called: it answers the tool
 // list without loading the openai SDK (its first task would), and it leaves Node's compile cache
-// behind for the next process (bin.ts enables it before the CLI is imported).
+// behind for the next process (bin.ts enables it before the CLI is imported) in the user's own
+// cache directory, not in the shared temp directory, Node's default, where another user could
+// plant code for it to run.
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
@@ -24,7 +26,7 @@ registerHooks({
 
 describe("fibril mcp start-up", () => {
   it.live(
-    "answers tools/list without the openai SDK, and leaves the compile cache for the next start",
+    "answers tools/list without the openai SDK, and leaves the compile cache in the user's cache directory",
     () =>
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
@@ -47,7 +49,7 @@ describe("fibril mcp start-up", () => {
                 env: {
                   PATH: process.env["PATH"] ?? "",
                   HOME: dir,
-                  // Node puts its compile cache under os.tmpdir() unless told otherwise.
+                  // Node's default place for its compile cache is os.tmpdir(): it must stay empty.
                   TMPDIR: tmp,
                   OPENAI_API_KEY: "sk-startup-test",
                   FIBRIL_TEST_MODULE_LOG: moduleLog,
@@ -71,8 +73,9 @@ describe("fibril mcp start-up", () => {
         assert.isBelow(sdk.length, 10, sdk.join("\n"))
         assert.isFalse(sdk.some((url) => url.endsWith("/openai/client.mjs")), sdk.join("\n"))
 
-        const cache = path.join(tmp, "node-compile-cache")
-        assert.isTrue(yield* fs.exists(cache), "no compile cache under TMPDIR")
+        assert.deepStrictEqual(yield* fs.readDirectory(tmp), [], "written to the shared temp directory")
+        const cache = path.join(dir, ".cache", "fibril", "node-compile-cache")
+        assert.isTrue(yield* fs.exists(cache), "no compile cache under ~/.cache/fibril")
         const [version] = yield* fs.readDirectory(cache)
         assert.isDefined(version)
         // One entry per compiled module: hundreds, the CLI's whole import graph.
