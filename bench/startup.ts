@@ -14,9 +14,7 @@
  * what the first start after an install or an upgrade costs, and what the cache saves.
  */
 import { spawn, spawnSync } from "node:child_process"
-import { mkdirSync } from "node:fs"
 import { loadavg } from "node:os"
-import { join } from "node:path"
 import { type Installs, median, withInstalls } from "./installs.ts"
 
 const runs = Number(process.argv[2] ?? 5)
@@ -83,10 +81,9 @@ const line = (label: string, ms: number, floor: number, goal?: number) =>
 
 export const measure = () =>
   withInstalls({ global: false }, async (installs) => {
-    // Node keeps its compile cache under os.tmpdir(): a fresh one, so the first start is cold.
-    const tmp = join(installs.work, "tmp")
-    mkdirSync(tmp)
-    const env = { ...installs.env, TMPDIR: tmp }
+    // fibril keeps its compile cache in ~/.cache/fibril, and HOME is the fresh scratch directory:
+    // the first start is cold.
+    const env = installs.env
     const node = () => timeExit(installs, env, process.execPath, ["-e", ""])
     // Resolved from the project's node_modules, as the CLI resolves it.
     const effect = () =>
