@@ -10,57 +10,19 @@
  * is packages/cli/test/local-registry.ts. Not a timed test: the numbers go to
  * docs/performance.md.
  */
-import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
-import * as Scope from "effect/Scope"
-import { execFileSync, spawn, spawnSync } from "node:child_process"
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { dirname, join } from "node:path"
-import { fileURLToPath } from "node:url"
-import * as LocalRegistry from "../packages/cli/test/local-registry.ts"
-import { packAll } from "../scripts/pack.ts"
+import { execFileSync, spawnSync } from "node:child_process"
+import { median, withInstalls } from "./installs.ts"
 
-const root = fileURLToPath(new URL("..", import.meta.url))
 const runs = Number(process.argv[2] ?? 9)
-const work = mkdtempSync(join(tmpdir(), "fibril-install-bench-"))
-const scope = Effect.runSync(Scope.make())
 
-const median = (values: ReadonlyArray<number>) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!
-
-/** npm as a child that does not block this process (the registry answers from its event loop). */
-const npm = (args: ReadonlyArray<string>, cwd: string) =>
-  new Promise<void>((resolve, reject) => {
-    const child = spawn("npm", [...args], { cwd, stdio: ["ignore", "ignore", "inherit"] })
-    child.on("close", (code) => code === 0 ? resolve() : reject(new Error(`npm ${args.join(" ")}: exit ${code}`)))
-  })
-
-try {
-  const packages = join(work, "packages")
-  packAll(packages)
-  const registry = await Effect.runPromise(Scope.provide(
-    LocalRegistry.start({
-      lock: JSON.parse(readFileSync(join(root, "package-lock.json"), "utf8")),
-      published: []
-    }),
-    scope
-  ))
-  const flags = ["--registry", registry.url, "--cache", join(work, "npm-cache"), "--no-audit", "--no-fund"]
-  const prefix = join(work, "prefix")
-  await npm(["install", "-g", "--prefix", prefix, ...flags, join(packages, "fibril-cli-0.1.0.tgz")], work)
-  const project = join(work, "project")
-  mkdirSync(project)
-  writeFileSync(join(project, "package.json"), JSON.stringify({ name: "bench-project", private: true }))
-  await npm(["install", "--save-dev", ...flags, ...readdirSync(packages).map((file) => join(packages, file))], project)
-
-  const env = { PATH: `${dirname(process.execPath)}:${process.env["PATH"] ?? ""}`, HOME: work, LANG: "C.UTF-8" }
+await withInstalls({ global: true }, ({ env, globalBin, prefix, project, projectBin }) => {
   const time = (fibril: string) => {
     const started = process.hrtime.bigint()
     const result = spawnSync(fibril, ["--help"], { cwd: project, env, stdio: "ignore" })
     if (result.status !== 0) throw new Error(`${fibril} --help: exit ${result.status}`)
     return Number(process.hrtime.bigint() - started) / 1e6
   }
-  const installs = { global: join(prefix, "bin", "fibril"), project: join(project, "node_modules", ".bin", "fibril") }
+  const installs = { global: globalBin!, project: projectBin }
   time(installs.global) // the first process of each pays for the disk cache
   time(installs.project)
   const samples = { global: [] as Array<number>, project: [] as Array<number> }
@@ -71,7 +33,7 @@ try {
   }
   const global = median(samples.global)
   const local = median(samples.project)
-  const copies = execFileSync("find", [prefix, "-path", "*/node_modules/effect/package.json"], { encoding: "utf8" })
+  const copies = execFileSync("find", [prefix!, "-path", "*/node_modules/effect/package.json"], { encoding: "utf8" })
     .trim().split("\n").filter((line) => line !== "").length
   console.log(`fibril --help start-up, medians of ${runs} fresh processes (node ${process.version})`)
   console.log(
@@ -79,7 +41,4 @@ try {
       (global / local).toFixed(2)
     }x (goal <= 1.2x) | effect copies in the global install: ${copies}`
   )
-} finally {
-  await Effect.runPromise(Scope.close(scope, Exit.void))
-  rmSync(work, { recursive: true, force: true })
-}
+})

@@ -316,3 +316,7 @@ if (
 // Cluster mode on PostgreSQL: per-step overhead and a K = 100 fan-out over two workers
 // (bench/cluster.ts; it says why when it cannot run, e.g. without PostgreSQL).
 execFileSync(process.execPath, [fileURLToPath(new URL("./cluster.ts", import.meta.url))], { stdio: "inherit" })
+
+// Start-up from a project install: spawn -> first tools/list of `fibril mcp`, spawn -> exit of
+// `fibril --help`, beside a bare node start (bench/startup.ts; it packs and installs the tarballs).
+execFileSync(process.execPath, [fileURLToPath(new URL("./startup.ts", import.meta.url))], { stdio: "inherit" })

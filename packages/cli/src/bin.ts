@@ -1,6 +1,21 @@
 #!/usr/bin/env node
 // The `fibril` executable (built to dist/bin.js; in the repository `npm run fibril` runs this source).
 import { readFileSync } from "node:fs"
+import * as NodeModule from "node:module"
+import { homedir } from "node:os"
+import { join } from "node:path"
+
+// Node's compile cache (22.1+; without it, just slower): the ~400-500 modules the CLI imports
+// below are compiled from source by the first process only, and later ones read V8's code cache.
+// Enabled here, before `main` imports anything, so that every command gains: `fibril mcp` is
+// started by each session of an MCP client (docs/performance.md, start-up). The cache holds code
+// that is run without being compiled again, so it lives in the user's own cache directory
+// ($XDG_CACHE_HOME or ~/.cache), never in Node's default, the system's shared temp directory,
+// where another local user could create it first. NODE_COMPILE_CACHE=<dir> (Node enables that
+// one itself, and this call leaves it) moves it; NODE_DISABLE_COMPILE_CACHE=1 turns it off.
+NodeModule.enableCompileCache?.(
+  join(process.env["XDG_CACHE_HOME"] || join(homedir(), ".cache"), "fibril", "node-compile-cache")
+)
 
 // `fibril --version` answers before the CLI, Effect and the core are loaded (they take most of
 // the start-up time); the same line the CLI prints.

@@ -97,127 +97,138 @@ const modelIds = (page: unknown): ReadonlyArray<string> | undefined => {
 }
 
 /**
- * The SDK, imported when the first client is made: about 240 modules and 100 ms that a process
- * which never calls an OpenAI-compatible server (a scripted model, `fibril --help`, an MCP server
- * on the scripted default) does not load.
+ * The SDK, imported by a client's first request: about 240 modules and 100 ms that a process
+ * which never calls an OpenAI-compatible server (a scripted model, `fibril --help`) does not
+ * load, and that `fibril mcp` does not spend before it answers `tools/list` (its client is made
+ * at start-up, its first request comes with the first task).
  */
 const loadSdk: Effect.Effect<typeof OpenAI> = Effect.promise(() => import("openai")).pipe(
   Effect.map((module) => module.default)
 )
 
+/** The SDK's client for `options`. */
+const sdkOf = (Sdk: typeof OpenAI, options: Options): OpenAI =>
+  new Sdk({
+    apiKey: Redacted.value(options.apiKey),
+    baseURL: trimSlash(options.baseURL ?? defaultBaseURL),
+    // Explicit nulls: otherwise the SDK reads OPENAI_ORG_ID / OPENAI_PROJECT_ID / … from
+    // process.env behind the configuration's back.
+    organization: null,
+    project: null,
+    adminAPIKey: null,
+    webhookSecret: null,
+    maxRetries: 0,
+    // Failures come back as AiErrors; the SDK's own console logging would only write into
+    // the CLI's live view (an explicit level also overrides OPENAI_LOG from the environment).
+    logLevel: "off",
+    ...(options.timeoutMs === undefined ? {} : { timeout: options.timeoutMs }),
+    ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
+    ...(options.headers === undefined ? {} : { defaultHeaders: { ...options.headers } })
+  })
+
 /**
- * Builds the client (the SDK is loaded on first use). Construction does no network I/O.
+ * Builds the client (the SDK is loaded by the first request). Construction does no I/O.
  * Chat completions go through the `RateLimiter` in context (the process's own by default),
  * on the gate of this base URL and key.
  */
 export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =>
-  Effect.flatMap(loadSdk, (OpenAI) =>
-    Effect.map(RateLimiter.RateLimiter.useSync((limiter) => limiter), (limiter) => {
-      const baseURL = trimSlash(options.baseURL ?? defaultBaseURL)
-      const sdk = new OpenAI({
-        apiKey: Redacted.value(options.apiKey),
-        baseURL,
-        // Explicit nulls: otherwise the SDK reads OPENAI_ORG_ID / OPENAI_PROJECT_ID / … from
-        // process.env behind the configuration's back.
-        organization: null,
-        project: null,
-        adminAPIKey: null,
-        webhookSecret: null,
-        maxRetries: 0,
-        // Failures come back as AiErrors; the SDK's own console logging would only write into
-        // the CLI's live view (an explicit level also overrides OPENAI_LOG from the environment).
-        logLevel: "off",
-        ...(options.timeoutMs === undefined ? {} : { timeout: options.timeoutMs }),
-        ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
-        ...(options.headers === undefined ? {} : { defaultHeaders: { ...options.headers } })
-      })
-      const shownURL = redactUrl(baseURL)
-      const completionsURL = { method: "POST", url: `${shownURL}/chat/completions` }
-      const modelsURL = { method: "GET", url: `${shownURL}/models` }
-      const gateKey = OpenAiRateLimit.endpointKey(shownURL, Redacted.value(options.apiKey))
-      // What the gate learns from a call: the answer's headers, or the 429 it got.
-      const outcomeOf = (
-        result: RateLimiter.Result<{ readonly response: Response }, AiError.AiError>,
-        now: number
-      ): RateLimiter.Outcome | undefined =>
-        result._tag === "Success"
-          ? OpenAiRateLimit.answered(result.value.response.headers, now)
-          : OpenAiRateLimit.failed(result.error, now)
-      const gated = <A>(
-        body: { readonly messages: unknown },
-        call: Effect.Effect<{ readonly data: A; readonly response: Response }, AiError.AiError>
-      ) => RateLimiter.gate(limiter, gateKey, OpenAiRateLimit.estimateTokens(body), call, outcomeOf)
+  Effect.gen(function*() {
+    const onFirstUse = yield* Effect.cached(Effect.map(loadSdk, (Sdk) => sdkOf(Sdk, options)))
+    const limiter = yield* RateLimiter.RateLimiter.useSync((limiter) => limiter)
+    /** `f` with the SDK client, once it is loaded (the first call loads it). */
+    const withSdk = <A, E>(f: (sdk: OpenAI) => Effect.Effect<A, E>) => Effect.flatMap(onFirstUse, f)
+    const shownURL = redactUrl(trimSlash(options.baseURL ?? defaultBaseURL))
+    const completionsURL = { method: "POST", url: `${shownURL}/chat/completions` }
+    const modelsURL = { method: "GET", url: `${shownURL}/models` }
+    const gateKey = OpenAiRateLimit.endpointKey(shownURL, Redacted.value(options.apiKey))
+    // What the gate learns from a call: the answer's headers, or the 429 it got.
+    const outcomeOf = (
+      result: RateLimiter.Result<{ readonly response: Response }, AiError.AiError>,
+      now: number
+    ): RateLimiter.Outcome | undefined =>
+      result._tag === "Success"
+        ? OpenAiRateLimit.answered(result.value.response.headers, now)
+        : OpenAiRateLimit.failed(result.error, now)
+    const gated = <A>(
+      body: { readonly messages: unknown },
+      call: Effect.Effect<{ readonly data: A; readonly response: Response }, AiError.AiError>
+    ) => RateLimiter.gate(limiter, gateKey, OpenAiRateLimit.estimateTokens(body), call, outcomeOf)
 
-      const createCompletion = (body: ChatCompletionCreateParamsNonStreaming) =>
-        gated(
-          body,
+    const createCompletion = (body: ChatCompletionCreateParamsNonStreaming) =>
+      gated(
+        body,
+        withSdk((sdk) =>
           Effect.tryPromise({
             // The signal is aborted when the fiber is interrupted: the HTTP request is cancelled.
             try: (signal) => sdk.chat.completions.create(body, { signal }).withResponse(),
             catch: (cause) => cause
-          }).pipe(Effect.catch(OpenAiError.fail("generateText", completionsURL)))
-        ).pipe(
-          Effect.map(({ data }) => data),
-          Effect.flatMap((completion) =>
-            hasChoices(completion) ? Effect.succeed(completion) : Effect.fail(
-              OpenAiError.make(
-                "generateText",
-                OpenAiError.invalidResponse(`${completionsURL.url} answered without choices`)
-              )
+          })
+        ).pipe(Effect.catch(OpenAiError.fail("generateText", completionsURL)))
+      ).pipe(
+        Effect.map(({ data }) => data),
+        Effect.flatMap((completion) =>
+          hasChoices(completion) ? Effect.succeed(completion) : Effect.fail(
+            OpenAiError.make(
+              "generateText",
+              OpenAiError.invalidResponse(`${completionsURL.url} answered without choices`)
             )
           )
         )
-
-      const streamCompletion = (body: ChatCompletionCreateParamsStreaming) =>
-        Stream.unwrap(Effect.gen(function*() {
-          // Our own controller, aborted when the stream's scope closes (end, failure or
-          // interruption): it cancels the request while connecting and while reading the body.
-          // The gate's ticket is held until the stream ends: a streamed answer is in flight until then.
-          let outcome: RateLimiter.Outcome | undefined
-          if (limiter.enabled) {
-            const endpoint = limiter.endpoint(gateKey)
-            const ticket = yield* endpoint.acquire(OpenAiRateLimit.estimateTokens(body))
-            yield* Effect.addFinalizer(() => endpoint.complete(ticket, outcome))
-          }
-          const controller = new AbortController()
-          yield* Effect.addFinalizer(() => Effect.sync(() => controller.abort()))
-          const { data: chunks, response } = yield* Effect.tryPromise({
-            try: () => sdk.chat.completions.create(body, { signal: controller.signal }).withResponse(),
-            catch: (cause) => cause
-          }).pipe(
-            Effect.catch(OpenAiError.fail("streamText", completionsURL)),
-            Effect.tapError((error) =>
-              Effect.map(Clock.currentTimeMillis, (now) => void (outcome = OpenAiRateLimit.failed(error, now)))
-            )
-          )
-          outcome = OpenAiRateLimit.answered(response.headers, yield* Clock.currentTimeMillis)
-          return Stream.fromAsyncIterable(chunks, (cause) => cause).pipe(
-            Stream.catch((cause) => Stream.fromEffect(OpenAiError.fail("streamText", completionsURL)(cause)))
-          )
-        }))
-
-      const listModels = Effect.tryPromise({
-        try: (signal) => sdk.models.list({ signal }),
-        catch: (cause) => cause
-      }).pipe(
-        Effect.catch(OpenAiError.fail("listModels", modelsURL)),
-        Effect.flatMap((page) => {
-          const ids = modelIds(page)
-          return ids === undefined
-            ? Effect.fail(
-              OpenAiError.make("listModels", OpenAiError.invalidResponse(`${modelsURL.url} did not list models`))
-            )
-            : Effect.succeed(ids)
-        })
       )
 
-      const use = <A>(method: string, f: (sdk: OpenAI, signal: AbortSignal) => Promise<A>) =>
-        Effect.tryPromise({ try: (signal) => f(sdk, signal), catch: (cause) => cause }).pipe(
-          Effect.catch(OpenAiError.fail(method, { method: "SDK", url: shownURL }))
+    const streamCompletion = (body: ChatCompletionCreateParamsStreaming) =>
+      Stream.unwrap(Effect.gen(function*() {
+        const sdk = yield* onFirstUse
+        // Our own controller, aborted when the stream's scope closes (end, failure or
+        // interruption): it cancels the request while connecting and while reading the body.
+        // The gate's ticket is held until the stream ends: a streamed answer is in flight until then.
+        let outcome: RateLimiter.Outcome | undefined
+        if (limiter.enabled) {
+          const endpoint = limiter.endpoint(gateKey)
+          const ticket = yield* endpoint.acquire(OpenAiRateLimit.estimateTokens(body))
+          yield* Effect.addFinalizer(() => endpoint.complete(ticket, outcome))
+        }
+        const controller = new AbortController()
+        yield* Effect.addFinalizer(() => Effect.sync(() => controller.abort()))
+        const { data: chunks, response } = yield* Effect.tryPromise({
+          try: () => sdk.chat.completions.create(body, { signal: controller.signal }).withResponse(),
+          catch: (cause) => cause
+        }).pipe(
+          Effect.catch(OpenAiError.fail("streamText", completionsURL)),
+          Effect.tapError((error) =>
+            Effect.map(Clock.currentTimeMillis, (now) => void (outcome = OpenAiRateLimit.failed(error, now)))
+          )
         )
+        outcome = OpenAiRateLimit.answered(response.headers, yield* Clock.currentTimeMillis)
+        return Stream.fromAsyncIterable(chunks, (cause) => cause).pipe(
+          Stream.catch((cause) => Stream.fromEffect(OpenAiError.fail("streamText", completionsURL)(cause)))
+        )
+      }))
 
-      return OpenAiClient.of({ baseURL: shownURL, createCompletion, streamCompletion, listModels, use })
-    }))
+    const listModels = withSdk((sdk) =>
+      Effect.tryPromise({
+        try: (signal) => sdk.models.list({ signal }),
+        catch: (cause) => cause
+      })
+    ).pipe(
+      Effect.catch(OpenAiError.fail("listModels", modelsURL)),
+      Effect.flatMap((page) => {
+        const ids = modelIds(page)
+        return ids === undefined
+          ? Effect.fail(
+            OpenAiError.make("listModels", OpenAiError.invalidResponse(`${modelsURL.url} did not list models`))
+          )
+          : Effect.succeed(ids)
+      })
+    )
+
+    const use = <A>(method: string, f: (sdk: OpenAI, signal: AbortSignal) => Promise<A>) =>
+      withSdk((sdk) => Effect.tryPromise({ try: (signal) => f(sdk, signal), catch: (cause) => cause })).pipe(
+        Effect.catch(OpenAiError.fail(method, { method: "SDK", url: shownURL }))
+      )
+
+    return OpenAiClient.of({ baseURL: shownURL, createCompletion, streamCompletion, listModels, use })
+  })
 
 /**
  * The client for explicit options.

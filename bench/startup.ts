@@ -1,0 +1,137 @@
+/**
+ * `node bench/startup.ts [N]` (also the last part of `npm run bench`): what a user waits for
+ * when `fibril` starts, from a project install of the packed tarballs (bench/installs.ts), medians
+ * of N fresh processes (default 5):
+ *
+ * - `fibril mcp`: spawn to the answer to the first `tools/list` (after `initialize`), as an MCP
+ *   client (Claude Code, opencode, Cursor) meets it at the start of every session; goal 300 ms;
+ * - `fibril --help`: spawn to exit; goal 200 ms;
+ *
+ * beside the floor on the same machine in the same rounds: a bare `node -e ""`, and Node
+ * importing `effect/Effect` alone (what no Effect program starts without). Each figure is also
+ * given as a ratio to the node floor, which is what compares across machines and loads. Both
+ * commands are measured again with Node's compile cache turned off (NODE_DISABLE_COMPILE_CACHE=1):
+ * what the first start after an install or an upgrade costs, and what the cache saves.
+ */
+import { spawn, spawnSync } from "node:child_process"
+import { loadavg } from "node:os"
+import { type Installs, median, withInstalls } from "./installs.ts"
+
+const runs = Number(process.argv[2] ?? 5)
+const goals = { mcp: 300, help: 200 }
+
+const elapsedMs = (started: bigint) => Number(process.hrtime.bigint() - started) / 1e6
+
+/** Spawn to exit of `command args` in the project (a failure stops the benchmark). */
+const timeExit = (installs: Installs, env: Record<string, string>, command: string, args: ReadonlyArray<string>) => {
+  const started = process.hrtime.bigint()
+  const result = spawnSync(command, [...args], { cwd: installs.project, env, stdio: "ignore" })
+  if (result.status !== 0) throw new Error(`${command} ${args.join(" ")}: exit ${result.status}`)
+  return elapsedMs(started)
+}
+
+/**
+ * Spawn to the `tools/list` answer of `fibril mcp` on a real model id (its endpoint, port 9, is
+ * never called: nothing is asked of the model before a task). JSON-RPC lines on stdio, as the
+ * MCP SDK's client sends them; stdin is closed after the answer, which ends the server.
+ */
+const timeMcp = (installs: Installs, env: Record<string, string>) =>
+  new Promise<number>((resolve, reject) => {
+    const started = process.hrtime.bigint()
+    const child = spawn(
+      installs.projectBin,
+      ["mcp", "--model", "fake-model", "--base-url", "http://127.0.0.1:9/v1"],
+      { cwd: installs.project, env: { ...env, OPENAI_API_KEY: "sk-bench" }, stdio: ["pipe", "pipe", "ignore"] }
+    )
+    const send = (message: object) => child.stdin.write(`${JSON.stringify(message)}\n`)
+    let answered: number | undefined
+    let pending = ""
+    child.stdout.setEncoding("utf8")
+    child.stdout.on("data", (chunk: string) => {
+      pending += chunk
+      const lines = pending.split("\n")
+      pending = lines.pop() ?? ""
+      for (const line of lines) {
+        const message = JSON.parse(line) as { id?: number; result?: { tools?: ReadonlyArray<unknown> } }
+        if (message.id === 1) {
+          send({ jsonrpc: "2.0", method: "notifications/initialized" })
+          send({ jsonrpc: "2.0", id: 2, method: "tools/list" })
+        } else if (message.id === 2) {
+          answered = elapsedMs(started)
+          if ((message.result?.tools?.length ?? 0) === 0) reject(new Error(`tools/list answered no tools: ${line}`))
+          child.stdin.end()
+        }
+      }
+    })
+    child.on("close", (code) =>
+      answered === undefined
+        ? reject(new Error(`fibril mcp exited (${code}) before answering tools/list`))
+        : resolve(answered))
+    send({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "initialize",
+      params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "bench", version: "0" } }
+    })
+  })
+
+const line = (label: string, ms: number, floor: number, goal?: number) =>
+  `  ${label.padEnd(42)} ${ms.toFixed(0).padStart(5)} ms  ${(ms / floor).toFixed(1).padStart(5)}x floor` +
+  (goal === undefined ? "" : `  goal <= ${goal} ms  ${ms <= goal ? "met" : "MISSED"}`)
+
+export const measure = () =>
+  withInstalls({ global: false }, async (installs) => {
+    // fibril keeps its compile cache in ~/.cache/fibril, and HOME is the fresh scratch directory:
+    // the first start is cold.
+    const env = installs.env
+    const node = () => timeExit(installs, env, process.execPath, ["-e", ""])
+    // Resolved from the project's node_modules, as the CLI resolves it.
+    const effect = () =>
+      timeExit(installs, env, process.execPath, ["--input-type=module", "-e", "await import('effect/Effect')"])
+    const noCache = { ...env, NODE_DISABLE_COMPILE_CACHE: "1" }
+    const help = (cache = env) => timeExit(installs, cache, installs.projectBin, ["--help"])
+    const mcp = (cache = env) => timeMcp(installs, cache)
+    // The first processes read the files from disk and fill the compile cache.
+    node()
+    help()
+    await mcp()
+    const samples = {
+      node: [] as Array<number>,
+      effect: [] as Array<number>,
+      help: [] as Array<number>,
+      mcp: [] as Array<number>,
+      helpNoCache: [] as Array<number>,
+      mcpNoCache: [] as Array<number>
+    }
+    // Interleaved rounds, so that a machine whose load changes slows every figure alike.
+    for (let i = 0; i < runs; i++) {
+      samples.node.push(node())
+      samples.effect.push(effect())
+      samples.help.push(help())
+      samples.mcp.push(await mcp())
+      samples.helpNoCache.push(help(noCache))
+      samples.mcpNoCache.push(await mcp(noCache))
+    }
+    const figures = {
+      node: median(samples.node),
+      effect: median(samples.effect),
+      help: median(samples.help),
+      mcp: median(samples.mcp),
+      helpNoCache: median(samples.helpNoCache),
+      mcpNoCache: median(samples.mcpNoCache)
+    }
+    console.log(
+      `Start-up from a project install, medians of ${runs} fresh processes (node ${process.version}; load average ${
+        loadavg().map((load) => load.toFixed(2)).join(" ")
+      })`
+    )
+    console.log(line(`node -e "" (the floor)`, figures.node, figures.node))
+    console.log(line("node, import effect/Effect", figures.effect, figures.node))
+    console.log(line("fibril mcp: spawn -> first tools/list", figures.mcp, figures.node, goals.mcp))
+    console.log(line("  the same without the compile cache", figures.mcpNoCache, figures.node))
+    console.log(line("fibril --help: spawn -> exit", figures.help, figures.node, goals.help))
+    console.log(line("  the same without the compile cache", figures.helpNoCache, figures.node))
+    return { ...figures, runs }
+  })
+
+if (import.meta.main) await measure()

@@ -1,0 +1,86 @@
+// What `fibril mcp` spends before its first answer (docs/performance.md, start-up): a client
+// (Claude Code, opencode, Cursor) starts it with every session and waits for `tools/list`. One
+// real server process, on a real model id whose endpoint is never called: it answers the tool
+// list without loading the openai SDK (its first task would), and it leaves Node's compile cache
+// behind for the next process (bin.ts enables it before the CLI is imported) in the user's own
+// cache directory, not in the shared temp directory, Node's default, where another user could
+// plant code for it to run.
+import { NodeServices } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
+import { Effect, FileSystem, Path } from "effect"
+import { bin } from "./run.ts"
+
+// Appends every module URL the process loads to $FIBRIL_TEST_MODULE_LOG.
+const recordModules = `
+import { registerHooks } from "node:module"
+import { appendFileSync } from "node:fs"
+registerHooks({
+  load(url, context, next) {
+    appendFileSync(process.env.FIBRIL_TEST_MODULE_LOG, url + "\\n")
+    return next(url, context)
+  }
+})
+`
+
+describe("fibril mcp start-up", () => {
+  it.live(
+    "answers tools/list without the openai SDK, and leaves the compile cache in the user's cache directory",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+        const tmp = path.join(dir, "tmp")
+        yield* fs.makeDirectory(tmp)
+        const hook = path.join(dir, "record-modules.mjs")
+        yield* fs.writeFileString(hook, recordModules)
+        const moduleLog = path.join(dir, "modules.log")
+        const tools = yield* Effect.acquireUseRelease(
+          Effect.promise(async () => {
+            const client = new Client({ name: "fibril-startup-test", version: "0.0.0" })
+            await client.connect(
+              new StdioClientTransport({
+                command: process.execPath,
+                // Port 9 (discard): nothing answers there, and nothing may be asked before a task.
+                args: [bin, "mcp", "--model", "fake-model", "--base-url", "http://127.0.0.1:9/v1"],
+                cwd: dir,
+                env: {
+                  PATH: process.env["PATH"] ?? "",
+                  HOME: dir,
+                  // Node's default place for its compile cache is os.tmpdir(): it must stay empty.
+                  TMPDIR: tmp,
+                  OPENAI_API_KEY: "sk-startup-test",
+                  FIBRIL_TEST_MODULE_LOG: moduleLog,
+                  NODE_OPTIONS: `${process.env["NODE_OPTIONS"] ?? ""} --import ${hook}`
+                },
+                stderr: "pipe"
+              })
+            )
+            return client
+          }),
+          (client) => Effect.promise(() => client.listTools()),
+          (client) => Effect.promise(() => client.close())
+        )
+        assert.includeMembers(tools.tools.map((tool) => tool.name), ["task", "agent_spawn", "agent_wait"])
+
+        const modules = (yield* fs.readFileString(moduleLog)).split("\n")
+        // The CLI and the MCP server were loaded (the log is real), the SDK was not.
+        assert.isTrue(modules.some((url) => /\/cli\/(src|dist)\/Mcp\.(ts|js)$/.test(url)), "Mcp module not loaded?")
+        const sdk = modules.filter((url) => url.includes("/node_modules/openai/"))
+        // The error classes only (openai/core/error and what it imports), not the client.
+        assert.isBelow(sdk.length, 10, sdk.join("\n"))
+        assert.isFalse(sdk.some((url) => url.endsWith("/openai/client.mjs")), sdk.join("\n"))
+
+        assert.deepStrictEqual(yield* fs.readDirectory(tmp), [], "written to the shared temp directory")
+        const cache = path.join(dir, ".cache", "fibril", "node-compile-cache")
+        assert.isTrue(yield* fs.exists(cache), "no compile cache under ~/.cache/fibril")
+        const [version] = yield* fs.readDirectory(cache)
+        assert.isDefined(version)
+        // One entry per compiled module: hundreds, the CLI's whole import graph.
+        assert.isAbove((yield* fs.readDirectory(path.join(cache, version!))).length, 100)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
+})
