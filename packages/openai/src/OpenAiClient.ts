@@ -134,7 +134,7 @@ const sdkOf = (Sdk: typeof OpenAI, options: Options): OpenAI =>
 export const make = (options: Options): Effect.Effect<OpenAiClient["Service"]> =>
   Effect.gen(function*() {
     const onFirstUse = yield* Effect.cached(Effect.map(loadSdk, (Sdk) => sdkOf(Sdk, options)))
-    const limiter = yield* RateLimiter.RateLimiter.useSync((limiter) => limiter)
+    const limiter = yield* RateLimiter.RateLimiter.useSync((service) => service)
     /** `f` with the SDK client, once it is loaded (the first call loads it). */
     const withSdk = <A, E>(f: (sdk: OpenAI) => Effect.Effect<A, E>) => Effect.flatMap(onFirstUse, f)
     const shownURL = redactUrl(trimSlash(options.baseURL ?? defaultBaseURL))
