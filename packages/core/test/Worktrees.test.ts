@@ -316,10 +316,8 @@ describe("isolation: worktree", () => {
       assert.strictEqual(empty._tag, "NotAGitWorkspace")
       assert.include(empty.message, "it has no commit yet")
       const process = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", isolation: "process" }))
-      assert.strictEqual(
-        process.message,
-        "isolation \"process\" is not available here: process isolation is not available here"
-      )
+      // (process isolation without a host program: ProcessRun's refusal, also before anything starts)
+      assert.strictEqual(process._tag, "ProcessIsolationUnavailable")
       // Nothing was left behind: no agent, no permit held, no worktree.
       assert.deepStrictEqual(yield* manager.list({ includeArchived: true }), [])
       assert.strictEqual(yield* manager.running, 0)
