@@ -54,6 +54,8 @@ export type Selection =
     readonly model: string
     readonly baseURL: string | undefined
     readonly apiKey: Redacted.Redacted<string>
+    /** `FIBRIL_STRUCTURED_OUTPUT=1`: the endpoint supports `response_format: json_schema` (typed sub-agent results). */
+    readonly structuredOutput: boolean
   }
 
 export interface Input {
@@ -96,7 +98,14 @@ export const select = (input: Input): Effect.Effect<Selection, UsageError> => {
       })
     )
   }
-  return Effect.succeed({ kind: "openai", model: model ?? defaultModel, baseURL, apiKey: Redacted.make(key) })
+  const structured = input.env["FIBRIL_STRUCTURED_OUTPUT"]
+  return Effect.succeed({
+    kind: "openai",
+    model: model ?? defaultModel,
+    baseURL,
+    apiKey: Redacted.make(key),
+    structuredOutput: structured === "1" || structured === "true"
+  })
 }
 
 const isHttpUrl = (text: string): boolean => {
@@ -115,7 +124,7 @@ export const layer = (
       Layer.catchTag("ScriptFileError", (error) =>
         Layer.effect(Models.Models, Effect.fail(new UsageError({ problem: error.message }))))
     )
-    : OpenAiModels.layer({ defaultModel: selection.model }).pipe(
+    : OpenAiModels.layer({ defaultModel: selection.model, structuredOutput: selection.structuredOutput }).pipe(
       Layer.provide(OpenAiClient.layer({ apiKey: selection.apiKey, baseURL: selection.baseURL }))
     )
 
