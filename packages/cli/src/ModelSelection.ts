@@ -98,7 +98,15 @@ export const select = (input: Input): Effect.Effect<Selection, UsageError> => {
       })
     )
   }
-  const structured = input.env["FIBRIL_STRUCTURED_OUTPUT"]
+  const structured = input.env["FIBRIL_STRUCTURED_OUTPUT"] ?? ""
+  if (!["", "0", "1", "false", "true"].includes(structured)) {
+    return Effect.fail(
+      new UsageError({
+        problem: `FIBRIL_STRUCTURED_OUTPUT=${structured} is not a switch: 1 or true (the endpoint serves ` +
+          "response_format json_schema, used for typed sub-agent results), 0 or false (the final_answer tool)"
+      })
+    )
+  }
   return Effect.succeed({
     kind: "openai",
     model: model ?? defaultModel,
