@@ -31,7 +31,7 @@ import { CapReached } from "../../SubAgentErrors.ts"
 import type { AgentView, RunError, SpawnRequest } from "../../SubAgentManager.ts"
 import { agentOfRunId, currentRunId, isTerminal, type SubAgentRecord } from "../../SubAgentRecord.ts"
 import type { SubAgentStore } from "../../SubAgentStore.ts"
-import { isLive, type LiveAgent, type Mutable } from "./AgentTable.ts"
+import { firstSnapshot, isLive, type LiveAgent, type Mutable } from "./AgentTable.ts"
 import * as Isolation from "./isolation.ts"
 import type { ManagerContext } from "./ManagerContext.ts"
 import * as ProcessRun from "./ProcessRun.ts"
@@ -394,18 +394,7 @@ const finish = (
         type: status,
         reason: record.reason,
         at: record.finished_at,
-        agent: {
-          agentId: record.agent_id,
-          parentId: record.parent_id,
-          depth: record.depth,
-          role: record.role,
-          model: record.model,
-          description: record.description,
-          step: 0,
-          toolCalls: 0,
-          lastTool: undefined,
-          usage: record.tokens
-        }
+        agent: firstSnapshot(record)
       })
     }
     yield* ctx.store.put(record)

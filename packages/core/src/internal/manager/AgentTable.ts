@@ -15,6 +15,7 @@ import type * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import type * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
+import type { AgentSnapshot } from "../../AgentEvents.ts"
 import type * as Permits from "../../internal/permits.ts"
 import type * as Receipt from "../../Receipt.ts"
 import * as Receipts from "../../Receipt.ts"
@@ -224,3 +225,17 @@ export class AgentTable {
     return gone
   }
 }
+
+/** An agent's snapshot before its session has said anything of it (no step, no tool call yet). */
+export const firstSnapshot = (record: SubAgentRecord): AgentSnapshot => ({
+  agentId: record.agent_id,
+  parentId: record.parent_id,
+  depth: record.depth,
+  role: record.role,
+  model: record.model,
+  description: record.description,
+  step: 0,
+  toolCalls: 0,
+  lastTool: undefined,
+  usage: record.tokens
+})

@@ -9,7 +9,7 @@ import type { AgentSnapshot } from "../../AgentEvents.ts"
 import * as AgentEvents from "../../AgentEvents.ts"
 import * as ProcessIsolation from "../../ProcessIsolation.ts"
 import type { PromptResult } from "../../Session.ts"
-import type { LiveAgent } from "./AgentTable.ts"
+import { firstSnapshot, type LiveAgent } from "./AgentTable.ts"
 import type { ManagerContext } from "./ManagerContext.ts"
 
 /** The host and workspace a process child needs, or why this manager cannot run one. */
@@ -53,18 +53,7 @@ export const prompt = (
     if (readiness instanceof ProcessIsolation.ProcessIsolationUnavailable) return Effect.fail(readiness)
     const { cwd, host } = readiness
     const record = agent.record
-    const as: AgentSnapshot = {
-      agentId: record.agent_id,
-      parentId: record.parent_id,
-      depth: record.depth,
-      role: record.role,
-      model: record.model,
-      description: record.description,
-      step: 0,
-      toolCalls: 0,
-      lastTool: undefined,
-      usage: record.tokens
-    }
+    const as: AgentSnapshot = firstSnapshot(record)
     let rootId: string | undefined
     return ProcessIsolation.run({
       host,
