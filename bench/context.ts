@@ -13,6 +13,10 @@
  *   files through `read_file`) and answers in the five-section contract: what the parent gains
  *   per delegated task, and what the child costs beyond its task (system prompt, the tool
  *   definitions as an OpenAI request carries them, its result).
+ * - typed_economy: the same child work, the `task` called with a three-field `output_schema` and
+ *   the child answering through the `final_answer` tool: what the parent gains when the result
+ *   is the decoded JSON (`output`) instead of five sections, split into its `task` call (with
+ *   the schema) and the result around the output.
  *
  * Sizes are bytes of the JSON-encoded messages; tokens are estimated as bytes / 4 (the bench
  * model reports no usage, and no tokenizer is involved).
@@ -29,7 +33,7 @@ import * as ManagedRuntime from "effect/ManagedRuntime"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { toTools } from "../packages/openai/src/OpenAiModel.ts"
+import { toMessages, toTools } from "../packages/openai/src/OpenAiModel.ts"
 import { layerFor, parentRun, scriptModel } from "./peer-adapter.ts"
 import { makeScript, PAYLOAD } from "./script.ts"
 
@@ -264,7 +268,13 @@ const economy = async (typed?: Typed) => {
   const added = second.slice(first.length)
   const bytesOf = (role: string) =>
     added.filter((m) => m.role === role).reduce((n, m) => n + JSON.stringify(m).length, 0)
+  // The same gain as an OpenAI request carries it (no Prompt bookkeeping keys), for comparison.
+  const wire = async (messages: ReadonlyArray<Prompt.Message>) =>
+    JSON.stringify(await Effect.runPromise(toMessages(Prompt.fromMessages(messages)))).length
+  const wireGained = (await wire(second)) - (await wire(first))
   return {
+    parent_wire_bytes_gained: wireGained,
+    parent_wire_tokens_gained_est: Math.round(wireGained / 4),
     parent_call_bytes: bytesOf("assistant"),
     parent_result_bytes: bytesOf("tool"),
     ...(typed === undefined ? {} : { output_bytes: JSON.stringify(typed.answer).length }),

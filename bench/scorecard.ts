@@ -271,9 +271,9 @@ const contextRows = (): ReadonlyArray<Row> => {
       goal: "<= 300 tokens gained per task",
       measured: `${typed["parent_tokens_gained_est"]} tokens (${typed["parent_bytes_gained"]} B: task call ${
         typed["parent_call_bytes"]
-      } B with its schema, result ${typed["parent_result_bytes"]} B around a ${
-        typed["output_bytes"]
-      } B output) for a child that read ${typed["child_read_tokens_est"]} tokens`,
+      } B with its schema, result ${typed["parent_result_bytes"]} B around a ${typed["output_bytes"]} B output; ${
+        typed["parent_wire_tokens_gained_est"]
+      } tokens as an OpenAI request carries it) for a child that read ${typed["child_read_tokens_est"]} tokens`,
       ok: typed["parent_tokens_gained_est"]! <= 300
     },
     {
