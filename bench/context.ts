@@ -13,6 +13,10 @@
  *   files through `read_file`) and answers in the five-section contract: what the parent gains
  *   per delegated task, and what the child costs beyond its task (system prompt, the tool
  *   definitions as an OpenAI request carries them, its result).
+ * - typed_economy: the same child work, the `task` called with a three-field `output_schema` and
+ *   the child answering through the `final_answer` tool: what the parent gains when the result
+ *   is the decoded JSON (`output`) instead of five sections, split into its `task` call (with
+ *   the schema) and the result around the output.
  *
  * Sizes are bytes of the JSON-encoded messages; tokens are estimated as bytes / 4 (the bench
  * model reports no usage, and no tokenizer is involved).
@@ -29,7 +33,7 @@ import * as ManagedRuntime from "effect/ManagedRuntime"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { toTools } from "../packages/openai/src/OpenAiModel.ts"
+import { toMessages, toTools } from "../packages/openai/src/OpenAiModel.ts"
 import { layerFor, parentRun, scriptModel } from "./peer-adapter.ts"
 import { makeScript, PAYLOAD } from "./script.ts"
 
@@ -168,7 +172,13 @@ const fiveSections = [
  * A parent delegates one task; its child reads seven real files of ~29 KB (about 50k tokens in
  * all, each under read_file's 30,000-character cut) and answers in five sections.
  */
-const economy = async () => {
+/** A typed answer (`output_schema`): the child answers through `final_answer`, the parent gets its JSON. */
+export interface Typed {
+  readonly schema: Record<string, unknown>
+  readonly answer: Record<string, unknown>
+}
+
+const economy = async (typed?: Typed) => {
   const files = 7
   const cwd = mkdtempSync(path.join(os.tmpdir(), "fibril-bench-economy-"))
   for (let i = 0; i < files; i++) {
@@ -184,14 +194,25 @@ const economy = async () => {
         match: { depth: 0 },
         respond: (c) =>
           c.turn === 0
-            ? { tool_calls: [{ name: "task", args: { description: "find the retry policy", prompt: task } }] }
+            ? {
+              tool_calls: [{
+                name: "task",
+                args: {
+                  description: "find the retry policy",
+                  prompt: task,
+                  ...(typed === undefined ? {} : { output_schema: typed.schema })
+                }
+              }]
+            }
             : { text: "done" }
       },
       {
         respond: (c) =>
           c.turn < files
             ? { tool_calls: [{ name: "read_file", args: { path: `module-${c.turn}.txt` } }] }
-            : { text: fiveSections }
+            : typed === undefined
+            ? { text: fiveSections }
+            : { tool_calls: [{ name: "final_answer", args: typed.answer }] }
       }
     ]
   })
@@ -235,11 +256,28 @@ const economy = async () => {
     0
   )
   const gained = encode(second).length - encode(first).length
+  // A typed run must have handed the parent the answer's compact JSON, not sections.
+  if (typed !== undefined && !encode(second).includes(`"output":${JSON.stringify(typed.answer)}`)) {
+    throw new Error(`typed economy run: the parent did not receive the typed output: ${encode(second).slice(-600)}`)
+  }
   const systemBytes = firstChild.messages.filter((m) => m.role === "system").reduce(
     (n, m) => n + JSON.stringify(m).length,
     0
   )
+  // Where the gain goes: the parent's own `task` call, and the result envelope around the answer.
+  const added = second.slice(first.length)
+  const bytesOf = (role: string) =>
+    added.filter((m) => m.role === role).reduce((n, m) => n + JSON.stringify(m).length, 0)
+  // The same gain as an OpenAI request carries it (no Prompt bookkeeping keys), for comparison.
+  const wire = async (messages: ReadonlyArray<Prompt.Message>) =>
+    JSON.stringify(await Effect.runPromise(toMessages(Prompt.fromMessages(messages)))).length
+  const wireGained = (await wire(second)) - (await wire(first))
   return {
+    parent_wire_bytes_gained: wireGained,
+    parent_wire_tokens_gained_est: Math.round(wireGained / 4),
+    parent_call_bytes: bytesOf("assistant"),
+    parent_result_bytes: bytesOf("tool"),
+    ...(typed === undefined ? {} : { output_bytes: JSON.stringify(typed.answer).length }),
     child_read_bytes: readBytes,
     child_read_tokens_est: Math.round(readBytes / 4),
     parent_bytes_gained: gained,
@@ -251,11 +289,27 @@ const economy = async () => {
   }
 }
 
+/** The same task with a small `output_schema` (issue 38's typed-result row): three fields. */
+const typedRetry: Typed = {
+  schema: {
+    type: "object",
+    properties: {
+      file: { type: "string" },
+      callers: { type: "integer" },
+      restart_needed: { type: "boolean" }
+    },
+    required: ["file", "callers", "restart_needed"],
+    additionalProperties: false
+  },
+  answer: { file: "module-0.txt", callers: 2, restart_needed: true }
+}
+
 const result = {
   workload: "context",
   ok: true,
   delegation: await delegation(),
   fork: await fork(),
-  economy: await economy()
+  economy: await economy(),
+  typed_economy: await economy(typedRetry)
 }
 process.stdout.write(JSON.stringify(result) + "\n")

@@ -250,8 +250,9 @@ const contextRows = (): ReadonlyArray<Row> => {
   const context = JSON.parse(readFileSync(contextFile, "utf8")) as {
     readonly fork: Record<string, number>
     readonly economy: Record<string, number>
+    readonly typed_economy: Record<string, number>
   }
-  const { economy, fork } = context
+  const { economy, fork, typed_economy: typed } = context
   return [
     {
       name: "context economy, five-section result",
@@ -264,7 +265,17 @@ const contextRows = (): ReadonlyArray<Row> => {
       }x less)`,
       ok: economy["parent_tokens_gained_est"]! <= 2000
     },
-    // --- typed result (output_schema, another helper's work): its row goes here, goal <= 300 tokens ---
+    {
+      name: "context economy, typed result (output_schema)",
+      answers: "claude-agent-sdk-typescript#104: 10 x 150 = 1500 tokens for ten typed results",
+      goal: "<= 300 tokens gained per task",
+      measured: `${typed["parent_tokens_gained_est"]} tokens (${typed["parent_bytes_gained"]} B: task call ${
+        typed["parent_call_bytes"]
+      } B with its schema, result ${typed["parent_result_bytes"]} B around a ${typed["output_bytes"]} B output; ${
+        typed["parent_wire_tokens_gained_est"]
+      } tokens as an OpenAI request carries it) for a child that read ${typed["child_read_tokens_est"]} tokens`,
+      ok: typed["parent_tokens_gained_est"]! <= 300
+    },
     {
       name: "delegation overhead",
       answers: "claude-code#94770: most of an allowance spent on sub-agents",
