@@ -150,7 +150,7 @@ describe("fibril lab", () => {
         )
         const ok = yield* fibril(["lab", "run", "--runs", "10", "--seed", "1", "--config", "bounds.json"], { cwd: dir })
         assert.strictEqual(ok.exitCode, 0, ok.stdout + ok.stderr)
-        assert.match(ok.stdout, /^passed: 10 experiments, 10 invariants, seed 1/)
+        assert.match(ok.stdout, /^passed: 10 experiments, 12 invariants, seed 1/)
 
         const unknown = yield* fibril(["lab", "run", "--runs", "5", "--invariants", "cap,fast"], { cwd: dir })
         assert.strictEqual(unknown.exitCode, 2)

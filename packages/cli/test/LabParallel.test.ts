@@ -91,7 +91,7 @@ describe("the lab on worker threads", () => {
         const dir = yield* fs.makeTempDirectoryScoped()
         const ok = yield* fibril(["lab", "run", "--runs", "600", "--seed", "3", "--workers", "2"], { cwd: dir })
         assert.strictEqual(ok.exitCode, 0, ok.stdout + ok.stderr)
-        assert.match(ok.stdout, /^passed: 600 experiments, 10 invariants, seed 3/)
+        assert.match(ok.stdout, /^passed: 600 experiments, 12 invariants, seed 3/)
         assert.include(ok.stderr, "600 experiments, seed 3, 2 worker threads")
         assert.include(ok.stderr, "600/600")
 

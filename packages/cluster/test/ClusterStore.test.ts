@@ -26,7 +26,6 @@ import * as PgClusterStore from "../src/PgClusterStore.ts"
 import * as Sqlite from "../src/Sqlite.ts"
 import * as SqliteClusterStore from "../src/SqliteClusterStore.ts"
 import * as Pg from "./postgres.ts"
-import { workersShare } from "./rateLimitShared.ts"
 
 const reason = Pg.skipReason()
 let pg: Pg.Postgres | undefined
@@ -423,20 +422,5 @@ describe("ClusterStore schema version 5", () => {
         }),
         Sqlite.layer(file)
       )
-    }))
-})
-
-describe("ClusterRateLimit: the workers' shared rate-limit row", () => {
-  // Two connections to one database are two workers (SQLite: ClusterRateLimit.test.ts).
-  it.effect.skipIf(reason !== undefined)("on PostgreSQL", () =>
-    Effect.gen(function*() {
-      const url = yield* Effect.promise(async () => {
-        pg ??= await Pg.start()
-        const db = `store${dbs++}`
-        pg.createDatabase(db)
-        return pg.url(db)
-      })
-      const worker = () => PgClient.layer({ url: Redacted.make(url), maxConnections: 1 })
-      yield* workersShare(worker(), worker())
     }))
 })

@@ -87,8 +87,8 @@ describe("ClusterSubAgents through the model-facing path", () => {
       const [task, page] = toolResults(yield* built.store.transcript(outcome.agentId))
       assert.isFalse(task!.isFailure)
       const result = task!.result as typeof AgentResult.TaskResult.Type
-      // `worktree` is there for an isolated child only (docs/subagents.md).
-      const keys = Object.keys(AgentResult.TaskResult.fields).filter((key) => key !== "worktree")
+      // `worktree` is there for an isolated child only, `output` for a typed one (docs/subagents.md).
+      const keys = Object.keys(AgentResult.TaskResult.fields).filter((key) => key !== "worktree" && key !== "output")
       assert.deepStrictEqual(Object.keys(result).toSorted(), keys.toSorted())
       assert.strictEqual(result.status, "completed")
       assert.strictEqual(result.summary, "looked around")

@@ -365,7 +365,9 @@ describe("SubAgentManager edges", () => {
       budgets: { maxSteps: 7, maxTokens: 1000, maxWallSecs: 60, treeMaxTokens: 5000 },
       defaultModel: "m-default",
       roleModels: { explore: "m-explore" },
-      maxResultChars: 512
+      maxResultChars: 512,
+      processIsolation: { maxOldSpaceMb: 512, nestedDepth: 0, roleMaxOldSpaceMb: {} },
+      roleIsolation: {}
     })
     const unset = SubAgentManager.optionsFrom(FibrilConfig.defaults)
     assert.isFalse("maxSteps" in unset.budgets)
