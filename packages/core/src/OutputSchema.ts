@@ -29,43 +29,32 @@ export const Parameter = Schema.Record(Schema.String, Schema.Unknown).annotate({
     "items, enum, const, description, min/maxLength, min/maxItems, minimum/maximum; nullable via a type array."
 })
 
-/** The keywords this subset reads (anything else is refused, with its path). */
-export const supported: ReadonlyArray<string> = [
-  "type (object, array, string, number, integer, boolean, null, or an array of them for nullable)",
-  "properties",
-  "required",
-  "additionalProperties (true or false)",
-  "items",
-  "enum (strings, numbers, booleans, null)",
-  "const",
-  "description",
-  "title",
-  "minLength",
-  "maxLength",
-  "minItems",
-  "maxItems",
-  "minimum",
-  "maximum"
+/** The keywords this subset reads, each with what it accepts (anything else is refused, with its path). */
+const subset: ReadonlyArray<readonly [keyword: string, accepts?: string]> = [
+  ["type", "object, array, string, number, integer, boolean, null, or an array of them for nullable"],
+  ["properties"],
+  ["required"],
+  ["additionalProperties", "true or false"],
+  ["items"],
+  ["enum", "strings, numbers, booleans, null"],
+  ["const"],
+  ["description"],
+  ["title"],
+  ["minLength"],
+  ["maxLength"],
+  ["minItems"],
+  ["maxItems"],
+  ["minimum"],
+  ["maximum"]
 ]
 
-const keywords = new Set([
-  "type",
-  "properties",
-  "required",
-  "additionalProperties",
-  "items",
-  "enum",
-  "const",
-  "description",
-  "title",
-  "minLength",
-  "maxLength",
-  "minItems",
-  "maxItems",
-  "minimum",
-  "maximum",
-  "$schema"
-])
+/** The subset as an error names it. */
+export const supported: ReadonlyArray<string> = subset.map(([keyword, accepts]) =>
+  accepts === undefined ? keyword : `${keyword} (${accepts})`
+)
+
+/** `$schema` is read as an annotation too. */
+const keywords = new Set([...subset.map(([keyword]) => keyword), "$schema"])
 const types = new Set(["object", "array", "string", "number", "integer", "boolean", "null"])
 
 export class UnsupportedOutputSchema extends Schema.TaggedError<UnsupportedOutputSchema>()(
