@@ -10,7 +10,7 @@
  */
 import * as Fibril from "@fibril/core/Fibril"
 import * as Session from "@fibril/core/Session"
-import type * as Worktrees from "@fibril/core/Worktrees"
+import * as Worktrees from "@fibril/core/Worktrees"
 import { ScriptedModel } from "@fibril/testkit"
 import * as Effect from "effect/Effect"
 import * as FileSystem from "effect/FileSystem"
@@ -18,6 +18,7 @@ import * as Layer from "effect/Layer"
 import * as Path from "effect/Path"
 import * as ChildProcess from "effect/process/ChildProcess"
 import * as ChildProcessSpawner from "effect/process/ChildProcessSpawner"
+import * as Schema from "effect/Schema"
 import type * as Output from "./Output.ts"
 
 const lines = (changes: Partial<Record<number, string>> = {}) =>
@@ -120,6 +121,14 @@ const git = (cwd: string, args: ReadonlyArray<string>) =>
     (spawner) => spawner.exitCode(ChildProcess.make("git", [...args], { cwd }))
   )
 
+const decodeMergeResult = Schema.decodeUnknownOption(Worktrees.MergeResult)
+
+/** An `agent_merge` call's result: what it merged, or (refused) what the model was told. */
+const decodeMerge = (result: unknown): Worktrees.MergeResult | string => {
+  const decoded = decodeMergeResult(result)
+  return decoded._tag === "Some" ? decoded.value : JSON.stringify(result)
+}
+
 export const run = Effect.fn("fibril.demo.worktrees")(function*(output: Output.Output) {
   const fs = yield* FileSystem.FileSystem
   const path = yield* Path.Path
@@ -144,7 +153,7 @@ export const run = Effect.fn("fibril.demo.worktrees")(function*(output: Output.O
     const merges = (yield* session.transcript(parent.id)).flatMap((message) =>
       message.role === "tool"
         ? message.content.flatMap((part) =>
-          part.type === "tool-result" && part.name === "agent_merge" ? [part.result as Worktrees.MergeResult] : []
+          part.type === "tool-result" && part.name === "agent_merge" ? [decodeMerge(part.result)] : []
         )
         : []
     )
@@ -158,6 +167,10 @@ export const run = Effect.fn("fibril.demo.worktrees")(function*(output: Output.O
   )
   yield* output.line("")
   for (const merge of answer.merges) {
+    if (typeof merge === "string") {
+      yield* output.line(`agent_merge refused: ${merge}`)
+      continue
+    }
     yield* output.line(
       `agent_merge ${merge.agent_id} (${merge.branch}): ${merge.outcome}${
         merge.mode === undefined ? "" : `, ${merge.mode}`

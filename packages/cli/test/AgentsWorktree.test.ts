@@ -59,13 +59,16 @@ describe("fibril demo --scenario worktrees", () => {
       const lines: Array<string> = []
       const output = { line: (text: string) => Effect.sync(() => void lines.push(text)) }
       const result = yield* DemoWorktrees.run(output)
-      assert.deepStrictEqual(result.merges.map((merge) => [merge.outcome, merge.mode ?? ""]), [
-        ["merged", "fast-forward"],
-        ["merged", "three-way"],
-        ["conflict", ""],
-        ["merged", "fast-forward"],
-        ["discarded", ""]
-      ])
+      assert.deepStrictEqual(
+        result.merges.map((merge) => typeof merge === "string" ? [merge] : [merge.outcome, merge.mode ?? ""]),
+        [
+          ["merged", "fast-forward"],
+          ["merged", "three-way"],
+          ["conflict", ""],
+          ["merged", "fast-forward"],
+          ["discarded", ""]
+        ]
+      )
       assert.strictEqual(result.untouched, 3)
       assert.include(result.final, "line1 by A and C\n")
       assert.include(result.final, "line9 by B\n")

@@ -165,13 +165,14 @@ describe("isolation: process", () => {
       parentScript([spawnCall("steady work", undefined), spawnCall("busy work", busyIsolation)]),
       ({ events, manager, start }) =>
         Effect.gen(function*() {
-          const seen: Array<{ readonly type: string; readonly description: string | undefined; readonly at: number }> =
-            []
           const subscription = yield* events.subscribe
-          yield* Effect.forkChild(Effect.forever(Effect.map(PubSub.take(subscription), (event) => {
-            seen.push({ type: event.type, description: event.agent.description, at: event.at })
-          })))
           yield* Fiber.await(yield* start)
+          // Every event of the run, read once it has ended (a consumer fiber could still be behind).
+          const seen = (yield* PubSub.takeAll(subscription)).map((event) => ({
+            type: event.type,
+            description: event.agent.description,
+            at: event.at
+          }))
           const children = yield* childrenOf(manager)
           assert.deepStrictEqual(children.map((agent) => agent.status), ["completed", "completed"])
           const steady = seen.filter((event) => event.description === "steady work")

@@ -22,6 +22,7 @@ import * as Path from "effect/Path"
 import * as ChildProcess from "effect/process/ChildProcess"
 import * as ChildProcessSpawner from "effect/process/ChildProcessSpawner"
 import * as Schema from "effect/Schema"
+import * as Semaphore from "effect/Semaphore"
 import * as Stream from "effect/Stream"
 import * as Workspace from "./Workspace.ts"
 
@@ -371,7 +372,17 @@ export const make = Effect.fn("Worktrees.make")(function*(options: Options = {})
     })
   })
 
-  return Worktrees.of({ create, workspaceOf, finish, merge, discard })
+  // One change to the repository at a time: git takes its locks (index.lock, the worktree list,
+  // refs) and fails rather than waits when another git holds one, and parallel children are
+  // created, committed and merged at the same moment.
+  const serial = (yield* Semaphore.make(1)).withPermits(1)
+  return Worktrees.of({
+    create: (from, agentId) => serial(create(from, agentId)),
+    workspaceOf,
+    finish: (info, message) => serial(finish(info, message)),
+    merge: (into, agentId, info) => serial(merge(into, agentId, info)),
+    discard: (agentId, info) => serial(discard(agentId, info))
+  })
 })
 
 /** Worktrees under the root workspace's `.fibril/worktrees/`, git run as a child process. */
