@@ -13,9 +13,6 @@ export default defineConfig({
   ssr: { resolve: { conditions: [source, "module", "node", "development|production"] } },
   test: {
     testTimeout: 20_000,
-    // Two test files at a time, also on a 2-core machine (Vitest's default there is one): most
-    // of the suite's time is spent waiting on the processes, servers and files it starts.
-    maxWorkers: 2,
     env: { NODE_OPTIONS: nodeOptions },
     projects
   }
