@@ -10,8 +10,8 @@
  *
  * Pure and total: the engines call `ofAnswer` where they build a finished child's outcome
  * (the embedded run's end, the cluster's final step), over the same transcript shape, so both
- * produce the same `claims`. `check` takes a list of claims, not text: claims found elsewhere
- * (a typed `output`'s evidence fields) can be checked by the same function.
+ * produce the same `claims`. A typed `output` (a JSON object) is read the same way: its strings
+ * are the evidence, those under a key naming changes are the CHANGES (`sectionsOfOutput`).
  */
 import type * as Prompt from "effect/ai/Prompt"
 import * as Schema from "effect/Schema"
@@ -454,12 +454,49 @@ export const check = (claims: ReadonlyArray<Claim>, evidence: Evidence): ClaimsR
   return { checked: claims.length, verified, unverified }
 }
 
+// A key of a typed output whose strings name files the child changed (`changes`,
+// `files_changed`, `modified_files`, `edited` ...): its strings are read as CHANGES lines.
+const changesKey = /chang|modif|edit|wr[io]te/i
+
+/**
+ * The EVIDENCE and CHANGES of a typed `output` (an answer that is a JSON object): every string
+ * in it, at any depth, is an evidence line, and the strings under a key that names changes
+ * (`changesKey`) are CHANGES lines, so a typed result's citations and commands are checked
+ * like a text report's. Undefined when the answer is not a JSON object.
+ */
+export const sectionsOfOutput = (text: string): { evidence: string; changes: string } | undefined => {
+  const trimmed = text.trim()
+  if (!trimmed.startsWith("{")) return undefined
+  let value: unknown
+  try {
+    value = JSON.parse(trimmed)
+  } catch {
+    return undefined
+  }
+  const evidence: Array<string> = []
+  const changes: Array<string> = []
+  const walk = (node: unknown, inChanges: boolean): void => {
+    if (typeof node === "string") (inChanges ? changes : evidence).push(...node.split(/\r\n?|\n/))
+    else if (Array.isArray(node)) node.forEach((item) => walk(item, inChanges))
+    else if (typeof node === "object" && node !== null) {
+      for (const [key, item] of Object.entries(node)) walk(item, inChanges || changesKey.test(key))
+    }
+  }
+  walk(value, false)
+  return { evidence: evidence.join("\n"), changes: changes.join("\n") }
+}
+
 /**
  * A final answer's claims checked against the transcript of the run that wrote it: what both
- * engines call where they build a finished child's outcome.
+ * engines call where they build a finished child's outcome. A typed answer (a JSON object) is
+ * read by `sectionsOfOutput`, a text report by its sections.
  */
 export const ofAnswer = (
   text: string,
   messages: ReadonlyArray<Prompt.Message>,
   options: { readonly changed?: ReadonlySet<string> | undefined } = {}
-): ClaimsReport => check(extract(OutputContract.parse(text).sections), evidenceOf(messages, options))
+): ClaimsReport =>
+  check(
+    extract(sectionsOfOutput(text) ?? OutputContract.parse(text).sections),
+    evidenceOf(messages, options)
+  )

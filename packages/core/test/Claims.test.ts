@@ -179,6 +179,27 @@ describe("Claims.check: each lie with its reason, a truthful report with none", 
     })
   })
 
+  it("a typed output (a JSON object) is checked too: its strings are evidence, those under a changes key are changes", () => {
+    const output = JSON.stringify({
+      answer: "the parser is in src/a.ts:5-20",
+      findings: [{ where: "src/b.ts:41", note: "`npm test` exit 1" }],
+      files_changed: ["out/c.txt", "src/e.ts"],
+      count: 3
+    })
+    assert.deepStrictEqual(Claims.ofAnswer(output, did), {
+      checked: 5,
+      verified: 2,
+      unverified: [
+        { claim: "changed src/e.ts", why: "no write_file or edit_file call of it changed src/e.ts" },
+        { claim: "src/b.ts:41", why: "line 41 of src/b.ts is beyond what it read or wrote (it saw line 40)" },
+        { claim: "`npm test` exit 1", why: "its last run of it exited 0, not exit 1" }
+      ]
+    })
+    // Not a JSON object: read as a text report (no sections here, so no claims).
+    assert.strictEqual(Claims.ofAnswer("[\"src/z.ts:1\"]", did).checked, 0)
+    assert.strictEqual(Claims.sectionsOfOutput("{ not json"), undefined)
+  })
+
   it("a shell command's changes (git status before and after it) back a CHANGES line", () => {
     const made = transcript([{ _tag: "shell", command: "npm run gen", exit: 0, changed: ["gen/y.ts"] }])
     const text = report("- gen/y.ts\n- gen/z.ts", "")
