@@ -179,6 +179,8 @@ export interface RestoreOptions {
   readonly transcript: ReadonlyArray<Prompt.Message>
   readonly budgets?: Partial<Budgets> | undefined
   readonly observer?: RunObserver | undefined
+  /** Its typed result (`output_schema`), as spawned. */
+  readonly output?: OutputSchema.Compiled | undefined
 }
 
 export class Session extends Context.Service<Session, {
@@ -388,6 +390,7 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
       Permission.effective(parent?.rules ?? permission.root, grantFor(options.depth, config.maxDepth, role, options)),
       options.recorded ?? {}
     )
+    const languageModel = yield* models.resolve(options.model)
     const state = register({
       clock: clockNow(),
       id: options.id,
@@ -396,12 +399,15 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
       role,
       rules,
       model: options.model,
-      languageModel: yield* models.resolve(options.model),
+      languageModel,
       system,
       messages: first?.role === "system" ? rest : [...options.transcript],
       description: options.description,
       budgets: childBudgets(options.budgets),
-      observer: options.observer
+      observer: options.observer,
+      output: options.output === undefined
+        ? undefined
+        : { compiled: options.output, via: OutputSchema.viaOf(languageModel) }
     })
     state.lastRequestLength = state.messages.length
     return info(state)

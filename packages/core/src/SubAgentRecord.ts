@@ -290,6 +290,8 @@ export const SubAgentRecord = Schema.Struct({
   verifies: Schema.optionalKey(Schema.String),
   /** Its effective permissions when spawned: a resume after a restart never gives it more. */
   permissions: Schema.optionalKey(RulesJson),
+  /** `output_schema` at spawn: a resume (also after a restart) ends with the same typed result. */
+  output_schema: Schema.optionalKey(Schema.Record(Schema.String, Schema.Unknown)),
   /** `isolation: "worktree"`: the git worktree and branch it works on (Worktrees.ts). */
   worktree: Schema.optionalKey(Worktrees.Info)
 })

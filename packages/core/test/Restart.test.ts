@@ -64,6 +64,43 @@ describe("restart", () => {
       ])
     }).pipe(provideNode))
 
+  it.live("a typed agent resumed after a restart answers in its output schema again", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      const schema = {
+        type: "object",
+        properties: { files: { type: "array", items: { type: "string" } } },
+        required: ["files"],
+        additionalProperties: false
+      }
+      const script: ScriptedModel.ScriptInput = {
+        rules: [{
+          respond: (c) => {
+            const resumed = JSON.stringify(c.messages).includes("look again")
+            return c.tools.includes("final_answer")
+              ? { tool_calls: [{ name: "final_answer", args: { files: [resumed ? "b.ts" : "a.ts"] } }] }
+              : { text: "no final_answer tool offered" }
+          }
+        }]
+      }
+      const id = yield* Effect.scoped(Effect.gen(function*() {
+        const { get } = yield* setup(script, {}, { root, store: "file" })
+        const manager = get(SubAgentManager)
+        const agent = yield* manager.spawn(undefined, { prompt: "list files", outputSchema: schema })
+        const first = yield* manager.result(agent.agent_id, { block: true })
+        assert.deepStrictEqual(first.outcome?.output, { files: ["a.ts"] })
+        return agent.agent_id
+      }))
+      // Another process: the session is gone, rebuilt from the transcript, with its schema.
+      const { get } = yield* setup(script, {}, { root, store: "file" })
+      const manager = get(SubAgentManager)
+      yield* manager.resume(undefined, id, "look again")
+      const after = yield* manager.result(id, { block: true })
+      assert.strictEqual(after.status, "completed")
+      assert.deepStrictEqual(after.outcome?.output, { files: ["b.ts"] })
+    }).pipe(provideNode))
+
   it.live(
     "SIGKILL of a process running the manager with the file store never leaves an unreadable state",
     () =>

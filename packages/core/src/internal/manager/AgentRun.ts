@@ -17,6 +17,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import { bound, outcomeOf } from "../../AgentResult.ts"
 import type { ClaimsReport } from "../../Claims.ts"
 import { nowMillis } from "../../internal/clock.ts"
@@ -253,6 +254,7 @@ const newRecord = (
   }
   if (parentId !== undefined) record.parent_id = parentId
   if (verifies !== undefined) record.verifies = verifies
+  if (created.output !== undefined) record.output_schema = created.output.compiled.jsonSchema
   const agent: LiveAgent = {
     record,
     parentId,
@@ -459,6 +461,10 @@ export const resume = Effect.fnUntraced(function*(
       model: record.model,
       description: record.description,
       transcript: Transcript.mergeToolMessages(transcript),
+      // Compiled when spawned, so it compiles again; a record altered since gets no schema.
+      output: record.output_schema === undefined
+        ? undefined
+        : Result.getOrUndefined(OutputSchema.compile(record.output_schema)),
       budgets: ctx.config.budgets,
       observer: ctx.observer
     })
