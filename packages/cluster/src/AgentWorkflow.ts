@@ -110,7 +110,8 @@ export const defaults: Options = {
 }
 
 /** Transcript slots within a step: delivered input first, then the answer, then tool results. */
-const slot = { assistant: 100, tool: 1000 }
+// A typed answer's repair request follows the step's tool results (AgentLoop's onLoopMessage).
+const slot = { assistant: 100, tool: 1000, repair: 1_000_000 }
 
 /** The result of a tool call stopped because its agent was cancelled while it ran. */
 export const cancelledCall = (call: AgentSteps.StepToolCall): AgentSteps.ToolStep => ({
@@ -630,7 +631,15 @@ const body = (options: Partial<Options>) =>
         maxTokens: run.maxTokens,
         output: run.output
       },
-      { model: modelStep(run, progress), tool: toolStep(run) }
+      { model: modelStep(run, progress), tool: toolStep(run) },
+      {
+        // A typed answer's tool results and repair request: written by the next commit.
+        onLoopMessage: (message, step) =>
+          Effect.sync(() => {
+            const at = { run: payload.run, step, slot: message.role === "tool" ? slot.tool : slot.repair }
+            run.unwritten.push({ at, message })
+          })
+      }
     ))
     return yield* finish(run, progress, exit)
   }))

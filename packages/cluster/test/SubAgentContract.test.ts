@@ -8,7 +8,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { ToolRegistry } from "@fibril/core"
 import type { ScriptedModel } from "@fibril/testkit"
 import { Deferred, Effect, Schema } from "effect"
-import { type Agent, type Engine, engines, type ToolResult } from "./engines.ts"
+import { type Agent, type Engine, engines, type ToolResult, toolResultsOf } from "./engines.ts"
 
 // --- Shapes ---------------------------------------------------------------------------------
 
@@ -896,6 +896,13 @@ const contract = (engine: Engine) => {
       assert.strictEqual(failed(refused!), "UnsupportedOutputSchema")
       assert.include((refused!.result as { message: string }).message, "/properties/a/$ref")
       assert.deepStrictEqual(childrenOf(run.agents).map((a) => a.status), ["completed", "failed"])
+      // The repaired child's transcript, as each engine keeps it: the refused answer's result,
+      // the repair request, the accepted answer.
+      const repaired = run.transcripts[childrenOf(run.agents)[0]!.agentId]!
+      assert.deepStrictEqual(repaired.map((m) => m.role).slice(-5), ["assistant", "tool", "user", "assistant", "tool"])
+      assert.deepStrictEqual(toolResultsOf(repaired).map((r) => r.isFailure), [true, false])
+      const request = repaired.at(-3)!
+      assert.include(JSON.stringify(request.content), "Your result does not match")
     }))
 }
 

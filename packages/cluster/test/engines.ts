@@ -57,6 +57,8 @@ export interface Outcome {
   readonly toolResults: ReadonlyArray<ToolResult>
   /** Every agent of the tree, the root included. */
   readonly agents: ReadonlyArray<Agent>
+  /** Each agent's transcript as its engine keeps it, by agent id. */
+  readonly transcripts: Readonly<Record<string, ReadonlyArray<Prompt.Message>>>
 }
 
 export interface Engine {
@@ -123,7 +125,15 @@ export const embedded: Engine = {
       }
       const exit = yield* Fiber.await(fiber)
       const agents = yield* manager.list({ includeArchived: true })
+      const transcripts = Object.fromEntries(
+        yield* Effect.forEach(agents, (agent) =>
+          Effect.map(
+            Effect.orElseSucceed(session.transcript(agent.agent_id), () => []),
+            (messages) => [agent.agent_id, messages] as const
+          ))
+      )
       return {
+        transcripts,
         text: Exit.isSuccess(exit) ? exit.value.text : undefined,
         toolResults: toolResultsOf(yield* session.transcript(root.agent_id)),
         agents: agents.map((agent) => ({
@@ -162,7 +172,12 @@ export const cluster: Engine = {
       )
       const exit = yield* Effect.exit(built.provide(ClusterClient.await_(rootId)))
       const rows = yield* built.store.list
+      const transcripts = Object.fromEntries(
+        yield* Effect.forEach(rows, (row) =>
+          Effect.map(built.store.transcript(row.agentId), (messages) => [row.agentId, messages] as const))
+      )
       return {
+        transcripts,
         text: Exit.isSuccess(exit) ? exit.value.text : undefined,
         toolResults: toolResultsOf(yield* built.store.transcript(rootId)),
         agents: rows.map((row) => ({

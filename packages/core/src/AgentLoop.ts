@@ -74,6 +74,12 @@ export interface LoopHooks<E, R> {
   /** Each delivered input and each model turn, as it is appended (tool results are the tool steps' to hand over). */
   readonly onMessage?: ((message: Prompt.Message) => Effect.Effect<void, E, R>) | undefined
   /**
+   * The messages the loop writes itself, after `onMessage`, with the step they follow: a typed
+   * answer's tool results (`final_answer` accepted or refused) and its repair request. An
+   * engine that records steps itself (the cluster's) writes these with the step's others.
+   */
+  readonly onLoopMessage?: ((message: Prompt.Message, step: number) => Effect.Effect<void, E, R>) | undefined
+  /**
    * After a model turn is appended, with the run's usage so far: the caller's events, its
    * tree's usage and budgets. It runs before the loop's own `maxTokens` check.
    */
@@ -120,12 +126,16 @@ export const runAs = <E, R, B>(
 ): Effect.Effect<B, E | BudgetExceeded | OutputSchema.OutputInvalid, R> =>
   Effect.gen(function*() {
     const messages: Array<Prompt.Message> = input.history ?? [...input.messages]
-    const { onMessage, afterModel, beforeFinish } = hooks
+    const { onMessage, onLoopMessage, afterModel, beforeFinish } = hooks
     // Effect.void when there is nothing to run (no hook): the loop then does not yield it.
     const append = (message: Prompt.Message) => {
       messages.push(message)
       return onMessage === undefined ? Effect.void : onMessage(message)
     }
+    const appendOwn = (message: Prompt.Message, step: number) =>
+      onLoopMessage === undefined
+        ? append(message)
+        : Effect.andThen(append(message), onLoopMessage(message, step))
     const usage = Usage.zero()
     let toolCalls = 0
     let repaired = false
@@ -145,7 +155,10 @@ export const runAs = <E, R, B>(
         return Effect.fail(new OutputSchema.OutputInvalid({ agentId: input.agentId, errors: decoded.failure }))
       }
       repaired = true
-      return Effect.as(append(userMessage(OutputSchema.repairMessage(decoded.failure, output!.via))), undefined)
+      return Effect.as(
+        appendOwn(userMessage(OutputSchema.repairMessage(decoded.failure, output!.via)), step - 1),
+        undefined
+      )
     }
     const output = input.output
     for (let step = 0;;) {
@@ -173,16 +186,19 @@ export const runAs = <E, R, B>(
         // The answer is the call's arguments; the turn's other calls are not run.
         toolCalls += turn.toolCalls.length
         const decoded = OutputSchema.decodeAnswer(output!.compiled, final)
-        yield* append(toolMessage(turn.toolCalls.map((call) => ({
-          id: call.id,
-          name: call.name,
-          isFailure: call !== final || Result.isFailure(decoded),
-          result: call !== final
-            ? "Not run: the turn ended with final_answer"
-            : Result.isFailure(decoded)
-            ? decoded.failure
-            : "Accepted"
-        }))))
+        yield* appendOwn(
+          toolMessage(turn.toolCalls.map((call) => ({
+            id: call.id,
+            name: call.name,
+            isFailure: call !== final || Result.isFailure(decoded),
+            result: call !== final
+              ? "Not run: the turn ended with final_answer"
+              : Result.isFailure(decoded)
+              ? decoded.failure
+              : "Accepted"
+          }))),
+          current
+        )
         const done = yield* typed(decoded, step)
         if (done !== undefined) return done
         continue
