@@ -36,6 +36,7 @@ import {
   ToolRegistry,
   Workspace
 } from "@fibril/core"
+import * as GenAiTrace from "@fibril/core/GenAiTrace"
 import * as ToolStep from "@fibril/core/loop/ToolStep"
 import * as Prompt from "effect/ai/Prompt"
 import * as Cause from "effect/Cause"
@@ -622,15 +623,30 @@ const body = (options: Partial<Options>) =>
     yield* admission(run)
     const messages = yield* history(run)
     const progress: Progress = { runTokens: 0, toolCalls: 0, ended: false }
-    const exit = yield* Effect.exit(AgentLoop.run(
+    // Under the run's `invoke_agent` span, hung under its starter's (from the payload): one per
+    // execution of the body, so a run suspended and resumed, or moved, shows one per stretch.
+    const exit = yield* Effect.exit(GenAiTrace.invokeAgent(
       {
         agentId: payload.agentId,
-        messages,
-        maxSteps: payload.depth === 0 ? config.maxSteps : config.childMaxSteps,
-        maxTokens: run.maxTokens,
-        output: run.output
+        role: run.role.name,
+        model: run.modelId,
+        depth: payload.depth,
+        parentId: payload.parentId ?? undefined,
+        description: payload.description,
+        prompt: payload.prompt
       },
-      { model: modelStep(run, progress), tool: toolStep(run) }
+      () =>
+        AgentLoop.run(
+          {
+            agentId: payload.agentId,
+            messages,
+            maxSteps: payload.depth === 0 ? config.maxSteps : config.childMaxSteps,
+            maxTokens: run.maxTokens,
+            output: run.output
+          },
+          { model: modelStep(run, progress), tool: toolStep(run) }
+        ),
+      payload.trace
     ))
     return yield* finish(run, progress, exit)
   }))
