@@ -56,6 +56,12 @@ export const GEN_AI_OPERATION_NAME_VALUE_INVOKE_AGENT = "invoke_agent"
 
 // --- Settings ---
 
+/** `[telemetry]` (FibrilConfig): what the exported spans record. */
+export interface TelemetrySettings {
+  /** Prompts, answers, tool arguments and results on the spans (`CaptureContent`). */
+  readonly captureContent: boolean
+}
+
 /**
  * Record content on the spans: prompts and answers (`gen_ai.input.messages`,
  * `gen_ai.output.messages`, `gen_ai.system_instructions`), tool arguments and results
