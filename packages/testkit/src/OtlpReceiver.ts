@@ -85,7 +85,7 @@ export const make: Effect.Effect<OtlpReceiver, never, Scope.Scope> = Effect.gen(
   const received: Array<ReceivedSpan> = []
   const server = yield* Effect.acquireRelease(
     Effect.callback<Http.Server>((resume) => {
-      const server = Http.createServer((request, response) => {
+      const listening = Http.createServer((request, response) => {
         let body = ""
         request.on("data", (chunk) => (body += String(chunk)))
         request.on("end", () => {
@@ -93,9 +93,9 @@ export const make: Effect.Effect<OtlpReceiver, never, Scope.Scope> = Effect.gen(
           response.writeHead(200, { "content-type": "application/json" }).end("{}")
         })
       })
-      server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
+      listening.listen(0, "127.0.0.1", () => resume(Effect.succeed(listening)))
     }),
-    (server) => Effect.callback<void>((resume) => void server.close(() => resume(Effect.void)))
+    (closing) => Effect.callback<void>((resume) => void closing.close(() => resume(Effect.void)))
   )
   const port = (server.address() as { readonly port: number }).port
   return { url: `http://127.0.0.1:${port}/v1/traces`, spans: () => received }
