@@ -238,7 +238,8 @@ const annotateAnswer = (capture: boolean): Telemetry.SpanTransformer => (options
       if (!span.attributes.has(ATTR_GEN_AI_USAGE_OUTPUT_TOKENS) && usage.outputTokens.total !== undefined) {
         span.attribute(ATTR_GEN_AI_USAGE_OUTPUT_TOKENS, usage.outputTokens.total)
       }
-      span.attribute(ATTR_GEN_AI_RESPONSE_FINISH_REASONS, [(part as Response.FinishPart).reason])
+      // Effect's reasons are kebab-case ("tool-calls"); the conventions use the providers' ("tool_calls").
+      span.attribute(ATTR_GEN_AI_RESPONSE_FINISH_REASONS, [(part as Response.FinishPart).reason.replaceAll("-", "_")])
     }
   }
   if (!capture) return

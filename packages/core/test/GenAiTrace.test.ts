@@ -159,7 +159,7 @@ describe("GenAI traces (embedded engine)", () => {
       )
       assert.deepStrictEqual(
         grandchildChats.map((s) => s.attributes["gen_ai.response.finish_reasons"]).sort(),
-        [["stop"], ["tool-calls"]]
+        [["stop"], ["tool_calls"]]
       )
       // No content without CaptureContent.
       const content = ["gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.call.arguments"]
