@@ -45,6 +45,7 @@ import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
 import * as RunCommand from "./RunCommand.ts"
 import * as Runtime from "./Runtime.ts"
+import * as TracingFlag from "./TracingFlag.ts"
 import * as TrustCommand from "./TrustCommand.ts"
 
 /** This package's version (package.json sits one level above both src/ and dist/). */
@@ -201,7 +202,8 @@ export const worker = Command.make(
         "Database connections this worker opens at most (default 20; one is held for its shard locks). A step holds one only for its reads and its commit, not during its model or tool call; the server's max_connections must cover every worker's (plus 2 each) and the clients'"
       ),
       Flag.withDefault(20)
-    )
+    ),
+    otlp: TracingFlag.otlp
   },
   Effect.fn("fibril.worker.command")(function*(flags) {
     const environment = yield* ProcessEnvironment
@@ -227,7 +229,10 @@ export const worker = Command.make(
       lockExpirationSecs: Option.getOrUndefined(flags.lockExpiration),
       dbConnections: flags.dbConnections,
       stepLog: environment.env["FIBRIL_CLUSTER_STEP_LOG"]
-    })
+    }).pipe(
+      // Its agents' spans to `--otlp` (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT): each run under its starter's (GenAiTrace).
+      Effect.provide(TracingFlag.layer(flags.otlp, environment.env, loaded.settings))
+    )
   })
 ).pipe(
   Command.withDescription(

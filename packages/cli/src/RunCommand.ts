@@ -24,14 +24,7 @@ import * as Output from "./Output.ts"
 import * as Run from "./Run.ts"
 import * as RunRecords from "./RunRecords.ts"
 import * as Runtime from "./Runtime.ts"
-
-// The OTLP exporter (effect's HTTP and observability modules) is loaded only when spans go somewhere.
-const tracing = (url: Option.Option<string>) =>
-  Option.match(url, {
-    onNone: () => Layer.empty,
-    onSome: (endpoint) =>
-      Layer.unwrap(Effect.map(Effect.promise(() => import("./Tracing.ts")), (Tracing) => Tracing.layer(endpoint)))
-  })
+import * as TracingFlag from "./TracingFlag.ts"
 
 /**
  * The prompt of `fibril run`: the argument, `-` (stdin) or `--prompt-file FILE` (`-`: stdin),
@@ -94,10 +87,7 @@ export const run = Command.make(
       Flag.withDescription("When the root agent is done, wait for detached agents still running (default: stop them)"),
       Flag.withDefault(false)
     ),
-    otlp: Flag.String("otlp").pipe(
-      Flag.withDescription("Export traces to this OTLP/HTTP endpoint (…/v1/traces)"),
-      Flag.optional
-    ),
+    otlp: TracingFlag.otlp,
     stream: Flag.Boolean("stream").pipe(
       Flag.withDescription("Stream each model answer as it arrives (--no-stream: ask for whole answers)"),
       Flag.withDefault(true)
@@ -110,18 +100,23 @@ export const run = Command.make(
     const prompt = yield* readPrompt(flags.prompt, flags.promptFile, environment.cwd)
     const config = yield* loadConfig(cwd)
     const clusterUrl = ClusterCommand.clusterUrl(flags.cluster, environment.env, config.settings.cluster.url)
+    // Spans to `--otlp` (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), on a cluster too: its root hangs under this run's.
+    const tracing = TracingFlag.layer(flags.otlp, environment.env, config.settings)
     if (clusterUrl !== undefined) {
       return yield* setExit(
-        yield* ClusterCommand.run({
-          url: clusterUrl,
-          prompt,
-          cwd,
-          role: Option.getOrUndefined(flags.role),
-          model: Option.getOrUndefined(flags.model),
-          json: flags.json,
-          stream: flags.stream,
-          output: Output.console(environment.tty && !flags.json)
-        })
+        yield* Effect.provide(
+          ClusterCommand.run({
+            url: clusterUrl,
+            prompt,
+            cwd,
+            role: Option.getOrUndefined(flags.role),
+            model: Option.getOrUndefined(flags.model),
+            json: flags.json,
+            stream: flags.stream,
+            output: Output.console(environment.tty && !flags.json)
+          }).pipe(Effect.withSpan("fibril.run", { root: true })),
+          tracing
+        )
       )
     }
     const core = yield* Runtime.make(environment, cwd, config.settings, flags)
@@ -137,13 +132,9 @@ export const run = Command.make(
     ).pipe(
       // Its records committed (or a clear error naming the one that is not), before the exit code.
       Effect.flatMap((exitCode) => RunRecords.settle(exitCode, true)),
-      Effect.provide(Layer.mergeAll(
-        core.layer,
-        // The flag, or the standard OpenTelemetry variable.
-        tracing(
-          Option.orElse(flags.otlp, () => Option.fromNullishOr(environment.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]))
-        )
-      ))
+      // The trace's root, opened under the exporter (the command's own span is not exported).
+      Effect.withSpan("fibril.run", { root: true }),
+      Effect.provide(Layer.mergeAll(core.layer, tracing))
     )
     yield* setExit(code)
   })

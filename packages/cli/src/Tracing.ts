@@ -5,6 +5,7 @@
  * spans are dropped at once: the run neither slows down (the exporter would retry each batch
  * for seconds, also at exit) nor says nothing.
  */
+import * as GenAiTrace from "@fibril/core/GenAiTrace"
 import { redactUrl } from "@fibril/core/Secrets"
 import * as Effect from "effect/Effect"
 import * as FetchHttpClient from "effect/http/FetchHttpClient"
@@ -45,9 +46,10 @@ const client = (url: string) =>
     })
   ).pipe(Layer.provide(FetchHttpClient.layer))
 
-/** Span export to `url`. */
-export const layer = (url: string) =>
+/** Span export to `url`; with `captureContent`, the spans record prompts, answers and tool data (GenAiTrace). */
+export const layer = (url: string, captureContent = false) =>
   OtlpTracer.layer({ url, resource: { serviceName: "fibril" }, shutdownTimeout: "2 seconds" }).pipe(
     Layer.provide(OtlpSerialization.layerJson),
-    Layer.provide(client(url))
+    Layer.provide(client(url)),
+    Layer.merge(Layer.succeed(GenAiTrace.CaptureContent, captureContent))
   )

@@ -1,6 +1,6 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { FakeOpenAiServer, type ScriptedModel } from "@fibril/testkit"
+import { FakeOpenAiServer, OtlpReceiver, type ScriptedModel } from "@fibril/testkit"
 import { Deferred, Effect, FileSystem, Path, Stream } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import * as Http from "node:http"
@@ -303,7 +303,7 @@ describe("fibril run against an OpenAI-compatible endpoint (the fake server)", (
     60_000
   )
 
-  it.live("--otlp exports spans for agents, model calls and tool calls", () =>
+  it.live("--otlp exports GenAI spans for agents, model calls and tool calls; [telemetry] capture_content adds the content", () =>
     Effect.gen(function*() {
       const bodies: Array<string> = []
       const collector = yield* Effect.acquireRelease(
@@ -323,7 +323,9 @@ describe("fibril run against an OpenAI-compatible endpoint (the fake server)", (
         (server) => Effect.promise(() => new Promise<void>((resolve) => server.close(() => resolve())))
       )
       const port = (collector.address() as { port: number }).port
-      const { dir } = yield* workspace(fanOut)
+      const { dir, fs, path } = yield* workspace(fanOut)
+      yield* fs.makeDirectory(path.join(dir, ".fibril"))
+      yield* fs.writeFileString(path.join(dir, ".fibril", "config.toml"), "[telemetry]\ncapture_content = true\n")
       const run = yield* fibril([
         "run",
         "go",
@@ -333,17 +335,16 @@ describe("fibril run against an OpenAI-compatible endpoint (the fake server)", (
         `http://127.0.0.1:${port}/v1/traces`
       ], { cwd: dir })
       assert.strictEqual(run.exitCode, 0, run.stderr)
-      const names = new Set([...bodies.join("\n").matchAll(/"name":"([^"]+)"/g)].map((m) => m[1]))
-      for (
-        const name of [
-          "Session.prompt",
-          "SubAgentManager.run",
-          "LanguageModel.streamText",
-          "tool.list_dir",
-          "tool.task"
-        ]
-      ) {
+      const spans = bodies.flatMap((body) => OtlpReceiver.spansOf(body))
+      const names = new Set(spans.map((s) => s.name))
+      for (const name of ["fibril.run", "SubAgentManager.run", "execute_tool list_dir", "execute_tool task"]) {
         assert.isTrue(names.has(name), `span ${name} in ${[...names].join(", ")}`)
       }
+      const operations = new Set(spans.map((s) => s.attributes["gen_ai.operation.name"]))
+      assert.includeMembers([...operations], ["invoke_agent", "chat", "execute_tool"])
+      // Streamed model calls are chat spans too; the config's capture_content puts the prompt on them.
+      const chat = spans.find((s) => s.name.startsWith("chat "))!
+      assert.strictEqual(chat.attributes["gen_ai.operation.name"], "chat")
+      assert.include(String(chat.attributes["gen_ai.input.messages"]), "go")
     }).pipe(Effect.provide(NodeServices.layer)))
 })

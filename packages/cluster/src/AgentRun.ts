@@ -10,6 +10,7 @@
  * activities it records are named after the call and the order of its requests
  * (`spawn/<step>/<index>/<n>`, `look/<step>/<index>/<n>`, ...).
  */
+import * as GenAiTrace from "@fibril/core/GenAiTrace"
 import * as Permission from "@fibril/core/Permission"
 import { ClusterSchema } from "effect/cluster"
 import * as Effect from "effect/Effect"
@@ -33,9 +34,19 @@ export const AgentPayload = Schema.Struct({
   detached: row.detached,
   workspace: row.workspace,
   grants: row.grants,
-  outputSchema: row.outputSchema
+  outputSchema: row.outputSchema,
+  /**
+   * The span of whoever started the run (a parent's tool call, a client's command), when
+   * traces are exported: the run's `invoke_agent` span hangs under it, on whichever worker it
+   * runs, so a tree is one trace. Not part of the agent's row.
+   */
+  trace: Schema.optionalKey(GenAiTrace.TraceParent)
 })
 export type AgentPayload = typeof AgentPayload.Type
+
+/** The payload carrying the caller's span (GenAiTrace.currentParent), when there is one to carry. */
+export const traced = (payload: AgentPayload): Effect.Effect<AgentPayload> =>
+  Effect.map(GenAiTrace.currentParent, (trace) => trace === undefined ? payload : { ...payload, trace })
 
 export const AgentOutcome = Schema.Struct({
   agentId: Schema.String,

@@ -36,6 +36,7 @@ import {
   ToolRegistry,
   Workspace
 } from "@fibril/core"
+import * as GenAiTrace from "@fibril/core/GenAiTrace"
 import * as ToolStep from "@fibril/core/loop/ToolStep"
 import * as Prompt from "effect/ai/Prompt"
 import * as Cause from "effect/Cause"
@@ -623,23 +624,38 @@ const body = (options: Partial<Options>) =>
     yield* admission(run)
     const messages = yield* history(run)
     const progress: Progress = { runTokens: 0, toolCalls: 0, ended: false }
-    const exit = yield* Effect.exit(AgentLoop.run(
+    // Under the run's `invoke_agent` span, hung under its starter's (from the payload): one per
+    // execution of the body, so a run suspended and resumed, or moved, shows one per stretch.
+    const exit = yield* Effect.exit(GenAiTrace.invokeAgent(
       {
         agentId: payload.agentId,
-        messages,
-        maxSteps: payload.depth === 0 ? config.maxSteps : config.childMaxSteps,
-        maxTokens: run.maxTokens,
-        output: run.output
+        role: run.role.name,
+        model: run.modelId,
+        depth: payload.depth,
+        parentId: payload.parentId ?? undefined,
+        description: payload.description,
+        prompt: payload.prompt
       },
-      { model: modelStep(run, progress), tool: toolStep(run) },
-      {
-        // A typed answer's tool results and repair request: written by the next commit.
-        onLoopMessage: (message, step) =>
-          Effect.sync(() => {
-            const at = { run: payload.run, step, slot: message.role === "tool" ? slot.tool : slot.repair }
-            run.unwritten.push({ at, message })
-          })
-      }
+      () =>
+        AgentLoop.run(
+          {
+            agentId: payload.agentId,
+            messages,
+            maxSteps: payload.depth === 0 ? config.maxSteps : config.childMaxSteps,
+            maxTokens: run.maxTokens,
+            output: run.output
+          },
+          { model: modelStep(run, progress), tool: toolStep(run) },
+          {
+            // A typed answer's tool results and repair request: written by the next commit.
+            onLoopMessage: (message, step) =>
+              Effect.sync(() => {
+                const at = { run: payload.run, step, slot: message.role === "tool" ? slot.tool : slot.repair }
+                run.unwritten.push({ at, message })
+              })
+          }
+        ),
+      payload.trace
     ))
     return yield* finish(run, progress, exit)
   }))

@@ -11,7 +11,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { WorkflowEngine } from "effect/workflow"
 import { randomBytes } from "node:crypto"
-import { AgentFailed, type AgentOutcome, type AgentPayload, AgentWorkflow, rowFor } from "./AgentRun.ts"
+import { AgentFailed, type AgentOutcome, type AgentPayload, AgentWorkflow, rowFor, traced } from "./AgentRun.ts"
 import { type AgentRow, ClusterStore, finished, type StoreFailure } from "./ClusterStore.ts"
 import { cancelTree } from "./ClusterWatch.ts"
 
@@ -73,7 +73,7 @@ export const start = (options: StartOptions) =>
         : { grants: [{ role, depth: 0, allowedTools: options.allowedTools }] })
     }
     yield* store.insert(yield* rowFor(payload))
-    yield* AgentWorkflow.execute(payload, { discard: true })
+    yield* AgentWorkflow.execute(yield* traced(payload), { discard: true })
     return payload.agentId
   })
 
@@ -128,7 +128,7 @@ export const resume = (agentId: string, message: string) =>
     if (next instanceof SubAgentManager.AgentNotFound || next instanceof SubAgentManager.NotResumable) {
       return yield* new NotResumable({ agentId, reason: next.message })
     }
-    yield* AgentWorkflow.execute(next, { discard: true })
+    yield* AgentWorkflow.execute(yield* traced(next), { discard: true })
     return next.run
   })
 

@@ -35,7 +35,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Schema from "effect/Schema"
 import { Activity, DurableClock, type WorkflowEngine } from "effect/workflow"
-import { AgentPayload, AgentWorkflow, childId, grantsOf, rowFor, txActivity } from "./AgentRun.ts"
+import { AgentPayload, AgentWorkflow, childId, grantsOf, rowFor, traced, txActivity } from "./AgentRun.ts"
 import * as ClusterClient from "./ClusterClient.ts"
 import { AgentRow, ClusterStore, finished, type StoreFailure } from "./ClusterStore.ts"
 import { cancelTree } from "./ClusterWatch.ts"
@@ -557,14 +557,24 @@ export const inWorkflow = (run: WorkflowRun, step: number, index: number): Manag
     rejectOver: rejectOver(run),
     preRecorded: rejectOver(run) === undefined,
     checks: run.checks,
-    start: (payload) => provide(AgentWorkflow.execute(payload, { discard: true, detached: payload.detached })),
+    // The caller's span is read here, outside `provide`: the run's context holds the span its
+    // body started under, not the tool call's.
+    start: (payload) =>
+      Effect.flatMap(
+        traced(payload),
+        (sent) => provide(AgentWorkflow.execute(sent, { discard: true, detached: sent.detached }))
+      ),
     runToEnd: (payload) =>
-      provide(Effect.map(Effect.exit(AgentWorkflow.execute(payload)), (exit) =>
-        Exit.isSuccess(exit)
-          ? { row: exit.value.row }
-          : exit.cause.reasons.every((reason) => reason._tag === "Interrupt")
-          ? { ending: { status: "cancelled" as const, reason: "the sub-agent was cancelled" } }
-          : { ending: { status: "failed" as const, reason: String(exit.cause) } })),
+      Effect.flatMap(traced(payload), (sent) =>
+        provide(Effect.map(
+          Effect.exit(AgentWorkflow.execute(sent)),
+          (exit) =>
+            Exit.isSuccess(exit)
+              ? { row: exit.value.row }
+              : exit.cause.reasons.every((reason) => reason._tag === "Interrupt")
+              ? { ending: { status: "cancelled" as const, reason: "the sub-agent was cancelled" } }
+              : { ending: { status: "failed" as const, reason: String(exit.cause) } }
+        ))),
     waitRows,
     read: run.read
   }, optionsOf(run.maxConcurrent, run.admission))
@@ -623,11 +633,13 @@ export const client = (options: ClientOptions) =>
       checks: {},
       start: (payload) =>
         Effect.sync(() => started.add(payload.agentId)).pipe(
-          Effect.andThen(provide(AgentWorkflow.execute(payload, { discard: true })))
+          Effect.andThen(traced(payload)),
+          Effect.flatMap((sent) => provide(AgentWorkflow.execute(sent, { discard: true })))
         ),
       runToEnd: (payload) =>
         Effect.sync(() => started.add(payload.agentId)).pipe(
-          Effect.andThen(provide(AgentWorkflow.execute(payload, { discard: true }))),
+          Effect.andThen(traced(payload)),
+          Effect.flatMap((sent) => provide(AgentWorkflow.execute(sent, { discard: true }))),
           Effect.andThen(Effect.as(waitRows([payload.agentId], "all", undefined), {}))
         ),
       waitRows,

@@ -90,7 +90,8 @@ export const make = (policy: RetryPolicy) =>
           : { compiled: input.output, via: OutputSchema.viaOf(languageModel) },
         policy,
         onRetry: () => Effect.void,
-        delivered
+        delivered,
+        model: input.model
       })
     })
     const tool = (input: ToolStepInput): Effect.Effect<ToolStep> =>

@@ -163,6 +163,8 @@ export interface RateLimitSettings {
   readonly maxConcurrency: number
 }
 
+// `[telemetry]`: what the exported spans record (GenAiTrace, docs/observability.md).
+export type { TelemetrySettings } from "./GenAiTrace.ts"
 /** The resolved settings, with camelCase names for the snake_case TOML keys. */
 export interface Settings {
   /** Default model id of the root agent. */
@@ -174,6 +176,7 @@ export interface Settings {
   readonly sandbox: SandboxSettings
   readonly cluster: ClusterSettings
   readonly rateLimit: RateLimitSettings
+  readonly telemetry: import("./GenAiTrace.ts").TelemetrySettings
 }
 
 /** The service shape: settings plus where they came from. */
@@ -245,7 +248,8 @@ export const defaults: Settings = {
     roles: {}
   },
   cluster: { url: undefined },
-  rateLimit: { enabled: true, initialConcurrency: 4, maxConcurrency: 64 }
+  rateLimit: { enabled: true, initialConcurrency: 4, maxConcurrency: 64 },
+  telemetry: { captureContent: false }
 }
 
 // ---------------------------------------------------------------------------
@@ -476,6 +480,13 @@ const readSettings = Effect.fnUntraced(function*(
       ),
       initialConcurrency: required("rate_limit.initial_concurrency", d.rateLimit.initialConcurrency),
       maxConcurrency: required("rate_limit.max_concurrency", d.rateLimit.maxConcurrency)
+    },
+    telemetry: {
+      captureContent: yield* read(
+        "telemetry.capture_content",
+        accepts.boolean,
+        (name) => Config.Boolean(name).pipe(Config.withDefault(d.telemetry.captureContent))
+      )
     }
   }
   return { settings, clamped }
@@ -640,6 +651,7 @@ export interface SettingsOverrides {
   readonly sandbox?: Partial<SandboxSettings> | undefined
   readonly cluster?: Partial<ClusterSettings> | undefined
   readonly rateLimit?: Partial<RateLimitSettings> | undefined
+  readonly telemetry?: Partial<import("./GenAiTrace.ts").TelemetrySettings> | undefined
 }
 
 /**
@@ -655,7 +667,8 @@ export const fromSettings = (overrides: SettingsOverrides = {}): Resolved => ({
     permissions: { ...defaults.permissions, ...overrides.permissions },
     sandbox: { ...defaults.sandbox, ...overrides.sandbox },
     cluster: { ...defaults.cluster, ...overrides.cluster },
-    rateLimit: { ...defaults.rateLimit, ...overrides.rateLimit }
+    rateLimit: { ...defaults.rateLimit, ...overrides.rateLimit },
+    telemetry: { ...defaults.telemetry, ...overrides.telemetry }
   },
   clamped: [],
   sources: [],

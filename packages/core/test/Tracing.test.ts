@@ -60,36 +60,40 @@ describe("tracing", () => {
       assert.strictEqual(answer.text, "done")
       const names = spans.map((s) => s.name)
       const byName = (name: string) => spans.filter((s) => s.name === name)
-      // Two prompts (the root's and the child's), a task call and the run it waits on.
-      assert.strictEqual(byName("Session.prompt").length, 2, names.join(", "))
-      const [rootPrompt, childPrompt] = byName("Session.prompt")
+      const byPrefix = (prefix: string) => spans.filter((s) => s.name.startsWith(prefix))
+      // Two agent runs (the root's and the child's), a task call and the run it waits on.
+      assert.strictEqual(byPrefix("invoke_agent ").length, 2, names.join(", "))
+      const [rootPrompt, childPrompt] = byPrefix("invoke_agent ")
       assert.strictEqual(parentName(rootPrompt!.span), "test.root")
       assert.strictEqual(byName("Session.create").length, 1)
       assert.strictEqual(parentName(byName("Session.create")[0]!.span), "test.root")
       const [task] = byName("tool.task")
-      assert.strictEqual(parentName(task!.span), "Session.prompt")
-      assert.strictEqual(task!.span.parent.pipe(Option.getOrThrow), rootPrompt!.span)
+      const [executeTask] = byName("execute_tool task")
+      assert.strictEqual(executeTask!.span.parent.pipe(Option.getOrThrow), rootPrompt!.span)
+      assert.strictEqual(task!.span.parent.pipe(Option.getOrThrow), executeTask!.span)
       const [run] = byName("SubAgentManager.run")
       assert.strictEqual(run!.span.parent.pipe(Option.getOrThrow), task!.span)
       assert.strictEqual(parentName(byName("Session.createChild")[0]!.span), "SubAgentManager.run")
       // The child's prompt runs in the agent's own fiber, forked under the run's span.
       assert.strictEqual(childPrompt!.span.parent.pipe(Option.getOrThrow), run!.span)
-      // Model calls: two per agent, each under its agent's prompt.
-      const models = byName("LanguageModel.generateText")
+      // Model calls: two per agent, each under its agent's run.
+      const models = byPrefix("chat ")
       assert.strictEqual(models.length, 4, names.join(", "))
       assert.deepStrictEqual(
         models.map((m) => m.span.parent.pipe(Option.getOrThrow)).map((p) => p === rootPrompt!.span ? "root" : "child")
           .sort(),
         ["child", "child", "root", "root"]
       )
-      // The child's tool call, under the child's prompt.
+      // The child's tool call, under the child's run.
       const [listDir] = byName("tool.list_dir")
-      assert.strictEqual(listDir!.span.parent.pipe(Option.getOrThrow), childPrompt!.span)
+      const [executeListDir] = byName("execute_tool list_dir")
+      assert.strictEqual(executeListDir!.span.parent.pipe(Option.getOrThrow), childPrompt!.span)
+      assert.strictEqual(listDir!.span.parent.pipe(Option.getOrThrow), executeListDir!.span)
       assert.isTrue(spans.every((s) => s.span.status._tag === "Ended"), "every span ended")
       assert.isTrue(byName("test.root")[0]!.span.traceId === listDir!.span.traceId, "one trace")
     }).pipe(provideNode))
 
-  it.effect("without a tracer, the per-agent paths make no span; with one, a tool runs under its agent's prompt", () =>
+  it.effect("without a tracer, the per-agent paths make no span; with one, a tool runs under its execute_tool span", () =>
     Effect.gen(function*() {
       const { get } = yield* setup({
         rules: [{ match: { depth: 0 }, turns: [{ tool_calls: [{ name: "whereami", args: {} }] }, { text: "done" }] }]
@@ -112,8 +116,8 @@ describe("tracing", () => {
             m.role === "tool" ? m.content.flatMap((p) => p.type === "tool-result" ? [p.result] : []) : []
           )
         })
-      // Effect's default tracer exports nothing: no Session.prompt span, the caller's is current.
+      // Effect's default tracer exports nothing: no agent or tool span, the caller's is current.
       assert.deepStrictEqual(yield* seen(undefined), ["caller"])
-      assert.deepStrictEqual(yield* seen(recordingTracer().tracer), ["Session.prompt"])
+      assert.deepStrictEqual(yield* seen(recordingTracer().tracer), ["execute_tool whereami"])
     }).pipe(provideNode))
 })

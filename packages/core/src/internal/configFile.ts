@@ -140,7 +140,8 @@ export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> 
   "sandbox.roles": [],
   "sandbox.roles.*": ["mode", "network", "writable_paths"],
   cluster: ["url"],
-  rate_limit: ["enabled", "initial_concurrency", "max_concurrency"]
+  rate_limit: ["enabled", "initial_concurrency", "max_concurrency"],
+  telemetry: ["capture_content"]
 }
 
 /** The registry entry for a table path, `*` segments matching any name. */
@@ -334,6 +335,7 @@ const fileKinds: Readonly<Record<string, readonly [FileKind, string]>> = {
   "sandbox.bwrap_path": ["string", accepts.bwrapPath],
   "cluster.url": ["string", accepts.string],
   "rate_limit.enabled": ["boolean", accepts.boolean],
+  "telemetry.capture_content": ["boolean", accepts.boolean],
   ...Object.fromEntries(Object.keys(bounds).map((key) => [key, ["integer", describeBounds(key as IntKey)] as const]))
 }
 

@@ -26,7 +26,9 @@ import * as Fiber from "effect/Fiber"
 import * as Random from "effect/Random"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
+import * as GenAiTrace from "../GenAiTrace.ts"
 import { liveClock } from "../internal/sleep.ts"
+import { tracing } from "../internal/span.ts"
 import * as OutputSchema from "../OutputSchema.ts"
 
 export interface RetryPolicy {
@@ -220,10 +222,22 @@ export const callModelIn = (
   onRetry: (attempt: number, reason: string, delayMs: number) => Effect.Effect<void>,
   onAttempt?: (call: Fiber.Fiber<unknown, unknown>) => void,
   onText?: (delta: string) => void,
-  output?: OutputSchema.Check
+  output?: OutputSchema.Check,
+  modelId?: string
 ): Effect.Effect<Response, ModelCallFailed> => {
   const typed = output === undefined ? undefined : typedRequest(toolkit, output)
-  return callWith(fiber, model, prompt, typed?.toolkit ?? toolkit, policy, onRetry, onAttempt, onText, typed?.format)
+  return callWith(
+    fiber,
+    model,
+    prompt,
+    typed?.toolkit ?? toolkit,
+    policy,
+    onRetry,
+    onAttempt,
+    onText,
+    typed?.format,
+    modelId
+  )
 }
 
 /**
@@ -251,7 +265,8 @@ const callWith = (
   onRetry: (attempt: number, reason: string, delayMs: number) => Effect.Effect<void>,
   onAttempt: ((call: Fiber.Fiber<unknown, unknown>) => void) | undefined,
   onText: ((delta: string) => void) | undefined,
-  format: OutputSchema.JsonSchema | undefined
+  format: OutputSchema.JsonSchema | undefined,
+  modelId: string | undefined
 ): Effect.Effect<Response, ModelCallFailed> => {
   // The toolkit's tools are typed `Tool.Any`, whose parameter-encoding services are `unknown`;
   // ToolRegistry only admits parameter schemas that need no services, so R is really never.
@@ -265,7 +280,9 @@ const callWith = (
       >,
       onText
     )
-  const generate = format === undefined ? plain : Effect.provideService(plain, OutputSchema.ResponseFormat, format)
+  const formatted = format === undefined ? plain : Effect.provideService(plain, OutputSchema.ResponseFormat, format)
+  // Each attempt is a `chat {model}` span when a tracer is installed (GenAiTrace).
+  const generate = modelId !== undefined && tracing(fiber) ? GenAiTrace.chat(fiber, modelId, formatted) : formatted
   // The provider's error is described where it is caught, not in the attempt's fiber. The
   // attempt's fiber starts at once, in this fiber's context (no `forkChild` and then a
   // `flatMap`); `awaitWithin` takes it down with this one.

@@ -51,6 +51,8 @@ export interface Request {
   readonly onModelId?: ((modelId: string) => void) | undefined
   /** A typed result: the child is offered the final-answer tool, or its provider the answer's schema. */
   readonly output?: OutputSchema.Check | undefined
+  /** The model id the agent runs on: the `chat {model}` span's (GenAiTrace). */
+  readonly model?: string | undefined
 }
 
 /** How a caller may cut a step short: it is handed each attempt, and says afterwards whether it cut it. */
@@ -100,7 +102,8 @@ const call = (
     request.onRetry,
     onAttempt,
     request.onText,
-    request.output
+    request.output,
+    request.model
   )
 
 /** One model step, started in the running fiber (`AgentSteps.model`). */

@@ -19,6 +19,7 @@ import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { AgentEvent, AgentEvents } from "../AgentEvents.ts"
+import * as GenAiTrace from "../GenAiTrace.ts"
 import * as Parts from "../internal/parts.ts"
 import type * as Permission from "../Permission.ts"
 import type { Callable, RegisteredTool, ToolErrorLike, ToolRegistry, ToolView } from "../ToolRegistry.ts"
@@ -145,26 +146,28 @@ const execute = <R>(
   touched: { paths: ReadonlyArray<string> | undefined } | undefined
 ): Effect.Effect<unknown, ToolErrorLike, R> =>
   // The full check (with the paths the call touches) runs for every call: a writing tool that
-  // names no path is denied under a write scope rather than let through.
-  Effect.flatMapEager(
-    permission.checkTool(caller.rules, tool),
-    () =>
-      Effect.flatMapEager(parseArguments(tool, call.params), (params) => {
-        const paths = tool.paths(params)
-        if (touched !== undefined && tool.posture === "write" && paths.length > 0) touched.paths = paths
-        return Effect.flatMapEager(
-          permission.check(caller.rules, tool, paths),
-          () =>
-            tool.handler(params, {
-              sessionId: caller.id,
-              callId: call.id,
-              role: caller.role,
-              depth: caller.depth,
-              rules: caller.rules
-            })
-        )
-      })
-  )
+  // names no path is denied under a write scope rather than let through. With a tracer, the
+  // call is an `execute_tool {tool}` span (GenAiTrace).
+  GenAiTrace.executeTool(call, () =>
+    Effect.flatMapEager(
+      permission.checkTool(caller.rules, tool),
+      () =>
+        Effect.flatMapEager(parseArguments(tool, call.params), (params) => {
+          const paths = tool.paths(params)
+          if (touched !== undefined && tool.posture === "write" && paths.length > 0) touched.paths = paths
+          return Effect.flatMapEager(
+            permission.check(caller.rules, tool, paths),
+            () =>
+              tool.handler(params, {
+                sessionId: caller.id,
+                callId: call.id,
+                role: caller.role,
+                depth: caller.depth,
+                rules: caller.rules
+              })
+          )
+        })
+    ))
 
 const stepOf = (call: ToolCall, isFailure: boolean, result: unknown): ToolStep => ({
   id: call.id,

@@ -12,6 +12,7 @@ import * as Scope from "effect/Scope"
 import type { AgentEvent, AgentEvents } from "../../AgentEvents.ts"
 import * as AgentLoop from "../../AgentLoop.ts"
 import * as Claims from "../../Claims.ts"
+import * as GenAiTrace from "../../GenAiTrace.ts"
 import { BudgetExceeded } from "../../loop/BudgetExceeded.ts"
 import type { ModelCallFailed } from "../../loop/CallModel.ts"
 import * as ModelSteps from "../../loop/ModelStep.ts"
@@ -25,7 +26,6 @@ import type { ToolRegistry } from "../../ToolRegistry.ts"
 import * as Usage from "../../Usage.ts"
 import { clockNow } from "../clock.ts"
 import * as Parts from "../parts.ts"
-import { spanned } from "../span.ts"
 import { describeFailure, SessionBusy, SessionNotFound } from "./errors.ts"
 
 /** What a session's run reads of the service that holds it. */
@@ -216,7 +216,8 @@ export const make = (ctx: SessionContext) => {
         delivered: noneDelivered,
         onText: config.stream ? (text: string) => emit(state, { type: "text", text }) : undefined,
         onModelId: state.model === unnamed ? (modelId) => void (state.model = modelId) : undefined,
-        output: state.output
+        output: state.output,
+        model: state.model
       }, cuttableOf(state))
     })
 
@@ -299,17 +300,32 @@ export const make = (ctx: SessionContext) => {
 
   // The run from the span's own step (see createChild): input checked and appended, the
   // `started` event, the scope, then the loop, with one finalizer that ends it.
+  // Under the agent's `invoke_agent` span (GenAiTrace) when a tracer is installed.
   const prompt = (sessionId: string, message: string): Effect.Effect<PromptResult, PromptError> =>
-    spanned("Session.prompt", () => {
+    Effect.withFiber((fiber) => {
       const state = sessions.get(sessionId)
       if (state === undefined) return Effect.fail(new SessionNotFound({ sessionId }))
-      if (state.busy) return Effect.fail(new SessionBusy({ sessionId }))
-      state.busy = true
-      state.cancelReason = undefined
-      const closed = closeDanglingCalls(state)
-      return Effect.flatMapEager(
-        closed !== undefined ? handOver(state, closed) : Effect.void,
-        () => Effect.flatMapEager(addMessage(state, userMessage(message)), () => start(state))
+      return GenAiTrace.invokeAgentIn(
+        fiber,
+        {
+          agentId: state.id,
+          role: state.role,
+          model: state.model,
+          depth: state.depth,
+          parentId: state.parent?.id,
+          description: state.description,
+          prompt: message
+        },
+        () => {
+          if (state.busy) return Effect.fail(new SessionBusy({ sessionId }))
+          state.busy = true
+          state.cancelReason = undefined
+          const closed = closeDanglingCalls(state)
+          return Effect.flatMapEager(
+            closed !== undefined ? handOver(state, closed) : Effect.void,
+            () => Effect.flatMapEager(addMessage(state, userMessage(message)), () => start(state))
+          )
+        }
       )
     })
 
