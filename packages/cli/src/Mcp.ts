@@ -37,14 +37,19 @@ import * as PubSub from "effect/PubSub"
 import * as Stdio from "effect/Stdio"
 import * as Stream from "effect/Stream"
 import * as JsonRpcLines from "./JsonRpcLines.ts"
+import * as McpTasks from "./McpTasks.ts"
 
 const encoder = new TextEncoder()
 
 export const cancelReason = "Cancelled by the MCP client"
 export const shutdownReason = "Cancelled: the fibril mcp server shut down"
 
-/** Every protocol revision current clients speak; the client's own is chosen. */
+/**
+ * Every protocol revision current clients speak; the client's own is chosen (2026-07-28 is
+ * stateless: each request carries its revision and capabilities in `_meta`).
+ */
 export const protocols = [
+  McpProtocol.v2026_07_28,
   McpProtocol.v2025_11_25,
   McpProtocol.v2025_06_18,
   McpProtocol.v2025_03_26,
@@ -261,8 +266,9 @@ export const layerStdio = (options: { readonly version: string }) =>
         "to collect it; `agent_eval` returns its run receipt (runs, events, artifacts, follow_up, takeover) and " +
         "`handle_read` pages through its transcript. Agent tools accept an agent's session name in place of its id.",
       protocols,
+      extensions: { [McpTasks.extension]: {} },
       registrations: tools
-    }),
+    }).pipe(Layer.provide(McpTasks.stdio)),
     cancelOnShutdown
   )
 
