@@ -16,6 +16,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as ClusterEvents from "./ClusterEvents.ts"
 import * as Mcp from "./Mcp.ts"
+import * as McpTasks from "./McpTasks.ts"
 
 export interface Options extends ClusterSubAgents.ClientOptions {
   readonly version: string
@@ -50,8 +51,12 @@ export const layerStdio = (options: Options) =>
       "durably on the cluster's workers. Use `agent_spawn` to start one in the background, then " +
       "`agent_wait`/`agent_result` to collect it and `handle_read` to page through its transcript.",
     protocols: Mcp.protocols,
+    extensions: { [McpTasks.extension]: {} },
     registrations: McpServer.toolkit(TaskToolkit.mcpToolkit).pipe(
       Layer.provide(handlers(options)),
       Layer.provide(Mcp.requiringIds)
     )
-  })
+  }).pipe(
+    // Task calls as MCP tasks, over the cluster's agents (durable across server restarts).
+    Layer.provide(McpTasks.stdio.pipe(Layer.provide(Layer.effect(SubAgentManager, ClusterSubAgents.client(options)))))
+  )

@@ -3,6 +3,7 @@
 // are reported by kind and `duration_ms` from the run's start and end, with the same shape and
 // the same figures as the embedded server's for the same script.
 import { assert, describe, it } from "@effect/vitest"
+import * as ClusterSubAgents from "@fibril/cluster/ClusterSubAgents"
 import * as TaskToolkit from "@fibril/core/TaskToolkit"
 import type { ScriptedModel } from "@fibril/testkit"
 import { Effect, Layer, Stream } from "effect"
@@ -10,6 +11,7 @@ import * as McpServer from "effect/ai/McpServer"
 import { provideNode, setup } from "../../cluster/test/support.ts"
 import { setup as setupEmbedded } from "../../core/test/support.ts"
 import * as McpCluster from "../src/McpCluster.ts"
+import * as McpTasks from "../src/McpTasks.ts"
 
 /** The cluster server's toolkit over a TestRunner cluster running `script`. */
 const clusterToolkit = (script: ScriptedModel.ScriptInput) =>
@@ -168,4 +170,63 @@ describe("fibril mcp --cluster: the handlers on TestRunner", () => {
         assert.deepStrictEqual(result["tokens"], theirResult["tokens"])
       }).pipe(Effect.scoped, provideNode)
   )
+
+  it.live("task calls as MCP tasks over the cluster: a task at once, polled by a new server's client, completed with the plain result; a cancel", () =>
+    Effect.gen(function*() {
+      const script: ScriptedModel.ScriptInput = {
+        rules: [
+          { match: { prompt: "slow" }, turns: [{ text: report, delay_ms: 300 }] },
+          { match: { prompt: "stuck" }, turns: [{ hang: true }] }
+        ]
+      }
+      const built = yield* setup(script, { maxDepth: 1 })
+      // Each "server" is a cluster client over the same store and engine (as each `fibril mcp
+      // --cluster` process makes one): the task is created through the first, polled through the second.
+      const client = () =>
+        ClusterSubAgents.client({ workspace: built.root, pollMs: 20 }).pipe(Effect.provideContext(built.context))
+      const meta = {
+        "io.modelcontextprotocol/clientCapabilities": { extensions: { [McpTasks.extension]: {} } }
+      }
+      const request = (id: number, method: string, params: Record<string, unknown>) =>
+        McpTasks.claim(JSON.stringify({ jsonrpc: "2.0", id, method, params: { ...params, _meta: meta } }))!
+      const first = yield* client()
+      const created = JSON.parse(
+        yield* McpTasks.answer(
+          first,
+          request(1, "tools/call", { name: "task", arguments: { description: "d", prompt: "slow" } })
+        )
+      )
+      assert.strictEqual(created.result.resultType, "task", JSON.stringify(created))
+      assert.strictEqual(created.result.status, "working")
+      const second = yield* client()
+      const poll = (id: string) =>
+        Effect.gen(function*() {
+          for (let i = 0; i < 500; i++) {
+            const got = JSON.parse(yield* McpTasks.answer(second, request(2, "tasks/get", { taskId: id })))
+            if (got.result.status !== "working") return got.result
+            yield* Effect.sleep("20 millis")
+          }
+          return assert.fail(`task ${id} still working`)
+        })
+      const done = yield* poll(created.result.taskId)
+      assert.strictEqual(done.status, "completed")
+      // The plain call's result, through the cluster server's own handlers.
+      const { toolkit } = yield* clusterToolkit(script)
+      const [plain] = yield* Stream.runCollect(yield* toolkit.handle("task", { description: "d", prompt: "slow" }))
+      const encoded = plain?.encodedResult as Record<string, unknown>
+      assert.deepStrictEqual(Object.keys(done.result.structuredContent).toSorted(), Object.keys(encoded).toSorted())
+      assert.deepStrictEqual(done.result.structuredContent.sections, encoded["sections"])
+
+      const stuck = JSON.parse(
+        yield* McpTasks.answer(
+          first,
+          request(3, "tools/call", { name: "task", arguments: { description: "d", prompt: "stuck" } })
+        )
+      )
+      const ack = JSON.parse(
+        yield* McpTasks.answer(second, request(4, "tasks/cancel", { taskId: stuck.result.taskId }))
+      )
+      assert.deepStrictEqual(ack.result, { resultType: "complete" })
+      assert.strictEqual((yield* poll(stuck.result.taskId)).status, "cancelled")
+    }).pipe(Effect.scoped, provideNode))
 })

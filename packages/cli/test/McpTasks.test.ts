@@ -107,83 +107,87 @@ const strip = (result: any) => {
 }
 
 describe("fibril mcp: sub-agents as MCP tasks (2026-07-28, Tasks extension)", () => {
-  it.live("discover, a task before its child ends, working → completed with the plain result, cancel, a new process", () =>
-    Effect.gen(function*() {
-      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "fibril-mcp-tasks-"))
-      fs.writeFileSync(path.join(dir, "script.json"), JSON.stringify(script))
-      const slowId = yield* Effect.scoped(Effect.gen(function*() {
-        const { call } = yield* server(dir)
-        const discovered = yield* call("server/discover", { _meta: meta(true) }, 60_000)
-        assert.include(discovered.result.supportedVersions, "2026-07-28", JSON.stringify(discovered))
-        assert.deepStrictEqual(discovered.result.capabilities.extensions, { "io.modelcontextprotocol/tasks": {} })
+  it.live(
+    "discover, a task before its child ends, working → completed with the plain result, cancel, a new process",
+    () =>
+      Effect.gen(function*() {
+        const dir = fs.mkdtempSync(path.join(os.tmpdir(), "fibril-mcp-tasks-"))
+        fs.writeFileSync(path.join(dir, "script.json"), JSON.stringify(script))
+        const slowId = yield* Effect.scoped(Effect.gen(function*() {
+          const { call } = yield* server(dir)
+          const discovered = yield* call("server/discover", { _meta: meta(true) }, 60_000)
+          assert.include(discovered.result.supportedVersions, "2026-07-28", JSON.stringify(discovered))
+          assert.deepStrictEqual(discovered.result.capabilities.extensions, { "io.modelcontextprotocol/tasks": {} })
 
-        // A task, answered well before the scripted child's 1.5 s answer.
-        const started = Date.now()
-        const created = yield* call("tools/call", taskCall("slow"))
-        const answeredIn = Date.now() - started
-        assert.strictEqual(created.result.resultType, "task", JSON.stringify(created))
-        assert.isBelow(answeredIn, 1500, `the task came after ${answeredIn} ms`)
-        assert.strictEqual(created.result.status, "working")
-        assert.match(created.result.statusMessage, /general "slow"/)
-        assert.strictEqual(created.result.pollIntervalMs, 1000)
-        const taskId: string = created.result.taskId
-        const { last, seen } = yield* pollUntil(call, taskId, (r) => r.status !== "working")
-        assert.isTrue(seen.some((r) => r.status === "working"), "never seen working")
-        assert.strictEqual(last.status, "completed")
-        assert.strictEqual(last.resultType, "complete")
+          // A task, answered well before the scripted child's 1.5 s answer.
+          const started = Date.now()
+          const created = yield* call("tools/call", taskCall("slow"))
+          const answeredIn = Date.now() - started
+          assert.strictEqual(created.result.resultType, "task", JSON.stringify(created))
+          assert.isBelow(answeredIn, 1500, `the task came after ${answeredIn} ms`)
+          assert.strictEqual(created.result.status, "working")
+          assert.match(created.result.statusMessage, /general "slow"/)
+          assert.strictEqual(created.result.pollIntervalMs, 1000)
+          const taskId: string = created.result.taskId
+          const { last, seen } = yield* pollUntil(call, taskId, (r) => r.status !== "working")
+          assert.isTrue(seen.some((r) => r.status === "working"), "never seen working")
+          assert.strictEqual(last.status, "completed")
+          assert.strictEqual(last.resultType, "complete")
 
-        // The same result a plain call returns (a client without the extension gets that).
-        const plain = yield* call("tools/call", taskCall("slow", false))
-        assert.strictEqual(plain.result.resultType, "complete", JSON.stringify(plain.result))
-        // The envelope of a 2026-07-28 answer (resultType, the server's _meta) is the poll's own.
-        const { resultType: _r, _meta: _m, ...plainResult } = plain.result
-        assert.deepStrictEqual(Object.keys(last.result).sort(), Object.keys(plainResult).sort())
-        assert.deepStrictEqual(strip(last.result), strip(plain.result))
-        assert.strictEqual(last.result.structuredContent.summary, "slow done")
-        assert.deepStrictEqual(JSON.parse(last.result.content[0].text), last.result.structuredContent)
+          // The same result a plain call returns (a client without the extension gets that).
+          const plain = yield* call("tools/call", taskCall("slow", false))
+          assert.strictEqual(plain.result.resultType, "complete", JSON.stringify(plain.result))
+          // The envelope of a 2026-07-28 answer (resultType, the server's _meta) is the poll's own.
+          const { resultType: _r, _meta: _m, ...plainResult } = plain.result
+          assert.deepStrictEqual(Object.keys(last.result).sort(), Object.keys(plainResult).sort())
+          assert.deepStrictEqual(strip(last.result), strip(plain.result))
+          assert.strictEqual(last.result.structuredContent.summary, "slow done")
+          assert.deepStrictEqual(JSON.parse(last.result.content[0].text), last.result.structuredContent)
 
-        // Cancelled through tasks/cancel: the agent ends cancelled.
-        const stuck = yield* call("tools/call", taskCall("stuck"))
-        const stuckId: string = stuck.result.taskId
-        const ack = yield* call("tasks/cancel", { taskId: stuckId, _meta: meta(true) })
-        assert.deepStrictEqual(ack.result, { resultType: "complete" })
-        const cancelled = yield* pollUntil(call, stuckId, (r) => r.status !== "working")
-        assert.strictEqual(cancelled.last.status, "cancelled")
-        const listed = JSON.parse(
-          execFileSync(process.execPath, [sourceCondition, bin, "agents", "list", "--all", "--json"], {
-            cwd: dir,
-            env: { PATH: process.env["PATH"] ?? "", HOME: dir },
-            encoding: "utf8"
+          // Cancelled through tasks/cancel: the agent ends cancelled.
+          const stuck = yield* call("tools/call", taskCall("stuck"))
+          const stuckId: string = stuck.result.taskId
+          const ack = yield* call("tasks/cancel", { taskId: stuckId, _meta: meta(true) })
+          assert.deepStrictEqual(ack.result, { resultType: "complete" })
+          const cancelled = yield* pollUntil(call, stuckId, (r) => r.status !== "working")
+          assert.strictEqual(cancelled.last.status, "cancelled")
+          const listed = JSON.parse(
+            execFileSync(process.execPath, [sourceCondition, bin, "agents", "list", "--all", "--json"], {
+              cwd: dir,
+              env: { PATH: process.env["PATH"] ?? "", HOME: dir },
+              encoding: "utf8"
+            })
+          ) as ReadonlyArray<{ agent_id: string; status: string }>
+          assert.strictEqual(listed.find((a) => a.agent_id === stuckId)?.status, "cancelled")
+
+          // What the extension does not cover, or a client that did not declare it.
+          const unknown = yield* call("tasks/get", { taskId: "ag_nope", _meta: meta(true) })
+          assert.strictEqual(unknown.error?.code, -32602)
+          const undeclared = yield* call("tasks/get", { taskId, _meta: meta(false) })
+          assert.strictEqual(undeclared.error?.code, -32021)
+          const removed = yield* call("tasks/list", { _meta: meta(true) })
+          assert.strictEqual(removed.error?.code, -32601)
+          return taskId
+        }))
+
+        // The client is gone and so is its server: a new one on the workspace answers the old task.
+        yield* Effect.scoped(Effect.gen(function*() {
+          const { call } = yield* server(dir)
+          const again = yield* call("tasks/get", { taskId: slowId, _meta: meta(true) }, 60_000)
+          assert.strictEqual(again.result.status, "completed", JSON.stringify(again))
+          assert.strictEqual(again.result.result.structuredContent.summary, "slow done")
+          // A 2025-11-25 client still initializes, and its task call is a plain result.
+          const init = yield* call("initialize", {
+            protocolVersion: "2025-11-25",
+            capabilities: {},
+            clientInfo: { name: "old", version: "0" }
           })
-        ) as ReadonlyArray<{ agent_id: string; status: string }>
-        assert.strictEqual(listed.find((a) => a.agent_id === stuckId)?.status, "cancelled")
-
-        // What the extension does not cover, or a client that did not declare it.
-        const unknown = yield* call("tasks/get", { taskId: "ag_nope", _meta: meta(true) })
-        assert.strictEqual(unknown.error?.code, -32602)
-        const undeclared = yield* call("tasks/get", { taskId, _meta: meta(false) })
-        assert.strictEqual(undeclared.error?.code, -32021)
-        const removed = yield* call("tasks/list", { _meta: meta(true) })
-        assert.strictEqual(removed.error?.code, -32601)
-        return taskId
-      }))
-
-      // The client is gone and so is its server: a new one on the workspace answers the old task.
-      yield* Effect.scoped(Effect.gen(function*() {
-        const { call } = yield* server(dir)
-        const again = yield* call("tasks/get", { taskId: slowId, _meta: meta(true) }, 60_000)
-        assert.strictEqual(again.result.status, "completed", JSON.stringify(again))
-        assert.strictEqual(again.result.result.structuredContent.summary, "slow done")
-        // A 2025-11-25 client still initializes, and its task call is a plain result.
-        const init = yield* call("initialize", {
-          protocolVersion: "2025-11-25",
-          capabilities: {},
-          clientInfo: { name: "old", version: "0" }
-        })
-        assert.strictEqual(init.result.protocolVersion, "2025-11-25")
-        const old = yield* call("tools/call", { name: "task", arguments: { description: "quick", prompt: "quick" } })
-        assert.strictEqual(old.result.structuredContent.summary, "quick done")
-      }))
-      fs.rmSync(dir, { recursive: true, force: true })
-    }), 120_000)
+          assert.strictEqual(init.result.protocolVersion, "2025-11-25")
+          const old = yield* call("tools/call", { name: "task", arguments: { description: "quick", prompt: "quick" } })
+          assert.strictEqual(old.result.structuredContent.summary, "quick done")
+        }))
+        fs.rmSync(dir, { recursive: true, force: true })
+      }),
+    120_000
+  )
 })
