@@ -7,7 +7,10 @@
  *   parent would carry if it had done the work itself or received the transcript;
  * - fork_context: the share of a forked child's first request that is a byte-identical
  *   prefix of the parent's request (what a provider's prefix cache can reuse), after the
- *   parent has done M = 3 lookups.
+ *   parent has done M = 3 lookups (`fork`) and M = 50 (`fork_at_scale`, ~20k tokens of
+ *   context): the child adds a fixed ~1.7 KB after the parent's whole request (the fork marker,
+ *   its role prompt and output contract, its task), so the share grows with the parent's context;
+ *   `parent_share_reused` is how much of the parent's request the prefix covers.
  *
  * - economy (issue 38's scorecard): a child that reads ~50k tokens of tool output (seven real
  *   files through `read_file`) and answers in the five-section contract: what the parent gains
@@ -98,8 +101,7 @@ const delegation = async () => {
 }
 
 /** The parent does M lookups, then spawns a forked child and waits for it. */
-const fork = async () => {
-  const M = 3
+const fork = async (M: number) => {
   const s = makeScript({ K: 1, M, blocking: false })
   let parentRequest: ReadonlyArray<Prompt.Message> = []
   let childRequest: ReadonlyArray<Prompt.Message> = []
@@ -155,7 +157,10 @@ const fork = async () => {
     identical_prefix_bytes: prefix,
     // The byte prefix stops at the array's last message boundary: count whole messages too.
     identical_prefix_messages: childRequest.findIndex((m, i) => JSON.stringify(m) !== JSON.stringify(parentRequest[i])),
-    prefix_share: prefix / child.length
+    prefix_share: prefix / child.length,
+    /** The byte prefix ends before the parent request's closing bracket: the whole of it, as messages. */
+    parent_share_reused: prefix / (parent.length - 1),
+    child_added_bytes: child.length - prefix
   }
 }
 
@@ -308,7 +313,8 @@ const result = {
   workload: "context",
   ok: true,
   delegation: await delegation(),
-  fork: await fork(),
+  fork: await fork(3),
+  fork_at_scale: await fork(50),
   economy: await economy(),
   typed_economy: await economy(typedRetry)
 }

@@ -249,10 +249,11 @@ const contextRows = (): ReadonlyArray<Row> => {
   if (contextFile === undefined) return []
   const context = JSON.parse(readFileSync(contextFile, "utf8")) as {
     readonly fork: Record<string, number>
+    readonly fork_at_scale: Record<string, number>
     readonly economy: Record<string, number>
     readonly typed_economy: Record<string, number>
   }
-  const { economy, fork, typed_economy: typed } = context
+  const { economy, fork, fork_at_scale: forkAtScale, typed_economy: typed } = context
   return [
     {
       name: "context economy, five-section result",
@@ -289,10 +290,16 @@ const contextRows = (): ReadonlyArray<Row> => {
       name: "fork prefix cacheable",
       answers: "provider prefix caches (the forked child's first request)",
       goal: ">= 95% byte-identical prefix",
-      measured: `${(fork["prefix_share"]! * 100).toFixed(1)}% (${fork["identical_prefix_bytes"]} of ${
-        fork["child_first_request_bytes"]
-      } B; parent after 3 lookups)`,
-      ok: fork["prefix_share"]! >= 0.95
+      // The child's first request is the parent's whole request, then a fixed ~1.7 KB of its own
+      // (fork marker, role prompt, task): judged on a parent of ~20k tokens, the short one beside.
+      measured: `${(forkAtScale["prefix_share"]! * 100).toFixed(1)}% (${forkAtScale["identical_prefix_bytes"]} of ${
+        forkAtScale["child_first_request_bytes"]
+      } B; parent after 50 lookups); ${(fork["prefix_share"]! * 100).toFixed(1)}% after 3 (${
+        fork["identical_prefix_bytes"]
+      } of ${fork["child_first_request_bytes"]} B); the parent's request reused whole: ${
+        (Math.min(forkAtScale["parent_share_reused"]!, fork["parent_share_reused"]!) * 100).toFixed(1)
+      }%`,
+      ok: forkAtScale["prefix_share"]! >= 0.95 && fork["parent_share_reused"]! >= 0.999
     }
   ]
 }

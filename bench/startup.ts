@@ -11,10 +11,13 @@
  * importing `effect/Effect` alone (what no Effect program starts without). Each figure is also
  * given as a ratio to the node floor, which is what compares across machines and loads. Both
  * commands are measured again with Node's compile cache turned off (NODE_DISABLE_COMPILE_CACHE=1):
- * what the first start after an install or an upgrade costs, and what the cache saves.
+ * what the first start after an install or an upgrade costs, and what the cache saves. And both
+ * once more from the package's unbundled `dist/bin.js` (what `bin/fibril.js` ran before the
+ * bundle, scripts/bundle.ts): what the bundle saves, in the same rounds.
  */
 import { spawn, spawnSync } from "node:child_process"
 import { loadavg } from "node:os"
+import { join } from "node:path"
 import { type Installs, median, withInstalls } from "./installs.ts"
 
 const runs = Number(process.argv[2] ?? 5)
@@ -35,12 +38,12 @@ const timeExit = (installs: Installs, env: Record<string, string>, command: stri
  * never called: nothing is asked of the model before a task). JSON-RPC lines on stdio, as the
  * MCP SDK's client sends them; stdin is closed after the answer, which ends the server.
  */
-const timeMcp = (installs: Installs, env: Record<string, string>) =>
+const timeMcp = (installs: Installs, env: Record<string, string>, entry: ReadonlyArray<string>) =>
   new Promise<number>((resolve, reject) => {
     const started = process.hrtime.bigint()
     const child = spawn(
-      installs.projectBin,
-      ["mcp", "--model", "fake-model", "--base-url", "http://127.0.0.1:9/v1"],
+      entry[0]!,
+      [...entry.slice(1), "mcp", "--model", "fake-model", "--base-url", "http://127.0.0.1:9/v1"],
       { cwd: installs.project, env: { ...env, OPENAI_API_KEY: "sk-bench" }, stdio: ["pipe", "pipe", "ignore"] }
     )
     const send = (message: object) => child.stdin.write(`${JSON.stringify(message)}\n`)
@@ -90,18 +93,25 @@ export const measure = () =>
       timeExit(installs, env, process.execPath, ["--input-type=module", "-e", "await import('effect/Effect')"])
     const noCache = { ...env, NODE_DISABLE_COMPILE_CACHE: "1" }
     const help = (cache = env) => timeExit(installs, cache, installs.projectBin, ["--help"])
-    const mcp = (cache = env) => timeMcp(installs, cache)
+    const mcp = (cache = env) => timeMcp(installs, cache, [installs.projectBin])
+    const dist = join(installs.project, "node_modules", "@fibril", "cli", "dist", "bin.js")
+    const helpDist = () => timeExit(installs, env, process.execPath, [dist, "--help"])
+    const mcpDist = () => timeMcp(installs, env, [process.execPath, dist])
     // The first processes read the files from disk and fill the compile cache.
     node()
     help()
     await mcp()
+    helpDist()
+    await mcpDist()
     const samples = {
       node: [] as Array<number>,
       effect: [] as Array<number>,
       help: [] as Array<number>,
       mcp: [] as Array<number>,
       helpNoCache: [] as Array<number>,
-      mcpNoCache: [] as Array<number>
+      mcpNoCache: [] as Array<number>,
+      helpDist: [] as Array<number>,
+      mcpDist: [] as Array<number>
     }
     // Interleaved rounds, so that a machine whose load changes slows every figure alike.
     for (let i = 0; i < runs; i++) {
@@ -111,6 +121,8 @@ export const measure = () =>
       samples.mcp.push(await mcp())
       samples.helpNoCache.push(help(noCache))
       samples.mcpNoCache.push(await mcp(noCache))
+      samples.helpDist.push(helpDist())
+      samples.mcpDist.push(await mcpDist())
     }
     const figures = {
       node: median(samples.node),
@@ -118,7 +130,9 @@ export const measure = () =>
       help: median(samples.help),
       mcp: median(samples.mcp),
       helpNoCache: median(samples.helpNoCache),
-      mcpNoCache: median(samples.mcpNoCache)
+      mcpNoCache: median(samples.mcpNoCache),
+      helpDist: median(samples.helpDist),
+      mcpDist: median(samples.mcpDist)
     }
     console.log(
       `Start-up from a project install, medians of ${runs} fresh processes (node ${process.version}; load average ${
@@ -129,8 +143,10 @@ export const measure = () =>
     console.log(line("node, import effect/Effect", figures.effect, figures.node))
     console.log(line("fibril mcp: spawn -> first tools/list", figures.mcp, figures.node, goals.mcp))
     console.log(line("  the same without the compile cache", figures.mcpNoCache, figures.node))
+    console.log(line("  the same from the unbundled dist/", figures.mcpDist, figures.node))
     console.log(line("fibril --help: spawn -> exit", figures.help, figures.node, goals.help))
     console.log(line("  the same without the compile cache", figures.helpNoCache, figures.node))
+    console.log(line("  the same from the unbundled dist/", figures.helpDist, figures.node))
     return { ...figures, runs }
   })
 

@@ -8,12 +8,16 @@
 // `prepack` runs this) builds once. Builds are serialised across processes by a lock
 // directory, so concurrent test runs never read a half-written `dist/`.
 //
+// The CLI is also bundled (scripts/bundle.ts, `packages/cli/bundle/`): the `fibril` command runs
+// that, for its start-up time.
+//
 //   node scripts/build.ts              build what is out of date
 //   node scripts/build.ts --force      rebuild everything
 import { execFileSync } from "node:child_process"
 import { copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { dirname, join, relative } from "node:path"
 import { fileURLToPath } from "node:url"
+import * as Bundle from "./bundle.ts"
 
 const root = fileURLToPath(new URL("..", import.meta.url))
 /** Dependencies before dependents. */
@@ -56,11 +60,12 @@ const stamp = (name: string) => join(root, "packages", name, "dist", ".built")
 const builtAt = (name: string): number => existsSync(stamp(name)) ? statSync(stamp(name)).mtimeMs : 0
 
 const upToDate = (name: (typeof order)[number]): boolean =>
-  builtAt(name) > newestInput(name) && dependsOn[name].every((dep) => builtAt(dep) <= builtAt(name))
+  builtAt(name) > newestInput(name) && dependsOn[name].every((dep) => builtAt(dep) <= builtAt(name)) &&
+  (name !== "cli" || existsSync(join(Bundle.outdir, "bin.js")))
 
 const tsc = join(root, "node_modules", "typescript", "bin", "tsc")
 
-const build = (name: (typeof order)[number]) => {
+const build = async (name: (typeof order)[number]) => {
   const dir = join(root, "packages", name)
   rmSync(join(dir, "dist"), { recursive: true, force: true })
   execFileSync(process.execPath, [tsc, "-p", join(dir, "tsconfig.build.json")], { stdio: "inherit" })
@@ -73,10 +78,11 @@ const build = (name: (typeof order)[number]) => {
     mkdirSync(dirname(join(dir, target)), { recursive: true })
     copyFileSync(join(root, doc), join(dir, target))
   }
+  if (name === "cli") await Bundle.bundle()
   writeFileSync(stamp(name), `${new Date().toISOString()}\n`)
 }
 
-const withLock = (f: () => void) => {
+const withLock = async (f: () => Promise<void>) => {
   const lock = join(root, "node_modules", ".fibril-build.lock")
   const deadline = Date.now() + 120_000
   while (true) {
@@ -93,7 +99,7 @@ const withLock = (f: () => void) => {
     }
   }
   try {
-    f()
+    await f()
   } finally {
     rmSync(lock, { recursive: true, force: true })
   }
@@ -101,11 +107,11 @@ const withLock = (f: () => void) => {
 
 if (import.meta.main) {
   const force = process.argv.includes("--force")
-  withLock(() => {
+  await withLock(async () => {
     for (const name of order) {
       if (!force && upToDate(name)) continue
       const started = Date.now()
-      build(name)
+      await build(name)
       console.error(`built @fibril/${name} (${Date.now() - started} ms)`)
     }
   })

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// The `fibril` executable: the build in dist/ (`npm run build`; `npm install` and `npm pack`
-// make it). A file of its own so that npm can link it before the build exists, and so that
+// The `fibril` executable: the bundled build in bundle/ (`npm run build`, scripts/bundle.ts;
+// `npm install` and `npm pack` make it: a few files load faster than dist/'s hundreds). A file of its own so that npm can link it before the build exists, and so that
 // an older Node is told what to install instead of failing on a module it lacks.
 const [major, minor] = process.versions.node.split(".").map(Number)
 if (major < 22 || (major === 22 && minor < 19)) {
@@ -17,5 +17,5 @@ if (process.argv.length === 3 && process.argv[2] === "--version") {
   const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"))
   process.stdout.write(`fibril v${version}\n`)
 } else {
-  await import("../dist/bin.js")
+  await import("../bundle/bin.js")
 }

@@ -61,11 +61,11 @@ export const run = Effect.fn("fibril.demo")(function*(output: Output.Output, cwd
         Output.count(result.tool_calls, "tool call")
       }, ${result.tokens.input + result.tokens.output} tokens, ${result.duration_ms} ms`
     )
-    yield* output.line(`    summary:  ${result.summary}`)
+    yield* output.line(`    summary:  ${result.summary ?? ""}`)
     for (const line of (result.sections?.evidence ?? "").split("\n").slice(0, 4)) {
       yield* output.line(`    evidence: ${line}`)
     }
-    if (result.contract_violations.length > 0) {
+    if (result.contract_violations !== undefined && result.contract_violations.length > 0) {
       yield* output.line(`    contract: ${result.contract_violations.join("; ")}`)
     }
   }

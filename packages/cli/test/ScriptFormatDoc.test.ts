@@ -42,7 +42,9 @@ describe("docs/script-format.md in the installed CLI", () => {
       )
       assert.strictEqual(exitCode, 2, stderr)
       const named = /\(see (\S+script-format\.md)\)/.exec(stderr)?.[1]
-      assert.strictEqual(named, `${repoRoot}packages/cli/dist/docs/script-format.md`)
+      // The command runs the bundle (scripts/bundle.ts), which carries the page beside it.
+      assert.include(files.map((file) => file.path), "bundle/docs/script-format.md")
+      assert.strictEqual(named, `${repoRoot}packages/cli/bundle/docs/script-format.md`)
       assert.isTrue(existsSync(named!))
       assert.strictEqual(readFileSync(named!, "utf8"), page)
     }).pipe(Effect.provide(NodeServices.layer)))

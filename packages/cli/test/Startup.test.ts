@@ -4,12 +4,15 @@
 // list without loading the openai SDK (its first task would), and it leaves Node's compile cache
 // behind for the next process (bin.ts enables it before the CLI is imported) in the user's own
 // cache directory, not in the shared temp directory, Node's default, where another user could
-// plant code for it to run.
+// plant code for it to run. The same again for the command as installed (bin/fibril.js: the
+// bundle, scripts/bundle.ts): it loads its few bundled files, nothing from dist/ or node_modules.
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { Effect, FileSystem, Path } from "effect"
+import { execFileSync } from "node:child_process"
+import { fileURLToPath } from "node:url"
 import { bin } from "./run.ts"
 
 // Appends every module URL the process loads to $FIBRIL_TEST_MODULE_LOG.
@@ -24,6 +27,50 @@ registerHooks({
 })
 `
 
+/**
+ * Starts `node <args> mcp` with a fresh HOME and TMPDIR, lists its tools through the MCP SDK's
+ * client, and returns them with the module URLs the process loaded.
+ */
+const listTools = (entry: ReadonlyArray<string>, nodeOptions: string) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const dir = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+    const tmp = path.join(dir, "tmp")
+    yield* fs.makeDirectory(tmp)
+    const hook = path.join(dir, "record-modules.mjs")
+    yield* fs.writeFileString(hook, recordModules)
+    const moduleLog = path.join(dir, "modules.log")
+    const tools = yield* Effect.acquireUseRelease(
+      Effect.promise(async () => {
+        const client = new Client({ name: "fibril-startup-test", version: "0.0.0" })
+        await client.connect(
+          new StdioClientTransport({
+            command: process.execPath,
+            // Port 9 (discard): nothing answers there, and nothing may be asked before a task.
+            args: [...entry, "mcp", "--model", "fake-model", "--base-url", "http://127.0.0.1:9/v1"],
+            cwd: dir,
+            env: {
+              PATH: process.env["PATH"] ?? "",
+              HOME: dir,
+              // Node's default place for its compile cache is os.tmpdir(): it must stay empty.
+              TMPDIR: tmp,
+              OPENAI_API_KEY: "sk-startup-test",
+              FIBRIL_TEST_MODULE_LOG: moduleLog,
+              NODE_OPTIONS: `${nodeOptions} --import ${hook}`
+            },
+            stderr: "pipe"
+          })
+        )
+        return client
+      }),
+      (client) => Effect.promise(() => client.listTools()),
+      (client) => Effect.promise(() => client.close())
+    )
+    const modules = (yield* fs.readFileString(moduleLog)).split("\n").filter((url) => url !== "")
+    return { dir, tmp, tools: tools.tools.map((tool) => tool.name), modules }
+  })
+
 describe("fibril mcp start-up", () => {
   it.live(
     "answers tools/list without the openai SDK, and leaves the compile cache in the user's cache directory",
@@ -31,41 +78,9 @@ describe("fibril mcp start-up", () => {
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
         const path = yield* Path.Path
-        const dir = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
-        const tmp = path.join(dir, "tmp")
-        yield* fs.makeDirectory(tmp)
-        const hook = path.join(dir, "record-modules.mjs")
-        yield* fs.writeFileString(hook, recordModules)
-        const moduleLog = path.join(dir, "modules.log")
-        const tools = yield* Effect.acquireUseRelease(
-          Effect.promise(async () => {
-            const client = new Client({ name: "fibril-startup-test", version: "0.0.0" })
-            await client.connect(
-              new StdioClientTransport({
-                command: process.execPath,
-                // Port 9 (discard): nothing answers there, and nothing may be asked before a task.
-                args: [bin, "mcp", "--model", "fake-model", "--base-url", "http://127.0.0.1:9/v1"],
-                cwd: dir,
-                env: {
-                  PATH: process.env["PATH"] ?? "",
-                  HOME: dir,
-                  // Node's default place for its compile cache is os.tmpdir(): it must stay empty.
-                  TMPDIR: tmp,
-                  OPENAI_API_KEY: "sk-startup-test",
-                  FIBRIL_TEST_MODULE_LOG: moduleLog,
-                  NODE_OPTIONS: `${process.env["NODE_OPTIONS"] ?? ""} --import ${hook}`
-                },
-                stderr: "pipe"
-              })
-            )
-            return client
-          }),
-          (client) => Effect.promise(() => client.listTools()),
-          (client) => Effect.promise(() => client.close())
-        )
-        assert.includeMembers(tools.tools.map((tool) => tool.name), ["task", "agent_spawn", "agent_wait"])
+        const { dir, modules, tmp, tools } = yield* listTools([bin], process.env["NODE_OPTIONS"] ?? "")
+        assert.includeMembers(tools, ["task", "agent_spawn", "agent_wait"])
 
-        const modules = (yield* fs.readFileString(moduleLog)).split("\n")
         // The CLI and the MCP server were loaded (the log is real), the SDK was not.
         assert.isTrue(modules.some((url) => /\/cli\/(src|dist)\/Mcp\.(ts|js)$/.test(url)), "Mcp module not loaded?")
         const sdk = modules.filter((url) => url.includes("/node_modules/openai/"))
@@ -80,6 +95,29 @@ describe("fibril mcp start-up", () => {
         assert.isDefined(version)
         // One entry per compiled module: hundreds, the CLI's whole import graph.
         assert.isAbove((yield* fs.readDirectory(path.join(cache, version!))).length, 100)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
+
+  it.live(
+    "as installed, runs the bundle: a few files of its own, the openai SDK's chunk not among them",
+    () =>
+      Effect.gen(function*() {
+        const root = fileURLToPath(new URL("../../../", import.meta.url))
+        // Up to date after any test run that built; otherwise this builds (and bundles).
+        execFileSync(process.execPath, [`${root}scripts/build.ts`], { stdio: "ignore" })
+        const bundle = `${root}packages/cli/bundle/`
+        // As a user's shell starts it: no @fibril/source condition.
+        const { modules, tools } = yield* listTools([`${root}packages/cli/bin/fibril.js`], "")
+        assert.includeMembers(tools, ["task", "agent_spawn", "agent_wait"])
+        const files = modules.filter((url) => url.startsWith("file:"))
+        const outside = files.filter((url) => !url.startsWith(`file://${bundle}`) && !url.endsWith("/bin/fibril.js"))
+        assert.deepStrictEqual(outside, [], "loaded from outside the bundle")
+        // The bundle (not a few stray files) answered: the entry and its chunks.
+        assert.include(files, `file://${bundle}bin.js`)
+        assert.isBelow(files.length, 60, files.join("\n"))
+        // The SDK is a chunk of its own, loaded by a client's first request only.
+        assert.isFalse(files.some((url) => /\/openai-[A-Z0-9]+\.js$/.test(url)), files.join("\n"))
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
     60_000
   )

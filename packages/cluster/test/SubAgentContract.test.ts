@@ -884,7 +884,14 @@ const contract = (engine: Engine) => {
       })
       assert.strictEqual(run.text, "root done")
       const [task, , waited, refused] = run.toolResults
-      const { sections: _sections, ...typedTask } = TaskResult
+      // A typed result is its value: no sections, and no empty summary, violations or claims.
+      const {
+        claims: _noClaims,
+        contract_violations: _violations,
+        sections: _sections,
+        summary: _summary,
+        ...typedTask
+      } = TaskResult
       assertShape(task!.result, { ...typedTask, output: { files: ["string"], count: "number" } }, "typed task")
       assert.deepStrictEqual((task!.result as { output: unknown }).output, value)
       const [hopeless] = (waited!.result as { completed: ReadonlyArray<{ status: string; reason: string }> })

@@ -86,6 +86,27 @@ const typedOutcome = (text: string, max: number, output: unknown, claims: Claims
 const outputOf = (agent: AgentView) =>
   agent.outcome?.output === undefined ? undefined : { output: agent.outcome.output }
 
+/**
+ * The keys of a view that say how the answer met the contract: `summary`, `contract_violations`
+ * and `claims`. A typed result (`output`) leaves out the ones with nothing in them (an empty
+ * summary, no violations, no claim checked): its value is the result, and every key the parent
+ * carries is context it pays for (docs/performance.md, the typed-economy row).
+ */
+const summaryKey = (agent: AgentView, summary: string): { readonly summary?: string } =>
+  summary === "" && agent.outcome?.output !== undefined ? {} : { summary }
+
+const checkKeys = (
+  agent: AgentView
+): { readonly contract_violations?: ReadonlyArray<string>; readonly claims?: ClaimsReport } => {
+  const violations = agent.outcome?.contract_violations ?? []
+  const claims = agent.outcome?.claims
+  const typed = agent.outcome?.output !== undefined
+  return {
+    ...(typed && violations.length === 0 ? {} : { contract_violations: violations }),
+    ...(claims === undefined || (typed && claims.checked === 0) ? {} : { claims })
+  }
+}
+
 const durationOf = (agent: AgentView): number | undefined =>
   agent.started_at !== undefined && agent.finished_at !== undefined ? agent.finished_at - agent.started_at : undefined
 
@@ -103,11 +124,13 @@ export const AgentResult = Schema.Struct({
   role: Schema.String,
   status: Status,
   reason: Schema.optionalKey(Schema.String),
-  summary: Schema.String,
+  /** Absent for a typed result (`output`) whose summary is empty. */
+  summary: Schema.optionalKey(Schema.String),
   sections: Schema.optionalKey(ResultSections),
   /** With `output_schema`: the result, decoded against it (then there are no `sections`). */
   output: Schema.optionalKey(Schema.Unknown),
-  contract_violations: Schema.Array(Schema.String),
+  /** Absent for a typed result with none. */
+  contract_violations: Schema.optionalKey(Schema.Array(Schema.String)),
   /** A finished agent's EVIDENCE and CHANGES checked against what it did (docs/subagents.md). */
   claims: Schema.optionalKey(ClaimsReport),
   steps: Schema.Int,
@@ -123,8 +146,6 @@ export const AgentResult = Schema.Struct({
 })
 export type AgentResult = typeof AgentResult.Type
 
-const claimsOf = (agent: AgentView): { readonly claims?: ClaimsReport } =>
-  agent.outcome?.claims === undefined ? {} : { claims: agent.outcome.claims }
 /** The `worktree` key of a view: present only for an isolated agent. */
 const worktreeOf = (agent: AgentView): { readonly worktree?: Worktrees.Summary } =>
   agent.worktree === undefined ? {} : { worktree: Worktrees.summaryOf(agent.worktree) }
@@ -140,10 +161,9 @@ export const of = (agent: AgentView): AgentResult => {
     role: agent.role,
     status: agent.status,
     ...(agent.reason === undefined ? {} : { reason: agent.reason }),
-    summary: agent.outcome?.summary ?? "",
+    ...summaryKey(agent, agent.outcome?.summary ?? ""),
     ...(agent.outcome === undefined ? {} : outputOf(agent) ?? { sections: resultSections(agent.outcome.sections) }),
-    contract_violations: agent.outcome?.contract_violations ?? [],
-    ...claimsOf(agent),
+    ...checkKeys(agent),
     steps: agent.steps,
     tool_calls: agent.tool_calls,
     tokens: agent.tokens,
@@ -163,12 +183,14 @@ export const TaskResult = Schema.Struct({
   agent_id: Schema.String,
   description: Schema.String,
   status: Schema.Literals(["completed", "failed", "cancelled"]),
-  summary: Schema.String,
+  /** Absent for a typed result (`output`) whose summary is empty. */
+  summary: Schema.optionalKey(Schema.String),
   /** CHANGES, EVIDENCE, RISKS, BLOCKERS; SUMMARY is `summary`. Absent with `output`. */
   sections: Schema.optionalKey(ResultSections),
   /** With `output_schema`: the result, decoded against it (the parent gets this JSON only). */
   output: Schema.optionalKey(Schema.Unknown),
-  contract_violations: Schema.Array(Schema.String),
+  /** Absent for a typed result with none. */
+  contract_violations: Schema.optionalKey(Schema.Array(Schema.String)),
   /** Its EVIDENCE and CHANGES checked against what it did: unverified claims never fail a result. */
   claims: Schema.optionalKey(ClaimsReport),
   tool_calls: Schema.Int,
@@ -189,11 +211,10 @@ export const task = (agent: AgentView): TaskResult => ({
   agent_id: agent.agent_id,
   description: agent.description,
   status: agent.status === "completed" ? "completed" : agent.status === "cancelled" ? "cancelled" : "failed",
-  summary: agent.outcome?.summary ?? agent.reason ?? "",
+  ...summaryKey(agent, agent.outcome?.summary ?? agent.reason ?? ""),
   ...(outputOf(agent) ??
     { sections: agent.outcome === undefined ? emptySections : resultSections(agent.outcome.sections) }),
-  contract_violations: agent.outcome?.contract_violations ?? [],
-  ...claimsOf(agent),
+  ...checkKeys(agent),
   tool_calls: agent.tool_calls,
   steps: agent.steps,
   tokens: agent.tokens,

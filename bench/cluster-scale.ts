@@ -1,0 +1,192 @@
+/**
+ * Cluster scale (issue 38; `npm run bench` runs it after bench/cluster.ts; alone:
+ * `NODE_OPTIONS=--conditions=@fibril/source node bench/cluster-scale.ts [K]`). Needs PostgreSQL's
+ * server binaries (packages/cluster/test/postgres.ts); without them it says so and stops.
+ *
+ * K = 300 children (one `task` each from one root), each one scripted model call of 500 ms, over
+ * 1, 2 and 3 `fibril worker` processes on PostgreSQL (a fresh database per run), timed by an
+ * in-process client from start to the root's answer once every worker holds its shards; every
+ * child must have completed (the store is counted), or the run is a failure, not a figure.
+ *
+ * Two rounds per worker count:
+ * - **cap 10 per worker**: the cap is cluster-wide in Fibril (`--max-concurrent`, a permit table
+ *   in the database: docs/cluster.md), so "10 per worker" is a cluster cap of 10 x n with
+ *   `admission = "queue"`; its bound is ceil(K / (10 n)) x 500 ms (15 s, 7.5 s, 5 s). It shows
+ *   whether the permits, the queue's wake-ups and n workers deliver what the cap allows; the goal
+ *   is >= 1.8x from 1 to 2 workers.
+ * - **no cap**: all K children at once; the bound is one call (500 ms) and what is left is the
+ *   CPU of the workers and of PostgreSQL. That is where more workers help only with more cores.
+ */
+import * as ClusterClient from "@fibril/cluster/ClusterClient"
+import * as Node from "@fibril/cluster/Node"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { type ChildProcess, spawn } from "node:child_process"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+import * as Pg from "../packages/cluster/test/postgres.ts"
+
+const reason = Pg.skipReason()
+if (reason !== undefined) {
+  console.log(`skip cluster scale bench: ${reason}`)
+  process.exit(0)
+}
+
+const count = Number(process.argv[2] ?? 300)
+const latencyMs = 500
+const capPerWorker = 10
+const workerCounts = [1, 2, 3]
+
+const ws = mkdtempSync(path.join(os.tmpdir(), "fibril-bench-scale-"))
+const script = {
+  rules: [
+    { match: { depth: 1 }, turns: [{ text: "child ok", delay_ms: latencyMs }] },
+    {
+      match: { depth: 0 },
+      turns: [
+        {
+          tool_calls: Array.from(
+            { length: count },
+            (_, i) => ({ name: "task", args: { description: `scale ${i}`, prompt: `scale ${i}` } })
+          )
+        },
+        { text: "root ok" }
+      ]
+    }
+  ]
+}
+writeFileSync(path.join(ws, "script.json"), JSON.stringify(script))
+const bin = fileURLToPath(new URL("../packages/cli/src/bin.ts", import.meta.url))
+const load = () => os.loadavg().map((l) => l.toFixed(1)).join(" ")
+
+const pg = await Pg.start({ fsync: true })
+const children = new Set<ChildProcess>()
+
+/** A `fibril worker` on `url` with a cluster-wide cap (0: none); resolves once it serves. */
+const worker = (url: string, cap: number) =>
+  new Promise<ChildProcess>((resolve, reject) => {
+    const child = spawn(process.execPath, [
+      bin,
+      "worker",
+      "--cluster",
+      url,
+      "--cwd",
+      ws,
+      "--model",
+      `scripted:${path.join(ws, "script.json")}`,
+      "--max-concurrent",
+      String(cap)
+    ], {
+      stdio: ["ignore", "ignore", "pipe"],
+      // Over the cap a child waits for a permit (the default, "reject", would fail it).
+      env: { ...process.env, FIBRIL_SUBAGENTS_ADMISSION: "queue" }
+    })
+    children.add(child)
+    let err = ""
+    child.stderr!.on("data", (d) => {
+      err += String(d)
+      if (err.includes("fibril worker: pid")) resolve(child)
+    })
+    child.on("exit", () => reject(new Error(`worker exited: ${err}`)))
+  })
+
+/** Waits until the shards are split over `n` workers (the same split twice, a second apart). */
+const settle = async (db: string, n: number) => {
+  const started = performance.now()
+  for (let last = "";;) {
+    await new Promise((resolve) => setTimeout(resolve, 1000))
+    const now = pg.psql(
+      db,
+      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted GROUP BY pid ORDER BY 1"
+    )
+    const shards = now.split("\n").filter((l) => l !== "").map(Number)
+    if (now === last && shards.length === n && shards.reduce((a, b) => a + b, 0) === Node.shardsPerGroup) return
+    if (performance.now() - started > 90_000) throw new Error(`shards did not settle over ${n} workers: ${now}`)
+    last = now
+  }
+}
+
+interface Round {
+  readonly n: number
+  readonly cap: number
+  readonly ms: number
+  readonly bound: number
+  readonly workersCpuMs: number
+  readonly serverCpuMs: number
+}
+
+let database = 0
+const round = async (n: number, cap: number): Promise<Round> => {
+  const db = `scale${database++}`
+  pg.createDatabase(db)
+  const url = pg.url(db)
+  await Effect.runPromise(Effect.provide(Node.migrate, Node.database(url)))
+  const started = await Promise.all(Array.from({ length: n }, () => worker(url, cap)))
+  try {
+    await settle(db, n)
+    const pids = new Set(started.map((child) => child.pid!))
+    const workersCpu = () => Pg.processCpuSeconds((pid) => pids.has(pid))
+    const workers0 = workersCpu()
+    const server0 = pg.cpuSeconds()
+    const ms = await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+      const context = yield* Layer.build(Node.client.pipe(Layer.provideMerge(Node.database(url))))
+      const t0 = performance.now()
+      const outcome = yield* Effect.provide(ClusterClient.run({ prompt: "scale", workspace: ws }), context)
+      if (outcome.text !== "root ok") return yield* Effect.die(`unexpected answer ${outcome.text}`)
+      return performance.now() - t0
+    })))
+    const completed = Number(pg.psql(db, "SELECT count(*) FROM fibril_agents WHERE depth = 1 AND status = 'completed'"))
+    if (completed !== count) throw new Error(`${n} worker(s), cap ${cap}: ${completed} of ${count} children completed`)
+    return {
+      n,
+      cap,
+      ms,
+      bound: cap === 0 ? latencyMs : Math.ceil(count / cap) * latencyMs,
+      workersCpuMs: (workersCpu() - workers0) * 1000,
+      serverCpuMs: (pg.cpuSeconds() - server0) * 1000
+    }
+  } finally {
+    for (const child of started) {
+      children.delete(child)
+      child.kill("SIGKILL")
+    }
+  }
+}
+
+const line = (label: string, r: Round) =>
+  `ok   cluster scale (postgres), ${label}: K=${count} x ${latencyMs} ms over ${r.n} worker(s)  makespan=${
+    r.ms.toFixed(0)
+  } ms (${(r.ms / r.bound).toFixed(2)} x its bound of ${r.bound} ms)  ${
+    (count / (r.ms / 1000)).toFixed(1)
+  } agents/s  cpu: workers=${r.workersCpuMs.toFixed(0)} ms postgres=${
+    r.serverCpuMs.toFixed(0)
+  } ms  load average ${load()}`
+
+try {
+  const capped: Array<Round> = []
+  const uncapped: Array<Round> = []
+  for (const n of workerCounts) {
+    capped.push(await round(n, capPerWorker * n))
+    console.log(line(`cap ${capPerWorker} per worker (cluster cap ${capPerWorker * n})`, capped.at(-1)!))
+    uncapped.push(await round(n, 0))
+    console.log(line("no cap", uncapped.at(-1)!))
+  }
+  const speedup = (rounds: ReadonlyArray<Round>, to: number) => rounds[0]!.ms / rounds[to]!.ms
+  const twoCapped = speedup(capped, 1)
+  console.log(
+    `${twoCapped >= 1.8 ? "ok  " : "MISS"} cluster scale, cap ${capPerWorker} per worker: 1 -> 2 workers ${
+      twoCapped.toFixed(2)
+    }x (goal >= 1.8x), 1 -> 3 workers ${speedup(capped, 2).toFixed(2)}x (ideal ${
+      (Math.ceil(count / capPerWorker) / Math.ceil(count / (capPerWorker * 3))).toFixed(2)
+    }x); no cap: 1 -> 2 ${speedup(uncapped, 1).toFixed(2)}x, 1 -> 3 ${
+      speedup(uncapped, 2).toFixed(2)
+    }x (CPU-bound: ${os.cpus().length} CPU(s) for the workers, PostgreSQL and this client)`
+  )
+} finally {
+  for (const child of children) child.kill("SIGKILL")
+  pg.stop()
+  rmSync(ws, { recursive: true, force: true })
+}
+process.exit(0)
