@@ -87,15 +87,6 @@ const outOfMemoryMarker = /heap out of memory|Reached heap limit/
 
 // --- Errors ---
 
-export class ProcessIsolationUnavailable extends Schema.TaggedError<ProcessIsolationUnavailable>()(
-  "ProcessIsolationUnavailable",
-  { reason: Schema.String }
-) {
-  override get message() {
-    return `isolation "process" is not available here: ${this.reason}; accepted: isolation "worktree" or no isolation`
-  }
-}
-
 /** The child's process ended without an answer: it crashed, ran out of memory, or its run failed. */
 export class ChildProcessFailed extends Schema.TaggedError<ChildProcessFailed>()("ChildProcessFailed", {
   pid: Schema.optional(Schema.Int),

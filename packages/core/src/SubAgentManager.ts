@@ -14,7 +14,7 @@ import type * as Receipt from "./Receipt.ts"
 import * as Roles from "./Roles.ts"
 import type { Budgets, PromptError, PromptResult, Session, SessionNotFound } from "./Session.ts"
 import type * as SpawnCheck from "./SpawnCheck.ts"
-import type { AgentNotFound, CapReached, NotOwned, NotResumable } from "./SubAgentErrors.ts"
+import type { AgentNotFound, CapReached, IsolationUnavailable, NotOwned, NotResumable } from "./SubAgentErrors.ts"
 import type { Input, SubAgentRecord } from "./SubAgentRecord.ts"
 import type { SubAgentStore } from "./SubAgentStore.ts"
 import type { ToolRegistry } from "./ToolRegistry.ts"
@@ -23,7 +23,7 @@ import type * as Worktrees from "./Worktrees.ts"
 
 export { bound, defaultMaxResultChars } from "./AgentResult.ts"
 export { requestCancel } from "./internal/manager/ForeignAgents.ts"
-export { AgentNotFound, CapReached, NotOwned, NotResumable } from "./SubAgentErrors.ts"
+export { AgentNotFound, CapReached, IsolationUnavailable, NotOwned, NotResumable } from "./SubAgentErrors.ts"
 
 export interface Options {
   readonly maxConcurrent: number
@@ -84,7 +84,7 @@ export interface SpawnRequest {
 export type Isolation = "worktree" | "process"
 
 /** Why a run of an agent ended without an answer: its session's, or its child process's. */
-export type RunError = PromptError | ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable
+export type RunError = PromptError | ProcessIsolation.ChildProcessFailed | IsolationUnavailable
 
 export type SpawnError =
   | OutputSchema.UnsupportedOutputSchema
@@ -95,10 +95,9 @@ export type SpawnError =
   | CapReached
   | SessionNotFound
   | AgentNotFound
-  | ProcessIsolation.ProcessIsolationUnavailable
+  | IsolationUnavailable
   | Worktrees.NotAGitWorkspace
   | Worktrees.GitFailed
-  | Worktrees.IsolationUnavailable
 
 /** A record as shown to callers (AgentResult.ts): the stored fields plus whether it predates this process. */
 import type { AgentView } from "./AgentResult.ts"

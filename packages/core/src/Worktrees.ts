@@ -37,15 +37,6 @@ export class NotAGitWorkspace extends Schema.TaggedError<NotAGitWorkspace>()("No
   }
 }
 
-export class IsolationUnavailable extends Schema.TaggedError<IsolationUnavailable>()("IsolationUnavailable", {
-  mode: Schema.String,
-  reason: Schema.String
-}) {
-  override get message() {
-    return `isolation "${this.mode}" is not available here: ${this.reason}`
-  }
-}
-
 export class GitFailed extends Schema.TaggedError<GitFailed>()("GitFailed", {
   command: Schema.String,
   exitCode: Schema.Int,

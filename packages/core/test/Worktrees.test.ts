@@ -317,7 +317,13 @@ describe("isolation: worktree", () => {
       assert.include(empty.message, "it has no commit yet")
       const process = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", isolation: "process" }))
       // (process isolation without a host program: ProcessRun's refusal, also before anything starts)
-      assert.strictEqual(process._tag, "ProcessIsolationUnavailable")
+      assert.strictEqual(process._tag, "IsolationUnavailable")
+      // The one isolation refusal: the mode asked, and what this runtime accepts instead.
+      assert.deepStrictEqual(process._tag === "IsolationUnavailable" ? [process.mode, process.accepted] : [], [
+        "process",
+        ["worktree"]
+      ])
+      assert.include(process.message, "accepted here: isolation \"worktree\" or no isolation (omit it)")
       // Nothing was left behind: no agent, no permit held, no worktree.
       assert.deepStrictEqual(yield* manager.list({ includeArchived: true }), [])
       assert.strictEqual(yield* manager.running, 0)

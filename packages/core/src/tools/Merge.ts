@@ -8,6 +8,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
+import { IsolationUnavailable } from "../SubAgentErrors.ts"
 import { SubAgentManager } from "../SubAgentManager.ts"
 import { isTerminal } from "../SubAgentRecord.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
@@ -56,9 +57,10 @@ export const definition = ToolRegistry.define({
     const worktrees = yield* Effect.serviceOption(Worktrees.Worktrees)
     const workspace = yield* Effect.serviceOption(Workspace)
     if (Option.isNone(worktrees) || Option.isNone(workspace)) {
-      return yield* new Worktrees.IsolationUnavailable({
+      return yield* new IsolationUnavailable({
         mode: "worktree",
-        reason: "this runtime has no workspace with worktrees, so there is nothing to merge"
+        reason: "this runtime has no workspace with worktrees, so there is nothing to merge",
+        accepted: []
       })
     }
     const agent = yield* manager.result(id, { block: false })

@@ -9,32 +9,38 @@ import type { AgentSnapshot } from "../../AgentEvents.ts"
 import * as AgentEvents from "../../AgentEvents.ts"
 import * as ProcessIsolation from "../../ProcessIsolation.ts"
 import type { PromptResult } from "../../Session.ts"
+import { IsolationUnavailable } from "../../SubAgentErrors.ts"
 import { firstSnapshot, type LiveAgent } from "./AgentTable.ts"
+import { accepted } from "./isolation.ts"
 import type { ManagerContext } from "./ManagerContext.ts"
 
 /** The host and workspace a process child needs, or why this manager cannot run one. */
 const ready = (
   ctx: ManagerContext
-): { readonly host: ProcessIsolation.Host; readonly cwd: string } | ProcessIsolation.ProcessIsolationUnavailable => {
+): { readonly host: ProcessIsolation.Host; readonly cwd: string } | IsolationUnavailable => {
   const host = ctx.config.processIsolation?.host
   const cwd = ctx.workspaceRoot
   if (host === undefined) {
-    return new ProcessIsolation.ProcessIsolationUnavailable({
-      reason: "this runtime has no host program for child processes (the fibril CLI provides one)"
+    return new IsolationUnavailable({
+      mode: "process",
+      reason: "this runtime has no host program for child processes (the fibril CLI provides one)",
+      accepted: accepted(ctx)
     })
   }
   if (cwd === undefined) {
-    return new ProcessIsolation.ProcessIsolationUnavailable({
-      reason: "this runtime has no workspace for a child process to start in"
+    return new IsolationUnavailable({
+      mode: "process",
+      reason: "this runtime has no workspace for a child process to start in",
+      accepted: accepted(ctx)
     })
   }
   return { host, cwd }
 }
 
 /** Why this manager cannot run a process child (refused at spawn, before anything is created), if it cannot. */
-export const unavailable = (ctx: ManagerContext): ProcessIsolation.ProcessIsolationUnavailable | undefined => {
+export const unavailable = (ctx: ManagerContext): IsolationUnavailable | undefined => {
   const readiness = ready(ctx)
-  return readiness instanceof ProcessIsolation.ProcessIsolationUnavailable ? readiness : undefined
+  return readiness instanceof IsolationUnavailable ? readiness : undefined
 }
 
 export const prompt = (
@@ -43,14 +49,14 @@ export const prompt = (
   message: string,
   /** The model the request named (undefined: the child's catalog chooses, as its parent's would). */
   model: string | undefined
-): Effect.Effect<PromptResult, ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable> =>
+): Effect.Effect<PromptResult, ProcessIsolation.ChildProcessFailed | IsolationUnavailable> =>
   Effect.suspend((): Effect.Effect<
     PromptResult,
-    ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable
+    ProcessIsolation.ChildProcessFailed | IsolationUnavailable
   > => {
     const options = ctx.config.processIsolation ?? ProcessIsolation.defaults
     const readiness = ready(ctx)
-    if (readiness instanceof ProcessIsolation.ProcessIsolationUnavailable) return Effect.fail(readiness)
+    if (readiness instanceof IsolationUnavailable) return Effect.fail(readiness)
     const { cwd, host } = readiness
     const record = agent.record
     const as: AgentSnapshot = firstSnapshot(record)

@@ -6,12 +6,19 @@
  */
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import { IsolationUnavailable } from "../../SubAgentErrors.ts"
 import type { Isolation } from "../../SubAgentManager.ts"
 import type { SubAgentRecord } from "../../SubAgentRecord.ts"
 import * as Workspace from "../../Workspace.ts"
 import * as Worktrees from "../../Worktrees.ts"
 import type { Mutable } from "./AgentTable.ts"
 import type { ManagerContext } from "./ManagerContext.ts"
+
+/** The isolation modes this manager can give: what an IsolationUnavailable says is accepted. */
+export const accepted = (ctx: ManagerContext): Array<Isolation> => [
+  ...(Option.isSome(ctx.worktrees) && ctx.workspace !== undefined ? ["worktree" as const] : []),
+  ...(ctx.config.processIsolation?.host !== undefined && ctx.workspaceRoot !== undefined ? ["process" as const] : [])
+]
 
 /** The worktree of a new isolated agent, started from the tree its parent works in now. */
 export const prepare = (
@@ -20,15 +27,16 @@ export const prepare = (
   agentId: string
 ): Effect.Effect<
   { readonly info: Worktrees.Info; readonly workspace: Workspace.Workspace["Service"] } | undefined,
-  Worktrees.WorktreeError | Worktrees.IsolationUnavailable
+  Worktrees.WorktreeError | IsolationUnavailable
 > => {
   // "process": a process of its own, run by ProcessRun (no worktree).
   if (isolation === undefined || isolation === "process") return Effect.succeed(undefined)
   if (Option.isNone(ctx.worktrees) || ctx.workspace === undefined) {
     return Effect.fail(
-      new Worktrees.IsolationUnavailable({
+      new IsolationUnavailable({
         mode: "worktree",
-        reason: "this runtime has no workspace with worktrees (Worktrees.layer is not provided)"
+        reason: "this runtime has no workspace with worktrees (Worktrees.layer is not provided)",
+        accepted: accepted(ctx)
       })
     )
   }
