@@ -273,6 +273,25 @@ export class Embedded extends Context.Service<Embedded, {
     { readonly agent: AgentView; readonly fiber: Fiber.Fiber<PromptResult, RunError> },
     SpawnError
   >
+  /**
+   * `agent_merge`: an isolated agent's branch (`isolation: "worktree"`, which only this engine
+   * gives) merged into `into` (the caller's tree) or discarded, by its parent (`callerId`;
+   * undefined: the embedder or client, for a top-level agent); its record keeps the outcome.
+   */
+  readonly mergeWorktree: (request: {
+    readonly callerId: string | undefined
+    readonly agentId: string
+    readonly into: string
+    readonly action: "merge" | "discard"
+  }) => Effect.Effect<
+    Worktrees.MergeResult,
+    | AgentNotFound
+    | NotOwned
+    | IsolationUnavailable
+    | Worktrees.NotMergeable
+    | Worktrees.NotTheParent
+    | Worktrees.WorktreeError
+  >
 }>()("@fibril/core/SubAgentManager/Embedded") {}
 
 /**

@@ -49,6 +49,7 @@ import * as Transcript from "../transcript.ts"
 import * as AgentRun from "./AgentRun.ts"
 import { AgentTable, idOf, isLive, type LiveAgent, type Target } from "./AgentTable.ts"
 import * as ForeignAgents from "./ForeignAgents.ts"
+import * as Isolation from "./isolation.ts"
 import { lendWhile, type ManagerContext } from "./ManagerContext.ts"
 
 // --- Session observer ---
@@ -606,6 +607,9 @@ export const make = Effect.fnUntraced(function*(config: Options) {
     ...recordOps(ctx),
     workerRecord
   }
-  const embedded: Embedded["Service"] = { startRoot }
+  const embedded: Embedded["Service"] = {
+    startRoot,
+    mergeWorktree: Effect.fn("SubAgentManager.mergeWorktree")((request) => Isolation.merge(ctx, request))
+  }
   return { manager, embedded }
 })
