@@ -139,7 +139,10 @@ const main = Effect.gen(function*() {
   const exit = yield* Fiber.await(fiber)
   yield* Fiber.interrupt(forward)
   for (const event of yield* PubSub.takeAll(subscription)) write({ type: "event", event })
-  const info = yield* Context.get(context, Session.Session).info(agent.agent_id)
+  const session = Context.get(context, Session.Session)
+  // Its transcript goes back to the parent, which keeps it in its store under the agent's record.
+  write(yield* ProcessIsolation.transcriptLine(yield* session.transcript(agent.agent_id)))
+  const info = yield* session.info(agent.agent_id)
   const counts: ProcessIsolation.RunCounts = {
     model: info.model,
     steps: info.steps,

@@ -8,6 +8,7 @@ import * as Effect from "effect/Effect"
 import type { AgentSnapshot } from "../../AgentEvents.ts"
 import * as AgentEvents from "../../AgentEvents.ts"
 import * as ProcessIsolation from "../../ProcessIsolation.ts"
+import * as Receipt from "../../Receipt.ts"
 import type { PromptResult } from "../../Session.ts"
 import { IsolationUnavailable } from "../../SubAgentErrors.ts"
 import { firstSnapshot, type LiveAgent } from "./AgentTable.ts"
@@ -61,6 +62,8 @@ export const prompt = (
     const record = agent.record
     const as: AgentSnapshot = firstSnapshot(record)
     let rootId: string | undefined
+    let transcript: ReadonlyArray<unknown> | undefined
+    const relativize = ctx.workspace?.relativize ?? ((path: string) => path)
     return ProcessIsolation.run({
       host,
       maxOldSpaceMb: ProcessIsolation.capFor(options, record.role),
@@ -78,9 +81,24 @@ export const prompt = (
         if (event.agent.depth === 0 && (AgentEvents.isTerminal(event.type) || event.type === "spawned")) return
         const relabelled = ProcessIsolation.relabel(event, rootId, as)
         agent.lastProgress = event.at
+        // Its tool calls and the files they changed, in its receipt, as a fiber child's are.
+        if (event.agent.depth === 0 && event.type === "tool_result") {
+          Receipt.toolResult(record, relabelled, relativize)
+        }
         ctx.events.emit(relabelled)
+      },
+      onTranscript: (messages) => {
+        transcript = messages
       }
     }).pipe(
+      // Its transcript into this process's store, under its record's handle (a crash or a
+      // cancel sends none: the process is gone before its end).
+      Effect.onExit(() =>
+        transcript === undefined ? Effect.void : Effect.catch(
+          ctx.store.appendTranscript(record.transcript_handle, transcript),
+          (error) => Effect.logWarning(`agent ${record.agent_id}: its transcript was not kept: ${error.message}`)
+        )
+      ),
       Effect.map(({ counts, text }) => {
         agent.ended = { ...counts, takeUnread: () => [] }
         return {
