@@ -23,6 +23,7 @@ import * as Schema from "effect/Schema"
 import { spawn } from "node:child_process"
 import { createInterface } from "node:readline"
 import type { AgentEvent, AgentSnapshot } from "./AgentEvents.ts"
+import type { ClaimsReport } from "./Claims.ts"
 import * as Transcript from "./internal/transcript.ts"
 import type { Usage } from "./Usage.ts"
 
@@ -76,6 +77,8 @@ export interface RunCounts {
   readonly lastTool: string | undefined
   readonly treeUsage: Usage
   readonly usageSteps: { readonly reported: number; readonly estimated: number }
+  /** A completed answer's claims, checked in the child against its own conversation. */
+  readonly claims?: ClaimsReport | undefined
 }
 
 /** A line the child writes. */
