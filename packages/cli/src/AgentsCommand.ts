@@ -149,17 +149,24 @@ export const nodeLine = (node: TreeNode): string => {
   }]${agent.reason === undefined ? "" : `  — ${agent.reason}`}${worktreeText(agent)}`
 }
 
-/** An isolated agent's worktree and branch (`isolation: "worktree"`). */
-const worktreeText = (agent: SubAgentRecord): string =>
-  agent.worktree === undefined ?
+/**
+ * An isolated agent's worktree and branch (`isolation: "worktree"`): where it is while its
+ * branch waits for agent_merge; once merged or discarded, that, and whether it is gone.
+ */
+const worktreeText = (agent: SubAgentRecord): string => {
+  const worktree = agent.worktree
+  if (worktree === undefined) return ""
+  const counts = worktree.commits === undefined ?
     "" :
-    `  worktree ${agent.worktree.path} on ${agent.worktree.branch}${
-      agent.worktree.commits === undefined
-        ? ""
-        : ` (${agent.worktree.commits} commit${
-          agent.worktree.commits === 1 ? "" : "s"
-        }, ${agent.worktree.files_changed} file${agent.worktree.files_changed === 1 ? "" : "s"} changed)`
-    }`
+    ` (${plural(worktree.commits, "commit")}, ${plural(worktree.files_changed ?? 0, "file")} changed)`
+  if (worktree.state === undefined) return `  worktree ${worktree.path} on ${worktree.branch}${counts}`
+  const left = worktree.removed === true
+    ? "worktree and branch removed"
+    : `kept: worktree ${worktree.path} on ${worktree.branch}`
+  return `  worktree ${worktree.state}${counts}; ${left}`
+}
+
+const plural = (count: number, word: string) => `${count} ${word}${count === 1 ? "" : "s"}`
 
 /** A row that does not decode, as a line of `agents list`. */
 export const unreadableLine = (row: SubAgentStore.Unreadable): string =>

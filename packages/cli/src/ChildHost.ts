@@ -26,6 +26,7 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
+import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
 import * as Schema from "effect/Schema"
 import { once } from "node:events"
@@ -139,14 +140,22 @@ const main = Effect.gen(function*() {
   const exit = yield* Fiber.await(fiber)
   yield* Fiber.interrupt(forward)
   for (const event of yield* PubSub.takeAll(subscription)) write({ type: "event", event })
-  const info = yield* Context.get(context, Session.Session).info(agent.agent_id)
+  const session = Context.get(context, Session.Session)
+  // Its transcript goes back to the parent, which keeps it in its store under the agent's record.
+  write(yield* ProcessIsolation.transcriptLine(yield* session.transcript(agent.agent_id)))
+  const info = yield* session.info(agent.agent_id)
+  const recorded = yield* Effect.option(
+    Context.get(context, SubAgentManager.SubAgentManager).result(agent.agent_id, { block: false })
+  )
   const counts: ProcessIsolation.RunCounts = {
     model: info.model,
     steps: info.steps,
     toolCalls: info.toolCalls,
     lastTool: info.lastTool,
     treeUsage: info.treeUsage,
-    usageSteps: info.usageSteps
+    usageSteps: info.usageSteps,
+    // Checked here, where the conversation is: the parent's record takes them as they are.
+    claims: Option.getOrUndefined(recorded)?.outcome?.claims
   }
   if (Exit.isSuccess(exit)) write({ type: "end", text: exit.value.text, counts })
   else write({ type: "error", reason: Session.describeFailure(exit.cause), counts })

@@ -3,7 +3,7 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import * as Fibril from "@fibril/core/Fibril"
-import { SubAgentManager } from "@fibril/core/SubAgentManager"
+import { Embedded, SubAgentManager } from "@fibril/core/SubAgentManager"
 import { ScriptedModel } from "@fibril/testkit"
 import { Context, Effect, FileSystem, Layer } from "effect"
 import { execFileSync } from "node:child_process"
@@ -13,7 +13,7 @@ import * as DemoWorktrees from "../src/DemoWorktrees.ts"
 const git = (cwd: string, ...args: Array<string>) => execFileSync("git", args, { cwd, encoding: "utf8" }).trim()
 
 describe("fibril agents list", () => {
-  it.effect("shows each isolated agent's worktree and branch, in lines and in --json", () =>
+  it.effect("shows each isolated agent's worktree and branch, in lines and in --json; once merged, that it was", () =>
     Effect.gen(function*() {
       const fs = yield* FileSystem.FileSystem
       const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
@@ -27,6 +27,13 @@ describe("fibril agents list", () => {
           ]
         }]
       } satisfies ScriptedModel.ScriptInput
+      const lines: Array<string> = []
+      const output = { line: (text: string) => Effect.sync(() => void lines.push(text)) }
+      const listed = (json: boolean) =>
+        Effect.suspend(() => {
+          lines.length = 0
+          return AgentsCommand.list(`${root}/.fibril/state`, true, json, output)
+        })
       const agentId = yield* Effect.scoped(Effect.gen(function*() {
         const context = yield* Layer.build(
           Fibril.layer({ cwd: root, store: "file" }).pipe(Layer.provide(ScriptedModel.layer(script)))
@@ -36,20 +43,34 @@ describe("fibril agents list", () => {
           role: "implementer",
           isolation: "worktree"
         })
-        return child.agent_id
+        const id = child.agent_id
+        yield* listed(false)
+        assert.include(
+          lines.find((text) => text.startsWith(id)),
+          `worktree ${root}/.fibril/worktrees/${id} on fibril/${id} (1 commit, 1 file changed)`
+        )
+        yield* listed(true)
+        const [tree] = JSON.parse(lines[0]!) as Array<{ worktree: { branch: string; files_changed: number } }>
+        assert.deepStrictEqual([tree!.worktree.branch, tree!.worktree.files_changed], [`fibril/${id}`, 1])
+        // Merged by its parent (the client: it is a top-level agent): the record says so.
+        yield* Context.get(context, Embedded).mergeWorktree({
+          callerId: undefined,
+          agentId: id,
+          into: root,
+          action: "merge"
+        })
+        return id
       }))
-      const lines: Array<string> = []
-      const output = { line: (text: string) => Effect.sync(() => void lines.push(text)) }
-      yield* AgentsCommand.list(`${root}/.fibril/state`, true, false, output)
-      const line = lines.find((text) => text.startsWith(agentId))
+      // Read back from the store by another process's view: merged, its worktree and branch gone.
+      yield* listed(false)
       assert.include(
-        line,
-        `worktree ${root}/.fibril/worktrees/${agentId} on fibril/${agentId} (1 commit, 1 file changed)`
+        lines.find((text) => text.startsWith(agentId)),
+        "  worktree merged (1 commit, 1 file changed); worktree and branch removed"
       )
-      lines.length = 0
-      yield* AgentsCommand.list(`${root}/.fibril/state`, true, true, output)
-      const [tree] = JSON.parse(lines[0]!) as Array<{ worktree: { branch: string; files_changed: number } }>
-      assert.deepStrictEqual([tree!.worktree.branch, tree!.worktree.files_changed], [`fibril/${agentId}`, 1])
+      yield* listed(true)
+      const [tree] = JSON.parse(lines[0]!) as Array<{ worktree: { state: string; removed: boolean } }>
+      assert.deepStrictEqual([tree!.worktree.state, tree!.worktree.removed], ["merged", true])
+      assert.strictEqual(git(root, "branch", "--list", `fibril/${agentId}`), "")
     }).pipe(Effect.provide(NodeServices.layer)))
 })
 

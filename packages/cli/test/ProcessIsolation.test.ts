@@ -8,6 +8,7 @@ import { AgentEvents, Fibril, SubAgentManager, ToolRegistry } from "@fibril/core
 import { ScriptedModel } from "@fibril/testkit"
 import { Context, Effect, Fiber, FileSystem, Layer, Path, PubSub, type Scope } from "effect"
 import { fileURLToPath } from "node:url"
+import * as AgentsCommand from "../src/AgentsCommand.ts"
 import * as ChildHost from "../src/ChildHost.ts"
 import * as ProcessTools from "./fixtures/processTools.ts"
 
@@ -20,7 +21,13 @@ const toolsModule = fileURLToPath(new URL("./fixtures/processTools.ts", import.m
 const childScript = (pidFile: string): ScriptedModel.ScriptInput => ({
   rules: [
     { match: { prompt: "allocate please" }, turns: [{ tool_calls: [{ name: "allocate" }] }, { text: "never" }] },
-    { match: { prompt: "sibling work" }, turns: [{ text: "sibling done" }] },
+    {
+      match: { prompt: "sibling work" },
+      turns: [
+        { tool_calls: [{ name: "write_file", args: { path: "sibling.txt", content: "by the sibling\n" } }] },
+        { text: "sibling done" }
+      ]
+    },
     {
       match: { prompt: "busy work" },
       turns: [{ tool_calls: [{ name: "busy", args: { ms: 2500 } }] }, { text: "busy done" }]
@@ -70,9 +77,12 @@ const harness = <A>(
     readonly events: AgentEvents.AgentEvents["Service"]
     readonly start: Effect.Effect<Fiber.Fiber<unknown, unknown>>
     readonly pidFile: string
+    readonly cwd: string
   }) => Effect.Effect<A, never, Scope.Scope>,
   options: {
     readonly maxOldSpaceMb?: number
+    /** The parent's store: "file" (SQLite in the workspace, as the CLI has it) or in memory. */
+    readonly store?: "file" | "memory"
     /** The fixture tools in the parent too (a child without isolation runs them there). */
     readonly parentTools?: boolean
   } = {}
@@ -87,6 +97,7 @@ const harness = <A>(
     const context = yield* Layer.build(
       Fibril.layer({
         cwd,
+        store: options.store ?? "memory",
         subagents: {
           processIsolation: {
             host: ChildHost.host(`scripted:${scriptFile}`, undefined, [toolsModule]),
@@ -106,7 +117,8 @@ const harness = <A>(
       manager: Context.get(context, SubAgentManager.SubAgentManager),
       events: Context.get(context, AgentEvents.AgentEvents),
       start: Effect.map(Effect.orDie(roots.startRoot({ prompt: "go" })), ({ fiber }) => fiber),
-      pidFile
+      pidFile,
+      cwd
     })
   }).pipe(Effect.scoped, Effect.provide(NodeServices.layer))
 
@@ -138,7 +150,7 @@ describe("isolation: process", () => {
     () =>
       harness(
         parentScript([spawnCall("allocate please", "process"), spawnCall("sibling work", "process")]),
-        ({ manager, start }) =>
+        ({ cwd, manager, start }) =>
           Effect.gen(function*() {
             const root = yield* start
             yield* Fiber.await(root)
@@ -154,8 +166,25 @@ describe("isolation: process", () => {
             assert.strictEqual(sibling?.outcome?.summary, "sibling done")
             const parent = (yield* manager.list({ includeArchived: true })).find((agent) => agent.depth === 0)
             assert.strictEqual(parent?.status, "completed")
-          }),
-        { maxOldSpaceMb: 96 }
+            // `fibril agents show` / `transcript` on the parent's store: the process child's
+            // receipt (its tool call, the file it wrote) and its transcript, as a fiber child's.
+            const lines: Array<string> = []
+            const output = { line: (text: string) => Effect.sync(() => void lines.push(text)) }
+            yield* Effect.orDie(AgentsCommand.show(`${cwd}/.fibril/state`, sibling!.agent_id, output))
+            const shown = JSON.parse(lines.join("\n")) as {
+              events: ReadonlyArray<{ type: string; tool?: string }>
+              artifacts: ReadonlyArray<{ kind: string; ref: string }>
+            }
+            assert.deepInclude(shown.events.map((event) => [event.type, event.tool]), ["tool_call", "write_file"])
+            assert.deepInclude(shown.artifacts.map((a) => [a.kind, a.ref]), ["file", "sibling.txt"])
+            lines.length = 0
+            yield* Effect.orDie(AgentsCommand.transcript(`${cwd}/.fibril/state`, sibling!.agent_id, output))
+            const text = lines.join("\n")
+            assert.include(text, "sibling work")
+            assert.include(text, "write_file")
+            assert.include(text, "sibling done")
+          }).pipe(Effect.provide(NodeServices.layer)),
+        { maxOldSpaceMb: 96, store: "file" }
       ),
     60_000
   )
@@ -175,6 +204,10 @@ describe("isolation: process", () => {
           }))
           const children = yield* childrenOf(manager)
           assert.deepStrictEqual(children.map((agent) => agent.status), ["completed", "completed"])
+          // An in-memory store keeps the process child's transcript too (agent_eval, handle_read).
+          const busy = children.find((agent) => agent.description === "busy work")!
+          const page = yield* Effect.orDie(manager.readTranscript(busy.transcript_handle, {}))
+          assert.include(JSON.stringify(page), "busy done")
           const steady = seen.filter((event) => event.description === "steady work")
           const busyEnd = seen.findIndex((event) => event.description === "busy work" && event.type === "tool_result")
           const steadyEnd = seen.findIndex((event) => event.description === "steady work" && event.type === "completed")

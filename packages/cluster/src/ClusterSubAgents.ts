@@ -19,7 +19,6 @@
  */
 import * as Models from "@fibril/core/Models"
 import * as OutputSchema from "@fibril/core/OutputSchema"
-import * as ProcessIsolation from "@fibril/core/ProcessIsolation"
 import * as Roles from "@fibril/core/Roles"
 import * as SpawnCheck from "@fibril/core/SpawnCheck"
 import * as SpawnPlan from "@fibril/core/SpawnPlan"
@@ -27,7 +26,6 @@ import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
 import * as ToolRegistry from "@fibril/core/ToolRegistry"
 import * as TranscriptView from "@fibril/core/TranscriptView"
-import * as Worktrees from "@fibril/core/Worktrees"
 import * as Prompt from "effect/ai/Prompt"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
@@ -56,11 +54,14 @@ export { outcomeOf, owner, recordOf, viewOf, workerRecord } from "./internal/vie
  * process per agent is what a worker already is.
  */
 const isolationRefused = (mode: SubAgentManager.Isolation) =>
-  new Worktrees.IsolationUnavailable({
+  new SubAgentManager.IsolationUnavailable({
     mode,
     reason: mode === "worktree"
-      ? "in cluster mode an agent runs on whichever worker claims it, and a worktree would live on that worker's own clone, which the cluster does not manage; spawn it without isolation, or run embedded (without --cluster)"
-      : "in cluster mode every agent already runs in a worker process; spawn it without isolation"
+      ? "in cluster mode an agent runs on whichever worker claims it, and a worktree would live on that worker's own clone, which the cluster does not manage (run embedded, without --cluster, for worktrees)"
+      // A child of the cluster is a workflow any worker may run, resume or take over: there is
+      // no one parent process to own its OS process (docs/subagents.md, "Process isolation").
+      : "in cluster mode a child is a workflow that any worker may run and take over, not a process of its parent (and every agent already runs in a worker process)",
+    accepted: []
   })
 
 /** What a worker (or a client) checks a spawn request against; absent: not checked here. */
@@ -81,15 +82,7 @@ export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnC
     // `allowed_tools` naming tools that exist, a model the runtime serves.
     const tooLong = SpawnCheck.checkText(request)
     if (tooLong !== undefined) return yield* tooLong
-    // A child of the cluster is a workflow any worker may run, resume or take over: there is
-    // no one parent process to own its OS process (docs/subagents.md, "Process isolation").
-    if (request.isolation === "process") {
-      return yield* new ProcessIsolation.ProcessIsolationUnavailable({
-        reason:
-          "in cluster mode a child is a workflow that any worker may run and take over, not a process of its parent"
-      })
-    }
-    if (request.isolation === "worktree") return yield* isolationRefused(request.isolation)
+    if (request.isolation !== undefined) return yield* isolationRefused(request.isolation)
     const { role } = yield* SpawnPlan.resolveRole([], request.role ?? "general", request.allowedTools)
     if (checks.registry !== undefined) {
       yield* SpawnPlan.checkAllowedTools(checks.registry, role.name, request.allowedTools)

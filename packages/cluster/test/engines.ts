@@ -13,11 +13,12 @@
 // Only what legitimately differs between two engines is normalised here: the JSON a model reads
 // (a key whose value is undefined is not in it), ids and the status names of the records.
 import { NodeServices } from "@effect/platform-node"
-import { Fibril, Session, SubAgentManager, ToolRegistry } from "@fibril/core"
+import { Fibril, Roles, Session, SubAgentManager, ToolRegistry } from "@fibril/core"
 import { ScriptedModel } from "@fibril/testkit"
 import { Context, Effect, Exit, Fiber, FileSystem, Layer } from "effect"
 import type { Prompt } from "effect/ai"
 import { TestClock } from "effect/testing"
+import { fileURLToPath } from "node:url"
 import * as ClusterClient from "../src/ClusterClient.ts"
 import { get, setup } from "./support.ts"
 
@@ -62,9 +63,11 @@ export interface Outcome {
 }
 
 export interface Engine {
-  readonly name: "embedded" | "cluster"
+  readonly name: "embedded" | "cluster" | "process"
   /** Does it run on real time (`it.live`) or on the TestClock (`it.effect`)? */
   readonly live: boolean
+  /** The cases (by title) it runs, when not all apply to it (see `processIsolation`). */
+  readonly runs?: (title: string) => boolean
   /** Runs a root agent with `prompt` over `script`; `tools` are registered first. */
   readonly run: (
     script: ScriptedModel.ScriptInput,
@@ -192,4 +195,100 @@ export const cluster: Engine = {
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer), Effect.orDie)
 }
 
-export const engines: ReadonlyArray<Engine> = [embedded, cluster]
+// --- The third way of running a child: `isolation: "process"` ---
+
+/** ChildHost, the program a process child runs in (a path, not an import: cli depends on cluster). */
+const childHost = fileURLToPath(new URL("../../cli/src/ChildHost.ts", import.meta.url))
+
+/**
+ * The children's part of a script, as the file a child process plays: inside its process a
+ * child is the root of its own tree (depth 0), so a rule for depth d >= 1 is for depth d - 1
+ * there, and the root's rules (depth 0) are not its. A rule that is a function (`respond`)
+ * cannot cross into another process: the cases that need one are not run on this engine.
+ */
+const childScript = (script: ScriptedModel.ScriptInput): ScriptedModel.ScriptInput => ({
+  rules: script.rules.flatMap((rule) => {
+    const depth = rule.match?.depth
+    if (depth === 0) return []
+    return depth === undefined ? [rule] : [{ ...rule, match: { ...rule.match, depth: depth - 1 } }]
+  })
+})
+
+/**
+ * The cases the process engine runs. The rest, and why they do not apply:
+ * - they hold a child in the `hold` tool behind an in-memory gate the test opens (agent_open and
+ *   close, send_input, resume, assign, the queue cap, the heartbeat) or script a child with a
+ *   function: neither crosses into another process (a child gets tools only from a module, and
+ *   its script from a file);
+ * - the budgets and output_schema: the child process does not get its parent's per-child
+ *   budgets or the typed-result contract (ProcessIsolation.Start carries neither; documented);
+ * - no child runs at all (max_depth, an unknown role, bad arguments, unknown ids) or it is the
+ *   refusal of isolation where it is not available: nothing of a process child to see.
+ */
+export const processCases = [
+  "task: a completed child's result",
+  "task: a child whose model fails",
+  "agent_spawn, agent_wait, agent_result",
+  "agent_list: the children of the run",
+  "handle_read: a child's transcript",
+  "a provider that reports no usage"
+]
+
+/**
+ * Every child in its own OS process: the embedded engine with `isolation: "process"` for every
+ * role (`roleIsolation`: the scripts' spawns unchanged), children on ChildHost over their part of
+ * the script. Real processes: real time (`it.live`).
+ */
+export const processIsolation: Engine = {
+  name: "process",
+  live: true,
+  runs: (title) => processCases.some((prefix) => title.startsWith(prefix)),
+  run: (script, options = {}) =>
+    Effect.gen(function*() {
+      if ((options.tools ?? []).length > 0) return yield* Effect.die("the process engine takes no in-memory tools")
+      if (script.rules.some((rule) => rule.match?.depth !== 0 && "respond" in rule)) {
+        return yield* Effect.die("a child's rule with `respond` (a function) cannot run in a child process")
+      }
+      const settings = options.settings ?? {}
+      const fs = yield* FileSystem.FileSystem
+      const cwd = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      const scriptFile = `${cwd}/.children.json`
+      yield* fs.writeFileString(scriptFile, JSON.stringify(childScript(script)))
+      const context = yield* Layer.build(
+        Fibril.layer({
+          cwd,
+          session: { maxDepth: settings.maxDepth ?? 1 },
+          subagents: {
+            roleIsolation: Object.fromEntries(Roles.roleNames.map((role) => [role, "process"])),
+            processIsolation: {
+              host: { command: process.execPath, args: [childHost, "--model", `scripted:${scriptFile}`] },
+              maxOldSpaceMb: 256,
+              roleMaxOldSpaceMb: {},
+              nestedDepth: 0
+            }
+          }
+        }).pipe(Layer.provide(ScriptedModel.layer(script)))
+      )
+      const manager = Context.get(context, SubAgentManager.SubAgentManager)
+      const session = Context.get(context, Session.Session)
+      const { agent: root, fiber } = yield* Context.get(context, SubAgentManager.Embedded).startRoot({
+        prompt: options.prompt ?? "go"
+      })
+      const exit = yield* Fiber.await(fiber)
+      const agents = yield* manager.list({ includeArchived: true })
+      return {
+        text: Exit.isSuccess(exit) ? exit.value.text : undefined,
+        toolResults: toolResultsOf(yield* session.transcript(root.agent_id)),
+        agents: agents.map((agent) => ({
+          agentId: agent.agent_id,
+          parentId: agent.parent_id,
+          depth: agent.depth,
+          status: agent.status,
+          reason: agent.reason,
+          tokens: agent.tokens.input + agent.tokens.output
+        }))
+      }
+    }).pipe(Effect.scoped, Effect.provide(NodeServices.layer), Effect.orDie)
+}
+
+export const engines: ReadonlyArray<Engine> = [embedded, cluster, processIsolation]

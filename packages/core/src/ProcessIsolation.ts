@@ -17,11 +17,14 @@
  * The child has its own heap cap (`--max-old-space-size`): a child that runs out of memory
  * kills only its own process, and the parent records the run as `failed` with the reason.
  */
+import type * as Prompt from "effect/ai/Prompt"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import { spawn } from "node:child_process"
 import { createInterface } from "node:readline"
 import type { AgentEvent, AgentSnapshot } from "./AgentEvents.ts"
+import type { ClaimsReport } from "./Claims.ts"
+import * as Transcript from "./internal/transcript.ts"
 import type { Usage } from "./Usage.ts"
 
 /** How a child process is started: the host program (the heap cap is put before its arguments). */
@@ -74,11 +77,15 @@ export interface RunCounts {
   readonly lastTool: string | undefined
   readonly treeUsage: Usage
   readonly usageSteps: { readonly reported: number; readonly estimated: number }
+  /** A completed answer's claims, checked in the child against its own conversation. */
+  readonly claims?: ClaimsReport | undefined
 }
 
 /** A line the child writes. */
 export type Line =
   | { readonly type: "event"; readonly event: AgentEvent }
+  /** Its root's transcript (encoded as a store keeps it), written once, before its end. */
+  | { readonly type: "transcript"; readonly messages: ReadonlyArray<unknown> }
   | { readonly type: "end"; readonly text: string; readonly counts: RunCounts }
   | { readonly type: "error"; readonly reason: string; readonly counts?: RunCounts | undefined }
 
@@ -86,15 +93,6 @@ export type Line =
 const outOfMemoryMarker = /heap out of memory|Reached heap limit/
 
 // --- Errors ---
-
-export class ProcessIsolationUnavailable extends Schema.TaggedError<ProcessIsolationUnavailable>()(
-  "ProcessIsolationUnavailable",
-  { reason: Schema.String }
-) {
-  override get message() {
-    return `isolation "process" is not available here: ${this.reason}; accepted: isolation "worktree" or no isolation`
-  }
-}
 
 /** The child's process ended without an answer: it crashed, ran out of memory, or its run failed. */
 export class ChildProcessFailed extends Schema.TaggedError<ChildProcessFailed>()("ChildProcessFailed", {
@@ -126,7 +124,13 @@ export interface RunRequest {
   readonly onEvent: (event: AgentEvent) => void
   /** The child's pid, once started (tests and receipts). */
   readonly onPid?: ((pid: number) => void) | undefined
+  /** The child's transcript (encoded), when it sends it at its end. */
+  readonly onTranscript?: ((messages: ReadonlyArray<unknown>) => void) | undefined
 }
+
+/** The child's side: its root's transcript as the `transcript` line carries it (the store's encoding). */
+export const transcriptLine = (messages: ReadonlyArray<Prompt.Message>): Effect.Effect<Line> =>
+  Effect.map(Transcript.encode(messages), (encoded) => ({ type: "transcript", messages: encoded }))
 
 const stderrTail = 4_000
 
@@ -162,6 +166,7 @@ export const run = (request: RunRequest): Effect.Effect<
       const line = parseLine(text)
       if (line === undefined) return
       if (line.type === "event") request.onEvent(line.event)
+      else if (line.type === "transcript") request.onTranscript?.(line.messages)
       else last = line
     })
     // A write to a child that died at once is reported by its exit, not here.

@@ -38,3 +38,24 @@ export class NotOwned extends Schema.TaggedError<NotOwned>()("NotOwned", {
     return `sub-agent ${this.agentId} is recorded by another process (${this.owner}); only the process that owns its record can change it`
   }
 }
+
+/** How an agent may be kept apart from its parent (`isolation` on a spawn). */
+export const IsolationMode = Schema.Literals(["worktree", "process"])
+
+/**
+ * The one refusal of an `isolation` this runtime cannot give (both modes, both engines), at
+ * spawn, before anything is created: the mode asked, why not, and the modes it does accept
+ * (none: only a spawn without `isolation`).
+ */
+export class IsolationUnavailable extends Schema.TaggedError<IsolationUnavailable>()("IsolationUnavailable", {
+  mode: IsolationMode,
+  reason: Schema.String,
+  accepted: Schema.Array(IsolationMode)
+}) {
+  override get message() {
+    const modes = this.accepted.map((mode) => `isolation "${mode}"`)
+    return `isolation "${this.mode}" is not available here: ${this.reason}; accepted here: ${
+      [...modes, "no isolation (omit it)"].join(" or ")
+    }`
+  }
+}

@@ -14,7 +14,7 @@ import type * as Receipt from "./Receipt.ts"
 import * as Roles from "./Roles.ts"
 import type { Budgets, PromptError, PromptResult, Session, SessionNotFound } from "./Session.ts"
 import type * as SpawnCheck from "./SpawnCheck.ts"
-import type { AgentNotFound, CapReached, NotOwned, NotResumable } from "./SubAgentErrors.ts"
+import type { AgentNotFound, CapReached, IsolationUnavailable, NotOwned, NotResumable } from "./SubAgentErrors.ts"
 import type { Input, SubAgentRecord } from "./SubAgentRecord.ts"
 import type { SubAgentStore } from "./SubAgentStore.ts"
 import type { ToolRegistry } from "./ToolRegistry.ts"
@@ -23,7 +23,7 @@ import type * as Worktrees from "./Worktrees.ts"
 
 export { bound, defaultMaxResultChars } from "./AgentResult.ts"
 export { requestCancel } from "./internal/manager/ForeignAgents.ts"
-export { AgentNotFound, CapReached, NotOwned, NotResumable } from "./SubAgentErrors.ts"
+export { AgentNotFound, CapReached, IsolationUnavailable, NotOwned, NotResumable } from "./SubAgentErrors.ts"
 
 export interface Options {
   readonly maxConcurrent: number
@@ -84,7 +84,7 @@ export interface SpawnRequest {
 export type Isolation = "worktree" | "process"
 
 /** Why a run of an agent ended without an answer: its session's, or its child process's. */
-export type RunError = PromptError | ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable
+export type RunError = PromptError | ProcessIsolation.ChildProcessFailed | IsolationUnavailable
 
 export type SpawnError =
   | OutputSchema.UnsupportedOutputSchema
@@ -95,10 +95,9 @@ export type SpawnError =
   | CapReached
   | SessionNotFound
   | AgentNotFound
-  | ProcessIsolation.ProcessIsolationUnavailable
+  | IsolationUnavailable
   | Worktrees.NotAGitWorkspace
   | Worktrees.GitFailed
-  | Worktrees.IsolationUnavailable
 
 /** A record as shown to callers (AgentResult.ts): the stored fields plus whether it predates this process. */
 import type { AgentView } from "./AgentResult.ts"
@@ -273,6 +272,25 @@ export class Embedded extends Context.Service<Embedded, {
   readonly startRoot: (request: SpawnRequest) => Effect.Effect<
     { readonly agent: AgentView; readonly fiber: Fiber.Fiber<PromptResult, RunError> },
     SpawnError
+  >
+  /**
+   * `agent_merge`: an isolated agent's branch (`isolation: "worktree"`, which only this engine
+   * gives) merged into `into` (the caller's tree) or discarded, by its parent (`callerId`;
+   * undefined: the embedder or client, for a top-level agent); its record keeps the outcome.
+   */
+  readonly mergeWorktree: (request: {
+    readonly callerId: string | undefined
+    readonly agentId: string
+    readonly into: string
+    readonly action: "merge" | "discard"
+  }) => Effect.Effect<
+    Worktrees.MergeResult,
+    | AgentNotFound
+    | NotOwned
+    | IsolationUnavailable
+    | Worktrees.NotMergeable
+    | Worktrees.NotTheParent
+    | Worktrees.WorktreeError
   >
 }>()("@fibril/core/SubAgentManager/Embedded") {}
 

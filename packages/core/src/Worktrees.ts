@@ -37,15 +37,6 @@ export class NotAGitWorkspace extends Schema.TaggedError<NotAGitWorkspace>()("No
   }
 }
 
-export class IsolationUnavailable extends Schema.TaggedError<IsolationUnavailable>()("IsolationUnavailable", {
-  mode: Schema.String,
-  reason: Schema.String
-}) {
-  override get message() {
-    return `isolation "${this.mode}" is not available here: ${this.reason}`
-  }
-}
-
 export class GitFailed extends Schema.TaggedError<GitFailed>()("GitFailed", {
   command: Schema.String,
   exitCode: Schema.Int,
@@ -57,6 +48,34 @@ export class GitFailed extends Schema.TaggedError<GitFailed>()("GitFailed", {
 }
 
 export type WorktreeError = NotAGitWorkspace | GitFailed
+
+/** `agent_merge` on an agent whose branch cannot be merged (or discarded) now. */
+export class NotMergeable extends Schema.TaggedError<NotMergeable>()("NotMergeable", {
+  agentId: Schema.String,
+  reason: Schema.String
+}) {
+  override get message() {
+    return `agent ${this.agentId} cannot be merged: ${this.reason}`
+  }
+}
+
+/**
+ * `agent_merge` by an agent that is not the isolated agent's parent: a branch is merged into
+ * the tree of the agent that asked for the work, never into a sibling's or a stranger's.
+ */
+export class NotTheParent extends Schema.TaggedError<NotTheParent>()("NotTheParent", {
+  agentId: Schema.String,
+  /** Its parent (undefined: a top-level agent, merged by the embedder or MCP client). */
+  parentId: Schema.optional(Schema.String),
+  /** Who asked (undefined: the embedder or MCP client). */
+  callerId: Schema.optional(Schema.String)
+}) {
+  override get message() {
+    const parent = this.parentId === undefined ? "a top-level agent" : `a child of ${this.parentId}`
+    const caller = this.callerId === undefined ? "the client" : this.callerId
+    return `agent ${this.agentId} is ${parent}, not of ${caller}: only the agent that spawned it can merge or discard its branch`
+  }
+}
 
 // --- Data ---
 
@@ -73,7 +92,11 @@ export const Info = Schema.Struct({
   commits: Schema.optionalKey(Schema.Int),
   files_changed: Schema.optionalKey(Schema.Int),
   insertions: Schema.optionalKey(Schema.Int),
-  deletions: Schema.optionalKey(Schema.Int)
+  deletions: Schema.optionalKey(Schema.Int),
+  /** Set by `agent_merge`: its branch was merged into its parent's tree, or discarded. */
+  state: Schema.optionalKey(Schema.Literals(["merged", "discarded"])),
+  /** With `state`: whether the worktree and branch were removed (false: kept, retention). */
+  removed: Schema.optionalKey(Schema.Boolean)
 })
 export type Info = typeof Info.Type
 
@@ -84,7 +107,11 @@ export const Summary = Schema.Struct({
   commits: Schema.Int,
   files_changed: Schema.Int,
   insertions: Schema.Int,
-  deletions: Schema.Int
+  deletions: Schema.Int,
+  /** open: its branch waits for agent_merge; merged or discarded: agent_merge was done with it. */
+  state: Schema.Literals(["open", "merged", "discarded"]),
+  /** With merged or discarded: whether the worktree and branch are gone (false: kept). */
+  removed: Schema.optionalKey(Schema.Boolean)
 })
 export type Summary = typeof Summary.Type
 
@@ -94,8 +121,16 @@ export const summaryOf = (info: Info): Summary => ({
   commits: info.commits ?? 0,
   files_changed: info.files_changed ?? 0,
   insertions: info.insertions ?? 0,
-  deletions: info.deletions ?? 0
+  deletions: info.deletions ?? 0,
+  state: info.state ?? "open",
+  ...(info.removed === undefined ? {} : { removed: info.removed })
 })
+
+/** The record's worktree after `agent_merge`: merged (an empty branch too) or discarded, and removed or kept. */
+export const settled = (info: Info, result: MergeResult): Info =>
+  result.outcome === "conflict"
+    ? info
+    : { ...info, state: result.outcome === "discarded" ? "discarded" : "merged", removed: result.removed }
 
 export const Hunk = Schema.Struct({
   /** The merged file's text before the conflict. */

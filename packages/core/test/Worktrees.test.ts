@@ -184,6 +184,119 @@ describe("isolation: worktree", () => {
       }).pipe(provideNode)
   )
 
+  it.effect("agent_merge: only the parent may merge; the record then says merged or discarded, and a second merge is refused", () =>
+    Effect.gen(function*() {
+      const root = yield* repository()
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      const write = (file: string): ScriptedModel.Turn => ({
+        tool_calls: [{ name: "write_file", args: { path: file, content: `${file}\n` } }]
+      })
+      let stranger = ""
+      let seen: ReadonlyArray<Result> = []
+      const { get } = yield* setup(
+        {
+          rules: [
+            { match: { prompt: "[X]" }, turns: [write("x.txt"), { text: report("wrote x.txt") }] },
+            { match: { prompt: "[Y]" }, turns: [write("y.txt"), { text: report("wrote y.txt") }] },
+            {
+              match: { depth: 0 },
+              respond: (conversation): ScriptedModel.Turn => {
+                const results = conversation.toolResults
+                const own = (results[0]?.result as { agent_id?: string } | undefined)?.agent_id ?? "missing"
+                const merge = (agent_id: string, action?: string) => ({
+                  name: "agent_merge",
+                  args: { agent_id, ...(action ? { action } : {}) }
+                })
+                switch (conversation.turn) {
+                  case 0:
+                    return {
+                      tool_calls: [{
+                        name: "task",
+                        args: {
+                          description: "x",
+                          prompt: "[X] write",
+                          subagent_type: "implementer",
+                          isolation: "worktree"
+                        }
+                      }]
+                    }
+                  case 1:
+                    // Another agent's child (here a top-level one).
+                    return { tool_calls: [merge(stranger)] }
+                  case 2:
+                    // Its own, twice in one turn (the calls run concurrently): one merge.
+                    return { tool_calls: [merge(own), merge(own)] }
+                  case 3:
+                    // Merged already: discarding it is refused too.
+                    return { tool_calls: [merge(own, "discard")] }
+                  case 4:
+                    return { tool_calls: [{ name: "agent_list", args: {} }] }
+                  default:
+                    seen = results
+                    return { text: report("merged mine") }
+                }
+              }
+            }
+          ]
+        },
+        {},
+        { root }
+      )
+      const manager = get(SubAgentManager)
+      // A top-level isolated agent: its parent is the client, not the root session below.
+      const other = yield* manager.run(undefined, { prompt: "[Y] write", role: "implementer", isolation: "worktree" })
+      stranger = other.agent_id
+      const session = get(Session)
+      const parent = yield* session.create({ role: "general" })
+      yield* session.prompt(parent.id, "delegate")
+      const merges = seen.filter((r) => r.name === "agent_merge")
+      const tags = merges.map((r) => [
+        r.isFailure,
+        (r.result as { error?: string; outcome?: string }).error ??
+          (r.result as { outcome: string }).outcome
+      ])
+      assert.deepStrictEqual(tags[0], [true, "NotTheParent"])
+      assert.sameDeepMembers(tags.slice(1, 3), [[false, "merged"], [true, "NotMergeable"]])
+      assert.deepStrictEqual(tags[3], [true, "NotMergeable"])
+      const own = (seen[0]!.result as { agent_id: string }).agent_id
+      assert.include(
+        (merges[0]!.result as { message: string }).message,
+        `agent ${stranger} is a top-level agent, not of ${parent.id}: only the agent that spawned it`
+      )
+      assert.include(
+        (merges[3]!.result as { message: string }).message,
+        `its branch fibril/${own} was merged already and removed`
+      )
+      // The stranger's tree was not touched; the child's change is in the parent's files.
+      assert.isFalse(yield* fs.exists(path.join(root, "y.txt")))
+      assert.strictEqual(yield* fs.readFileString(path.join(root, "x.txt")), "x.txt\n")
+      // Its record says merged and removed, in agent_list and in the record; the stranger's is open.
+      const listed = (lastOf(seen, "agent_list").result as {
+        agents: ReadonlyArray<{ agent_id: string; worktree?: { state: string; removed?: boolean } }>
+      }).agents
+      assert.deepStrictEqual(listed.find((agent) => agent.agent_id === own)?.worktree?.state, "merged")
+      const record = yield* manager.result(own, { block: false })
+      assert.deepStrictEqual([record.worktree?.state, record.worktree?.removed], ["merged", true])
+      assert.deepStrictEqual(git(root, "branch", "--list", `fibril/${own}`), "")
+      // The client (no caller) is the stranger's parent: it may discard it, and the record says so.
+      const embedded = get(SubAgentManagerModule.Embedded)
+      const notMine = yield* Effect.flip(
+        embedded.mergeWorktree({ callerId: undefined, agentId: own, into: root, action: "merge" })
+      )
+      assert.strictEqual(notMine._tag, "NotTheParent")
+      const dropped = yield* embedded.mergeWorktree({
+        callerId: undefined,
+        agentId: stranger,
+        into: root,
+        action: "discard"
+      })
+      assert.deepStrictEqual([dropped.outcome, dropped.removed], ["discarded", true])
+      const gone = yield* manager.result(stranger, { block: false })
+      assert.deepStrictEqual([gone.worktree?.state, gone.worktree?.removed], ["discarded", true])
+      assert.isFalse(yield* fs.exists(other.worktree!.path))
+    }).pipe(provideNode))
+
   it.effect("an isolated child cannot write outside its worktree; a nested child works inside it", () =>
     Effect.gen(function*() {
       const root = yield* repository()
@@ -317,7 +430,13 @@ describe("isolation: worktree", () => {
       assert.include(empty.message, "it has no commit yet")
       const process = yield* Effect.flip(manager.spawn(undefined, { prompt: "x", isolation: "process" }))
       // (process isolation without a host program: ProcessRun's refusal, also before anything starts)
-      assert.strictEqual(process._tag, "ProcessIsolationUnavailable")
+      assert.strictEqual(process._tag, "IsolationUnavailable")
+      // The one isolation refusal: the mode asked, and what this runtime accepts instead.
+      assert.deepStrictEqual(process._tag === "IsolationUnavailable" ? [process.mode, process.accepted] : [], [
+        "process",
+        ["worktree"]
+      ])
+      assert.include(process.message, "accepted here: isolation \"worktree\" or no isolation (omit it)")
       // Nothing was left behind: no agent, no permit held, no worktree.
       assert.deepStrictEqual(yield* manager.list({ includeArchived: true }), [])
       assert.strictEqual(yield* manager.running, 0)

@@ -8,20 +8,14 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { text } from "../internal/resource.ts"
-import { SubAgentManager } from "../SubAgentManager.ts"
-import { isTerminal } from "../SubAgentRecord.ts"
+import { IsolationUnavailable } from "../SubAgentErrors.ts"
+import { Embedded, SubAgentManager } from "../SubAgentManager.ts"
 import * as ToolRegistry from "../ToolRegistry.ts"
 import { Workspace } from "../Workspace.ts"
 import * as Worktrees from "../Worktrees.ts"
 
-export class NotMergeable extends Schema.TaggedError<NotMergeable>()("NotMergeable", {
-  agentId: Schema.String,
-  reason: Schema.String
-}) {
-  override get message() {
-    return `agent ${this.agentId} cannot be merged: ${this.reason}`
-  }
-}
+/** Kept here too: `agent_merge`'s refusals are Worktrees'. */
+export const NotMergeable = Worktrees.NotMergeable
 
 export const MergeParameters = Schema.Struct({
   agent_id: Schema.optionalKey(Schema.String.annotate({ description: "The isolated sub-agent's id or session name" })),
@@ -47,36 +41,30 @@ export const definition = ToolRegistry.define({
     idempotent: false,
     openWorld: false
   },
-  handler: Effect.fn("tool.agent_merge")(function*(params) {
-    const manager = yield* SubAgentManager
+  handler: Effect.fn("tool.agent_merge")(function*(params, context) {
     const id = params.agent_id ?? params.id
     if (id === undefined || id.length === 0) {
-      return yield* new NotMergeable({ agentId: "", reason: "agent_id is required (the id from task or agent_spawn)" })
+      return yield* new Worktrees.NotMergeable({
+        agentId: "",
+        reason: "agent_id is required (the id from task or agent_spawn)"
+      })
     }
-    const worktrees = yield* Effect.serviceOption(Worktrees.Worktrees)
+    // Worktrees are the embedded engine's alone (the cluster refuses them at spawn).
+    const embedded = yield* Effect.serviceOption(Embedded)
     const workspace = yield* Effect.serviceOption(Workspace)
-    if (Option.isNone(worktrees) || Option.isNone(workspace)) {
-      return yield* new Worktrees.IsolationUnavailable({
+    if (Option.isNone(embedded) || Option.isNone(workspace)) {
+      return yield* new IsolationUnavailable({
         mode: "worktree",
-        reason: "this runtime has no workspace with worktrees, so there is nothing to merge"
+        reason: "this runtime has no workspace with worktrees, so there is nothing to merge",
+        accepted: []
       })
     }
-    const agent = yield* manager.result(id, { block: false })
-    const info = agent.worktree
-    if (info === undefined) {
-      return yield* new NotMergeable({
-        agentId: agent.agent_id,
-        reason: "it was not spawned with isolation \"worktree\""
-      })
-    }
-    if (!isTerminal(agent.status)) {
-      return yield* new NotMergeable({
-        agentId: agent.agent_id,
-        reason: `it is ${agent.status}; wait for it (agent_wait) so its changes are committed first`
-      })
-    }
-    return params.action === "discard"
-      ? yield* worktrees.value.discard(agent.agent_id, info)
-      : yield* worktrees.value.merge(workspace.value.root, agent.agent_id, info)
+    const manager = yield* SubAgentManager
+    return yield* embedded.value.mergeWorktree({
+      callerId: context.sessionId,
+      agentId: yield* manager.resolve(id),
+      into: workspace.value.root,
+      action: params.action ?? "merge"
+    })
   })
 })

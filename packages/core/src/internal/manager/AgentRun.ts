@@ -177,7 +177,8 @@ export const start = Effect.fnUntraced(function*(
   if (isolated !== undefined) agent.record.worktree = isolated.info
   ctx.table.started()
   yield* ctx.store.put(agent.record)
-  yield* persistStart(ctx, agent)
+  // A process child's transcript is its process's, kept at its end (ProcessRun).
+  if (isolation !== "process") yield* persistStart(ctx, agent)
   const detached = agent.record.detached
   if (!detached && parentId !== undefined) ctx.table.addChild(ctx.table.cancelReaches, parentId, agent)
   const run = runAgent(

@@ -8,33 +8,40 @@ import * as Effect from "effect/Effect"
 import type { AgentSnapshot } from "../../AgentEvents.ts"
 import * as AgentEvents from "../../AgentEvents.ts"
 import * as ProcessIsolation from "../../ProcessIsolation.ts"
+import * as Receipt from "../../Receipt.ts"
 import type { PromptResult } from "../../Session.ts"
+import { IsolationUnavailable } from "../../SubAgentErrors.ts"
 import { firstSnapshot, type LiveAgent } from "./AgentTable.ts"
+import { accepted } from "./isolation.ts"
 import type { ManagerContext } from "./ManagerContext.ts"
 
 /** The host and workspace a process child needs, or why this manager cannot run one. */
 const ready = (
   ctx: ManagerContext
-): { readonly host: ProcessIsolation.Host; readonly cwd: string } | ProcessIsolation.ProcessIsolationUnavailable => {
+): { readonly host: ProcessIsolation.Host; readonly cwd: string } | IsolationUnavailable => {
   const host = ctx.config.processIsolation?.host
   const cwd = ctx.workspaceRoot
   if (host === undefined) {
-    return new ProcessIsolation.ProcessIsolationUnavailable({
-      reason: "this runtime has no host program for child processes (the fibril CLI provides one)"
+    return new IsolationUnavailable({
+      mode: "process",
+      reason: "this runtime has no host program for child processes (the fibril CLI provides one)",
+      accepted: accepted(ctx)
     })
   }
   if (cwd === undefined) {
-    return new ProcessIsolation.ProcessIsolationUnavailable({
-      reason: "this runtime has no workspace for a child process to start in"
+    return new IsolationUnavailable({
+      mode: "process",
+      reason: "this runtime has no workspace for a child process to start in",
+      accepted: accepted(ctx)
     })
   }
   return { host, cwd }
 }
 
 /** Why this manager cannot run a process child (refused at spawn, before anything is created), if it cannot. */
-export const unavailable = (ctx: ManagerContext): ProcessIsolation.ProcessIsolationUnavailable | undefined => {
+export const unavailable = (ctx: ManagerContext): IsolationUnavailable | undefined => {
   const readiness = ready(ctx)
-  return readiness instanceof ProcessIsolation.ProcessIsolationUnavailable ? readiness : undefined
+  return readiness instanceof IsolationUnavailable ? readiness : undefined
 }
 
 export const prompt = (
@@ -43,18 +50,20 @@ export const prompt = (
   message: string,
   /** The model the request named (undefined: the child's catalog chooses, as its parent's would). */
   model: string | undefined
-): Effect.Effect<PromptResult, ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable> =>
+): Effect.Effect<PromptResult, ProcessIsolation.ChildProcessFailed | IsolationUnavailable> =>
   Effect.suspend((): Effect.Effect<
     PromptResult,
-    ProcessIsolation.ChildProcessFailed | ProcessIsolation.ProcessIsolationUnavailable
+    ProcessIsolation.ChildProcessFailed | IsolationUnavailable
   > => {
     const options = ctx.config.processIsolation ?? ProcessIsolation.defaults
     const readiness = ready(ctx)
-    if (readiness instanceof ProcessIsolation.ProcessIsolationUnavailable) return Effect.fail(readiness)
+    if (readiness instanceof IsolationUnavailable) return Effect.fail(readiness)
     const { cwd, host } = readiness
     const record = agent.record
     const as: AgentSnapshot = firstSnapshot(record)
     let rootId: string | undefined
+    let transcript: ReadonlyArray<unknown> | undefined
+    const relativize = ctx.workspace?.relativize ?? ((path: string) => path)
     return ProcessIsolation.run({
       host,
       maxOldSpaceMb: ProcessIsolation.capFor(options, record.role),
@@ -72,9 +81,24 @@ export const prompt = (
         if (event.agent.depth === 0 && (AgentEvents.isTerminal(event.type) || event.type === "spawned")) return
         const relabelled = ProcessIsolation.relabel(event, rootId, as)
         agent.lastProgress = event.at
+        // Its tool calls and the files they changed, in its receipt, as a fiber child's are.
+        if (event.agent.depth === 0 && event.type === "tool_result") {
+          Receipt.toolResult(record, relabelled, relativize)
+        }
         ctx.events.emit(relabelled)
+      },
+      onTranscript: (messages) => {
+        transcript = messages
       }
     }).pipe(
+      // Its transcript into this process's store, under its record's handle (a crash or a
+      // cancel sends none: the process is gone before its end).
+      Effect.onExit(() =>
+        transcript === undefined ? Effect.void : Effect.catch(
+          ctx.store.appendTranscript(record.transcript_handle, transcript),
+          (error) => Effect.logWarning(`agent ${record.agent_id}: its transcript was not kept: ${error.message}`)
+        )
+      ),
       Effect.map(({ counts, text }) => {
         agent.ended = { ...counts, takeUnread: () => [] }
         return {

@@ -49,6 +49,7 @@ import * as Transcript from "../transcript.ts"
 import * as AgentRun from "./AgentRun.ts"
 import { AgentTable, idOf, isLive, type LiveAgent, type Target } from "./AgentTable.ts"
 import * as ForeignAgents from "./ForeignAgents.ts"
+import * as Isolation from "./isolation.ts"
 import { lendWhile, type ManagerContext } from "./ManagerContext.ts"
 
 // --- Session observer ---
@@ -425,13 +426,16 @@ const recordOps = (ctx: ManagerContext) => {
       Effect.catchTag("AgentNotFound", () => Effect.fail(new AgentNotFound({ agentId: handle })))
     )
     const record = isLive(target) ? target.record : target
-    const live = isLive(target) ? yield* Effect.option(ctx.session.transcript(record.agent_id)) : Option.none()
-    const messages = ctx.store.durable || Option.isNone(live)
-      ? yield* Effect.orElseSucceed(
-        Effect.flatMap(ctx.store.readTranscript(record.transcript_handle), Transcript.decode),
-        () => [] as ReadonlyArray<Prompt.Message>
-      )
-      : live.value
+    const stored = yield* Effect.orElseSucceed(
+      Effect.flatMap(ctx.store.readTranscript(record.transcript_handle), Transcript.decode),
+      () => [] as ReadonlyArray<Prompt.Message>
+    )
+    // An in-memory store keeps only a process child's transcript (sent at its end); the
+    // session holds every other live agent's.
+    const live = ctx.store.durable || stored.length > 0 || !isLive(target)
+      ? Option.none()
+      : yield* Effect.option(ctx.session.transcript(record.agent_id))
+    const messages = Option.isSome(live) ? live.value : stored
     return TranscriptView.page(messages, {
       handle: record.transcript_handle,
       agentId: record.agent_id,
@@ -606,6 +610,9 @@ export const make = Effect.fnUntraced(function*(config: Options) {
     ...recordOps(ctx),
     workerRecord
   }
-  const embedded: Embedded["Service"] = { startRoot }
+  const embedded: Embedded["Service"] = {
+    startRoot,
+    mergeWorktree: Effect.fn("SubAgentManager.mergeWorktree")((request) => Isolation.merge(ctx, request))
+  }
   return { manager, embedded }
 })
