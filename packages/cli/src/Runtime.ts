@@ -54,6 +54,7 @@ export const layer = (options: Options) => {
     subagents: options.maxConcurrent === undefined ? subagents : { ...subagents, maxConcurrent: options.maxConcurrent },
     tools: options.settings.tools,
     deny: options.settings.permissions.deny,
+    ask: options.settings.permissions.ask,
     sandbox: options.settings.sandbox
   }).pipe(
     Layer.provideMerge(

@@ -56,6 +56,7 @@ import {
   withSeedAliases,
   wrongType
 } from "./internal/configFile.ts"
+import { postures } from "./Permission.ts"
 import * as Trust from "./Trust.ts"
 
 // ---------------------------------------------------------------------------
@@ -112,6 +113,15 @@ export interface ToolSettings {
 export interface PermissionSettings {
   /** Tool names that are never offered to any agent (env: comma-separated). */
   readonly deny: ReadonlyArray<string>
+  /** Tool names and postures whose calls wait for a person's answer (Approvals.ts). */
+  readonly ask?: ReadonlyArray<string> | undefined
+  /** How long a question waits before it is a denial; unset: 300 s. */
+  readonly askTimeoutSecs?: number | undefined
+  /** One turn starting more agents than this, or costing more (est.), asks first; unset: never. */
+  readonly fanOutMaxAgents?: number | undefined
+  readonly fanOutMaxUsd?: number | undefined
+  /** model id -> US dollars per million tokens, for fan-out estimates. */
+  readonly usdPerMtok?: Readonly<Record<string, number>> | undefined
 }
 
 /**
@@ -439,6 +449,23 @@ const readSettings = Effect.fnUntraced(function*(
         "permissions.deny",
         accepts.deny,
         (name) => Config.Array(Schema.String, name).pipe(Config.withDefault(d.permissions.deny))
+      ),
+      ask: yield* read(
+        "permissions.ask",
+        accepts.ask,
+        (name) => Config.Array(Schema.String, name).pipe(Config.withDefault([]))
+      ),
+      askTimeoutSecs: optional("permissions.ask_timeout_secs"),
+      fanOutMaxAgents: optional("permissions.fan_out_max_agents"),
+      fanOutMaxUsd: yield* read(
+        "permissions.fan_out_max_usd",
+        accepts.usd,
+        (name) => Config.option(Config.Number(name)).pipe(Config.map(Option.getOrUndefined))
+      ),
+      usdPerMtok: yield* read(
+        "permissions.usd_per_mtok",
+        accepts.prices,
+        (name) => Config.Record(Schema.String, Schema.Number, name).pipe(Config.withDefault({}))
       )
     },
     sandbox: {
@@ -561,6 +588,12 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
     sourceOf
   )
   const known = options.knownTools ?? fibrilTools
+  const askable = [...known, ...postures]
+  const unknownAsked = unknownTools(settings.permissions.ask ?? [], askable)
+  if (unknownAsked.length > 0) {
+    const source = sourceOf("permissions.ask")
+    return yield* new ConfigUnknownTool({ key: "permissions.ask", source, unknown: unknownAsked, known: askable })
+  }
   const unknownDenied = unknownTools(settings.permissions.deny, known)
   if (unknownDenied.length > 0) {
     return yield* new ConfigUnknownTool({

@@ -96,7 +96,11 @@ export class ConfigUnknownTool extends Schema.TaggedError<ConfigUnknownTool>()("
     )
     return `${this.key} (${this.source}) names ${names.length === 1 ? "an unknown tool" : "unknown tools"}: ${
       names.join(", ")
-    }; a denial that matches no tool denies nothing. Known tools: ${this.known.join(", ")}`
+    }; ${
+      this.key === "permissions.ask"
+        ? "an ask entry that matches no tool or posture asks nothing. Known tools and postures"
+        : "a denial that matches no tool denies nothing. Known tools"
+    }: ${this.known.join(", ")}`
   }
 }
 
@@ -135,7 +139,8 @@ export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> 
   "subagents.models": "any",
   "subagents.isolation": "any",
   tools: ["shell_timeout_secs", "max_output_chars"],
-  permissions: ["deny"],
+  permissions: ["deny", "ask", "ask_timeout_secs", "fan_out_max_agents", "fan_out_max_usd"],
+  "permissions.usd_per_mtok": "any",
   sandbox: ["mode", "network", "writable_paths", "bwrap_path", "tmp_size_mb", "max_processes", "memory_mb"],
   "sandbox.roles": [],
   "sandbox.roles.*": ["mode", "network", "writable_paths"],
