@@ -134,8 +134,11 @@ export const gate = (
 export type Ask = Omit<Question, "id" | "askedAt">
 
 export interface Service {
-  /** Waits for the answer (a denial on timeout); interrupting it withdraws the question. */
-  readonly ask: (request: Ask) => Effect.Effect<Decided>
+  /**
+   * Waits for the answer (a denial on timeout); interrupting it withdraws the question.
+   * `onAsked` is called once the question waits for a person (not for one decided at once).
+   */
+  readonly ask: (request: Ask, onAsked?: (question: Question) => void) => Effect.Effect<Decided>
   readonly decide: (id: string, answer: Answer) => Effect.Effect<void, UnknownQuestion>
   /** The questions waiting now, oldest first. */
   readonly pending: Effect.Effect<ReadonlyArray<Question>>
@@ -197,7 +200,7 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
     by: "timeout"
   })
 
-  const ask = Effect.fn("Approvals.ask")(function*(request: Ask) {
+  const ask = Effect.fn("Approvals.ask")(function*(request: Ask, onAsked?: (question: Question) => void) {
     const question = yield* questionOf(request)
     if (covers(standing, question.path, question.tool)) {
       return yield* decidedNow(question, { decision: "allow", by: "standing answer" })
@@ -207,6 +210,7 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
     const answer = yield* Deferred.make<Answer>()
     pending.set(question.id, { question, answer })
     yield* PubSub.publish(asked, question)
+    onAsked?.(question)
     const given = yield* Deferred.await(answer).pipe(
       Effect.timeoutOrElse({ duration: timeout, orElse: () => Effect.succeed(timedOut()) }),
       Effect.ensuring(Effect.sync(() => pending.delete(question.id)))

@@ -41,6 +41,9 @@ import {
   sandboxModesAccepted
 } from "./internal/configBounds.ts"
 import {
+  approvalConfigs,
+  approvalDefaults,
+  type ApprovalSettings,
   type ConfigFile,
   type ConfigFileError,
   ConfigInvalid,
@@ -51,12 +54,12 @@ import {
   locate,
   originsOf,
   readToml,
+  unknownAsked,
   unknownKeys,
   unknownTools,
   withSeedAliases,
   wrongType
 } from "./internal/configFile.ts"
-import { postures } from "./Permission.ts"
 import * as Trust from "./Trust.ts"
 
 // ---------------------------------------------------------------------------
@@ -110,18 +113,9 @@ export interface ToolSettings {
 }
 
 /** `[permissions]`. */
-export interface PermissionSettings {
+export interface PermissionSettings extends ApprovalSettings {
   /** Tool names that are never offered to any agent (env: comma-separated). */
   readonly deny: ReadonlyArray<string>
-  /** Tool names and postures whose calls wait for a person's answer (Approvals.ts). */
-  readonly ask?: ReadonlyArray<string> | undefined
-  /** How long a question waits before it is a denial; unset: 300 s. */
-  readonly askTimeoutSecs?: number | undefined
-  /** One turn starting more agents than this, or costing more (est.), asks first; unset: never. */
-  readonly fanOutMaxAgents?: number | undefined
-  readonly fanOutMaxUsd?: number | undefined
-  /** model id -> US dollars per million tokens, for fan-out estimates. */
-  readonly usdPerMtok?: Readonly<Record<string, number>> | undefined
 }
 
 /**
@@ -243,7 +237,7 @@ export const defaults: Settings = {
     isolation: {}
   },
   tools: { shellTimeoutSecs: 120, maxOutputChars: 30_000 },
-  permissions: { deny: [] },
+  permissions: { deny: [], ...approvalDefaults },
   sandbox: {
     mode: "workspace-write",
     network: false,
@@ -450,23 +444,11 @@ const readSettings = Effect.fnUntraced(function*(
         accepts.deny,
         (name) => Config.Array(Schema.String, name).pipe(Config.withDefault(d.permissions.deny))
       ),
-      ask: yield* read(
-        "permissions.ask",
-        accepts.ask,
-        (name) => Config.Array(Schema.String, name).pipe(Config.withDefault([]))
-      ),
+      ask: yield* read("permissions.ask", accepts.ask, approvalConfigs.names),
       askTimeoutSecs: optional("permissions.ask_timeout_secs"),
       fanOutMaxAgents: optional("permissions.fan_out_max_agents"),
-      fanOutMaxUsd: yield* read(
-        "permissions.fan_out_max_usd",
-        accepts.usd,
-        (name) => Config.option(Config.Number(name)).pipe(Config.map(Option.getOrUndefined))
-      ),
-      usdPerMtok: yield* read(
-        "permissions.usd_per_mtok",
-        accepts.prices,
-        (name) => Config.Record(Schema.String, Schema.Number, name).pipe(Config.withDefault({}))
-      )
+      fanOutMaxUsd: yield* read("permissions.fan_out_max_usd", accepts.usd, approvalConfigs.usd),
+      usdPerMtok: yield* read("permissions.usd_per_mtok", accepts.prices, approvalConfigs.prices)
     },
     sandbox: {
       mode: yield* read(
@@ -588,12 +570,8 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
     sourceOf
   )
   const known = options.knownTools ?? fibrilTools
-  const askable = [...known, ...postures]
-  const unknownAsked = unknownTools(settings.permissions.ask ?? [], askable)
-  if (unknownAsked.length > 0) {
-    const source = sourceOf("permissions.ask")
-    return yield* new ConfigUnknownTool({ key: "permissions.ask", source, unknown: unknownAsked, known: askable })
-  }
+  const unknownAsk = unknownAsked(settings.permissions.ask, known, sourceOf("permissions.ask"))
+  if (unknownAsk !== undefined) return yield* unknownAsk
   const unknownDenied = unknownTools(settings.permissions.deny, known)
   if (unknownDenied.length > 0) {
     return yield* new ConfigUnknownTool({

@@ -19,8 +19,9 @@ import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { AgentEvent, AgentEvents } from "../AgentEvents.ts"
+import * as Approvals from "../Approvals.ts"
 import * as Parts from "../internal/parts.ts"
-import type * as Permission from "../Permission.ts"
+import * as Permission from "../Permission.ts"
 import type { Callable, RegisteredTool, ToolErrorLike, ToolRegistry, ToolView } from "../ToolRegistry.ts"
 import type { ToolCall } from "./ResolveTurn.ts"
 import { eventOf, type SessionState } from "./State.ts"
@@ -57,7 +58,19 @@ export interface Caller {
   readonly role: string
   readonly depth: number
   readonly rules: Permission.Rules
+  /** Its parent, for the path a question shows (a `SessionState`'s). */
+  readonly parent?: Caller | undefined
 }
+
+/** The ids of the caller's ancestors and its own, root first. */
+export const pathOf = (caller: Caller): ReadonlyArray<string> => {
+  const path: Array<string> = []
+  for (let at: Caller | undefined = caller; at !== undefined; at = at.parent) path.unshift(at.id)
+  return path
+}
+
+/** Where a call that asks reports its question and its answer (the session's events). */
+export type Notify = (event: Omit<AgentEvent, "agent" | "at">) => void
 
 export class UnknownTool extends Schema.TaggedError<UnknownTool>()("UnknownTool", {
   name: Schema.String,
@@ -136,13 +149,51 @@ export const find = (registry: ToolRegistry["Service"], view: ToolView, name: st
 const unknownTool = (view: ToolView, name: string) =>
   new UnknownTool({ name, available: view.tools.map((tool) => tool.name) })
 
+/**
+ * A call whose rules say ask (Permission rule 5) waits here for a person (`Approvals`): this
+ * fiber only, so the turn's other calls and every other agent go on. A denial — answered,
+ * timed out, or the default approver's — fails the call with the reason the model reads.
+ */
+const approve = (
+  caller: Caller,
+  tool: { readonly name: string },
+  params: unknown,
+  reason: string,
+  notify: Notify | undefined
+): Effect.Effect<void, Approvals.ApprovalDenied> =>
+  Effect.flatMap(Effect.service(Approvals.Approvals), (approvals) =>
+    Effect.flatMap(
+      approvals.ask({
+        kind: "tool",
+        agentId: caller.id,
+        path: pathOf(caller),
+        role: caller.role,
+        depth: caller.depth,
+        tool: tool.name,
+        arguments: Approvals.boundArguments(params),
+        reason
+      }, (question) => notify?.({ type: "question", tool: tool.name, question })),
+      (decided) => {
+        notify?.({ type: "answered", tool: tool.name, question: decided.question, answer: decided.answer })
+        return decided.answer.decision === "allow" ? Effect.void : Effect.fail(
+          new Approvals.ApprovalDenied({
+            tool: tool.name,
+            asked: reason,
+            reason: decided.answer.reason ?? "denied",
+            by: decided.answer.by
+          })
+        )
+      }
+    ))
+
 /** Checks, decoding and handler of one call of a tool found. `touched` gets what a writing tool changes. */
 const execute = <R>(
   permission: Permission.Permission["Service"],
   caller: Caller,
   tool: Callable<R>,
   call: ToolCall,
-  touched: { paths: ReadonlyArray<string> | undefined } | undefined
+  touched: { paths: ReadonlyArray<string> | undefined } | undefined,
+  notify?: Notify | undefined
 ): Effect.Effect<unknown, ToolErrorLike, R> =>
   // The full check (with the paths the call touches) runs for every call: a writing tool that
   // names no path is denied under a write scope rather than let through.
@@ -152,17 +203,22 @@ const execute = <R>(
       Effect.flatMapEager(parseArguments(tool, call.params), (params) => {
         const paths = tool.paths(params)
         if (touched !== undefined && tool.posture === "write" && paths.length > 0) touched.paths = paths
-        return Effect.flatMapEager(
-          permission.check(caller.rules, tool, paths),
-          () =>
-            tool.handler(params, {
-              sessionId: caller.id,
-              callId: call.id,
-              role: caller.role,
-              depth: caller.depth,
-              rules: caller.rules
-            })
-        )
+        const handle = () =>
+          tool.handler(params, {
+            sessionId: caller.id,
+            callId: call.id,
+            role: caller.role,
+            depth: caller.depth,
+            rules: caller.rules
+          })
+        return Effect.flatMapEager(permission.check(caller.rules, tool, paths), () => {
+          // Allowed by rules 1-3; rule 5 may still want a person's answer (the common case: no).
+          const asked = Permission.askedBy(caller.rules, tool.name, tool.posture)
+          if (asked === undefined) return handle()
+          const why = Permission.judge(caller.rules, tool.name, tool.posture, paths)
+          const reason = why.outcome === "allow" ? `${asked} asks` : why.reason
+          return Effect.flatMap(approve(caller, tool, params, reason, notify), handle)
+        })
       })
   )
 
@@ -215,7 +271,7 @@ const lookupAndExecute = (
   const tool = find(deps.registry, state.view, call.name)
   return tool === undefined
     ? Effect.fail(unknownTool(state.view, call.name))
-    : execute(deps.permission, state, tool, call, touched)
+    : execute(deps.permission, state, tool, call, touched, (event) => emit(deps, state, event))
 }
 
 /** One call with its bookkeeping, events and hand-over; `wrap` shapes the result part for the caller. */
