@@ -3,6 +3,7 @@
  * process on the workspace's file store (Runtime.ts), or as a client of the cluster
  * (`--cluster`, ClusterCommand.ts); and the scripted scenario on the ScriptedModel.
  */
+import * as Approvals from "@fibril/core/Approvals"
 import * as Fibril from "@fibril/core/Fibril"
 import { ScriptedModel } from "@fibril/testkit"
 import { Argument, Command, Flag } from "effect/cli"
@@ -101,6 +102,13 @@ export const run = Command.make(
     stream: Flag.Boolean("stream").pipe(
       Flag.withDescription("Stream each model answer as it arrives (--no-stream: ask for whole answers)"),
       Flag.withDefault(true)
+    ),
+    approve: Flag.Literals("approve", Approvals.ApproveMode.literals).pipe(
+      Flag.withDescription(
+        "How calls that `ask` rules hold are decided: deny (default), allow-reads, allow, or wait for " +
+          "`fibril agents answer` from another process (until [permissions] ask_timeout_secs)"
+      ),
+      Flag.withDefault("deny" as const)
     ),
     cluster: ClusterCommand.clusterFlag
   },

@@ -472,6 +472,15 @@ export const progressLine = (view: View, event: AgentEvent): string | undefined 
         : undefined
     case "retry":
       return `${indent}  ↻ ${who} ${oneLine(event.reason ?? "retrying")}`
+    case "question": {
+      const id = event.question?.id ?? "?"
+      return `${indent}  ? ${who} ${event.tool} waits for approval (${oneLine(event.question?.reason ?? "ask")}): ` +
+        `fibril agents answer ${id} allow|deny`
+    }
+    case "answered":
+      return `${indent}  ${event.answer?.decision === "allow" ? "✓" : "✗"} ${who} ${event.tool} ${
+        event.answer?.decision === "allow" ? "allowed" : "denied"
+      } by ${event.answer?.by ?? "?"}${event.answer?.reason === undefined ? "" : `: ${oneLine(event.answer.reason)}`}`
     default: {
       const p = parts(view, node, event.at, false)
       return `${indent}${p.head}${

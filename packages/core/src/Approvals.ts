@@ -41,6 +41,8 @@ export const Question = Schema.Struct({
   role: Schema.String,
   depth: Schema.Int,
   tool: Schema.String,
+  /** The tool's posture (`spawn` for a fan-out): what `--approve=allow-reads` reads. */
+  posture: Schema.String,
   /** The call's arguments as JSON, cut at `maxArgumentChars`. */
   arguments: Schema.String,
   /** Why it asks: the rule, or the fan-out's count and estimate. */
@@ -186,6 +188,30 @@ export interface Options {
    * it to a person.
    */
   readonly policy?: ((question: Question) => Answer | undefined) | undefined
+}
+
+/**
+ * How a process without a person decides (`fibril run --approve=…`): `deny` every question
+ * (the default off a terminal), `allow-reads` (allow read-posture calls, deny the rest), `allow`
+ * everything, or `wait` for an answer from another process (`fibril agents answer`) until the
+ * timeout. Never a hang: each ends within the timeout at most.
+ */
+export const ApproveMode = Schema.Literals(["deny", "allow-reads", "allow", "wait"])
+export type ApproveMode = typeof ApproveMode.Type
+
+export const policyOf = (mode: ApproveMode): Options["policy"] => {
+  if (mode === "wait") return undefined
+  const by = `--approve=${mode}`
+  return (question) =>
+    mode === "allow" || (mode === "allow-reads" && question.posture === "read")
+      ? { decision: "allow", by }
+      : {
+        decision: "deny",
+        by,
+        reason: `no one approves here: this process runs with ${by}${
+          mode === "deny" ? " (the default without a terminal)" : ", which allows only read tools"
+        }; run with --approve=wait and answer with \`fibril agents answer\`, or allow the tool in the rules`
+      }
 }
 
 /** Questions kept in this process, answered by `decide`. */

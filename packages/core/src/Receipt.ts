@@ -304,10 +304,20 @@ export const toolResult = (record: Draft, event: AgentEvent, relativize: (path: 
   if (tool === "todowrite") artifact(record, "todo", `todos:${record.agent_id}`, tool, event.at)
 }
 
+/** A question one of its calls asked now waits for a person (a `question` event). */
+export const asked = (record: Draft, event: AgentEvent): void => {
+  if (event.question !== undefined) record.questions = [...(record.questions ?? []), event.question]
+}
+
 /** A question one of its calls asked, decided (an `answered` event): kept with who and when. */
 export const approval = (record: Draft, event: AgentEvent): void => {
   const { answer, question } = event
   if (question === undefined || answer === undefined) return
+  if (record.questions?.some((waiting) => waiting.id === question.id)) {
+    const left = record.questions.filter((waiting) => waiting.id !== question.id)
+    if (left.length > 0) record.questions = left
+    else delete record.questions
+  }
   const entry: ApprovalEntry = {
     at: event.at,
     asked_at: question.askedAt,

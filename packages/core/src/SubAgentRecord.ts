@@ -21,6 +21,7 @@
 import * as Schema from "effect/Schema"
 import * as SchemaJITCompiler from "effect/schema/SchemaJITCompiler"
 import { AgentStatus as Status, isTerminal, terminal as terminalStatuses } from "./AgentStatus.ts"
+import { Question } from "./Approvals.ts"
 import { ClaimsReport } from "./Claims.ts"
 import * as Names from "./internal/names.ts"
 import { RulesJson } from "./Permission.ts"
@@ -301,6 +302,8 @@ export const SubAgentRecord = Schema.Struct({
   /** Messages sent to it, delivered or not. */
   inputs: Schema.optionalKey(Schema.Array(Input)),
   inputs_dropped: Schema.optionalKey(Schema.Int),
+  /** Questions of its calls that wait for a person now (`fibril agents questions` lists them). */
+  questions: Schema.optionalKey(Schema.Array(Question)),
   /** Questions its calls asked a person, with their answers. */
   approvals: Schema.optionalKey(Schema.Array(ApprovalEntry)),
   approvals_dropped: Schema.optionalKey(Schema.Int),

@@ -172,6 +172,7 @@ describe("Approvals", () => {
           role: "general",
           depth: path.length - 1,
           tool: "shell",
+          posture: "shell",
           arguments: "{}",
           reason: "test"
         })

@@ -156,7 +156,7 @@ const unknownTool = (view: ToolView, name: string) =>
  */
 const approve = (
   caller: Caller,
-  tool: { readonly name: string },
+  tool: { readonly name: string; readonly posture: string },
   params: unknown,
   reason: string,
   notify: Notify | undefined
@@ -170,6 +170,7 @@ const approve = (
         role: caller.role,
         depth: caller.depth,
         tool: tool.name,
+        posture: tool.posture,
         arguments: Approvals.boundArguments(params),
         reason
       }, (question) => notify?.({ type: "question", tool: tool.name, question })),

@@ -25,6 +25,7 @@ import * as Roles from "../../Roles.ts"
 import { type RunObserver, Session } from "../../Session.ts"
 import * as SpawnCheck from "../../SpawnCheck.ts"
 import * as SpawnPlan from "../../SpawnPlan.ts"
+import * as StoredQuestions from "../../StoredQuestions.ts"
 import { AgentNotFound, NotOwned, NotResumable } from "../../SubAgentErrors.ts"
 import type {
   AgentView,
@@ -75,6 +76,7 @@ const observerOf = (
       // Into the record in memory only: the next put carries it (no store write per tool call).
       else if (event.type === "tool_result") Receipt.toolResult(agent.record, event, relativize)
       else if (event.type === "answered") Receipt.approval(agent.record, event)
+      else if (event.type === "question") Receipt.asked(agent.record, event)
     },
     // A durable store gets every message as it is added (each tool result as it lands,
     // committed at the end of that event-loop turn), and the loop's next model call waits for
@@ -581,7 +583,12 @@ export const make = Effect.fnUntraced(function*(config: Options) {
     yield* Effect.forkIn(
       Effect.forever(ForeignAgents.serveRequests(ctx, requestsWake, {
         cancel,
-        input: (agentId, message) => sendInput(agentId, message, false, "request")
+        input: (agentId, message) => sendInput(agentId, message, false, "request"),
+        answer: (payload) =>
+          Option.match(StoredQuestions.decodeRequest(payload), {
+            onNone: () => Effect.logWarning(`an answer request that does not decode: ${payload}`),
+            onSome: (request) => Effect.flatMap(Effect.service(Approvals), (a) => a.decide(request.id, request.answer))
+          })
       })),
       scope
     )
