@@ -69,7 +69,13 @@ export const layer = (options: Options) => {
     // One approver for the process's agents: its manager answers other processes' requests with it.
     Layer.provideMerge(Approvals.layer({
       timeout: `${options.settings.permissions.askTimeoutSecs ?? 300} seconds`,
-      policy: Approvals.policyOf(options.approve ?? "deny")
+      policy: Approvals.policyOf(options.approve ?? "deny"),
+      fanOut: {
+        maxAgents: options.settings.permissions.fanOutMaxAgents,
+        maxUsd: options.settings.permissions.fanOutMaxUsd,
+        usdPerMtok: options.settings.permissions.usdPerMtok,
+        tokensPerAgent: options.settings.subagents.maxTokens
+      }
     }))
   )
 }

@@ -132,6 +132,29 @@ export const gate = (
     ? "run"
     : "ask"
 
+/** An agent as a question's path sees it: its id and its parent. */
+export interface TreeNode {
+  readonly id: string
+  readonly parent?: TreeNode | undefined
+}
+
+/** The ids of an agent's ancestors and its own, root first. */
+export const pathOf = (agent: TreeNode): ReadonlyArray<string> => {
+  const path: Array<string> = []
+  for (let at: TreeNode | undefined = agent; at !== undefined; at = at.parent) path.unshift(at.id)
+  return path
+}
+
+/** Approval before a fan-out (loop/FanOut.ts): one turn's spawns past these limits ask once. */
+export interface FanOutLimits {
+  readonly maxAgents?: number | undefined
+  readonly maxUsd?: number | undefined
+  /** model id -> US dollars per million tokens. */
+  readonly usdPerMtok?: Readonly<Record<string, number>> | undefined
+  /** Tokens one agent is expected to use (its `max_tokens` budget when set); default 15k. */
+  readonly tokensPerAgent?: number | undefined
+}
+
 /** What `ask` is given: a question without its id and time. */
 export type Ask = Omit<Question, "id" | "askedAt">
 
@@ -148,6 +171,8 @@ export interface Service {
   readonly questions: Stream.Stream<Question>
   /** Is the agent waiting on a person? (The heartbeat does not count that as a stall.) */
   readonly waiting: (agentId: string) => boolean
+  /** Limits past which one turn's spawns ask first; undefined: a fan-out never asks. */
+  readonly fanOut?: FanOutLimits | undefined
 }
 
 const decidedNow = (question: Question, answer: Answer) =>
@@ -188,6 +213,7 @@ export interface Options {
    * it to a person.
    */
   readonly policy?: ((question: Question) => Answer | undefined) | undefined
+  readonly fanOut?: FanOutLimits | undefined
 }
 
 /**
@@ -270,7 +296,8 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
     waiting: (agentId) => {
       for (const entry of pending.values()) if (entry.question.agentId === agentId) return true
       return false
-    }
+    },
+    fanOut: options.fanOut
   }
   return service
 })

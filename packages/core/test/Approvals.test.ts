@@ -62,6 +62,11 @@ const start = Effect.fn("start")(function*(options: { readonly approvals?: Appro
   return { fs, manager, parent, asker, worker, workerGo, sideEffect, seen, approvals: options.approvals }
 })
 
+const spawnCall = (i: number) => ({
+  name: "agent_spawn",
+  args: { prompt: `explore part ${i}`, subagent_type: "explore" }
+})
+
 /** Waits (on the test's own clock, not real time) until `approvals` has a question. */
 const firstQuestion = (approvals: Approvals.Service) =>
   Stream.runHead(approvals.questions).pipe(Effect.map((question) => {
@@ -186,4 +191,42 @@ describe("Approvals", () => {
       yield* TestClock.adjust("61 seconds")
       assert.strictEqual((yield* Fiber.join(other)).answer.by, "timeout")
     }))
+
+  it.effect("a turn asking for 12 children over the limit is one question with the count and the estimate; deny starts none and the model sees why", () =>
+    Effect.gen(function*() {
+      const approvals = yield* Approvals.make({
+        timeout: "10 minutes",
+        fanOut: { maxAgents: 8, usdPerMtok: { scripted: 3 } }
+      })
+      yield* Effect.gen(function*() {
+        const script: ScriptedModel.ScriptInput = {
+          rules: [{
+            match: { prompt: "coordinate" },
+            respond: (c) =>
+              c.turn === 0
+                ? {
+                  tool_calls: [spawnCall(0), ...Array.from({ length: 11 }, (_, i) => spawnCall(i + 1))]
+                }
+                : { text: report(`spawn said: ${JSON.stringify(c.lastToolResults[0]?.result)}`) }
+          }, { turns: [{ text: report("explored") }], repeat_last: true }]
+        }
+        const { get } = yield* setup(script, { maxDepth: 2 })
+        const manager = get(SubAgentManager)
+        const parent = yield* manager.spawn(undefined, { prompt: "coordinate", role: "general" })
+        const question = yield* firstQuestion(approvals)
+        assert.strictEqual(question.kind, "fan_out")
+        assert.strictEqual(question.agentId, parent.agent_id)
+        assert.strictEqual(
+          question.reason,
+          "start 12 agents (12 explore), est. 180k tokens ≈ $0.54: more than fan_out_max_agents = 8"
+        )
+        assert.deepStrictEqual(yield* approvals.pending, [question])
+        yield* approvals.decide(question.id, { decision: "deny", reason: "too many", by: "terminal" })
+        const done = yield* manager.result(parent.agent_id, { block: true })
+        assert.include(done.outcome?.summary ?? "", "none of the 12 agents was started")
+        assert.include(done.outcome?.summary ?? "", "too many")
+        const all = yield* manager.list({ includeArchived: true })
+        assert.deepStrictEqual(all.map((agent) => agent.agent_id), [parent.agent_id])
+      }).pipe(Effect.provideService(Approvals.Approvals, approvals))
+    }).pipe(Effect.scoped, provideNode))
 })

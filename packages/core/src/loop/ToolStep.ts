@@ -23,6 +23,7 @@ import * as Approvals from "../Approvals.ts"
 import * as Parts from "../internal/parts.ts"
 import * as Permission from "../Permission.ts"
 import type { Callable, RegisteredTool, ToolErrorLike, ToolRegistry, ToolView } from "../ToolRegistry.ts"
+import * as FanOut from "./FanOut.ts"
 import type { ToolCall } from "./ResolveTurn.ts"
 import { eventOf, type SessionState } from "./State.ts"
 
@@ -61,16 +62,6 @@ export interface Caller {
   /** Its parent, for the path a question shows (a `SessionState`'s). */
   readonly parent?: Caller | undefined
 }
-
-/** The ids of the caller's ancestors and its own, root first. */
-export const pathOf = (caller: Caller): ReadonlyArray<string> => {
-  const path: Array<string> = []
-  for (let at: Caller | undefined = caller; at !== undefined; at = at.parent) path.unshift(at.id)
-  return path
-}
-
-/** Where a call that asks reports its question and its answer (the session's events). */
-export type Notify = (event: Omit<AgentEvent, "agent" | "at">) => void
 
 export class UnknownTool extends Schema.TaggedError<UnknownTool>()("UnknownTool", {
   name: Schema.String,
@@ -159,14 +150,14 @@ const approve = (
   tool: { readonly name: string; readonly posture: string },
   params: unknown,
   reason: string,
-  notify: Notify | undefined
+  notify: FanOut.Notify | undefined
 ): Effect.Effect<void, Approvals.ApprovalDenied> =>
   Effect.flatMap(Effect.service(Approvals.Approvals), (approvals) =>
     Effect.flatMap(
       approvals.ask({
         kind: "tool",
         agentId: caller.id,
-        path: pathOf(caller),
+        path: Approvals.pathOf(caller),
         role: caller.role,
         depth: caller.depth,
         tool: tool.name,
@@ -194,7 +185,7 @@ const execute = <R>(
   tool: Callable<R>,
   call: ToolCall,
   touched: { paths: ReadonlyArray<string> | undefined } | undefined,
-  notify?: Notify | undefined
+  notify?: FanOut.Notify | undefined
 ): Effect.Effect<unknown, ToolErrorLike, R> =>
   // The full check (with the paths the call touches) runs for every call: a writing tool that
   // names no path is denied under a write scope rather than let through.
@@ -282,7 +273,8 @@ const runOne = <A>(
   call: ToolCall,
   landed: Array<Prompt.ToolResultPart> | undefined,
   wrap: (part: Prompt.ToolResultPart) => A,
-  now: boolean
+  now: boolean,
+  refusal?: ToolErrorLike | undefined
 ): Effect.Effect<A> => {
   const touched: { paths: ReadonlyArray<string> | undefined } = { paths: undefined }
   const landing = (isFailure: boolean, result: unknown, reason: string | undefined): Effect.Effect<A> => {
@@ -302,6 +294,8 @@ const runOne = <A>(
     state.toolCalls++
     state.lastTool = call.name
     emit(deps, state, { type: "tool_call", tool: call.name })
+    // A spawn of a fan-out a person refused (FanOut.ts) fails without running.
+    if (refusal !== undefined && FanOut.spawnTools.has(call.name)) return Effect.fail(refusal)
     return lookupAndExecute(deps, state, call, touched)
   }
   const outcome = {
@@ -318,6 +312,25 @@ const runOne = <A>(
 const asPart = (part: Prompt.ToolResultPart) => part
 const asMessage = (part: Prompt.ToolResultPart) => Parts.toolMessage([part])
 
+const runCalls = (
+  deps: RunToolsDeps,
+  state: SessionState,
+  calls: ReadonlyArray<ToolCall>,
+  landed: Array<Prompt.ToolResultPart> | undefined,
+  now: boolean,
+  refusal: ToolErrorLike | undefined
+): Effect.Effect<Prompt.ToolMessage> =>
+  // A single call runs in the loop's own fiber: a fiber forked for it alone is one more to
+  // start, and to interrupt and unwind on cancellation.
+  calls.length === 1
+    ? runOne(deps, state, calls[0]!, landed, asMessage, now, refusal)
+    : Effect.map(
+      Effect.forEach(calls, (call) => runOne(deps, state, call, landed, asPart, false, refusal), {
+        concurrency: "unbounded"
+      }),
+      Parts.toolMessage
+    )
+
 const run = (
   deps: RunToolsDeps,
   state: SessionState,
@@ -325,16 +338,13 @@ const run = (
   landed: Array<Prompt.ToolResultPart> | undefined,
   now: boolean
 ): Effect.Effect<Prompt.ToolMessage> =>
-  // A single call runs in the loop's own fiber: a fiber forked for it alone is one more to
-  // start, and to interrupt and unwind on cancellation.
-  calls.length === 1
-    ? runOne(deps, state, calls[0]!, landed, asMessage, now)
-    : Effect.map(
-      Effect.forEach(calls, (call) => runOne(deps, state, call, landed, asPart, false), {
-        concurrency: "unbounded"
-      }),
-      Parts.toolMessage
+  // A turn that spawns may be one question first (approval before a fan-out).
+  calls.some((call) => FanOut.spawnTools.has(call.name))
+    ? Effect.flatMap(
+      FanOut.gate(state, calls, (event) => emit(deps, state, event)),
+      (refusal) => runCalls(deps, state, calls, landed, false, refusal)
     )
+    : runCalls(deps, state, calls, landed, now, undefined)
 
 /**
  * The turn's results as one tool message. With `deps.onResult` (a durable transcript), each
