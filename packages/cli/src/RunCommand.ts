@@ -3,7 +3,6 @@
  * process on the workspace's file store (Runtime.ts), or as a client of the cluster
  * (`--cluster`, ClusterCommand.ts); and the scripted scenario on the ScriptedModel.
  */
-import * as Approvals from "@fibril/core/Approvals"
 import * as Fibril from "@fibril/core/Fibril"
 import { ScriptedModel } from "@fibril/testkit"
 import { Argument, Command, Flag } from "effect/cli"
@@ -103,13 +102,7 @@ export const run = Command.make(
       Flag.withDescription("Stream each model answer as it arrives (--no-stream: ask for whole answers)"),
       Flag.withDefault(true)
     ),
-    approve: Flag.Literals("approve", Approvals.ApproveMode.literals).pipe(
-      Flag.withDescription(
-        "How calls that `ask` rules hold are decided: deny (default), allow-reads, allow, or wait for " +
-          "`fibril agents answer` from another process (until [permissions] ask_timeout_secs)"
-      ),
-      Flag.withDefault("deny" as const)
-    ),
+    approve: CliFlags.approve,
     cluster: ClusterCommand.clusterFlag
   },
   Effect.fn("fibril.run.command")(function*(flags) {
