@@ -419,18 +419,17 @@ export const meetOutcome = (a: Outcome, b: Outcome): Outcome => rank[a] <= rank[
 export const askedBy = (rules: Rules, name: string, posture: Posture): string | undefined =>
   rules.ask.has(name) ? name : required(posture).find((needed) => rules.ask.has(needed))
 
+/** Why a call asks, for the ask entry (`askedBy`) it matched. */
+export const askReason = (rules: Rules, entry: string, name: string): string =>
+  entry === name ? `"${name}" is an ask tool for the ${rules.label}` : `${entry} tools ask for the ${rules.label}`
+
 /** The three-valued decision for one call: a denial first, then an ask, else allowed (rule 5). */
 export const judge = (rules: Rules, name: string, posture: Posture, paths: ReadonlyArray<string>): Judgement => {
   const decision = decide(rules, name, posture, paths)
   if (!decision.allowed) return { outcome: "deny", reason: decision.reason }
   const entry = askedBy(rules, name, posture)
   if (entry === undefined) return { outcome: "allow" }
-  return {
-    outcome: "ask",
-    reason: entry === name
-      ? `"${name}" is an ask tool for the ${rules.label}`
-      : `${entry} tools ask for the ${rules.label}`
-  }
+  return { outcome: "ask", reason: askReason(rules, entry, name) }
 }
 
 /** Is `child` at most `parent` (allow > ask > deny), over a universe of tool names, postures and paths? */

@@ -207,8 +207,7 @@ const execute = <R>(
           // Allowed by rules 1-3; rule 5 may still want a person's answer (the common case: no).
           const asked = Permission.askedBy(caller.rules, tool.name, tool.posture)
           if (asked === undefined) return handle()
-          const why = Permission.judge(caller.rules, tool.name, tool.posture, paths)
-          const reason = why.outcome === "allow" ? `${asked} asks` : why.reason
+          const reason = Permission.askReason(caller.rules, asked, tool.name)
           return Effect.flatMap(approve(caller, tool, params, reason, notify), handle)
         })
       })
