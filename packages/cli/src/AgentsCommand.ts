@@ -1,5 +1,6 @@
 /**
  * `fibril agents list [--all] [--json] | show <id> | cancel <id> | resume <id> | transcript <id>`
+ * (and `questions` / `answer`, QuestionsCommand.ts)
  * over the store every process on the workspace shares (`.fibril/state/fibril.db`). An agent
  * is named by its id, its session name (`amber-heron`) or a run id; `transcript` also takes
  * its transcript handle. `show` prints the agent's run receipt (Receipt.ts): its runs, event
@@ -14,7 +15,6 @@
  * client of the cluster instead (ClusterAgents.ts).
  */
 import * as Receipt from "@fibril/core/Receipt"
-import * as SqliteSubAgentStore from "@fibril/core/SqliteSubAgentStore"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import { agentOfRunId, currentRunId, isTerminal, type SubAgentRecord } from "@fibril/core/SubAgentRecord"
 import * as SubAgentStore from "@fibril/core/SubAgentStore"
@@ -22,10 +22,7 @@ import * as TranscriptView from "@fibril/core/TranscriptView"
 import * as Prompt from "effect/ai/Prompt"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Effect from "effect/Effect"
-import * as FileSystem from "effect/FileSystem"
-import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as Path from "effect/Path"
 import * as Schema from "effect/Schema"
 import {
   configuredCluster,
@@ -39,7 +36,9 @@ import {
 import * as CliFlags from "./CliFlags.ts"
 import * as ClusterCommand from "./ClusterCommand.ts"
 import * as Output from "./Output.ts"
+import * as QuestionsCommand from "./QuestionsCommand.ts"
 import * as Runtime from "./Runtime.ts"
+import { withStore } from "./WorkspaceStore.ts"
 
 export class AgentNotRecorded extends Schema.TaggedError<AgentNotRecorded>()("AgentNotRecorded", {
   agentId: Schema.String,
@@ -74,35 +73,6 @@ export interface TreeNode {
   readonly owner: OwnerView
   readonly children: ReadonlyArray<TreeNode>
 }
-
-/** Runs `f` on the workspace's store; nothing is created when the workspace has none yet. */
-const withStore = <A, E, R>(
-  stateDir: string,
-  empty: A,
-  f: (store: SubAgentStore.SubAgentStore["Service"]) => Effect.Effect<A, E, R>
-) =>
-  Effect.gen(function*() {
-    const fs = yield* FileSystem.FileSystem
-    const path = yield* Path.Path
-    const exists = (name: string) => fs.exists(path.join(stateDir, name)).pipe(Effect.orElseSucceed(() => false))
-    // A file in the place of the directory is said as such, not read as "no agents recorded".
-    const found = yield* fs.stat(stateDir).pipe(Effect.option)
-    if (Option.isSome(found) && found.value.type !== "Directory") {
-      return yield* new SqliteSubAgentStore.StateNotDirectory({
-        path: stateDir,
-        found: found.value.type === "File" ? "file" : found.value.type.toLowerCase()
-      })
-    }
-    if (
-      !(yield* exists(SqliteSubAgentStore.databaseFileName)) &&
-      !(yield* exists(SqliteSubAgentStore.legacyRecordsFileName))
-    ) {
-      return empty
-    }
-    return yield* SubAgentStore.SubAgentStore.use(f).pipe(
-      Effect.provide(SqliteSubAgentStore.layerSqlite({ dir: stateDir }).pipe(Layer.fresh))
-    )
-  })
 
 const ownerOf = (store: SubAgentStore.SubAgentStore["Service"], record: SubAgentRecord) =>
   Effect.map(store.liveness(record.session_boot_id), (liveness): OwnerView => ({
@@ -517,6 +487,7 @@ export const command = Command.make("agents").pipe(
     ).pipe(
       Command.withDescription("Cancel an agent, in whichever process runs it (that process acts within a second)")
     ),
+    ...QuestionsCommand.commands,
     Command.make(
       "resume",
       {

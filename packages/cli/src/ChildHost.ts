@@ -116,6 +116,7 @@ const main = Effect.gen(function*() {
       subagents: SubAgentManager.optionsFrom(settings),
       tools: settings.tools,
       deny: settings.permissions.deny,
+      ask: settings.permissions.ask,
       sandbox: settings.sandbox
     }).pipe(Layer.provideMerge(ModelSelection.layer(selection)))
   )

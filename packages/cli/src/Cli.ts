@@ -353,7 +353,7 @@ export const fibril = Command.make("fibril").pipe(
 /** The commands `fibril help` explains, by parent. */
 const commandNames: Record<string, ReadonlyArray<string>> = {
   "": ["run", "demo", "agents", "config", "trust", "mcp", "doctor", "worker", "cluster", "lab", "help"],
-  agents: ["list", "show", "transcript", "cancel", "resume"],
+  agents: ["list", "show", "transcript", "cancel", "questions", "answer", "resume"],
   cluster: ["migrate", "prune", "status", "cancel", "input", "resume"],
   lab: ["run", "replay", "report"]
 }

@@ -1,4 +1,5 @@
 /** The flags several commands share, described once. */
+import * as Approvals from "@fibril/core/Approvals"
 import { Flag } from "effect/cli"
 import * as Schema from "effect/Schema"
 
@@ -35,4 +36,16 @@ export const maxConcurrent = Flag.Int("max-concurrent").pipe(
   Flag.withSchema(Schema.Int.pipe(Schema.check(Schema.isBetween({ minimum: 1, maximum: 20 })))),
   Flag.withDescription("Sub-agent concurrency cap, 1..20"),
   Flag.optional
+)
+
+/**
+ * `--approve` (`fibril run`, `fibril mcp`): how calls that `ask` rules hold are decided when no
+ * person answers here (docs/security.md, "Asking a person").
+ */
+export const approve = Flag.Literals("approve", Approvals.ApproveMode.literals).pipe(
+  Flag.withDescription(
+    "How calls that `ask` rules hold are decided: deny (default), allow-reads, allow, or wait for " +
+      "`fibril agents answer` from another process (until [permissions] ask_timeout_secs)"
+  ),
+  Flag.withDefault("deny" as const)
 )

@@ -309,6 +309,7 @@ export const worker = (flags: WorkerFlags) =>
           session,
           tools: settings.tools,
           deny: settings.permissions.deny,
+          ask: settings.permissions.ask,
           sandbox: settings.sandbox
         })
       ),

@@ -26,6 +26,7 @@ export const make = (version: string) =>
       model: CliFlags.model,
       baseUrl: CliFlags.baseUrl,
       maxConcurrent: CliFlags.maxConcurrent,
+      approve: CliFlags.approve,
       cwd: Flag.String("cwd").pipe(
         Flag.withDescription(
           "The workspace, an existing directory (default: the project around the directory the client starts the server in)"

@@ -79,6 +79,8 @@ export const eventJson = (event: AgentEvent): string =>
     ...(event.isFailure === undefined ? {} : { is_failure: event.isFailure }),
     ...(event.text === undefined ? {} : { delta: event.text }),
     ...(event.unverified === undefined ? {} : { unverified_claims: event.unverified }),
+    ...(event.question === undefined ? {} : { question: event.question }),
+    ...(event.answer === undefined ? {} : { answer: event.answer }),
     tokens: event.agent.usage
   })
 

@@ -92,6 +92,7 @@ export const run = Command.make(
       Flag.withDescription("Stream each model answer as it arrives (--no-stream: ask for whole answers)"),
       Flag.withDefault(true)
     ),
+    approve: CliFlags.approve,
     cluster: ClusterCommand.clusterFlag
   },
   Effect.fn("fibril.run.command")(function*(flags) {

@@ -5,6 +5,7 @@
  * doctor` checks (ModelSelection.probe builds the same model layer) is what runs, and so that
  * the commands wire it the same way.
  */
+import * as Approvals from "@fibril/core/Approvals"
 import * as Fibril from "@fibril/core/Fibril"
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as ProcessIsolation from "@fibril/core/ProcessIsolation"
@@ -30,6 +31,8 @@ export interface Options {
   readonly storeLimits?: SubAgentStore.Limits | undefined
   /** Stream each model answer (`fibril run`; `--no-stream` turns it off). Default off. */
   readonly stream?: boolean | undefined
+  /** How `ask` questions are decided (`fibril run --approve`); default deny, with a reason. */
+  readonly approve?: Approvals.ApproveMode | undefined
 }
 
 export const layer = (options: Options) => {
@@ -54,6 +57,7 @@ export const layer = (options: Options) => {
     subagents: options.maxConcurrent === undefined ? subagents : { ...subagents, maxConcurrent: options.maxConcurrent },
     tools: options.settings.tools,
     deny: options.settings.permissions.deny,
+    ask: options.settings.permissions.ask,
     sandbox: options.settings.sandbox
   }).pipe(
     Layer.provideMerge(
@@ -61,7 +65,18 @@ export const layer = (options: Options) => {
       ModelSelection.layer(options.selection).pipe(
         Layer.provide(RateLimiter.layer(RateLimiter.optionsFrom(options.settings)))
       )
-    )
+    ),
+    // One approver for the process's agents: its manager answers other processes' requests with it.
+    Layer.provideMerge(Approvals.layer({
+      timeout: `${options.settings.permissions.askTimeoutSecs ?? 300} seconds`,
+      policy: Approvals.policyOf(options.approve ?? "deny"),
+      fanOut: {
+        maxAgents: options.settings.permissions.fanOutMaxAgents,
+        maxUsd: options.settings.permissions.fanOutMaxUsd,
+        usdPerMtok: options.settings.permissions.usdPerMtok,
+        tokensPerAgent: options.settings.subagents.maxTokens
+      }
+    }))
   )
 }
 
@@ -92,6 +107,8 @@ export interface Flags extends ModelFlags {
   readonly maxConcurrent?: Option.Option<number> | undefined
   /** `--stream` / `--no-stream` (`fibril run`). */
   readonly stream?: boolean | undefined
+  /** `--approve` (`fibril run`). */
+  readonly approve?: Approvals.ApproveMode | undefined
 }
 
 /**
@@ -115,7 +132,8 @@ export const make = Effect.fn("fibril.runtime.make")(function*(
       selection,
       maxConcurrent: Option.getOrUndefined(flags.maxConcurrent ?? Option.none()),
       storeLimits,
-      stream: flags.stream
+      stream: flags.stream,
+      approve: flags.approve
     })
   }
 })

@@ -47,6 +47,8 @@ export interface Node {
   readonly spawnedAt: number
   endedAt: number | undefined
   activity: Activity
+  /** Its calls waiting for a person's answer (`ask` rules). */
+  questions: number
   /** Tool calls started and not yet returned. */
   pendingTools: number
   /** The last line its model call in flight has streamed ("" when none). */
@@ -123,7 +125,8 @@ export const apply = (view: View, event: AgentEvent): void => {
       activity: "model",
       pendingTools: 0,
       streamed: "",
-      unverified: 0
+      unverified: 0,
+      questions: 0
     }
     view.nodes.set(agent.agentId, node)
     view.order.push(agent.agentId)
@@ -159,6 +162,12 @@ export const apply = (view: View, event: AgentEvent): void => {
     case "tool_call":
       node.pendingTools += 1
       node.activity = "tools"
+      break
+    case "question":
+      node.questions += 1
+      break
+    case "answered":
+      node.questions = Math.max(0, node.questions - 1)
       break
     case "tool_result":
       node.pendingTools = Math.max(0, node.pendingTools - 1)
@@ -201,7 +210,8 @@ const refuse = (view: View, parent: Node, event: AgentEvent) => {
     activity: "finishing",
     pendingTools: 0,
     streamed: "",
-    unverified: 0
+    unverified: 0,
+    questions: 0
   }
   view.nodes.set(id, node)
   view.order.push(id)
@@ -316,6 +326,8 @@ const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
   const waitingFor = children.filter((child) => !terminal(child.status)).length
   const activity = !running
     ? ""
+    : node.questions > 0
+    ? `  waiting for approval (${node.questions}): fibril agents questions`
     : node.activity === "model"
     ? live && node.streamed !== "" ? "  streaming" : "  waiting on model"
     : node.activity === "tools"
@@ -472,6 +484,15 @@ export const progressLine = (view: View, event: AgentEvent): string | undefined 
         : undefined
     case "retry":
       return `${indent}  ↻ ${who} ${oneLine(event.reason ?? "retrying")}`
+    case "question": {
+      const id = event.question?.id ?? "?"
+      return `${indent}  ? ${who} ${event.tool} waits for approval (${oneLine(event.question?.reason ?? "ask")}): ` +
+        `fibril agents answer ${id} allow|deny`
+    }
+    case "answered":
+      return `${indent}  ${event.answer?.decision === "allow" ? "✓" : "✗"} ${who} ${event.tool} ${
+        event.answer?.decision === "allow" ? "allowed" : "denied"
+      } by ${event.answer?.by ?? "?"}${event.answer?.reason === undefined ? "" : `: ${oneLine(event.answer.reason)}`}`
     default: {
       const p = parts(view, node, event.at, false)
       return `${indent}${p.head}${

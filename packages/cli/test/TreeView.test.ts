@@ -73,6 +73,43 @@ describe("TreeView", () => {
     )
   })
 
+  it("a pending question shows on the agent's row until it is answered; progress lines say both", () => {
+    const view = TreeView.empty()
+    TreeView.apply(view, event("spawned", 0, child))
+    TreeView.apply(view, event("started", 0, child))
+    const question = {
+      id: "q_1",
+      kind: "tool" as const,
+      agentId: "agent_c",
+      path: ["agent_c"],
+      role: "explore",
+      depth: 1,
+      tool: "shell",
+      posture: "shell",
+      arguments: "{}",
+      reason: "\"shell\" is an ask tool",
+      askedAt: 0
+    }
+    const asked = event("question", 10, child, { tool: "shell", question })
+    TreeView.apply(view, asked)
+    assert.match(
+      TreeView.render(view, { now: 20, columns: 200 })[0]!,
+      /waiting for approval \(1\): fibril agents questions/
+    )
+    assert.include(
+      TreeView.progressLine(view, asked)!,
+      "shell waits for approval (\"shell\" is an ask tool): fibril agents answer q_1"
+    )
+    const answered = event("answered", 30, child, {
+      tool: "shell",
+      question,
+      answer: { decision: "deny", by: "terminal", reason: "no" }
+    })
+    TreeView.apply(view, answered)
+    assert.notMatch(TreeView.render(view, { now: 40, columns: 200 })[0]!, /approval/)
+    assert.include(TreeView.progressLine(view, answered)!, "✗ explore [agent_c] shell denied by terminal: no")
+  })
+
   it("tokens: a parent's own and its tree's; it waits on its sub-agents", () => {
     const view = TreeView.empty()
     TreeView.apply(view, event("started", 0, { ...root, tokens: 0 }))

@@ -634,6 +634,26 @@ const contract = (engine: Engine) => {
       assert.deepStrictEqual(childrenOf(run.agents), [])
     }))
 
+  test("ask: with nobody to answer, a spawn an ask rule holds is denied with a reason the model reads; none starts", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [{
+          match: { depth: 0 },
+          turns: [
+            { tool_calls: [{ name: "task", args: { description: "asked", prompt: "x" } }] },
+            { text: "root done" }
+          ]
+        }]
+      }, { settings: { ask: ["spawn"] } })
+      assert.strictEqual(run.text, "root done")
+      const [refused] = run.toolResults
+      assert.isTrue(refused?.isFailure, JSON.stringify(refused))
+      assertShape(refused!.result, Refusal, "task")
+      assert.strictEqual(failed(refused!), "ApprovalDenied")
+      assert.include(String((refused!.result as { message: string }).message), "nobody can answer approval questions")
+      assert.deepStrictEqual(childrenOf(run.agents), [])
+    }))
+
   test("an unknown role is UnknownRole, naming the accepted ones", () =>
     Effect.gen(function*() {
       const run = yield* engine.run({

@@ -31,6 +31,8 @@ export interface Settings {
   readonly childMaxTokens?: number
   /** Seconds without progress before a sub-agent is cancelled (0: no heartbeat). */
   readonly heartbeatSecs?: number
+  /** `[permissions] ask`: tool names and postures whose calls wait for a person. */
+  readonly ask?: ReadonlyArray<string>
 }
 
 /** A tool result as the model reads it (JSON: keys whose value is undefined are absent). */
@@ -102,6 +104,7 @@ export const embedded: Engine = {
       const context = yield* Layer.build(
         Fibril.layer({
           cwd,
+          ...(settings.ask === undefined ? {} : { ask: settings.ask }),
           session: {
             maxDepth: settings.maxDepth ?? 1,
             ...(settings.childMaxSteps === undefined ? {} : { childMaxSteps: settings.childMaxSteps })
@@ -164,6 +167,7 @@ export const cluster: Engine = {
         ...(settings.admission === undefined ? {} : { admission: settings.admission }),
         ...(settings.childMaxSteps === undefined ? {} : { childMaxSteps: settings.childMaxSteps }),
         ...(settings.childMaxTokens === undefined ? {} : { childMaxTokens: settings.childMaxTokens }),
+        ...(settings.ask === undefined ? {} : { ask: settings.ask }),
         // A short look interval: the suite is real time here.
         ...(heartbeat === 0 ? {} : { heartbeatSecs: heartbeat, heartbeatCheckMs: 100 }),
         waitFallbackMs: 1000

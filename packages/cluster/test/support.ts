@@ -12,7 +12,7 @@ import * as ClusterStore from "../src/ClusterStore.ts"
 
 export const setup = Effect.fn("cluster.test.setup")(function*(
   script: ScriptedModel.ScriptInput,
-  options: Partial<AgentWorkflow.Options> = {},
+  options: Partial<AgentWorkflow.Options> & { readonly ask?: ReadonlyArray<string> } = {},
   session: Partial<Session.Options> = {},
   /** The store's clock (default Effect's): tests move it to check wall-time budgets and the heartbeat. */
   clock?: Effect.Effect<number>,
@@ -24,7 +24,11 @@ export const setup = Effect.fn("cluster.test.setup")(function*(
   const fs = yield* FileSystem.FileSystem
   const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
   const store = yield* (clock === undefined ? ClusterStore.makeMemory : ClusterStore.makeMemoryClocked(clock))
-  const core = Fibril.layer({ cwd: root, session: { ...session, maxDepth: options.maxDepth ?? 1 } }).pipe(
+  const core = Fibril.layer({
+    cwd: root,
+    session: { ...session, maxDepth: options.maxDepth ?? 1 },
+    ...(options.ask === undefined ? {} : { ask: options.ask })
+  }).pipe(
     Layer.provide(model)
   )
   const live = AgentWorkflow.layer(options).pipe(

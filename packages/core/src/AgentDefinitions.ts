@@ -43,6 +43,8 @@ export interface AgentDefinition {
   /** Fibril tool names; undefined: the base role's posture decides. */
   readonly allowedTools: ReadonlyArray<string> | undefined
   readonly deniedTools: ReadonlyArray<string>
+  /** Tools whose calls wait for a person's answer (Fibril `ask_tools`, opencode `"ask"`). */
+  readonly askTools?: ReadonlyArray<string> | undefined
   /** A model id or alias as written; "inherit" or absent: undefined. */
   readonly model: string | undefined
   readonly maxSteps: number | undefined
@@ -257,6 +259,7 @@ const FibrilFrontmatter = Schema.Struct({
   role: Schema.optionalKey(BaseRole),
   tools: Schema.optionalKey(toolList("tools")),
   denied_tools: Schema.optionalKey(toolList("denied_tools")),
+  ask_tools: Schema.optionalKey(toolList("ask_tools")),
   model: Schema.optionalKey(string("model")),
   max_steps: Schema.optionalKey(positiveInt("max_steps")),
   output_schema: Schema.optionalKey(OutputSchemaField),
@@ -492,6 +495,7 @@ const matchingKeys = (key: string, table: Readonly<Record<string, unknown>>): Re
 interface Policy {
   readonly allowed: ReadonlyArray<string> | undefined
   readonly denied: ReadonlyArray<string>
+  readonly asked: ReadonlyArray<string>
 }
 
 /** The Fibril tools opencode names can reach, in Fibril's order. */
@@ -530,10 +534,16 @@ const opencodePolicy = (
     for (const tool of mapped) enabled.set(tool, on)
   }
   let allowedByDefault = true
+  let askedByDefault = false
   const allowed = new Map<string, boolean>()
+  const asked = new Map<string, boolean>()
   for (const [key, rule] of Object.entries(permission)) {
     const patterns = typeof rule === "string" ? [] : Object.values(rule)
-    const allow = rule === "allow" || (patterns.length > 0 && patterns.every((action) => action === "allow"))
+    // "ask", or patterns that only allow or ask, ask for the whole tool: never wider than the
+    // patterns. A pattern that denies still denies the whole tool (a person cannot widen it).
+    const ask = rule === "ask" ||
+      (patterns.includes("ask") && patterns.every((action) => action !== "deny"))
+    const allow = ask || rule === "allow" || (patterns.length > 0 && patterns.every((action) => action === "allow"))
     const mapped = key === "*"
       ? opencodeReachable
       : matchingKeys(key, opencodePermissions).flatMap((name) => lookup(opencodePermissions, name) ?? [])
@@ -546,21 +556,29 @@ const opencodePolicy = (
     const what = key === "*"
       ? "every tool not allowed by a later entry is"
       : `${mapped.join(", ")} ${mapped.length > 1 ? "are" : "is"}`
-    if (rule === "ask") {
-      warnings.push(`${path}: permission.${key} is "ask", which has no interactive equivalent here; ${what} denied`)
+    if (typeof rule !== "string" && ask) {
+      warnings.push(`${path}: permission.${key} has per-pattern rules, which Fibril cannot enforce; ${what} asked`)
     } else if (typeof rule !== "string" && !allow) {
       warnings.push(`${path}: permission.${key} has per-pattern rules, which Fibril cannot enforce; ${what} denied`)
     }
     if (key === "*") {
       allowedByDefault = allow
+      askedByDefault = ask
       allowed.clear()
-    } else for (const tool of mapped) allowed.set(tool, allow)
+      asked.clear()
+    } else {
+      for (const tool of mapped) {
+        allowed.set(tool, allow)
+        asked.set(tool, ask)
+      }
+    }
   }
   const usable = (tool: string) => (enabled.get(tool) ?? enabledByDefault) && (allowed.get(tool) ?? allowedByDefault)
   const closed = !enabledByDefault || !allowedByDefault
   return {
     allowed: closed ? opencodeReachable.filter(usable) : undefined,
-    denied: opencodeReachable.filter((tool) => !usable(tool))
+    denied: opencodeReachable.filter((tool) => !usable(tool)),
+    asked: opencodeReachable.filter((tool) => usable(tool) && (asked.get(tool) ?? askedByDefault))
   }
 }
 
@@ -584,12 +602,14 @@ const fromFibril = (path: string, raw: Record<string, unknown>, prompt: string, 
   return Result.map(decode(FibrilFrontmatter, raw), (fm): AgentDefinition => {
     const allowed = fm.tools === undefined ? undefined : fibrilToolNames(path, "tools", fm.tools, warnings)
     const denied = fm.denied_tools === undefined ? [] : fibrilToolNames(path, "denied_tools", fm.denied_tools, warnings)
+    const asked = fm.ask_tools === undefined ? [] : fibrilToolNames(path, "ask_tools", fm.ask_tools, warnings)
     return {
       name: fm.name ?? fileStem(path),
       description: fm.description.trim(),
       baseRole: (fm.role === undefined ? undefined : canonical(fm.role)) ?? "general",
       allowedTools: minus(allowed, denied),
       deniedTools: denied,
+      ...(asked.length > 0 ? { askTools: asked } : {}),
       model: modelOf(fm.model),
       maxSteps: fm.max_steps,
       ...outputSchemaOf(fm.output_schema),
@@ -646,6 +666,7 @@ const fromOpencode = (path: string, raw: Record<string, unknown>, prompt: string
         baseRole: "general",
         allowedTools: policy.allowed,
         deniedTools: policy.denied,
+        ...(policy.asked.length > 0 ? { askTools: policy.asked } : {}),
         model: modelOf(fm.model),
         maxSteps: fm.maxSteps ?? fm.steps,
         ...outputSchemaOf(fm.output_schema),

@@ -11,6 +11,7 @@ import * as Layer from "effect/Layer"
 import * as PubSub from "effect/PubSub"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import type { Answer as ApprovalAnswer, Question as ApprovalQuestion } from "./Approvals.ts"
 import type { Usage } from "./Usage.ts"
 
 export type EventType =
@@ -25,6 +26,8 @@ export type EventType =
   | "failed"
   | "cancelled"
   | "interrupted"
+  | "question"
+  | "answered"
 
 export interface AgentSnapshot {
   readonly agentId: string
@@ -62,6 +65,13 @@ export interface AgentEvent {
    * some were checked. A progress view marks such an agent; the claims are in its result.
    */
   readonly unverified?: number | undefined
+  /**
+   * For `question` (a call waits for a person: `Approvals`) and `answered` (how it ended):
+   * the question, with its id for `fibril agents answer`.
+   */
+  readonly question?: ApprovalQuestion | undefined
+  /** For `answered`: the decision, who made it and why. */
+  readonly answer?: ApprovalAnswer | undefined
 }
 
 export const isTerminal = (type: EventType): boolean =>

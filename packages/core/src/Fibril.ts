@@ -54,6 +54,8 @@ export interface Options {
   readonly tools?: Partial<BuiltinTools.Options> | undefined
   /** Tools denied to every agent (`[permissions] deny`). */
   readonly deny?: ReadonlyArray<string> | undefined
+  /** Tool names and postures whose calls wait for a person's answer (`[permissions] ask`). */
+  readonly ask?: ReadonlyArray<string> | undefined
   /** The shell's operating-system sandbox (`[sandbox]`). */
   readonly sandbox?: Partial<Sandbox.Options> | undefined
   /**
@@ -129,7 +131,7 @@ export const layerWithModels = (
     options.layers?.events ?? AgentEvents.layer,
     Todo.layer,
     options.layers?.store ?? storeLayer(options),
-    Permission.layer({ deny: options.deny ?? [] }),
+    Permission.layer({ deny: options.deny ?? [], ask: options.ask ?? [] }),
     Memory.layer(),
     Worktrees.layer(options.worktrees)
   ).pipe(Layer.provideMerge(workspace))
@@ -171,6 +173,7 @@ export const layerFromSettings = (
     subagents: SubAgentManager.optionsFrom(settings),
     tools: settings.tools,
     deny: settings.permissions.deny,
+    ask: settings.permissions.ask,
     sandbox: settings.sandbox,
     store: options.store
   })

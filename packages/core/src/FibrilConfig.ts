@@ -41,6 +41,9 @@ import {
   sandboxModesAccepted
 } from "./internal/configBounds.ts"
 import {
+  approvalConfigs,
+  approvalDefaults,
+  type ApprovalSettings,
   type ConfigFile,
   type ConfigFileError,
   ConfigInvalid,
@@ -51,6 +54,7 @@ import {
   locate,
   originsOf,
   readToml,
+  unknownAsked,
   unknownKeys,
   unknownTools,
   withSeedAliases,
@@ -109,7 +113,7 @@ export interface ToolSettings {
 }
 
 /** `[permissions]`. */
-export interface PermissionSettings {
+export interface PermissionSettings extends ApprovalSettings {
   /** Tool names that are never offered to any agent (env: comma-separated). */
   readonly deny: ReadonlyArray<string>
 }
@@ -236,7 +240,7 @@ export const defaults: Settings = {
     isolation: {}
   },
   tools: { shellTimeoutSecs: 120, maxOutputChars: 30_000 },
-  permissions: { deny: [] },
+  permissions: { deny: [], ...approvalDefaults },
   sandbox: {
     mode: "workspace-write",
     network: false,
@@ -443,7 +447,12 @@ const readSettings = Effect.fnUntraced(function*(
         "permissions.deny",
         accepts.deny,
         (name) => Config.Array(Schema.String, name).pipe(Config.withDefault(d.permissions.deny))
-      )
+      ),
+      ask: yield* read("permissions.ask", accepts.ask, approvalConfigs.names),
+      askTimeoutSecs: optional("permissions.ask_timeout_secs"),
+      fanOutMaxAgents: optional("permissions.fan_out_max_agents"),
+      fanOutMaxUsd: yield* read("permissions.fan_out_max_usd", accepts.usd, approvalConfigs.usd),
+      usdPerMtok: yield* read("permissions.usd_per_mtok", accepts.prices, approvalConfigs.prices)
     },
     sandbox: {
       mode: yield* read(
@@ -572,6 +581,8 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
     sourceOf
   )
   const known = options.knownTools ?? fibrilTools
+  const unknownAsk = unknownAsked(settings.permissions.ask, known, sourceOf("permissions.ask"))
+  if (unknownAsk !== undefined) return yield* unknownAsk
   const unknownDenied = unknownTools(settings.permissions.deny, known)
   if (unknownDenied.length > 0) {
     return yield* new ConfigUnknownTool({

@@ -18,6 +18,11 @@
  * 4. Rules only narrow during an agent's life: a reassignment meets the live rules with the new
  *    role's ceiling, and one whose ceiling grants a posture, a write path or a named tool the
  *    agent does not have is refused, with what it would add (`reassign`).
+ * 5. A call has one of three outcomes, ordered allow > ask > deny (`judge`): denied by rules 1-3,
+ *    else `ask` when its tool name or its posture is in the ask set, else allowed. The ask set
+ *    is a ceiling like the others, met by *union*: a child can turn allow into ask (or deny),
+ *    never ask into allow. A person's answer (Approvals.ts) is consulted only for `ask`: no
+ *    answer, "always" for a subtree included, reaches a call its rules deny.
  *
  * `decideTool` (name and posture) is checked when a call arrives and `decide` (with paths)
  * once its arguments are decoded, both when a call is *executed*, not only when tools are
@@ -46,6 +51,8 @@ export interface Rules {
   readonly postures: ReadonlySet<Posture>
   /** Workspace-relative prefixes that writing tools may touch. */
   readonly writeScope: Scope<string>
+  /** Tool names and postures whose calls wait for a person's answer (rule 5). */
+  readonly ask: ReadonlySet<string>
 }
 
 /**
@@ -59,6 +66,8 @@ export interface DeriveRequest {
   readonly deny?: Iterable<string> | undefined
   readonly postures?: Iterable<Posture> | undefined
   readonly writeScope?: Iterable<string> | undefined
+  /** Tool names and postures that must ask (rule 5): added to the parent's, never removed. */
+  readonly ask?: Iterable<string> | undefined
 }
 export type Ceiling = DeriveRequest
 
@@ -97,7 +106,8 @@ export const allowAll: Rules = {
   allow: "all",
   deny: new Set(),
   postures: new Set(postures),
-  writeScope: "all"
+  writeScope: "all",
+  ask: new Set()
 }
 
 /** Postures whose tools change files, and so are bound by the write scope (rule 3: memory is one). */
@@ -153,7 +163,8 @@ export const derive = (parent: Rules, request: DeriveRequest): Rules => ({
   postures: request.postures === undefined
     ? parent.postures
     : new Set([...request.postures].filter((posture) => parent.postures.has(posture))),
-  writeScope: intersectScope(parent.writeScope, request.writeScope)
+  writeScope: intersectScope(parent.writeScope, request.writeScope),
+  ask: request.ask === undefined ? parent.ask : new Set([...parent.ask, ...request.ask])
 })
 
 /** Two name lists as one ceiling: their intersection; `undefined` sets no limit. */
@@ -167,7 +178,8 @@ export const asCeiling = (rules: Rules): Ceiling => ({
   allow: rules.allow === "all" ? undefined : rules.allow,
   deny: rules.deny,
   postures: rules.postures,
-  writeScope: rules.writeScope === "all" ? undefined : rules.writeScope
+  writeScope: rules.writeScope === "all" ? undefined : rules.writeScope,
+  ask: rules.ask
 })
 
 /** The meet of two rule sets (the label of the first). */
@@ -210,6 +222,8 @@ export interface GrantOptions {
   readonly allowedTools?: ReadonlyArray<string> | undefined
   readonly definition?: Ceiling | undefined
   readonly deny?: ReadonlyArray<string> | undefined
+  /** Tool names and postures that must ask (`[permissions] ask`, a definition's `ask_tools`). */
+  readonly ask?: ReadonlyArray<string> | undefined
 }
 
 /** The part of a role a grant reads (Roles.RoleSpec is one): its name, postures and write scope. */
@@ -237,6 +251,7 @@ export const grantFor = (
   allowedTools: options.allowedTools,
   policy: {
     deny: depth === 0 ? options.deny : [...childDenied, ...(options.deny ?? [])],
+    ask: options.ask,
     postures: depth >= maxDepth ? withoutSpawn : undefined
   }
 })
@@ -306,7 +321,9 @@ export const RulesJson = Schema.Struct({
   allow: Schema.Union([Schema.Literal("all"), Schema.Array(Schema.String)]),
   deny: Schema.Array(Schema.String),
   postures: Schema.Array(Posture),
-  write_scope: Schema.Union([Schema.Literal("all"), Schema.Array(Schema.String)])
+  write_scope: Schema.Union([Schema.Literal("all"), Schema.Array(Schema.String)]),
+  /** Absent in records older than `ask`: nothing asked. */
+  ask: Schema.optionalKey(Schema.Array(Schema.String))
 })
 export type RulesJson = typeof RulesJson.Type
 
@@ -320,7 +337,8 @@ export const toJson = (rules: Rules): RulesJson => {
       allow: rules.allow === "all" ? "all" : [...rules.allow],
       deny: [...rules.deny],
       postures: [...rules.postures],
-      write_scope: rules.writeScope === "all" ? "all" : [...rules.writeScope]
+      write_scope: rules.writeScope === "all" ? "all" : [...rules.writeScope],
+      ...(rules.ask.size > 0 ? { ask: [...rules.ask] } : {})
     }
     jsonOf.set(rules, json)
   }
@@ -332,7 +350,8 @@ export const ceilingFromJson = (json: RulesJson): Ceiling => ({
   allow: json.allow === "all" ? undefined : json.allow,
   deny: json.deny,
   postures: json.postures,
-  writeScope: json.write_scope === "all" ? undefined : json.write_scope
+  writeScope: json.write_scope === "all" ? undefined : json.write_scope,
+  ask: json.ask
 })
 
 /** Name and posture only: what decides whether a tool is shown to the model. */
@@ -383,7 +402,37 @@ export const decide = (
   return allowed
 }
 
-/** Is `child` at most `parent`, over a universe of tool names, postures and paths? */
+// --- Ask: the third outcome (rule 5) ---
+
+export type Outcome = "allow" | "ask" | "deny"
+
+export type Judgement =
+  | { readonly outcome: "allow" }
+  | { readonly outcome: "ask" | "deny"; readonly reason: string }
+
+const rank: Record<Outcome, number> = { deny: 0, ask: 1, allow: 2 }
+
+/** The meet of two outcomes: the more restrictive (allow > ask > deny). */
+export const meetOutcome = (a: Outcome, b: Outcome): Outcome => rank[a] <= rank[b] ? a : b
+
+/** The ask entry (tool name first, then posture) a call of `name` with `posture` matches, if any. */
+export const askedBy = (rules: Rules, name: string, posture: Posture): string | undefined =>
+  rules.ask.has(name) ? name : required(posture).find((needed) => rules.ask.has(needed))
+
+/** Why a call asks, for the ask entry (`askedBy`) it matched. */
+export const askReason = (rules: Rules, entry: string, name: string): string =>
+  entry === name ? `"${name}" is an ask tool for the ${rules.label}` : `${entry} tools ask for the ${rules.label}`
+
+/** The three-valued decision for one call: a denial first, then an ask, else allowed (rule 5). */
+export const judge = (rules: Rules, name: string, posture: Posture, paths: ReadonlyArray<string>): Judgement => {
+  const decision = decide(rules, name, posture, paths)
+  if (!decision.allowed) return { outcome: "deny", reason: decision.reason }
+  const entry = askedBy(rules, name, posture)
+  if (entry === undefined) return { outcome: "allow" }
+  return { outcome: "ask", reason: askReason(rules, entry, name) }
+}
+
+/** Is `child` at most `parent` (allow > ask > deny), over a universe of tool names, postures and paths? */
 export const narrows = (
   parent: Rules,
   child: Rules,
@@ -391,7 +440,7 @@ export const narrows = (
 ): boolean =>
   universe.tools.every(([name, posture]) =>
     universe.paths.every((path) =>
-      !decide(child, name, posture, [path]).allowed || decide(parent, name, posture, [path]).allowed
+      rank[judge(child, name, posture, [path]).outcome] <= rank[judge(parent, name, posture, [path]).outcome]
     )
   )
 
@@ -415,9 +464,12 @@ export class Permission extends Context.Service<Permission, {
 const verdict = (tool: string, decision: Decision): Effect.Effect<void, PermissionDenied> =>
   decision.allowed ? Effect.void : Effect.fail(new PermissionDenied({ tool, reason: decision.reason }))
 
-export const make = Effect.fn("Permission.make")(function*(options: { readonly deny?: ReadonlyArray<string> }) {
+export const make = Effect.fn("Permission.make")(function*(options: {
+  readonly deny?: ReadonlyArray<string> | undefined
+  readonly ask?: ReadonlyArray<string> | undefined
+}) {
   const base = yield* Workspace
-  const root = derive(allowAll, { deny: options.deny ?? [] })
+  const root = derive(allowAll, { deny: options.deny ?? [], ask: options.ask ?? [] })
   return Permission.of({
     root,
     derive,
@@ -444,7 +496,7 @@ export const make = Effect.fn("Permission.make")(function*(options: { readonly d
   })
 })
 
-/** Permissions rooted at `deny` (usually `[permissions] deny` from FibrilConfig). */
+/** Permissions rooted at `deny` and `ask` (usually `[permissions]` from FibrilConfig). */
 export const layer = (
-  options: { readonly deny?: ReadonlyArray<string> } = {}
+  options: { readonly deny?: ReadonlyArray<string> | undefined; readonly ask?: ReadonlyArray<string> | undefined } = {}
 ): Layer.Layer<Permission, never, Workspace> => Layer.effect(Permission, make(options))

@@ -18,6 +18,8 @@ import type { AgentEvent } from "./AgentEvents.ts"
 import * as Names from "./internal/names.ts"
 import {
   append,
+  type ApprovalEntry,
+  ApprovalEntry as ApprovalEntrySchema,
   type Artifact,
   Artifact as ArtifactSchema,
   currentRun,
@@ -302,6 +304,38 @@ export const toolResult = (record: Draft, event: AgentEvent, relativize: (path: 
   if (tool === "todowrite") artifact(record, "todo", `todos:${record.agent_id}`, tool, event.at)
 }
 
+/** A question one of its calls asked now waits for a person (a `question` event). */
+export const asked = (record: Draft, event: AgentEvent): void => {
+  if (event.question !== undefined) record.questions = [...(record.questions ?? []), event.question]
+}
+
+/** A question one of its calls asked, decided (an `answered` event): kept with who and when. */
+export const approval = (record: Draft, event: AgentEvent): void => {
+  const { answer, question } = event
+  if (question === undefined || answer === undefined) return
+  if (record.questions?.some((waiting) => waiting.id === question.id)) {
+    const left = record.questions.filter((waiting) => waiting.id !== question.id)
+    if (left.length > 0) record.questions = left
+    else delete record.questions
+  }
+  const entry: ApprovalEntry = {
+    at: event.at,
+    asked_at: question.askedAt,
+    question_id: question.id,
+    kind: question.kind,
+    tool: question.tool,
+    question: preview(question.reason),
+    arguments: preview(question.arguments),
+    decision: answer.decision,
+    by: answer.by,
+    ...(answer.reason === undefined ? {} : { reason: preview(answer.reason) }),
+    ...(answer.always === true ? { always: true } : {})
+  }
+  const next = append(record.approvals, entry, limits.approvals, () => true)
+  record.approvals = next.list
+  if (next.dropped > 0) record.approvals_dropped = (record.approvals_dropped ?? 0) + next.dropped
+}
+
 /** Usage provenance from a session's step counts. */
 export const usage = (steps: { readonly reported: number; readonly estimated: number }): UsageProvenance => ({
   status: steps.estimated > 0 ? "estimated" : steps.reported > 0 ? "reported" : "unknown",
@@ -503,6 +537,9 @@ export const receiptFields = {
   events_dropped: Schema.optionalKey(Schema.Int),
   inputs: Schema.Array(InputSchema),
   inputs_dropped: Schema.optionalKey(Schema.Int),
+  /** Questions its calls asked a person (`ask` rules), with the answers; absent when none. */
+  approvals: Schema.optionalKey(Schema.Array(ApprovalEntrySchema)),
+  approvals_dropped: Schema.optionalKey(Schema.Int),
   artifacts: Schema.Array(ArtifactSchema),
   artifacts_dropped: Schema.optionalKey(Schema.Int),
   transcript_handle: Schema.String,
@@ -559,6 +596,8 @@ export const fields = (record: SubAgentRecord, viewer: Viewer): ReceiptFields =>
     ...(record.events_dropped === undefined ? {} : { events_dropped: record.events_dropped }),
     inputs: record.inputs ?? [],
     ...(record.inputs_dropped === undefined ? {} : { inputs_dropped: record.inputs_dropped }),
+    ...(record.approvals === undefined ? {} : { approvals: record.approvals }),
+    ...(record.approvals_dropped === undefined ? {} : { approvals_dropped: record.approvals_dropped }),
     artifacts: record.artifacts ?? [{ kind: "transcript", ref: record.transcript_handle }],
     ...(record.artifacts_dropped === undefined ? {} : { artifacts_dropped: record.artifacts_dropped }),
     transcript_handle: record.transcript_handle,

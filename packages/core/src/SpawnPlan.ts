@@ -128,7 +128,7 @@ export const resolveRole = (
       return Effect.succeed({
         role,
         allowedTools,
-        definition: { allow: definition.allowedTools, deny: definition.deniedTools },
+        definition: { allow: definition.allowedTools, deny: definition.deniedTools, ask: definition.askTools },
         model: definition.model,
         maxSteps: definition.maxSteps,
         ...(definition.outputSchema === undefined ? {} : { outputSchema: definition.outputSchema }),

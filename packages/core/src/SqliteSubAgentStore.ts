@@ -475,7 +475,11 @@ const makeRequests = (ctx: StoreContext, lease: Lease, writes: Writes, commit: (
           return rows.map((row) => ({
             id: Number(row["id"]),
             agent_id: String(row["agent_id"]),
-            kind: row["kind"] === "input" ? "input" as const : "cancel" as const,
+            kind: row["kind"] === "input"
+              ? "input" as const
+              : row["kind"] === "answer"
+              ? "answer" as const
+              : "cancel" as const,
             payload: String(row["payload"]),
             from: String(row["from_boot"])
           })).sort((a, b) => a.id - b.id)

@@ -21,6 +21,7 @@
 import * as Schema from "effect/Schema"
 import * as SchemaJITCompiler from "effect/schema/SchemaJITCompiler"
 import { AgentStatus as Status, isTerminal, terminal as terminalStatuses } from "./AgentStatus.ts"
+import { Question } from "./Approvals.ts"
 import { ClaimsReport } from "./Claims.ts"
 import * as Names from "./internal/names.ts"
 import { RulesJson } from "./Permission.ts"
@@ -81,6 +82,7 @@ export const limits = {
   inputs: 20,
   artifacts: 100,
   receipts: 10,
+  approvals: 50,
   /** Characters kept of an input's text, a run's summary, an event's detail. */
   preview: 200
 } as const
@@ -148,6 +150,25 @@ export const LogEvent = Schema.Struct({
   detail: Schema.optionalKey(Schema.String)
 })
 export type LogEvent = typeof LogEvent.Type
+
+/** A question one of its calls asked a person (Approvals.ts), and how it was decided. */
+export const ApprovalEntry = Schema.Struct({
+  /** When it was decided (epoch ms), and when asked. */
+  at: Schema.Int,
+  asked_at: Schema.Int,
+  question_id: Schema.String,
+  kind: Schema.Literals(["tool", "fan_out"]),
+  tool: Schema.String,
+  /** Why it asked, and the call's arguments (bounded previews). */
+  question: Schema.String,
+  arguments: Schema.String,
+  decision: Schema.Literals(["allow", "deny"]),
+  /** Who decided: "terminal", "mcp client", "process <pid>", "timeout", "standing answer", "policy". */
+  by: Schema.String,
+  reason: Schema.optionalKey(Schema.String),
+  always: Schema.optionalKey(Schema.Boolean)
+})
+export type ApprovalEntry = typeof ApprovalEntry.Type
 
 /** A message sent to the agent (`agent_send_input`, `agent_eval`, `agent_assign`). */
 export const Input = Schema.Struct({
@@ -281,6 +302,11 @@ export const SubAgentRecord = Schema.Struct({
   /** Messages sent to it, delivered or not. */
   inputs: Schema.optionalKey(Schema.Array(Input)),
   inputs_dropped: Schema.optionalKey(Schema.Int),
+  /** Questions of its calls that wait for a person now (`fibril agents questions` lists them). */
+  questions: Schema.optionalKey(Schema.Array(Question)),
+  /** Questions its calls asked a person, with their answers. */
+  approvals: Schema.optionalKey(Schema.Array(ApprovalEntry)),
+  approvals_dropped: Schema.optionalKey(Schema.Int),
   /** References to what it produced. */
   artifacts: Schema.optionalKey(Schema.Array(Artifact)),
   artifacts_dropped: Schema.optionalKey(Schema.Int),

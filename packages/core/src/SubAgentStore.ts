@@ -87,8 +87,8 @@ export type Liveness = "self" | "alive" | "gone"
 export interface Request {
   readonly id: number
   readonly agent_id: string
-  readonly kind: "cancel" | "input"
-  /** The cancel reason, or the input message. */
+  readonly kind: "cancel" | "input" | "answer"
+  /** The cancel reason, the input message, or an answer to a question (StoredQuestions.ts). */
   readonly payload: string
   /** The boot id of the process that asked. */
   readonly from: string

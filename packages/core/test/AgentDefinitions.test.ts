@@ -274,11 +274,8 @@ describe("AgentDefinitions.load", () => {
       assert.isUndefined(auditor.allowedTools)
       assert.deepStrictEqual(auditor.deniedTools, ["write_file", "edit_file"])
       assert.isTrue(auditor.usableAsSubagent)
-      assert.deepStrictEqual(byName(result.definitions, "careful-reviewer").deniedTools, [
-        "write_file",
-        "edit_file",
-        "shell"
-      ])
+      assert.deepStrictEqual(byName(result.definitions, "careful-reviewer").deniedTools, ["write_file", "edit_file"])
+      assert.deepStrictEqual(byName(result.definitions, "careful-reviewer").askTools, ["shell"])
       assert.deepStrictEqual(byName(result.definitions, "docs-writer").deniedTools, ["shell"])
       const primary = byName(result.definitions, "build-fast")
       assert.isFalse(primary.usableAsSubagent)
@@ -436,18 +433,27 @@ describe("AgentDefinitions.parse", () => {
     assert.deepStrictEqual(warnings, ["a/x.md: permissionMode, mcpServers not supported by Fibril; ignored"])
   })
 
-  it("opencode: ask and per-pattern permissions deny the tool with a note", () => {
+  it("opencode: ask, and patterns that only allow or ask, make the tool ask; a denying pattern denies it", () => {
     const { definition, warnings } = ok("o/careful-reviewer.md", opencodeCarefulReviewer, "opencode")
     assert.isUndefined(definition.allowedTools)
-    assert.deepStrictEqual(definition.deniedTools, ["write_file", "edit_file", "shell"])
+    assert.deepStrictEqual(definition.deniedTools, ["write_file", "edit_file"])
+    assert.deepStrictEqual(definition.askTools, ["shell"])
     assert.deepStrictEqual(warnings, [
-      "o/careful-reviewer.md: permission.bash has per-pattern rules, which Fibril cannot enforce; shell is denied"
+      "o/careful-reviewer.md: permission.bash has per-pattern rules, which Fibril cannot enforce; shell is asked"
     ])
     const asked = ok("o/a.md", `---\ndescription: d\npermission:\n  bash: ask\n  edit: allow\n---\n`, "opencode")
-    assert.deepStrictEqual(asked.definition.deniedTools, ["shell"])
-    assert.deepStrictEqual(asked.warnings, [
-      `o/a.md: permission.bash is "ask", which has no interactive equivalent here; shell is denied`
-    ])
+    assert.deepStrictEqual(asked.definition.deniedTools, [])
+    assert.deepStrictEqual(asked.definition.askTools, ["shell"])
+    assert.deepStrictEqual(asked.warnings, [])
+    const mixed = ok(
+      "o/m.md",
+      `---\ndescription: d\npermission:\n  bash:\n    "*": ask\n    "rm *": deny\n---\n`,
+      "opencode"
+    )
+    assert.deepStrictEqual(mixed.definition.deniedTools, ["shell"])
+    assert.isUndefined(mixed.definition.askTools)
+    const fibril = ok("f/a.md", `---\ndescription: d\nask_tools: [shell, write_file]\n---\n`, "fibril")
+    assert.deepStrictEqual(fibril.definition.askTools, ["shell", "write_file"])
     const allAllowed = ok("o/b.md", `---\ndescription: d\npermission:\n  bash:\n    "git *": allow\n---\n`, "opencode")
     assert.deepStrictEqual(allAllowed.definition.deniedTools, [])
   })

@@ -422,6 +422,28 @@ describe("FibrilConfig says what is wrong", () => {
       assert.include(env.message, "permissions.deny (environment variable FIBRIL_PERMISSIONS_DENY)")
     }).pipe(Effect.provide(NodeServices.layer)))
 
+  it.effect("[permissions] ask takes tool names and postures; an unknown entry is an error naming both lists", () =>
+    Effect.gen(function*() {
+      const { cwd, load, write } = yield* sandbox
+      yield* write(
+        cwd,
+        `[permissions]\nask = ["shell", "write"]\nask_timeout_secs = 90\nfan_out_max_agents = 8\n` +
+          `fan_out_max_usd = 0.5\n[permissions.usd_per_mtok]\nscripted = 3\n`
+      )
+      const { settings } = yield* load()
+      assert.deepStrictEqual(settings.permissions.ask, ["shell", "write"])
+      assert.strictEqual(settings.permissions.askTimeoutSecs, 90)
+      assert.strictEqual(settings.permissions.fanOutMaxAgents, 8)
+      assert.strictEqual(settings.permissions.fanOutMaxUsd, 0.5)
+      assert.deepStrictEqual(settings.permissions.usdPerMtok, { scripted: 3 })
+      const error = yield* Effect.flip(load({ FIBRIL_PERMISSIONS_ASK: "Bash,writes" }))
+      assert.strictEqual(error._tag, "ConfigUnknownTool")
+      assert.include(error.message, `permissions.ask (environment variable FIBRIL_PERMISSIONS_ASK)`)
+      assert.include(error.message, `"Bash" (did you mean "shell"?)`)
+      assert.include(error.message, `"writes" (did you mean "write`)
+      assert.include(error.message, "asks nothing. Known tools and postures: read_file")
+    }).pipe(Effect.provide(NodeServices.layer)))
+
   it.effect("every setting can be written in a file: the key registry knows each field of Settings", () =>
     Effect.gen(function*() {
       const { cwd, load, write } = yield* sandbox
@@ -768,7 +790,7 @@ describe("FibrilConfig, exactly (tests from its mutation run)", () => {
       sandbox: { mode: "off" },
       tools: { maxOutputChars: 5000 }
     })
-    assert.deepStrictEqual(resolved.settings.permissions, { deny: ["shell"] })
+    assert.deepStrictEqual(resolved.settings.permissions, { ...FibrilConfig.defaults.permissions, deny: ["shell"] })
     assert.deepStrictEqual(resolved.settings.sandbox, { ...FibrilConfig.defaults.sandbox, mode: "off" })
     assert.deepStrictEqual(resolved.settings.tools, { ...FibrilConfig.defaults.tools, maxOutputChars: 5000 })
     assert.deepStrictEqual(resolved.warnings, [])

@@ -1,6 +1,7 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, FileSystem, Layer, Result, Schema } from "effect"
+import * as Approvals from "../src/Approvals.ts"
 import * as Permission from "../src/Permission.ts"
 import * as Roles from "../src/Roles.ts"
 import * as Session from "../src/Session.ts"
@@ -15,6 +16,8 @@ const universe = {
 
 const ToolName = Schema.Literals(toolNames)
 const PathName = Schema.Literals(pathNames)
+/** An ask entry: a tool name or a posture. */
+const AskName = Schema.Union([ToolName, Permission.Posture])
 
 const RulesInput = Schema.Struct({
   allowAll: Schema.Boolean,
@@ -22,14 +25,16 @@ const RulesInput = Schema.Struct({
   deny: Schema.Array(ToolName),
   postures: Schema.Array(Permission.Posture),
   scopeAll: Schema.Boolean,
-  scope: Schema.Array(PathName)
+  scope: Schema.Array(PathName),
+  ask: Schema.Array(AskName)
 })
 
 const RequestInput = Schema.Struct({
   allow: Schema.optionalKey(Schema.Array(ToolName)),
   deny: Schema.optionalKey(Schema.Array(ToolName)),
   postures: Schema.optionalKey(Schema.Array(Permission.Posture)),
-  writeScope: Schema.optionalKey(Schema.Array(PathName))
+  writeScope: Schema.optionalKey(Schema.Array(PathName)),
+  ask: Schema.optionalKey(Schema.Array(AskName))
 })
 
 const toRules = (input: typeof RulesInput.Type): Permission.Rules => ({
@@ -37,7 +42,8 @@ const toRules = (input: typeof RulesInput.Type): Permission.Rules => ({
   allow: input.allowAll ? "all" : new Set(input.allow),
   deny: new Set(input.deny),
   postures: new Set(input.postures),
-  writeScope: input.scopeAll ? "all" : new Set(input.scope.map(Permission.normalizePrefix))
+  writeScope: input.scopeAll ? "all" : new Set(input.scope.map(Permission.normalizePrefix)),
+  ask: new Set(input.ask)
 })
 
 // A tree of agents: the configuration's denials at the root, then one level per depth, each
@@ -45,7 +51,8 @@ const toRules = (input: typeof RulesInput.Type): Permission.Rules => ({
 // calls moving agents of the tree to other roles.
 const Definition = Schema.Struct({
   allow: Schema.optionalKey(Schema.Array(ToolName)),
-  deny: Schema.Array(ToolName)
+  deny: Schema.Array(ToolName),
+  ask: Schema.optionalKey(Schema.Array(AskName))
 })
 const Level = Schema.Struct({
   role: Roles.RoleName,
@@ -59,6 +66,7 @@ const Assign = Schema.Struct({
 })
 const Tree = Schema.Struct({
   configDeny: Schema.Array(ToolName),
+  configAsk: Schema.Array(AskName),
   maxDepth: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 5 })),
   levels: Schema.Array(Level).check(Schema.isMinLength(1), Schema.isMaxLength(5)),
   assigns: Schema.Array(Assign).check(Schema.isMaxLength(4))
@@ -75,7 +83,7 @@ describe("Permission", () => {
     "effective rules are within every ceiling (parent, role, definition, allowed_tools, policy) at every depth, before and after assigns",
     [Tree],
     ([tree]) => {
-      const root = Permission.derive(Permission.allowAll, { deny: tree.configDeny })
+      const root = Permission.derive(Permission.allowAll, { deny: tree.configDeny, ask: tree.configAsk })
       const rules: Array<Permission.Rules> = []
       const grants: Array<Permission.Grant> = []
       tree.levels.forEach((level, depth) => {
@@ -131,7 +139,7 @@ describe("Permission", () => {
     "assigning an agent the role it already has is never refused and changes nothing",
     [Tree],
     ([tree]) => {
-      const root = Permission.derive(Permission.allowAll, { deny: tree.configDeny })
+      const root = Permission.derive(Permission.allowAll, { deny: tree.configDeny, ask: tree.configAsk })
       let parent = root
       tree.levels.forEach((level, depth) => {
         const options = { allowedTools: level.allowedTools, definition: level.definition }
@@ -163,6 +171,70 @@ describe("Permission", () => {
     },
     { arbitrary: { runs: 500 } }
   )
+
+  // Rule 5: ask is the middle outcome of the meet, and a person's answers never reach a denial.
+  const Standing = Schema.Struct({
+    level: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 4 })),
+    tool: ToolName
+  })
+  it.prop(
+    "no sequence of rules, subtree \"always\" answers and depths lets a call run that its rules deny; ask only narrows",
+    [Tree, Schema.Array(Standing).check(Schema.isMaxLength(6))],
+    ([tree, answers]) => {
+      const root = Permission.derive(Permission.allowAll, { deny: tree.configDeny, ask: tree.configAsk })
+      const path = tree.levels.map((_, depth) => `agent-${depth}`)
+      // "Always allow" answered for subtrees of the chain, whatever the tool's rules there say.
+      const standing = answers.map((answer) => ({ subtree: `agent-${answer.level % path.length}`, tool: answer.tool }))
+      let parent = root
+      tree.levels.forEach((level, depth) => {
+        const grant = Session.grantFor(depth, tree.maxDepth, Roles.roles[level.role], {
+          allowedTools: level.allowedTools,
+          definition: level.definition
+        })
+        const rules = Permission.effective(parent, grant)
+        for (const [name, posture] of universe.tools) {
+          for (const file of universe.paths) {
+            const judged = Permission.judge(rules, name, posture, [file])
+            const gated = Approvals.gate(judged, standing, path.slice(0, depth + 1), name)
+            const denied = !Permission.decide(rules, name, posture, [file]).allowed
+            if (denied) assert.strictEqual(gated, "deny", `${name}/${posture} ran at depth ${depth} though denied`)
+            // An ask anywhere above (config, an ancestor's definition) still asks here, unless answered.
+            const above = Permission.judge(parent, name, posture, [file]).outcome
+            if (!denied && above === "ask" && !Approvals.covers(standing, path.slice(0, depth + 1), name)) {
+              assert.strictEqual(gated, "ask", `${name}/${posture} lost its ask at depth ${depth}`)
+            }
+            assert.strictEqual(
+              Permission.meetOutcome(judged.outcome, above),
+              judged.outcome,
+              `depth ${depth} is wider than its parent for ${name}/${posture}`
+            )
+          }
+        }
+        parent = rules
+      })
+    },
+    { arbitrary: { runs: 150 } }
+  )
+
+  it("ask: judged after denials, with the entry that asked; the root takes [permissions] ask; records keep it", () => {
+    const rules = Permission.derive(Permission.allowAll, { label: "review sub-agent", ask: ["shell", "write"] })
+    assert.deepStrictEqual(Permission.judge(rules, "shell", "shell", []), {
+      outcome: "ask",
+      reason: "\"shell\" is an ask tool for the review sub-agent"
+    })
+    assert.deepStrictEqual(Permission.judge(rules, "remember", "memory", [".fibril/memory.md"]), {
+      outcome: "ask",
+      reason: "write tools ask for the review sub-agent"
+    })
+    assert.deepStrictEqual(Permission.judge(rules, "read_file", "read", []), { outcome: "allow" })
+    const narrowed = Permission.derive(rules, { deny: ["shell"] })
+    assert.strictEqual(Permission.judge(narrowed, "shell", "shell", []).outcome, "deny")
+    // A ceiling without `ask` (an older record's) keeps what was asked.
+    const again = Permission.derive(Permission.allowAll, Permission.ceilingFromJson(Permission.toJson(rules)))
+    assert.deepStrictEqual([...again.ask].sort(), ["shell", "write"])
+    const old = Permission.ceilingFromJson({ allow: "all", deny: [], postures: ["read"], write_scope: "all" })
+    assert.strictEqual(Permission.derive(rules, old).ask.size, 2)
+  })
 
   it("a child that asks for everything gets no more than its parent", () => {
     const parent = Permission.derive(Permission.allowAll, { postures: ["read"], deny: ["shell"] })

@@ -33,6 +33,8 @@ export const bounds = {
   "sandbox.tmp_size_mb": [1, 65_536],
   "sandbox.max_processes": [16, 65_536],
   "sandbox.memory_mb": [64, 1_048_576],
+  "permissions.ask_timeout_secs": [1, 86_400],
+  "permissions.fan_out_max_agents": [1, 1000],
   "rate_limit.initial_concurrency": [1, 1000],
   "rate_limit.max_concurrency": [1, 1000]
 } as const satisfies Record<string, readonly [number, number]>
@@ -69,6 +71,9 @@ export const accepts = {
   models: `a table of role name = model id strings ("role=model,role=model" in the environment)`,
   isolation: `a table of role name = "worktree" or "process" ("role=worktree" in the environment)`,
   deny: "an array of tool names (comma-separated in the environment)",
+  ask: "an array of tool names and postures (comma-separated in the environment)",
+  usd: "a number of US dollars",
+  prices: `a table of model id = US dollars per million tokens ("model=0.3,model=3" in the environment)`,
   writablePaths: "an array of paths, absolute or relative to the workspace (comma-separated in the environment)",
   bwrapPath: "a string: the bubblewrap binary, a name on PATH or a path"
 } as const

@@ -5,6 +5,7 @@
  * keys, and where each value came from. The errors a configuration can have are defined here,
  * next to what finds them; `FibrilConfig` exports them.
  */
+import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
 import type * as FileSystem from "effect/FileSystem"
 import * as Option from "effect/Option"
@@ -12,6 +13,7 @@ import * as Schema from "effect/Schema"
 import { createRequire } from "node:module"
 import type * as TomlModule from "smol-toml"
 import { claudeTools, opencodeTools } from "../AgentDefinitions.ts"
+import { postures } from "../Permission.ts"
 import { accepts, bounds, describeBounds, type IntKey, sandboxModesAccepted } from "./configBounds.ts"
 import { nearest } from "./suggest.ts"
 
@@ -96,7 +98,11 @@ export class ConfigUnknownTool extends Schema.TaggedError<ConfigUnknownTool>()("
     )
     return `${this.key} (${this.source}) names ${names.length === 1 ? "an unknown tool" : "unknown tools"}: ${
       names.join(", ")
-    }; a denial that matches no tool denies nothing. Known tools: ${this.known.join(", ")}`
+    }; ${
+      this.key === "permissions.ask"
+        ? "an ask entry that matches no tool or posture asks nothing. Known tools and postures"
+        : "a denial that matches no tool denies nothing. Known tools"
+    }: ${this.known.join(", ")}`
   }
 }
 
@@ -135,7 +141,8 @@ export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> 
   "subagents.models": "any",
   "subagents.isolation": "any",
   tools: ["shell_timeout_secs", "max_output_chars"],
-  permissions: ["deny"],
+  permissions: ["deny", "ask", "ask_timeout_secs", "fan_out_max_agents", "fan_out_max_usd"],
+  "permissions.usd_per_mtok": "any",
   sandbox: ["mode", "network", "writable_paths", "bwrap_path", "tmp_size_mb", "max_processes", "memory_mb"],
   "sandbox.roles": [],
   "sandbox.roles.*": ["mode", "network", "writable_paths"],
@@ -388,6 +395,46 @@ export const wrongType = (file: ConfigFile): ConfigInvalid | undefined => {
     })
   }
   return undefined
+}
+
+/** `[permissions]` of approvals (docs/security.md, "Asking a person"): what asks, how long, fan-out limits. */
+export interface ApprovalSettings {
+  /** Tool names and postures whose calls wait for a person's answer. */
+  readonly ask?: ReadonlyArray<string> | undefined
+  /** How long a question waits before it is a denial; unset: 300 s. */
+  readonly askTimeoutSecs?: number | undefined
+  /** One turn's spawns beyond this many agents, or this estimated cost, ask first; unset: never. */
+  readonly fanOutMaxAgents?: number | undefined
+  readonly fanOutMaxUsd?: number | undefined
+  /** model id -> US dollars per million tokens, for fan-out estimates. */
+  readonly usdPerMtok?: Readonly<Record<string, number>> | undefined
+}
+
+/** `[permissions] ask` entries that name no tool (of `tools`) or posture, as the error `load` fails with. */
+export const unknownAsked = (
+  ask: ReadonlyArray<string> | undefined,
+  tools: ReadonlyArray<string>,
+  source: string
+): ConfigUnknownTool | undefined => {
+  const known = [...tools, ...postures]
+  const unknown = unknownTools(ask ?? [], known)
+  return unknown.length === 0 ? undefined : new ConfigUnknownTool({ key: "permissions.ask", source, unknown, known })
+}
+
+export const approvalDefaults: ApprovalSettings = {
+  ask: [],
+  askTimeoutSecs: undefined,
+  fanOutMaxAgents: undefined,
+  fanOutMaxUsd: undefined,
+  usdPerMtok: {}
+}
+
+/** How the `[permissions]` keys of approvals are read (FibrilConfig.readSettings). */
+export const approvalConfigs = {
+  names: (name: string) => Config.Array(Schema.String, name).pipe(Config.withDefault<ReadonlyArray<string>>([])),
+  usd: (name: string) => Config.option(Config.Number(name)).pipe(Config.map(Option.getOrUndefined)),
+  prices: (name: string) =>
+    Config.Record(Schema.String, Schema.Number, name).pipe(Config.withDefault<Readonly<Record<string, number>>>({}))
 }
 
 /** `[permissions] deny` entries that name no known tool, each with the tool it probably means. */

@@ -144,5 +144,7 @@ export const eventOf = (state: SessionState, event: Omit<AgentEvent, "agent" | "
   if ("changed" in event) out.changed = event.changed
   if ("text" in event) out.text = event.text
   if ("unverified" in event) out.unverified = event.unverified
+  if ("question" in event) out.question = event.question
+  if ("answer" in event) out.answer = event.answer
   return out
 }

@@ -19,10 +19,12 @@ import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { AgentEvent, AgentEvents } from "../AgentEvents.ts"
+import * as Approvals from "../Approvals.ts"
 import * as GenAiTrace from "../GenAiTrace.ts"
 import * as Parts from "../internal/parts.ts"
-import type * as Permission from "../Permission.ts"
+import * as Permission from "../Permission.ts"
 import type { Callable, RegisteredTool, ToolErrorLike, ToolRegistry, ToolView } from "../ToolRegistry.ts"
+import * as FanOut from "./FanOut.ts"
 import type { ToolCall } from "./ResolveTurn.ts"
 import { eventOf, type SessionState } from "./State.ts"
 
@@ -58,6 +60,8 @@ export interface Caller {
   readonly role: string
   readonly depth: number
   readonly rules: Permission.Rules
+  /** Its parent, for the path a question shows (a `SessionState`'s). */
+  readonly parent?: Caller | undefined
 }
 
 export class UnknownTool extends Schema.TaggedError<UnknownTool>()("UnknownTool", {
@@ -137,13 +141,52 @@ export const find = (registry: ToolRegistry["Service"], view: ToolView, name: st
 const unknownTool = (view: ToolView, name: string) =>
   new UnknownTool({ name, available: view.tools.map((tool) => tool.name) })
 
+/**
+ * A call whose rules say ask (Permission rule 5) waits here for a person (`Approvals`): this
+ * fiber only, so the turn's other calls and every other agent go on. A denial — answered,
+ * timed out, or the default approver's — fails the call with the reason the model reads.
+ */
+const approve = (
+  caller: Caller,
+  tool: { readonly name: string; readonly posture: string },
+  params: unknown,
+  reason: string,
+  notify: FanOut.Notify | undefined
+): Effect.Effect<void, Approvals.ApprovalDenied> =>
+  Effect.flatMap(Effect.service(Approvals.Approvals), (approvals) =>
+    Effect.flatMap(
+      approvals.ask({
+        kind: "tool",
+        agentId: caller.id,
+        path: Approvals.pathOf(caller),
+        role: caller.role,
+        depth: caller.depth,
+        tool: tool.name,
+        posture: tool.posture,
+        arguments: Approvals.boundArguments(params),
+        reason
+      }, (question) => notify?.({ type: "question", tool: tool.name, question })),
+      (decided) => {
+        notify?.({ type: "answered", tool: tool.name, question: decided.question, answer: decided.answer })
+        return decided.answer.decision === "allow" ? Effect.void : Effect.fail(
+          new Approvals.ApprovalDenied({
+            tool: tool.name,
+            asked: reason,
+            reason: decided.answer.reason ?? "denied",
+            by: decided.answer.by
+          })
+        )
+      }
+    ))
+
 /** Checks, decoding and handler of one call of a tool found. `touched` gets what a writing tool changes. */
 const execute = <R>(
   permission: Permission.Permission["Service"],
   caller: Caller,
   tool: Callable<R>,
   call: ToolCall,
-  touched: { paths: ReadonlyArray<string> | undefined } | undefined
+  touched: { paths: ReadonlyArray<string> | undefined } | undefined,
+  notify?: FanOut.Notify | undefined
 ): Effect.Effect<unknown, ToolErrorLike, R> =>
   // The full check (with the paths the call touches) runs for every call: a writing tool that
   // names no path is denied under a write scope rather than let through. With a tracer, the
@@ -155,17 +198,21 @@ const execute = <R>(
         Effect.flatMapEager(parseArguments(tool, call.params), (params) => {
           const paths = tool.paths(params)
           if (touched !== undefined && tool.posture === "write" && paths.length > 0) touched.paths = paths
-          return Effect.flatMapEager(
-            permission.check(caller.rules, tool, paths),
-            () =>
-              tool.handler(params, {
-                sessionId: caller.id,
-                callId: call.id,
-                role: caller.role,
-                depth: caller.depth,
-                rules: caller.rules
-              })
-          )
+          const handle = () =>
+            tool.handler(params, {
+              sessionId: caller.id,
+              callId: call.id,
+              role: caller.role,
+              depth: caller.depth,
+              rules: caller.rules
+            })
+          return Effect.flatMapEager(permission.check(caller.rules, tool, paths), () => {
+            // Allowed by rules 1-3; rule 5 may still want a person's answer (the common case: no).
+            const asked = Permission.askedBy(caller.rules, tool.name, tool.posture)
+            if (asked === undefined) return handle()
+            const reason = Permission.askReason(caller.rules, asked, tool.name)
+            return Effect.flatMap(approve(caller, tool, params, reason, notify), handle)
+          })
         })
     ))
 
@@ -218,7 +265,7 @@ const lookupAndExecute = (
   const tool = find(deps.registry, state.view, call.name)
   return tool === undefined
     ? Effect.fail(unknownTool(state.view, call.name))
-    : execute(deps.permission, state, tool, call, touched)
+    : execute(deps.permission, state, tool, call, touched, (event) => emit(deps, state, event))
 }
 
 /** One call with its bookkeeping, events and hand-over; `wrap` shapes the result part for the caller. */
@@ -228,7 +275,8 @@ const runOne = <A>(
   call: ToolCall,
   landed: Array<Prompt.ToolResultPart> | undefined,
   wrap: (part: Prompt.ToolResultPart) => A,
-  now: boolean
+  now: boolean,
+  refusal?: ToolErrorLike | undefined
 ): Effect.Effect<A> => {
   const touched: { paths: ReadonlyArray<string> | undefined } = { paths: undefined }
   const landing = (isFailure: boolean, result: unknown, reason: string | undefined): Effect.Effect<A> => {
@@ -248,6 +296,8 @@ const runOne = <A>(
     state.toolCalls++
     state.lastTool = call.name
     emit(deps, state, { type: "tool_call", tool: call.name })
+    // A spawn of a fan-out a person refused (FanOut.ts) fails without running.
+    if (refusal !== undefined && FanOut.spawnTools.has(call.name)) return Effect.fail(refusal)
     return lookupAndExecute(deps, state, call, touched)
   }
   const outcome = {
@@ -264,6 +314,25 @@ const runOne = <A>(
 const asPart = (part: Prompt.ToolResultPart) => part
 const asMessage = (part: Prompt.ToolResultPart) => Parts.toolMessage([part])
 
+const runCalls = (
+  deps: RunToolsDeps,
+  state: SessionState,
+  calls: ReadonlyArray<ToolCall>,
+  landed: Array<Prompt.ToolResultPart> | undefined,
+  now: boolean,
+  refusal: ToolErrorLike | undefined
+): Effect.Effect<Prompt.ToolMessage> =>
+  // A single call runs in the loop's own fiber: a fiber forked for it alone is one more to
+  // start, and to interrupt and unwind on cancellation.
+  calls.length === 1
+    ? runOne(deps, state, calls[0]!, landed, asMessage, now, refusal)
+    : Effect.map(
+      Effect.forEach(calls, (call) => runOne(deps, state, call, landed, asPart, false, refusal), {
+        concurrency: "unbounded"
+      }),
+      Parts.toolMessage
+    )
+
 const run = (
   deps: RunToolsDeps,
   state: SessionState,
@@ -271,16 +340,13 @@ const run = (
   landed: Array<Prompt.ToolResultPart> | undefined,
   now: boolean
 ): Effect.Effect<Prompt.ToolMessage> =>
-  // A single call runs in the loop's own fiber: a fiber forked for it alone is one more to
-  // start, and to interrupt and unwind on cancellation.
-  calls.length === 1
-    ? runOne(deps, state, calls[0]!, landed, asMessage, now)
-    : Effect.map(
-      Effect.forEach(calls, (call) => runOne(deps, state, call, landed, asPart, false), {
-        concurrency: "unbounded"
-      }),
-      Parts.toolMessage
+  // A turn that spawns may be one question first (approval before a fan-out).
+  calls.some((call) => FanOut.spawnTools.has(call.name))
+    ? Effect.flatMap(
+      FanOut.gate(state, calls, (event) => emit(deps, state, event)),
+      (refusal) => runCalls(deps, state, calls, landed, false, refusal)
     )
+    : runCalls(deps, state, calls, landed, now, undefined)
 
 /**
  * The turn's results as one tool message. With `deps.onResult` (a durable transcript), each

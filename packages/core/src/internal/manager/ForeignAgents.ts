@@ -135,16 +135,26 @@ export const serveRequests = (
   handle: {
     readonly cancel: (agentId: string, reason: string) => Effect.Effect<unknown, unknown>
     readonly input: (agentId: string, message: string) => Effect.Effect<unknown, unknown>
+    readonly answer: (payload: string) => Effect.Effect<unknown, unknown>
   }
 ) =>
   Effect.gen(function*() {
     yield* wake.await
     yield* wake.close
+    // The questions each agent's record last carried to the store (StoredQuestions.ts).
+    const saved = new Map<string, unknown>()
     while (ctx.table.live > 0) {
+      for (const agent of ctx.table.agents.values()) {
+        if ((saved.get(agent.record.agent_id) ?? undefined) === agent.record.questions) continue
+        saved.set(agent.record.agent_id, agent.record.questions)
+        yield* ctx.store.put(agent.record)
+      }
       for (const request of yield* ctx.store.takeRequests) {
         if (!ctx.table.agents.has(request.agent_id)) continue
         yield* request.kind === "cancel"
           ? Effect.forkIn(handle.cancel(request.agent_id, request.payload), ctx.scope)
+          : request.kind === "answer"
+          ? Effect.ignore(handle.answer(request.payload))
           : Effect.ignore(handle.input(request.agent_id, request.payload))
       }
       yield* sleepUnref(Duration.millis(requestPollMs))

@@ -16,6 +16,7 @@ import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
 import { type AgentEvent, AgentEvents } from "../../AgentEvents.ts"
 import * as AgentResult from "../../AgentResult.ts"
+import { Approvals } from "../../Approvals.ts"
 import * as Heartbeat from "../../Heartbeat.ts"
 import { Models } from "../../Models.ts"
 import * as Permission from "../../Permission.ts"
@@ -24,6 +25,7 @@ import * as Roles from "../../Roles.ts"
 import { type RunObserver, Session } from "../../Session.ts"
 import * as SpawnCheck from "../../SpawnCheck.ts"
 import * as SpawnPlan from "../../SpawnPlan.ts"
+import * as StoredQuestions from "../../StoredQuestions.ts"
 import { AgentNotFound, NotOwned, NotResumable } from "../../SubAgentErrors.ts"
 import type {
   AgentView,
@@ -74,6 +76,8 @@ const observerOf = (
       if (event.type === "started") agent.started = true
       // Into the record in memory only: the next put carries it (no store write per tool call).
       else if (event.type === "tool_result") Receipt.toolResult(agent.record, event, relativize)
+      else if (event.type === "answered") Receipt.approval(agent.record, event)
+      else if (event.type === "question") Receipt.asked(agent.record, event)
     },
     // A durable store gets every message as it is added (each tool result as it lands,
     // committed at the end of that event-loop turn), and the loop's next model call waits for
@@ -493,10 +497,15 @@ const watchdogOf = (
   const timeoutSecs = ctx.config.heartbeatTimeoutSecs
   const look = Effect.gen(function*() {
     const now = yield* Clock.currentTimeMillis
+    // A person's thinking time is not a stall: a question has its own timeout (Approvals).
+    const approvals = yield* Effect.service(Approvals)
     for (const agent of ctx.table.agents.values()) {
       if (agent.record.status !== "running" || !Heartbeat.isStale(agent.lastProgress, now, timeoutSecs)) continue
       const info = yield* Effect.option(ctx.session.info(agent.record.agent_id))
-      if ((Option.isSome(info) && info.value.waitingOnModel) || ctx.table.hasRunningChild(agent.record.agent_id)) {
+      if (
+        (Option.isSome(info) && info.value.waitingOnModel) || ctx.table.hasRunningChild(agent.record.agent_id) ||
+        approvals.waiting(agent.record.agent_id)
+      ) {
         agent.lastProgress = now
         continue
       }
@@ -578,7 +587,12 @@ export const make = Effect.fnUntraced(function*(config: Options) {
     yield* Effect.forkIn(
       Effect.forever(ForeignAgents.serveRequests(ctx, requestsWake, {
         cancel,
-        input: (agentId, message) => sendInput(agentId, message, false, "request")
+        input: (agentId, message) => sendInput(agentId, message, false, "request"),
+        answer: (payload) =>
+          Option.match(StoredQuestions.decodeRequest(payload), {
+            onNone: () => Effect.logWarning(`an answer request that does not decode: ${payload}`),
+            onSome: (request) => Effect.flatMap(Effect.service(Approvals), (a) => a.decide(request.id, request.answer))
+          })
       })),
       scope
     )
