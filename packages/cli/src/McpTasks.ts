@@ -25,11 +25,13 @@
  * once with the agent's id already (it is a handle), so it stays a plain call.
  */
 import * as AgentResult from "@fibril/core/AgentResult"
+import type * as Approvals from "@fibril/core/Approvals"
+import * as StoredQuestions from "@fibril/core/StoredQuestions"
+import { SubAgentStore } from "@fibril/core/SubAgentStore"
 import type { AgentView } from "@fibril/core/AgentResult"
 import { SubAgentManager } from "@fibril/core/SubAgentManager"
 import * as Task from "@fibril/core/tools/Task"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
@@ -115,8 +117,64 @@ export const callToolResult = (agent: AgentView) =>
 
 const ended = (agent: AgentView) => agent.status !== "pending" && agent.status !== "running"
 
+/**
+ * The approval questions (`ask` rules, approvals before a fan-out) that wait in a task's agent
+ * tree, and a way to answer one: the workspace store's (StoredQuestions), which every process
+ * on the workspace shares. Absent (a cluster: its questions are not durable yet), a task is
+ * never `input_required`.
+ */
+export interface Questions {
+  readonly of: (taskId: string) => Effect.Effect<ReadonlyArray<Approvals.Question>>
+  readonly answer: (id: string, answer: Approvals.Answer) => Effect.Effect<boolean>
+}
+
+export const storeQuestions = (store: SubAgentStore["Service"]): Questions => ({
+  of: (taskId) =>
+    Effect.map(
+      StoredQuestions.pending.pipe(Effect.provideService(SubAgentStore, store)),
+      (waiting) => waiting.map((entry) => entry.question).filter((question) => question.path.includes(taskId))
+    ),
+  answer: (id, answer) =>
+    StoredQuestions.answer(id, answer).pipe(
+      Effect.provideService(SubAgentStore, store),
+      Effect.as(true),
+      Effect.orElseSucceed(() => false)
+    )
+})
+
+/** What a person is asked to decide, as an elicitation (MRTR `inputRequests`: a form). */
+export const elicitationOf = (question: Approvals.Question) => ({
+  method: "elicitation/create",
+  params: {
+    mode: "form",
+    message: `${question.kind === "fan_out" ? "Approve a fan-out" : `Allow ${question.tool}`} for ${question.role} ` +
+      `agent ${question.agentId} (depth ${question.depth}, path ${question.path.join(" > ")})? ` +
+      `Why asked: ${question.reason}. Arguments: ${question.arguments}`,
+    requestedSchema: {
+      type: "object",
+      properties: {
+        decision: { type: "string", enum: ["allow", "deny"], description: "allow runs the call; deny refuses it" },
+        reason: { type: "string", description: "Why (a deny's reason is what the agent's model reads)" }
+      },
+      required: ["decision"]
+    }
+  }
+})
+
+/** An elicitation's result as an answer: accepted with `decision`, else (declined, cancelled) a denial. */
+export const answerOf = (response: unknown): Approvals.Answer => {
+  const by = "MCP client (tasks/update)"
+  if (!isRecord(response) || response["action"] !== "accept" || !isRecord(response["content"])) {
+    const action = isRecord(response) && typeof response["action"] === "string" ? response["action"] : "no answer"
+    return { decision: "deny", reason: `the MCP client's person did not accept (${action})`, by }
+  }
+  const content = response["content"]
+  const reason = typeof content["reason"] === "string" ? { reason: content["reason"] } : {}
+  return { decision: content["decision"] === "allow" ? "allow" : "deny", ...reason, by }
+}
+
 /** The task of an agent, as `tasks/get` and `CreateTaskResult` carry it. */
-export const taskOf = (agent: AgentView) =>
+export const taskOf = (agent: AgentView, questions?: Questions) =>
   Effect.gen(function*() {
     const base = {
       taskId: agent.agent_id,
@@ -125,7 +183,16 @@ export const taskOf = (agent: AgentView) =>
       ttlMs,
       pollIntervalMs
     }
-    if (!ended(agent)) return { ...base, status: "working", statusMessage: progressOf(agent) }
+    if (!ended(agent)) {
+      const waiting = questions === undefined ? [] : yield* questions.of(agent.agent_id)
+      if (waiting.length === 0) return { ...base, status: "working", statusMessage: progressOf(agent) }
+      return {
+        ...base,
+        status: "input_required",
+        statusMessage: `${waiting.length} question(s) wait for a person: ${waiting.map((q) => q.reason).join("; ")}`,
+        inputRequests: Object.fromEntries(waiting.map((question) => [question.id, elicitationOf(question)]))
+      }
+    }
     if (agent.status === "cancelled") {
       return { ...base, status: "cancelled", statusMessage: agent.reason ?? "cancelled" }
     }
@@ -150,7 +217,8 @@ const missing = (id: Id) =>
 /** The answer to one claimed request (a line, never a failure). */
 export const answer = (
   manager: SubAgentManager["Service"],
-  claimed: { readonly request: Request; readonly task?: typeof Task.TaskParameters.Type }
+  claimed: { readonly request: Request; readonly task?: typeof Task.TaskParameters.Type },
+  questions?: Questions
 ): Effect.Effect<string> => {
   const { id, method, params } = claimed.request
   const taskId = typeof params["taskId"] === "string" ? params["taskId"] : undefined
@@ -169,16 +237,26 @@ export const answer = (
           isError: true,
           content: [{ type: "text", text: "message" in error ? String(error.message) : String(error) }]
         })),
-      onSuccess: (agent) => Effect.map(taskOf(agent), (task) => resultLine(id, { resultType: "task", ...task }))
+      onSuccess: (agent) => Effect.map(taskOf(agent, questions), (task) => resultLine(id, { resultType: "task", ...task }))
     })
   }
   if (!declares(params)) return Effect.succeed(missing(id))
   switch (method) {
     case "tasks/get":
-      return known((agent) => Effect.map(taskOf(agent), (task) => resultLine(id, { resultType: "complete", ...task })))
+      return known((agent) => Effect.map(taskOf(agent, questions), (task) => resultLine(id, { resultType: "complete", ...task })))
     case "tasks/update":
-      // No question is asked of a client yet (inputRequests): every response is for a key not outstanding.
-      return known(() => Effect.succeed(resultLine(id, { resultType: "complete" })))
+      // Each response for a question outstanding in the task's tree is its answer; others are ignored.
+      return known((agent) =>
+        Effect.gen(function*() {
+          const responses = isRecord(params["inputResponses"]) ? params["inputResponses"] : {}
+          if (questions !== undefined) {
+            for (const question of yield* questions.of(agent.agent_id)) {
+              if (question.id in responses) yield* questions.answer(question.id, answerOf(responses[question.id]))
+            }
+          }
+          return resultLine(id, { resultType: "complete" })
+        })
+      )
     case "tasks/cancel":
       return known((agent) =>
         Effect.as(
@@ -209,7 +287,8 @@ export const intercept = <E, R>(
   stdin: Stream.Stream<Uint8Array, E, R>,
   manager: SubAgentManager["Service"],
   reply: (line: string) => Effect.Effect<void>,
-  scope: Scope.Scope
+  scope: Scope.Scope,
+  questions?: Questions
 ): Stream.Stream<Uint8Array, E, R> =>
   stdin.pipe(
     Stream.mapEffect((chunk) => {
@@ -223,7 +302,7 @@ export const intercept = <E, R>(
         else claimed.push(found)
       }
       return Effect.as(
-        Effect.forEach(claimed, (c) => Effect.forkIn(Effect.flatMap(answer(manager, c), reply), scope), {
+        Effect.forEach(claimed, (c) => Effect.forkIn(Effect.flatMap(answer(manager, c, questions), reply), scope), {
           discard: true
         }),
         encoder.encode(kept.join("\n"))
@@ -241,13 +320,11 @@ export const stdio = Layer.effect(
   Effect.gen(function*() {
     const outer = yield* Stdio.Stdio
     const resolved = yield* SubAgentManager
+    const store = yield* Effect.serviceOption(SubAgentStore)
+    const questions = Option.isSome(store) ? storeQuestions(store.value) : undefined
     const scope = yield* Scope.Scope
     const reply = (line: string) =>
-      Stream.run(Stream.make(encoder.encode(line)), outer.stdout()).pipe(
-        Effect.exit,
-        Effect.map(Exit.isSuccess),
-        Effect.asVoid
-      )
+      Stream.run(Stream.make(encoder.encode(line)), outer.stdout()).pipe(Effect.ignore)
     return Stdio.make({
       args: outer.args,
       stdinIsTerminal: outer.stdinIsTerminal,
@@ -255,7 +332,7 @@ export const stdio = Layer.effect(
       stderrIsTerminal: outer.stderrIsTerminal,
       stdout: (options) => outer.stdout(options),
       stderr: (options) => outer.stderr(options),
-      stdin: intercept(outer.stdin, resolved, reply, scope)
+      stdin: intercept(outer.stdin, resolved, reply, scope, questions)
     })
   })
 )

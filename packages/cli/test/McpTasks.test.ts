@@ -1,8 +1,9 @@
-// `fibril mcp` as a 2026-07-28 client with the Tasks extension sees it (raw JSON-RPC over
-// stdio: no npm client implements the extension's server side to talk to): server/discover
+// `fibril mcp` as a 2026-07-28 client with the Tasks extension sees it (raw JSON-RPC lines over
+// stdio, exactly as SEP-2663 writes them): server/discover
 // lists the revision and the extension; a `task` call is answered with a task before its
 // child finishes; tasks/get goes working → completed with the plain call's result; tasks/cancel
-// cancels the agent; a client without the extension gets a plain result; a new server
+// cancels the agent; a question in the tree is input_required, answered by tasks/update; a
+// client without the extension gets a plain result; a new server
 // process on the same workspace answers tasks/get for the old task.
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -21,7 +22,14 @@ const script = {
   rules: [
     { match: { prompt: "slow" }, turns: [{ delay_ms: 1500, text: report("slow done") }] },
     { match: { prompt: "stuck" }, turns: [{ hang: true }] },
-    { match: { prompt: "quick" }, turns: [{ text: report("quick done") }] }
+    { match: { prompt: "quick" }, turns: [{ text: report("quick done") }] },
+    {
+      match: { prompt: "write" },
+      turns: [
+        { tool_calls: [{ name: "write_file", args: { path: "approved.txt", content: "yes\n" } }] },
+        { text: report("wrote") }
+      ]
+    }
   ]
 }
 
@@ -29,7 +37,7 @@ const script = {
 const server = (dir: string) =>
   Effect.acquireRelease(
     Effect.sync(() => {
-      const child = spawn(process.execPath, [sourceCondition, bin, "mcp", "--model", "scripted:script.json"], {
+      const child = spawn(process.execPath, [sourceCondition, bin, "mcp", "--model", "scripted:script.json", "--approve", "wait"], {
         cwd: dir,
         env: { PATH: process.env["PATH"] ?? "", HOME: dir },
         stdio: ["pipe", "pipe", "pipe"]
@@ -113,6 +121,9 @@ describe("fibril mcp: sub-agents as MCP tasks (2026-07-28, Tasks extension)", ()
       Effect.gen(function*() {
         const dir = fs.mkdtempSync(path.join(os.tmpdir(), "fibril-mcp-tasks-"))
         fs.writeFileSync(path.join(dir, "script.json"), JSON.stringify(script))
+        // write_file waits for a person (the answer comes through tasks/update).
+        fs.mkdirSync(path.join(dir, ".fibril"))
+        fs.writeFileSync(path.join(dir, ".fibril", "config.toml"), "[permissions]\nask = [\"write_file\"]\n")
         const slowId = yield* Effect.scoped(Effect.gen(function*() {
           const { call } = yield* server(dir)
           const discovered = yield* call("server/discover", { _meta: meta(true) }, 60_000)
@@ -167,6 +178,26 @@ describe("fibril mcp: sub-agents as MCP tasks (2026-07-28, Tasks extension)", ()
           assert.strictEqual(undeclared.error?.code, -32021)
           const removed = yield* call("tasks/list", { _meta: meta(true) })
           assert.strictEqual(removed.error?.code, -32601)
+          // A question in the task's tree: input_required with an elicitation, answered by tasks/update.
+          const writer = yield* call("tools/call", taskCall("write"))
+          const writerId: string = writer.result.taskId
+          const asking = yield* pollUntil(call, writerId, (r) => r.status === "input_required")
+          const [key, request] = Object.entries(asking.last.inputRequests)[0] as [string, any]
+          assert.strictEqual(request.method, "elicitation/create")
+          assert.include(request.params.message, "write_file")
+          assert.deepStrictEqual(request.params.requestedSchema.properties.decision.enum, ["allow", "deny"])
+          assert.isFalse(fs.existsSync(path.join(dir, "approved.txt")), "written before the answer")
+          const updated = yield* call("tasks/update", {
+            taskId: writerId,
+            inputResponses: { [key]: { action: "accept", content: { decision: "allow" } } },
+            _meta: meta(true)
+          })
+          assert.deepStrictEqual(updated.result, { resultType: "complete" })
+          const written = yield* pollUntil(call, writerId, (r) => r.status !== "working" && r.status !== "input_required")
+          assert.strictEqual(written.last.status, "completed")
+          assert.strictEqual(written.last.result.structuredContent.summary, "wrote")
+          assert.strictEqual(fs.readFileSync(path.join(dir, "approved.txt"), "utf8"), "yes\n")
+
           return taskId
         }))
 
