@@ -37,6 +37,7 @@ import * as PubSub from "effect/PubSub"
 import * as Stdio from "effect/Stdio"
 import * as Stream from "effect/Stream"
 import * as JsonRpcLines from "./JsonRpcLines.ts"
+import * as McpApprovals from "./McpApprovals.ts"
 import * as McpTasks from "./McpTasks.ts"
 
 const encoder = new TextEncoder()
@@ -149,8 +150,29 @@ export const reportProgress = (server: McpServer.McpServer["Service"], events: A
 const handlers = Layer.unwrap(Effect.gen(function*() {
   const server = yield* McpServer.McpServer
   const events = yield* AgentEvents
-  return TaskToolkit.layerWith({ cancelReason, whileTaskRuns: reportProgress(server, events) })
+  // Elicitation of its tree's approval questions, where the process registers calls for it.
+  const registry = yield* Effect.serviceOption(McpApprovals.Registry)
+  const elicit = Option.isNone(registry) ? Effect.succeed(undefined) : McpApprovals.watch.pipe(
+    Effect.provideService(McpApprovals.Registry, registry.value),
+    Effect.provideService(AgentEvents, events)
+  )
+  return TaskToolkit.layerWith({ cancelReason, whileTaskRuns: both(reportProgress(server, events), elicit) })
 }))
+
+/** Two watchers of a call's agent as one (either may be absent), run side by side. */
+const both = <E, R>(
+  a: Effect.Effect<((agent: AgentView) => Effect.Effect<void>) | undefined, E, R>,
+  b: Effect.Effect<((agent: AgentView) => Effect.Effect<void>) | undefined, E, R>
+) =>
+  Effect.map(
+    Effect.all([a, b]),
+    ([first, second]) =>
+      first === undefined ?
+        second :
+        second === undefined ?
+        first :
+        (agent: AgentView) => Effect.all([first(agent), second(agent)], { concurrency: 2, discard: true })
+  )
 
 /**
  * The McpServer as the toolkit registers with it: every call's records are committed before

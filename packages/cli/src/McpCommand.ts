@@ -15,6 +15,7 @@ import { loadConfig, ProcessEnvironment, resolveCwd } from "./CliEnvironment.ts"
 import * as CliFlags from "./CliFlags.ts"
 import * as ClusterCommand from "./ClusterCommand.ts"
 import type * as McpModule from "./Mcp.ts"
+import type * as McpApprovalsModule from "./McpApprovals.ts"
 import * as ModelSelection from "./ModelSelection.ts"
 import * as Runtime from "./Runtime.ts"
 
@@ -54,8 +55,16 @@ export const make = (version: string) =>
         yield* Effect.logInfo(`fibril mcp: serving on stdio (workspace ${cwd}, cluster ${redactUrl(url)})`)
         return yield* Mcp.serve(server)
       }
-      const runtime = yield* Runtime.make(environment, cwd, config.settings, flags)
-      const server = Mcp.layerStdio({ version }).pipe(Layer.provide(runtime.layer))
+      // Questions of a call whose client can be elicited wait for it; the others, as --approve says.
+      const McpApprovals: typeof McpApprovalsModule = yield* Effect.promise(() => import("./McpApprovals.ts"))
+      const registry = new Map<string, number>()
+      const runtime = yield* Runtime.make(environment, cwd, config.settings, {
+        ...flags,
+        approvePolicy: McpApprovals.policy(registry, flags.approve ?? "deny")
+      })
+      const server = Mcp.layerStdio({ version }).pipe(
+        Layer.provide(Layer.merge(runtime.layer, Layer.succeed(McpApprovals.Registry, registry)))
+      )
       yield* Effect.logInfo(
         `fibril mcp: serving on stdio (workspace ${cwd}, ${ModelSelection.describe(runtime.selection)})`
       )

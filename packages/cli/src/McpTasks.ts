@@ -25,11 +25,11 @@
  * once with the agent's id already (it is a handle), so it stays a plain call.
  */
 import * as AgentResult from "@fibril/core/AgentResult"
+import type { AgentView } from "@fibril/core/AgentResult"
 import type * as Approvals from "@fibril/core/Approvals"
 import * as StoredQuestions from "@fibril/core/StoredQuestions"
-import { SubAgentStore } from "@fibril/core/SubAgentStore"
-import type { AgentView } from "@fibril/core/AgentResult"
 import { SubAgentManager } from "@fibril/core/SubAgentManager"
+import { SubAgentStore } from "@fibril/core/SubAgentStore"
 import * as Task from "@fibril/core/tools/Task"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -237,13 +237,16 @@ export const answer = (
           isError: true,
           content: [{ type: "text", text: "message" in error ? String(error.message) : String(error) }]
         })),
-      onSuccess: (agent) => Effect.map(taskOf(agent, questions), (task) => resultLine(id, { resultType: "task", ...task }))
+      onSuccess: (agent) =>
+        Effect.map(taskOf(agent, questions), (task) => resultLine(id, { resultType: "task", ...task }))
     })
   }
   if (!declares(params)) return Effect.succeed(missing(id))
   switch (method) {
     case "tasks/get":
-      return known((agent) => Effect.map(taskOf(agent, questions), (task) => resultLine(id, { resultType: "complete", ...task })))
+      return known((agent) =>
+        Effect.map(taskOf(agent, questions), (task) => resultLine(id, { resultType: "complete", ...task }))
+      )
     case "tasks/update":
       // Each response for a question outstanding in the task's tree is its answer; others are ignored.
       return known((agent) =>
@@ -323,8 +326,7 @@ export const stdio = Layer.effect(
     const store = yield* Effect.serviceOption(SubAgentStore)
     const questions = Option.isSome(store) ? storeQuestions(store.value) : undefined
     const scope = yield* Scope.Scope
-    const reply = (line: string) =>
-      Stream.run(Stream.make(encoder.encode(line)), outer.stdout()).pipe(Effect.ignore)
+    const reply = (line: string) => Stream.run(Stream.make(encoder.encode(line)), outer.stdout()).pipe(Effect.ignore)
     return Stdio.make({
       args: outer.args,
       stdinIsTerminal: outer.stdinIsTerminal,

@@ -33,6 +33,8 @@ export interface Options {
   readonly stream?: boolean | undefined
   /** How `ask` questions are decided (`fibril run --approve`); default deny, with a reason. */
   readonly approve?: Approvals.ApproveMode | undefined
+  /** Replaces the policy of `approve` (`fibril mcp`: questions of a call whose client elicits wait for it). */
+  readonly approvePolicy?: Approvals.Options["policy"] | undefined
 }
 
 export const layer = (options: Options) => {
@@ -69,7 +71,7 @@ export const layer = (options: Options) => {
     // One approver for the process's agents: its manager answers other processes' requests with it.
     Layer.provideMerge(Approvals.layer({
       timeout: `${options.settings.permissions.askTimeoutSecs ?? 300} seconds`,
-      policy: Approvals.policyOf(options.approve ?? "deny"),
+      policy: options.approvePolicy ?? Approvals.policyOf(options.approve ?? "deny"),
       fanOut: {
         maxAgents: options.settings.permissions.fanOutMaxAgents,
         maxUsd: options.settings.permissions.fanOutMaxUsd,
@@ -109,6 +111,8 @@ export interface Flags extends ModelFlags {
   readonly stream?: boolean | undefined
   /** `--approve` (`fibril run`). */
   readonly approve?: Approvals.ApproveMode | undefined
+  /** Replaces `approve`'s policy (see `Options.approvePolicy`). */
+  readonly approvePolicy?: Approvals.Options["policy"] | undefined
 }
 
 /**
@@ -133,7 +137,8 @@ export const make = Effect.fn("fibril.runtime.make")(function*(
       maxConcurrent: Option.getOrUndefined(flags.maxConcurrent ?? Option.none()),
       storeLimits,
       stream: flags.stream,
-      approve: flags.approve
+      approve: flags.approve,
+      approvePolicy: flags.approvePolicy
     })
   }
 })

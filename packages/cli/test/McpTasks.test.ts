@@ -37,7 +37,15 @@ const script = {
 const server = (dir: string) =>
   Effect.acquireRelease(
     Effect.sync(() => {
-      const child = spawn(process.execPath, [sourceCondition, bin, "mcp", "--model", "scripted:script.json", "--approve", "wait"], {
+      const child = spawn(process.execPath, [
+        sourceCondition,
+        bin,
+        "mcp",
+        "--model",
+        "scripted:script.json",
+        "--approve",
+        "wait"
+      ], {
         cwd: dir,
         env: { PATH: process.env["PATH"] ?? "", HOME: dir },
         stdio: ["pipe", "pipe", "pipe"]
@@ -193,7 +201,11 @@ describe("fibril mcp: sub-agents as MCP tasks (2026-07-28, Tasks extension)", ()
             _meta: meta(true)
           })
           assert.deepStrictEqual(updated.result, { resultType: "complete" })
-          const written = yield* pollUntil(call, writerId, (r) => r.status !== "working" && r.status !== "input_required")
+          const written = yield* pollUntil(
+            call,
+            writerId,
+            (r) => r.status !== "working" && r.status !== "input_required"
+          )
           assert.strictEqual(written.last.status, "completed")
           assert.strictEqual(written.last.result.structuredContent.summary, "wrote")
           assert.strictEqual(fs.readFileSync(path.join(dir, "approved.txt"), "utf8"), "yes\n")

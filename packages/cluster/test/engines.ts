@@ -280,7 +280,16 @@ export const processIsolation: Engine = {
       })
       const exit = yield* Fiber.await(fiber)
       const agents = yield* manager.list({ includeArchived: true })
+      // This process's sessions only (a process child's lives in its own process).
+      const transcripts = Object.fromEntries(
+        yield* Effect.forEach(agents, (agent) =>
+          Effect.map(
+            Effect.orElseSucceed(session.transcript(agent.agent_id), () => []),
+            (messages) => [agent.agent_id, messages] as const
+          ))
+      )
       return {
+        transcripts,
         text: Exit.isSuccess(exit) ? exit.value.text : undefined,
         toolResults: toolResultsOf(yield* session.transcript(root.agent_id)),
         agents: agents.map((agent) => ({

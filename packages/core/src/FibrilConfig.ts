@@ -60,6 +60,7 @@ import {
   withSeedAliases,
   wrongType
 } from "./internal/configFile.ts"
+import { makeSources, readRoles } from "./internal/configRoles.ts"
 import * as Trust from "./Trust.ts"
 
 // ---------------------------------------------------------------------------
@@ -277,67 +278,6 @@ export {
 // ---------------------------------------------------------------------------
 // Reading
 // ---------------------------------------------------------------------------
-
-/**
- * The sources in order: env (FIBRIL_ + constant case of the path), the project table, the
- * user table. A key takes its value from the first that has it.
- */
-const makeSources = (
-  env: Readonly<Record<string, string | undefined>>,
-  project: unknown,
-  user: unknown
-): ReadonlyArray<ConfigProvider.ConfigProvider> => [
-  ConfigProvider.fromEnvRecord({ ...env }).pipe(ConfigProvider.constantCase, ConfigProvider.nested("FIBRIL")),
-  ConfigProvider.fromUnknown(project),
-  ConfigProvider.fromUnknown(user)
-]
-
-/** One `[sandbox.roles.<role>]` table as written (snake_case keys, every key optional). */
-const SandboxRoleTable = Schema.Struct({
-  mode: Schema.optionalKey(Schema.Literals(sandboxModes)),
-  network: Schema.optionalKey(Schema.Boolean),
-  writable_paths: Schema.optionalKey(Schema.Array(Schema.String))
-})
-
-/**
- * `[sandbox.roles.<role>]`, merged key by key over the sources: an environment variable for
- * one role's key (FIBRIL_SANDBOX_ROLES_VERIFIER_MODE) changes that key only, not every role
- * table the files hold. Role names are case-insensitive (the variable arrives as VERIFIER).
- */
-const readRoles = (
-  sources: ReadonlyArray<ConfigProvider.ConfigProvider>,
-  read: <A>(
-    key: string,
-    accepted: string,
-    make: (name: string) => Config.Config<A>,
-    from: ConfigProvider.ConfigProvider
-  ) => Effect.Effect<A, ConfigInvalid>
-): Effect.Effect<Readonly<Record<string, SandboxRoleSettings>>, ConfigInvalid> =>
-  Effect.map(
-    Effect.forEach(sources, (source) =>
-      read(
-        "sandbox.roles",
-        `tables [sandbox.roles.<role>] with mode (${sandboxModesAccepted}), network (true or false) and writable_paths (an array of paths)`,
-        (name) => Config.schema(Schema.Record(Schema.String, SandboxRoleTable), name).pipe(Config.withDefault({})),
-        source
-      )),
-    (tables) => {
-      const roles: Record<string, SandboxRoleSettings> = {}
-      // Lowest priority first, so that each source overrides the keys it sets.
-      for (const table of [...tables].reverse()) {
-        for (const [name, given] of Object.entries(table)) {
-          const role = name.toLowerCase()
-          const before = roles[role]
-          roles[role] = {
-            mode: given.mode ?? before?.mode,
-            network: given.network ?? before?.network,
-            writablePaths: given.writable_paths ?? before?.writablePaths
-          }
-        }
-      }
-      return roles
-    }
-  )
 
 /** Reads every key through `Config`, then clamps; `sourceOf` says where a bad value came from. */
 const readSettings = Effect.fnUntraced(function*(
