@@ -1,0 +1,215 @@
+/**
+ * McpTools — an MCP server's tools as Fibril tools.
+ *
+ * Each configured server (McpServers.ts) is started through `effect/ai`'s McpClient (stdio or
+ * streamable HTTP), its tools listed, and each registered in the ToolRegistry as
+ * `mcp__<server>__<tool>` (Claude Code's naming). Registering there is what makes them tools
+ * like any other: both engines, every front end, permissions (checked again at each call) and
+ * argument decoding come from the registry. The server's JSON Schema becomes the tool's
+ * Schema, so a call is decoded and checked before the server sees it; the posture comes from
+ * the annotations (`readOnlyHint` → read, anything else → write), so a read-only role is not
+ * offered a server's write tools and a call to one by name is denied. Every call carries the
+ * server's timeout: McpClient's `callTool` has none by default.
+ */
+import * as McpClient from "effect/ai/McpClient"
+import type * as McpClientError from "effect/ai/McpClientError"
+import * as McpProtocol from "effect/ai/McpProtocol"
+import type * as McpSchema from "effect/ai/McpSchema"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as HttpClient from "effect/http/HttpClient"
+import * as JsonSchema from "effect/JsonSchema"
+import * as Layer from "effect/Layer"
+import * as ChildProcess from "effect/process/ChildProcess"
+import type { ChildProcessSpawner } from "effect/process/ChildProcessSpawner"
+import * as Schema from "effect/Schema"
+import * as SchemaRepresentation from "effect/SchemaRepresentation"
+import type * as Scope from "effect/Scope"
+import type * as McpServers from "./McpServers.ts"
+import * as ToolRegistry from "./ToolRegistry.ts"
+
+/** A server could not be started or did not list its tools. */
+export class McpServerUnavailable extends Schema.TaggedError<McpServerUnavailable>()("McpServerUnavailable", {
+  server: Schema.String,
+  source: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `MCP server "${this.server}" (${this.source}) is unavailable: ${this.reason}`
+  }
+}
+
+/** `mcp__<server>__<tool>`; characters a model's tool name cannot hold become `_`. */
+export const toolName = (server: string, tool: string): string =>
+  `mcp__${server}__${tool.replace(/[^A-Za-z0-9_-]/g, "_")}`
+
+const clientInfo = { name: "fibril", version: "0.1.0" }
+
+/** A connected client for `server`, closed (and a stdio server's process ended) with the scope. */
+export const connect = (
+  server: McpServers.Server
+): Effect.Effect<
+  McpClient.McpClient,
+  McpServerUnavailable,
+  Scope.Scope | ChildProcessSpawner | HttpClient.HttpClient
+> =>
+  Effect.gen(function*() {
+    const transport = server.transport === "stdio"
+      ? yield* McpClient.stdio({
+        command: ChildProcess.make(server.command, [...server.args], {
+          env: server.env,
+          extendEnv: true,
+          // The server's diagnostics are not Fibril's output.
+          stderr: "ignore"
+        }),
+        protocol: McpProtocol.v2025_11_25
+      })
+      : yield* McpClient.http({ url: server.url, headers: server.headers, protocol: McpProtocol.v2025_11_25 })
+    return yield* McpClient.make({ ...clientInfo, timeout: Duration.seconds(server.timeoutSecs) }).pipe(
+      Effect.provideService(McpClient.Transport, transport)
+    )
+  }).pipe(
+    Effect.mapError((error) =>
+      new McpServerUnavailable({ server: server.name, source: server.source, reason: error.message })
+    )
+  )
+
+// Parameters that accept any object: for a schema the translation cannot read.
+const anyObject = Schema.Record(Schema.String, Schema.Unknown)
+
+/**
+ * The server's input schema as a Schema, so arguments are decoded and checked before the call.
+ * Patterns are not applied (a server's regular expression is not run on Fibril's side).
+ */
+export const parametersOf = (tool: McpSchema.Tool): ToolRegistry.Parameters => {
+  try {
+    const schema = SchemaRepresentation.fromJsonSchemaDocument(
+      JsonSchema.fromSchemaDraft07(tool.inputSchema as JsonSchema.JsonSchema),
+      { patterns: "ignore" }
+    )
+    // A translated JSON Schema decodes plain JSON values: it needs no services.
+    return schema as unknown as ToolRegistry.Parameters
+  } catch {
+    return anyObject
+  }
+}
+
+/** Options for the rendering of results. */
+export interface Options {
+  /** A result longer than this is cut, saying how much was left out. */
+  readonly maxOutputChars: number
+}
+
+export const defaults: Options = { maxOutputChars: 30_000 }
+
+const bound = (text: string, max: number): string =>
+  text.length <= max ? text : `${text.slice(0, max)}\n[… ${text.length - max} more characters not shown]`
+
+/**
+ * A result as the model reads it: text as is, an image or audio clip as a reference (its type
+ * and size: bytes are not text), an embedded resource as its URI and text, a link as its URI,
+ * `structuredContent` as JSON.
+ */
+export const render = (result: McpSchema.CallToolResult, options: Options = defaults): string => {
+  const parts = result.content.map((block) => {
+    switch (block.type) {
+      case "text":
+        return block.text
+      case "image":
+        return `[image ${block.mimeType}, ${block.data.length} bytes]`
+      case "audio":
+        return `[audio ${block.mimeType}, ${block.data.length} bytes]`
+      case "resource":
+        return "text" in block.resource
+          ? `[resource ${block.resource.uri}]\n${block.resource.text}`
+          : `[resource ${block.resource.uri}, binary]`
+      case "resource_link":
+        return `[link ${block.name}: ${block.uri}]`
+    }
+  })
+  if (result.structuredContent !== undefined) {
+    parts.push(`structuredContent: ${JSON.stringify(result.structuredContent)}`)
+  }
+  return bound(parts.join("\n"), options.maxOutputChars)
+}
+
+const reasonOf = (error: McpClientError.McpClientError, timeoutSecs: number): string =>
+  error.reason._tag === "TimeoutError"
+    ? `no answer within ${timeoutSecs} s (the server's timeout_secs); the call was abandoned`
+    : error.reason._tag === "ToolError"
+    ? `the server reported an error: ${error.message}`
+    : error.message
+
+/** The Fibril definition of one tool of a connected server. */
+export const definition = (
+  server: McpServers.Server,
+  client: McpClient.McpClient,
+  tool: McpSchema.Tool,
+  options: Options = defaults
+): ToolRegistry.ToolDefinition => {
+  const name = toolName(server.name, tool.name)
+  const readOnly = tool.annotations?.readOnlyHint === true
+  return ToolRegistry.define({
+    name,
+    description: `${tool.description ?? tool.title ?? tool.name} (MCP server ${server.name})`,
+    parameters: parametersOf(tool),
+    posture: readOnly ? "read" : "write",
+    idempotent: readOnly || tool.annotations?.idempotentHint === true,
+    handler: (params) =>
+      client.callTool({ tool, arguments: params as Record<string, unknown> }, {
+        timeout: Duration.seconds(server.timeoutSecs)
+      }).pipe(
+        Effect.map((result) => render(result, options)),
+        Effect.mapError((error) =>
+          new ToolRegistry.ToolFailure({ tool: name, reason: reasonOf(error, server.timeoutSecs) })
+        )
+      )
+  })
+}
+
+/** A started server: its client, its tools as listed, and their Fibril definitions. */
+export interface Started {
+  readonly server: McpServers.Server
+  readonly client: McpClient.McpClient
+  readonly tools: ReadonlyArray<McpSchema.Tool>
+  readonly definitions: ReadonlyArray<ToolRegistry.ToolDefinition>
+}
+
+/** Starts `server` and lists its tools (used by the layer and `fibril doctor`). */
+export const start = (server: McpServers.Server, options: Options = defaults) =>
+  Effect.gen(function*() {
+    const client = yield* connect(server)
+    const tools = yield* client.listTools({ timeout: Duration.seconds(server.timeoutSecs) }).pipe(
+      Effect.mapError((error) =>
+        new McpServerUnavailable({ server: server.name, source: server.source, reason: error.message })
+      )
+    )
+    const definitions = tools.map((tool) => definition(server, client, tool, options))
+    return { server, client, tools, definitions } satisfies Started
+  })
+
+/**
+ * Starts each server and registers its tools, for the lifetime of the layer (a stdio server's
+ * process ends with it).
+ *
+ * @example
+ * ```ts
+ * const servers = yield* McpServers.load({ cwd, home })
+ * McpTools.layer(servers).pipe(Layer.provide(NodeServices.layer), Layer.provide(FetchHttpClient.layer))
+ * ```
+ */
+export const layer = (
+  servers: ReadonlyArray<McpServers.Server>,
+  options: Options = defaults
+): Layer.Layer<
+  never,
+  McpServerUnavailable | ToolRegistry.DuplicateTool,
+  ToolRegistry.ToolRegistry | ChildProcessSpawner | HttpClient.HttpClient
+> =>
+  Layer.effectDiscard(Effect.gen(function*() {
+    const registry = yield* ToolRegistry.ToolRegistry
+    const started = yield* Effect.forEach(servers, (server) => start(server, options), { concurrency: "unbounded" })
+    for (const server of started) {
+      for (const tool of server.definitions) yield* registry.register(tool)
+    }
+  }))
