@@ -7,6 +7,7 @@
  */
 import * as Fibril from "@fibril/core/Fibril"
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
+import * as McpServers from "@fibril/core/McpServers"
 import * as ProcessIsolation from "@fibril/core/ProcessIsolation"
 import * as RateLimiter from "@fibril/core/RateLimiter"
 import * as Session from "@fibril/core/Session"
@@ -30,6 +31,8 @@ export interface Options {
   readonly storeLimits?: SubAgentStore.Limits | undefined
   /** Stream each model answer (`fibril run`; `--no-stream` turns it off). Default off. */
   readonly stream?: boolean | undefined
+  /** MCP servers whose tools the agents may use (`[mcp_servers.*]`, `.mcp.json`). */
+  readonly mcpServers?: ReadonlyArray<McpServers.Server> | undefined
 }
 
 export const layer = (options: Options) => {
@@ -54,7 +57,8 @@ export const layer = (options: Options) => {
     subagents: options.maxConcurrent === undefined ? subagents : { ...subagents, maxConcurrent: options.maxConcurrent },
     tools: options.settings.tools,
     deny: options.settings.permissions.deny,
-    sandbox: options.settings.sandbox
+    sandbox: options.settings.sandbox,
+    mcpServers: options.mcpServers
   }).pipe(
     Layer.provideMerge(
       // One rate limiter for the process's model calls, as `[rate_limit]` says.
@@ -107,6 +111,7 @@ export const make = Effect.fn("fibril.runtime.make")(function*(
 ) {
   const selection = yield* select(environment, cwd, settings, flags)
   const storeLimits = yield* RunRecords.storeLimits(environment.env)
+  const mcpServers = yield* McpServers.load({ cwd, home: environment.home })
   return {
     selection,
     layer: layer({
@@ -115,7 +120,8 @@ export const make = Effect.fn("fibril.runtime.make")(function*(
       selection,
       maxConcurrent: Option.getOrUndefined(flags.maxConcurrent ?? Option.none()),
       storeLimits,
-      stream: flags.stream
+      stream: flags.stream,
+      mcpServers
     })
   }
 })

@@ -30,6 +30,8 @@ import * as AgentDefinitions from "./AgentDefinitions.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import * as BuiltinTools from "./BuiltinTools.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
+import * as McpServers from "./McpServers.ts"
+import * as McpTools from "./McpTools.ts"
 import * as Memory from "./Memory.ts"
 import * as Models from "./Models.ts"
 import * as Permission from "./Permission.ts"
@@ -56,6 +58,11 @@ export interface Options {
   readonly deny?: ReadonlyArray<string> | undefined
   /** The shell's operating-system sandbox (`[sandbox]`). */
   readonly sandbox?: Partial<Sandbox.Options> | undefined
+  /**
+   * MCP servers whose tools every agent may use as its permissions allow (`McpServers.load`
+   * reads `[mcp_servers.*]` and `.mcp.json`); started when the layer is built.
+   */
+  readonly mcpServers?: ReadonlyArray<McpServers.Server> | undefined
   /**
    * Where sub-agent records and transcripts live: "memory" (default), or "file" for the
    * SQLite store shared by every process, `<cwd>/.fibril/state/fibril.db` (or in an explicit
@@ -145,7 +152,8 @@ export const layerWithModels = (
     BuiltinTools.layer({ ...options.tools, sandbox: options.sandbox }),
     TaskTool.layer,
     AgentTools.layer,
-    Remember.layer
+    Remember.layer,
+    McpTools.layer(options.mcpServers ?? [], { ...McpTools.defaults, ...options.tools })
   ).pipe(Layer.provideMerge(manager))
 }
 

@@ -17,6 +17,7 @@ import * as McpProtocol from "effect/ai/McpProtocol"
 import type * as McpSchema from "effect/ai/McpSchema"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import type * as HttpClient from "effect/http/HttpClient"
 import * as JsonSchema from "effect/JsonSchema"
 import * as Layer from "effect/Layer"
@@ -190,26 +191,27 @@ export const start = (server: McpServers.Server, options: Options = defaults) =>
 
 /**
  * Starts each server and registers its tools, for the lifetime of the layer (a stdio server's
- * process ends with it).
+ * process, and its process group, end with it). A server that cannot start is logged and left
+ * out, so one broken entry does not stop every agent; `fibril doctor` says why it failed.
  *
  * @example
  * ```ts
  * const servers = yield* McpServers.load({ cwd, home })
- * McpTools.layer(servers).pipe(Layer.provide(NodeServices.layer), Layer.provide(FetchHttpClient.layer))
+ * McpTools.layer(servers).pipe(Layer.provide(NodeServices.layer))
  * ```
  */
 export const layer = (
   servers: ReadonlyArray<McpServers.Server>,
   options: Options = defaults
-): Layer.Layer<
-  never,
-  McpServerUnavailable | ToolRegistry.DuplicateTool,
-  ToolRegistry.ToolRegistry | ChildProcessSpawner | HttpClient.HttpClient
-> =>
-  Layer.effectDiscard(Effect.gen(function*() {
+): Layer.Layer<never, ToolRegistry.DuplicateTool, ToolRegistry.ToolRegistry | ChildProcessSpawner> =>
+  servers.length === 0 ? Layer.empty : Layer.effectDiscard(Effect.gen(function*() {
     const registry = yield* ToolRegistry.ToolRegistry
-    const started = yield* Effect.forEach(servers, (server) => start(server, options), { concurrency: "unbounded" })
-    for (const server of started) {
+    const started = yield* Effect.forEach(servers, (server) =>
+      start(server, options).pipe(
+        Effect.map((ready) => [ready]),
+        Effect.catchTag("McpServerUnavailable", (error) => Effect.as(Effect.logWarning(error.message), []))
+      ), { concurrency: "unbounded" })
+    for (const server of started.flat()) {
       for (const tool of server.definitions) yield* registry.register(tool)
     }
-  }))
+  })).pipe(Layer.provide(FetchHttpClient.layer))
