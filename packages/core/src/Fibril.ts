@@ -142,19 +142,17 @@ export const layerWithModels = (
   ).pipe(Layer.provideMerge(workspace))
   const session = Session.layer(options.session).pipe(Layer.provideMerge(base))
   // Agent types defined in markdown files under the workspace; bad files are logged, the rest load.
-  const manager = Layer.unwrap(
-    Effect.map(
-      loadAgents(options.cwd),
-      (agents) => SubAgentManager.layer({ workspace: takeoverWorkspace(options), ...options.subagents, agents })
-    )
-  ).pipe(Layer.provideMerge(session))
-  return Layer.mergeAll(
-    BuiltinTools.layer({ ...options.tools, sandbox: options.sandbox }),
-    TaskTool.layer,
-    AgentTools.layer,
-    Remember.layer,
-    McpTools.layer(options.mcpServers ?? [], { ...McpTools.defaults, ...options.tools })
-  ).pipe(Layer.provideMerge(manager))
+  return Layer.unwrap(Effect.map(loadAgents(options.cwd), (agents) => {
+    const manager = SubAgentManager.layer({ workspace: takeoverWorkspace(options), ...options.subagents, agents })
+      .pipe(Layer.provideMerge(session))
+    return Layer.mergeAll(
+      BuiltinTools.layer({ ...options.tools, sandbox: options.sandbox }),
+      TaskTool.layer,
+      AgentTools.layer,
+      Remember.layer,
+      McpTools.layer(McpTools.withAgents(options.mcpServers ?? [], agents), { ...McpTools.defaults, ...options.tools })
+    ).pipe(Layer.provideMerge(manager))
+  }))
 }
 
 /** Every core service, over the one `LanguageModel` in context (serving every model id). */

@@ -190,6 +190,22 @@ export const start = (server: McpServers.Server, options: Options = defaults) =>
   })
 
 /**
+ * The configured servers and those agent definitions define inline (Claude Code's
+ * `mcpServers`). A configured server of the same name wins; of two agents defining one
+ * name, the first (in load order) does.
+ */
+export const withAgents = (
+  configured: ReadonlyArray<McpServers.Server>,
+  agents: ReadonlyArray<{ readonly mcpServers?: { readonly inline: ReadonlyArray<McpServers.Server> } | undefined }>
+): ReadonlyArray<McpServers.Server> => {
+  const byName = new Map(configured.map((server) => [server.name, server]))
+  for (const agent of agents) {
+    for (const server of agent.mcpServers?.inline ?? []) if (!byName.has(server.name)) byName.set(server.name, server)
+  }
+  return [...byName.values()]
+}
+
+/**
  * Starts each server and registers its tools, for the lifetime of the layer (a stdio server's
  * process, and its process group, end with it). A server that cannot start is logged and left
  * out, so one broken entry does not stop every agent; `fibril doctor` says why it failed.

@@ -4,7 +4,7 @@
 // delegating to children that call the tools.
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it as test, layer } from "@effect/vitest"
-import { Context, Effect, Fiber, Layer } from "effect"
+import { Context, Effect, Fiber, FileSystem, Layer } from "effect"
 import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import { TestClock } from "effect/testing"
 import { createRequire } from "node:module"
@@ -165,6 +165,66 @@ layer(EverythingLayer, { timeout: 30_000, excludeTestServices: true })("MCP tool
       assert.include(offered.general!, "mcp__everything__toggle-simulated-logging")
       assert.include(JSON.stringify(explore!.result), "denied")
     }).pipe(provideNode))
+})
+
+describe("an agent file's own MCP server", () => {
+  test.effect(
+    "a Claude Code agent file with inline mcpServers loads, and its child calls the server",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const root = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+        yield* fs.makeDirectory(`${root}/.claude/agents`, { recursive: true })
+        // As Claude Code writes it: the server defined inline, its tool allowed by its MCP name.
+        yield* fs.writeFileString(
+          `${root}/.claude/agents/echoer.md`,
+          [
+            "---",
+            "name: echoer",
+            "description: Echoes through the everything server",
+            "tools: Read, mcp__everything__echo",
+            "mcpServers:",
+            "  - everything:",
+            `      command: ${JSON.stringify(process.execPath)}`,
+            `      args: [${JSON.stringify(serverBin)}, stdio]`,
+            "---",
+            "Echo what you are asked to."
+          ].join("\n")
+        )
+        const { get } = yield* setup(
+          {
+            rules: [
+              {
+                match: { depth: 0 },
+                turns: [
+                  {
+                    tool_calls: [{
+                      name: "task",
+                      args: { description: "echo", prompt: "echo", subagent_type: "echoer" }
+                    }]
+                  },
+                  { text: "done" }
+                ]
+              },
+              {
+                respond: (conversation) =>
+                  conversation.turn === 0
+                    ? { tool_calls: [{ name: "mcp__everything__echo", args: { message: "agent file" } }] }
+                    : { text: report(String(conversation.toolResults[0]?.result)) }
+              }
+            ]
+          },
+          {},
+          { root }
+        )
+        const session = get(Session)
+        const parent = yield* session.create()
+        yield* session.prompt(parent.id, "go")
+        const [task] = toolResults(yield* session.transcript(parent.id))
+        assert.include(JSON.stringify(task!.result), "Echo: agent file")
+      }).pipe(provideNode),
+    30_000
+  )
 })
 
 describe("MCP server configuration", () => {
