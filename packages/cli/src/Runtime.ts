@@ -8,6 +8,7 @@
 import * as Fibril from "@fibril/core/Fibril"
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as McpServers from "@fibril/core/McpServers"
+import * as McpTools from "@fibril/core/McpTools"
 import * as ProcessIsolation from "@fibril/core/ProcessIsolation"
 import * as RateLimiter from "@fibril/core/RateLimiter"
 import * as Session from "@fibril/core/Session"
@@ -111,7 +112,11 @@ export const make = Effect.fn("fibril.runtime.make")(function*(
 ) {
   const selection = yield* select(environment, cwd, settings, flags)
   const storeLimits = yield* RunRecords.storeLimits(environment.env)
-  const mcpServers = yield* McpServers.load({ cwd, home: environment.home })
+  // A Fibril started as an MCP server by another Fibril starts no servers: a `.mcp.json` that
+  // runs `fibril mcp` would otherwise start Fibril inside Fibril without end.
+  const mcpServers = environment.env[McpTools.serverMarker] === undefined
+    ? yield* McpServers.load({ cwd, home: environment.home })
+    : []
   return {
     selection,
     layer: layer({

@@ -44,6 +44,9 @@ export class McpServerUnavailable extends Schema.TaggedError<McpServerUnavailabl
 export const toolName = (server: string, tool: string): string =>
   `mcp__${server}__${tool.replace(/[^A-Za-z0-9_-]/g, "_")}`
 
+/** Set in the environment of every stdio server Fibril starts (see `connect`). */
+export const serverMarker = "FIBRIL_MCP_SERVER"
+
 const clientInfo = { name: "fibril", version: "0.1.0" }
 
 /** A connected client for `server`, closed (and a stdio server's process ended) with the scope. */
@@ -58,7 +61,9 @@ export const connect = (
     const transport = server.transport === "stdio"
       ? yield* McpClient.stdio({
         command: ChildProcess.make(server.command, [...server.args], {
-          env: server.env,
+          // The marker tells a Fibril started as a server (a `.mcp.json` written for Claude
+          // Code often runs `fibril mcp`) not to start the servers again, endlessly.
+          env: { ...server.env, [serverMarker]: "1" },
           extendEnv: true,
           // The server's diagnostics are not Fibril's output.
           stderr: "ignore"

@@ -94,7 +94,10 @@ layer(EverythingLayer, { timeout: 30_000, excludeTestServices: true })("MCP tool
       const links = String(yield* call("get-resource-links", { count: 2 }))
       assert.match(links, /\[link [^\]]+: demo:\/\//)
       // The configured env reaches the server process.
-      assert.include(String(yield* call("get-env", {})), "passed-through")
+      const env = String(yield* call("get-env", {}))
+      assert.include(env, "passed-through")
+      // The marker that keeps a Fibril started as a server from starting its servers again.
+      assert.include(env, McpTools.serverMarker)
     }))
 
   it.effect("a call that does not answer ends at the server's timeout", () =>
