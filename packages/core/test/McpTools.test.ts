@@ -4,10 +4,12 @@
 // delegating to children that call the tools.
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it as test, layer } from "@effect/vitest"
-import { Context, Effect, Fiber, FileSystem, Layer } from "effect"
+import { Context, Effect, Fiber, FileSystem, Layer, Stream } from "effect"
 import * as FetchHttpClient from "effect/http/FetchHttpClient"
+import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { TestClock } from "effect/testing"
 import { createRequire } from "node:module"
+import * as net from "node:net"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
 import * as McpServers from "../src/McpServers.ts"
 import * as McpTools from "../src/McpTools.ts"
@@ -31,6 +33,7 @@ const everything: McpServers.StdioServer = {
 class Everything extends Context.Service<Everything, {
   readonly tools: ReadonlyArray<ToolRegistry.ToolDefinition>
   readonly slow: ToolRegistry.ToolDefinition
+  readonly overHttp: ReadonlyArray<ToolRegistry.ToolDefinition>
 }>()("test/Everything") {}
 
 const EverythingLayer = Layer.effect(
@@ -43,7 +46,38 @@ const EverythingLayer = Layer.effect(
       started.client,
       started.tools.find((tool) => tool.name === "trigger-long-running-operation")!
     )
-    return { tools: started.definitions, slow }
+    // The same server over streamable HTTP on 127.0.0.1, on a port the OS chose free.
+    const port = yield* Effect.promise(() =>
+      new Promise<number>((resolve) => {
+        const probe = net.createServer().listen(0, "127.0.0.1", () => {
+          const address = probe.address() as net.AddressInfo
+          probe.close(() => resolve(address.port))
+        })
+      })
+    )
+    const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
+    const http = yield* spawner.spawn(
+      ChildProcess.make(process.execPath, [serverBin, "streamableHttp"], {
+        env: { PORT: String(port) },
+        extendEnv: true
+      })
+    )
+    // Ready when it says it listens (bounded: a server that never does fails the file).
+    yield* http.stderr.pipe(
+      Stream.decodeText(),
+      Stream.takeUntil((text) => text.includes("listening")),
+      Stream.runDrain,
+      Effect.timeout("20 seconds")
+    )
+    const overHttp = yield* McpTools.start({
+      transport: "http",
+      name: "remote",
+      source: "test",
+      timeoutSecs: 30,
+      url: `http://127.0.0.1:${port}/mcp`,
+      headers: {}
+    })
+    return { tools: started.definitions, slow, overHttp: overHttp.definitions }
   })
 ).pipe(Layer.provide([NodeServices.layer, FetchHttpClient.layer]))
 
@@ -98,6 +132,20 @@ layer(EverythingLayer, { timeout: 30_000, excludeTestServices: true })("MCP tool
       assert.include(env, "passed-through")
       // The marker that keeps a Fibril started as a server from starting its servers again.
       assert.include(env, McpTools.serverMarker)
+    }))
+
+  it.effect("a server over streamable HTTP: its tools are listed and called the same way", () =>
+    Effect.gen(function*() {
+      const { overHttp } = yield* Everything
+      const echo = overHttp.find((tool) => tool.name === "mcp__remote__echo")!
+      assert.strictEqual(echo.posture, "read")
+      const result = yield* echo.handler({ message: "over http" }, {
+        sessionId: undefined,
+        callId: "c",
+        role: "general",
+        depth: 0
+      })
+      assert.strictEqual(result, "Echo: over http")
     }))
 
   it.effect("a call that does not answer ends at the server's timeout", () =>
