@@ -236,3 +236,19 @@ export const layer = (
       for (const tool of server.definitions) yield* registry.register(tool)
     }
   })).pipe(Layer.provide(FetchHttpClient.layer))
+
+/** What `fibril doctor` says of one server: its tools, or why it could not start. */
+export type Probe =
+  | { readonly _tag: "Ready"; readonly server: McpServers.Server; readonly tools: ReadonlyArray<string> }
+  | { readonly _tag: "Unavailable"; readonly server: McpServers.Server; readonly reason: string }
+
+/** Starts `server`, lists its tools and stops it again (`fibril doctor`). */
+export const probe = (
+  server: McpServers.Server
+): Effect.Effect<Probe, never, ChildProcessSpawner> =>
+  Effect.scoped(start(server)).pipe(
+    Effect.map((started): Probe => ({ _tag: "Ready", server, tools: started.tools.map((tool) => tool.name) })),
+    Effect.catchTag("McpServerUnavailable", (error) =>
+      Effect.succeed<Probe>({ _tag: "Unavailable", server, reason: error.reason })),
+    Effect.provide(FetchHttpClient.layer)
+  )

@@ -278,6 +278,15 @@ describe("an agent file's own MCP server", () => {
   )
 })
 
+describe("McpTools.probe (fibril doctor)", () => {
+  test.effect("a server that cannot start is reported with why, not thrown", () =>
+    Effect.gen(function*() {
+      const probe = yield* McpTools.probe({ ...everything, name: "broken", command: "/nonexistent/mcp-server" })
+      assert.strictEqual(probe._tag, "Unavailable")
+      if (probe._tag === "Unavailable") assert.include(probe.reason, "Cannot spawn MCP server")
+    }).pipe(provideNode))
+})
+
 describe("MCP server configuration", () => {
   test.effect("reads [mcp_servers.*] and .mcp.json, names unknown keys, masks secrets", () =>
     Effect.gen(function*() {
