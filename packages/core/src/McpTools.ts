@@ -11,74 +11,32 @@
  * offered a server's write tools and a call to one by name is denied. Every call carries the
  * server's timeout: McpClient's `callTool` has none by default.
  */
-import * as McpClient from "effect/ai/McpClient"
 import type * as McpClientError from "effect/ai/McpClientError"
-import * as McpProtocol from "effect/ai/McpProtocol"
 import type * as McpSchema from "effect/ai/McpSchema"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as FetchHttpClient from "effect/http/FetchHttpClient"
-import type * as HttpClient from "effect/http/HttpClient"
 import * as JsonSchema from "effect/JsonSchema"
 import * as Layer from "effect/Layer"
-import * as ChildProcess from "effect/process/ChildProcess"
 import type { ChildProcessSpawner } from "effect/process/ChildProcessSpawner"
 import * as Schema from "effect/Schema"
 import * as SchemaRepresentation from "effect/SchemaRepresentation"
-import type * as Scope from "effect/Scope"
+import { type Connection, isLost, McpServerUnavailable, supervise } from "./internal/mcpConnection.ts"
 import type * as McpServers from "./McpServers.ts"
 import * as ToolRegistry from "./ToolRegistry.ts"
-
-/** A server could not be started or did not list its tools. */
-export class McpServerUnavailable extends Schema.TaggedError<McpServerUnavailable>()("McpServerUnavailable", {
-  server: Schema.String,
-  source: Schema.String,
-  reason: Schema.String
-}) {
-  override get message(): string {
-    return `MCP server "${this.server}" (${this.source}) is unavailable: ${this.reason}`
-  }
-}
 
 /** `mcp__<server>__<tool>`; characters a model's tool name cannot hold become `_`. */
 export const toolName = (server: string, tool: string): string =>
   `mcp__${server}__${tool.replace(/[^A-Za-z0-9_-]/g, "_")}`
 
-/** Set in the environment of every stdio server Fibril starts (see `connect`). */
-export const serverMarker = "FIBRIL_MCP_SERVER"
-
-const clientInfo = { name: "fibril", version: "0.1.0" }
-
-/** A connected client for `server`, closed (and a stdio server's process ended) with the scope. */
-export const connect = (
-  server: McpServers.Server
-): Effect.Effect<
-  McpClient.McpClient,
+export {
+  backoff,
+  connect,
+  type Connection,
   McpServerUnavailable,
-  Scope.Scope | ChildProcessSpawner | HttpClient.HttpClient
-> =>
-  Effect.gen(function*() {
-    const transport = server.transport === "stdio"
-      ? yield* McpClient.stdio({
-        command: ChildProcess.make(server.command, [...server.args], {
-          // The marker tells a Fibril started as a server (a `.mcp.json` written for Claude
-          // Code often runs `fibril mcp`) not to start the servers again, endlessly.
-          env: { ...server.env, [serverMarker]: "1" },
-          extendEnv: true,
-          // The server's diagnostics are not Fibril's output.
-          stderr: "ignore"
-        }),
-        protocol: McpProtocol.v2025_11_25
-      })
-      : yield* McpClient.http({ url: server.url, headers: server.headers, protocol: McpProtocol.v2025_11_25 })
-    return yield* McpClient.make({ ...clientInfo, timeout: Duration.seconds(server.timeoutSecs) }).pipe(
-      Effect.provideService(McpClient.Transport, transport)
-    )
-  }).pipe(
-    Effect.mapError((error) =>
-      new McpServerUnavailable({ server: server.name, source: server.source, reason: error.message })
-    )
-  )
+  serverMarker,
+  supervise
+} from "./internal/mcpConnection.ts"
 
 // Parameters that accept any object: for a schema the translation cannot read.
 const anyObject = Schema.Record(Schema.String, Schema.Unknown)
@@ -146,15 +104,20 @@ const reasonOf = (error: McpClientError.McpClientError, timeoutSecs: number): st
     ? `the server reported an error: ${error.message}`
     : error.message
 
-/** The Fibril definition of one tool of a connected server. */
+const lostReason = (server: string) =>
+  `the MCP server "${server}" stopped during the call, so its outcome is unknown; it is started again for the next call`
+
+/** The Fibril definition of one tool of a server. */
 export const definition = (
-  server: McpServers.Server,
-  client: McpClient.McpClient,
+  connection: Connection,
   tool: McpSchema.Tool,
-  options: Options = defaults
+  options: Options = defaults,
+  timeoutSecs = connection.server.timeoutSecs
 ): ToolRegistry.ToolDefinition => {
+  const server = connection.server
   const name = toolName(server.name, tool.name)
   const readOnly = tool.annotations?.readOnlyHint === true
+  const failure = (reason: string) => new ToolRegistry.ToolFailure({ tool: name, reason })
   return ToolRegistry.define({
     name,
     description: `${tool.description ?? tool.title ?? tool.name} (MCP server ${server.name})`,
@@ -162,21 +125,23 @@ export const definition = (
     posture: readOnly ? "read" : "write",
     idempotent: readOnly || tool.annotations?.idempotentHint === true,
     handler: (params) =>
-      client.callTool({ tool, arguments: params as Record<string, unknown> }, {
-        timeout: Duration.seconds(server.timeoutSecs)
-      }).pipe(
-        Effect.map((result) => render(result, options)),
-        Effect.mapError((error) =>
-          new ToolRegistry.ToolFailure({ tool: name, reason: reasonOf(error, server.timeoutSecs) })
+      Effect.gen(function*() {
+        const client = yield* Effect.mapError(connection.client, (error) => failure(error.message))
+        const result = yield* client.callTool({ tool, arguments: params as Record<string, unknown> }, {
+          timeout: Duration.seconds(timeoutSecs)
+        }).pipe(
+          Effect.tapError((error) => isLost(error) ? connection.lost(client) : Effect.void),
+          Effect.mapError((error) => failure(isLost(error) ? lostReason(server.name) : reasonOf(error, timeoutSecs)))
         )
-      )
+        yield* connection.healthy
+        return render(result, options)
+      })
   })
 }
 
-/** A started server: its client, its tools as listed, and their Fibril definitions. */
+/** A started server: its connection, its tools as listed, and their Fibril definitions. */
 export interface Started {
-  readonly server: McpServers.Server
-  readonly client: McpClient.McpClient
+  readonly connection: Connection
   readonly tools: ReadonlyArray<McpSchema.Tool>
   readonly definitions: ReadonlyArray<ToolRegistry.ToolDefinition>
 }
@@ -184,14 +149,15 @@ export interface Started {
 /** Starts `server` and lists its tools (used by the layer and `fibril doctor`). */
 export const start = (server: McpServers.Server, options: Options = defaults) =>
   Effect.gen(function*() {
-    const client = yield* connect(server)
+    const connection = yield* supervise(server)
+    const client = yield* connection.client
     const tools = yield* client.listTools({ timeout: Duration.seconds(server.timeoutSecs) }).pipe(
       Effect.mapError((error) =>
         new McpServerUnavailable({ server: server.name, source: server.source, reason: error.message })
       )
     )
-    const definitions = tools.map((tool) => definition(server, client, tool, options))
-    return { server, client, tools, definitions } satisfies Started
+    const definitions = tools.map((tool) => definition(connection, tool, options))
+    return { connection, tools, definitions } satisfies Started
   })
 
 /**

@@ -8,6 +8,7 @@ import { Context, Effect, Fiber, FileSystem, Layer, Stream } from "effect"
 import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { TestClock } from "effect/testing"
+import { spawnSync } from "node:child_process"
 import { createRequire } from "node:module"
 import * as net from "node:net"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
@@ -19,13 +20,16 @@ import { provideNode, report, setup } from "./support.ts"
 
 const serverBin = createRequire(import.meta.url).resolve("@modelcontextprotocol/server-everything/dist/index.js")
 
+const crashMarker = `fibril-mcp-test-${process.pid}`
+
 const everything: McpServers.StdioServer = {
   transport: "stdio",
   name: "everything",
   source: "test",
   timeoutSecs: 30,
   command: process.execPath,
-  args: [serverBin, "stdio"],
+  // The extra argument (ignored by the server) finds its process for the crash case.
+  args: [serverBin, "stdio", crashMarker],
   env: { FIBRIL_MCP_TEST: "passed-through" }
 }
 
@@ -42,9 +46,10 @@ const EverythingLayer = Layer.effect(
     const started = yield* McpTools.start(everything)
     // A tool of the same server with a 2 s bound, for the hanging-call case.
     const slow = McpTools.definition(
-      { ...everything, timeoutSecs: 2 },
-      started.client,
-      started.tools.find((tool) => tool.name === "trigger-long-running-operation")!
+      started.connection,
+      started.tools.find((tool) => tool.name === "trigger-long-running-operation")!,
+      McpTools.defaults,
+      2
     )
     // The same server over streamable HTTP on 127.0.0.1, on a port the OS chose free.
     const port = yield* Effect.promise(() =>
@@ -80,6 +85,12 @@ const EverythingLayer = Layer.effect(
     return { tools: started.definitions, slow, overHttp: overHttp.definitions }
   })
 ).pipe(Layer.provide([NodeServices.layer, FetchHttpClient.layer]))
+
+/** The pids of the shared stdio server's processes. */
+const serverPids = (): Array<number> => {
+  const found = spawnSync("pgrep", ["-f", crashMarker], { encoding: "utf8" }).stdout
+  return found.split("\n").filter((line) => line !== "").map(Number)
+}
 
 const toolResults = (messages: ReadonlyArray<{ readonly role: string; readonly content: unknown }>) =>
   messages.flatMap((message) =>
@@ -161,6 +172,26 @@ layer(EverythingLayer, { timeout: 30_000, excludeTestServices: true })("MCP tool
       assert.strictEqual(error._tag, "ToolFailure")
       assert.include(error.message, "no answer within 2 s")
     }).pipe(Effect.provide(TestClock.layer())))
+
+  it.effect("the server crashes mid-call: the call fails saying so, the server restarts, the next call works", () =>
+    Effect.gen(function*() {
+      const { tools } = yield* Everything
+      const byName = new Map(tools.map((tool) => [tool.name, tool]))
+      const context = { sessionId: undefined, callId: "c", role: "general", depth: 0 }
+      const long = byName.get("mcp__everything__trigger-long-running-operation")!
+      const echo = byName.get("mcp__everything__echo")!
+      const before = serverPids()
+      assert.strictEqual(before.length, 1)
+      const call = yield* Effect.forkChild(Effect.flip(long.handler({ duration: 30, steps: 30 }, context)))
+      yield* Effect.yieldNow
+      process.kill(before[0]!, "SIGKILL")
+      const error = yield* Fiber.join(call)
+      assert.include(error.message, `the MCP server "everything" stopped during the call`)
+      assert.strictEqual(yield* echo.handler({ message: "after" }, context), "Echo: after")
+      const after = serverPids()
+      assert.strictEqual(after.length, 1)
+      assert.notStrictEqual(after[0], before[0])
+    }))
 
   it.effect("a scripted parent delegates; a general child calls the tools, an explore child gets only read tools", () =>
     Effect.gen(function*() {
