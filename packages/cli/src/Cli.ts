@@ -12,6 +12,7 @@
  * 130 cancelled by Ctrl-C (143 SIGTERM, 129 SIGHUP; bin.ts).
  */
 import * as NodeServices from "@effect/platform-node/NodeServices"
+import * as McpServers from "@fibril/core/McpServers"
 import * as Sandbox from "@fibril/core/Sandbox"
 import { redactText } from "@fibril/core/Secrets"
 import { Argument, CliError, CliOutput, Command, Flag } from "effect/cli"
@@ -78,7 +79,8 @@ export const config = Command.make(
       ? ModelSelection.describe(selection.success)
       : "none (set OPENAI_API_KEY, or --model scripted:<file>)"
     const sandbox = yield* Effect.flatMap(Sandbox.currentHost, (host) => Sandbox.probe(resolved.settings.sandbox, host))
-    yield* ConfigCommand.show(resolved, model, flags.json, out, sandbox)
+    const mcpServers = yield* McpServers.load({ cwd, home: environment.home })
+    yield* ConfigCommand.show(resolved, model, flags.json, out, sandbox, mcpServers)
   })
 ).pipe(
   Command.withDescription("The effective configuration (files, environment, defaults), with clamped values marked"),

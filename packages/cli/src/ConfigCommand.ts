@@ -4,6 +4,7 @@
  * from, and the files that were read.
  */
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
+import * as McpServers from "@fibril/core/McpServers"
 import * as Sandbox from "@fibril/core/Sandbox"
 import { redactUrl } from "@fibril/core/Secrets"
 import type * as Trust from "@fibril/core/Trust"
@@ -101,12 +102,19 @@ export const sandboxLines = (settings: FibrilConfig.SandboxSettings, status: San
   ...Sandbox.describeRoles(settings, status).map(({ role, shell }) => `#   ${role}: ${shell}`)
 ]
 
+/** Each MCP server, where it came from, its env and header values masked. */
+export const mcpLines = (servers: ReadonlyArray<McpServers.Server>): Array<string> =>
+  servers.length === 0
+    ? []
+    : ["# MCP servers (tools mcp__<server>__<tool>):", ...servers.map((server) => `#   ${McpServers.describe(server)}`)]
+
 export const show = Effect.fn("fibril.config")(function*(
   resolved: FibrilConfig.Resolved,
   model: string,
   json: boolean,
   output: Output.Output,
-  sandbox?: Sandbox.Status
+  sandbox?: Sandbox.Status,
+  mcpServers: ReadonlyArray<McpServers.Server> = []
 ) {
   if (json) {
     const url = resolved.settings.cluster.url
@@ -114,6 +122,7 @@ export const show = Effect.fn("fibril.config")(function*(
       ...resolved,
       settings: { ...resolved.settings, cluster: { url: url === undefined ? undefined : redactUrl(url) } },
       model_selection: model,
+      mcp_servers: mcpServers.map(McpServers.masked),
       ...(sandbox === undefined
         ? {}
         : {
@@ -134,5 +143,6 @@ export const show = Effect.fn("fibril.config")(function*(
   if (sandbox !== undefined) {
     for (const text of sandboxLines(resolved.settings.sandbox, sandbox)) yield* output.line(text)
   }
+  for (const text of mcpLines(mcpServers)) yield* output.line(text)
   for (const text of lines(resolved)) yield* output.line(text)
 })

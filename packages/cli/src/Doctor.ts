@@ -18,6 +18,8 @@
  * Exit code 0 when no check failed (warnings allowed), 1 otherwise.
  */
 import * as FibrilConfig from "@fibril/core/FibrilConfig"
+import * as McpServers from "@fibril/core/McpServers"
+import * as McpTools from "@fibril/core/McpTools"
 import * as Sandbox from "@fibril/core/Sandbox"
 import { redactText, redactUrl } from "@fibril/core/Secrets"
 import * as SqliteSubAgentStore from "@fibril/core/SqliteSubAgentStore"
@@ -183,6 +185,24 @@ const storeCheck = (dir: string) =>
     )
   })
 
+/** Each configured MCP server started, its tools listed, and stopped again; or why it failed. */
+const mcpChecks = (cwd: string, home: string) =>
+  McpServers.load({ cwd, home }).pipe(
+    Effect.flatMap((servers) => Effect.forEach(servers, McpTools.probe, { concurrency: "unbounded" })),
+    Effect.map((probes) =>
+      probes.map((probe) =>
+        probe._tag === "Ready"
+          ? check(
+            `mcp ${probe.server.name}`,
+            "ok",
+            `${probe.tools.length} tools (${probe.server.source}): ${probe.tools.join(", ")}`
+          )
+          : check(`mcp ${probe.server.name}`, "fail", `${probe.reason} (${probe.server.source})`)
+      )
+    ),
+    Effect.catch((error) => Effect.succeed([check("mcp", "fail", error.message)]))
+  )
+
 /** Every check, in order. */
 export const run = Effect.fn("fibril.doctor")(function*(input: Input) {
   const fs = yield* FileSystem.FileSystem
@@ -294,6 +314,7 @@ export const run = Effect.fn("fibril.doctor")(function*(input: Input) {
     checks.push(check("bounds", bounds.enforced ? "ok" : "warn", bounds.text))
   }
 
+  checks.push(...(yield* mcpChecks(root.dir, input.environment.home)))
   checks.push(yield* storeCheck(root.dir))
   const fromEnv = input.environment.env["FIBRIL_CLUSTER_URL"]
   const clusterUrl = fromEnv !== undefined && fromEnv !== "" ? fromEnv : settings.cluster.url

@@ -8,6 +8,8 @@
 import * as Approvals from "@fibril/core/Approvals"
 import * as Fibril from "@fibril/core/Fibril"
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
+import * as McpServers from "@fibril/core/McpServers"
+import * as McpTools from "@fibril/core/McpTools"
 import * as ProcessIsolation from "@fibril/core/ProcessIsolation"
 import * as RateLimiter from "@fibril/core/RateLimiter"
 import * as Session from "@fibril/core/Session"
@@ -35,6 +37,8 @@ export interface Options {
   readonly approve?: Approvals.ApproveMode | undefined
   /** Replaces the policy of `approve` (`fibril mcp`: questions of a call whose client elicits wait for it). */
   readonly approvePolicy?: Approvals.Options["policy"] | undefined
+  /** MCP servers whose tools the agents may use (`[mcp_servers.*]`, `.mcp.json`). */
+  readonly mcpServers?: ReadonlyArray<McpServers.Server> | undefined
 }
 
 export const layer = (options: Options) => {
@@ -60,7 +64,8 @@ export const layer = (options: Options) => {
     tools: options.settings.tools,
     deny: options.settings.permissions.deny,
     ask: options.settings.permissions.ask,
-    sandbox: options.settings.sandbox
+    sandbox: options.settings.sandbox,
+    mcpServers: options.mcpServers
   }).pipe(
     Layer.provideMerge(
       // One rate limiter for the process's model calls, as `[rate_limit]` says.
@@ -128,6 +133,11 @@ export const make = Effect.fn("fibril.runtime.make")(function*(
 ) {
   const selection = yield* select(environment, cwd, settings, flags)
   const storeLimits = yield* RunRecords.storeLimits(environment.env)
+  // A Fibril started as an MCP server by another Fibril starts no servers: a `.mcp.json` that
+  // runs `fibril mcp` would otherwise start Fibril inside Fibril without end.
+  const mcpServers = environment.env[McpTools.serverMarker] === undefined
+    ? yield* McpServers.load({ cwd, home: environment.home })
+    : []
   return {
     selection,
     layer: layer({
@@ -138,7 +148,8 @@ export const make = Effect.fn("fibril.runtime.make")(function*(
       storeLimits,
       stream: flags.stream,
       approve: flags.approve,
-      approvePolicy: flags.approvePolicy
+      approvePolicy: flags.approvePolicy,
+      mcpServers
     })
   }
 })

@@ -19,6 +19,7 @@ import * as Schema from "effect/Schema"
 import * as SchemaIssue from "effect/SchemaIssue"
 import { createRequire } from "node:module"
 import type * as YamlModule from "yaml"
+import * as McpEntry from "./internal/mcpEntry.ts"
 import { canonical, type RoleName } from "./Roles.ts"
 
 // The YAML parser is loaded on first use (most runs read no agent file): it is about 6 MiB of
@@ -55,6 +56,14 @@ export interface AgentDefinition {
   readonly outputSchema?: { readonly [key: string]: unknown } | undefined
   /** `isolation` (Fibril and Claude Code front matter): how its agents are kept apart; absent: not. */
   readonly isolation?: "worktree" | "process" | undefined
+  /**
+   * `mcpServers` (Claude Code front matter): the servers it names (configured ones by name)
+   * and the ones it defines inline; the inline ones are started with the process (McpTools).
+   */
+  readonly mcpServers?: {
+    readonly names: ReadonlyArray<string>
+    readonly inline: ReadonlyArray<McpEntry.Server>
+  } | undefined
   /** The markdown body, trimmed. */
   readonly prompt: string
   readonly source: { readonly path: string; readonly format: Format }
@@ -305,7 +314,7 @@ const OpencodeFrontmatter = Schema.Struct({
 
 const fibrilKeys = new Set(Object.keys(FibrilFrontmatter.fields))
 /** Claude Code fields Fibril cannot honour: worth a warning, since the agent behaves differently. */
-const claudeUnsupported = ["permissionMode", "mcpServers", "hooks", "skills", "memory"]
+const claudeUnsupported = ["permissionMode", "hooks", "skills", "memory"]
 const opencodeUnsupported = ["temperature", "top_p", "prompt"]
 
 const formatter = SchemaIssue.makeFormatterStandardSchemaV1()
@@ -464,12 +473,12 @@ const claudeToolNames = (
     splitTools(tools).flatMap((entry) => {
       const restricted = /^([^(]+)\((.*)\)$/.exec(entry)
       const name = (restricted?.[1] ?? entry).trim()
+      // An MCP tool keeps its name: Fibril lists MCP tools as Claude Code does (McpTools).
+      if (restricted === null && name.startsWith("mcp__")) return [name]
       const mapped = lookup(claudeTools, name.toLowerCase())
       if (mapped === undefined) {
         const why = claudeWithoutEquivalent.has(name.toLowerCase())
           ? "has no Fibril equivalent"
-          : name.startsWith("mcp__")
-          ? "is an MCP tool, which Fibril does not provide"
           : "is not a known Claude Code tool"
         warnings.push(`${path}: ${key}: "${entry}" ${why}; skipped`)
         return []
@@ -621,6 +630,32 @@ const fromFibril = (path: string, raw: Record<string, unknown>, prompt: string, 
   })
 }
 
+/**
+ * Claude Code's `mcpServers`: a list of configured server names and `{ name: definition }`
+ * entries (or one such map). A bad inline entry is a warning and is left out.
+ */
+const claudeMcpServers = (path: string, agent: string, value: unknown, warnings: Array<string>) => {
+  const names: Array<string> = []
+  const inline: Array<McpEntry.Server> = []
+  const add = (name: string, entry: unknown) => {
+    const checked = McpEntry.check(name, entry, `agent ${agent} (${path})`)
+    if (checked instanceof McpEntry.McpServerInvalid) warnings.push(`${path}: mcpServers: ${checked.message}; skipped`)
+    else {
+      inline.push(checked)
+      names.push(name)
+    }
+  }
+  const entries = Array.isArray(value) ? value : [value]
+  for (const entry of entries) {
+    if (typeof entry === "string") names.push(entry)
+    else if (McpEntry.isRecord(entry)) { for (const [name, definition] of Object.entries(entry)) add(name, definition) }
+    else {warnings.push(
+        `${path}: mcpServers: ${JSON.stringify(entry)} is neither a server name nor a definition; skipped`
+      )}
+  }
+  return { names, inline }
+}
+
 const fromClaude = (path: string, raw: Record<string, unknown>, prompt: string, warnings: Array<string>) => {
   const unsupported = claudeUnsupported.filter((key) => key in raw)
   if (unsupported.length > 0) warnings.push(`${path}: ${unsupported.join(", ")} not supported by Fibril; ignored`)
@@ -639,6 +674,9 @@ const fromClaude = (path: string, raw: Record<string, unknown>, prompt: string, 
       maxSteps: fm.maxTurns,
       ...outputSchemaOf(fm.output_schema),
       ...(fm.isolation === undefined ? {} : { isolation: fm.isolation }),
+      ...(raw["mcpServers"] === undefined
+        ? {}
+        : { mcpServers: claudeMcpServers(path, fm.name, raw["mcpServers"], warnings) }),
       prompt,
       source: { path, format: "claude" },
       usableAsSubagent: true

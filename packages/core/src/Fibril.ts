@@ -30,6 +30,8 @@ import * as AgentDefinitions from "./AgentDefinitions.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import * as BuiltinTools from "./BuiltinTools.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
+import * as McpServers from "./McpServers.ts"
+import * as McpTools from "./McpTools.ts"
 import * as Memory from "./Memory.ts"
 import * as Models from "./Models.ts"
 import * as Permission from "./Permission.ts"
@@ -58,6 +60,11 @@ export interface Options {
   readonly ask?: ReadonlyArray<string> | undefined
   /** The shell's operating-system sandbox (`[sandbox]`). */
   readonly sandbox?: Partial<Sandbox.Options> | undefined
+  /**
+   * MCP servers whose tools every agent may use as its permissions allow (`McpServers.load`
+   * reads `[mcp_servers.*]` and `.mcp.json`); started when the layer is built.
+   */
+  readonly mcpServers?: ReadonlyArray<McpServers.Server> | undefined
   /**
    * Where sub-agent records and transcripts live: "memory" (default), or "file" for the
    * SQLite store shared by every process, `<cwd>/.fibril/state/fibril.db` (or in an explicit
@@ -137,18 +144,17 @@ export const layerWithModels = (
   ).pipe(Layer.provideMerge(workspace))
   const session = Session.layer(options.session).pipe(Layer.provideMerge(base))
   // Agent types defined in markdown files under the workspace; bad files are logged, the rest load.
-  const manager = Layer.unwrap(
-    Effect.map(
-      loadAgents(options.cwd),
-      (agents) => SubAgentManager.layer({ workspace: takeoverWorkspace(options), ...options.subagents, agents })
-    )
-  ).pipe(Layer.provideMerge(session))
-  return Layer.mergeAll(
-    BuiltinTools.layer({ ...options.tools, sandbox: options.sandbox }),
-    TaskTool.layer,
-    AgentTools.layer,
-    Remember.layer
-  ).pipe(Layer.provideMerge(manager))
+  return Layer.unwrap(Effect.map(loadAgents(options.cwd), (agents) => {
+    const manager = SubAgentManager.layer({ workspace: takeoverWorkspace(options), ...options.subagents, agents })
+      .pipe(Layer.provideMerge(session))
+    return Layer.mergeAll(
+      BuiltinTools.layer({ ...options.tools, sandbox: options.sandbox }),
+      TaskTool.layer,
+      AgentTools.layer,
+      Remember.layer,
+      McpTools.layer(McpTools.withAgents(options.mcpServers ?? [], agents), { ...McpTools.defaults, ...options.tools })
+    ).pipe(Layer.provideMerge(manager))
+  }))
 }
 
 /** Every core service, over the one `LanguageModel` in context (serving every model id). */

@@ -418,19 +418,34 @@ describe("AgentDefinitions.parse", () => {
       `Read, Bash(git log:*, git diff:*), mcp__github__create_issue`,
       "disallowedTools: Bash(rm:*)\n"
     )
-    assert.deepStrictEqual(definition.allowedTools, ["read_file"])
+    // An MCP tool keeps its Claude Code name (McpTools lists them so).
+    assert.deepStrictEqual(definition.allowedTools, ["read_file", "mcp__github__create_issue"])
     assert.deepStrictEqual(definition.deniedTools, ["shell"])
     assert.deepStrictEqual(warnings, [
       `a/x.md: tools: "Bash(git log:*, git diff:*)" restricts Bash to certain arguments,` +
       " which Fibril cannot enforce; skipped",
-      `a/x.md: tools: "mcp__github__create_issue" is an MCP tool, which Fibril does not provide; skipped`,
       `a/x.md: disallowedTools: "Bash(rm:*)" denies all of shell (argument patterns are not supported)`
     ])
   })
 
   it("Claude Code: unsupported fields are named in a warning", () => {
     const { warnings } = claude("Read", "permissionMode: acceptEdits\nmcpServers: [github]\n")
-    assert.deepStrictEqual(warnings, ["a/x.md: permissionMode, mcpServers not supported by Fibril; ignored"])
+    assert.deepStrictEqual(warnings, ["a/x.md: permissionMode not supported by Fibril; ignored"])
+  })
+
+  it("Claude Code: mcpServers names configured servers and defines others inline", () => {
+    const { definition, warnings } = claude(
+      "Read",
+      "mcpServers:\n  - github\n  - local:\n      command: node\n      args: [server.js]\n  - bad:\n      cmd: x\n"
+    )
+    assert.deepStrictEqual(definition.mcpServers?.names, ["github", "local"])
+    assert.deepStrictEqual(definition.mcpServers?.inline.map((server) => [server.name, server.transport]), [[
+      "local",
+      "stdio"
+    ]])
+    assert.strictEqual(warnings.length, 1)
+    assert.include(warnings[0]!, `a/x.md: mcpServers: MCP server "bad"`)
+    assert.include(warnings[0]!, "unknown key cmd")
   })
 
   it("opencode: ask, and patterns that only allow or ask, make the tool ask; a denying pattern denies it", () => {

@@ -148,7 +148,12 @@ export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> 
   "sandbox.roles.*": ["mode", "network", "writable_paths"],
   cluster: ["url"],
   rate_limit: ["enabled", "initial_concurrency", "max_concurrency"],
-  telemetry: ["capture_content"]
+  telemetry: ["capture_content"],
+  // MCP servers (McpServers.ts reads and checks them; its `acceptedKeys` is this list).
+  mcp_servers: [],
+  "mcp_servers.*": ["type", "command", "args", "env", "url", "headers", "timeout_secs"],
+  "mcp_servers.*.env": "any",
+  "mcp_servers.*.headers": "any"
 }
 
 /** The registry entry for a table path, `*` segments matching any name. */

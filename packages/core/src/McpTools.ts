@@ -1,0 +1,220 @@
+/**
+ * McpTools — an MCP server's tools as Fibril tools.
+ *
+ * Each configured server (McpServers.ts) is started through `effect/ai`'s McpClient (stdio or
+ * streamable HTTP), its tools listed, and each registered in the ToolRegistry as
+ * `mcp__<server>__<tool>` (Claude Code's naming). Registering there is what makes them tools
+ * like any other: both engines, every front end, permissions (checked again at each call) and
+ * argument decoding come from the registry. The server's JSON Schema becomes the tool's
+ * Schema, so a call is decoded and checked before the server sees it; the posture comes from
+ * the annotations (`readOnlyHint` → read, anything else → write), so a read-only role is not
+ * offered a server's write tools and a call to one by name is denied. Every call carries the
+ * server's timeout: McpClient's `callTool` has none by default.
+ */
+import type * as McpClientError from "effect/ai/McpClientError"
+import type * as McpSchema from "effect/ai/McpSchema"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
+import * as JsonSchema from "effect/JsonSchema"
+import * as Layer from "effect/Layer"
+import type { ChildProcessSpawner } from "effect/process/ChildProcessSpawner"
+import * as Schema from "effect/Schema"
+import * as SchemaRepresentation from "effect/SchemaRepresentation"
+import { type Connection, isLost, McpServerUnavailable, supervise } from "./internal/mcpConnection.ts"
+import type * as McpServers from "./McpServers.ts"
+import * as ToolRegistry from "./ToolRegistry.ts"
+
+/** `mcp__<server>__<tool>`; characters a model's tool name cannot hold become `_`. */
+export const toolName = (server: string, tool: string): string =>
+  `mcp__${server}__${tool.replace(/[^A-Za-z0-9_-]/g, "_")}`
+
+export {
+  backoff,
+  connect,
+  type Connection,
+  McpServerUnavailable,
+  serverMarker,
+  supervise
+} from "./internal/mcpConnection.ts"
+
+// Parameters that accept any object: for a schema the translation cannot read.
+const anyObject = Schema.Record(Schema.String, Schema.Unknown)
+
+/**
+ * The server's input schema as a Schema, so arguments are decoded and checked before the call.
+ * Patterns are not applied (a server's regular expression is not run on Fibril's side).
+ */
+export const parametersOf = (tool: McpSchema.Tool): ToolRegistry.Parameters => {
+  try {
+    const schema = SchemaRepresentation.fromJsonSchemaDocument(
+      JsonSchema.fromSchemaDraft07(tool.inputSchema as JsonSchema.JsonSchema),
+      { patterns: "ignore" }
+    )
+    // A translated JSON Schema decodes plain JSON values: it needs no services.
+    return schema as unknown as ToolRegistry.Parameters
+  } catch {
+    return anyObject
+  }
+}
+
+/** Options for the rendering of results. */
+export interface Options {
+  /** A result longer than this is cut, saying how much was left out. */
+  readonly maxOutputChars: number
+}
+
+export const defaults: Options = { maxOutputChars: 30_000 }
+
+const bound = (text: string, max: number): string =>
+  text.length <= max ? text : `${text.slice(0, max)}\n[… ${text.length - max} more characters not shown]`
+
+/**
+ * A result as the model reads it: text as is, an image or audio clip as a reference (its type
+ * and size: bytes are not text), an embedded resource as its URI and text, a link as its URI,
+ * `structuredContent` as JSON.
+ */
+export const render = (result: McpSchema.CallToolResult, options: Options = defaults): string => {
+  const parts = result.content.map((block) => {
+    switch (block.type) {
+      case "text":
+        return block.text
+      case "image":
+        return `[image ${block.mimeType}, ${block.data.length} bytes]`
+      case "audio":
+        return `[audio ${block.mimeType}, ${block.data.length} bytes]`
+      case "resource":
+        return "text" in block.resource
+          ? `[resource ${block.resource.uri}]\n${block.resource.text}`
+          : `[resource ${block.resource.uri}, binary]`
+      case "resource_link":
+        return `[link ${block.name}: ${block.uri}]`
+    }
+  })
+  if (result.structuredContent !== undefined) {
+    parts.push(`structuredContent: ${JSON.stringify(result.structuredContent)}`)
+  }
+  return bound(parts.join("\n"), options.maxOutputChars)
+}
+
+const reasonOf = (error: McpClientError.McpClientError, timeoutSecs: number): string =>
+  error.reason._tag === "TimeoutError"
+    ? `no answer within ${timeoutSecs} s (the server's timeout_secs); the call was abandoned`
+    : error.reason._tag === "ToolError"
+    ? `the server reported an error: ${error.message}`
+    : error.message
+
+const lostReason = (server: string) =>
+  `the MCP server "${server}" stopped during the call, so its outcome is unknown; it is started again for the next call`
+
+/** The Fibril definition of one tool of a server. */
+export const definition = (
+  connection: Connection,
+  tool: McpSchema.Tool,
+  options: Options = defaults,
+  timeoutSecs = connection.server.timeoutSecs
+): ToolRegistry.ToolDefinition => {
+  const server = connection.server
+  const name = toolName(server.name, tool.name)
+  const readOnly = tool.annotations?.readOnlyHint === true
+  const failure = (reason: string) => new ToolRegistry.ToolFailure({ tool: name, reason })
+  return ToolRegistry.define({
+    name,
+    description: `${tool.description ?? tool.title ?? tool.name} (MCP server ${server.name})`,
+    parameters: parametersOf(tool),
+    posture: readOnly ? "read" : "write",
+    idempotent: readOnly || tool.annotations?.idempotentHint === true,
+    handler: (params) =>
+      Effect.gen(function*() {
+        const client = yield* Effect.mapError(connection.client, (error) => failure(error.message))
+        const result = yield* client.callTool({ tool, arguments: params as Record<string, unknown> }, {
+          timeout: Duration.seconds(timeoutSecs)
+        }).pipe(
+          Effect.tapError((error) => isLost(error) ? connection.lost(client) : Effect.void),
+          Effect.mapError((error) => failure(isLost(error) ? lostReason(server.name) : reasonOf(error, timeoutSecs)))
+        )
+        yield* connection.healthy
+        return render(result, options)
+      })
+  })
+}
+
+/** A started server: its connection, its tools as listed, and their Fibril definitions. */
+export interface Started {
+  readonly connection: Connection
+  readonly tools: ReadonlyArray<McpSchema.Tool>
+  readonly definitions: ReadonlyArray<ToolRegistry.ToolDefinition>
+}
+
+/** Starts `server` and lists its tools (used by the layer and `fibril doctor`). */
+export const start = (server: McpServers.Server, options: Options = defaults) =>
+  Effect.gen(function*() {
+    const connection = yield* supervise(server)
+    const client = yield* connection.client
+    const tools = yield* client.listTools({ timeout: Duration.seconds(server.timeoutSecs) }).pipe(
+      Effect.mapError((error) =>
+        new McpServerUnavailable({ server: server.name, source: server.source, reason: error.message })
+      )
+    )
+    const definitions = tools.map((tool) => definition(connection, tool, options))
+    return { connection, tools, definitions } satisfies Started
+  })
+
+/**
+ * The configured servers and those agent definitions define inline (Claude Code's
+ * `mcpServers`). A configured server of the same name wins; of two agents defining one
+ * name, the first (in load order) does.
+ */
+export const withAgents = (
+  configured: ReadonlyArray<McpServers.Server>,
+  agents: ReadonlyArray<{ readonly mcpServers?: { readonly inline: ReadonlyArray<McpServers.Server> } | undefined }>
+): ReadonlyArray<McpServers.Server> => {
+  const byName = new Map(configured.map((server) => [server.name, server]))
+  for (const agent of agents) {
+    for (const server of agent.mcpServers?.inline ?? []) if (!byName.has(server.name)) byName.set(server.name, server)
+  }
+  return [...byName.values()]
+}
+
+/**
+ * Starts each server and registers its tools, for the lifetime of the layer (a stdio server's
+ * process, and its process group, end with it). A server that cannot start is logged and left
+ * out, so one broken entry does not stop every agent; `fibril doctor` says why it failed.
+ *
+ * @example
+ * ```ts
+ * const servers = yield* McpServers.load({ cwd, home })
+ * McpTools.layer(servers).pipe(Layer.provide(NodeServices.layer))
+ * ```
+ */
+export const layer = (
+  servers: ReadonlyArray<McpServers.Server>,
+  options: Options = defaults
+): Layer.Layer<never, ToolRegistry.DuplicateTool, ToolRegistry.ToolRegistry | ChildProcessSpawner> =>
+  servers.length === 0 ? Layer.empty : Layer.effectDiscard(Effect.gen(function*() {
+    const registry = yield* ToolRegistry.ToolRegistry
+    const started = yield* Effect.forEach(servers, (server) =>
+      start(server, options).pipe(
+        Effect.map((ready) => [ready]),
+        Effect.catchTag("McpServerUnavailable", (error) => Effect.as(Effect.logWarning(error.message), []))
+      ), { concurrency: "unbounded" })
+    for (const server of started.flat()) {
+      for (const tool of server.definitions) yield* registry.register(tool)
+    }
+  })).pipe(Layer.provide(FetchHttpClient.layer))
+
+/** What `fibril doctor` says of one server: its tools, or why it could not start. */
+export type Probe =
+  | { readonly _tag: "Ready"; readonly server: McpServers.Server; readonly tools: ReadonlyArray<string> }
+  | { readonly _tag: "Unavailable"; readonly server: McpServers.Server; readonly reason: string }
+
+/** Starts `server`, lists its tools and stops it again (`fibril doctor`). */
+export const probe = (
+  server: McpServers.Server
+): Effect.Effect<Probe, never, ChildProcessSpawner> =>
+  Effect.scoped(start(server)).pipe(
+    Effect.map((started): Probe => ({ _tag: "Ready", server, tools: started.tools.map((tool) => tool.name) })),
+    Effect.catchTag("McpServerUnavailable", (error) =>
+      Effect.succeed<Probe>({ _tag: "Unavailable", server, reason: error.reason })),
+    Effect.provide(FetchHttpClient.layer)
+  )
