@@ -114,7 +114,9 @@ export const serve = Effect.fn("fibril.ui.serve")(function*(options: Options) {
         const after = yield* options.data.cancel(id)
         return Option.isSome(after) ? json(after.value) : json({ error: `no agent "${id}" is recorded` }, 404)
       }
+      // An AG-UI client (HttpAgent) POSTs its RunAgentInput; the run is this process's, so its body is not read.
       case "GET /agui":
+      case "POST /agui":
         return options.agui === undefined
           ? json({ error: "no run is attached to this page: AG-UI events come with fibril run --ui" }, 404)
           : sse(options.agui)
