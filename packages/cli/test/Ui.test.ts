@@ -134,7 +134,7 @@ describe("fibril ui", () => {
         const dir = yield* scriptedWorkspace(script)
         const model = ["--model", "scripted:script.json"]
         // Everything starts at once: three processes and the browser.
-        const [a, b, ui, context, { HttpAgent }] = yield* Effect.all([
+        const [a, b, ui, browser, { HttpAgent }] = yield* Effect.all([
           start(["run", "explore every part", ...model, "--ui"], dir),
           start(["run", "start one that hangs", ...model, "--json"], dir),
           start(["ui"], dir),
@@ -158,7 +158,7 @@ describe("fibril ui", () => {
 
         // --- The run's page ---
         const url = yield* a.url
-        const page = yield* Effect.promise(() => context.newPage())
+        const page = yield* Effect.promise(() => browser.newPage())
         yield* Effect.promise(() => page.goto(url))
         // A marker a reload would lose: the states below change in the same document.
         yield* Effect.promise(() => page.evaluate(() => Object.assign(globalThis, { fibrilMarker: 1 })))
@@ -177,13 +177,13 @@ describe("fibril ui", () => {
         })
         assert.strictEqual(yield* Effect.promise(() => page.evaluate(() => Reflect.get(globalThis, "fibrilMarker"))), 1)
         // A lane per agent in the timeline, and the cap drawn as a line.
-        const rows = yield* Effect.promise(() =>
+        const agentRows = yield* Effect.promise(() =>
           page.$$eval("tr.agent", (all) => all.map((row) => row.getAttribute("data-agent-id")).sort())
         )
         const lanes = yield* Effect.promise(() =>
           page.$$eval("rect.lane", (all) => all.map((lane) => lane.getAttribute("data-agent-id")).sort())
         )
-        assert.deepStrictEqual(lanes, rows)
+        assert.deepStrictEqual(lanes, agentRows)
         assert.strictEqual(yield* Effect.promise(() => page.locator("line.cap").count()), 1)
         // A child's transcript, with its tool call.
         yield* Effect.promise(() => page.locator("tr.agent", { hasText: "part 0" }).click())
@@ -255,7 +255,7 @@ describe("fibril ui", () => {
         assert.strictEqual(finalText, seen.length - 3) // then TEXT_MESSAGE_END, RUN_FINISHED
 
         // --- `fibril ui`: the agents of both runs (two processes), and cancel across processes ---
-        const other = yield* Effect.promise(() => context.newPage())
+        const other = yield* Effect.promise(() => browser.newPage())
         const uiUrl = yield* ui.url
         yield* Effect.promise(() => other.goto(uiUrl))
         yield* until(other, (rows) => rows.length >= 5 && new Set(rows.map((row) => row.owner)).size === 2)
