@@ -217,9 +217,9 @@ describe("fibril ui", () => {
         const cancelWithout = yield* Effect.promise(() => fetch(`${bare}cancel?id=${rootId}`, { method: "POST" }))
         assert.strictEqual(cancelWithout.status, 401)
         const port = Number(parsed.port)
-        assert.strictEqual(parsed.hostname, "127.0.0.1")
         for (const address of otherAddresses()) assert.isFalse(yield* connects(address, port), address)
         assert.deepStrictEqual(listeners(port), ["0100007F"])
+        assert.strictEqual(parsed.hostname, "127.0.0.1")
 
         // --- AG-UI: the same run, read by @ag-ui/client ---
         const seen: Array<{ type: string; subagentRunId?: string; toolCallName?: string; delta?: string }> = []
