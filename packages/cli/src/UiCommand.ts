@@ -12,9 +12,9 @@ import * as Stream from "effect/Stream"
 import { loadConfig, ProcessEnvironment, resolveCwd, stateDir as stateDirOf } from "./CliEnvironment.ts"
 import * as CliFlags from "./CliFlags.ts"
 import * as ClusterCommand from "./ClusterCommand.ts"
-import * as UiData from "./UiData.ts"
-import * as UiServer from "./UiServer.ts"
 
+// Loaded when used: the HTTP server, the page's data and AG-UI are not part of every command's start-up.
+const loadServer = Effect.promise(() => Promise.all([import("./UiServer.ts"), import("./UiData.ts")]))
 const loadAgUi = Effect.promise(() => import("./AgUi.ts"))
 const loadUiCluster = Effect.promise(() => import("./UiCluster.ts"))
 
@@ -28,6 +28,7 @@ export const forRun = Effect.fn("fibril.ui.forRun")(function*(options: {
   readonly cap: number | undefined
 }) {
   const store = yield* SubAgentStore.SubAgentStore
+  const [UiServer, UiData] = yield* loadServer
   const agui = yield* Effect.flatMap(loadAgUi, (module) => module.record)
   const serving = yield* UiServer.serve({ data: UiData.fromStore(store, options), agui })
   yield* UiServer.announce(serving)
@@ -58,6 +59,7 @@ export const command = Command.make(
     const stateDir = stateDirOf(cwd)
     return yield* Effect.scoped(Effect.gen(function*() {
       const store = yield* SubAgentStore.SubAgentStore
+      const [UiServer, UiData] = yield* loadServer
       yield* UiServer.announce(yield* UiServer.serve({ data: UiData.fromStore(store, { stateDir, cap }) }))
       return yield* Effect.never
     })).pipe(Effect.provide(SqliteSubAgentStore.layerSqlite({ dir: stateDir })))
