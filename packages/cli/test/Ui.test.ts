@@ -1,8 +1,8 @@
 // `fibril ui` and `fibril run --ui` in a real browser (Debian's chromium, driven by
 // playwright-core), and `/agui` read by `@ag-ui/client`. One browser and one set of processes
 // for the file: `fibril run --ui` (a scripted fan-out whose children take seconds), another
-// `fibril run` on the same workspace (its child hangs until the page cancels it), and a
-// `fibril ui` that shows both processes' agents.
+// `fibril run` on the same workspace (its child hangs until the page cancels it), a
+// `fibril ui` that shows both processes' agents, and a `fibril run --agui`.
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, FileSystem, Path, Stream } from "effect"
@@ -126,7 +126,7 @@ const listeners = (port: number) =>
 
 describe("fibril ui", () => {
   it.live(
-    "run --ui: the tree goes running → completed live, a transcript shows its tool calls, a lane per agent; 401 without the token; 127.0.0.1 only; /agui in order; fibril ui shows two processes and cancels across them",
+    "run --ui: the tree goes running → completed live, a transcript shows its tool calls, a lane per agent; 401 without the token; 127.0.0.1 only; /agui in order and the same as run --agui lines; fibril ui shows three processes and cancels across them",
     () =>
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
@@ -134,10 +134,11 @@ describe("fibril ui", () => {
         const dir = yield* scriptedWorkspace(script)
         const model = ["--model", "scripted:script.json"]
         // Everything starts at once: three processes and the browser.
-        const [a, b, ui, browser, { HttpAgent }] = yield* Effect.all([
+        const [a, b, ui, agui, browser, { HttpAgent }] = yield* Effect.all([
           start(["run", "explore every part", ...model, "--ui"], dir),
           start(["run", "start one that hangs", ...model, "--json"], dir),
           start(["ui"], dir),
+          start(["run", "explore every part", ...model, "--agui"], dir),
           // Loaded here, not at the top: importing them takes seconds, spent while the processes start.
           Effect.acquireRelease(
             Effect.flatMap(fs.makeTempDirectoryScoped(), (profile) =>
@@ -170,9 +171,7 @@ describe("fibril ui", () => {
         // The root and its two children, all completed, without a reload.
         const rootId = (/root agent (agent_\w+)/.exec(yield* waitFor(() => a.output().stdout, /root agent/))!)[1]!
         yield* until(page, (rows) => {
-          const mine = rows.filter((row) =>
-            row.id === rootId || row.text.includes("part 0") || row.text.includes("part 1")
-          )
+          const mine = rows.filter((row) => row.id === rootId || row.parent === rootId)
           return mine.length === 3 && mine.every((row) => row.status === "completed")
         })
         assert.strictEqual(yield* Effect.promise(() => page.evaluate(() => Reflect.get(globalThis, "fibrilMarker"))), 1)
@@ -186,7 +185,7 @@ describe("fibril ui", () => {
         assert.deepStrictEqual(lanes, agentRows)
         assert.strictEqual(yield* Effect.promise(() => page.locator("line.cap").count()), 1)
         // A child's transcript, with its tool call.
-        yield* Effect.promise(() => page.locator("tr.agent", { hasText: "part 0" }).click())
+        yield* Effect.promise(() => page.locator(`tr.agent[data-parent-id=${rootId}]`, { hasText: "part 0" }).click())
         yield* Effect.promise(() => page.waitForSelector("#transcript .msg.tool-call"))
         const calls = yield* Effect.promise(() =>
           page.$$eval("#transcript .msg.tool-call", (all) => all.map((m) => m.textContent))
@@ -254,11 +253,20 @@ describe("fibril ui", () => {
         assert.isTrue(finalText > seen.findLastIndex((e) => e.type === "SUBAGENT_FINISHED"))
         assert.strictEqual(finalText, seen.length - 3) // then TEXT_MESSAGE_END, RUN_FINISHED
 
-        // --- `fibril ui`: the agents of both runs (two processes), and cancel across processes ---
+        // --- `fibril run --agui`: the same events as JSON lines on stdout, and nothing else there ---
+        const aguiExit = yield* agui.handle.exitCode
+        assert.strictEqual(Number(aguiExit), 0, JSON.stringify(agui.output()))
+        const lines = agui.output().stdout.trim().split("\n").map((line) => JSON.parse(line) as { type: string })
+        assert.strictEqual(lines[0]!.type, "RUN_STARTED")
+        assert.strictEqual(lines.at(-1)!.type, "RUN_FINISHED")
+        assert.strictEqual(lines.filter((line) => line.type === "SUBAGENT_FINISHED").length, 2)
+        assert.deepStrictEqual(lines.map((line) => line.type), types)
+
+        // --- `fibril ui`: the agents of the three runs (three processes), and cancel across processes ---
         const other = yield* Effect.promise(() => browser.newPage())
         const uiUrl = yield* ui.url
         yield* Effect.promise(() => other.goto(uiUrl))
-        yield* until(other, (rows) => rows.length >= 5 && new Set(rows.map((row) => row.owner)).size === 2)
+        yield* until(other, (rows) => rows.length >= 8 && new Set(rows.map((row) => row.owner)).size === 3)
         const stuck = other.locator("tr.agent", { hasText: "stuck" })
         yield* Effect.promise(() => stuck.locator("button.cancel").click())
         yield* Effect.promise(() => other.waitForSelector("tr.agent[data-status=cancelled]", { timeout: 20_000 }))
@@ -273,6 +281,7 @@ describe("fibril ui", () => {
 
 interface Row {
   readonly id: string
+  readonly parent: string
   readonly status: string
   readonly text: string
   /** The owner cell without its state: `pid 123@host`. */
@@ -288,6 +297,7 @@ const until = (page: import("playwright-core").Page, done: (rows: ReadonlyArray<
         page.$$eval("tr.agent", (all) =>
           all.map((row) => ({
             id: row.getAttribute("data-agent-id") ?? "",
+            parent: row.getAttribute("data-parent-id") ?? "",
             status: row.getAttribute("data-status") ?? "",
             text: row.textContent ?? "",
             owner: (row.children[8]?.textContent ?? "").split(" (")[0] ?? ""
