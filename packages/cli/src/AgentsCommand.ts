@@ -74,7 +74,7 @@ export interface TreeNode {
   readonly children: ReadonlyArray<TreeNode>
 }
 
-const ownerOf = (store: SubAgentStore.SubAgentStore["Service"], record: SubAgentRecord) =>
+export const ownerOf = (store: SubAgentStore.SubAgentStore["Service"], record: SubAgentRecord) =>
   Effect.map(store.liveness(record.session_boot_id), (liveness): OwnerView => ({
     pid: record.owner_pid ?? null,
     host: record.owner_host ?? null,
@@ -226,7 +226,7 @@ const find = (store: SubAgentStore.SubAgentStore["Service"], stateDir: string, i
   })
 
 /** The workspace of a state dir (`<workspace>/.fibril/state`). */
-const workspaceOf = (stateDir: string) => stateDir.replace(/\/\.fibril\/state\/?$/, "")
+export const workspaceOf = (stateDir: string) => stateDir.replace(/\/\.fibril\/state\/?$/, "")
 
 const notRecorded = (stateDir: string, id: string) => Effect.fail(new AgentNotRecorded({ agentId: id, dir: stateDir }))
 

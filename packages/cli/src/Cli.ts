@@ -48,6 +48,7 @@ import * as RunCommand from "./RunCommand.ts"
 import * as Runtime from "./Runtime.ts"
 import * as TracingFlag from "./TracingFlag.ts"
 import * as TrustCommand from "./TrustCommand.ts"
+import * as UiCommand from "./UiCommand.ts"
 
 /** This package's version (package.json sits one level above both src/ and dist/). */
 export const version: string = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
@@ -330,6 +331,7 @@ export const fibril = Command.make("fibril").pipe(
     RunCommand.run,
     RunCommand.demo,
     AgentsCommand.command,
+    UiCommand.command,
     config,
     trust,
     McpCommand.make(version),

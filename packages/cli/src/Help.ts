@@ -73,6 +73,10 @@ const extras: Record<string, Extra> = {
     environment: [...model, ...config],
     exitCodes: [{ code: 0, meaning: "every check passed (warnings allowed)" }, { code: 1, meaning: "a check failed" }]
   },
+  ui: {
+    environment: config,
+    exitCodes: [usage, ...interrupted]
+  },
   agents: { environment: config, exitCodes: [{ code: 0, meaning: "success" }, usage] },
   "agents list": { environment: [], exitCodes: [{ code: 0, meaning: "listed" }, usage] },
   "agents show": { environment: [], exitCodes: [{ code: 0, meaning: "shown" }, { code: 2, meaning: "no such agent" }] },

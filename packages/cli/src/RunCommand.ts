@@ -6,14 +6,16 @@
 import * as Fibril from "@fibril/core/Fibril"
 import { ScriptedModel } from "@fibril/testkit"
 import { Argument, Command, Flag } from "effect/cli"
+import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as FileSystem from "effect/FileSystem"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Stdio from "effect/Stdio"
 import * as Stream from "effect/Stream"
 import * as path from "node:path"
-import { loadConfig, ProcessEnvironment, resolveCwd, setExit } from "./CliEnvironment.ts"
+import { loadConfig, ProcessEnvironment, resolveCwd, setExit, stateDir as stateDirOf } from "./CliEnvironment.ts"
 import * as CliFlags from "./CliFlags.ts"
 import * as ClusterCommand from "./ClusterCommand.ts"
 import * as Demo from "./Demo.ts"
@@ -25,6 +27,10 @@ import * as Run from "./Run.ts"
 import * as RunRecords from "./RunRecords.ts"
 import * as Runtime from "./Runtime.ts"
 import * as TracingFlag from "./TracingFlag.ts"
+import * as UiCommand from "./UiCommand.ts"
+
+/** Where `fibril run --agui` sends the tree: nowhere (stdout carries the AG-UI lines). */
+const silent: Output.Output = { line: () => Effect.void }
 
 /**
  * The prompt of `fibril run`: the argument, `-` (stdin) or `--prompt-file FILE` (`-`: stdin),
@@ -93,7 +99,15 @@ export const run = Command.make(
       Flag.withDefault(true)
     ),
     approve: CliFlags.approve,
-    cluster: ClusterCommand.clusterFlag
+    cluster: ClusterCommand.clusterFlag,
+    ui: Flag.Boolean("ui").pipe(
+      Flag.withDescription("Serve a live web page of the run (127.0.0.1, a token in the printed URL) until Ctrl-C"),
+      Flag.withDefault(false)
+    ),
+    agui: Flag.Boolean("agui").pipe(
+      Flag.withDescription("Print the run's events as AG-UI 1.0 events, one JSON object per line, instead of the tree"),
+      Flag.withDefault(false)
+    )
   },
   Effect.fn("fibril.run.command")(function*(flags) {
     const environment = yield* ProcessEnvironment
@@ -103,6 +117,13 @@ export const run = Command.make(
     const clusterUrl = ClusterCommand.clusterUrl(flags.cluster, environment.env, config.settings.cluster.url)
     // Spans to `--otlp` (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), on a cluster too: its root hangs under this run's.
     const tracing = TracingFlag.layer(flags.otlp, environment.env, config.settings)
+    if (clusterUrl !== undefined && (flags.ui || flags.agui)) {
+      return yield* new ModelSelection.UsageError({
+        problem: `--${
+          flags.ui ? "ui" : "agui"
+        } serves a run of this process; a cluster's agents are on \`fibril ui --cluster <url>\``
+      })
+    }
     if (clusterUrl !== undefined) {
       return yield* setExit(
         yield* Effect.provide(
@@ -121,18 +142,33 @@ export const run = Command.make(
       )
     }
     const core = yield* Runtime.make(environment, cwd, config.settings, flags)
-    const code = yield* Run.run(
-      {
-        prompt,
-        role: Option.getOrUndefined(flags.role),
-        json: flags.json,
-        waitDetached: flags.waitDetached,
-        interruptedBy: environment.interruptedBy
-      },
-      Output.console(environment.tty && !flags.json)
-    ).pipe(
-      // Its records committed (or a clear error naming the one that is not), before the exit code.
-      Effect.flatMap((exitCode) => RunRecords.settle(exitCode, true)),
+    const code = yield* Effect.scoped(Effect.gen(function*() {
+      // Both listen before the root starts, so they see the run from its first event.
+      if (flags.ui) {
+        yield* UiCommand.forRun({ stateDir: stateDirOf(cwd), cap: config.settings.subagents.maxConcurrent })
+      }
+      const agui = flags.agui ? yield* UiCommand.printAgUi : undefined
+      const exitCode = yield* Run.run(
+        {
+          prompt,
+          role: Option.getOrUndefined(flags.role),
+          json: flags.json || flags.agui,
+          waitDetached: flags.waitDetached,
+          interruptedBy: environment.interruptedBy
+        },
+        flags.agui ? silent : Output.console(environment.tty && !flags.json)
+      ).pipe(
+        // Its records committed (or a clear error naming the one that is not), before the exit code.
+        Effect.flatMap((runCode) => RunRecords.settle(runCode, true))
+      )
+      if (agui !== undefined) yield* Fiber.join(agui)
+      if (flags.ui) {
+        // The finished tree stays on the page (and its transcripts) until the person is done with it.
+        yield* Console.error(`fibril ui: the run has ended (exit code ${exitCode}); the page stays up until Ctrl-C`)
+        yield* Effect.never
+      }
+      return exitCode
+    })).pipe(
       // The trace's root, opened under the exporter (the command's own span is not exported).
       Effect.withSpan("fibril.run", { root: true }),
       Effect.provide(Layer.mergeAll(core.layer, tracing))
