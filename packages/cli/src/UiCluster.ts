@@ -30,7 +30,9 @@ const viewOf = (row: AgentRow, now: number): UiData.AgentView => ({
   tool_calls: row.toolCalls,
   last_tool: null,
   tokens: tokensOf(row),
-  owner: { pid: null, host: "cluster", state: "alive" }
+  owner: { pid: null, host: "cluster", state: "alive" },
+  // A cluster's approval questions are not durable yet: none wait here.
+  questions: []
 })
 
 export const serve = (url: string, cap: number | undefined) =>
@@ -73,7 +75,8 @@ export const serve = (url: string, cap: number | undefined) =>
             Effect.map((row) => row === undefined ? Option.none() : Option.some(viewOf(row, Date.now()))),
             Effect.orElseSucceed(() => Option.none<UiData.AgentView>()),
             Effect.provideContext(context)
-          )
+          ),
+        answer: () => Effect.succeed(false)
       }
       yield* Effect.scoped(Effect.gen(function*() {
         yield* UiServer.announce(yield* UiServer.serve({ data }))

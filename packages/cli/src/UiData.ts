@@ -2,11 +2,14 @@
  * What `fibril ui` shows, read from where the agents are recorded: the workspace's store (every
  * process on the workspace writes it, so the page shows all of them), or a cluster's store
  * (UiCluster.ts). The page is a pure view of these JSON values; the server (UiServer.ts) only
- * carries them. A tree, an agent's detail (transcript, receipt, result), and cancel.
+ * carries them. A tree, an agent's detail (transcript, receipt, result), cancel, and the
+ * approval questions that wait for a person (`ask` rules), answered from the page.
  */
+import type * as Approvals from "@fibril/core/Approvals"
 import * as Receipt from "@fibril/core/Receipt"
+import * as StoredQuestions from "@fibril/core/StoredQuestions"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
-import type { SubAgentRecord } from "@fibril/core/SubAgentRecord"
+import { isTerminal, type SubAgentRecord } from "@fibril/core/SubAgentRecord"
 import * as SubAgentStore from "@fibril/core/SubAgentStore"
 import * as TranscriptView from "@fibril/core/TranscriptView"
 import * as Prompt from "effect/ai/Prompt"
@@ -34,6 +37,13 @@ export interface AgentView {
   readonly last_tool: string | null
   readonly tokens: { readonly input: number; readonly output: number; readonly cached: number }
   readonly owner: OwnerView
+  /** Approval questions of its calls waiting for a person now (`ask` rules; none in a cluster). */
+  readonly questions: ReadonlyArray<{
+    readonly id: string
+    readonly tool: string
+    readonly reason: string
+    readonly arguments: string
+  }>
 }
 
 export interface Snapshot {
@@ -61,6 +71,8 @@ export interface UiData {
   readonly detail: (id: string) => Effect.Effect<Option.Option<Detail>>
   /** Cancels the agent wherever it runs; the record as it reads then (none when not recorded). */
   readonly cancel: (id: string) => Effect.Effect<Option.Option<AgentView>>
+  /** Answers a waiting question in whichever process asked it; false when it waits no more. */
+  readonly answer: (id: string, answer: Approvals.Answer) => Effect.Effect<boolean>
 }
 
 export const viewOf = (agent: SubAgentRecord, owner: OwnerView): AgentView => ({
@@ -79,7 +91,13 @@ export const viewOf = (agent: SubAgentRecord, owner: OwnerView): AgentView => ({
   tool_calls: agent.tool_calls,
   last_tool: agent.last_tool ?? null,
   tokens: agent.tokens,
-  owner
+  owner,
+  questions: isTerminal(agent.status) ? [] : (agent.questions ?? []).map((question) => ({
+    id: question.id,
+    tool: question.kind === "fan_out" ? "fan-out" : question.tool,
+    reason: question.reason,
+    arguments: question.arguments
+  }))
 })
 
 /** Every message of a transcript, each cut as a page cuts it (a page holds at most `maxLimit`). */
@@ -140,6 +158,12 @@ export const fromStore = (
           Effect.provideService(SubAgentStore.SubAgentStore, store)
         )
         return Option.some(yield* withOwner(after))
-      })
+      }),
+    answer: (id, answer) =>
+      StoredQuestions.answer(id, answer).pipe(
+        Effect.provideService(SubAgentStore.SubAgentStore, store),
+        Effect.as(true),
+        Effect.orElseSucceed(() => false)
+      )
   }
 }

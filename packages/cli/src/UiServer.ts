@@ -5,7 +5,7 @@
  *
  * Routes: `/` the page (ui.html, one self-contained file: no CDN, no network); `/events` the
  * tree as Server-Sent Events, a snapshot each time it changes; `/agent?id=` one agent's detail;
- * `POST /cancel?id=`; `/agui` the run's AG-UI events as SSE (only where a run is attached).
+ * `POST /cancel?id=`; `POST /answer?id=<question>&decision=allow|deny[&reason=]`; `/agui` the run's AG-UI events as SSE (only where a run is attached).
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as Console from "effect/Console"
@@ -109,6 +109,20 @@ export const serve = Effect.fn("fibril.ui.serve")(function*(options: Options) {
       case "GET /agent": {
         const detail = yield* options.data.detail(id)
         return Option.isSome(detail) ? json(detail.value) : json({ error: `no agent "${id}" is recorded` }, 404)
+      }
+      case "POST /answer": {
+        // A person's answer to a waiting question (`ask` rules): allow, or deny with a reason the model reads.
+        const decision = url.searchParams.get("decision")
+        if (decision !== "allow" && decision !== "deny") {
+          return json({ error: `decision must be allow or deny, not ${JSON.stringify(decision)}` }, 400)
+        }
+        const reason = url.searchParams.get("reason")
+        const sent = yield* options.data.answer(id, {
+          decision,
+          by: "fibril ui",
+          ...(reason === null || reason === "" ? {} : { reason })
+        })
+        return sent ? json({ answered: id }) : json({ error: `no question "${id}" waits for an answer` }, 404)
       }
       case "POST /cancel": {
         const after = yield* options.data.cancel(id)

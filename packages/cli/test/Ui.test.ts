@@ -2,7 +2,8 @@
 // playwright-core), and `/agui` read by `@ag-ui/client`. One browser and one set of processes
 // for the file: `fibril run --ui` (a scripted fan-out whose children take seconds), another
 // `fibril run` on the same workspace (its child hangs until the page cancels it), a
-// `fibril ui` that shows both processes' agents, and a `fibril run --agui`.
+// `fibril ui` that shows every process's agents, a `fibril run --agui`, and a `fibril run
+// --approve wait` whose child's write waits for an answer given on the page.
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, FileSystem, Path, Stream } from "effect"
@@ -40,6 +41,20 @@ const script = {
     {
       match: { depth: 0, prompt: "start one that hangs" },
       turns: [{ tool_calls: [task("stuck", "wait forever")] }, { text: "B done." }]
+    },
+    // Run D: its child's write_file waits for a person (`ask`), answered on the page.
+    {
+      match: { depth: 1, prompt: "write it" },
+      turns: [
+        { tool_calls: [{ name: "write_file", args: { path: "approved.txt", content: "yes\n" } }] },
+        { text: report("wrote it") }
+      ]
+    },
+    {
+      match: { depth: 0, prompt: "write with approval" },
+      turns: [{
+        tool_calls: [{ name: "task", args: { description: "writer", prompt: "write it", subagent_type: "general" } }]
+      }, { text: "D done." }]
     }
   ]
 }
@@ -126,19 +141,22 @@ const listeners = (port: number) =>
 
 describe("fibril ui", () => {
   it.live(
-    "run --ui: the tree goes running → completed live, a transcript shows its tool calls, a lane per agent; 401 without the token; 127.0.0.1 only; /agui in order and the same as run --agui lines; fibril ui shows three processes and cancels across them",
+    "run --ui: the tree goes running → completed live, a transcript shows its tool calls, a lane per agent; 401 without the token; 127.0.0.1 only; /agui in order and the same as run --agui lines; fibril ui shows four processes, cancels across them and answers an ask question",
     () =>
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
         const path = yield* Path.Path
         const dir = yield* scriptedWorkspace(script)
+        yield* fs.makeDirectory(path.join(dir, ".fibril"))
+        yield* fs.writeFileString(path.join(dir, ".fibril", "config.toml"), "[permissions]\nask = [\"write_file\"]\n")
         const model = ["--model", "scripted:script.json"]
-        // Everything starts at once: three processes and the browser.
-        const [a, b, ui, agui, browser, { HttpAgent }] = yield* Effect.all([
+        // Everything starts at once: five processes and the browser.
+        const [a, b, ui, agui, d, browser, { HttpAgent }] = yield* Effect.all([
           start(["run", "explore every part", ...model, "--ui"], dir),
           start(["run", "start one that hangs", ...model, "--json"], dir),
           start(["ui"], dir),
           start(["run", "explore every part", ...model, "--agui"], dir),
+          start(["run", "write with approval", ...model, "--approve", "wait", "--json"], dir),
           // Loaded here, not at the top: importing them takes seconds, spent while the processes start.
           Effect.acquireRelease(
             Effect.flatMap(fs.makeTempDirectoryScoped(), (profile) =>
@@ -262,11 +280,11 @@ describe("fibril ui", () => {
         assert.strictEqual(lines.filter((line) => line.type === "SUBAGENT_FINISHED").length, 2)
         assert.deepStrictEqual(lines.map((line) => line.type), types)
 
-        // --- `fibril ui`: the agents of the three runs (three processes), and cancel across processes ---
+        // --- `fibril ui`: the agents of the four runs (four processes), and cancel across processes ---
         const other = yield* Effect.promise(() => browser.newPage())
         const uiUrl = yield* ui.url
         yield* Effect.promise(() => other.goto(uiUrl))
-        yield* until(other, (rows) => rows.length >= 8 && new Set(rows.map((row) => row.owner)).size === 3)
+        yield* until(other, (rows) => rows.length >= 10 && new Set(rows.map((row) => row.owner)).size === 4)
         const stuck = other.locator("tr.agent", { hasText: "stuck" })
         yield* Effect.promise(() => stuck.locator("button.cancel").click())
         yield* Effect.promise(() => other.waitForSelector("tr.agent[data-status=cancelled]", { timeout: 20_000 }))
@@ -274,6 +292,20 @@ describe("fibril ui", () => {
         const bExit = yield* b.handle.exitCode
         assert.strictEqual(Number(bExit), 0, JSON.stringify(b.output()))
         assert.include(b.output().stdout, "Cancelled from fibril ui")
+
+        // --- A question of run D's child (an `ask` rule) on the page; allowed there, the file is written ---
+        const question = other.locator("tr.agent", { hasText: "writer" }).locator(".question")
+        yield* Effect.promise(() => question.waitFor({ timeout: 30_000 }))
+        assert.include(yield* Effect.promise(() => question.innerText()), "write_file")
+        assert.isFalse(yield* fs.exists(path.join(dir, "approved.txt")), "written before anyone allowed it")
+        yield* Effect.promise(() => question.locator("button.allow").click())
+        const dExit = yield* d.handle.exitCode
+        assert.strictEqual(Number(dExit), 0, JSON.stringify(d.output()))
+        assert.strictEqual(yield* fs.readFileString(path.join(dir, "approved.txt")), "yes\n")
+        const noAnswer = yield* Effect.promise(() =>
+          fetch(uiUrl.replace("/?", "/answer?") + "&id=q_nope&decision=allow", { method: "POST" })
+        )
+        assert.strictEqual(noAnswer.status, 404)
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
     120_000
   )
