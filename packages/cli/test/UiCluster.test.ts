@@ -1,13 +1,16 @@
 // `fibril ui --cluster sqlite:<file>`: the page's data over a cluster's agents. Real processes:
 // a `fibril worker` and a `fibril run --cluster` client on one SQLite file, and the page's server
 // read as the page reads it (its /events stream and /agent), without a browser (Ui.test.ts
-// drives the same page in one).
+// drives the same page in one). On the same worker: `fibril mcp --cluster` as an MCP tasks
+// server, killed between the task call and the poll (McpTasks.test.ts covers the embedded one).
 import { afterAll, assert, describe, it } from "@effect/vitest"
+import { spawn } from "node:child_process"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { children, fibril, until } from "../../cluster/test/processes.ts"
+import { bin, sourceCondition } from "./run.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-ui-cluster-"))
 
@@ -65,9 +68,44 @@ const snapshotWhere = async (url: string, done: (agents: ReadonlyArray<AgentView
   throw new Error("the stream ended first")
 }
 
+/** `fibril mcp` with its stdin open: `call` sends a request and waits (bounded) for its answer. */
+const mcp = (args: ReadonlyArray<string>) => {
+  const child = spawn(process.execPath, [sourceCondition, bin, ...args], {
+    env: { ...process.env, OPENAI_API_KEY: "", FIBRIL_MODEL: "" },
+    stdio: ["pipe", "pipe", "pipe"]
+  })
+  children.add(child)
+  const answers = new Map<number, { result?: any; error?: { code: number } }>()
+  let pending = ""
+  let stderr = ""
+  child.stderr.on("data", (d) => (stderr += String(d)))
+  child.stdout.on("data", (d) => {
+    pending += String(d)
+    for (let end = pending.indexOf("\n"); end >= 0; end = pending.indexOf("\n")) {
+      const message = JSON.parse(pending.slice(0, end)) as { id?: number; result?: unknown }
+      if (typeof message.id === "number") answers.set(message.id, message)
+      pending = pending.slice(end + 1)
+    }
+  })
+  let next = 1
+  const call = async (method: string, params: Record<string, unknown>) => {
+    const id = next++
+    child.stdin.write(`${JSON.stringify({ jsonrpc: "2.0", id, method, params })}\n`)
+    await until(() => answers.has(id), `an answer to ${method} (${stderr})`, 60_000)
+    return answers.get(id)!
+  }
+  return { child, call }
+}
+
+const tasksMeta = {
+  "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+  "io.modelcontextprotocol/clientInfo": { name: "tasks", version: "0" },
+  "io.modelcontextprotocol/clientCapabilities": { extensions: { "io.modelcontextprotocol/tasks": {} } }
+}
+
 describe("fibril ui --cluster", () => {
   it(
-    "shows the cluster's tree (root and child, completed), a child's transcript with its tool call and its result; 401 without the token",
+    "shows the cluster's tree (root and child, completed), a child's transcript with its tool call and its result; 401 without the token; an MCP task outlives the server that made it",
     async () => {
       writeFileSync(path.join(tmp, "script.json"), JSON.stringify(script))
       const model = `scripted:${path.join(tmp, "script.json")}`
@@ -97,6 +135,26 @@ describe("fibril ui --cluster", () => {
       }
       assert.isTrue(detail.transcript.some((message) => message.text.startsWith("→ list_dir")))
       assert.strictEqual(detail.result.text, "child done")
+
+      // A task through one `fibril mcp --cluster`, killed at once; another answers its poll.
+      const first = mcp(["mcp", "--cluster", url, "--cwd", tmp])
+      const created = await first.call("tools/call", {
+        name: "task",
+        arguments: { description: "a look", prompt: "look" },
+        _meta: tasksMeta
+      })
+      assert.strictEqual(created.result.resultType, "task", JSON.stringify(created))
+      first.child.kill("SIGKILL")
+      const second = mcp(["mcp", "--cluster", url, "--cwd", tmp])
+      let polled = await second.call("tasks/get", { taskId: created.result.taskId, _meta: tasksMeta })
+      for (let i = 0; i < 300 && polled.result?.status === "working"; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        polled = await second.call("tasks/get", { taskId: created.result.taskId, _meta: tasksMeta })
+      }
+      assert.strictEqual(polled.result?.status, "completed", JSON.stringify(polled))
+      assert.strictEqual(polled.result.result.structuredContent.status, "completed")
+      assert.strictEqual(polled.result.result.structuredContent.agent_id, created.result.taskId)
+      second.child.kill("SIGTERM")
       worker.child.kill("SIGTERM")
       ui.child.kill("SIGTERM")
     },
