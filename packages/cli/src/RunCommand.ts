@@ -145,7 +145,11 @@ export const run = Command.make(
     const code = yield* Effect.scoped(Effect.gen(function*() {
       // Both listen before the root starts, so they see the run from its first event.
       if (flags.ui) {
-        yield* UiCommand.forRun({ stateDir: stateDirOf(cwd), cap: config.settings.subagents.maxConcurrent })
+        yield* UiCommand.forRun({
+          stateDir: stateDirOf(cwd),
+          cap: config.settings.subagents.maxConcurrent,
+          prices: config.settings.permissions.usdPerMtok
+        })
       }
       const agui = flags.agui ? yield* UiCommand.printAgUi : undefined
       const exitCode = yield* Run.run(

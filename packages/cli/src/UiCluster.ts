@@ -35,7 +35,7 @@ const viewOf = (row: AgentRow, now: number): UiData.AgentView => ({
   questions: []
 })
 
-export const serve = (url: string, cap: number | undefined) =>
+export const serve = (url: string, cap: number | undefined, prices: Readonly<Record<string, number>> = {}) =>
   ClusterCommand.asClient(
     url,
     Effect.gen(function*() {
@@ -46,7 +46,7 @@ export const serve = (url: string, cap: number | undefined) =>
         snapshot: Effect.gen(function*() {
           const now = yield* Clock.currentTimeMillis
           const rows = yield* store.list.pipe(Effect.orElseSucceed(() => []))
-          return { at: now, cap: cap ?? null, agents: rows.map((row) => viewOf(row, now)) }
+          return { at: now, cap: cap ?? null, prices, agents: rows.map((row) => viewOf(row, now)) }
         }),
         detail: (id) =>
           Effect.gen(function*() {

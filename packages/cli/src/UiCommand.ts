@@ -26,6 +26,7 @@ const loadUiCluster = Effect.promise(() => import("./UiCluster.ts"))
 export const forRun = Effect.fn("fibril.ui.forRun")(function*(options: {
   readonly stateDir: string
   readonly cap: number | undefined
+  readonly prices?: Readonly<Record<string, number>> | undefined
 }) {
   const store = yield* SubAgentStore.SubAgentStore
   const [UiServer, UiData] = yield* loadServer
@@ -52,15 +53,16 @@ export const command = Command.make(
     const cwd = yield* resolveCwd(flags.cwd)
     const config = yield* loadConfig(cwd)
     const cap = config.settings.subagents.maxConcurrent
+    const prices = config.settings.permissions.usdPerMtok
     const clusterUrl = ClusterCommand.clusterUrl(flags.cluster, environment.env, config.settings.cluster.url)
     if (clusterUrl !== undefined) {
-      return yield* Effect.flatMap(loadUiCluster, (module) => module.serve(clusterUrl, cap))
+      return yield* Effect.flatMap(loadUiCluster, (module) => module.serve(clusterUrl, cap, prices))
     }
     const stateDir = stateDirOf(cwd)
     return yield* Effect.scoped(Effect.gen(function*() {
       const store = yield* SubAgentStore.SubAgentStore
       const [UiServer, UiData] = yield* loadServer
-      yield* UiServer.announce(yield* UiServer.serve({ data: UiData.fromStore(store, { stateDir, cap }) }))
+      yield* UiServer.announce(yield* UiServer.serve({ data: UiData.fromStore(store, { stateDir, cap, prices }) }))
       return yield* Effect.never
     })).pipe(Effect.provide(SqliteSubAgentStore.layerSqlite({ dir: stateDir })))
   })

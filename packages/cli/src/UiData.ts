@@ -51,6 +51,8 @@ export interface Snapshot {
   readonly at: number
   /** `subagents.max_concurrent`: the timeline draws it as a line. */
   readonly cap: number | null
+  /** `[permissions.usd_per_mtok]`: dollars per million tokens by model; the page prices what it can. */
+  readonly prices: Readonly<Record<string, number>>
   readonly agents: ReadonlyArray<AgentView>
 }
 
@@ -115,7 +117,11 @@ export const renderTranscript = (handle: string, messages: ReadonlyArray<Prompt.
 /** The workspace's store (its state dir `stateDir`), as the page reads it. */
 export const fromStore = (
   store: SubAgentStore.SubAgentStore["Service"],
-  options: { readonly stateDir: string; readonly cap: number | undefined }
+  options: {
+    readonly stateDir: string
+    readonly cap: number | undefined
+    readonly prices?: Readonly<Record<string, number>> | undefined
+  }
 ): UiData => {
   const withOwner = (record: SubAgentRecord) => Effect.map(ownerOf(store, record), (owner) => viewOf(record, owner))
   return {
@@ -126,6 +132,7 @@ export const fromStore = (
       return {
         at: yield* Clock.currentTimeMillis,
         cap: options.cap ?? null,
+        prices: options.prices ?? {},
         agents: yield* Effect.forEach(records, withOwner)
       }
     }),

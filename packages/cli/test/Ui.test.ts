@@ -148,7 +148,15 @@ describe("fibril ui", () => {
         const path = yield* Path.Path
         const dir = yield* scriptedWorkspace(script)
         yield* fs.makeDirectory(path.join(dir, ".fibril"))
-        yield* fs.writeFileString(path.join(dir, ".fibril", "config.toml"), "[permissions]\nask = [\"write_file\"]\n")
+        yield* fs.writeFileString(
+          path.join(dir, ".fibril", "config.toml"),
+          [
+            "[permissions]",
+            "ask = [\"write_file\"]",
+            "[permissions.usd_per_mtok]",
+            "\"scripted:script.json\" = 2.5"
+          ].join("\n")
+        )
         const model = ["--model", "scripted:script.json"]
         // Everything starts at once: five processes and the browser.
         const [a, b, ui, agui, d, browser, { HttpAgent }] = yield* Effect.all([
@@ -286,6 +294,9 @@ describe("fibril ui", () => {
         const uiUrl = yield* ui.url
         yield* Effect.promise(() => other.goto(uiUrl))
         yield* until(other, (rows) => rows.length >= 10 && new Set(rows.map((row) => row.owner)).size === 4)
+        // Tokens priced by [permissions.usd_per_mtok] for the agents' model.
+        const cost = yield* Effect.promise(() => other.locator("tr.agent .cost").first().innerText())
+        assert.match(cost, /^\$\d+\.\d{4}$/)
         const stuck = other.locator("tr.agent", { hasText: "stuck" })
         yield* Effect.promise(() => stuck.locator("button.cancel").click())
         yield* Effect.promise(() => other.waitForSelector("tr.agent[data-status=cancelled]", { timeout: 20_000 }))
