@@ -6,9 +6,8 @@
  * connection lives in a scope of its own, closed (process group and all) when it is replaced
  * or when the owner's scope closes.
  */
-import * as McpClient from "effect/ai/McpClient"
+import type * as McpClient from "effect/ai/McpClient"
 import type * as McpClientError from "effect/ai/McpClientError"
-import * as McpProtocol from "effect/ai/McpProtocol"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -45,8 +44,13 @@ export const connect = (
   Scope.Scope | ChildProcessSpawner | HttpClient.HttpClient
 > =>
   Effect.gen(function*() {
+    // Loaded when a server is first started: the MCP client (and the RPC modules under it)
+    // costs every command's start-up otherwise.
+    const [Client, Protocol] = yield* Effect.promise(() =>
+      Promise.all([import("effect/ai/McpClient"), import("effect/ai/McpProtocol")])
+    )
     const transport = server.transport === "stdio"
-      ? yield* McpClient.stdio({
+      ? yield* Client.stdio({
         command: ChildProcess.make(server.command, [...server.args], {
           // The marker tells a Fibril started as a server (a `.mcp.json` written for Claude
           // Code often runs `fibril mcp`) not to start the servers again, endlessly.
@@ -55,11 +59,11 @@ export const connect = (
           // The server's diagnostics are not Fibril's output.
           stderr: "ignore"
         }),
-        protocol: McpProtocol.v2025_11_25
+        protocol: Protocol.v2025_11_25
       })
-      : yield* McpClient.http({ url: server.url, headers: server.headers, protocol: McpProtocol.v2025_11_25 })
-    return yield* McpClient.make({ ...clientInfo, timeout: Duration.seconds(server.timeoutSecs) }).pipe(
-      Effect.provideService(McpClient.Transport, transport)
+      : yield* Client.http({ url: server.url, headers: server.headers, protocol: Protocol.v2025_11_25 })
+    return yield* Client.make({ ...clientInfo, timeout: Duration.seconds(server.timeoutSecs) }).pipe(
+      Effect.provideService(Client.Transport, transport)
     )
   }).pipe(
     Effect.mapError((error) =>
