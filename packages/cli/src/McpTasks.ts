@@ -218,7 +218,8 @@ const missing = (id: Id) =>
 export const answer = (
   manager: SubAgentManager["Service"],
   claimed: { readonly request: Request; readonly task?: typeof Task.TaskParameters.Type },
-  questions?: Questions
+  questions?: Questions,
+  settle: Effect.Effect<void, { readonly message: string }> = Effect.void
 ): Effect.Effect<string> => {
   const { id, method, params } = claimed.request
   const taskId = typeof params["taskId"] === "string" ? params["taskId"] : undefined
@@ -237,8 +238,17 @@ export const answer = (
           isError: true,
           content: [{ type: "text", text: "message" in error ? String(error.message) : String(error) }]
         })),
+      // Answered once its record is committed (a task is durably created before it is announced).
       onSuccess: (agent) =>
-        Effect.map(taskOf(agent, questions), (task) => resultLine(id, { resultType: "task", ...task }))
+        Effect.matchEffect(settle, {
+          onFailure: (error) =>
+            Effect.as(
+              Effect.ignore(manager.cancel(agent.agent_id, "its record could not be saved")),
+              errorLine(id, -32603, `the agent's record could not be saved, so no task was created: ${error.message}`)
+            ),
+          onSuccess: () =>
+            Effect.map(taskOf(agent, questions), (task) => resultLine(id, { resultType: "task", ...task }))
+        })
     })
   }
   if (!declares(params)) return Effect.succeed(missing(id))
@@ -291,7 +301,8 @@ export const intercept = <E, R>(
   manager: SubAgentManager["Service"],
   reply: (line: string) => Effect.Effect<void>,
   scope: Scope.Scope,
-  questions?: Questions
+  questions?: Questions,
+  settle?: Effect.Effect<void, { readonly message: string }>
 ): Stream.Stream<Uint8Array, E, R> =>
   stdin.pipe(
     Stream.mapEffect((chunk) => {
@@ -305,13 +316,16 @@ export const intercept = <E, R>(
         else claimed.push(found)
       }
       return Effect.as(
-        Effect.forEach(claimed, (c) => Effect.forkIn(Effect.flatMap(answer(manager, c, questions), reply), scope), {
+        Effect.forEach(claimed, (c) =>
+          Effect.forkIn(Effect.flatMap(answer(manager, c, questions, settle), reply), scope), {
           discard: true
         }),
         encoder.encode(kept.join("\n"))
       )
     }),
-    Stream.filter((bytes) => bytes.length > 0)
+    Stream.filter((bytes) =>
+      bytes.length > 0
+    )
   )
 
 /**
@@ -325,6 +339,7 @@ export const stdio = Layer.effect(
     const resolved = yield* SubAgentManager
     const store = yield* Effect.serviceOption(SubAgentStore)
     const questions = Option.isSome(store) ? storeQuestions(store.value) : undefined
+    const settle = Option.isSome(store) ? store.value.settle : undefined
     const scope = yield* Scope.Scope
     const reply = (line: string) => Stream.run(Stream.make(encoder.encode(line)), outer.stdout()).pipe(Effect.ignore)
     return Stdio.make({
@@ -334,7 +349,7 @@ export const stdio = Layer.effect(
       stderrIsTerminal: outer.stderrIsTerminal,
       stdout: (options) => outer.stdout(options),
       stderr: (options) => outer.stderr(options),
-      stdin: intercept(outer.stdin, resolved, reply, scope, questions)
+      stdin: intercept(outer.stdin, resolved, reply, scope, questions, settle)
     })
   })
 )
