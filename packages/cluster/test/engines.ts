@@ -93,6 +93,41 @@ export const toolResultsOf = (messages: ReadonlyArray<Prompt.Message>): Readonly
       : []
   )
 
+/**
+ * What an engine that runs its root in this process reports once the root has ended: the
+ * records of the manager in `context` and the transcripts of this process's sessions (a
+ * process-isolated child's session lives in its own process: its entry is empty here).
+ */
+const outcomeOf = (
+  context: Context.Context<SubAgentManager.SubAgentManager | Session.Session>,
+  rootId: string,
+  exit: Exit.Exit<{ readonly text: string }, unknown>
+) =>
+  Effect.gen(function*() {
+    const session = Context.get(context, Session.Session)
+    const agents = yield* Context.get(context, SubAgentManager.SubAgentManager).list({ includeArchived: true })
+    const transcripts = Object.fromEntries(
+      yield* Effect.forEach(agents, (agent) =>
+        Effect.map(
+          Effect.orElseSucceed(session.transcript(agent.agent_id), () => []),
+          (messages) => [agent.agent_id, messages] as const
+        ))
+    )
+    return {
+      transcripts,
+      text: Exit.isSuccess(exit) ? exit.value.text : undefined,
+      toolResults: toolResultsOf(yield* session.transcript(rootId)),
+      agents: agents.map((agent) => ({
+        agentId: agent.agent_id,
+        parentId: agent.parent_id,
+        depth: agent.depth,
+        status: agent.status,
+        reason: agent.reason,
+        tokens: agent.tokens.input + agent.tokens.output
+      }))
+    }
+  })
+
 export const embedded: Engine = {
   name: "embedded",
   live: false,
@@ -119,8 +154,6 @@ export const embedded: Engine = {
       )
       const registry = Context.get(context, ToolRegistry.ToolRegistry)
       for (const tool of options.tools ?? []) yield* registry.register(tool)
-      const manager = Context.get(context, SubAgentManager.SubAgentManager)
-      const session = Context.get(context, Session.Session)
       const roots = Context.get(context, SubAgentManager.Embedded)
       const { agent: root, fiber } = yield* roots.startRoot({ prompt: options.prompt ?? "go" })
       // Virtual time moves the timers (budgets, the heartbeat); real I/O (the file tools) needs
@@ -129,28 +162,7 @@ export const embedded: Engine = {
         yield* TestClock.adjust("1 second")
         yield* Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 2)))
       }
-      const exit = yield* Fiber.await(fiber)
-      const agents = yield* manager.list({ includeArchived: true })
-      const transcripts = Object.fromEntries(
-        yield* Effect.forEach(agents, (agent) =>
-          Effect.map(
-            Effect.orElseSucceed(session.transcript(agent.agent_id), () => []),
-            (messages) => [agent.agent_id, messages] as const
-          ))
-      )
-      return {
-        transcripts,
-        text: Exit.isSuccess(exit) ? exit.value.text : undefined,
-        toolResults: toolResultsOf(yield* session.transcript(root.agent_id)),
-        agents: agents.map((agent) => ({
-          agentId: agent.agent_id,
-          parentId: agent.parent_id,
-          depth: agent.depth,
-          status: agent.status,
-          reason: agent.reason,
-          tokens: agent.tokens.input + agent.tokens.output
-        }))
-      }
+      return yield* outcomeOf(context, root.agent_id, yield* Fiber.await(fiber))
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer), Effect.orDie)
 }
 
@@ -273,34 +285,10 @@ export const processIsolation: Engine = {
           }
         }).pipe(Layer.provide(ScriptedModel.layer(script)))
       )
-      const manager = Context.get(context, SubAgentManager.SubAgentManager)
-      const session = Context.get(context, Session.Session)
       const { agent: root, fiber } = yield* Context.get(context, SubAgentManager.Embedded).startRoot({
         prompt: options.prompt ?? "go"
       })
-      const exit = yield* Fiber.await(fiber)
-      const agents = yield* manager.list({ includeArchived: true })
-      // This process's sessions only (a process child's lives in its own process).
-      const transcripts = Object.fromEntries(
-        yield* Effect.forEach(agents, (agent) =>
-          Effect.map(
-            Effect.orElseSucceed(session.transcript(agent.agent_id), () => []),
-            (messages) => [agent.agent_id, messages] as const
-          ))
-      )
-      return {
-        transcripts,
-        text: Exit.isSuccess(exit) ? exit.value.text : undefined,
-        toolResults: toolResultsOf(yield* session.transcript(root.agent_id)),
-        agents: agents.map((agent) => ({
-          agentId: agent.agent_id,
-          parentId: agent.parent_id,
-          depth: agent.depth,
-          status: agent.status,
-          reason: agent.reason,
-          tokens: agent.tokens.input + agent.tokens.output
-        }))
-      }
+      return yield* outcomeOf(context, root.agent_id, yield* Fiber.await(fiber))
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer), Effect.orDie)
 }
 
