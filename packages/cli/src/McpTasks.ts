@@ -38,6 +38,7 @@ import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import * as Stdio from "effect/Stdio"
 import * as Stream from "effect/Stream"
+import * as McpApprovals from "./McpApprovals.ts"
 
 export const extension = "io.modelcontextprotocol/tasks"
 const capabilitiesKey = "io.modelcontextprotocol/clientCapabilities"
@@ -134,43 +135,31 @@ export const storeQuestions = (store: SubAgentStore["Service"]): Questions => ({
       StoredQuestions.pending.pipe(Effect.provideService(SubAgentStore, store)),
       (waiting) => waiting.map((entry) => entry.question).filter((question) => question.path.includes(taskId))
     ),
-  answer: (id, answer) =>
-    StoredQuestions.answer(id, answer).pipe(
-      Effect.provideService(SubAgentStore, store),
-      Effect.as(true),
-      Effect.orElseSucceed(() => false)
-    )
+  answer: (id, answer) => StoredQuestions.answered(id, answer).pipe(Effect.provideService(SubAgentStore, store))
 })
+
+/** The form a person fills in (McpApprovals.Decision, the one plain calls elicit), as JSON Schema. */
+const decisionForm = Schema.toJsonSchemaDocument(McpApprovals.Decision).schema
+const decodeDecision = Schema.decodeUnknownOption(McpApprovals.Decision)
 
 /** What a person is asked to decide, as an elicitation (MRTR `inputRequests`: a form). */
 export const elicitationOf = (question: Approvals.Question) => ({
   method: "elicitation/create",
-  params: {
-    mode: "form",
-    message: `${question.kind === "fan_out" ? "Approve a fan-out" : `Allow ${question.tool}`} for ${question.role} ` +
-      `agent ${question.agentId} (depth ${question.depth}, path ${question.path.join(" > ")})? ` +
-      `Why asked: ${question.reason}. Arguments: ${question.arguments}`,
-    requestedSchema: {
-      type: "object",
-      properties: {
-        decision: { type: "string", enum: ["allow", "deny"], description: "allow runs the call; deny refuses it" },
-        reason: { type: "string", description: "Why (a deny's reason is what the agent's model reads)" }
-      },
-      required: ["decision"]
-    }
-  }
+  params: { mode: "form", message: McpApprovals.messageOf(question), requestedSchema: decisionForm }
 })
 
-/** An elicitation's result as an answer: accepted with `decision`, else (declined, cancelled) a denial. */
+/** An elicitation's result as an answer: accepted with a decision, else (declined, cancelled) a denial. */
 export const answerOf = (response: unknown): Approvals.Answer => {
   const by = "MCP client (tasks/update)"
-  if (!isRecord(response) || response["action"] !== "accept" || !isRecord(response["content"])) {
-    const action = isRecord(response) && typeof response["action"] === "string" ? response["action"] : "no answer"
-    return { decision: "deny", reason: `the MCP client's person did not accept (${action})`, by }
-  }
-  const content = response["content"]
-  const reason = typeof content["reason"] === "string" ? { reason: content["reason"] } : {}
-  return { decision: content["decision"] === "allow" ? "allow" : "deny", ...reason, by }
+  const accepted = isRecord(response) && response["action"] === "accept"
+    ? decodeDecision(response["content"])
+    : Option.none()
+  if (Option.isSome(accepted)) return { ...accepted.value, by }
+  const action = isRecord(response) && typeof response["action"] === "string" ? response["action"] : "no answer"
+  const reason = action === "accept"
+    ? "the MCP client's answer was not {decision: allow|deny, reason?}"
+    : `the MCP client's person did not accept (${action})`
+  return { decision: "deny", reason, by }
 }
 
 /** The task of an agent, as `tasks/get` and `CreateTaskResult` carry it. */
