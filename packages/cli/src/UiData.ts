@@ -167,10 +167,6 @@ export const fromStore = (
         return Option.some(yield* withOwner(after))
       }),
     answer: (id, answer) =>
-      StoredQuestions.answer(id, answer).pipe(
-        Effect.provideService(SubAgentStore.SubAgentStore, store),
-        Effect.as(true),
-        Effect.orElseSucceed(() => false)
-      )
+      StoredQuestions.answered(id, answer).pipe(Effect.provideService(SubAgentStore.SubAgentStore, store))
   }
 }

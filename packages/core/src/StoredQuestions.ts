@@ -55,3 +55,10 @@ export const answer = Effect.fn("StoredQuestions.answer")(function*(id: string, 
   })
   return found
 })
+
+/**
+ * `answer` for a front end that reports only whether it went (the page, an MCP client): false
+ * when the question waits no more (answered, withdrawn) or the request could not be written.
+ */
+export const answered = (id: string, given: Answer): Effect.Effect<boolean, never, SubAgentStore> =>
+  answer(id, given).pipe(Effect.as(true), Effect.orElseSucceed(() => false))
