@@ -6,9 +6,9 @@
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { spawn } from "node:child_process"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
-import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
+import { freePort } from "../../cluster/test/postgres.ts"
 import { children, fibril, until } from "../../cluster/test/processes.ts"
 import { bin, sourceCondition } from "./run.ts"
 
@@ -18,17 +18,6 @@ afterAll(() => {
   for (const child of children) child.kill("SIGKILL")
   rmSync(tmp, { recursive: true, force: true })
 })
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address()
-      const port = typeof address === "object" && address !== null ? address.port : 0
-      server.close(() => resolve(port))
-    })
-  })
 
 const script = {
   rules: [
