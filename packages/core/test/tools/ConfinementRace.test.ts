@@ -49,14 +49,21 @@ while (Date.now() < end) {
 process.stdout.write(String(swaps) + "\n")
 `
 
-/** Starts the swapper and waits until it runs; it is killed when the scope ends. */
+/** Starts the swapper and waits until it runs; it is killed (and awaited) when the scope ends. */
 const swapper = (args: ReadonlyArray<string>) =>
   Effect.acquireRelease(
     Effect.callback<ChildProcess>((resume) => {
       const child = spawn(process.execPath, ["-e", swapperSource, ...args], { stdio: ["ignore", "pipe", "inherit"] })
       child.stdout.once("data", () => resume(Effect.succeed(child)))
     }),
-    (child) => Effect.sync(() => child.kill("SIGKILL"))
+    // Killed and waited for: a swapper still renaming while the temp dir is removed makes the
+    // removal fail (ENOTEMPTY).
+    (child) =>
+      Effect.callback<void>((resume) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.void)
+        child.once("exit", () => resume(Effect.void))
+        child.kill("SIGKILL")
+      })
   )
 
 /** Every entry under `dir`, recursively, with the content of each file. */
