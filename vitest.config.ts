@@ -14,6 +14,8 @@ export default defineConfig({
   test: {
     testTimeout: 20_000,
     env: { NODE_OPTIONS: nodeOptions },
+    // The `fibril` the tests start: bundled from these sources once per run.
+    globalSetup: ["./scripts/test-bundle.ts"],
     projects
   }
 })

@@ -35,23 +35,36 @@ const files = (dir: string): Array<string> =>
     return entry.isDirectory() ? files(full) : [full]
   })
 
-/** `packages/<pkg>/dist/<rel>` -> its place in the bundle directory, relative to it, or undefined. */
-const placeOf = (file: string): string | undefined => {
+/**
+ * `packages/<pkg>/<from>/<rel>` -> its place in the bundle directory, relative to it, or
+ * undefined; a source module `X.ts` has the place of its build, `X.js`.
+ */
+const placeOf = (from: From, file: string): string | undefined => {
   const parts = relative(join(root, "packages"), file).split(sep)
-  if (parts.length < 3 || parts[0]!.startsWith("..") || parts[1] !== "dist") return undefined
-  const rest = parts.slice(2).join("/")
+  if (parts.length < 3 || parts[0]!.startsWith("..") || parts[1] !== from) return undefined
+  const rest = parts.slice(2).join("/").replace(/\.ts$/, ".js")
   return parts[0] === "cli" ? rest : `${parts[0]}/${rest}`
 }
 
-const isAsset = (file: string) => !/\.(js|d\.ts|map)$/.test(file) && !file.endsWith(".built")
+const isAsset = (file: string) => !/\.(js|ts|map)$/.test(file) && !file.endsWith(".built")
 
-export const bundle = async () => {
+/**
+ * What is bundled: `dist` (the packages' build: what is published) or `src` (the sources, under
+ * the `@fibril/source` condition: what the tests start as `fibril`, bundled by
+ * scripts/test-bundle.ts in a second or two, without a build).
+ */
+export type From = "dist" | "src"
+
+export const bundle = async (options: { readonly from: From; readonly outdir: string } = { from: "dist", outdir }) => {
+  const { from } = options
   // esbuild is the CLI package's build dependency, not the root's.
   const esbuild = createRequire(join(cli, "package.json"))("esbuild") as typeof Esbuild
-  rmSync(outdir, { recursive: true, force: true })
+  rmSync(options.outdir, { recursive: true, force: true })
+  const extension = from === "dist" ? "js" : "ts"
   const result = await esbuild.build({
-    entryPoints: ["bin.js", "ChildHost.js", "LabWorker.js"].map((name) => join(cli, "dist", name)),
-    outdir,
+    entryPoints: ["bin", "ChildHost", "LabWorker"].map((name) => join(cli, from, `${name}.${extension}`)),
+    outdir: options.outdir,
+    ...(from === "src" ? { conditions: ["@fibril/source"] } : {}),
     bundle: true,
     splitting: true,
     format: "esm",
@@ -69,8 +82,9 @@ export const bundle = async () => {
     plugins: [{
       name: "fibril-module-places",
       setup(build) {
-        build.onLoad({ filter: /[\\/]packages[\\/][^\\/]+[\\/]dist[\\/].*\.js$/ }, (args) => {
-          const place = placeOf(args.path)
+        const filter = new RegExp(`[\\\\/]packages[\\\\/][^\\\\/]+[\\\\/]${from}[\\\\/].*\\.${extension}$`)
+        build.onLoad({ filter }, (args) => {
+          const place = placeOf(from, args.path)
           const source = readFileSync(args.path, "utf8")
           if (place === undefined || !source.includes("import.meta")) return undefined
           const url = `new URL(${JSON.stringify(`./${place}`)}, import.meta.url).href`
@@ -84,7 +98,7 @@ export const bundle = async () => {
           const [, hashbang = "", body = contents] = /^(#![^\n]*\n)?([\s\S]*)$/.exec(contents) ?? []
           return {
             contents: `${hashbang}import { pathToFileURL as __fibrilFileUrl } from "node:url";\n${body}`,
-            loader: "js"
+            loader: extension
           }
         })
       }
@@ -92,9 +106,9 @@ export const bundle = async () => {
   })
   // The text assets beside the modules that read them.
   for (const pkg of readdirSync(join(root, "packages"))) {
-    const dist = join(root, "packages", pkg, "dist")
-    for (const file of files(dist).filter(isAsset)) {
-      const target = join(outdir, placeOf(file)!)
+    const dir = join(root, "packages", pkg, from)
+    for (const file of files(dir).filter(isAsset)) {
+      const target = join(options.outdir, placeOf(from, file)!)
       mkdirSync(dirname(target), { recursive: true })
       copyFileSync(file, target)
     }

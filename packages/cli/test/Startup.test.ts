@@ -13,7 +13,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { Effect, FileSystem, Path } from "effect"
 import { execFileSync } from "node:child_process"
 import { fileURLToPath } from "node:url"
-import { bin } from "./run.ts"
+import { sourceBin } from "./run.ts"
 
 // Appends every module URL the process loads to $FIBRIL_TEST_MODULE_LOG.
 const recordModules = `
@@ -78,7 +78,7 @@ describe("fibril mcp start-up", () => {
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
         const path = yield* Path.Path
-        const { dir, modules, tmp, tools } = yield* listTools([bin], process.env["NODE_OPTIONS"] ?? "")
+        const { dir, modules, tmp, tools } = yield* listTools([sourceBin], process.env["NODE_OPTIONS"] ?? "")
         assert.includeMembers(tools, ["task", "agent_spawn", "agent_wait"])
 
         // The CLI and the MCP server were loaded (the log is real), the SDK was not.

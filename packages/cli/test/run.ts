@@ -1,10 +1,17 @@
-// Runs the real `fibril` executable (bin.ts on this Node) as a subprocess.
+// Runs the real `fibril` executable (on this Node) as a subprocess.
 import { Effect, FileSystem, Path, Stream } from "effect"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { fileURLToPath } from "node:url"
+import { inject } from "vitest"
 
-export const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url))
-/** Node's flag that resolves the @fibril packages to their sources (see vitest.config.ts). */
+/** `fibril`: the bundle of this checkout's sources made for this test run (scripts/test-bundle.ts). */
+export const bin = inject("fibrilBin")
+/** `fibril` from its TypeScript sources (with `sourceCondition`), for a test about the modules it loads. */
+export const sourceBin = fileURLToPath(new URL("../src/bin.ts", import.meta.url))
+/**
+ * Node's flag that resolves the @fibril packages to their sources (see vitest.config.ts); `bin`
+ * needs it not (it is bundled) but takes it.
+ */
 export const sourceCondition = "--conditions=@fibril/source"
 export const repoRoot = fileURLToPath(new URL("../../..", import.meta.url))
 

@@ -2,9 +2,10 @@
 // spawning them, waiting for a condition, the workers' step log.
 import { type ChildProcess, spawn } from "node:child_process"
 import { readFileSync } from "node:fs"
-import { fileURLToPath } from "node:url"
+import { inject } from "vitest"
 
-export const bin = fileURLToPath(new URL("../../cli/src/bin.ts", import.meta.url))
+/** `fibril`: the bundle of this checkout's sources made for this test run (scripts/test-bundle.ts). */
+export const bin = inject("fibrilBin")
 
 /** Every process still running (each test file kills what is left when it ends). */
 export const children = new Set<ChildProcess>()
