@@ -4,7 +4,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { execFileSync, spawnSync } from "node:child_process"
 import { readFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
-import { bin, sourceCondition } from "./run.ts"
+import { bin, sourceBin, sourceCondition } from "./run.ts"
 
 const launcher = fileURLToPath(new URL("../bin/fibril.js", import.meta.url))
 const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
@@ -36,7 +36,13 @@ process.on("exit", () => process.stderr.write("LOADED " + JSON.stringify(loaded)
 
 describe("fibril --help", () => {
   it("loads neither the MCP server, the OTLP exporter nor the openai SDK", () => {
-    const { stderr, status } = spawnSync(process.execPath, ["--import", recordLoads, sourceCondition, bin, "--help"], {
+    const { stderr, status } = spawnSync(process.execPath, [
+      "--import",
+      recordLoads,
+      sourceCondition,
+      sourceBin,
+      "--help"
+    ], {
       encoding: "utf8"
     })
     assert.strictEqual(status, 0, stderr)
