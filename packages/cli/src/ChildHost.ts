@@ -16,9 +16,11 @@ import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as AgentEvents from "@fibril/core/AgentEvents"
 import * as Fibril from "@fibril/core/Fibril"
 import * as FibrilConfig from "@fibril/core/FibrilConfig"
+import * as Permission from "@fibril/core/Permission"
 import * as ProcessIsolation from "@fibril/core/ProcessIsolation"
 import * as Session from "@fibril/core/Session"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
+import * as SubAgentStore from "@fibril/core/SubAgentStore"
 import * as ToolRegistry from "@fibril/core/ToolRegistry"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -75,6 +77,29 @@ export const modelOf = (selection: ModelSelection.Selection): string =>
 
 const write = (line: ProcessIsolation.Line) => process.stdout.write(`${JSON.stringify(line)}\n`)
 
+/**
+ * The child's store: a memory store whose transcripts are also sent to the parent as they grow
+ * (each agent's by its handle), so that the parent keeps what a child said up to the moment its
+ * process died, not only the transcript of a child that ended. It says it is durable, so that
+ * the engine writes each message as it is added (the records stay in memory: the parent keeps
+ * the child's record; the transcripts reach the parent's store).
+ */
+const streamedStore = Layer.effect(
+  SubAgentStore.SubAgentStore,
+  Effect.map(SubAgentStore.makeMemory(), (store): SubAgentStore.SubAgentStore["Service"] => {
+    const send = (handle: string, messages: ReadonlyArray<unknown>) =>
+      Effect.sync(() => write({ type: "transcript", handle, messages }))
+    return {
+      ...store,
+      durable: true,
+      appendTranscript: (handle, messages) =>
+        Effect.andThen(store.appendTranscript(handle, messages), send(handle, messages)),
+      queueTranscript: (handle, messages) =>
+        Effect.andThen(store.queueTranscript(handle, messages), send(handle, messages))
+    }
+  })
+)
+
 const readStart = Effect.flatMap(
   Effect.promise(async () => {
     const lines = createInterface({ input: process.stdin })
@@ -111,7 +136,7 @@ const main = Effect.gen(function*() {
   const context = yield* Layer.build(
     Fibril.layerWithModels({
       cwd: start.cwd,
-      store: "memory",
+      layers: { store: streamedStore },
       session: { ...Session.optionsFrom(settings), maxDepth: start.maxDepth },
       subagents: SubAgentManager.optionsFrom(settings),
       tools: settings.tools,
@@ -136,14 +161,16 @@ const main = Effect.gen(function*() {
     role: start.role,
     model: start.model,
     description: start.description,
-    allowedTools: start.allowedTools
+    allowedTools: start.allowedTools,
+    outputSchema: start.outputSchema
+  }, {
+    ceiling: start.rules === undefined ? undefined : Permission.ceilingFromJson(start.rules),
+    budgets: start.budgets
   })
   const exit = yield* Fiber.await(fiber)
   yield* Fiber.interrupt(forward)
   for (const event of yield* PubSub.takeAll(subscription)) write({ type: "event", event })
   const session = Context.get(context, Session.Session)
-  // Its transcript goes back to the parent, which keeps it in its store under the agent's record.
-  write(yield* ProcessIsolation.transcriptLine(yield* session.transcript(agent.agent_id)))
   const info = yield* session.info(agent.agent_id)
   const recorded = yield* Effect.option(
     Context.get(context, SubAgentManager.SubAgentManager).result(agent.agent_id, { block: false })
@@ -158,8 +185,10 @@ const main = Effect.gen(function*() {
     // Checked here, where the conversation is: the parent's record takes them as they are.
     claims: Option.getOrUndefined(recorded)?.outcome?.claims
   }
-  if (Exit.isSuccess(exit)) write({ type: "end", text: exit.value.text, counts })
-  else write({ type: "error", reason: Session.describeFailure(exit.cause), counts })
+  if (Exit.isSuccess(exit)) {
+    const { output, text } = exit.value
+    write(output === undefined ? { type: "end", text, counts } : { type: "end", text, output, counts })
+  } else write({ type: "error", reason: Session.describeFailure(exit.cause), counts })
 }).pipe(
   Effect.scoped,
   Effect.catchCause((cause) => Effect.sync(() => write({ type: "error", reason: Session.describeFailure(cause) }))),

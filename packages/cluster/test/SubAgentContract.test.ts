@@ -213,6 +213,40 @@ const contract = (engine: Engine) => {
       assert.deepStrictEqual(childrenOf(run.agents).map((a) => a.status), ["failed"])
     }))
 
+  test("allowed_tools: a child may call the tools it was given, and a call of another is denied", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [
+          {
+            match: { depth: 1 },
+            turns: [
+              { tool_calls: [{ name: "list_dir", args: {} }, { name: "glob", args: { pattern: "*" } }] },
+              { text: report("listed") }
+            ]
+          },
+          {
+            match: { depth: 0 },
+            turns: [{
+              tool_calls: [{
+                name: "task",
+                args: { description: "narrow", prompt: "list it", allowed_tools: ["list_dir"] }
+              }]
+            }, { text: "root done" }]
+          }
+        ]
+      })
+      assert.strictEqual(run.text, "root done")
+      const [child] = childrenOf(run.agents)
+      assert.strictEqual(child!.status, "completed")
+      // By name: a store keeps each result as it lands, and the denial lands first.
+      const results = toolResultsOf(run.transcripts[child!.agentId]!)
+      const listed = results.find((r) => r.name === "list_dir")
+      const globbed = results.find((r) => r.name === "glob")
+      assert.isFalse(listed!.isFailure, JSON.stringify(listed))
+      assert.isTrue(globbed!.isFailure, JSON.stringify(globbed))
+      assert.include(JSON.stringify(globbed!.result), "not among the tools allowed")
+    }))
+
   test("agent_spawn, agent_wait, agent_result: the same views of the child", () =>
     Effect.gen(function*() {
       const run = yield* engine.run({

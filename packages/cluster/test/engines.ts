@@ -13,12 +13,13 @@
 // Only what legitimately differs between two engines is normalised here: the JSON a model reads
 // (a key whose value is undefined is not in it), ids and the status names of the records.
 import { NodeServices } from "@effect/platform-node"
-import { Fibril, Roles, Session, SubAgentManager, ToolRegistry } from "@fibril/core"
+import { Fibril, Roles, Session, SubAgentManager, SubAgentStore, ToolRegistry } from "@fibril/core"
 import { ScriptedModel } from "@fibril/testkit"
-import { Context, Effect, Exit, Fiber, FileSystem, Layer } from "effect"
-import type { Prompt } from "effect/ai"
+import { Context, Effect, Exit, Fiber, FileSystem, Layer, Schema } from "effect"
+import { Prompt } from "effect/ai"
 import { TestClock } from "effect/testing"
-import { fileURLToPath } from "node:url"
+import { dirname, join } from "node:path"
+import { inject } from "vitest"
 import * as ClusterClient from "../src/ClusterClient.ts"
 import { get, setup } from "./support.ts"
 
@@ -84,6 +85,9 @@ export interface Engine {
 const asJson = (value: unknown): unknown => value === undefined ? undefined : JSON.parse(JSON.stringify(value))
 
 /** The tool results of a transcript, in order, as JSON. */
+/** Messages as a store keeps them (the `effect/ai` prompt message's encoding). */
+const decodeMessages = Schema.decodeUnknownEffect(Schema.Array(Prompt.Message))
+
 export const toolResultsOf = (messages: ReadonlyArray<Prompt.Message>): ReadonlyArray<ToolResult> =>
   messages.flatMap((message) =>
     message.role === "tool"
@@ -95,23 +99,30 @@ export const toolResultsOf = (messages: ReadonlyArray<Prompt.Message>): Readonly
 
 /**
  * What an engine that runs its root in this process reports once the root has ended: the
- * records of the manager in `context` and the transcripts of this process's sessions (a
- * process-isolated child's session lives in its own process: its entry is empty here).
+ * records of the manager in `context` and its agents' transcripts — this process's sessions',
+ * or (`stored`: a process-isolated child's session lives in its own process) those its store
+ * keeps, for the agents it keeps one of.
  */
 const outcomeOf = (
-  context: Context.Context<SubAgentManager.SubAgentManager | Session.Session>,
+  context: Context.Context<SubAgentManager.SubAgentManager | Session.Session | SubAgentStore.SubAgentStore>,
   rootId: string,
-  exit: Exit.Exit<{ readonly text: string }, unknown>
+  exit: Exit.Exit<{ readonly text: string }, unknown>,
+  stored = false
 ) =>
   Effect.gen(function*() {
     const session = Context.get(context, Session.Session)
+    const store = Context.get(context, SubAgentStore.SubAgentStore)
     const agents = yield* Context.get(context, SubAgentManager.SubAgentManager).list({ includeArchived: true })
+    const transcriptOf = (agent: SubAgentManager.AgentView) =>
+      Effect.gen(function*() {
+        const kept = stored && agent.transcript_handle !== undefined
+          ? yield* Effect.flatMap(store.readTranscript(agent.transcript_handle), decodeMessages)
+          : []
+        return kept.length > 0 ? kept : yield* Effect.orElseSucceed(session.transcript(agent.agent_id), () => [])
+      })
     const transcripts = Object.fromEntries(
       yield* Effect.forEach(agents, (agent) =>
-        Effect.map(
-          Effect.orElseSucceed(session.transcript(agent.agent_id), () => []),
-          (messages) => [agent.agent_id, messages] as const
-        ))
+        Effect.map(transcriptOf(agent), (messages) => [agent.agent_id, messages] as const))
     )
     return {
       transcripts,
@@ -128,6 +139,22 @@ const outcomeOf = (
     }
   })
 
+/** The settings as the embedded engine's options (the process engine's parent is one too). */
+const embeddedOptions = (cwd: string, settings: Settings) => ({
+  cwd,
+  ...(settings.ask === undefined ? {} : { ask: settings.ask }),
+  session: {
+    maxDepth: settings.maxDepth ?? 1,
+    ...(settings.childMaxSteps === undefined ? {} : { childMaxSteps: settings.childMaxSteps })
+  },
+  subagents: {
+    ...(settings.maxConcurrent === undefined ? {} : { maxConcurrent: settings.maxConcurrent }),
+    ...(settings.admission === undefined ? {} : { admission: settings.admission }),
+    ...(settings.heartbeatSecs === undefined ? {} : { heartbeatTimeoutSecs: settings.heartbeatSecs }),
+    budgets: settings.childMaxTokens === undefined ? {} : { maxTokens: settings.childMaxTokens }
+  }
+})
+
 export const embedded: Engine = {
   name: "embedded",
   live: false,
@@ -137,20 +164,7 @@ export const embedded: Engine = {
       const fs = yield* FileSystem.FileSystem
       const cwd = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
       const context = yield* Layer.build(
-        Fibril.layer({
-          cwd,
-          ...(settings.ask === undefined ? {} : { ask: settings.ask }),
-          session: {
-            maxDepth: settings.maxDepth ?? 1,
-            ...(settings.childMaxSteps === undefined ? {} : { childMaxSteps: settings.childMaxSteps })
-          },
-          subagents: {
-            ...(settings.maxConcurrent === undefined ? {} : { maxConcurrent: settings.maxConcurrent }),
-            ...(settings.admission === undefined ? {} : { admission: settings.admission }),
-            ...(settings.heartbeatSecs === undefined ? {} : { heartbeatTimeoutSecs: settings.heartbeatSecs }),
-            budgets: settings.childMaxTokens === undefined ? {} : { maxTokens: settings.childMaxTokens }
-          }
-        }).pipe(Layer.provide(ScriptedModel.layer(script)))
+        Fibril.layer(embeddedOptions(cwd, settings)).pipe(Layer.provide(ScriptedModel.layer(script)))
       )
       const registry = Context.get(context, ToolRegistry.ToolRegistry)
       for (const tool of options.tools ?? []) yield* registry.register(tool)
@@ -213,8 +227,12 @@ export const cluster: Engine = {
 
 // --- The third way of running a child: `isolation: "process"` ---
 
-/** ChildHost, the program a process child runs in (a path, not an import: cli depends on cluster). */
-const childHost = fileURLToPath(new URL("../../cli/src/ChildHost.ts", import.meta.url))
+/**
+ * ChildHost, the program a process child runs in (a path, not an import: cli depends on
+ * cluster), from the test run's bundle of the sources (scripts/test-bundle.ts): it starts in a
+ * third of the time the TypeScript sources take.
+ */
+const childHost = join(dirname(inject("fibrilBin")), "ChildHost.js")
 
 /**
  * The children's part of a script, as the file a child process plays: inside its process a
@@ -236,8 +254,6 @@ const childScript = (script: ScriptedModel.ScriptInput): ScriptedModel.ScriptInp
  *   close, send_input, resume, assign, the queue cap, the heartbeat) or script a child with a
  *   function: neither crosses into another process (a child gets tools only from a module, and
  *   its script from a file);
- * - the budgets and output_schema: the child process does not get its parent's per-child
- *   budgets or the typed-result contract (ProcessIsolation.Start carries neither; documented);
  * - no child runs at all (max_depth, an unknown role, bad arguments, unknown ids) or it is the
  *   refusal of isolation where it is not available: nothing of a process child to see.
  */
@@ -245,9 +261,12 @@ export const processCases = [
   "task: a completed child's result",
   "task: a child whose model fails",
   "agent_spawn, agent_wait, agent_result",
+  "allowed_tools: a child may call the tools it was given",
   "agent_list: the children of the run",
   "handle_read: a child's transcript",
-  "a provider that reports no usage"
+  "a provider that reports no usage",
+  "budgets: a child over its step budget or its token budget",
+  "output_schema: a repaired answer is the output"
 ]
 
 /**
@@ -270,11 +289,12 @@ export const processIsolation: Engine = {
       const cwd = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
       const scriptFile = `${cwd}/.children.json`
       yield* fs.writeFileString(scriptFile, JSON.stringify(childScript(script)))
+      const base = embeddedOptions(cwd, settings)
       const context = yield* Layer.build(
         Fibril.layer({
-          cwd,
-          session: { maxDepth: settings.maxDepth ?? 1 },
+          ...base,
           subagents: {
+            ...base.subagents,
             roleIsolation: Object.fromEntries(Roles.roleNames.map((role) => [role, "process"])),
             processIsolation: {
               host: { command: process.execPath, args: [childHost, "--model", `scripted:${scriptFile}`] },
@@ -288,7 +308,7 @@ export const processIsolation: Engine = {
       const { agent: root, fiber } = yield* Context.get(context, SubAgentManager.Embedded).startRoot({
         prompt: options.prompt ?? "go"
       })
-      return yield* outcomeOf(context, root.agent_id, yield* Fiber.await(fiber))
+      return yield* outcomeOf(context, root.agent_id, yield* Fiber.await(fiber), true)
     }).pipe(Effect.scoped, Effect.provide(NodeServices.layer), Effect.orDie)
 }
 

@@ -17,14 +17,13 @@
  * The child has its own heap cap (`--max-old-space-size`): a child that runs out of memory
  * kills only its own process, and the parent records the run as `failed` with the reason.
  */
-import type * as Prompt from "effect/ai/Prompt"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import { spawn } from "node:child_process"
 import { createInterface } from "node:readline"
 import type { AgentEvent, AgentSnapshot } from "./AgentEvents.ts"
 import type { ClaimsReport } from "./Claims.ts"
-import * as Transcript from "./internal/transcript.ts"
+import * as Permission from "./Permission.ts"
 import type { Usage } from "./Usage.ts"
 
 /** How a child process is started: the host program (the heap cap is put before its arguments). */
@@ -56,7 +55,19 @@ export const capFor = (options: Options, role: string): number =>
 
 // --- Protocol ---
 
-/** The one line the parent writes: the child's spawn request, as its own root agent. */
+/** A child's budgets (Session's `Budgets`) as its parent's engine gave them. */
+export const Budgets = Schema.Struct({
+  maxSteps: Schema.Int,
+  maxTokens: Schema.optionalKey(Schema.UndefinedOr(Schema.Number)),
+  maxWallSecs: Schema.optionalKey(Schema.UndefinedOr(Schema.Number)),
+  treeMaxTokens: Schema.optionalKey(Schema.UndefinedOr(Schema.Number))
+})
+
+/**
+ * The one line the parent writes: the child's spawn request, as its own root agent. The child
+ * is held to what its parent's engine derived for it, as a fiber child would be: its rules (a
+ * ceiling over the root rules of the child's process), its budgets and its typed result.
+ */
 export const Start = Schema.Struct({
   prompt: Schema.String,
   role: Schema.String,
@@ -65,7 +76,11 @@ export const Start = Schema.Struct({
   allowedTools: Schema.optionalKey(Schema.Array(Schema.String)),
   cwd: Schema.String,
   /** The depths its own children may still use (the parent's max depth less the child's depth). */
-  maxDepth: Schema.Int
+  maxDepth: Schema.Int,
+  rules: Schema.optionalKey(Permission.RulesJson),
+  budgets: Schema.optionalKey(Budgets),
+  /** Its `output_schema`: it answers a decoded value, sent back in its end line. */
+  outputSchema: Schema.optionalKey(Schema.Record(Schema.String, Schema.Unknown))
 })
 export type Start = typeof Start.Type
 
@@ -84,9 +99,13 @@ export interface RunCounts {
 /** A line the child writes. */
 export type Line =
   | { readonly type: "event"; readonly event: AgentEvent }
-  /** Its root's transcript (encoded as a store keeps it), written once, before its end. */
-  | { readonly type: "transcript"; readonly messages: ReadonlyArray<unknown> }
-  | { readonly type: "end"; readonly text: string; readonly counts: RunCounts }
+  /**
+   * Messages appended to an agent's transcript in the child (its root's or a nested child's,
+   * by handle; encoded as a store keeps them), sent as they are appended.
+   */
+  | { readonly type: "transcript"; readonly handle: string; readonly messages: ReadonlyArray<unknown> }
+  /** Its answer; with an output schema, `output` is the decoded value (`text` its JSON). */
+  | { readonly type: "end"; readonly text: string; readonly output?: unknown; readonly counts: RunCounts }
   | { readonly type: "error"; readonly reason: string; readonly counts?: RunCounts | undefined }
 
 /** The marker Node prints when a heap reaches `--max-old-space-size`. */
@@ -124,13 +143,9 @@ export interface RunRequest {
   readonly onEvent: (event: AgentEvent) => void
   /** The child's pid, once started (tests and receipts). */
   readonly onPid?: ((pid: number) => void) | undefined
-  /** The child's transcript (encoded), when it sends it at its end. */
-  readonly onTranscript?: ((messages: ReadonlyArray<unknown>) => void) | undefined
+  /** Messages appended to a transcript of the child's tree (encoded), as they are appended. */
+  readonly onTranscript?: ((handle: string, messages: ReadonlyArray<unknown>) => void) | undefined
 }
-
-/** The child's side: its root's transcript as the `transcript` line carries it (the store's encoding). */
-export const transcriptLine = (messages: ReadonlyArray<Prompt.Message>): Effect.Effect<Line> =>
-  Effect.map(Transcript.encode(messages), (encoded) => ({ type: "transcript", messages: encoded }))
 
 const stderrTail = 4_000
 
@@ -139,7 +154,7 @@ const stderrTail = 4_000
  * the effect (a cancel, the parent's end) kills the child's whole process group.
  */
 export const run = (request: RunRequest): Effect.Effect<
-  { readonly text: string; readonly counts: RunCounts },
+  { readonly text: string; readonly output?: unknown; readonly counts: RunCounts },
   ChildProcessFailed
 > =>
   Effect.callback((resume) => {
@@ -166,7 +181,7 @@ export const run = (request: RunRequest): Effect.Effect<
       const line = parseLine(text)
       if (line === undefined) return
       if (line.type === "event") request.onEvent(line.event)
-      else if (line.type === "transcript") request.onTranscript?.(line.messages)
+      else if (line.type === "transcript") request.onTranscript?.(line.handle, line.messages)
       else last = line
     })
     // A write to a child that died at once is reported by its exit, not here.
@@ -183,7 +198,10 @@ export const run = (request: RunRequest): Effect.Effect<
       })
     child.on("error", (error) => resume(Effect.fail(failed(null, null, error.message))))
     child.on("close", (exitCode, signal) => {
-      if (last?.type === "end") return resume(Effect.succeed({ text: last.text, counts: last.counts }))
+      if (last?.type === "end") {
+        const { counts, output, text } = last
+        return resume(Effect.succeed(output === undefined ? { text, counts } : { text, output, counts }))
+      }
       const detail = last?.type === "error" ? last.reason : stderr.trim().split("\n").slice(-3).join("\n")
       resume(Effect.fail(failed(exitCode, signal, detail)))
     })

@@ -105,6 +105,8 @@ export interface SessionInfo {
   readonly rules: Permission.Rules
   /** A typed result's schema, and how its model is told to finish (OutputSchema.instruction). */
   readonly output?: OutputSchema.Check | undefined
+  /** The budgets its runs are held to. */
+  readonly budgets: Budgets
 }
 
 export interface PromptResult {
@@ -136,6 +138,15 @@ export interface CreateOptions {
   readonly languageModel?: LanguageModel.LanguageModel | undefined
   /** Who takes part in its runs (the SubAgentManager, for the agents it runs). */
   readonly observer?: RunObserver | undefined
+  /**
+   * Rules computed elsewhere that this root may not exceed: a process child's (ProcessIsolation),
+   * as its parent's engine derived them. Met with the root's own.
+   */
+  readonly ceiling?: Permission.Ceiling | undefined
+  /** Its budgets over the session's own (a process child's, as its parent's engine gave them). */
+  readonly budgets?: Partial<Budgets> | undefined
+  /** A typed result (`output_schema`): its runs end with an answer decoded against it. */
+  readonly output?: OutputSchema.Compiled | undefined
 }
 
 export interface ChildOptions {
@@ -239,6 +250,7 @@ const info = (state: SessionState): SessionInfo => ({
   running: state.busy,
   waitingOnModel: state.modelCall !== undefined,
   rules: state.rules,
+  budgets: state.budgets,
   ...(state.output === undefined ? {} : { output: state.output })
 })
 
@@ -285,7 +297,8 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     yield* checkAllowedTools(role.name, options.allowedTools)
     const model = options.model ?? models.defaultModel
     const languageModel = options.languageModel ?? (yield* models.resolve(model))
-    const rules = childRules(permission.root, 0, role, options)
+    const granted = childRules(permission.root, 0, role, options)
+    const rules = options.ceiling === undefined ? granted : Permission.derive(granted, options.ceiling)
     const state = register({
       clock: clockNow(),
       parent: undefined,
@@ -297,8 +310,11 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
       system: yield* systemFor(role, 0, options.systemPrompt ?? role.prompt),
       messages: [],
       description: options.description,
-      budgets: { maxSteps: config.maxSteps },
-      observer: options.observer
+      budgets: { maxSteps: config.maxSteps, ...options.budgets },
+      observer: options.observer,
+      output: options.output === undefined
+        ? undefined
+        : { compiled: options.output, via: OutputSchema.viaOf(languageModel) }
     })
     emit(state, { type: "spawned" })
     return info(state)

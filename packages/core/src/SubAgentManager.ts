@@ -261,6 +261,16 @@ export class SubAgentManager extends Context.Service<SubAgentManager, {
 }>()("@fibril/core/SubAgentManager") {}
 
 /**
+ * What a root agent may be given beyond a spawn request: the rules and budgets another engine
+ * derived for it (a process child's, ProcessIsolation: its parent's engine computed them, and
+ * the root of the child's process may not exceed them).
+ */
+export interface RootOptions {
+  readonly ceiling?: Permission.Ceiling | undefined
+  readonly budgets?: Partial<Budgets> | undefined
+}
+
+/**
  * The embedded engine's own surface, beside the contract: what only agents that are fibers of
  * this process can do. Provided by `layer` with the SubAgentManager.
  */
@@ -269,7 +279,7 @@ export class Embedded extends Context.Service<Embedded, {
    * Starts the root agent of a tree (no parent, depth 0, no sub-agent permit) and records it
    * like any other; the fiber runs its prompt (`fibril run`).
    */
-  readonly startRoot: (request: SpawnRequest) => Effect.Effect<
+  readonly startRoot: (request: SpawnRequest, options?: RootOptions) => Effect.Effect<
     { readonly agent: AgentView; readonly fiber: Fiber.Fiber<PromptResult, RunError> },
     SpawnError
   >

@@ -29,7 +29,7 @@ import * as Receipt from "../../Receipt.ts"
 import { describeFailure, type PromptResult, type RunEnd, type SessionInfo } from "../../Session.ts"
 import * as SpawnPlan from "../../SpawnPlan.ts"
 import { CapReached } from "../../SubAgentErrors.ts"
-import type { AgentView, RunError, SpawnRequest } from "../../SubAgentManager.ts"
+import type { AgentView, RootOptions, RunError, SpawnRequest } from "../../SubAgentManager.ts"
 import { agentOfRunId, currentRunId, isTerminal, type SubAgentRecord } from "../../SubAgentRecord.ts"
 import type { SubAgentStore } from "../../SubAgentStore.ts"
 import { firstSnapshot, isLive, type LiveAgent, type Mutable } from "./AgentTable.ts"
@@ -130,7 +130,9 @@ export const start = Effect.fnUntraced(function*(
   ctx: ManagerContext,
   parentId: string | undefined,
   request: SpawnRequest,
-  mode: Mode
+  mode: Mode,
+  /** A root's rules and budgets from elsewhere (a process child's, from its parent's engine). */
+  rootOptions?: RootOptions | undefined
 ) {
   const foreground = mode !== "background"
   const root = mode === "root"
@@ -155,7 +157,10 @@ export const start = Effect.fnUntraced(function*(
       languageModel: plan.languageModel,
       allowedTools: request.allowedTools,
       description: request.description,
-      observer: ctx.observer
+      observer: ctx.observer,
+      ceiling: rootOptions?.ceiling,
+      budgets: rootOptions?.budgets,
+      output: plan.output
     }).pipe(Effect.catchTag("UnknownModel", (error) => Effect.die(error)))
     : yield* ctx.session.createChild(parentId, {
       role: plan.role,
@@ -304,7 +309,7 @@ const runAgent = (
     Receipt.started(record, now)
     // A process child's prompt runs in its own OS process, on the same engine (ProcessRun).
     const prompt = ownProcess !== undefined
-      ? ProcessRun.prompt(ctx, agent, message, ownProcess.model)
+      ? ProcessRun.prompt(ctx, agent, ownProcess.prompt, ownProcess.model)
       : ctx.session.prompt(record.agent_id, message)
     return Effect.flatMap(ctx.store.put(record), (): Effect.Effect<PromptResult, RunError> => prompt)
   })

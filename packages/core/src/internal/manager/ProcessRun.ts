@@ -5,6 +5,7 @@
  * record, the one terminal event, cancel through the run's fiber) is AgentRun's, unchanged.
  */
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import type { AgentSnapshot } from "../../AgentEvents.ts"
 import * as AgentEvents from "../../AgentEvents.ts"
 import * as ProcessIsolation from "../../ProcessIsolation.ts"
@@ -62,52 +63,62 @@ export const prompt = (
     const record = agent.record
     const as: AgentSnapshot = firstSnapshot(record)
     let rootId: string | undefined
-    let transcript: ReadonlyArray<unknown> | undefined
+    // What the child's tree appended to its transcripts, in order; its root's handle is the first.
+    const appended: Array<{ readonly handle: string; readonly messages: ReadonlyArray<unknown> }> = []
     const relativize = ctx.workspace?.relativize ?? ((path: string) => path)
-    return ProcessIsolation.run({
-      host,
-      maxOldSpaceMb: ProcessIsolation.capFor(options, record.role),
-      start: {
-        prompt: message,
-        role: record.role,
-        ...(model === undefined ? {} : { model }),
-        description: record.description,
-        cwd,
-        maxDepth: options.nestedDepth
-      },
-      onEvent: (event) => {
-        if (event.agent.depth === 0) rootId ??= event.agent.agentId
-        // The run's one terminal event is AgentRun.finish's: it also covers a child that died.
-        if (event.agent.depth === 0 && (AgentEvents.isTerminal(event.type) || event.type === "spawned")) return
-        const relabelled = ProcessIsolation.relabel(event, rootId, as)
-        agent.lastProgress = event.at
-        // Its tool calls and the files they changed, in its receipt, as a fiber child's are.
-        if (event.agent.depth === 0 && event.type === "tool_result") {
-          Receipt.toolResult(record, relabelled, relativize)
+    // What this engine derived for the child (its session here is its bookkeeping): the child's
+    // process holds its root to the same rules, budgets and output schema.
+    return Effect.flatMap(Effect.option(ctx.session.info(record.agent_id)), (derived) =>
+      ProcessIsolation.run({
+        host,
+        maxOldSpaceMb: ProcessIsolation.capFor(options, record.role),
+        start: {
+          prompt: message,
+          role: record.role,
+          ...(model === undefined ? {} : { model }),
+          description: record.description,
+          cwd,
+          maxDepth: options.nestedDepth,
+          ...(record.permissions === undefined ? {} : { rules: record.permissions }),
+          ...(Option.isSome(derived) ? { budgets: derived.value.budgets } : {}),
+          ...(record.output_schema === undefined ? {} : { outputSchema: record.output_schema })
+        },
+        onEvent: (event) => {
+          if (event.agent.depth === 0) rootId ??= event.agent.agentId
+          // The run's one terminal event is AgentRun.finish's: it also covers a child that died.
+          if (event.agent.depth === 0 && (AgentEvents.isTerminal(event.type) || event.type === "spawned")) return
+          const relabelled = ProcessIsolation.relabel(event, rootId, as)
+          agent.lastProgress = event.at
+          // Its tool calls and the files they changed, in its receipt, as a fiber child's are.
+          if (event.agent.depth === 0 && event.type === "tool_result") {
+            Receipt.toolResult(record, relabelled, relativize)
+          }
+          ctx.events.emit(relabelled)
+        },
+        onTranscript: (handle, messages) => {
+          appended.push({ handle, messages })
         }
-        ctx.events.emit(relabelled)
-      },
-      onTranscript: (messages) => {
-        transcript = messages
-      }
-    }).pipe(
-      // Its transcript into this process's store, under its record's handle (a crash or a
-      // cancel sends none: the process is gone before its end).
-      Effect.onExit(() =>
-        transcript === undefined ? Effect.void : Effect.catch(
-          ctx.store.appendTranscript(record.transcript_handle, transcript),
-          (error) => Effect.logWarning(`agent ${record.agent_id}: its transcript was not kept: ${error.message}`)
-        )
-      ),
-      Effect.map(({ counts, text }) => {
-        agent.ended = { ...counts, takeUnread: () => [] }
-        return {
-          sessionId: record.agent_id,
-          text,
-          steps: counts.steps,
-          toolCalls: counts.toolCalls,
-          usage: counts.treeUsage
-        }
-      })
-    )
+      }).pipe(
+        // Its transcripts into this process's store, however it ended (a child killed mid-run
+        // leaves what it had said): its root's under its record's handle, a nested child's
+        // under its own.
+        Effect.onExit(() =>
+          Effect.forEach(appended, ({ handle, messages }) =>
+            Effect.catch(
+              ctx.store.appendTranscript(handle === appended[0]!.handle ? record.transcript_handle : handle, messages),
+              (error) => Effect.logWarning(`agent ${record.agent_id}: its transcript was not kept: ${error.message}`)
+            ), { discard: true })
+        ),
+        Effect.map(({ counts, output, text }): PromptResult => {
+          agent.ended = { ...counts, takeUnread: () => [] }
+          const result = {
+            sessionId: record.agent_id,
+            text,
+            steps: counts.steps,
+            toolCalls: counts.toolCalls,
+            usage: counts.treeUsage
+          }
+          return output === undefined ? result : { ...result, output }
+        })
+      ))
   })

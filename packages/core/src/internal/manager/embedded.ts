@@ -34,6 +34,7 @@ import type {
   InputResult,
   InputVia,
   Options,
+  RootOptions,
   SpawnRequest,
   SubAgentManager,
   WaitResult
@@ -130,8 +131,8 @@ const spawnOps = (ctx: ManagerContext) => {
     withSpan("SubAgentManager.spawn")
   )
 
-  const startRoot = Effect.fnUntraced(function*(request: SpawnRequest) {
-    const { agent, fiber } = yield* AgentRun.start(ctx, undefined, request, "root")
+  const startRoot = Effect.fnUntraced(function*(request: SpawnRequest, options?: RootOptions) {
+    const { agent, fiber } = yield* AgentRun.start(ctx, undefined, request, "root", options)
     return { agent: ctx.table.view(agent.record), fiber }
   }, withSpan("SubAgentManager.startRoot"))
 
