@@ -164,6 +164,10 @@ describe("isolation: process", () => {
             )
             assert.strictEqual(sibling?.status, "completed")
             assert.strictEqual(sibling?.outcome?.summary, "sibling done")
+            // The child that died keeps its transcript up to the call that killed it.
+            const died = JSON.stringify(yield* Effect.orDie(manager.readTranscript(allocating!.transcript_handle, {})))
+            assert.include(died, "allocate please")
+            assert.include(died, "allocate")
             const parent = (yield* manager.list({ includeArchived: true })).find((agent) => agent.depth === 0)
             assert.strictEqual(parent?.status, "completed")
             // `fibril agents show` / `transcript` on the parent's store: the process child's
@@ -242,6 +246,11 @@ describe("isolation: process", () => {
           const [after] = yield* childrenOf(manager)
           assert.strictEqual(after?.status, "cancelled")
           assert.strictEqual(cancelled.agent_id, child!.agent_id)
+          // Its process was killed (SIGKILL to the group) in its second model call: what it had
+          // said and done until then is in the parent's store all the same.
+          const page = JSON.stringify(yield* Effect.orDie(manager.readTranscript(after!.transcript_handle, {})))
+          assert.include(page, "pids please")
+          assert.include(page, "written")
         }).pipe(Effect.provide(NodeServices.layer))
     ), 60_000)
 })
