@@ -230,6 +230,12 @@ export class Session extends Context.Service<Session, {
     sessionId: string,
     options: { readonly role: Roles.RoleSpec; readonly definition?: Permission.Ceiling | undefined }
   ) => Effect.Effect<SessionInfo, SessionNotFound | Permission.PermissionWidening>
+  /**
+   * The workspace a new session works in, when it is not this service's: its system message
+   * names `root` (a worktree child's worktree, known once the session exists). Before its
+   * first run only; a fork keeps its parent's request as it was.
+   */
+  readonly moveTo: (sessionId: string, root: string) => Effect.Effect<void, SessionNotFound>
   /** Forgets a finished session (its record and transcript live on elsewhere). */
   readonly dispose: (sessionId: string) => Effect.Effect<void>
 }>()("@fibril/core/Session") {}
@@ -462,6 +468,14 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     return info(state)
   })
 
+  const moveTo = Effect.fn("Session.moveTo")(function*(sessionId: string, root: string) {
+    const state = yield* lookup(sessionId)
+    if (state.messages.length > 0) return
+    state.system = Parts.systemMessage(
+      state.system.content.replace(`\nWorkspace: ${workspace.root}\n`, `\nWorkspace: ${root}\n`)
+    )
+  })
+
   const deliver = Effect.fn("Session.deliver")(function*(sessionId: string, message: string, interrupt: boolean) {
     const state = yield* lookup(sessionId)
     state.inbox.push(message)
@@ -493,6 +507,7 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     // Eager: the lookup is decided at once, and so is the snapshot (a caller reads it with no step).
     info: (sessionId) => Effect.mapEager(lookup(sessionId), info),
     reassign,
+    moveTo,
     dispose: (sessionId) => Effect.sync(() => void sessions.delete(sessionId))
   })
 })

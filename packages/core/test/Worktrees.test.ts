@@ -318,19 +318,28 @@ describe("isolation: worktree", () => {
         }
       ]
       let refusals: ReadonlyArray<ScriptedModel.ToolResult> = []
+      // The workspace each one's system prompt names.
+      const named: Record<string, string | undefined> = {}
+      const workspaceOf = (conversation: ScriptedModel.Conversation) =>
+        /\nWorkspace: (.*)\n/.exec(conversation.system)?.[1]
       const { get } = yield* setup(
         {
           rules: [
             {
               match: { prompt: "[G]" },
-              turns: [
-                { tool_calls: [{ name: "write_file", args: { path: "shared.txt", content: "by the grandchild\n" } }] },
-                { text: report("wrote shared.txt") }
-              ]
+              respond: (conversation): ScriptedModel.Turn => {
+                named["grandchild"] = workspaceOf(conversation)
+                return conversation.turn === 0
+                  ? {
+                    tool_calls: [{ name: "write_file", args: { path: "shared.txt", content: "by the grandchild\n" } }]
+                  }
+                  : { text: report("wrote shared.txt") }
+              }
             },
             {
               match: { prompt: "[attack]" },
               respond: (conversation): ScriptedModel.Turn => {
+                named["child"] = workspaceOf(conversation)
                 if (conversation.turn === 0) return { tool_calls: attacks } as unknown as ScriptedModel.Turn
                 if (conversation.turn === 1) {
                   refusals = conversation.lastToolResults
@@ -373,6 +382,8 @@ describe("isolation: worktree", () => {
       const worktree = child.worktree!
       assert.strictEqual(worktree.branch, `fibril/${child.agent_id}`)
       assert.strictEqual(worktree.path, path.join(root, ".fibril", "worktrees", child.agent_id))
+      // Each is told the workspace it works in: the child's worktree, not the parent's tree.
+      assert.deepStrictEqual(named, { child: worktree.path, grandchild: worktree.path })
       assert.strictEqual(git(worktree.path, "show", `${worktree.branch}:shared.txt`), "by the grandchild")
       assert.strictEqual(git(worktree.path, "show", `${worktree.branch}:inside.txt`), "ok")
       assert.deepStrictEqual([worktree.commits, worktree.files_changed], [1, 2])

@@ -76,7 +76,8 @@ export interface SessionState {
   readonly languageModel: LanguageModel.LanguageModel
   /** A short label from the spawner (the `task` description), for progress views. */
   readonly description: string | undefined
-  readonly system: Prompt.SystemMessage
+  /** Replaced once when a worktree child moves into its worktree (Session.moveTo). */
+  system: Prompt.SystemMessage
   readonly messages: Array<Prompt.Message>
   /** Read at every tool call, so a narrowing reaches the running loop at its next call. */
   rules: Permission.Rules

@@ -32,6 +32,7 @@ import { CapReached } from "../../SubAgentErrors.ts"
 import type { AgentView, RootOptions, RunError, SpawnRequest } from "../../SubAgentManager.ts"
 import { agentOfRunId, currentRunId, isTerminal, type SubAgentRecord } from "../../SubAgentRecord.ts"
 import type { SubAgentStore } from "../../SubAgentStore.ts"
+import * as Workspace from "../../Workspace.ts"
 import { firstSnapshot, isLive, type LiveAgent, type Mutable } from "./AgentTable.ts"
 import * as Isolation from "./isolation.ts"
 import type { ManagerContext } from "./ManagerContext.ts"
@@ -178,6 +179,13 @@ export const start = Effect.fnUntraced(function*(
   const isolated = yield* Isolation.prepare(ctx, isolation, created.id).pipe(
     Effect.onError(() => Effect.andThen(released, ctx.session.dispose(created.id)))
   )
+  // Its system message names where it works: its worktree, or its parent's (a child of an
+  // isolated agent works in that agent's worktree).
+  const place = isolated?.workspace ??
+    (ctx.workspace === undefined ? undefined : yield* Workspace.current(ctx.workspace))
+  if (place !== undefined && place.root !== ctx.workspace?.root) {
+    yield* Effect.orDie(ctx.session.moveTo(created.id, place.root))
+  }
   const agent = newRecord(ctx, created, request, parentId, foreground, verifies)
   if (isolated !== undefined) agent.record.worktree = isolated.info
   ctx.table.started()
