@@ -23,10 +23,14 @@ export class AgentNotFound extends Schema.TaggedError<AgentNotFound>()("AgentNot
 
 export class NotResumable extends Schema.TaggedError<NotResumable>()("NotResumable", {
   agentId: Schema.String,
-  status: Schema.String
+  status: Schema.String,
+  /** Why a finished agent cannot run again (its worktree was merged or discarded). */
+  reason: Schema.optional(Schema.String)
 }) {
   override get message() {
-    return `sub-agent ${this.agentId} is ${this.status}; only a finished agent (completed, failed, cancelled or interrupted) can be resumed`
+    return this.reason === undefined
+      ? `sub-agent ${this.agentId} is ${this.status}; only a finished agent (completed, failed, cancelled or interrupted) can be resumed`
+      : `sub-agent ${this.agentId} cannot be resumed: ${this.reason}`
   }
 }
 

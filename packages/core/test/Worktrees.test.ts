@@ -295,6 +295,12 @@ describe("isolation: worktree", () => {
       const gone = yield* manager.result(stranger, { block: false })
       assert.deepStrictEqual([gone.worktree?.state, gone.worktree?.removed], ["discarded", true])
       assert.isFalse(yield* fs.exists(other.worktree!.path))
+      // Its branch is settled: resuming it (or the merged one) is refused, saying why.
+      for (const [agentId, settled] of [[stranger, "discarded"], [own, "merged"]] as const) {
+        const refused = yield* Effect.flip(manager.resume(undefined, agentId, "more work"))
+        assert.strictEqual(refused._tag, "NotResumable")
+        assert.include(refused.message, `its worktree was ${settled} and removed; spawn a new agent`)
+      }
     }).pipe(provideNode))
 
   it.effect("an isolated child cannot write outside its worktree; a nested child works inside it", () =>

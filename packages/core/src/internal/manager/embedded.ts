@@ -333,6 +333,16 @@ const resumeOf = (ctx: ManagerContext) =>
     const agent = yield* ForeignAgents.adopt(ctx, id)
     const status = agent.record.status
     if (!isTerminal(status)) return yield* new NotResumable({ agentId: agent.record.agent_id, status })
+    // Its branch is settled: more work on it would be work no merge could bring back.
+    const settled = agent.record.worktree?.state
+    if (settled !== undefined) {
+      return yield* new NotResumable({
+        agentId: agent.record.agent_id,
+        status,
+        reason: `its worktree was ${settled}${agent.record.worktree?.removed === true ? " and removed" : ""}; ` +
+          "spawn a new agent for more work (this one's transcript stays readable with handle_read)"
+      })
+    }
     return yield* AgentRun.resume(ctx, agent, callerId, message)
   })
 
