@@ -77,6 +77,7 @@ export const layer = (options: Options) => {
     Layer.provideMerge(Approvals.layer({
       timeout: `${options.settings.permissions.askTimeoutSecs ?? 300} seconds`,
       policy: options.approvePolicy ?? Approvals.policyOf(options.approve ?? "deny"),
+      allow: options.settings.permissions.allow,
       fanOut: {
         maxAgents: options.settings.permissions.fanOutMaxAgents,
         maxUsd: options.settings.permissions.fanOutMaxUsd,

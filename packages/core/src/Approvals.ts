@@ -214,7 +214,16 @@ export interface Options {
    */
   readonly policy?: ((question: Question) => Answer | undefined) | undefined
   readonly fanOut?: FanOutLimits | undefined
+  /**
+   * Tool names and postures answered "allow" without asking (`[permissions] allow`,
+   * AllowAlways.ts). Consulted only for a question, that is a call whose rules say ask: never
+   * for a denied call, and never for a fan-out (each is asked about).
+   */
+  readonly allow?: ReadonlyArray<string> | undefined
 }
+
+/** Who answers a question `[permissions] allow` covers. */
+export const allowedByConfig = "[permissions] allow"
 
 /**
  * How a process without a person decides (`fibril run --approve=…`): `deny` every question
@@ -256,6 +265,12 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
     const question = yield* questionOf(request)
     if (covers(standing, question.path, question.tool)) {
       return yield* decidedNow(question, { decision: "allow", by: "standing answer" })
+    }
+    if (
+      question.kind === "tool" &&
+      (options.allow?.includes(question.tool) === true || options.allow?.includes(question.posture) === true)
+    ) {
+      return yield* decidedNow(question, { decision: "allow", by: allowedByConfig })
     }
     const decided = options.policy?.(question)
     if (decided !== undefined) return yield* decidedNow(question, decided)
