@@ -19,7 +19,6 @@ import * as Schema from "effect/Schema"
 import { randomUUID } from "node:crypto"
 import { createRequire } from "node:module"
 import * as path from "node:path"
-import { isDeepStrictEqual } from "node:util"
 import type * as TomlModule from "smol-toml"
 
 let tomlModule: typeof TomlModule | undefined
@@ -49,6 +48,14 @@ const allowOf = (table: Table): ReadonlyArray<string> | undefined => {
   const allow = isTable(permissions) ? permissions["allow"] : undefined
   return Array.isArray(allow) && allow.every((entry) => typeof entry === "string") ? allow : undefined
 }
+
+/** A parsed file as JSON with its keys sorted: two tables are the same when these are. */
+const canonical = (value: unknown): string =>
+  JSON.stringify(
+    value,
+    (_key, item: unknown) =>
+      isTable(item) ? Object.fromEntries(Object.entries(item).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) : item
+  )
 
 const arrayText = (entries: ReadonlyArray<string>) => `allow = [${entries.map((e) => JSON.stringify(e)).join(", ")}]`
 
@@ -98,11 +105,11 @@ export const save = Effect.fn("AllowAlways.save")(function*(home: string, tool: 
   const edited = addTo(text, tool, current)
   const after = edited === undefined ? undefined : yield* parse(edited).pipe(Effect.option)
   // The edit must change nothing but that one entry.
-  const expected = structuredClone(before)
-  const permissions = isTable(expected["permissions"]) ? expected["permissions"] : {}
-  expected["permissions"] = { ...permissions, allow: [...current, tool] }
+  const permissions = isTable(before["permissions"]) ? before["permissions"] : {}
+  const expected = { ...before, permissions: { ...permissions, allow: [...current, tool] } }
   if (
-    edited === undefined || after === undefined || after._tag === "None" || !isDeepStrictEqual(after.value, expected)
+    edited === undefined || after === undefined || after._tag === "None" ||
+    canonical(after.value) !== canonical(expected)
   ) {
     return yield* fail("its [permissions] table is written in a form this edit does not handle")
   }
