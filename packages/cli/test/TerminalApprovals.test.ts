@@ -99,7 +99,7 @@ describe("TerminalApprovals", () => {
       assert.strictEqual(again.answer.by, "standing answer")
       // Ctrl-C: what the terminal would have done.
       yield* Queue.offer(keys, "\u0003")
-      for (let i = 0; i < 20 && interrupted === 0; i++) yield* Effect.yieldNow
+      yield* Effect.repeat(Effect.yieldNow, { times: 20 })
       assert.strictEqual(interrupted, 1)
     }))
 })
