@@ -82,7 +82,8 @@ export const layer = (options: Options) => {
         maxAgents: options.settings.permissions.fanOutMaxAgents,
         maxUsd: options.settings.permissions.fanOutMaxUsd,
         usdPerMtok: options.settings.permissions.usdPerMtok,
-        tokensPerAgent: options.settings.subagents.maxTokens
+        tokensPerAgent: options.settings.subagents.maxTokens,
+        treeMaxTokens: options.settings.subagents.treeMaxTokens
       }
     }))
   )

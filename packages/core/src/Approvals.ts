@@ -151,8 +151,13 @@ export interface FanOutLimits {
   readonly maxUsd?: number | undefined
   /** model id -> US dollars per million tokens. */
   readonly usdPerMtok?: Readonly<Record<string, number>> | undefined
-  /** Tokens one agent is expected to use (its `max_tokens` budget when set); default 15k. */
+  /**
+   * The `max_tokens` budget each spawned agent runs under (`[subagents] max_tokens`): the most
+   * the budget lets one charge. Unset: an agent is expected to use 15k besides its prompt.
+   */
   readonly tokensPerAgent?: number | undefined
+  /** `[subagents] tree_max_tokens`: the estimate is at most what is left of it. */
+  readonly treeMaxTokens?: number | undefined
 }
 
 /** What `ask` is given: a question without its id and time. */
