@@ -3,7 +3,7 @@
 // `AllowAlways.save` adds a tool to the user's config file, keeping everything else in it.
 import { assert, describe, it } from "@effect/vitest"
 import type { ScriptedModel } from "@fibril/testkit"
-import { Effect, FileSystem, Path } from "effect"
+import { Effect, FileSystem, Path, Schema } from "effect"
 import { createRequire } from "node:module"
 import * as AllowAlways from "../src/AllowAlways.ts"
 import * as Approvals from "../src/Approvals.ts"
@@ -126,4 +126,45 @@ describe("AllowAlways", () => {
       assert.deepStrictEqual(untrusted.trust?.widenings.map((widening) => widening.key), ["permissions.allow"])
       assert.include(untrusted.trust?.widenings[0]?.effect, "runs shell without asking")
     }).pipe(Effect.scoped, provideNode))
+
+  // The edit's round trip, for files of random shapes: the tool is added once, all else kept.
+  const Name = Schema.Literals(["read", "write", "shell", "write_file", "grep"])
+  const Shape = Schema.Struct({
+    allow: Schema.UndefinedOr(Schema.Array(Name).check(Schema.isMaxLength(4))),
+    permissions: Schema.Boolean,
+    multiline: Schema.Boolean,
+    before: Schema.Boolean,
+    after: Schema.Boolean,
+    tool: Name
+  })
+  it.prop(
+    "addTo adds the tool to [permissions] allow and changes nothing else, whatever the file",
+    [Shape],
+    ([shape]) => {
+      const allow = shape.allow === undefined ? undefined : [...new Set(shape.allow)].filter((n) => n !== shape.tool)
+      const list = (names: ReadonlyArray<string>) =>
+        shape.multiline ? `[\n${names.map((n) => `  "${n}",`).join("\n")}\n]` : JSON.stringify(names)
+      const text = [
+        shape.before ? `model = "m" # mine\n[agent]\nmax_steps = 5\n` : "",
+        shape.permissions || allow !== undefined
+          ? `[permissions]\n# my rules\nask = ["shell"]\n${
+            allow === undefined ? "" : `allow = ${list(allow)} # kept?\n`
+          }`
+          : "",
+        shape.after ? `[permissions.usd_per_mtok]\nm = 1\n[sandbox]\nmode = "read-only"\n` : ""
+      ].join("\n")
+      const before = Toml.parse(text) as Record<string, Record<string, unknown>>
+      const edited = AllowAlways.addTo(text, shape.tool, allow ?? [])
+      assert.isDefined(edited)
+      const after = Toml.parse(edited!) as Record<string, Record<string, unknown>>
+      assert.deepStrictEqual(after["permissions"]?.["allow"], [...(allow ?? []), shape.tool], edited)
+      const { permissions: _after, ...restAfter } = after
+      const { permissions: _before, ...restBefore } = before
+      assert.deepStrictEqual(restAfter, restBefore)
+      const { allow: _a, ...permissionsAfter } = after["permissions"] ?? {}
+      const { allow: _b, ...permissionsBefore } = before["permissions"] ?? {}
+      assert.deepStrictEqual(permissionsAfter, permissionsBefore)
+    },
+    { arbitrary: { runs: 200 } }
+  )
 })
