@@ -26,6 +26,8 @@ export interface Environment {
   readonly home: string
   readonly cwd: string
   readonly tty: boolean
+  /** stdin is a terminal too: a person can answer questions there (`fibril run`, TerminalApprovals). */
+  readonly stdinTty?: boolean | undefined
   /** What interrupted the process, once a signal has (`Ctrl-C`, `SIGTERM`, …). */
   readonly interruptedBy?: (() => string | undefined) | undefined
 }
@@ -36,7 +38,8 @@ export const processEnvironment = (): Environment => ({
   env: { ...process.env },
   home: os.homedir(),
   cwd: process.cwd(),
-  tty: process.stdout.isTTY === true
+  tty: process.stdout.isTTY === true,
+  stdinTty: process.stdin.isTTY === true
 })
 
 /** The workspace of a command: `--cwd`, else the project around the current directory (Workspace.ts). */

@@ -42,10 +42,22 @@ export const maxConcurrent = Flag.Int("max-concurrent").pipe(
  * `--approve` (`fibril run`, `fibril mcp`): how calls that `ask` rules hold are decided when no
  * person answers here (docs/security.md, "Asking a person").
  */
-export const approve = Flag.Literals("approve", Approvals.ApproveMode.literals).pipe(
+const approveMode = Flag.Literals("approve", Approvals.ApproveMode.literals)
+
+export const approve = approveMode.pipe(
   Flag.withDescription(
     "How calls that `ask` rules hold are decided: deny (default), allow-reads, allow, or wait for " +
       "`fibril agents answer` from another process (until [permissions] ask_timeout_secs)"
   ),
   Flag.withDefault("deny" as const)
+)
+
+/** `--approve` of `fibril run`: absent on a terminal, the person at it answers (TerminalApprovals). */
+export const approveRun = approveMode.pipe(
+  Flag.withDescription(
+    "How calls that `ask` rules hold are decided: deny, allow-reads, allow, or wait for `fibril agents answer` " +
+      "from another process (until [permissions] ask_timeout_secs). Default: asked at the terminal when " +
+      "stdin and stdout are one (without --json), else deny"
+  ),
+  Flag.optional
 )

@@ -231,6 +231,7 @@ export const requiringIds = Layer.effect(
 export const tools = McpServer.toolkit(TaskToolkit.mcpToolkit).pipe(
   Layer.provide(handlers),
   Layer.provide(requiringIds),
+  Layer.provide(McpApprovals.explainingDenials),
   Layer.provide(settlingCalls)
 )
 

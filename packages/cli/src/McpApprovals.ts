@@ -10,15 +10,22 @@
  * approval and how to grant it, so a client without elicitation never hangs). The call's
  * watcher reads the process's questions, elicits each one of its tree, and decides it. A
  * declined or cancelled elicitation is a denial.
+ *
+ * A `task` call whose tree had a question nobody answered (a client without elicitation:
+ * `--approve` decided it, or the timeout did) gets a second text block in its result
+ * (`explainingDenials`): what needed approval (agent, path, tool, arguments) and how to grant
+ * it, so the client's model and its user see why the work came back incomplete.
  */
 import { type AgentEvent, AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
 import * as Approvals from "@fibril/core/Approvals"
-import type { AgentView } from "@fibril/core/SubAgentManager"
+import { type AgentView, SubAgentManager } from "@fibril/core/SubAgentManager"
+import type { ApprovalEntry } from "@fibril/core/SubAgentRecord"
 import * as McpSchema from "effect/ai/McpSchema"
 import * as McpServer from "effect/ai/McpServer"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
 import * as Schema from "effect/Schema"
@@ -114,3 +121,87 @@ export const watch: Effect.Effect<
       }))
     )
 })
+
+// --- Explaining denials nobody answered ---
+
+/** A denial no person gave: the `--approve` policy's, the default's, or the timeout's. */
+export const unanswered = (entry: ApprovalEntry): boolean =>
+  entry.decision === "deny" && (entry.by === "policy" || entry.by === "timeout" || entry.by.startsWith("--approve="))
+
+/** How a person grants what a `fibril mcp` denied because nobody could be asked. */
+export const howToGrant = "How to grant it: (1) use an MCP client that supports elicitation: it is then asked; " +
+  "(2) start `fibril mcp --approve=wait` and answer from a shell in the workspace with `fibril agents questions` " +
+  "and `fibril agents answer <question-id> allow` (or start it with --approve=allow-reads or --approve=allow); " +
+  "(3) change the rules: take the tool out of `[permissions] ask`, or add it to `[permissions] allow` in " +
+  "~/.fibril/config.toml (that answers its questions with allow; it never allows a call the rules deny)."
+
+/**
+ * What `agentId`'s tree (from `agents`, any order) needed approval for and did not get from a
+ * person, with how to grant it; undefined when nothing was denied that way.
+ */
+export const explanation = (agents: ReadonlyArray<AgentView>, agentId: string): string | undefined => {
+  const byId = new Map(agents.map((agent) => [agent.agent_id, agent]))
+  const pathOf = (agent: AgentView): ReadonlyArray<string> => {
+    const path: Array<string> = []
+    for (
+      let at: AgentView | undefined = agent;
+      at !== undefined && path.length <= 64;
+      at = byId.get(at.parent_id ?? "")
+    ) {
+      path.unshift(at.agent_id)
+    }
+    return path
+  }
+  const lines: Array<string> = []
+  for (const agent of agents) {
+    const path = pathOf(agent)
+    if (!path.includes(agentId)) continue
+    for (const entry of agent.approvals ?? []) {
+      if (!unanswered(entry)) continue
+      lines.push(
+        `- ${entry.kind === "fan_out" ? `a fan-out (${entry.tool})` : entry.tool} by the ${agent.role} agent ` +
+          `${agent.agent_id} (depth ${agent.depth}, path ${path.join(" > ")}): denied by ${entry.by}` +
+          `${entry.reason === undefined ? "" : ` (${entry.reason})`}. Asked because ${entry.question}. ` +
+          `Arguments: ${entry.arguments}`
+      )
+    }
+  }
+  if (lines.length === 0) return undefined
+  return [
+    "Needed approval and did not get it (nobody was asked: this MCP client does not support elicitation, " +
+    "or no answer came in time); nothing of it was executed:",
+    ...lines,
+    howToGrant
+  ].join("\n")
+}
+
+const agentIdOf = (content: unknown): string | undefined =>
+  typeof content === "object" && content !== null && "agent_id" in content && typeof content.agent_id === "string"
+    ? content.agent_id
+    : undefined
+
+/** The McpServer as the toolkit registers with it: a `task` result says what its tree was denied unasked. */
+export const explainingDenials = Layer.effect(
+  McpServer.McpServer,
+  Effect.map(Effect.all([McpServer.McpServer, SubAgentManager]), ([server, manager]) =>
+    McpServer.McpServer.of({
+      ...server,
+      addTool: (options) =>
+        options.tool.name !== "task" ? server.addTool(options) : server.addTool({
+          ...options,
+          handle: (payload: unknown) =>
+            Effect.flatMap(options.handle(payload), (result) => {
+              const agentId = result instanceof McpSchema.CallToolResult
+                ? agentIdOf(result.structuredContent)
+                : undefined
+              if (!(result instanceof McpSchema.CallToolResult) || agentId === undefined) return Effect.succeed(result)
+              return Effect.map(manager.list({ includeArchived: true }), (agents) => {
+                const text = explanation(agents, agentId)
+                return text === undefined
+                  ? result
+                  : new McpSchema.CallToolResult({ ...result, content: [...result.content, { type: "text", text }] })
+              })
+            })
+        })
+    }))
+)

@@ -159,6 +159,13 @@ export interface Follower {
    * view; otherwise it follows the log, under `header`.
    */
   readonly finish: (header: string) => Effect.Effect<void>
+  /**
+   * Lines drawn under the live tree (the terminal's approval prompt, TerminalApprovals.ts),
+   * read at every redraw; the final tree is printed without them.
+   */
+  readonly setFooter: (lines: () => ReadonlyArray<string>) => void
+  /** Redraws the live view now (after the footer changed). */
+  readonly redraw: Effect.Effect<void>
 }
 
 /** The prefix of a line of the root's answer printed as it streams (not on a terminal). */
@@ -204,6 +211,7 @@ export const follower = (output: Output, json: boolean): Follower => {
   // agents) is one frame, and the ticker draws what a skipped redraw left behind.
   let drawnAt = Number.NEGATIVE_INFINITY
   let dirty = false
+  let footer: () => ReadonlyArray<string> = () => []
 
   const redraw = (lines: ReadonlyArray<string>, columns: number) =>
     Effect.suspend(() => {
@@ -218,8 +226,10 @@ export const follower = (output: Output, json: boolean): Follower => {
       drawnAt = now
       dirty = false
       const columns = terminal.columns()
+      const below = footer().map((line) => TreeView.cut(line, columns - 1))
       // One column spare: a row exactly as wide as the screen wraps in some terminals.
-      return redraw(TreeView.frame(view, { now, columns: columns - 1, rows: terminal.rows() - 1 }), columns)
+      const tree = TreeView.frame(view, { now, columns: columns - 1, rows: terminal.rows() - 1 - below.length })
+      return redraw([...tree, ...below], columns)
     })
   })
 
@@ -267,7 +277,11 @@ export const follower = (output: Output, json: boolean): Follower => {
       for (const line of TreeView.render(view, { now })) yield* output.line(line)
     })
 
-  return { view, show, tick, finish }
+  const setFooter = (lines: () => ReadonlyArray<string>) => {
+    footer = lines
+  }
+
+  return { view, show, tick, finish, setFooter, redraw: draw }
 }
 
 /** Runs `follower.tick` every 100 ms of the clock until interrupted. */

@@ -9,6 +9,8 @@
  * cancelled is printed; the process then exits 128 + the signal's number (bin.ts).
  */
 import { type AgentEvent, AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
+import * as AllowAlways from "@fibril/core/AllowAlways"
+import * as Approvals from "@fibril/core/Approvals"
 import * as Session from "@fibril/core/Session"
 import { Embedded, type RunError, SubAgentManager } from "@fibril/core/SubAgentManager"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
@@ -17,8 +19,10 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
+import * as FileSystem from "effect/FileSystem"
 import * as PubSub from "effect/PubSub"
 import * as Output from "./Output.ts"
+import * as TerminalApprovals from "./TerminalApprovals.ts"
 import * as TreeView from "./TreeView.ts"
 
 export interface Options {
@@ -29,6 +33,11 @@ export interface Options {
   readonly waitDetached: boolean
   /** What interrupted the run, when it is interrupted (`Ctrl-C`, `SIGTERM`, …). */
   readonly interruptedBy?: (() => string | undefined) | undefined
+  /**
+   * The person at this terminal answers questions (TerminalApprovals.ts); `s` saves to the
+   * user config under `home`.
+   */
+  readonly answerHere?: { readonly home: string } | undefined
 }
 
 /** The reason a detached agent gets when `fibril run` ends before it does. */
@@ -52,6 +61,18 @@ export const run = Effect.fn("fibril.run")(function*(options: Options, output: O
   if (options.json) yield* output.line(Output.rootJson(root.agent_id))
   else if (output.terminal === undefined) yield* output.line(`root agent ${root.agent_id}`)
   if (output.terminal !== undefined && !options.json) yield* Effect.forkChild(Output.ticker(follow))
+  const answerHere = options.answerHere
+  if (answerHere !== undefined && output.terminal !== undefined && !options.json) {
+    const approvals = yield* Approvals.Approvals
+    const fileSystem = yield* FileSystem.FileSystem
+    const keyboard = yield* TerminalApprovals.stdinKeyboard
+    yield* Effect.forkScoped(TerminalApprovals.run(
+      follow,
+      approvals,
+      keyboard,
+      (tool) => AllowAlways.save(answerHere.home, tool).pipe(Effect.provideService(FileSystem.FileSystem, fileSystem))
+    ))
+  }
 
   const drain = Effect.flatMap(
     PubSub.takeUpTo(subscription, Number.MAX_SAFE_INTEGER),

@@ -98,7 +98,7 @@ export const run = Command.make(
       Flag.withDescription("Stream each model answer as it arrives (--no-stream: ask for whole answers)"),
       Flag.withDefault(true)
     ),
-    approve: CliFlags.approve,
+    approve: CliFlags.approveRun,
     cluster: ClusterCommand.clusterFlag,
     ui: Flag.Boolean("ui").pipe(
       Flag.withDescription("Serve a live web page of the run (127.0.0.1, a token in the printed URL) until Ctrl-C"),
@@ -141,7 +141,13 @@ export const run = Command.make(
         )
       )
     }
-    const core = yield* Runtime.make(environment, cwd, config.settings, flags)
+    // On a terminal without --approve, the person at it answers questions (TerminalApprovals.ts):
+    // they wait for that answer (or the timeout). Off a terminal nothing waits for a person.
+    const fromStdin = Option.getOrUndefined(flags.prompt) === "-" || Option.getOrUndefined(flags.promptFile) === "-"
+    const answerHere = Option.isNone(flags.approve) && environment.tty && environment.stdinTty === true &&
+      !fromStdin && !flags.json && !flags.agui
+    const approve = answerHere ? "wait" as const : Option.getOrElse(flags.approve, () => "deny" as const)
+    const core = yield* Runtime.make(environment, cwd, config.settings, { ...flags, approve })
     const code = yield* Effect.scoped(Effect.gen(function*() {
       // Both listen before the root starts, so they see the run from its first event.
       if (flags.ui) {
@@ -158,7 +164,8 @@ export const run = Command.make(
           role: Option.getOrUndefined(flags.role),
           json: flags.json || flags.agui,
           waitDetached: flags.waitDetached,
-          interruptedBy: environment.interruptedBy
+          interruptedBy: environment.interruptedBy,
+          answerHere: answerHere ? { home: environment.home } : undefined
         },
         flags.agui ? silent : Output.console(environment.tty && !flags.json)
       ).pipe(

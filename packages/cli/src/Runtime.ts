@@ -77,11 +77,13 @@ export const layer = (options: Options) => {
     Layer.provideMerge(Approvals.layer({
       timeout: `${options.settings.permissions.askTimeoutSecs ?? 300} seconds`,
       policy: options.approvePolicy ?? Approvals.policyOf(options.approve ?? "deny"),
+      allow: options.settings.permissions.allow,
       fanOut: {
         maxAgents: options.settings.permissions.fanOutMaxAgents,
         maxUsd: options.settings.permissions.fanOutMaxUsd,
         usdPerMtok: options.settings.permissions.usdPerMtok,
-        tokensPerAgent: options.settings.subagents.maxTokens
+        tokensPerAgent: options.settings.subagents.maxTokens,
+        treeMaxTokens: options.settings.subagents.treeMaxTokens
       }
     }))
   )

@@ -13,6 +13,7 @@
  * functions of the view and the time, so tests (TestClock) and the demo share them.
  */
 import type { AgentEvent, EventType } from "@fibril/core/AgentEvents"
+import type { Question } from "@fibril/core/Approvals"
 import { CliOutput } from "effect/cli"
 
 /** An agent's status; `refused`: a spawn refused at the cap (no agent was created, the row says so). */
@@ -49,6 +50,8 @@ export interface Node {
   activity: Activity
   /** Its calls waiting for a person's answer (`ask` rules). */
   questions: number
+  /** Those questions, oldest first (what a terminal that answers shows on the row). */
+  asking: Array<Question>
   /** Tool calls started and not yet returned. */
   pendingTools: number
   /** The last line its model call in flight has streamed ("" when none). */
@@ -64,9 +67,17 @@ export interface View {
   readonly children: Map<string, Array<Node>>
   /** Descriptions known before an agent's first event (the root's, from its prompt). */
   readonly labels: Map<string, string>
+  /** Questions are answered at this terminal (TerminalApprovals): rows show them, not a command. */
+  answerHere: boolean
 }
 
-export const empty = (): View => ({ nodes: new Map(), order: [], children: new Map(), labels: new Map() })
+export const empty = (): View => ({
+  nodes: new Map(),
+  order: [],
+  children: new Map(),
+  labels: new Map(),
+  answerHere: false
+})
 
 /** Gives an agent a description its events do not carry (the root agent's prompt). */
 export const label = (view: View, agentId: string, description: string): void => {
@@ -126,7 +137,8 @@ export const apply = (view: View, event: AgentEvent): void => {
       pendingTools: 0,
       streamed: "",
       unverified: 0,
-      questions: 0
+      questions: 0,
+      asking: []
     }
     view.nodes.set(agent.agentId, node)
     view.order.push(agent.agentId)
@@ -165,9 +177,11 @@ export const apply = (view: View, event: AgentEvent): void => {
       break
     case "question":
       node.questions += 1
+      if (event.question !== undefined) node.asking.push(event.question)
       break
     case "answered":
       node.questions = Math.max(0, node.questions - 1)
+      node.asking = node.asking.filter((question) => question.id !== event.question?.id)
       break
     case "tool_result":
       node.pendingTools = Math.max(0, node.pendingTools - 1)
@@ -178,6 +192,8 @@ export const apply = (view: View, event: AgentEvent): void => {
       break
   }
   if (terminal(node.status) && node.endedAt === undefined) node.endedAt = event.at
+  // A cancelled agent's questions are withdrawn: no `answered` event follows them.
+  if (terminal(node.status)) node.asking = []
   if (event.reason !== undefined && event.type !== "retry") node.reason = oneLine(event.reason)
   if (event.type === "tool_result" && event.isFailure === true && isRefusedSpawn(event)) refuse(view, node, event)
 }
@@ -211,7 +227,8 @@ const refuse = (view: View, parent: Node, event: AgentEvent) => {
     pendingTools: 0,
     streamed: "",
     unverified: 0,
-    questions: 0
+    questions: 0,
+    asking: []
   }
   view.nodes.set(id, node)
   view.order.push(id)
@@ -296,6 +313,15 @@ export const cut = (text: string, columns: number): string => {
   return `${out}…`
 }
 
+/** How many characters of a question's arguments a row shows (the prompt under the tree shows more). */
+const rowArgumentChars = 60
+
+/** A question on its agent's row: `? write_file {"path":"out.txt",…} — why (+1 more)`. */
+export const askingText = (question: Question, count: number): string =>
+  `? ${question.tool} ${cut(oneLine(question.arguments), rowArgumentChars)} — ${oneLine(question.reason)}${
+    count > 1 ? ` (+${count - 1} more)` : ""
+  }`
+
 interface Parts {
   readonly head: string
   readonly description: string | undefined
@@ -326,6 +352,8 @@ const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
   const waitingFor = children.filter((child) => !terminal(child.status)).length
   const activity = !running
     ? ""
+    : node.questions > 0 && view.answerHere && node.asking.length > 0
+    ? `  ${askingText(node.asking[0]!, node.asking.length)}`
     : node.questions > 0
     ? `  waiting for approval (${node.questions}): fibril agents questions`
     : node.activity === "model"

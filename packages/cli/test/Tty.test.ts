@@ -51,11 +51,17 @@ const script = {
 }
 
 /** Runs `fibril run …` (or `command`) in a new tmux session of the given size, in `dir`; killed with the scope. */
-const session = (dir: string, args: string, size: { readonly x: number; readonly y: number }, command = "run") =>
+const session = (
+  dir: string,
+  args: string,
+  size: { readonly x: number; readonly y: number },
+  command = "run",
+  env = ""
+) =>
   Effect.gen(function*() {
     const name = `fibril-test-${process.pid}-${Date.now()}-${Math.floor(Math.random() * 1000)}`
     const line =
-      `cd ${dir} && env -u OPENAI_API_KEY ${process.execPath} ${sourceCondition} ${bin} ${command} ${args}; echo EXIT=$?; sleep 60`
+      `cd ${dir} && env -u OPENAI_API_KEY ${env} ${process.execPath} ${sourceCondition} ${bin} ${command} ${args}; echo EXIT=$?; sleep 60`
     yield* tmux(["new-session", "-d", "-s", name, "-x", String(size.x), "-y", String(size.y), line])
     yield* Effect.addFinalizer(() => Effect.ignore(tmux(["kill-session", "-t", name])))
     return name
@@ -133,6 +139,58 @@ const assertOneTree = (all: string, columns: number, agents: number) => {
   assert.strictEqual(rows.filter((row) => / general /.test(row)).length, 1, rows.join("\n"))
   assert.strictEqual(rows.length, agents, rows.join("\n"))
   for (const row of rows) assert.match(row, /✓ (general|explore)/)
+}
+
+/** Every file under `dir` whose text holds `text`. */
+const filesHolding = (dir: string, text: string) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const found: Array<string> = []
+    for (const entry of yield* fs.readDirectory(dir, { recursive: true })) {
+      const file = path.join(dir, entry)
+      if ((yield* fs.stat(file)).type !== "File") continue
+      if ((yield* fs.readFileString(file).pipe(Effect.orElseSucceed(() => ""))).includes(text)) found.push(file)
+    }
+    return found
+  })
+
+/** A root → a middle agent → an asker (depth 2) that writes two files, and its sibling that lists. */
+const askScript = {
+  rules: [
+    {
+      match: { prompt: "asker" },
+      turns: [
+        { tool_calls: [{ name: "write_file", args: { path: "allowed.txt", content: "yes" } }] },
+        { tool_calls: [{ name: "write_file", args: { path: "denied.txt", content: "no" } }] },
+        { text: report }
+      ]
+    },
+    {
+      match: { prompt: "worker" },
+      turns: [{ delay_ms: 100, tool_calls: [{ name: "list_dir", args: {} }] }, { delay_ms: 100, text: report }]
+    },
+    {
+      match: { prompt: "middle" },
+      turns: [
+        {
+          tool_calls: [
+            { name: "agent_spawn", args: { description: "asker", prompt: "asker: write the files" } },
+            { name: "agent_spawn", args: { description: "worker", prompt: "worker: list" } }
+          ]
+        },
+        { tool_calls: [{ name: "agent_wait", args: { wait_mode: "all" } }] },
+        { text: report }
+      ]
+    },
+    {
+      match: { depth: 0 },
+      turns: [
+        { tool_calls: [{ name: "task", args: { description: "middle", prompt: "middle", subagent_type: "general" } }] },
+        { text: "All done." }
+      ]
+    }
+  ]
 }
 
 describe("fibril run on a terminal", () => {
@@ -267,5 +325,58 @@ describe("fibril run on a terminal", () => {
         assert.isFalse(alive(pid), "the sleep process was killed")
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
     30_000
+  )
+
+  it.live(
+    "answers a grandchild's questions at the terminal: allow once writes the file; a deny's reason reaches the model",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* workspaceWith(
+          askScript,
+          "[subagents]\nmax_depth = 2\n\n[permissions]\nask = [\"write_file\"]\n"
+        )
+        const home = yield* fs.makeTempDirectoryScoped()
+        const name = yield* session(
+          dir,
+          "'check it' --model scripted:script.json",
+          { x: 200, y: 40 },
+          "run",
+          `HOME=${home}`
+        )
+        // The question on the asker's row and under the tree; its sibling finishes meanwhile.
+        const asked = yield* screenWhen(
+          name,
+          (screen) => screen.includes("[a]llow once") && /✓ general "worker"/.test(screen),
+          8_000
+        )
+        assert.match(asked, /├─ ● general "asker" running [\d.]+s {2}\? write_file \{"path":"allowed\.txt".* — /, asked)
+        assert.match(
+          asked,
+          /\? Approval needed: general › general › general \[agent_\w+\] \(general\) wants write_file/
+        )
+        assert.include(asked, `arguments: {"path":"allowed.txt","content":"yes"}`)
+        assert.match(asked, /why: .*write_file/)
+        assert.isFalse(yield* fs.exists(path.join(dir, "allowed.txt")), "nothing written before the answer")
+        yield* tmux(["send-keys", "-t", name, "a"])
+        const second = yield* screenWhen(name, (screen) => screen.includes(`"path":"denied.txt"`), 5_000)
+        assert.include(second, "✓ allowed write_file once")
+        assert.strictEqual(yield* fs.readFileString(path.join(dir, "allowed.txt")), "yes")
+        yield* tmux(["send-keys", "-t", name, "d"])
+        yield* tmux(["send-keys", "-t", name, "-l", "keep denied.txt out of it"])
+        yield* tmux(["send-keys", "-t", name, "Enter"])
+        const end = yield* screenWhen(name, (screen) => screen.includes("EXIT="), 5_000)
+        assert.include(end, "EXIT=0", end)
+        assert.include(end, "All done.")
+        assert.isFalse(yield* fs.exists(path.join(dir, "denied.txt")))
+        // The model read the reason: it is in the asker's transcript, as the call's result.
+        assert.isNotEmpty(
+          yield* filesHolding(path.join(dir, ".fibril"), "was not approved (terminal): keep denied.txt out of it")
+        )
+        // Nothing was saved to the user's config by a once / deny answer.
+        assert.isFalse(yield* fs.exists(path.join(home, ".fibril", "config.toml")))
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    20_000
   )
 })

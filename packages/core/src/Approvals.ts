@@ -151,8 +151,13 @@ export interface FanOutLimits {
   readonly maxUsd?: number | undefined
   /** model id -> US dollars per million tokens. */
   readonly usdPerMtok?: Readonly<Record<string, number>> | undefined
-  /** Tokens one agent is expected to use (its `max_tokens` budget when set); default 15k. */
+  /**
+   * The `max_tokens` budget each spawned agent runs under (`[subagents] max_tokens`): the most
+   * the budget lets one charge. Unset: an agent is expected to use 15k besides its prompt.
+   */
   readonly tokensPerAgent?: number | undefined
+  /** `[subagents] tree_max_tokens`: the estimate is at most what is left of it. */
+  readonly treeMaxTokens?: number | undefined
 }
 
 /** What `ask` is given: a question without its id and time. */
@@ -214,7 +219,16 @@ export interface Options {
    */
   readonly policy?: ((question: Question) => Answer | undefined) | undefined
   readonly fanOut?: FanOutLimits | undefined
+  /**
+   * Tool names and postures answered "allow" without asking (`[permissions] allow`,
+   * AllowAlways.ts). Consulted only for a question, that is a call whose rules say ask: never
+   * for a denied call, and never for a fan-out (each is asked about).
+   */
+  readonly allow?: ReadonlyArray<string> | undefined
 }
+
+/** Who answers a question `[permissions] allow` covers. */
+export const allowedByConfig = "[permissions] allow"
 
 /**
  * How a process without a person decides (`fibril run --approve=…`): `deny` every question
@@ -256,6 +270,12 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
     const question = yield* questionOf(request)
     if (covers(standing, question.path, question.tool)) {
       return yield* decidedNow(question, { decision: "allow", by: "standing answer" })
+    }
+    if (
+      question.kind === "tool" &&
+      (options.allow?.includes(question.tool) === true || options.allow?.includes(question.posture) === true)
+    ) {
+      return yield* decidedNow(question, { decision: "allow", by: allowedByConfig })
     }
     const decided = options.policy?.(question)
     if (decided !== undefined) return yield* decidedNow(question, decided)

@@ -389,6 +389,7 @@ const readSettings = Effect.fnUntraced(function*(
         (name) => Config.Array(Schema.String, name).pipe(Config.withDefault(d.permissions.deny))
       ),
       ask: yield* read("permissions.ask", accepts.ask, approvalConfigs.names),
+      allow: yield* read("permissions.allow", accepts.ask, approvalConfigs.names),
       askTimeoutSecs: optional("permissions.ask_timeout_secs"),
       fanOutMaxAgents: optional("permissions.fan_out_max_agents"),
       fanOutMaxUsd: yield* read("permissions.fan_out_max_usd", accepts.usd, approvalConfigs.usd),
@@ -521,7 +522,8 @@ export const load = Effect.fn("FibrilConfig.load")(function*(options: LoadOption
     sourceOf
   )
   const known = options.knownTools ?? fibrilTools
-  const unknownAsk = unknownAsked(settings.permissions.ask, known, sourceOf("permissions.ask"))
+  const unknownAsk = unknownAsked(settings.permissions.ask, known, sourceOf("permissions.ask")) ??
+    unknownAsked(settings.permissions.allow, known, sourceOf("permissions.allow"), "permissions.allow")
   if (unknownAsk !== undefined) return yield* unknownAsk
   const unknownDenied = unknownTools(settings.permissions.deny, known)
   if (unknownDenied.length > 0) {

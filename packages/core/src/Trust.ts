@@ -14,6 +14,7 @@
  * - `[sandbox] bwrap_path` other than the base's (the sandbox binary runs outside any sandbox);
  * - `[sandbox] tmp_size_mb`, `max_processes`, `memory_mb` above the base's (looser bounds);
  * - `[permissions] deny` dropping a tool the base denies (untrusted, the lists are united).
+ * - `[permissions] allow` entries the base does not have (they answer `ask` questions unasked).
  *
  * Everything else a project file says (narrower settings, limits, models) applies as before;
  * the environment and the user file keep their full power. The list of trusted workspaces is
@@ -261,6 +262,27 @@ const findWidenings = (project: Record<string, unknown>, context: Base): Array<F
       })
     }
   }
+  // `[permissions] allow` answers ask rules' questions without a person: entries of the
+  // project's own would skip the questions the user's rules ask.
+  const allow = listOf(at(project, "permissions", "allow"))
+  if (allow !== undefined && !context.fromEnv("permissions.allow")) {
+    const allowed = base.permissions.allow ?? []
+    const added = allow.filter((entry) => !allowed.includes(entry))
+    if (added.length > 0) {
+      found.push({
+        widening: {
+          key: "permissions.allow",
+          value: shown(allow),
+          effect: `runs ${added.join(", ")} without asking, where the rules ask a person`
+        },
+        // Untrusted, the project's list keeps only what the user's own allows.
+        strip: (copy) => {
+          const permissions = at(copy, "permissions")
+          if (isTable(permissions)) permissions["allow"] = allow.filter((entry) => allowed.includes(entry))
+        }
+      })
+    }
+  }
   return found
 }
 
@@ -287,7 +309,8 @@ export const widenings = (
  * need not be read for the common file that holds none).
  */
 export const mayWiden = (project: Record<string, unknown>): boolean =>
-  at(project, "sandbox") !== undefined || at(project, "permissions", "deny") !== undefined
+  at(project, "sandbox") !== undefined || at(project, "permissions", "deny") !== undefined ||
+  at(project, "permissions", "allow") !== undefined
 
 // ---------------------------------------------------------------------------
 // The list of trusted workspaces

@@ -69,5 +69,8 @@ const messageChars = (message: Prompt.Message): number => {
 export const estimate = (messages: ReadonlyArray<Prompt.Message>, answer: Prompt.Message): Usage => {
   let input = 0
   for (const message of messages) input += messageChars(message)
-  return { input: Math.ceil(input / 4), output: Math.ceil(messageChars(answer) / 4), cached: 0 }
+  return { input: tokensOfChars(input), output: tokensOfChars(messageChars(answer)), cached: 0 }
 }
+
+/** Tokens of `chars` characters as `estimate` counts them (and so the token budgets charge them). */
+export const tokensOfChars = (chars: number): number => Math.ceil(chars / 4)

@@ -101,6 +101,8 @@ export class ConfigUnknownTool extends Schema.TaggedError<ConfigUnknownTool>()("
     }; ${
       this.key === "permissions.ask"
         ? "an ask entry that matches no tool or posture asks nothing. Known tools and postures"
+        : this.key === "permissions.allow"
+        ? "an allow entry that matches no tool or posture answers nothing. Known tools and postures"
         : "a denial that matches no tool denies nothing. Known tools"
     }: ${this.known.join(", ")}`
   }
@@ -141,7 +143,7 @@ export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> 
   "subagents.models": "any",
   "subagents.isolation": "any",
   tools: ["shell_timeout_secs", "max_output_chars"],
-  permissions: ["deny", "ask", "ask_timeout_secs", "fan_out_max_agents", "fan_out_max_usd"],
+  permissions: ["deny", "ask", "allow", "ask_timeout_secs", "fan_out_max_agents", "fan_out_max_usd"],
   "permissions.usd_per_mtok": "any",
   sandbox: ["mode", "network", "writable_paths", "bwrap_path", "tmp_size_mb", "max_processes", "memory_mb"],
   "sandbox.roles": [],
@@ -406,6 +408,8 @@ export const wrongType = (file: ConfigFile): ConfigInvalid | undefined => {
 export interface ApprovalSettings {
   /** Tool names and postures whose calls wait for a person's answer. */
   readonly ask?: ReadonlyArray<string> | undefined
+  /** Tool names and postures whose questions are answered "allow" without asking (AllowAlways.ts). */
+  readonly allow?: ReadonlyArray<string> | undefined
   /** How long a question waits before it is a denial; unset: 300 s. */
   readonly askTimeoutSecs?: number | undefined
   /** One turn's spawns beyond this many agents, or this estimated cost, ask first; unset: never. */
@@ -419,15 +423,17 @@ export interface ApprovalSettings {
 export const unknownAsked = (
   ask: ReadonlyArray<string> | undefined,
   tools: ReadonlyArray<string>,
-  source: string
+  source: string,
+  key: "permissions.ask" | "permissions.allow" = "permissions.ask"
 ): ConfigUnknownTool | undefined => {
   const known = [...tools, ...postures]
   const unknown = unknownTools(ask ?? [], known)
-  return unknown.length === 0 ? undefined : new ConfigUnknownTool({ key: "permissions.ask", source, unknown, known })
+  return unknown.length === 0 ? undefined : new ConfigUnknownTool({ key, source, unknown, known })
 }
 
 export const approvalDefaults: ApprovalSettings = {
   ask: [],
+  allow: [],
   askTimeoutSecs: undefined,
   fanOutMaxAgents: undefined,
   fanOutMaxUsd: undefined,

@@ -5,15 +5,19 @@
  * denial refuses every spawn of the batch (none starts) with the reason the model reads; the
  * turn's other calls run as usual.
  *
- * The estimate, per agent: its `max_tokens` budget when one is set, else `tokensPerAgent`
- * (default 15k), plus its prompt (characters / 4, as `Usage.estimate` counts). Dollars come
- * from `usd_per_mtok` of the model the spawn names, else the caller's; without a price the
- * question shows tokens only and the dollar limit does not apply.
+ * The estimate is what the token budgets would let the batch charge, counted as they count
+ * (`Usage.total`: input + output; text the provider does not report, characters / 4 as
+ * `Usage.estimate`): per agent its `max_tokens` budget when one is set (the budget stops an
+ * agent past it), else 15k plus its prompt; the batch at most what is left of
+ * `tree_max_tokens` (the tree's usage so far subtracted, as the tree budget checks it). Dollars
+ * come from `usd_per_mtok` of the model the spawn names, else the caller's; without a price
+ * the question shows tokens only and the dollar limit does not apply.
  */
 import * as Effect from "effect/Effect"
 import type { AgentEvent } from "../AgentEvents.ts"
 import * as Approvals from "../Approvals.ts"
 import type { ToolErrorLike } from "../ToolRegistry.ts"
+import * as Usage from "../Usage.ts"
 import type { ToolCall } from "./ResolveTurn.ts"
 
 /** Where a call that asks reports its question and its answer (the session's events). */
@@ -24,6 +28,16 @@ export interface Spawner extends Approvals.TreeNode {
   readonly role: string
   readonly depth: number
   readonly model: string
+  readonly parent?: Spawner | undefined
+  /** Its tree's usage so far (its root's is what `tree_max_tokens` is checked against). */
+  readonly treeUsage?: Usage.Usage | undefined
+}
+
+/** Tokens the tree of `spawner` has charged so far: its root's tree usage. */
+export const treeSpent = (spawner: Spawner): number => {
+  let root = spawner
+  while (root.parent !== undefined) root = root.parent
+  return root.treeUsage === undefined ? 0 : Usage.total(root.treeUsage)
 }
 
 /** The tools whose calls start agents. */
@@ -38,6 +52,8 @@ export interface Estimate {
   readonly tokens: number
   /** Undefined when a model of the batch has no price. */
   readonly usd: number | undefined
+  /** The tokens are what is left of `tree_max_tokens` (the agents' own budgets would allow more). */
+  readonly treeCapped: boolean
 }
 
 const argsOf = (params: unknown): Record<string, unknown> => {
@@ -61,11 +77,15 @@ const first = (args: Record<string, unknown>, keys: ReadonlyArray<string>): stri
   return undefined
 }
 
-/** What the spawns of `calls` would start, by estimate. */
+/**
+ * What the spawns of `calls` would start and charge, by estimate; `spent`: the tokens the
+ * tree has charged so far (`treeSpent`).
+ */
 export const estimate = (
   calls: ReadonlyArray<ToolCall>,
   callerModel: string,
-  limits: Approvals.FanOutLimits
+  limits: Approvals.FanOutLimits,
+  spent = 0
 ): Estimate => {
   const roles = new Map<string, number>()
   let tokens = 0
@@ -76,12 +96,21 @@ export const estimate = (
     const role = first(args, ["subagent_type", "type", "agent_type"]) ?? "general"
     roles.set(role, (roles.get(role) ?? 0) + 1)
     const prompt = first(args, ["prompt", "message", "input", "objective"]) ?? ""
-    const own = (limits.tokensPerAgent ?? defaultTokensPerAgent) + Math.ceil(prompt.length / 4)
+    const own = limits.tokensPerAgent ?? (defaultTokensPerAgent + Usage.tokensOfChars(prompt.length))
     tokens += own
     const price = limits.usdPerMtok?.[text(args["model"]) ?? callerModel]
     usd = usd === undefined || price === undefined ? undefined : usd + (own / 1_000_000) * price
   }
-  return { agents: calls.length, roles, tokens, usd }
+  const left = limits.treeMaxTokens === undefined ? tokens : Math.max(0, limits.treeMaxTokens - spent)
+  if (left >= tokens) return { agents: calls.length, roles, tokens, usd, treeCapped: false }
+  // The tree budget stops the batch at what is left of it: the dollars shrink with the tokens.
+  return {
+    agents: calls.length,
+    roles,
+    tokens: left,
+    usd: usd === undefined || tokens === 0 ? usd : usd * (left / tokens),
+    treeCapped: true
+  }
 }
 
 const thousands = (tokens: number): string => tokens >= 1000 ? `${Math.round(tokens / 1000)}k` : String(tokens)
@@ -97,7 +126,8 @@ export const describe = (plan: Estimate, limits: Approvals.FanOutLimits): string
     ...(overAgents ? [`more than fan_out_max_agents = ${limits.maxAgents}`] : []),
     ...(overUsd ? [`more than fan_out_max_usd = $${limits.maxUsd}`] : [])
   ].join(" and ")
-  return `start ${plan.agents} agents (${who}), est. ${thousands(plan.tokens)} tokens${cost}: ${over}`
+  const capped = plan.treeCapped ? " (what is left of tree_max_tokens)" : ""
+  return `start ${plan.agents} agents (${who}), est. ${thousands(plan.tokens)} tokens${capped}${cost}: ${over}`
 }
 
 /**
@@ -113,7 +143,7 @@ export const gate = (
     const spawns = calls.filter((call) => spawnTools.has(call.name))
     const limits = approvals.fanOut
     if (spawns.length === 0 || limits === undefined) return Effect.succeed(undefined)
-    const reason = describe(estimate(spawns, caller.model, limits), limits)
+    const reason = describe(estimate(spawns, caller.model, limits, treeSpent(caller)), limits)
     if (reason === undefined) return Effect.succeed(undefined)
     const tool = spawns[0]!.name
     return Effect.map(
