@@ -225,6 +225,8 @@ export const worker = Command.make(
       cwd,
       settings: loaded.settings,
       selection,
+      // Each worker starts its own servers, from its own workspace's configuration.
+      mcpServers: yield* Runtime.mcpServersOf(environment, cwd),
       maxConcurrent: Option.getOrUndefined(flags.maxConcurrent),
       shutdownTimeoutSecs: flags.shutdownTimeout,
       host: flags.host,

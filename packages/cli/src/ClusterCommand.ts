@@ -11,6 +11,7 @@
 import type * as ClusterNode from "@fibril/cluster/Node"
 import * as AgentSteps from "@fibril/core/AgentSteps"
 import * as Fibril from "@fibril/core/Fibril"
+import type * as McpServers from "@fibril/core/McpServers"
 import * as RateLimiter from "@fibril/core/RateLimiter"
 import { redactUrl } from "@fibril/core/Secrets"
 import * as Session from "@fibril/core/Session"
@@ -277,6 +278,8 @@ export interface WorkerFlags {
   readonly cwd: string
   readonly settings: Parameters<typeof Session.optionsFrom>[0]
   readonly selection: ModelSelection.Selection
+  /** The MCP servers whose tools its agents get (Runtime.mcpServersOf). */
+  readonly mcpServers: ReadonlyArray<McpServers.Server>
   readonly maxConcurrent: number | undefined
   readonly shutdownTimeoutSecs: number
   readonly host: string
@@ -310,7 +313,8 @@ export const worker = (flags: WorkerFlags) =>
           tools: settings.tools,
           deny: settings.permissions.deny,
           ask: settings.permissions.ask,
-          sandbox: settings.sandbox
+          sandbox: settings.sandbox,
+          mcpServers: flags.mcpServers
         })
       ),
       Layer.provideMerge(ModelSelection.layer(flags.selection))

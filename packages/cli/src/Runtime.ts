@@ -127,6 +127,16 @@ export interface Flags extends ModelFlags {
  * limits from the environment (`FIBRIL_STORE_LEASE_MS`), and {@link layer} built from them.
  * The selection comes back too, for the command to describe.
  */
+/**
+ * The MCP servers whose tools this process's agents get (`[mcp_servers.*]`, `.mcp.json`). A
+ * Fibril started as an MCP server by another Fibril starts none: a `.mcp.json` that runs
+ * `fibril mcp` would otherwise start Fibril inside Fibril without end.
+ */
+export const mcpServersOf = (environment: Environment, cwd: string) =>
+  environment.env[McpTools.serverMarker] === undefined
+    ? McpServers.load({ cwd, home: environment.home })
+    : Effect.succeed([])
+
 export const make = Effect.fn("fibril.runtime.make")(function*(
   environment: Environment,
   cwd: string,
@@ -135,11 +145,7 @@ export const make = Effect.fn("fibril.runtime.make")(function*(
 ) {
   const selection = yield* select(environment, cwd, settings, flags)
   const storeLimits = yield* RunRecords.storeLimits(environment.env)
-  // A Fibril started as an MCP server by another Fibril starts no servers: a `.mcp.json` that
-  // runs `fibril mcp` would otherwise start Fibril inside Fibril without end.
-  const mcpServers = environment.env[McpTools.serverMarker] === undefined
-    ? yield* McpServers.load({ cwd, home: environment.home })
-    : []
+  const mcpServers = yield* mcpServersOf(environment, cwd)
   return {
     selection,
     layer: layer({

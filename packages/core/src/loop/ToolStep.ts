@@ -69,7 +69,13 @@ export class UnknownTool extends Schema.TaggedError<UnknownTool>()("UnknownTool"
   available: Schema.Array(Schema.String)
 }) {
   override get message() {
-    return `there is no tool named "${this.name}"; available tools: ${this.available.join(", ") || "none"}`
+    // `mcp__<server>__<tool>`: the server is what is missing, here (each process, and each
+    // worker of a cluster, starts the servers of its own workspace's configuration).
+    const server = /^mcp__(.+?)__/.exec(this.name)?.[1]
+    const why = server === undefined
+      ? ""
+      : ` (no MCP server "${server}" is running for this agent here: servers come from [mcp_servers.*] or .mcp.json of this process's workspace, in cluster mode of each worker's)`
+    return `there is no tool named "${this.name}"${why}; available tools: ${this.available.join(", ") || "none"}`
   }
 }
 

@@ -1,0 +1,119 @@
+// MCP tools in cluster mode (issue 34): each `fibril worker` starts the MCP servers of its own
+// workspace's configuration, and an MCP tool call is a journaled step like any tool call. A real
+// worker on a SQLite file runs a child that calls a counting stdio MCP server (a fixture written
+// with the MCP SDK, which counts on disk); the worker is killed -9 after the call was journaled,
+// a new one finishes the run, and the server-side count is still 1. A call to a server the worker
+// does not have is a refusal naming the server, not a silent fallback.
+import { afterAll, assert, describe, it } from "@effect/vitest"
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { DatabaseSync } from "node:sqlite"
+import { fileURLToPath } from "node:url"
+import { freePort } from "../../cluster/test/postgres.ts"
+import { children, fibril, steps, until } from "../../cluster/test/processes.ts"
+
+const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-mcp-cluster-"))
+const counter = fileURLToPath(new URL("./fixtures/counterMcp.ts", import.meta.url))
+
+afterAll(async () => {
+  await Promise.all([...children].map((child) =>
+    new Promise<void>((resolve) => {
+      if (child.exitCode !== null || child.signalCode !== null) return resolve()
+      child.once("exit", () => resolve())
+      child.kill("SIGKILL")
+    })
+  ))
+  rmSync(tmp, { recursive: true, force: true })
+})
+
+const script = {
+  rules: [
+    {
+      match: { depth: 1 },
+      // The step after the call comes slowly: the worker is killed while it is awaited. Then a
+      // server this worker does not have: a refusal the model reads, naming it.
+      turns: [
+        { tool_calls: [{ name: "mcp__counter__count", args: {} }] },
+        { tool_calls: [{ name: "mcp__tracker__open", args: {} }], delay_ms: 1500 },
+        { text: "child done" }
+      ]
+    },
+    {
+      match: { depth: 0 },
+      turns: [{ tool_calls: [{ name: "task", args: { description: "count", prompt: "count once" } }] }, {
+        text: "root done"
+      }]
+    }
+  ]
+}
+
+describe("MCP tools in cluster mode", () => {
+  it(
+    "a call journaled before kill -9 of the worker is not made again on restart (counted by the server); a server the worker lacks is refused by name",
+    async () => {
+      const ws = path.join(tmp, "ws")
+      const home = path.join(tmp, "home")
+      mkdirSync(path.join(ws, ".fibril"), { recursive: true })
+      mkdirSync(path.join(home, ".fibril"), { recursive: true })
+      const count = path.join(tmp, "count.txt")
+      // The user's configuration (trusted): the counter, on this Node.
+      writeFileSync(
+        path.join(home, ".fibril", "config.toml"),
+        `[mcp_servers.counter]\ncommand = ${JSON.stringify(process.execPath)}\nargs = ${
+          JSON.stringify([counter, count])
+        }\n`
+      )
+      writeFileSync(path.join(ws, "script.json"), JSON.stringify(script))
+      const url = `sqlite:${path.join(ws, "cluster.db")}`
+      const log = path.join(ws, "steps.log")
+      writeFileSync(log, "")
+      const migrated = fibril(["cluster", "migrate", "--cluster", url])
+      assert.strictEqual(await migrated.done, 0, migrated.out.stderr)
+      const port = String(await freePort())
+      const worker = async () => {
+        const proc = fibril(
+          [
+            "worker",
+            "--cluster",
+            url,
+            "--cwd",
+            ws,
+            "--model",
+            `scripted:${path.join(ws, "script.json")}`,
+            "--port",
+            port
+          ],
+          { FIBRIL_CLUSTER_STEP_LOG: log, HOME: home }
+        )
+        await until(() => proc.out.stderr.includes("fibril worker: pid"), `worker up (${proc.out.stderr})`)
+        return proc
+      }
+      const first = await worker()
+      const client = fibril(["run", "go", "--cluster", url, "--cwd", ws, "--json"], { HOME: home })
+      // The child's tool step ended (its result journaled); its next model step is under way.
+      await until(
+        () => steps(log).some((e) => e.event === "end" && e.name.startsWith("tool/")),
+        `the MCP call's step ended (${first.out.stderr})`
+      )
+      first.child.kill("SIGKILL")
+      await first.done
+      assert.strictEqual(readFileSync(count, "utf8").split("\n").filter(Boolean).length, 1)
+
+      await worker()
+      assert.strictEqual(await client.done, 0, client.out.stderr)
+      const last = JSON.parse(client.out.stdout.trim().split("\n").at(-1)!) as { status: string; text: string }
+      assert.deepStrictEqual([last.status, last.text], ["completed", "root done"])
+      // Not made again by the worker that finished the run: the server counted one call.
+      assert.strictEqual(readFileSync(count, "utf8").split("\n").filter(Boolean).length, 1)
+      // The call to a server the worker lacks: refused, naming it (in the child's transcript).
+      const db = new DatabaseSync(path.join(ws, "cluster.db"), { readOnly: true })
+      const refused = db.prepare(
+        "SELECT count(*) AS n FROM fibril_transcript WHERE message LIKE '%no MCP server \\\"tracker\\\" is running%'"
+      ).get() as { n: number }
+      db.close()
+      assert.strictEqual(refused.n, 1)
+    },
+    60_000
+  )
+})
