@@ -4,7 +4,7 @@
 // poll is bounded.
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { AgentEvents, Fibril, SubAgentManager, ToolRegistry } from "@fibril/core"
+import { AgentEvents, Fibril, type Session, SubAgentManager, ToolRegistry } from "@fibril/core"
 import { ScriptedModel } from "@fibril/testkit"
 import { Context, Effect, Fiber, FileSystem, Layer, Path, PubSub, type Scope } from "effect"
 import { fileURLToPath } from "node:url"
@@ -31,6 +31,15 @@ const childScript = (pidFile: string): ScriptedModel.ScriptInput => ({
     {
       match: { prompt: "busy work" },
       turns: [{ tool_calls: [{ name: "busy", args: { ms: 2500 } }] }, { text: "busy done" }]
+    },
+    // Tree budget: the first child spends 600 tokens, the second 150 in its first step.
+    { match: { prompt: "spend please" }, turns: [{ text: "spent", usage: { input: 400, output: 200 } }] },
+    {
+      match: { prompt: "spend more" },
+      turns: [{ tool_calls: [{ name: "todoread" }], usage: { input: 100, output: 50 } }, {
+        text: "spent more",
+        usage: { input: 1, output: 1 }
+      }]
     },
     {
       match: { prompt: "pids please" },
@@ -85,6 +94,8 @@ const harness = <A>(
     readonly store?: "file" | "memory"
     /** The fixture tools in the parent too (a child without isolation runs them there). */
     readonly parentTools?: boolean
+    /** The sub-agents' budgets (`[subagents]`). */
+    readonly budgets?: Partial<Session.Budgets>
   } = {}
 ) =>
   Effect.gen(function*() {
@@ -99,6 +110,7 @@ const harness = <A>(
         cwd,
         store: options.store ?? "memory",
         subagents: {
+          ...(options.budgets === undefined ? {} : { budgets: options.budgets }),
           processIsolation: {
             host: ChildHost.host(`scripted:${scriptFile}`, undefined, [toolsModule]),
             maxOldSpaceMb: options.maxOldSpaceMb ?? 256,
@@ -224,6 +236,38 @@ describe("isolation: process", () => {
         }),
       { parentTools: true }
     ), 60_000)
+
+  it.live(
+    "a process child's tokens count in its tree: the tree budget stops a later sibling, as for fiber children",
+    () => {
+      const task = (prompt: string): ScriptedModel.Turn => ({
+        tool_calls: [{ name: "task", args: { prompt, description: prompt, isolation: "process" } }],
+        usage: { input: 1, output: 1 }
+      })
+      return harness(
+        {
+          rules: [{ match: { depth: 0 }, turns: [task("spend please"), task("spend more"), { text: "parent done" }] }]
+        },
+        ({ manager, start }) =>
+          Effect.gen(function*() {
+            yield* Fiber.await(yield* start)
+            const [first, second] = yield* childrenOf(manager)
+            assert.deepStrictEqual([first?.status, first?.tokens], ["completed", {
+              input: 400,
+              output: 200,
+              cached: 0
+            }])
+            // 700 - 600 (the first) - 4 (the parent's two steps) = 96 left: its first step (150) is over.
+            assert.strictEqual(second?.status, "failed")
+            assert.include(second?.reason ?? "", "tree_max_tokens")
+            // A failed process child's record counts what it spent too.
+            assert.deepStrictEqual(second?.tokens, { input: 100, output: 50, cached: 0 })
+          }),
+        { budgets: { treeMaxTokens: 700 } }
+      )
+    },
+    60_000
+  )
 
   it.live("cancel kills the child's process group (the child and what its tools started)", () =>
     harness(

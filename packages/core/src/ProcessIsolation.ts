@@ -143,6 +143,8 @@ export interface RunRequest {
   readonly onEvent: (event: AgentEvent) => void
   /** The child's pid, once started (tests and receipts). */
   readonly onPid?: ((pid: number) => void) | undefined
+  /** What the child's run did, from its end line (an `error` end too: a failed run spent tokens). */
+  readonly onCounts?: ((counts: RunCounts) => void) | undefined
   /** Messages appended to a transcript of the child's tree (encoded), as they are appended. */
   readonly onTranscript?: ((handle: string, messages: ReadonlyArray<unknown>) => void) | undefined
 }
@@ -182,7 +184,10 @@ export const run = (request: RunRequest): Effect.Effect<
       if (line === undefined) return
       if (line.type === "event") request.onEvent(line.event)
       else if (line.type === "transcript") request.onTranscript?.(line.handle, line.messages)
-      else last = line
+      else {
+        last = line
+        if (line.counts !== undefined) request.onCounts?.(line.counts)
+      }
     })
     // A write to a child that died at once is reported by its exit, not here.
     child.stdin.on("error", () => {})

@@ -238,6 +238,16 @@ export class Session extends Context.Service<Session, {
   readonly moveTo: (sessionId: string, root: string) => Effect.Effect<void, SessionNotFound>
   /** Forgets a finished session (its record and transcript live on elsewhere). */
   readonly dispose: (sessionId: string) => Effect.Effect<void>
+  /**
+   * Counts model usage spent for a session elsewhere (a process child's run, in its own
+   * process) in its usage and every ancestor's tree usage, as its own loop would have: the
+   * tree budget of the agents that run after it sees it.
+   */
+  readonly account: (
+    sessionId: string,
+    usage: Usage.Usage,
+    steps: { readonly reported: number; readonly estimated: number }
+  ) => Effect.Effect<void>
 }>()("@fibril/core/Session") {}
 
 const info = (state: SessionState): SessionInfo => ({
@@ -508,7 +518,18 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     info: (sessionId) => Effect.mapEager(lookup(sessionId), info),
     reassign,
     moveTo,
-    dispose: (sessionId) => Effect.sync(() => void sessions.delete(sessionId))
+    dispose: (sessionId) => Effect.sync(() => void sessions.delete(sessionId)),
+    account: (sessionId, usage, steps) =>
+      Effect.sync(() => {
+        const state = sessions.get(sessionId)
+        if (state === undefined) return
+        Usage.add(state.usage, usage)
+        for (let node: SessionState | undefined = state; node !== undefined; node = node.parent) {
+          Usage.add(node.treeUsage, usage)
+          node.usageSteps.reported += steps.reported
+          node.usageSteps.estimated += steps.estimated
+        }
+      })
   })
 })
 

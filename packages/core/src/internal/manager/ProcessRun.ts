@@ -12,6 +12,7 @@ import * as ProcessIsolation from "../../ProcessIsolation.ts"
 import * as Receipt from "../../Receipt.ts"
 import type { PromptResult } from "../../Session.ts"
 import { IsolationUnavailable } from "../../SubAgentErrors.ts"
+import * as Usage from "../../Usage.ts"
 import { firstSnapshot, type LiveAgent } from "./AgentTable.ts"
 import { accepted } from "./isolation.ts"
 import type { ManagerContext } from "./ManagerContext.ts"
@@ -45,6 +46,26 @@ export const unavailable = (ctx: ManagerContext): IsolationUnavailable | undefin
   return readiness instanceof IsolationUnavailable ? readiness : undefined
 }
 
+/**
+ * The child's budgets as this engine's createChild gave them, but a tree budget is what the
+ * tree has left now: the child's process counts only its own tree.
+ */
+const budgetsOf = (ctx: ManagerContext, agentId: string) =>
+  Effect.gen(function*() {
+    const derived = Option.getOrUndefined(yield* Effect.option(ctx.session.info(agentId)))
+    if (derived === undefined) return undefined
+    const { treeMaxTokens, ...own } = derived.budgets
+    if (treeMaxTokens === undefined) return own
+    let root = derived
+    for (let parent = root.parentId; parent !== undefined;) {
+      const up = Option.getOrUndefined(yield* Effect.option(ctx.session.info(parent)))
+      if (up === undefined) break
+      root = up
+      parent = up.parentId
+    }
+    return { ...own, treeMaxTokens: Math.max(0, treeMaxTokens - Usage.total(root.treeUsage)) }
+  })
+
 export const prompt = (
   ctx: ManagerContext,
   agent: LiveAgent,
@@ -66,9 +87,11 @@ export const prompt = (
     // What the child's tree appended to its transcripts, in order; its root's handle is the first.
     const appended: Array<{ readonly handle: string; readonly messages: ReadonlyArray<unknown> }> = []
     const relativize = ctx.workspace?.relativize ?? ((path: string) => path)
+    // What its run did, from its end line (an error end too: a failed run spent tokens).
+    let counts: ProcessIsolation.RunCounts | undefined
     // What this engine derived for the child (its session here is its bookkeeping): the child's
     // process holds its root to the same rules, budgets and output schema.
-    return Effect.flatMap(Effect.option(ctx.session.info(record.agent_id)), (derived) =>
+    return Effect.flatMap(budgetsOf(ctx, record.agent_id), (budgets) =>
       ProcessIsolation.run({
         host,
         maxOldSpaceMb: ProcessIsolation.capFor(options, record.role),
@@ -80,7 +103,7 @@ export const prompt = (
           cwd,
           maxDepth: options.nestedDepth,
           ...(record.permissions === undefined ? {} : { rules: record.permissions }),
-          ...(Option.isSome(derived) ? { budgets: derived.value.budgets } : {}),
+          ...(budgets === undefined ? {} : { budgets }),
           ...(record.output_schema === undefined ? {} : { outputSchema: record.output_schema })
         },
         onEvent: (event) => {
@@ -97,8 +120,17 @@ export const prompt = (
         },
         onTranscript: (handle, messages) => {
           appended.push({ handle, messages })
+        },
+        onCounts: (reported) => {
+          counts = reported
+          // Its record's counts, however its run ended (AgentRun.finish reads them).
+          agent.ended = { ...reported, takeUnread: () => [] }
         }
       }).pipe(
+        // What it spent is its tree's, as a fiber child's is (the tree budget of later agents).
+        Effect.onExit(() =>
+          counts === undefined ? Effect.void : ctx.session.account(record.agent_id, counts.treeUsage, counts.usageSteps)
+        ),
         // Its transcripts into this process's store, however it ended (a child killed mid-run
         // leaves what it had said): its root's under its record's handle, a nested child's
         // under its own.
@@ -109,14 +141,13 @@ export const prompt = (
               (error) => Effect.logWarning(`agent ${record.agent_id}: its transcript was not kept: ${error.message}`)
             ), { discard: true })
         ),
-        Effect.map(({ counts, output, text }): PromptResult => {
-          agent.ended = { ...counts, takeUnread: () => [] }
+        Effect.map(({ counts: end, output, text }): PromptResult => {
           const result = {
             sessionId: record.agent_id,
             text,
-            steps: counts.steps,
-            toolCalls: counts.toolCalls,
-            usage: counts.treeUsage
+            steps: end.steps,
+            toolCalls: end.toolCalls,
+            usage: end.treeUsage
           }
           return output === undefined ? result : { ...result, output }
         })
