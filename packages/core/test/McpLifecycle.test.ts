@@ -9,6 +9,7 @@ import { Effect } from "effect"
 import type * as Prompt from "effect/ai/Prompt"
 import { spawnSync } from "node:child_process"
 import { createRequire } from "node:module"
+import { unknownTools } from "../src/internal/configFile.ts"
 import type * as McpServers from "../src/McpServers.ts"
 import * as McpTools from "../src/McpTools.ts"
 import * as Permission from "../src/Permission.ts"
@@ -152,6 +153,10 @@ describe("permission entries naming MCP servers", () => {
     }
     // One tool denied: the server still starts for its other tools.
     assert.isTrue(McpTools.usedBy(rules({ deny: ["mcp__git__push"] }), "git"))
+    // `[permissions]` may name them: a server's tools are not known when the config is read.
+    assert.deepStrictEqual(unknownTools(["mcp__git", "mcp__git__*", "mcp__git__push", "shel"], ["shell"]), [
+      { name: "shel", suggestion: "shell" }
+    ])
     // A `*` is a pattern only in an MCP entry: "rea*" names no built-in tool.
     assert.isTrue(Permission.allowsTool(rules({ deny: ["rea*"] }), "read", "read"))
   })
