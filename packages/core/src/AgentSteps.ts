@@ -81,6 +81,8 @@ export const make = (policy: RetryPolicy) =>
     const model = Effect.fnUntraced(function*(input: ModelStepInput) {
       const languageModel = yield* models.resolve(input.model)
       const delivered = input.takeInbox === undefined ? [] : yield* input.takeInbox
+      // Tools that start on first use (MCP servers) must be registered before the request offers them.
+      yield* registry.prepare(input.rules)
       return yield* ModelSteps.run({
         languageModel,
         prompt: Prompt.fromMessages([input.system, ...input.messages, ...delivered.map(userMessage)]),

@@ -15,14 +15,19 @@ import type * as McpClientError from "effect/ai/McpClientError"
 import type * as McpSchema from "effect/ai/McpSchema"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as FetchHttpClient from "effect/http/FetchHttpClient"
+import type * as HttpClient from "effect/http/HttpClient"
 import * as JsonSchema from "effect/JsonSchema"
 import * as Layer from "effect/Layer"
 import type { ChildProcessSpawner } from "effect/process/ChildProcessSpawner"
 import * as Schema from "effect/Schema"
 import * as SchemaRepresentation from "effect/SchemaRepresentation"
+import * as Scope from "effect/Scope"
+import * as Semaphore from "effect/Semaphore"
 import { type Connection, isLost, McpServerUnavailable, supervise } from "./internal/mcpConnection.ts"
 import type * as McpServers from "./McpServers.ts"
+import type * as Permission from "./Permission.ts"
 import * as ToolRegistry from "./ToolRegistry.ts"
 
 /** `mcp__<server>__<tool>`; characters a model's tool name cannot hold become `_`. */
@@ -176,10 +181,24 @@ export const withAgents = (
   return [...byName.values()]
 }
 
+/** Could an agent with `rules` use any tool of `server` (its name allowed, the server not denied)? */
+export const usedBy = (rules: Permission.Rules, server: string): boolean => {
+  const prefix = toolName(server, "")
+  const named = (names: ReadonlySet<string>) =>
+    names.has(`mcp__${server}`) || names.has(`${prefix}*`) || names.has("mcp__*")
+  if (named(rules.deny)) return false
+  return rules.allow === "all" || named(rules.allow) || [...rules.allow].some((name) => name.startsWith(prefix))
+}
+
 /**
- * Starts each server and registers its tools, for the lifetime of the layer (a stdio server's
- * process, and its process group, end with it). A server that cannot start is logged and left
- * out, so one broken entry does not stop every agent; `fibril doctor` says why it failed.
+ * Each server's tools, registered when first needed (a ToolRegistry source): a server starts
+ * when an agent whose rules could use it is about to make a model request (the tools must be
+ * known when the request that offers them is built; listing then, not at the first call, is
+ * what lets the model see them at all), and is then shared by every agent of the process. A
+ * command or run whose agents may use no server starts none. Each server lives, process group
+ * and all, until the layer's scope closes. A server that cannot start is logged and left out
+ * for the process (not tried again at every model request), so one broken entry does not stop
+ * every agent; `fibril doctor` says why it failed.
  *
  * @example
  * ```ts
@@ -190,16 +209,38 @@ export const withAgents = (
 export const layer = (
   servers: ReadonlyArray<McpServers.Server>,
   options: Options = defaults
-): Layer.Layer<never, ToolRegistry.DuplicateTool, ToolRegistry.ToolRegistry | ChildProcessSpawner> =>
+): Layer.Layer<never, never, ToolRegistry.ToolRegistry | ChildProcessSpawner> =>
   servers.length === 0 ? Layer.empty : Layer.effectDiscard(Effect.gen(function*() {
     const registry = yield* ToolRegistry.ToolRegistry
-    const started = yield* Effect.forEach(servers, (server) =>
-      start(server, options).pipe(
-        Effect.map((ready) => [ready]),
-        Effect.catchTag("McpServerUnavailable", (error) => Effect.as(Effect.logWarning(error.message), []))
-      ), { concurrency: "unbounded" })
-    for (const server of started.flat()) {
-      for (const tool of server.definitions) yield* registry.register(tool)
+    const scope = yield* Scope.Scope
+    // The start runs in the layer's context, not the first agent's: the tools' handlers
+    // capture what their registration ran with, and the server outlives that agent.
+    const context = yield* Effect.context<ToolRegistry.ToolRegistry | ChildProcessSpawner | HttpClient.HttpClient>()
+    for (const server of servers) {
+      const lock = yield* Semaphore.make(1)
+      let running: Fiber.Fiber<void> | undefined
+      // In a fiber of the layer's scope: an agent cancelled while waiting does not cancel the
+      // start the other agents wait for.
+      const launch = start(server, options).pipe(
+        Effect.flatMap((ready) => Effect.forEach(ready.definitions, registry.register, { discard: true })),
+        Effect.catchTag(["McpServerUnavailable", "DuplicateTool"], (error) => Effect.logWarning(error.message)),
+        Effect.provideService(Scope.Scope, scope),
+        Effect.provideContext(context)
+      )
+      const startOnce = Semaphore.withPermit(
+        lock,
+        Effect.suspend(() =>
+          running === undefined
+            ? Effect.tap(Effect.forkIn(launch, scope), (fiber) => Effect.sync(() => void (running = fiber)))
+            : Effect.succeed(running)
+        )
+      ).pipe(Effect.flatMap(Fiber.join))
+      const prefix = toolName(server.name, "")
+      yield* registry.addSource({
+        covers: (name) => name.startsWith(prefix),
+        usedBy: (rules) => usedBy(rules, server.name),
+        start: startOnce
+      })
     }
   })).pipe(Layer.provide(FetchHttpClient.layer))
 

@@ -354,14 +354,31 @@ export const ceilingFromJson = (json: RulesJson): Ceiling => ({
   ask: json.ask
 })
 
+// --- MCP tool-name patterns: `mcp__<server>` (the whole server), `mcp__<server>__*`, `mcp__*` ---
+
+/** Does the entry `entry` name the tool `name`: the same name, or an MCP pattern covering it? */
+export const namesTool = (entry: string, name: string): boolean =>
+  entry === name || (entry.startsWith("mcp__") && (entry.endsWith("*")
+    ? name.startsWith(entry.slice(0, -1))
+    : !entry.slice(5).includes("__") && name.startsWith(`${entry}__`)))
+
+/** Is `name` in a set of entries, by name or by an MCP pattern? */
+export const listsTool = (entries: ReadonlySet<string>, name: string): boolean => {
+  if (entries.has(name)) return true
+  if (!name.startsWith("mcp__")) return false
+  for (const entry of entries) if (namesTool(entry, name)) return true
+  return false
+}
+
 /** Name and posture only: what decides whether a tool is shown to the model. */
 export const allowsTool = (rules: Rules, name: string, posture: Posture): boolean =>
-  (rules.allow === "all" || rules.allow.has(name)) && !rules.deny.has(name) && postureAllowed(rules, posture)
+  (rules.allow === "all" || listsTool(rules.allow, name)) && !listsTool(rules.deny, name) &&
+  postureAllowed(rules, posture)
 
 /** The decision on a tool's name and posture, before its arguments (and paths) are known. */
 export const decideTool = (rules: Rules, name: string, posture: Posture): Decision => {
-  if (rules.deny.has(name)) return { allowed: false, reason: `"${name}" is denied for the ${rules.label}` }
-  if (rules.allow !== "all" && !rules.allow.has(name)) {
+  if (listsTool(rules.deny, name)) return { allowed: false, reason: `"${name}" is denied for the ${rules.label}` }
+  if (rules.allow !== "all" && !listsTool(rules.allow, name)) {
     return {
       allowed: false,
       reason: `"${name}" is not among the tools allowed for the ${rules.label} (${
@@ -417,7 +434,9 @@ export const meetOutcome = (a: Outcome, b: Outcome): Outcome => rank[a] <= rank[
 
 /** The ask entry (tool name first, then posture) a call of `name` with `posture` matches, if any. */
 export const askedBy = (rules: Rules, name: string, posture: Posture): string | undefined =>
-  rules.ask.has(name) ? name : required(posture).find((needed) => rules.ask.has(needed))
+  listsTool(rules.ask, name)
+    ? [...rules.ask].find((entry) => namesTool(entry, name))
+    : required(posture).find((needed) => rules.ask.has(needed))
 
 /** Why a call asks, for the ask entry (`askedBy`) it matched. */
 export const askReason = (rules: Rules, entry: string, name: string): string =>

@@ -13,7 +13,6 @@
  */
 import type * as LanguageModel from "effect/ai/LanguageModel"
 import * as Effect from "effect/Effect"
-import * as Option from "effect/Option"
 import * as AgentDefinitions from "./AgentDefinitions.ts"
 import type { Models, UnknownModel } from "./Models.ts"
 import * as OutputSchema from "./OutputSchema.ts"
@@ -147,7 +146,7 @@ export const checkAllowedTools = (
   role: string,
   allowedTools: ReadonlyArray<string> | undefined
 ): Effect.Effect<void, Roles.InvalidRoleRequest> => {
-  const unknown = allowedTools?.filter((name) => Option.isNone(registry.get(name))) ?? []
+  const unknown = allowedTools?.filter((name) => !registry.known(name)) ?? []
   if (unknown.length === 0) return Effect.void
   return Effect.flatMap(registry.list, (tools) =>
     Effect.fail(

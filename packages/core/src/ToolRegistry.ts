@@ -259,6 +259,20 @@ const toToolkit = (tools: ReadonlyArray<RegisteredTool>): Toolkit.WithHandler<Re
   }
 }
 
+/**
+ * Tools that exist only once something is started: an MCP server's (McpTools), started on
+ * first use. The registry starts a source when an agent whose rules could use it is about to
+ * be offered its tools (`prepare`), so an agent that may not use it never starts it.
+ */
+export interface Source {
+  /** Is `name` one of its tools (known before it is started: `allowed_tools` may name them)? */
+  readonly covers: (name: string) => boolean
+  /** Could an agent with these rules use any of its tools? */
+  readonly usedBy: (rules: Permission.Rules) => boolean
+  /** Starts it and registers its tools; called again until it succeeds once, so it must be idempotent. */
+  readonly start: Effect.Effect<void>
+}
+
 export class ToolRegistry extends Context.Service<ToolRegistry, {
   /** Registers a tool; its handler's requirements are captured from the caller's context. */
   readonly register: <P extends Parameters, R>(tool: ToolDefinition<P, R>) => Effect.Effect<void, DuplicateTool, R>
@@ -266,6 +280,12 @@ export class ToolRegistry extends Context.Service<ToolRegistry, {
   readonly list: Effect.Effect<ReadonlyArray<RegisteredTool>>
   /** The tools `rules` allow, cached per rule set (and shared per set of tools) until the registry changes. */
   readonly view: (rules: Permission.Rules) => ToolView
+  /** Adds a source whose tools are registered when first needed. */
+  readonly addSource: (source: Source) => Effect.Effect<void>
+  /** Starts the sources `rules` could use (once each): call before offering `view(rules)`. */
+  readonly prepare: (rules: Permission.Rules) => Effect.Effect<void>
+  /** Is `name` a registered tool or one a source will register? */
+  readonly known: (name: string) => boolean
 }>()("@fibril/core/ToolRegistry") {}
 
 const withoutCallSite = Context.omit(Tracer.ParentSpan, References.CurrentStackFrame)
@@ -341,7 +361,30 @@ export const make = Effect.sync(() => {
     return made
   }
 
+  // Sources not started yet; one that started is dropped, so `prepare` is free afterwards.
+  const pending: Array<Source> = []
+  const sources: Array<Source> = []
+  const prepare = (rules: Permission.Rules): Effect.Effect<void> =>
+    Effect.suspend(() => {
+      const wanted = pending.filter((source) => source.usedBy(rules))
+      return wanted.length === 0 ?
+        Effect.void :
+        Effect.forEach(wanted, (source) =>
+          Effect.tap(source.start, () =>
+            Effect.sync(() => {
+              const at = pending.indexOf(source)
+              if (at >= 0) pending.splice(at, 1)
+            })), { concurrency: "unbounded", discard: true })
+    })
+
   return ToolRegistry.of({
+    addSource: (source) =>
+      Effect.sync(() => {
+        pending.push(source)
+        sources.push(source)
+      }),
+    prepare,
+    known: (name) => tools.has(name) || sources.some((source) => source.covers(name)),
     register,
     get: (name) => Option.fromNullishOr(tools.get(name)),
     list: Effect.sync(() => [...tools.values()]),

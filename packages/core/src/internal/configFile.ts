@@ -450,7 +450,9 @@ export const approvalConfigs = {
 
 /** `[permissions] deny` entries that name no known tool, each with the tool it probably means. */
 export const unknownTools = (deny: ReadonlyArray<string>, known: ReadonlyArray<string>) =>
-  deny.filter((name) => !known.includes(name)).map((name) => {
+  // An MCP entry (`mcp__<server>…`) cannot be checked here: a server's tools are known only
+  // once it has started (on first use, after the configuration is read).
+  deny.filter((name) => !known.includes(name) && !name.startsWith("mcp__")).map((name) => {
     const key = name.toLowerCase()
     const foreign = Object.hasOwn(claudeTools, key) ? claudeTools[key] : Object.hasOwn(opencodeTools, key)
       ? opencodeTools[key]

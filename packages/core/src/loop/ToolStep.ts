@@ -254,13 +254,15 @@ export const runRegistered = (
   permission: Permission.Permission["Service"],
   caller: Caller,
   call: ToolCall
-): Effect.Effect<ToolStep> => {
-  const view = registry.view(caller.rules)
-  const tool = find(registry, view, call.name)
-  return tool === undefined
-    ? Effect.succeed(failedStep(call, unknownTool(view, call.name)))
-    : runCall(permission, caller, tool, call)
-}
+): Effect.Effect<ToolStep> =>
+  // A worker restarted after the model step may not have started the call's MCP server yet.
+  Effect.andThen(registry.prepare(caller.rules), () => {
+    const view = registry.view(caller.rules)
+    const tool = find(registry, view, call.name)
+    return tool === undefined
+      ? Effect.succeed(failedStep(call, unknownTool(view, call.name)))
+      : runCall(permission, caller, tool, call)
+  })
 
 const lookupAndExecute = (
   deps: RunToolsDeps,

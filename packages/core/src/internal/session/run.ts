@@ -204,22 +204,34 @@ export const make = (ctx: SessionContext) => {
 
   // The model step proper (loop/ModelStep), started in this fiber; the request is read when it
   // runs (after the prelude), and an unnamed model takes the name its answer reports.
+  // Tools that start on first use (MCP servers) are started for an agent that could use them
+  // before its request is built, so the request offers them.
+  const prepareTools = (state: SessionState): Effect.Effect<void> => {
+    const { registry } = depsFor(state.observer)
+    return Effect.andThen(
+      registry.prepare(state.rules),
+      Effect.sync(() => void (state.view = registry.view(state.rules)))
+    )
+  }
   const step = (state: SessionState): Effect.Effect<ModelStep | undefined, ModelCallFailed> =>
-    Effect.withFiber((fiber) => {
-      state.lastRequestLength = state.messages.length
-      return ModelSteps.runCuttable(fiber, {
-        languageModel: state.languageModel,
-        prompt: Prompt.fromMessages([state.system, ...state.messages]),
-        toolkit: state.view.toolkit,
-        policy: config,
-        onRetry: retryEvent(state),
-        delivered: noneDelivered,
-        onText: config.stream ? (text: string) => emit(state, { type: "text", text }) : undefined,
-        onModelId: state.model === unnamed ? (modelId) => void (state.model = modelId) : undefined,
-        output: state.output,
-        model: state.model
-      }, cuttableOf(state))
-    })
+    Effect.andThen(
+      prepareTools(state),
+      Effect.withFiber((fiber) => {
+        state.lastRequestLength = state.messages.length
+        return ModelSteps.runCuttable(fiber, {
+          languageModel: state.languageModel,
+          prompt: Prompt.fromMessages([state.system, ...state.messages]),
+          toolkit: state.view.toolkit,
+          policy: config,
+          onRetry: retryEvent(state),
+          delivered: noneDelivered,
+          onText: config.stream ? (text: string) => emit(state, { type: "text", text }) : undefined,
+          onModelId: state.model === unnamed ? (modelId) => void (state.model = modelId) : undefined,
+          output: state.output,
+          model: state.model
+        }, cuttableOf(state))
+      })
+    )
 
   const deliverInbox = (state: SessionState): Effect.Effect<void> =>
     Effect.suspend(() =>
