@@ -429,7 +429,9 @@ const toolStep = (run: RunContext) => (step: number, call: AgentSteps.StepToolCa
     Effect.gen(function*() {
       // Steps are at-least-once: this one may be running again after a crash. A tool that is
       // not idempotent commits a marker before it runs; found, it is not run twice. (An unknown
-      // tool only fails: it may run again.)
+      // tool only fails: it may run again.) A worker restarted after the model step has not
+      // started the MCP servers on first use yet: their tools are known once it has.
+      yield* run.registry.prepare(run.rules)
       const idempotent = Option.match(run.registry.get(call.name), { onNone: () => true, onSome: (t) => t.idempotent })
       const first = idempotent || (yield* Effect.orDie(run.store.startToolCall(agentId, at)))
       const result = first
