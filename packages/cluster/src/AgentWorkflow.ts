@@ -49,6 +49,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { DurableClock, DurableDeferred, Workflow, WorkflowEngine } from "effect/workflow"
 import { AgentFailed, type AgentPayload, AgentWorkflow, grantsOf, txActivity } from "./AgentRun.ts"
+import * as ClusterQuestions from "./ClusterQuestions.ts"
 import { type AgentRow, ClusterStore, finished, type Grant, type Slot, stepTokens, zeroUsage } from "./ClusterStore.ts"
 import * as ClusterSubAgents from "./ClusterSubAgents.ts"
 import * as ClusterWatch from "./ClusterWatch.ts"
@@ -423,28 +424,43 @@ const toolStep = (run: RunContext) => (step: number, call: AgentSteps.StepToolCa
       (result) => Effect.sync(() => run.unwritten.push({ at, message: AgentSteps.toolMessage([result]) }))
     )
   }
+  // A call whose rules ask waits for a durable answer first, before a marker (ClusterQuestions).
+  const caller = { id: agentId, role: run.role.name, depth, rules: run.rules }
+  const asks = ClusterQuestions.askOf(
+    run.permission,
+    caller,
+    Option.getOrUndefined(run.registry.get(call.name)),
+    call.params
+  )
   return run.journal.step(
     `tool/${step}/${index}`,
     toolCodec,
-    Effect.gen(function*() {
-      // Steps are at-least-once: this one may be running again after a crash. A tool that is
-      // not idempotent commits a marker before it runs; found, it is not run twice. (An unknown
-      // tool only fails: it may run again.)
-      const idempotent = Option.match(run.registry.get(call.name), { onNone: () => true, onSome: (t) => t.idempotent })
-      const first = idempotent || (yield* Effect.orDie(run.store.startToolCall(agentId, at)))
-      const result = first
-        ? yield* ClusterWatch.stopOnCancel(
-          run.watch,
-          agentId,
-          run.steps.tool({ agentId, step, role: run.role.name, depth, rules: run.rules, call }),
-          Effect.succeed(cancelledCall(call))
-        )
-        : interruptedCall(call)
-      return {
-        value: result,
-        commit: run.store.recordStep(agentId, [{ at, message: AgentSteps.toolMessage([result]) }], zeroUsage)
-      }
-    })
+    ClusterQuestions.guard(
+      ClusterQuestions.questionId(agentId, at),
+      asks,
+      Effect.gen(function*() {
+        // Steps are at-least-once: this one may be running again after a crash. A tool that is
+        // not idempotent commits a marker before it runs; found, it is not run twice. (An unknown
+        // tool only fails: it may run again.)
+        const idempotent = Option.match(run.registry.get(call.name), {
+          onNone: () => true,
+          onSome: (t) => t.idempotent
+        })
+        const first = idempotent || (yield* Effect.orDie(run.store.startToolCall(agentId, at)))
+        const result = first
+          ? yield* ClusterWatch.stopOnCancel(
+            run.watch,
+            agentId,
+            run.steps.tool({ agentId, step, role: run.role.name, depth, rules: run.rules, call }),
+            Effect.succeed(cancelledCall(call))
+          )
+          : interruptedCall(call)
+        return {
+          value: result,
+          commit: run.store.recordStep(agentId, [{ at, message: AgentSteps.toolMessage([result]) }], zeroUsage)
+        }
+      })
+    )
   )
 }
 
