@@ -4,11 +4,19 @@
 // (`fibril agents questions|answer --cluster`); the call runs once (counted on disk) and the run
 // completes. The question is a row (ClusterQuestions): asked once, its answer not lost.
 import { afterAll, assert, describe, it } from "@effect/vitest"
+import type * as Approvals from "@fibril/core/Approvals"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as TestClock from "effect/testing/TestClock"
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { DatabaseSync } from "node:sqlite"
+import * as ClusterQuestions from "../src/ClusterQuestions.ts"
+import { ClusterStore } from "../src/ClusterStore.ts"
+import * as Sqlite from "../src/Sqlite.ts"
+import * as SqliteClusterStore from "../src/SqliteClusterStore.ts"
 import { children, fibril, until } from "./processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-questions-"))
@@ -147,4 +155,84 @@ describe("durable approval questions in cluster mode (SQLite, fibril worker proc
     },
     60_000
   )
+})
+
+const request = (agentId: string): Approvals.Ask => ({
+  kind: "tool",
+  agentId,
+  path: [agentId],
+  role: "general",
+  depth: 1,
+  tool: "shell",
+  posture: "shell",
+  arguments: "{}",
+  reason: "\"shell\" is an ask tool"
+})
+
+let files = 0
+/** The questions on a new SQLite file with one running agent `ag_1` (TestClock: time moves when told). */
+const withQuestions = <A, E>(
+  body: (questions: ClusterQuestions.Service, store: ClusterStore["Service"]) => Effect.Effect<A, E>
+) =>
+  Effect.gen(function*() {
+    yield* SqliteClusterStore.migrate
+    return yield* Effect.gen(function*() {
+      const store = yield* ClusterStore
+      yield* store.insert({
+        agentId: "ag_1",
+        parentId: null,
+        rootId: "ag_1",
+        depth: 1,
+        role: "general",
+        model: "",
+        description: "asker",
+        prompt: "go",
+        detached: false,
+        workspace: "/ws",
+        status: "running",
+        run: 0,
+        executionId: "exec-ag_1",
+        text: null,
+        reason: null,
+        steps: 0,
+        toolCalls: 0,
+        tokens: 0
+      })
+      return yield* body(yield* ClusterQuestions.make({ timeoutSecs: 60, pollMs: 5000 }), store)
+    }).pipe(Effect.provide(SqliteClusterStore.layer))
+  }).pipe(Effect.provide(Sqlite.layer(path.join(tmp, `questions${files++}.db`))))
+
+describe("ClusterQuestions (in process, SQLite, TestClock)", () => {
+  it.effect("an unanswered question is a denial at ask_timeout_secs, counted from when it was asked", () =>
+    withQuestions((questions) =>
+      Effect.gen(function*() {
+        const waiting = yield* Effect.forkChild(questions.forCall("q-1").ask(request("ag_1")))
+        yield* TestClock.adjust("59 seconds")
+        assert.deepStrictEqual((yield* questions.pending).map((q) => q.id), ["q-1"])
+        yield* TestClock.adjust("2 seconds")
+        const decided = yield* Fiber.join(waiting)
+        assert.deepStrictEqual([decided.answer.decision, decided.answer.by], ["deny", "timeout"])
+        assert.include(decided.answer.reason!, "no answer within 1m")
+        assert.deepStrictEqual(yield* questions.pending, [])
+        // Asked again (a replayed step): the stored timeout, not a new wait.
+        const replayed = yield* questions.forCall("q-1").ask(request("ag_1"))
+        assert.strictEqual(replayed.answer.by, "timeout")
+      })
+    ))
+
+  it.effect("a cancelled agent's question is withdrawn: not listed, its answer refused, its call denied", () =>
+    withQuestions((questions, store) =>
+      Effect.gen(function*() {
+        const waiting = yield* Effect.forkChild(questions.forCall("q-2").ask(request("ag_1")))
+        yield* TestClock.adjust("1 second")
+        assert.deepStrictEqual((yield* questions.pending).map((q) => q.id), ["q-2"])
+        yield* store.update("ag_1", { status: "cancelled", reason: "cancelled" })
+        assert.deepStrictEqual(yield* questions.pending, [])
+        const refused = yield* Effect.flip(questions.decide("q-2", { decision: "allow", by: "test" }))
+        assert.strictEqual(refused._tag, "UnknownQuestion")
+        yield* TestClock.adjust("5 seconds") // its next look at the row
+        const decided = yield* Fiber.join(waiting)
+        assert.deepStrictEqual([decided.answer.decision, decided.answer.by], ["deny", "cancel"])
+      })
+    ))
 })
