@@ -17,7 +17,7 @@ import * as ClusterQuestions from "../src/ClusterQuestions.ts"
 import { ClusterStore } from "../src/ClusterStore.ts"
 import * as Sqlite from "../src/Sqlite.ts"
 import * as SqliteClusterStore from "../src/SqliteClusterStore.ts"
-import { children, fibril, until } from "./processes.ts"
+import { askScript, children, fibril, until } from "./processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-questions-"))
 
@@ -47,35 +47,6 @@ const query = (file: string, sql: string): ReadonlyArray<Record<string, unknown>
   } finally {
     db.close()
   }
-}
-
-/** A tool call's side effect, counted on disk: one line per execution. */
-const askScript = {
-  rules: [
-    {
-      match: { prompt: "asker" },
-      turns: [
-        { tool_calls: [{ name: "shell", args: { command: "echo ran >> side-effect.txt" } }] },
-        { text: "asker done" }
-      ]
-    },
-    {
-      match: { prompt: "sibling" },
-      turns: [{ tool_calls: [{ name: "read_file", args: { path: "a.txt" } }] }, { text: "sibling done" }]
-    },
-    {
-      match: { depth: 0 },
-      turns: [
-        {
-          tool_calls: [
-            { name: "task", args: { description: "asker", prompt: "asker" } },
-            { name: "task", args: { description: "sibling", prompt: "sibling" } }
-          ]
-        },
-        { text: "root ok" }
-      ]
-    }
-  ]
 }
 
 describe("durable approval questions in cluster mode (SQLite, fibril worker processes)", () => {
