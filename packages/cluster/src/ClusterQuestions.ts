@@ -39,7 +39,7 @@ export const questionId = (
 export const migrate = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_questions (id TEXT PRIMARY KEY, agent_id TEXT NOT NULL,
-    question TEXT NOT NULL, answer TEXT, asked_at BIGINT NOT NULL)`
+    question TEXT NOT NULL, answer TEXT, asked_at BIGINT NOT NULL, answered_at BIGINT)`
 })
 
 interface Row {
@@ -56,6 +56,11 @@ export interface Service {
   readonly pending: Effect.Effect<ReadonlyArray<Approvals.Question>>
   /** Answers a waiting question; the step waiting on it sees the answer at its next poll. */
   readonly decide: (id: string, answer: Approvals.Answer) => Effect.Effect<void, Approvals.UnknownQuestion>
+  /**
+   * Which of these agents wait on a person, or were answered within `withinMs` (their call may
+   * still be running): the heartbeat does not count that time as a stall.
+   */
+  readonly waitingAmong: (agentIds: ReadonlyArray<string>, withinMs: number) => Effect.Effect<ReadonlyArray<string>>
 }
 
 /** The cluster's durable questions; undefined (the default): nobody answers, the call is denied. */
@@ -112,7 +117,8 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
           if (at >= Number(row.asked_at) + timeoutMs) {
             // Only if still unanswered: an answer that came first wins, and is read next round.
             yield* Effect.orDie(
-              sql`UPDATE fibril_questions SET answer = ${encodeAnswer(timedOut)} WHERE id = ${id} AND answer IS NULL`
+              sql`UPDATE fibril_questions SET answer = ${encodeAnswer(timedOut)}, answered_at = ${at}
+                WHERE id = ${id} AND answer IS NULL`
             )
             continue
           }
@@ -129,7 +135,9 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
   ).pipe(Effect.map((rows) => rows.map((row) => decodeQuestion(row.question))))
 
   const decide = Effect.fn("ClusterQuestions.decide")(function*(id: string, answer: Approvals.Answer) {
-    const updated = yield* Effect.orDie(sql<{ id: string }>`UPDATE fibril_questions SET answer = ${encodeAnswer(answer)}
+    const now = yield* Clock.currentTimeMillis
+    const updated = yield* Effect.orDie(sql<{ id: string }>`UPDATE fibril_questions
+      SET answer = ${encodeAnswer(answer)}, answered_at = ${now}
       WHERE id = ${id} AND answer IS NULL
         AND agent_id IN (SELECT agent_id FROM fibril_agents WHERE status = 'running')
       RETURNING id`)
@@ -138,7 +146,18 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
     }
   })
 
-  const service: Service = { forCall, pending, decide }
+  const waitingAmong = (agentIds: ReadonlyArray<string>, withinMs: number) =>
+    agentIds.length === 0 ?
+      Effect.succeed([]) :
+      Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        Effect.orDie(sql<{ agent_id: string }>`SELECT DISTINCT agent_id FROM fibril_questions
+        WHERE agent_id IN ${sql.in(agentIds)} AND (answer IS NULL OR answered_at > ${now - withinMs})`).pipe(
+          Effect.map((rows) =>
+            rows.map((row) => row.agent_id)
+          )
+        ))
+
+  const service: Service = { forCall, pending, decide, waitingAmong }
   return service
 })
 

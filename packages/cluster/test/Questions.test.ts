@@ -180,11 +180,17 @@ describe("ClusterQuestions (in process, SQLite, TestClock)", () => {
         const waiting = yield* Effect.forkChild(questions.forCall("q-1").ask(request("ag_1")))
         yield* TestClock.adjust("59 seconds")
         assert.deepStrictEqual((yield* questions.pending).map((q) => q.id), ["q-1"])
+        // The heartbeat's filter: waiting on a person is not a stall.
+        assert.deepStrictEqual(yield* questions.waitingAmong(["ag_1", "ag_2"], 10_000), ["ag_1"])
         yield* TestClock.adjust("2 seconds")
         const decided = yield* Fiber.join(waiting)
         assert.deepStrictEqual([decided.answer.decision, decided.answer.by], ["deny", "timeout"])
         assert.include(decided.answer.reason!, "no answer within 1m")
         assert.deepStrictEqual(yield* questions.pending, [])
+        // Just answered (its call may be running): still not a stall; long after, it may be.
+        assert.deepStrictEqual(yield* questions.waitingAmong(["ag_1"], 10_000), ["ag_1"])
+        yield* TestClock.adjust("11 seconds")
+        assert.deepStrictEqual(yield* questions.waitingAmong(["ag_1"], 10_000), [])
         // Asked again (a replayed step): the stored timeout, not a new wait.
         const replayed = yield* questions.forCall("q-1").ask(request("ag_1"))
         assert.strictEqual(replayed.answer.by, "timeout")
