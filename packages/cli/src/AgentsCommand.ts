@@ -389,6 +389,9 @@ const managed = <A, E, R>(cwd: string, effect: Effect.Effect<A, E, R>, flags: Ru
     return yield* effect.pipe(Effect.provide(runtime.layer))
   })
 
+/** What finding the cluster URL needs (the questions commands dispatch with `onCluster` too). */
+type ClusterEnv = typeof clusterFor extends (...args: never) => Effect.Effect<unknown, unknown, infer R> ? R : never
+
 const loadClusterAgents = Effect.promise(() => import("./ClusterAgents.ts"))
 
 /**
@@ -487,7 +490,7 @@ export const command = Command.make("agents").pipe(
     ).pipe(
       Command.withDescription("Cancel an agent, in whichever process runs it (that process acts within a second)")
     ),
-    ...QuestionsCommand.commands,
+    ...QuestionsCommand.make<ClusterEnv | ExitCode>(onCluster),
     Command.make(
       "resume",
       {

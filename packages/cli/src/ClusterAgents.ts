@@ -1,10 +1,11 @@
 /**
- * `fibril agents list|show|transcript|cancel|resume` as a client of the cluster (`--cluster`,
+ * `fibril agents list|show|transcript|cancel|resume|questions|answer` as a client of the cluster (`--cluster`,
  * FIBRIL_CLUSTER_URL or `[cluster] url`): the same commands over the cluster's agents instead
  * of the workspace's store. Loaded only when a cluster URL is given.
  */
 import type * as StoreModule from "@fibril/cluster/ClusterStore"
 import type { AgentRow } from "@fibril/cluster/ClusterStore"
+import type * as Approvals from "@fibril/core/Approvals"
 import * as TranscriptView from "@fibril/core/TranscriptView"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
@@ -126,6 +127,49 @@ export const resume = (url: string, agentId: string, message: string | undefined
       yield* client.resume(agentId, message ?? "Continue.")
       const outcome = yield* client.await_(agentId)
       yield* Console.log(outcome.text)
+      return 0
+    })
+  )
+
+const loadQuestions = Effect.promise(() => import("@fibril/cluster/ClusterQuestions"))
+
+/** The approval questions waiting in the cluster (rows any process reads: ClusterQuestions). */
+export const questions = (url: string, json: boolean) =>
+  ClusterCommand.asClient(
+    url,
+    Effect.gen(function*() {
+      const waiting = yield* (yield* (yield* loadQuestions).make()).pending
+      if (json) {
+        yield* Console.log(JSON.stringify(waiting, null, 2))
+      } else if (waiting.length === 0) {
+        yield* Console.log("no questions wait for an answer in the cluster")
+      } else {
+        for (const question of waiting) {
+          yield* Console.log(
+            `${question.id}  ${question.kind === "fan_out" ? "fan-out" : question.tool}  agent ${question.agentId} ` +
+              `(${question.role}, depth ${question.depth})\n  why: ${question.reason}\n  arguments: ${question.arguments}`
+          )
+        }
+        yield* Console.log(`answer with: fibril agents answer <id> allow|deny [--reason "…"] --cluster <url>`)
+      }
+      return 0
+    })
+  )
+
+/** Answers a question in the cluster: the step waiting on it reads the answer within its poll. */
+export const answer = (url: string, id: string, given: Approvals.Answer) =>
+  ClusterCommand.asClient(
+    url,
+    Effect.gen(function*() {
+      const service = yield* (yield* loadQuestions).make()
+      const refused = yield* service.decide(id, given).pipe(
+        Effect.match({ onFailure: (error) => error.message, onSuccess: () => undefined })
+      )
+      if (refused !== undefined) {
+        yield* Console.error(`fibril: ${refused}`)
+        return 1
+      }
+      yield* Console.log(`${id}: ${given.decision} written to the cluster; the waiting call reads it within a second`)
       return 0
     })
   )

@@ -331,6 +331,7 @@ export const worker = (flags: WorkerFlags) =>
       maxWallSecs: settings.subagents.maxWallSecs,
       treeMaxTokens: settings.subagents.treeMaxTokens,
       heartbeatSecs: settings.subagents.heartbeatTimeoutSecs,
+      askTimeoutSecs: settings.permissions.askTimeoutSecs,
       maxConcurrent: flags.maxConcurrent ?? settings.subagents.maxConcurrent,
       admission: settings.subagents.admission,
       rateLimit: RateLimiter.optionsFrom(settings),

@@ -49,6 +49,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { DurableClock, DurableDeferred, Workflow, WorkflowEngine } from "effect/workflow"
 import { AgentFailed, type AgentPayload, AgentWorkflow, grantsOf, txActivity } from "./AgentRun.ts"
+import * as ClusterQuestions from "./ClusterQuestions.ts"
 import { type AgentRow, ClusterStore, finished, type Grant, type Slot, stepTokens, zeroUsage } from "./ClusterStore.ts"
 import * as ClusterSubAgents from "./ClusterSubAgents.ts"
 import * as ClusterWatch from "./ClusterWatch.ts"
@@ -423,31 +424,48 @@ const toolStep = (run: RunContext) => (step: number, call: AgentSteps.StepToolCa
       (result) => Effect.sync(() => run.unwritten.push({ at, message: AgentSteps.toolMessage([result]) }))
     )
   }
-  return run.journal.step(
-    `tool/${step}/${index}`,
-    toolCodec,
-    Effect.gen(function*() {
-      // Steps are at-least-once: this one may be running again after a crash. A tool that is
-      // not idempotent commits a marker before it runs; found, it is not run twice. (An unknown
-      // tool only fails: it may run again.) A worker restarted after the model step has not
-      // started the MCP servers on first use yet: their tools are known once it has.
-      yield* run.registry.prepare(run.rules)
-      const idempotent = Option.match(run.registry.get(call.name), { onNone: () => true, onSome: (t) => t.idempotent })
-      const first = idempotent || (yield* Effect.orDie(run.store.startToolCall(agentId, at)))
-      const result = first
-        ? yield* ClusterWatch.stopOnCancel(
-          run.watch,
-          agentId,
-          run.steps.tool({ agentId, step, role: run.role.name, depth, rules: run.rules, call }),
-          Effect.succeed(cancelledCall(call))
-        )
-        : interruptedCall(call)
-      return {
-        value: result,
-        commit: run.store.recordStep(agentId, [{ at, message: AgentSteps.toolMessage([result]) }], zeroUsage)
-      }
-    })
-  )
+  // A call whose rules ask waits for a durable answer first, before a marker (ClusterQuestions).
+  // Its tool is known once the MCP servers its agent may use are started: a worker restarted
+  // after the model step has not started those (started on first use) yet.
+  const caller = { id: agentId, role: run.role.name, depth, rules: run.rules }
+  return Effect.andThen(run.registry.prepare(run.rules), () => {
+    const asks = ClusterQuestions.askOf(
+      run.permission,
+      caller,
+      Option.getOrUndefined(run.registry.get(call.name)),
+      call.params
+    )
+    return run.journal.step(
+      `tool/${step}/${index}`,
+      toolCodec,
+      ClusterQuestions.guard(
+        ClusterQuestions.questionId(agentId, at),
+        asks,
+        Effect.gen(function*() {
+          // Steps are at-least-once: this one may be running again after a crash. A tool that is
+          // not idempotent commits a marker before it runs; found, it is not run twice. (An unknown
+          // tool only fails: it may run again.)
+          const idempotent = Option.match(run.registry.get(call.name), {
+            onNone: () => true,
+            onSome: (t) => t.idempotent
+          })
+          const first = idempotent || (yield* Effect.orDie(run.store.startToolCall(agentId, at)))
+          const result = first
+            ? yield* ClusterWatch.stopOnCancel(
+              run.watch,
+              agentId,
+              run.steps.tool({ agentId, step, role: run.role.name, depth, rules: run.rules, call }),
+              Effect.succeed(cancelledCall(call))
+            )
+            : interruptedCall(call)
+          return {
+            value: result,
+            commit: run.store.recordStep(agentId, [{ at, message: AgentSteps.toolMessage([result]) }], zeroUsage)
+          }
+        })
+      )
+    )
+  })
 }
 
 /** The rows of the children a turn's sub-agent calls ask for, when its model step records them. */

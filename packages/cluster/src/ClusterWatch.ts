@@ -13,6 +13,7 @@ import * as Layer from "effect/Layer"
 import type * as Scope from "effect/Scope"
 import type { WorkflowEngine } from "effect/workflow"
 import { AgentWorkflow } from "./AgentRun.ts"
+import { ClusterQuestions } from "./ClusterQuestions.ts"
 import { ClusterStore, finished, type StoreFailure } from "./ClusterStore.ts"
 
 // --- Cancel ---
@@ -58,7 +59,13 @@ export const watchdog = (seconds: number, checkMs: number) =>
     const store = yield* ClusterStore
     while (true) {
       yield* Effect.sleep(checkMs)
-      const stale = yield* Effect.orElseSucceed(store.stale(seconds), () => [])
+      const candidates = yield* Effect.orElseSucceed(store.stale(seconds), () => [])
+      // A person's thinking time is not a stall (nor the answered call's run right after it).
+      const questions = yield* ClusterQuestions
+      const waiting = questions === undefined || candidates.length === 0
+        ? []
+        : yield* questions.waitingAmong(candidates, seconds * 1000)
+      const stale = candidates.filter((id) => !waiting.includes(id))
       yield* Effect.forEach(stale, (id) => Effect.ignore(cancelTree(id, heartbeatReason(seconds))), { discard: true })
     }
   })

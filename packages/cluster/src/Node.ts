@@ -22,6 +22,7 @@ import { SqlClient } from "effect/sql"
 import { appendFileSync } from "node:fs"
 import * as net from "node:net"
 import * as AgentWorkflow from "./AgentWorkflow.ts"
+import * as ClusterQuestions from "./ClusterQuestions.ts"
 import * as ClusterRateLimit from "./ClusterRateLimit.ts"
 import type * as ClusterStore from "./ClusterStore.ts"
 import * as PgClusterStore from "./PgClusterStore.ts"
@@ -155,6 +156,11 @@ export interface WorkerOptions extends Partial<AgentWorkflow.Options> {
   readonly rateLimit?: Omit<RateLimiter.Options, "shared"> | undefined
   /** Appends one JSON line per step start and end (tests count re-executions with it). */
   readonly stepLog?: string | undefined
+  /**
+   * How long an approval question waits for an answer before it is a denial
+   * (`[permissions] ask_timeout_secs`; ClusterQuestions). Default 300 s.
+   */
+  readonly askTimeoutSecs?: number | undefined
 }
 
 const stepLogger = (file: string | undefined): AgentWorkflow.Options["onStep"] =>
@@ -226,6 +232,8 @@ export const worker = <E, R>(
   core: Layer.Layer<AgentSteps.AgentSteps | AgentWorkflow.WorkerServices, E, R>
 ) =>
   AgentWorkflow.layer({ ...options, onStep: stepLogger(options.stepLog) }).pipe(
+    // Approval questions are rows the asking step waits on: answered from any process.
+    Layer.provide(ClusterQuestions.layer({ timeoutSecs: options.askTimeoutSecs })),
     Layer.provide(ClusterWorkflowEngine.layer),
     Layer.provide(NodeClusterSocket.layer({ storage: "sql", shardingConfig: sharding(options) })),
     Layer.provide(workerStore),
@@ -238,6 +246,8 @@ export const workerAndClient = <E, R>(
   core: Layer.Layer<AgentSteps.AgentSteps | AgentWorkflow.WorkerServices, E, R>
 ) =>
   AgentWorkflow.layer({ ...options, onStep: stepLogger(options.stepLog) }).pipe(
+    // Approval questions are rows the asking step waits on: answered from any process.
+    Layer.provide(ClusterQuestions.layer({ timeoutSecs: options.askTimeoutSecs })),
     Layer.provideMerge(ClusterWorkflowEngine.layer),
     Layer.provideMerge(NodeClusterSocket.layer({ storage: "sql", shardingConfig: sharding(options) })),
     Layer.provideMerge(workerStore),

@@ -14,6 +14,7 @@ import * as Node from "../src/Node.ts"
 import * as Pg from "./postgres.ts"
 import {
   agentIdOf,
+  askScript,
   bin,
   children,
   crashScript,
@@ -79,6 +80,37 @@ describe.skipIf(reason !== undefined)(
       pg?.stop()
       rmSync(tmp, { recursive: true, force: true })
     })
+
+    it(
+      "a question pending, kill -9 of the worker, restart, answered by `fibril agents answer --cluster`: the call runs once",
+      async () => {
+        const s = await setup(askScript)
+        writeFileSync(path.join(s.ws, ".fibril", "config.toml"), `[permissions]\nask = ["shell"]\n`)
+        const [port] = await ports()
+        const first = await s.worker(["--port", String(port)])
+        const client = fibril(["run", "go", "--cluster", s.url, "--cwd", s.ws, "--json"])
+        await until(
+          () =>
+            s.psql("SELECT count(*) FROM fibril_questions WHERE answer IS NULL") === "1" &&
+            s.psql("SELECT count(*) FROM fibril_agents WHERE prompt = 'sibling' AND status = 'completed'") === "1",
+          "asked"
+        )
+        const asked = s.psql("SELECT id || ' ' || asked_at FROM fibril_questions")
+        first.child.kill("SIGKILL")
+        await first.done
+        await s.worker(["--port", String(port)])
+        const id = asked.split(" ")[0]!
+        const answered = fibril(["agents", "answer", id, "allow", "--cluster", s.url])
+        assert.strictEqual(await answered.done, 0, answered.out.stderr + answered.out.stdout)
+        assert.strictEqual(await client.done, 0, client.out.stderr)
+        const last = JSON.parse(client.out.stdout.trim().split("\n").at(-1)!) as { text: string }
+        assert.strictEqual(last.text, "root ok")
+        // Asked once (the same row, the same time), run once (its side effect counted on disk).
+        assert.strictEqual(s.psql("SELECT id || ' ' || asked_at FROM fibril_questions"), asked)
+        assert.strictEqual(readFileSync(path.join(s.ws, "side-effect.txt"), "utf8"), "ran\n")
+      },
+      60_000
+    )
 
     it(
       "kill -9 of both workers mid-run, restart: the run completes, no step journaled before the kill runs again, input sent meanwhile is delivered",

@@ -103,3 +103,36 @@ export const crashScript = {
     }
   ]
 }
+
+/**
+ * The questions tests' script (`[permissions] ask = ["shell"]`): the root starts an asker and a
+ * sibling; the asker's `shell` call, whose side effect is counted on disk (one line per
+ * execution), asks; the sibling reads and finishes meanwhile.
+ */
+export const askScript = {
+  rules: [
+    {
+      match: { prompt: "asker" },
+      turns: [
+        { tool_calls: [{ name: "shell", args: { command: "echo ran >> side-effect.txt" } }] },
+        { text: "asker done" }
+      ]
+    },
+    {
+      match: { prompt: "sibling" },
+      turns: [{ tool_calls: [{ name: "read_file", args: { path: "a.txt" } }] }, { text: "sibling done" }]
+    },
+    {
+      match: { depth: 0 },
+      turns: [
+        {
+          tool_calls: [
+            { name: "task", args: { description: "asker", prompt: "asker" } },
+            { name: "task", args: { description: "sibling", prompt: "sibling" } }
+          ]
+        },
+        { text: "root ok" }
+      ]
+    }
+  ]
+}

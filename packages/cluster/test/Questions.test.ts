@@ -1,0 +1,216 @@
+// Durable approval questions in cluster mode, on SQLite, with real `fibril worker` processes: a
+// child's `shell` call asks (`[permissions] ask = ["shell"]`) while its sibling finishes; the
+// worker is killed -9 while the question waits; a new worker starts; a third process answers it
+// (`fibril agents questions|answer --cluster`); the call runs once (counted on disk) and the run
+// completes. The question is a row (ClusterQuestions): asked once, its answer not lost.
+import { afterAll, assert, describe, it } from "@effect/vitest"
+import type * as Approvals from "@fibril/core/Approvals"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as TestClock from "effect/testing/TestClock"
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import * as net from "node:net"
+import * as os from "node:os"
+import * as path from "node:path"
+import { DatabaseSync } from "node:sqlite"
+import * as ClusterQuestions from "../src/ClusterQuestions.ts"
+import { ClusterStore } from "../src/ClusterStore.ts"
+import * as Node from "../src/Node.ts"
+import * as Sqlite from "../src/Sqlite.ts"
+import * as SqliteClusterStore from "../src/SqliteClusterStore.ts"
+import { askScript, children, fibril, until } from "./processes.ts"
+
+const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-questions-"))
+
+afterAll(async () => {
+  // Kill AND await every process before its directory goes.
+  await Promise.all(
+    [...children].map((child) => new Promise((resolve) => (child.once("exit", resolve), child.kill("SIGKILL"))))
+  )
+  rmSync(tmp, { recursive: true, force: true })
+})
+
+const freePort = () =>
+  new Promise<number>((resolve, reject) => {
+    const server = net.createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address()
+      const port = typeof address === "object" && address !== null ? address.port : 0
+      server.close(() => resolve(port))
+    })
+  })
+
+const query = (file: string, sql: string): ReadonlyArray<Record<string, unknown>> => {
+  const db = new DatabaseSync(file, { readOnly: true })
+  try {
+    return db.prepare(sql).all() as Array<Record<string, unknown>>
+  } finally {
+    db.close()
+  }
+}
+
+describe("durable approval questions in cluster mode (SQLite, fibril worker processes)", () => {
+  it(
+    "a question pending, kill -9 of the worker, restart, answered from another process: the call runs once, the run completes",
+    async () => {
+      const ws = path.join(tmp, "ask")
+      mkdirSync(path.join(ws, ".fibril"), { recursive: true })
+      writeFileSync(path.join(ws, ".fibril", "config.toml"), `[permissions]\nask = ["shell"]\n`)
+      writeFileSync(path.join(ws, "a.txt"), "hello")
+      writeFileSync(path.join(ws, "script.json"), JSON.stringify(askScript))
+      const file = path.join(ws, "cluster.db")
+      const url = `sqlite:${file}`
+      // In process: a `fibril cluster migrate` process would add its start-up time.
+      await Effect.runPromise(Effect.provide(Node.migrate, Node.database(url)))
+      const port = String(await freePort())
+      const worker = async () => {
+        const proc = fibril([
+          "worker",
+          "--cluster",
+          url,
+          "--cwd",
+          ws,
+          "--model",
+          `scripted:${path.join(ws, "script.json")}`,
+          "--port",
+          port
+        ])
+        await until(() => proc.out.stderr.includes("fibril worker: pid"), `worker up (${proc.out.stderr})`)
+        return proc
+      }
+      const questionRows = () =>
+        existsSync(file) ? query(file, "SELECT id, answer, asked_at FROM fibril_questions") : []
+      const siblingDone = () =>
+        query(file, "SELECT count(*) AS n FROM fibril_agents WHERE prompt = 'sibling' AND status = 'completed'")[0]![
+          "n"
+        ] === 1
+
+      const first = await worker()
+      const client = fibril(["run", "go", "--cluster", url, "--cwd", ws, "--json"])
+      await until(() => {
+        try {
+          return questionRows().length === 1 && siblingDone()
+        } catch {
+          return false // the table is not there yet
+        }
+      }, `the question asked and the sibling done (${first.out.stderr})`)
+      const [asked] = questionRows()
+      assert.strictEqual(asked!["answer"], null)
+      first.child.kill("SIGKILL")
+      await first.done
+      assert.isFalse(existsSync(path.join(ws, "side-effect.txt")), "the call waited: nothing ran")
+
+      await worker()
+      // Listed from a third process, then answered from it.
+      const listed = fibril(["agents", "questions", "--json", "--cluster", url])
+      assert.strictEqual(await listed.done, 0, listed.out.stderr)
+      const waiting = JSON.parse(listed.out.stdout) as ReadonlyArray<{ id: string; tool: string; reason: string }>
+      assert.deepStrictEqual(waiting.map((q) => [q.id, q.tool]), [[String(asked!["id"]), "shell"]])
+      assert.include(waiting[0]!.reason, "shell")
+      const answered = fibril(["agents", "answer", String(asked!["id"]), "allow", "--cluster", url])
+      assert.strictEqual(await answered.done, 0, answered.out.stderr + answered.out.stdout)
+
+      assert.strictEqual(await client.done, 0, client.out.stderr)
+      const last = JSON.parse(client.out.stdout.trim().split("\n").at(-1)!) as { status: string; text: string }
+      assert.deepStrictEqual([last.status, last.text], ["completed", "root ok"])
+      // Asked once (the replayed step found its row, the same asked_at), ran once.
+      const after = questionRows()
+      assert.strictEqual(after.length, 1)
+      assert.strictEqual(after[0]!["asked_at"], asked!["asked_at"])
+      assert.include(String(after[0]!["answer"]), "\"allow\"")
+      assert.strictEqual(readFileSync(path.join(ws, "side-effect.txt"), "utf8"), "ran\n")
+      // Answered already: a second answer is refused, naming what is pending.
+      const again = fibril(["agents", "answer", String(asked!["id"]), "deny", "--cluster", url])
+      assert.strictEqual(await again.done, 1)
+      assert.include(again.out.stderr, `there is no pending question "${String(asked!["id"])}"`)
+    },
+    60_000
+  )
+})
+
+const request = (agentId: string): Approvals.Ask => ({
+  kind: "tool",
+  agentId,
+  path: [agentId],
+  role: "general",
+  depth: 1,
+  tool: "shell",
+  posture: "shell",
+  arguments: "{}",
+  reason: "\"shell\" is an ask tool"
+})
+
+let files = 0
+/** The questions on a new SQLite file with one running agent `ag_1` (TestClock: time moves when told). */
+const withQuestions = <A, E>(
+  body: (questions: ClusterQuestions.Service, store: ClusterStore["Service"]) => Effect.Effect<A, E>
+) =>
+  Effect.gen(function*() {
+    yield* SqliteClusterStore.migrate
+    return yield* Effect.gen(function*() {
+      const store = yield* ClusterStore
+      yield* store.insert({
+        agentId: "ag_1",
+        parentId: null,
+        rootId: "ag_1",
+        depth: 1,
+        role: "general",
+        model: "",
+        description: "asker",
+        prompt: "go",
+        detached: false,
+        workspace: "/ws",
+        status: "running",
+        run: 0,
+        executionId: "exec-ag_1",
+        text: null,
+        reason: null,
+        steps: 0,
+        toolCalls: 0,
+        tokens: 0
+      })
+      return yield* body(yield* ClusterQuestions.make({ timeoutSecs: 60, pollMs: 5000 }), store)
+    }).pipe(Effect.provide(SqliteClusterStore.layer))
+  }).pipe(Effect.provide(Sqlite.layer(path.join(tmp, `questions${files++}.db`))))
+
+describe("ClusterQuestions (in process, SQLite, TestClock)", () => {
+  it.effect("an unanswered question is a denial at ask_timeout_secs, counted from when it was asked", () =>
+    withQuestions((questions) =>
+      Effect.gen(function*() {
+        const waiting = yield* Effect.forkChild(questions.forCall("q-1").ask(request("ag_1")))
+        yield* TestClock.adjust("59 seconds")
+        assert.deepStrictEqual((yield* questions.pending).map((q) => q.id), ["q-1"])
+        // The heartbeat's filter: waiting on a person is not a stall.
+        assert.deepStrictEqual(yield* questions.waitingAmong(["ag_1", "ag_2"], 10_000), ["ag_1"])
+        yield* TestClock.adjust("2 seconds")
+        const decided = yield* Fiber.join(waiting)
+        assert.deepStrictEqual([decided.answer.decision, decided.answer.by], ["deny", "timeout"])
+        assert.include(decided.answer.reason!, "no answer within 1m")
+        assert.deepStrictEqual(yield* questions.pending, [])
+        // Just answered (its call may be running): still not a stall; long after, it may be.
+        assert.deepStrictEqual(yield* questions.waitingAmong(["ag_1"], 10_000), ["ag_1"])
+        yield* TestClock.adjust("11 seconds")
+        assert.deepStrictEqual(yield* questions.waitingAmong(["ag_1"], 10_000), [])
+        // Asked again (a replayed step): the stored timeout, not a new wait.
+        const replayed = yield* questions.forCall("q-1").ask(request("ag_1"))
+        assert.strictEqual(replayed.answer.by, "timeout")
+      })
+    ))
+
+  it.effect("a cancelled agent's question is withdrawn: not listed, its answer refused, its call denied", () =>
+    withQuestions((questions, store) =>
+      Effect.gen(function*() {
+        const waiting = yield* Effect.forkChild(questions.forCall("q-2").ask(request("ag_1")))
+        yield* TestClock.adjust("1 second")
+        assert.deepStrictEqual((yield* questions.pending).map((q) => q.id), ["q-2"])
+        yield* store.update("ag_1", { status: "cancelled", reason: "cancelled" })
+        assert.deepStrictEqual(yield* questions.pending, [])
+        const refused = yield* Effect.flip(questions.decide("q-2", { decision: "allow", by: "test" }))
+        assert.strictEqual(refused._tag, "UnknownQuestion")
+        yield* TestClock.adjust("5 seconds") // its next look at the row
+        const decided = yield* Fiber.join(waiting)
+        assert.deepStrictEqual([decided.answer.decision, decided.answer.by], ["deny", "cancel"])
+      })
+    ))
+})
