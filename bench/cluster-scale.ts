@@ -37,7 +37,9 @@ if (reason !== undefined) {
 const count = Number(process.argv[2] ?? 300)
 const latencyMs = 500
 const capPerWorker = 10
-const workerCounts = [1, 2, 3]
+// For iteration: `[K] [worker counts, e.g. 1,2] [cap: the capped rounds only]`.
+const workerCounts = (process.argv[3] ?? "1,2,3").split(",").map(Number)
+const cappedOnly = process.argv[4] === "cap"
 
 const ws = mkdtempSync(path.join(os.tmpdir(), "fibril-bench-scale-"))
 const script = {
@@ -139,6 +141,13 @@ const round = async (n: number, cap: number): Promise<Round> => {
     })))
     const completed = Number(pg.psql(db, "SELECT count(*) FROM fibril_agents WHERE depth = 1 AND status = 'completed'"))
     if (completed !== count) throw new Error(`${n} worker(s), cap ${cap}: ${completed} of ${count} children completed`)
+    if (process.env.SCALE_MESSAGES === "1") {
+      // What the cluster was asked to deliver in this round, by kind (where the CPU goes).
+      console.log(pg.psql(
+        db,
+        "SELECT entity_type || ' ' || coalesce(tag, '-') || ' kind=' || kind || ' ' || count(*) FROM cluster_messages GROUP BY entity_type, tag, kind ORDER BY count(*) DESC"
+      ))
+    }
     return {
       n,
       cap,
@@ -170,10 +179,12 @@ try {
   for (const n of workerCounts) {
     capped.push(await round(n, capPerWorker * n))
     console.log(line(`cap ${capPerWorker} per worker (cluster cap ${capPerWorker * n})`, capped.at(-1)!))
+    if (cappedOnly) continue
     uncapped.push(await round(n, 0))
     console.log(line("no cap", uncapped.at(-1)!))
   }
-  const speedup = (rounds: ReadonlyArray<Round>, to: number) => rounds[0]!.ms / rounds[to]!.ms
+  // NaN where a round was left out (see the arguments above).
+  const speedup = (rounds: ReadonlyArray<Round>, to: number) => (rounds[0]?.ms ?? NaN) / (rounds[to]?.ms ?? NaN)
   const twoCapped = speedup(capped, 1)
   console.log(
     `${twoCapped >= 1.8 ? "ok  " : "MISS"} cluster scale, cap ${capPerWorker} per worker: 1 -> 2 workers ${
