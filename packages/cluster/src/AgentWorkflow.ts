@@ -348,6 +348,14 @@ const finalizer = (run: RunContext) => (exit: Exit.Exit<unknown, unknown>) =>
       if (run.capped) yield* run.store.release(run.payload.agentId)
     })).pipe(Effect.andThen(signalParent(run)), Effect.andThen(wakeQueued(run)))
 
+// A queued agent's fallback doubles with each try, up to a minute (or `waitFallbackMs`, when
+// longer): a release wakes it (and every later release wakes it again once handed a permit),
+// so the fallback is for a wake lost with no release after it. At a fixed 5 s, each agent
+// queued behind long waves polled (a journaled try, a durable clock, a replay) every 5 s: the
+// most tries per queued agent measured (bench/cluster-scale.ts, docs/performance.md).
+const fallbackAfter = (waitFallbackMs: number, attempt: number) =>
+  Math.min(waitFallbackMs * 2 ** attempt, Math.max(waitFallbackMs, 60_000))
+
 // Admission under the cluster-wide cap (a `reject` spawn took the permit already). Queued, the
 // agent sleeps on a durable clock a release wakes (`wakeQueued`); nothing polls.
 const admission = (run: RunContext) =>
@@ -363,7 +371,11 @@ const admission = (run: RunContext) =>
         )
       })
       if (admitted) return
-      yield* DurableClock.sleep({ name: clock, duration: run.config.waitFallbackMs, inMemoryThreshold: 0 })
+      yield* DurableClock.sleep({
+        name: clock,
+        duration: fallbackAfter(run.config.waitFallbackMs, attempt),
+        inMemoryThreshold: 0
+      })
     }
   })
 
