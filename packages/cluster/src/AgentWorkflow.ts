@@ -322,8 +322,8 @@ const signalParent = (run: RunContext) =>
 // A permit given back is handed to the oldest agent queued for one, which is woken (as are those
 // handed one earlier and not admitted yet: a wake lost to a crash is sent again by the next
 // release, or found by the fallback). Handed, not just freed: a woken agent's try is admitted,
-// where a newcomer could take a freed permit first and send it back to sleep (measured: a third
-// of the wakes at K = 100, each a further activity, durable clock and replay; docs/performance.md).
+// where a newcomer could take a freed permit first and send it back to sleep (a further try,
+// durable clock and replay), and the oldest waiter keeps its turn.
 const wakeQueued = (run: RunContext) =>
   !run.capped ? Effect.void : Effect.ignore(Effect.gen(function*() {
     for (const waiter of yield* run.store.handOff(run.config.maxConcurrent)) {
@@ -350,9 +350,9 @@ const finalizer = (run: RunContext) => (exit: Exit.Exit<unknown, unknown>) =>
 
 // A queued agent's fallback doubles with each try, up to a minute (or `waitFallbackMs`, when
 // longer): a release wakes it (and every later release wakes it again once handed a permit),
-// so the fallback is for a wake lost with no release after it. At a fixed 5 s, each agent
-// queued behind long waves polled (a journaled try, a durable clock, a replay) every 5 s: the
-// most tries per queued agent measured (bench/cluster-scale.ts, docs/performance.md).
+// so the fallback is for a wake lost with no release after it. At a fixed 5 s, an agent queued
+// behind long waves (K = 300 on one worker waited up to 80 s) tried again every 5 s, each try a
+// journaled activity, a durable clock and a replay.
 const fallbackAfter = (waitFallbackMs: number, attempt: number) =>
   Math.min(waitFallbackMs * 2 ** attempt, Math.max(waitFallbackMs, 60_000))
 
