@@ -22,7 +22,7 @@ import * as Node from "@fibril/cluster/Node"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -37,7 +37,9 @@ if (reason !== undefined) {
 const count = Number(process.argv[2] ?? 300)
 const latencyMs = 500
 const capPerWorker = 10
-const workerCounts = [1, 2, 3]
+// For iteration: `[K] [worker counts, e.g. 1,2] [cap: the capped rounds only]`.
+const workerCounts = (process.argv[3] ?? "1,2,3").split(",").map(Number)
+const cappedOnly = process.argv[4] === "cap"
 
 const ws = mkdtempSync(path.join(os.tmpdir(), "fibril-bench-scale-"))
 const script = {
@@ -61,7 +63,10 @@ writeFileSync(path.join(ws, "script.json"), JSON.stringify(script))
 const bin = fileURLToPath(new URL("../packages/cli/src/bin.ts", import.meta.url))
 const load = () => os.loadavg().map((l) => l.toFixed(1)).join(" ")
 
-const pg = await Pg.start({ fsync: true })
+// With SCALE_MESSAGES=1, also the statements the server ran most (pg_stat_statements, if installed).
+const diagnose = process.env.SCALE_MESSAGES === "1"
+const counting = diagnose && existsSync(path.join(Pg.findBin()!, "..", "lib", "pg_stat_statements.so"))
+const pg = await Pg.start({ fsync: true, settings: counting ? ["shared_preload_libraries=pg_stat_statements"] : [] })
 const children = new Set<ChildProcess>()
 
 /** A `fibril worker` on `url` with a cluster-wide cap (0: none); resolves once it serves. */
@@ -130,6 +135,7 @@ const round = async (n: number, cap: number): Promise<Round> => {
     const workersCpu = () => Pg.processCpuSeconds((pid) => pids.has(pid))
     const workers0 = workersCpu()
     const server0 = pg.cpuSeconds()
+    if (counting) pg.psql(db, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()")
     const ms = await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
       const context = yield* Layer.build(Node.client.pipe(Layer.provideMerge(Node.database(url))))
       const t0 = performance.now()
@@ -139,6 +145,19 @@ const round = async (n: number, cap: number): Promise<Round> => {
     })))
     const completed = Number(pg.psql(db, "SELECT count(*) FROM fibril_agents WHERE depth = 1 AND status = 'completed'"))
     if (completed !== count) throw new Error(`${n} worker(s), cap ${cap}: ${completed} of ${count} children completed`)
+    if (counting) {
+      console.log(pg.psql(
+        db,
+        "SELECT calls || '  ' || left(regexp_replace(query, '\\s+', ' ', 'g'), 110) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY calls DESC LIMIT 8"
+      ))
+    }
+    if (diagnose) {
+      // What the cluster was asked to deliver in this round, by kind (where the CPU goes).
+      console.log(pg.psql(
+        db,
+        "SELECT entity_type || ' ' || coalesce(tag, '-') || ' kind=' || kind || ' ' || count(*) FROM cluster_messages GROUP BY entity_type, tag, kind ORDER BY count(*) DESC"
+      ))
+    }
     return {
       n,
       cap,
@@ -170,10 +189,12 @@ try {
   for (const n of workerCounts) {
     capped.push(await round(n, capPerWorker * n))
     console.log(line(`cap ${capPerWorker} per worker (cluster cap ${capPerWorker * n})`, capped.at(-1)!))
+    if (cappedOnly) continue
     uncapped.push(await round(n, 0))
     console.log(line("no cap", uncapped.at(-1)!))
   }
-  const speedup = (rounds: ReadonlyArray<Round>, to: number) => rounds[0]!.ms / rounds[to]!.ms
+  // NaN where a round was left out (see the arguments above).
+  const speedup = (rounds: ReadonlyArray<Round>, to: number) => (rounds[0]?.ms ?? NaN) / (rounds[to]?.ms ?? NaN)
   const twoCapped = speedup(capped, 1)
   console.log(
     `${twoCapped >= 1.8 ? "ok  " : "MISS"} cluster scale, cap ${capPerWorker} per worker: 1 -> 2 workers ${

@@ -320,11 +320,14 @@ const signalParent = (run: RunContext) =>
     if (parent !== undefined && parent.waitingOn !== null) yield* wake(parent.executionId, parent.waitingOn)
   }))
 
-// A permit given back wakes the agents queued for one (as many as permits are free, oldest
-// first); a wake lost (a crash, a race with another release) is found by the fallback.
+// A permit given back is handed to the oldest agent queued for one, which is woken (as are those
+// handed one earlier and not admitted yet: a wake lost to a crash is sent again by the next
+// release, or found by the fallback). Handed, not just freed: a woken agent's try is admitted,
+// where a newcomer could take a freed permit first and send it back to sleep (a further try,
+// durable clock and replay), and the oldest waiter keeps its turn.
 const wakeQueued = (run: RunContext) =>
   !run.capped ? Effect.void : Effect.ignore(Effect.gen(function*() {
-    for (const waiter of yield* run.store.waiters(run.config.maxConcurrent)) {
+    for (const waiter of yield* run.store.handOff(run.config.maxConcurrent)) {
       yield* wake(waiter.executionId, waiter.clock)
     }
   }))
@@ -346,6 +349,14 @@ const finalizer = (run: RunContext) => (exit: Exit.Exit<unknown, unknown>) =>
       if (run.capped) yield* run.store.release(run.payload.agentId)
     })).pipe(Effect.andThen(signalParent(run)), Effect.andThen(wakeQueued(run)))
 
+// A queued agent's fallback doubles with each try, up to a minute (or `waitFallbackMs`, when
+// longer): a release wakes it (and every later release wakes it again once handed a permit),
+// so the fallback is for a wake lost with no release after it. At a fixed 5 s, an agent queued
+// behind long waves (K = 300 on one worker waited up to 80 s) tried again every 5 s, each try a
+// journaled activity, a durable clock and a replay.
+const fallbackAfter = (waitFallbackMs: number, attempt: number) =>
+  Math.min(waitFallbackMs * 2 ** attempt, Math.max(waitFallbackMs, 60_000))
+
 // Admission under the cluster-wide cap (a `reject` spawn took the permit already). Queued, the
 // agent sleeps on a durable clock a release wakes (`wakeQueued`); nothing polls.
 const admission = (run: RunContext) =>
@@ -361,7 +372,11 @@ const admission = (run: RunContext) =>
         )
       })
       if (admitted) return
-      yield* DurableClock.sleep({ name: clock, duration: run.config.waitFallbackMs, inMemoryThreshold: 0 })
+      yield* DurableClock.sleep({
+        name: clock,
+        duration: fallbackAfter(run.config.waitFallbackMs, attempt),
+        inMemoryThreshold: 0
+      })
     }
   })
 

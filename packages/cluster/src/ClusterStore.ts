@@ -194,7 +194,7 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   /**
    * Takes a permit for `agentId` if fewer than `cap` are held (holding one already: true).
    * Refused with `waiter`, the agent is queued: it sleeps on that durable clock until a release
-   * wakes it (`waiters`). One admission at a time cluster-wide.
+   * hands it a permit and wakes it (`handOff`). One admission at a time cluster-wide.
    */
   readonly acquire: (
     agentId: string,
@@ -202,10 +202,13 @@ export class ClusterStore extends Context.Service<ClusterStore, {
     waiter?: { readonly executionId: string; readonly clock: string } | undefined
   ) => Effect.Effect<boolean, StoreFailure>
   /**
-   * The queued agents a release can admit now (the oldest, as many as permits are free), read
-   * after the admissions in progress: the clocks to wake.
+   * After a release: hands the permits free under `cap` to the oldest queued agents, and returns
+   * every queued agent that holds one (handed now or earlier, not admitted yet): the clocks to
+   * wake. Under the admission lock, after the admissions in progress. A handed permit is
+   * reserved: a newcomer cannot take it while its waiter wakes, so a woken agent is admitted
+   * at its next try instead of queueing again; a wake lost is sent again by the next hand-off.
    */
-  readonly waiters: (
+  readonly handOff: (
     cap: number
   ) => Effect.Effect<ReadonlyArray<{ readonly executionId: string; readonly clock: string }>, StoreFailure>
   readonly release: (agentId: string) => Effect.Effect<void, StoreFailure>
@@ -440,7 +443,10 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
         }),
       acquire: (agentId, cap, waiter) =>
         Effect.sync(() => {
-          if (held.has(agentId)) return true
+          if (held.has(agentId)) {
+            queue.delete(agentId)
+            return true
+          }
           if (held.size >= cap) {
             if (waiter !== undefined) queue.set(agentId, waiter)
             return false
@@ -449,7 +455,14 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
           held.add(agentId)
           return true
         }),
-      waiters: (cap) => Effect.sync(() => [...queue.values()].slice(0, Math.max(0, cap - held.size))),
+      handOff: (cap) =>
+        Effect.sync(() => {
+          for (const agentId of queue.keys()) {
+            if (held.size >= cap) break
+            held.add(agentId)
+          }
+          return [...queue].filter(([agentId]) => held.has(agentId)).map(([, waiter]) => waiter)
+        }),
       release: (agentId) =>
         Effect.sync(() => {
           held.delete(agentId)

@@ -214,7 +214,7 @@ const agentWrites = (
 // --- Admission ---
 
 /** The permits of the cluster-wide cap, and the queue of agents waiting for one. */
-const admission = (sql: SqlClient.SqlClient): Pick<Service, "acquire" | "waiters" | "release" | "permits"> => ({
+const admission = (sql: SqlClient.SqlClient): Pick<Service, "acquire" | "handOff" | "release" | "permits"> => ({
   acquire: (agentId, cap, waiter) =>
     attempt(
       "acquire",
@@ -238,14 +238,23 @@ const admission = (sql: SqlClient.SqlClient): Pick<Service, "acquire" | "waiters
         return admitted
       })
     ),
-  waiters: (cap) =>
+  handOff: (cap) =>
     attempt(
-      "waiters",
+      "handOff",
       sql.withTransaction(Effect.gen(function*() {
-        // After the admissions in progress: a waiter they queue is seen here.
+        // After the admissions in progress: a waiter they queue is seen here. (The outer query
+        // does not see the CTE's inserts: the permits handed now are named by `handed`.)
         yield* sql`SELECT pg_advisory_xact_lock(4242)`
-        return yield* sql<{ execution_id: string; clock: string }>`SELECT execution_id, clock FROM fibril_waiters
-          ORDER BY at, agent_id LIMIT GREATEST(${cap} - (SELECT count(*) FROM fibril_permits), 0)`
+        return yield* sql<{ execution_id: string; clock: string }>`
+          WITH next AS (SELECT w.agent_id FROM fibril_waiters w
+                 WHERE NOT EXISTS (SELECT 1 FROM fibril_permits p WHERE p.agent_id = w.agent_id)
+                 ORDER BY w.at, w.agent_id
+                 LIMIT GREATEST(${cap} - (SELECT count(*) FROM fibril_permits), 0)),
+               handed AS (INSERT INTO fibril_permits (agent_id) SELECT agent_id FROM next RETURNING agent_id)
+          SELECT execution_id, clock FROM fibril_waiters w
+          WHERE w.agent_id IN (SELECT agent_id FROM handed)
+             OR EXISTS (SELECT 1 FROM fibril_permits p WHERE p.agent_id = w.agent_id)
+          ORDER BY w.at, w.agent_id`
       })).pipe(Effect.map((rows) => rows.map((r) => ({ executionId: r.execution_id, clock: r.clock }))))
     ),
   // A queued agent that ends (cancelled) leaves the queue with its permit, if any.

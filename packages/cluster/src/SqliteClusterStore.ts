@@ -244,7 +244,7 @@ const agentWrites = (
 // --- Admission ---
 
 /** The permits of the cluster-wide cap, and the queue of agents waiting for one. */
-const admission = (sql: SqlClient.SqlClient): Pick<Service, "acquire" | "waiters" | "release" | "permits"> => ({
+const admission = (sql: SqlClient.SqlClient): Pick<Service, "acquire" | "handOff" | "release" | "permits"> => ({
   acquire: (agentId, cap, waiter) =>
     inTransaction(
       sql,
@@ -264,16 +264,22 @@ const admission = (sql: SqlClient.SqlClient): Pick<Service, "acquire" | "waiters
         return admitted
       })
     ),
-  waiters: (cap) =>
+  handOff: (cap) =>
     inTransaction(
       sql,
-      "waiters",
+      "handOff",
       Effect.gen(function*() {
         const [permits] = yield* sql<{ held: number }>`SELECT count(*) AS held FROM fibril_permits`
         const free = Math.max(0, cap - Number(permits?.held ?? 0))
-        if (free === 0) return []
+        if (free > 0) {
+          yield* sql`INSERT INTO fibril_permits (agent_id, at)
+            SELECT agent_id, ${Date.now()} FROM fibril_waiters w
+            WHERE NOT EXISTS (SELECT 1 FROM fibril_permits p WHERE p.agent_id = w.agent_id)
+            ORDER BY at, agent_id LIMIT ${free}`
+        }
         const rows = yield* sql<{ execution_id: string; clock: string }>`SELECT execution_id, clock
-          FROM fibril_waiters ORDER BY at, agent_id LIMIT ${free}`
+          FROM fibril_waiters w WHERE EXISTS (SELECT 1 FROM fibril_permits p WHERE p.agent_id = w.agent_id)
+          ORDER BY at, agent_id`
         return rows.map((r) => ({ executionId: r.execution_id, clock: r.clock }))
       })
     ),

@@ -254,14 +254,24 @@ const everyMethod = Effect.gen(function*() {
   const idle = yield* store.changes("ag_p", next.cursor)
   assert.deepStrictEqual([idle.agents, idle.messages], [[], []])
 
-  // The queue: over the cap a waiter is recorded; a release makes room for the oldest.
+  // The queue: over the cap a waiter is recorded; a release hands its permit to the oldest.
   assert.isTrue(yield* store.acquire("ag_c1", 1))
   assert.isFalse(yield* store.acquire("ag_c2", 1, { executionId: "exec-ag_c2", clock: "permit/0" }))
-  assert.deepStrictEqual(yield* store.waiters(1), [])
+  assert.isFalse(yield* store.acquire("ag_c3", 1, { executionId: "exec-ag_c3", clock: "permit/0" }))
+  assert.deepStrictEqual(yield* store.handOff(1), [])
   yield* store.release("ag_c1")
-  assert.deepStrictEqual(yield* store.waiters(1), [{ executionId: "exec-ag_c2", clock: "permit/0" }])
+  const woken = [{ executionId: "exec-ag_c2", clock: "permit/0" }]
+  assert.deepStrictEqual(yield* store.handOff(1), woken)
+  // Handed, the permit is the waiter's: a newcomer cannot take it before the woken agent tries.
+  assert.isFalse(yield* store.acquire("ag_new", 1))
+  // A wake lost is sent again by the next hand-off; the next waiter keeps its place.
+  assert.deepStrictEqual(yield* store.handOff(1), woken)
+  assert.deepStrictEqual(yield* store.permits, ["ag_c2"])
   assert.isTrue(yield* store.acquire("ag_c2", 1))
-  assert.deepStrictEqual(yield* store.waiters(1), [])
+  assert.deepStrictEqual(yield* store.handOff(1), [])
+  yield* store.release("ag_c2")
+  assert.deepStrictEqual(yield* store.handOff(1), [{ executionId: "exec-ag_c3", clock: "permit/0" }])
+  yield* store.release("ag_c3")
 
   // A parent's wait: the look records its clock and reads its unfinished children.
   const looked = yield* store.look("ag_p", undefined, "wait/1/0/0")
