@@ -195,6 +195,8 @@ export interface Grant {
   readonly definition?: Ceiling | undefined
   /** The caller's `allowed_tools`. */
   readonly allowedTools?: ReadonlyArray<string> | undefined
+  /** The caller's `ask_tools`: tool names and postures that ask, added to the parent's (rule 5). */
+  readonly askTools?: ReadonlyArray<string> | undefined
   /** The runtime's own limits: configuration denials, sub-agent denials, no spawning at max depth. */
   readonly policy?: Ceiling | undefined
 }
@@ -202,7 +204,7 @@ export interface Grant {
 const ceilingsOf = (grant: Grant): ReadonlyArray<Ceiling> => [
   grant.role,
   grant.definition ?? {},
-  { allow: grant.allowedTools },
+  { allow: grant.allowedTools, ask: grant.askTools },
   grant.policy ?? {}
 ]
 
@@ -220,6 +222,8 @@ const withoutSpawn: ReadonlyArray<Posture> = postures.filter((posture) => postur
 /** What an agent asks for besides its role: the caller's `allowed_tools`, a definition, extra denials. */
 export interface GrantOptions {
   readonly allowedTools?: ReadonlyArray<string> | undefined
+  /** The caller's `ask_tools` (rule 5): only ever adds asks. */
+  readonly askTools?: ReadonlyArray<string> | undefined
   readonly definition?: Ceiling | undefined
   readonly deny?: ReadonlyArray<string> | undefined
   /** Tool names and postures that must ask (`[permissions] ask`, a definition's `ask_tools`). */
@@ -249,6 +253,7 @@ export const grantFor = (
   role: { postures: role.postures, writeScope: role.writeScope },
   definition: options.definition,
   allowedTools: options.allowedTools,
+  askTools: options.askTools,
   policy: {
     deny: depth === 0 ? options.deny : [...childDenied, ...(options.deny ?? [])],
     ask: options.ask,
@@ -264,7 +269,9 @@ export const grantFor = (
 export const GrantRecord = Schema.Struct({
   role: Schema.String,
   depth: Schema.Int,
-  allowedTools: Schema.optionalKey(Schema.Array(Schema.String))
+  allowedTools: Schema.optionalKey(Schema.Array(Schema.String)),
+  /** The caller's `ask_tools` (absent in older records: nothing asked). */
+  askTools: Schema.optionalKey(Schema.Array(Schema.String))
 })
 export type GrantRecord = typeof GrantRecord.Type
 
