@@ -163,7 +163,10 @@ export const rulesFor = (root: Permission.Rules, maxDepth: number, grants: Reado
       const role = yield* Roles.resolve(grant.role)
       rules = Permission.effective(
         rules,
-        Permission.grantFor(grant.depth, maxDepth, role, { allowedTools: grant.allowedTools })
+        Permission.grantFor(grant.depth, maxDepth, role, {
+          allowedTools: grant.allowedTools,
+          askTools: grant.askTools
+        })
       )
     }
     return rules
@@ -259,7 +262,12 @@ const setup = Effect.fnUntraced(function*(config: Options, payload: AgentPayload
     }
     const own = grants.at(-1)
     if (own === undefined) return
-    yield* ClusterSubAgents.checkSpawn({ prompt: "", role: own.role, allowedTools: own.allowedTools }, { registry })
+    yield* ClusterSubAgents.checkSpawn({
+      prompt: "",
+      role: own.role,
+      allowedTools: own.allowedTools,
+      askTools: own.askTools
+    }, { registry })
       .pipe(Effect.mapError((refused) => new AgentFailed({ agentId, reason: `refused: ${refused.message}` })))
   })
   const context: RunContext = {
