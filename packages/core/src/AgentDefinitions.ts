@@ -19,6 +19,7 @@ import * as Schema from "effect/Schema"
 import * as SchemaIssue from "effect/SchemaIssue"
 import { createRequire } from "node:module"
 import type * as YamlModule from "yaml"
+import { ClaudePermissionMode, fromPermissionMode } from "./internal/claudePermissionMode.ts"
 import * as McpEntry from "./internal/mcpEntry.ts"
 import { canonical, type RoleName } from "./Roles.ts"
 
@@ -283,7 +284,8 @@ const ClaudeFrontmatter = Schema.Struct({
   model: Schema.optionalKey(string("model")),
   maxTurns: Schema.optionalKey(positiveInt("maxTurns")),
   output_schema: Schema.optionalKey(OutputSchemaField),
-  isolation: Schema.optionalKey(IsolationField)
+  isolation: Schema.optionalKey(IsolationField),
+  permissionMode: Schema.optionalKey(ClaudePermissionMode)
 })
 
 const Action = Schema.Literals(["allow", "ask", "deny"])
@@ -314,7 +316,7 @@ const OpencodeFrontmatter = Schema.Struct({
 
 const fibrilKeys = new Set(Object.keys(FibrilFrontmatter.fields))
 /** Claude Code fields Fibril cannot honour: worth a warning, since the agent behaves differently. */
-const claudeUnsupported = ["permissionMode", "hooks", "skills", "memory"]
+const claudeUnsupported = ["hooks", "skills", "memory"]
 const opencodeUnsupported = ["temperature", "top_p", "prompt"]
 
 const formatter = SchemaIssue.makeFormatterStandardSchemaV1()
@@ -664,12 +666,16 @@ const fromClaude = (path: string, raw: Record<string, unknown>, prompt: string, 
     const denied = fm.disallowedTools === undefined
       ? []
       : claudeToolNames(path, "disallowedTools", fm.disallowedTools, "deny", warnings)
+    const mode = fm.permissionMode === undefined ? undefined : fromPermissionMode(fm.permissionMode)
+    if (mode?.note !== undefined) warnings.push(`${path}: permissionMode: ${mode.note}`)
     return {
       name: fm.name,
       description: fm.description.trim(),
-      baseRole: "general",
+      // A read-only mode is the review role's postures: no writes, no commands, no spawning.
+      baseRole: mode?.readOnly === true ? "review" : "general",
       allowedTools: minus(allowed, denied),
       deniedTools: denied,
+      ...(mode === undefined || mode.ask.length === 0 ? {} : { askTools: mode.ask }),
       model: modelOf(fm.model),
       maxSteps: fm.maxTurns,
       ...outputSchemaOf(fm.output_schema),

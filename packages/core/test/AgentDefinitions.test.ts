@@ -429,8 +429,28 @@ describe("AgentDefinitions.parse", () => {
   })
 
   it("Claude Code: unsupported fields are named in a warning", () => {
-    const { warnings } = claude("Read", "permissionMode: acceptEdits\nmcpServers: [github]\n")
-    assert.deepStrictEqual(warnings, ["a/x.md: permissionMode not supported by Fibril; ignored"])
+    const { warnings } = claude("Read", "hooks: {}\nmcpServers: [github]\n")
+    assert.deepStrictEqual(warnings, ["a/x.md: hooks not supported by Fibril; ignored"])
+  })
+
+  it("Claude Code: permissionMode adds asks or makes the agent read-only, never loosens", () => {
+    const mode = (value: string) => claude("Read, Edit, Bash", `permissionMode: ${value}\n`)
+    for (const value of ["default", "manual"]) {
+      assert.deepStrictEqual(mode(value).definition.askTools, ["write", "shell"], value)
+      assert.strictEqual(mode(value).definition.baseRole, "general")
+    }
+    assert.deepStrictEqual(mode("acceptEdits").definition.askTools, ["shell"])
+    assert.strictEqual(mode("plan").definition.baseRole, "review")
+    assert.strictEqual(mode("dontAsk").definition.baseRole, "review")
+    assert.include(mode("dontAsk").warnings[0], "read-only")
+    for (const value of ["auto", "bypassPermissions"]) {
+      const { definition, warnings } = mode(value)
+      assert.isUndefined(definition.askTools)
+      assert.strictEqual(definition.baseRole, "general")
+      assert.include(warnings[0], "cannot widen Fibril's rules")
+    }
+    const bad = problem("a/x.md", "---\nname: x\ndescription: d\npermissionMode: yolo\n---\n", "claude")
+    assert.include(bad.reason, "permissionMode must be one of default, manual, acceptEdits, plan, dontAsk")
   })
 
   it("Claude Code: mcpServers names configured servers and defines others inline", () => {
