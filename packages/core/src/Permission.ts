@@ -33,6 +33,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import * as RulePatterns from "./internal/rulePatterns.ts"
 import { current as currentWorkspace, Workspace } from "./Workspace.ts"
 
 /** What a tool may do; roles and permission rules allow or deny whole postures. */
@@ -393,7 +394,8 @@ export const decide = (
   rules: Rules,
   name: string,
   posture: Posture,
-  paths: ReadonlyArray<string>
+  paths: ReadonlyArray<string>,
+  command?: string | undefined
 ): Decision => {
   const tool = decideTool(rules, name, posture)
   if (!tool.allowed) return tool
@@ -406,6 +408,10 @@ export const decide = (
       }
     }
   }
+  // A deny entry with a pattern (`shell(git push *)`, `write_file(.github/**)`): judged on the
+  // decoded call, as a plain denial is on its name.
+  const pattern = RulePatterns.matching(rules.deny, name, posture, { paths, command })
+  if (pattern !== undefined) return { allowed: false, reason: `"${pattern}" is denied for the ${rules.label}` }
   return allowed
 }
 
@@ -423,18 +429,36 @@ const rank: Record<Outcome, number> = { deny: 0, ask: 1, allow: 2 }
 export const meetOutcome = (a: Outcome, b: Outcome): Outcome => rank[a] <= rank[b] ? a : b
 
 /** The ask entry (tool name first, then posture) a call of `name` with `posture` matches, if any. */
-export const askedBy = (rules: Rules, name: string, posture: Posture): string | undefined =>
-  rules.ask.has(name) ? name : required(posture).find((needed) => rules.ask.has(needed))
+export const askedBy = (
+  rules: Rules,
+  name: string,
+  posture: Posture,
+  subjects?: RulePatterns.Subjects | undefined
+): string | undefined =>
+  rules.ask.has(name)
+    ? name
+    : required(posture).find((needed) => rules.ask.has(needed)) ??
+      (subjects === undefined ? undefined : RulePatterns.matching(rules.ask, name, posture, subjects))
 
 /** Why a call asks, for the ask entry (`askedBy`) it matched. */
 export const askReason = (rules: Rules, entry: string, name: string): string =>
-  entry === name ? `"${name}" is an ask tool for the ${rules.label}` : `${entry} tools ask for the ${rules.label}`
+  entry === name
+    ? `"${name}" is an ask tool for the ${rules.label}`
+    : RulePatterns.parse(entry) !== undefined
+    ? `"${entry}" asks for the ${rules.label}`
+    : `${entry} tools ask for the ${rules.label}`
 
 /** The three-valued decision for one call: a denial first, then an ask, else allowed (rule 5). */
-export const judge = (rules: Rules, name: string, posture: Posture, paths: ReadonlyArray<string>): Judgement => {
-  const decision = decide(rules, name, posture, paths)
+export const judge = (
+  rules: Rules,
+  name: string,
+  posture: Posture,
+  paths: ReadonlyArray<string>,
+  command?: string | undefined
+): Judgement => {
+  const decision = decide(rules, name, posture, paths, command)
   if (!decision.allowed) return { outcome: "deny", reason: decision.reason }
-  const entry = askedBy(rules, name, posture)
+  const entry = askedBy(rules, name, posture, { paths, command })
   if (entry === undefined) return { outcome: "allow" }
   return { outcome: "ask", reason: askReason(rules, entry, name) }
 }
@@ -464,8 +488,16 @@ export class Permission extends Context.Service<Permission, {
   readonly check: (
     rules: Rules,
     tool: { readonly name: string; readonly posture: Posture },
-    paths: ReadonlyArray<string>
+    paths: ReadonlyArray<string>,
+    command?: string | undefined
   ) => Effect.Effect<void, PermissionDenied>
+  /** The ask entry (rule 5) an allowed call matches, patterns judged on workspace-relative paths. */
+  readonly askedBy: (
+    rules: Rules,
+    tool: { readonly name: string; readonly posture: Posture },
+    paths: ReadonlyArray<string>,
+    command?: string | undefined
+  ) => Effect.Effect<string | undefined>
 }>()("@fibril/core/Permission") {}
 
 const verdict = (tool: string, decision: Decision): Effect.Effect<void, PermissionDenied> =>
@@ -482,11 +514,16 @@ export const make = Effect.fn("Permission.make")(function*(options: {
     derive,
     checkTool: (rules, tool) => verdict(tool.name, decideTool(rules, tool.name, tool.posture)),
     // Paths are judged in the caller's workspace: an isolated agent's worktree (Workspace.Isolated).
-    check: (rules, tool, paths) =>
+    askedBy: (rules, tool, paths, command) =>
+      rules.ask.size === 0
+        ? Effect.succeed(undefined)
+        : Effect.map(currentWorkspace(base), (workspace) =>
+          askedBy(rules, tool.name, tool.posture, { paths: paths.map(workspace.relativize), command })),
+    check: (rules, tool, paths, command) =>
       Effect.flatMap(currentWorkspace(base), (workspace) => {
         const lexical = paths.map(workspace.relativize)
         if (rules.writeScope === "all" || !writes(tool.posture) || paths.length === 0) {
-          return verdict(tool.name, decide(rules, tool.name, tool.posture, lexical))
+          return verdict(tool.name, decide(rules, tool.name, tool.posture, lexical, command))
         }
         // Under a write scope, where a path really leads counts too: `.fibril/plans/link/x`
         // through a symlink to `src/` is a write to `src/`. A path that resolves outside the
@@ -497,7 +534,7 @@ export const make = Effect.fn("Permission.make")(function*(options: {
               Effect.map(workspace.relative),
               Effect.orElseSucceed(() => workspace.relativize(path))
             )),
-          (real) => verdict(tool.name, decide(rules, tool.name, tool.posture, [...lexical, ...real]))
+          (real) => verdict(tool.name, decide(rules, tool.name, tool.posture, [...lexical, ...real], command))
         )
       })
   })

@@ -15,6 +15,7 @@ import type * as LanguageModel from "effect/ai/LanguageModel"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as AgentDefinitions from "./AgentDefinitions.ts"
+import * as RulePatterns from "./internal/rulePatterns.ts"
 import type { Models, UnknownModel } from "./Models.ts"
 import * as OutputSchema from "./OutputSchema.ts"
 import * as Permission from "./Permission.ts"
@@ -155,10 +156,11 @@ export const checkAskTools = (
   role: string,
   askTools: ReadonlyArray<string> | undefined
 ): Effect.Effect<void, Roles.InvalidRoleRequest> => {
-  const unknown =
-    askTools?.filter((name) =>
-      !(Permission.postures as ReadonlyArray<string>).includes(name) && Option.isNone(registry.get(name))
-    ) ?? []
+  // A `tool(pattern)` entry (`shell(git push *)`) must name a tool that exists.
+  const unknown = askTools?.filter((entry) => {
+    const name = RulePatterns.toolOf(entry)
+    return !(Permission.postures as ReadonlyArray<string>).includes(name) && Option.isNone(registry.get(name))
+  }) ?? []
   if (unknown.length === 0) return Effect.void
   return Effect.flatMap(registry.list, (tools) =>
     Effect.fail(

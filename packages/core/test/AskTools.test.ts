@@ -80,4 +80,43 @@ describe("ask_tools", () => {
         ["shell"]
       )
     }).pipe(Effect.scoped, provideNode))
+
+  it.effect("patterns ask and deny by argument: a shell command pattern, a path pattern; other calls of the tool run", () =>
+    Effect.gen(function*() {
+      const { fs, get, path, root } = yield* setup(
+        {
+          rules: [{
+            match: { prompt: "patterns" },
+            respond: (c) =>
+              c.turn === 0
+                ? {
+                  tool_calls: [
+                    { name: "shell", args: { command: "git push origin main; echo pushed >> pushed.txt" } },
+                    { name: "shell", args: { command: "echo fine >> fine.txt" } },
+                    { name: "write_file", args: { path: "secret/key.txt", content: "x" } },
+                    { name: "write_file", args: { path: "open/notes.txt", content: "x" } }
+                  ]
+                }
+                : { text: report(JSON.stringify(c.lastToolResults.map((r) => r.result))) }
+          }]
+        },
+        { maxDepth: 1 },
+        {
+          ask: ["shell(git push *)"],
+          deny: ["write_file(secret/**)"],
+          sandbox: { mode: "off", network: false, writablePaths: [] }
+        }
+      )
+      const manager = get(SubAgentManager)
+      const agent = yield* manager.spawn(undefined, { prompt: "patterns", role: "general" })
+      const summary = (yield* manager.result(agent.agent_id, { block: true })).outcome?.summary ?? ""
+      assert.include(summary, "ApprovalDenied")
+      assert.include(summary, "git push *)\\\" asks for the general")
+      assert.include(summary, "PermissionDenied")
+      assert.include(summary, "write_file(secret/**)\\\" is denied")
+      assert.isFalse(yield* fs.exists(path.join(root, "pushed.txt")))
+      assert.isFalse(yield* fs.exists(path.join(root, "secret/key.txt")))
+      assert.isTrue(yield* fs.exists(path.join(root, "fine.txt")))
+      assert.isTrue(yield* fs.exists(path.join(root, "open/notes.txt")))
+    }).pipe(Effect.scoped, provideNode))
 })

@@ -15,6 +15,7 @@ import type * as TomlModule from "smol-toml"
 import { claudeTools, opencodeTools } from "../AgentDefinitions.ts"
 import { postures } from "../Permission.ts"
 import { accepts, bounds, describeBounds, type IntKey, sandboxModesAccepted } from "./configBounds.ts"
+import * as RulePatterns from "./rulePatterns.ts"
 import { nearest } from "./suggest.ts"
 
 // The TOML parser is loaded when a config file is first read (a process with none never needs it).
@@ -427,7 +428,7 @@ export const unknownAsked = (
   key: "permissions.ask" | "permissions.allow" = "permissions.ask"
 ): ConfigUnknownTool | undefined => {
   const known = [...tools, ...postures]
-  const unknown = unknownTools(ask ?? [], known)
+  const unknown = unknownTools(ask ?? [], known, key === "permissions.ask")
   return unknown.length === 0 ? undefined : new ConfigUnknownTool({ key, source, unknown, known })
 }
 
@@ -449,8 +450,9 @@ export const approvalConfigs = {
 }
 
 /** `[permissions] deny` entries that name no known tool, each with the tool it probably means. */
-export const unknownTools = (deny: ReadonlyArray<string>, known: ReadonlyArray<string>) =>
-  deny.filter((name) => !known.includes(name)).map((name) => {
+/** Entries naming no known tool; with `patterns`, a `tool(pattern)` entry names its tool (RulePatterns). */
+export const unknownTools = (deny: ReadonlyArray<string>, known: ReadonlyArray<string>, patterns = true) =>
+  (patterns ? deny.map(RulePatterns.toolOf) : deny).filter((name) => !known.includes(name)).map((name) => {
     const key = name.toLowerCase()
     const foreign = Object.hasOwn(claudeTools, key) ? claudeTools[key] : Object.hasOwn(opencodeTools, key)
       ? opencodeTools[key]
