@@ -467,11 +467,19 @@ export const judge = (
 export const narrows = (
   parent: Rules,
   child: Rules,
-  universe: { readonly tools: ReadonlyArray<readonly [string, Posture]>; readonly paths: ReadonlyArray<string> }
+  universe: {
+    readonly tools: ReadonlyArray<readonly [string, Posture]>
+    readonly paths: ReadonlyArray<string>
+    /** Shell commands, for rule patterns such as `shell(git push *)`; default none. */
+    readonly commands?: ReadonlyArray<string> | undefined
+  }
 ): boolean =>
   universe.tools.every(([name, posture]) =>
     universe.paths.every((path) =>
-      rank[judge(child, name, posture, [path]).outcome] <= rank[judge(parent, name, posture, [path]).outcome]
+      [undefined, ...(universe.commands ?? [])].every((command) =>
+        rank[judge(child, name, posture, [path], command).outcome] <=
+          rank[judge(parent, name, posture, [path], command).outcome]
+      )
     )
   )
 
