@@ -21,6 +21,7 @@ import { createRequire } from "node:module"
 import type * as YamlModule from "yaml"
 import { ClaudePermissionMode, fromPermissionMode } from "./internal/claudePermissionMode.ts"
 import * as McpEntry from "./internal/mcpEntry.ts"
+import * as RulePatterns from "./internal/rulePatterns.ts"
 import { canonical, type RoleName } from "./Roles.ts"
 
 // The YAML parser is loaded on first use (most runs read no agent file): it is about 6 MiB of
@@ -451,6 +452,9 @@ const suggestion = (name: string): string => {
 const fibrilToolNames = (path: string, key: string, tools: string | ReadonlyArray<string>, warnings: Array<string>) =>
   unique(
     splitTools(tools).flatMap((name) => {
+      // `shell(git push *)` in ask_tools or denied_tools: a rule on the call's command or paths.
+      const pattern = key === "tools" ? undefined : RulePatterns.parse(name)
+      if (pattern !== undefined && fibrilTools.includes(pattern.tool)) return [name]
       const matches = name.includes("*")
         ? fibrilTools.filter((tool) => globPattern(name).test(tool))
         : fibrilTools.filter((tool) => tool === name.toLowerCase())
@@ -548,7 +552,31 @@ const opencodePolicy = (
   let askedByDefault = false
   const allowed = new Map<string, boolean>()
   const asked = new Map<string, boolean>()
+  // `bash: { "*": allow, "git push *": ask }`: the tool stays allowed and each pattern is a rule
+  // of its own (`shell(git push *)`, RulePatterns), judged on the call's command or paths.
+  const patternAsks: Array<string> = []
+  const patternDenials: Array<string> = []
   for (const [key, rule] of Object.entries(permission)) {
+    if (key !== "*" && typeof rule !== "string" && rule["*"] === "allow") {
+      const tools = matchingKeys(key, opencodePermissions).flatMap((name) => lookup(opencodePermissions, name) ?? [])
+      for (const [pattern, action] of Object.entries(rule)) {
+        if (pattern === "*") continue
+        if (action === "allow") {
+          warnings.push(`${path}: permission.${key}: "${pattern}": allow after "*": allow adds nothing; ignored`)
+        }
+        for (const tool of tools) {
+          if (action === "ask") patternAsks.push(`${tool}(${pattern})`)
+          if (action === "deny") patternDenials.push(`${tool}(${pattern})`)
+        }
+      }
+      if (tools.length > 0) {
+        for (const tool of tools) {
+          allowed.set(tool, true)
+          asked.set(tool, false)
+        }
+        continue
+      }
+    }
     const patterns = typeof rule === "string" ? [] : Object.values(rule)
     // "ask", or patterns that only allow or ask, ask for the whole tool: never wider than the
     // patterns. A pattern that denies still denies the whole tool (a person cannot widen it).
@@ -588,8 +616,8 @@ const opencodePolicy = (
   const closed = !enabledByDefault || !allowedByDefault
   return {
     allowed: closed ? opencodeReachable.filter(usable) : undefined,
-    denied: opencodeReachable.filter((tool) => !usable(tool)),
-    asked: opencodeReachable.filter((tool) => usable(tool) && (asked.get(tool) ?? askedByDefault))
+    denied: [...opencodeReachable.filter((tool) => !usable(tool)), ...patternDenials],
+    asked: [...opencodeReachable.filter((tool) => usable(tool) && (asked.get(tool) ?? askedByDefault)), ...patternAsks]
   }
 }
 

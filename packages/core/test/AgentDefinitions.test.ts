@@ -493,6 +493,27 @@ describe("AgentDefinitions.parse", () => {
     assert.deepStrictEqual(allAllowed.definition.deniedTools, [])
   })
 
+  it("opencode: under \"*\": allow, each asking or denying pattern is a rule of its own; the tool stays allowed", () => {
+    const { definition, warnings } = ok(
+      "o/p.md",
+      `---\ndescription: d\npermission:\n  bash:\n    "*": allow\n    "git push *": ask\n    "rm *": deny\n` +
+        `  edit:\n    "*": allow\n    ".github/**": deny\n---\n`,
+      "opencode"
+    )
+    assert.isUndefined(definition.allowedTools)
+    assert.deepStrictEqual(definition.askTools, ["shell(git push *)"])
+    assert.deepStrictEqual(definition.deniedTools, ["shell(rm *)", "write_file(.github/**)", "edit_file(.github/**)"])
+    assert.deepStrictEqual(warnings, [])
+    const fibril = ok(
+      "f/p.md",
+      `---\ndescription: d\nask_tools: ["shell(git push *)"]\ndenied_tools: ["write_file(.github/**)"]\n---\n`,
+      "fibril"
+    )
+    assert.deepStrictEqual(fibril.definition.askTools, ["shell(git push *)"])
+    assert.deepStrictEqual(fibril.definition.deniedTools, ["write_file(.github/**)"])
+    assert.deepStrictEqual(fibril.warnings, [])
+  })
+
   it("opencode: a \"*\" entry switching everything off makes an allow list of what later entries enable", () => {
     const text = `---\ndescription: d\ntools:\n  "*": false\n  read: true\n  grep: true\n  webfetch: true\n---\n`
     const { definition, warnings } = ok("o/readonly.md", text, "opencode")
