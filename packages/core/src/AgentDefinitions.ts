@@ -558,19 +558,19 @@ const opencodePolicy = (
   const patternDenials: Array<string> = []
   for (const [key, rule] of Object.entries(permission)) {
     if (key !== "*" && typeof rule !== "string" && rule["*"] === "allow") {
-      const tools = matchingKeys(key, opencodePermissions).flatMap((name) => lookup(opencodePermissions, name) ?? [])
+      const targets = matchingKeys(key, opencodePermissions).flatMap((name) => lookup(opencodePermissions, name) ?? [])
       for (const [pattern, action] of Object.entries(rule)) {
         if (pattern === "*") continue
         if (action === "allow") {
           warnings.push(`${path}: permission.${key}: "${pattern}": allow after "*": allow adds nothing; ignored`)
         }
-        for (const tool of tools) {
+        for (const tool of targets) {
           if (action === "ask") patternAsks.push(`${tool}(${pattern})`)
           if (action === "deny") patternDenials.push(`${tool}(${pattern})`)
         }
       }
-      if (tools.length > 0) {
-        for (const tool of tools) {
+      if (targets.length > 0) {
+        for (const tool of targets) {
           allowed.set(tool, true)
           asked.set(tool, false)
         }
