@@ -476,7 +476,8 @@ export const narrows = (
 ): boolean =>
   universe.tools.every(([name, posture]) =>
     universe.paths.every((path) =>
-      [undefined, ...(universe.commands ?? [])].every((command) =>
+      // A command is judged only for a shell-posture tool (RulePatterns).
+      (posture === "shell" ? [undefined, ...(universe.commands ?? [])] : [undefined]).every((command) =>
         rank[judge(child, name, posture, [path], command).outcome] <=
           rank[judge(parent, name, posture, [path], command).outcome]
       )
