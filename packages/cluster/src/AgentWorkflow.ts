@@ -53,6 +53,7 @@ import * as ClusterQuestions from "./ClusterQuestions.ts"
 import { type AgentRow, ClusterStore, finished, type Grant, type Slot, stepTokens, zeroUsage } from "./ClusterStore.ts"
 import * as ClusterSubAgents from "./ClusterSubAgents.ts"
 import * as ClusterWatch from "./ClusterWatch.ts"
+import { cancelledCall, interruptedCall } from "./internal/toolCalls.ts"
 import * as StepJournal from "./StepJournal.ts"
 
 export { AgentFailed, AgentOutcome, AgentPayload, AgentWorkflow, childId, grantsOf } from "./AgentRun.ts"
@@ -115,31 +116,8 @@ export const defaults: Options = {
 // A typed answer's repair request follows the step's tool results (AgentLoop's onLoopMessage).
 const slot = { assistant: 100, tool: 1000, repair: 1_000_000 }
 
-/** The result of a tool call stopped because its agent was cancelled while it ran. */
-export const cancelledCall = (call: AgentSteps.StepToolCall): AgentSteps.ToolStep => ({
-  id: call.id,
-  name: call.name,
-  isFailure: true,
-  result: {
-    error: "Cancelled",
-    message: `the agent was cancelled while this ${call.name} call ran: it was interrupted`
-  }
-})
-
-/**
- * The result a non-idempotent tool call gets when its step runs again and finds the call was
- * started before (`ClusterStore.startToolCall`): the tool is not run a second time.
- */
-export const interruptedCall = (call: AgentSteps.StepToolCall): AgentSteps.ToolStep => ({
-  id: call.id,
-  name: call.name,
-  isFailure: true,
-  result: {
-    error: "Interrupted",
-    message:
-      `this ${call.name} call was started, then interrupted before its result was saved (the worker running it stopped or crashed). It was not run again because ${call.name} is not idempotent: it may have run in part or in full. Check its effects (read the files it writes, look for what it creates) before calling it again.`
-  }
-})
+// The results of a call stopped by a cancel, and of one not run again after a crash.
+export { cancelledCall, interruptedCall } from "./internal/toolCalls.ts"
 
 const failureReason = (cause: Cause.Cause<unknown>): string => {
   const error = Cause.squash(cause)
@@ -164,7 +142,10 @@ export const rulesFor = (root: Permission.Rules, maxDepth: number, grants: Reado
       const role = yield* Roles.resolve(grant.role)
       rules = Permission.effective(
         rules,
-        Permission.grantFor(grant.depth, maxDepth, role, { allowedTools: grant.allowedTools })
+        Permission.grantFor(grant.depth, maxDepth, role, {
+          allowedTools: grant.allowedTools,
+          askTools: grant.askTools
+        })
       )
     }
     return rules
@@ -260,7 +241,12 @@ const setup = Effect.fnUntraced(function*(config: Options, payload: AgentPayload
     }
     const own = grants.at(-1)
     if (own === undefined) return
-    yield* ClusterSubAgents.checkSpawn({ prompt: "", role: own.role, allowedTools: own.allowedTools }, { registry })
+    yield* ClusterSubAgents.checkSpawn({
+      prompt: "",
+      role: own.role,
+      allowedTools: own.allowedTools,
+      askTools: own.askTools
+    }, { registry })
       .pipe(Effect.mapError((refused) => new AgentFailed({ agentId, reason: `refused: ${refused.message}` })))
   })
   const context: RunContext = {

@@ -41,6 +41,8 @@ export interface StartOptions {
    * workers' permissions). Names the workers do not have make the agent fail, saying which.
    */
   readonly allowedTools?: ReadonlyArray<string> | undefined
+  /** The caller's `ask_tools`: tool names and postures whose calls wait for a person (only adds asks). */
+  readonly askTools?: ReadonlyArray<string> | undefined
   /** Default: a new random id. */
   readonly agentId?: string | undefined
 }
@@ -68,9 +70,16 @@ export const start = (options: StartOptions) =>
       prompt: options.prompt,
       detached: false,
       workspace: options.workspace,
-      ...(options.allowedTools === undefined
+      ...(options.allowedTools === undefined && options.askTools === undefined
         ? {}
-        : { grants: [{ role, depth: 0, allowedTools: options.allowedTools }] })
+        : {
+          grants: [{
+            role,
+            depth: 0,
+            ...(options.allowedTools === undefined ? {} : { allowedTools: options.allowedTools }),
+            ...(options.askTools === undefined ? {} : { askTools: options.askTools })
+          }]
+        })
     }
     yield* store.insert(yield* rowFor(payload))
     yield* AgentWorkflow.execute(yield* traced(payload), { discard: true })

@@ -86,6 +86,7 @@ export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnC
     const { role } = yield* SpawnPlan.resolveRole([], request.role ?? "general", request.allowedTools)
     if (checks.registry !== undefined) {
       yield* SpawnPlan.checkAllowedTools(checks.registry, role.name, request.allowedTools)
+      yield* SpawnPlan.checkAskTools(checks.registry, role.name, request.askTools)
     }
     const models = checks.models
     // A schema outside the supported subset is refused here, as SpawnPlan refuses it.
@@ -235,9 +236,12 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
     Effect.map(checkSpawn(request, backend.checks), (role): AgentPayload => {
       const agentId = backend.newId()
       const depth = parent === undefined ? 0 : parent.depth + 1
-      const allowed = request.allowedTools === undefined ? {} : { allowedTools: request.allowedTools }
+      const allowed = {
+        ...(request.allowedTools === undefined ? {} : { allowedTools: request.allowedTools }),
+        ...(request.askTools === undefined ? {} : { askTools: request.askTools })
+      }
       const grants = parent === undefined
-        ? (request.allowedTools === undefined ? [] : [{ role: role.name, depth, ...allowed }])
+        ? (Object.keys(allowed).length === 0 ? [] : [{ role: role.name, depth, ...allowed }])
         : [...grantsOf(parent), { role: role.name, depth, ...allowed }]
       return {
         agentId,

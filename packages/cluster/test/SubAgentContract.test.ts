@@ -688,6 +688,34 @@ const contract = (engine: Engine) => {
       assert.deepStrictEqual(childrenOf(run.agents), [])
     }))
 
+  test("ask: a spawn's ask_tools make the child's calls ask (a posture here); with nobody to answer, denied", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [
+          {
+            match: { depth: 1 },
+            respond: (c) =>
+              c.turn === 0
+                ? { tool_calls: [{ name: "list_dir", args: {} }] }
+                : { text: report(`list_dir said: ${JSON.stringify(c.lastToolResults[0]?.result)}`) }
+          },
+          {
+            match: { depth: 0 },
+            turns: [
+              { tool_calls: [{ name: "task", args: { description: "asked", prompt: "x", ask_tools: ["read"] } }] },
+              { text: "root done" }
+            ]
+          }
+        ]
+      })
+      assert.strictEqual(run.text, "root done")
+      const [task] = run.toolResults
+      assert.isFalse(task!.isFailure, JSON.stringify(task))
+      const summary = (task!.result as { summary: string }).summary
+      assert.include(summary, "ApprovalDenied")
+      assert.include(summary, "read tools ask")
+    }))
+
   test("an unknown role is UnknownRole, naming the accepted ones", () =>
     Effect.gen(function*() {
       const run = yield* engine.run({

@@ -19,7 +19,9 @@ import * as Schema from "effect/Schema"
 import * as SchemaIssue from "effect/SchemaIssue"
 import { createRequire } from "node:module"
 import type * as YamlModule from "yaml"
+import { ClaudePermissionMode, fromPermissionMode } from "./internal/claudePermissionMode.ts"
 import * as McpEntry from "./internal/mcpEntry.ts"
+import * as RulePatterns from "./internal/rulePatterns.ts"
 import { canonical, type RoleName } from "./Roles.ts"
 
 // The YAML parser is loaded on first use (most runs read no agent file): it is about 6 MiB of
@@ -283,7 +285,8 @@ const ClaudeFrontmatter = Schema.Struct({
   model: Schema.optionalKey(string("model")),
   maxTurns: Schema.optionalKey(positiveInt("maxTurns")),
   output_schema: Schema.optionalKey(OutputSchemaField),
-  isolation: Schema.optionalKey(IsolationField)
+  isolation: Schema.optionalKey(IsolationField),
+  permissionMode: Schema.optionalKey(ClaudePermissionMode)
 })
 
 const Action = Schema.Literals(["allow", "ask", "deny"])
@@ -314,7 +317,7 @@ const OpencodeFrontmatter = Schema.Struct({
 
 const fibrilKeys = new Set(Object.keys(FibrilFrontmatter.fields))
 /** Claude Code fields Fibril cannot honour: worth a warning, since the agent behaves differently. */
-const claudeUnsupported = ["permissionMode", "hooks", "skills", "memory"]
+const claudeUnsupported = ["hooks", "skills", "memory"]
 const opencodeUnsupported = ["temperature", "top_p", "prompt"]
 
 const formatter = SchemaIssue.makeFormatterStandardSchemaV1()
@@ -449,6 +452,9 @@ const suggestion = (name: string): string => {
 const fibrilToolNames = (path: string, key: string, tools: string | ReadonlyArray<string>, warnings: Array<string>) =>
   unique(
     splitTools(tools).flatMap((name) => {
+      // `shell(git push *)` in ask_tools or denied_tools: a rule on the call's command or paths.
+      const pattern = key === "tools" ? undefined : RulePatterns.parse(name)
+      if (pattern !== undefined && fibrilTools.includes(pattern.tool)) return [name]
       const matches = name.includes("*")
         ? fibrilTools.filter((tool) => globPattern(name).test(tool))
         : fibrilTools.filter((tool) => tool === name.toLowerCase())
@@ -546,7 +552,31 @@ const opencodePolicy = (
   let askedByDefault = false
   const allowed = new Map<string, boolean>()
   const asked = new Map<string, boolean>()
+  // `bash: { "*": allow, "git push *": ask }`: the tool stays allowed and each pattern is a rule
+  // of its own (`shell(git push *)`, RulePatterns), judged on the call's command or paths.
+  const patternAsks: Array<string> = []
+  const patternDenials: Array<string> = []
   for (const [key, rule] of Object.entries(permission)) {
+    if (key !== "*" && typeof rule !== "string" && rule["*"] === "allow") {
+      const targets = matchingKeys(key, opencodePermissions).flatMap((name) => lookup(opencodePermissions, name) ?? [])
+      for (const [pattern, action] of Object.entries(rule)) {
+        if (pattern === "*") continue
+        if (action === "allow") {
+          warnings.push(`${path}: permission.${key}: "${pattern}": allow after "*": allow adds nothing; ignored`)
+        }
+        for (const tool of targets) {
+          if (action === "ask") patternAsks.push(`${tool}(${pattern})`)
+          if (action === "deny") patternDenials.push(`${tool}(${pattern})`)
+        }
+      }
+      if (targets.length > 0) {
+        for (const tool of targets) {
+          allowed.set(tool, true)
+          asked.set(tool, false)
+        }
+        continue
+      }
+    }
     const patterns = typeof rule === "string" ? [] : Object.values(rule)
     // "ask", or patterns that only allow or ask, ask for the whole tool: never wider than the
     // patterns. A pattern that denies still denies the whole tool (a person cannot widen it).
@@ -586,8 +616,8 @@ const opencodePolicy = (
   const closed = !enabledByDefault || !allowedByDefault
   return {
     allowed: closed ? opencodeReachable.filter(usable) : undefined,
-    denied: opencodeReachable.filter((tool) => !usable(tool)),
-    asked: opencodeReachable.filter((tool) => usable(tool) && (asked.get(tool) ?? askedByDefault))
+    denied: [...opencodeReachable.filter((tool) => !usable(tool)), ...patternDenials],
+    asked: [...opencodeReachable.filter((tool) => usable(tool) && (asked.get(tool) ?? askedByDefault)), ...patternAsks]
   }
 }
 
@@ -664,12 +694,16 @@ const fromClaude = (path: string, raw: Record<string, unknown>, prompt: string, 
     const denied = fm.disallowedTools === undefined
       ? []
       : claudeToolNames(path, "disallowedTools", fm.disallowedTools, "deny", warnings)
+    const mode = fm.permissionMode === undefined ? undefined : fromPermissionMode(fm.permissionMode)
+    if (mode?.note !== undefined) warnings.push(`${path}: permissionMode: ${mode.note}`)
     return {
       name: fm.name,
       description: fm.description.trim(),
-      baseRole: "general",
+      // A read-only mode is the review role's postures: no writes, no commands, no spawning.
+      baseRole: mode?.readOnly === true ? "review" : "general",
       allowedTools: minus(allowed, denied),
       deniedTools: denied,
+      ...(mode === undefined || mode.ask.length === 0 ? {} : { askTools: mode.ask }),
       model: modelOf(fm.model),
       maxSteps: fm.maxTurns,
       ...outputSchemaOf(fm.output_schema),

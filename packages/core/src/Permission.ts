@@ -33,6 +33,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import * as RulePatterns from "./internal/rulePatterns.ts"
 import { current as currentWorkspace, Workspace } from "./Workspace.ts"
 
 /** What a tool may do; roles and permission rules allow or deny whole postures. */
@@ -195,6 +196,8 @@ export interface Grant {
   readonly definition?: Ceiling | undefined
   /** The caller's `allowed_tools`. */
   readonly allowedTools?: ReadonlyArray<string> | undefined
+  /** The caller's `ask_tools`: tool names and postures that ask, added to the parent's (rule 5). */
+  readonly askTools?: ReadonlyArray<string> | undefined
   /** The runtime's own limits: configuration denials, sub-agent denials, no spawning at max depth. */
   readonly policy?: Ceiling | undefined
 }
@@ -202,7 +205,7 @@ export interface Grant {
 const ceilingsOf = (grant: Grant): ReadonlyArray<Ceiling> => [
   grant.role,
   grant.definition ?? {},
-  { allow: grant.allowedTools },
+  { allow: grant.allowedTools, ask: grant.askTools },
   grant.policy ?? {}
 ]
 
@@ -220,6 +223,8 @@ const withoutSpawn: ReadonlyArray<Posture> = postures.filter((posture) => postur
 /** What an agent asks for besides its role: the caller's `allowed_tools`, a definition, extra denials. */
 export interface GrantOptions {
   readonly allowedTools?: ReadonlyArray<string> | undefined
+  /** The caller's `ask_tools` (rule 5): only ever adds asks. */
+  readonly askTools?: ReadonlyArray<string> | undefined
   readonly definition?: Ceiling | undefined
   readonly deny?: ReadonlyArray<string> | undefined
   /** Tool names and postures that must ask (`[permissions] ask`, a definition's `ask_tools`). */
@@ -249,6 +254,7 @@ export const grantFor = (
   role: { postures: role.postures, writeScope: role.writeScope },
   definition: options.definition,
   allowedTools: options.allowedTools,
+  askTools: options.askTools,
   policy: {
     deny: depth === 0 ? options.deny : [...childDenied, ...(options.deny ?? [])],
     ask: options.ask,
@@ -264,7 +270,9 @@ export const grantFor = (
 export const GrantRecord = Schema.Struct({
   role: Schema.String,
   depth: Schema.Int,
-  allowedTools: Schema.optionalKey(Schema.Array(Schema.String))
+  allowedTools: Schema.optionalKey(Schema.Array(Schema.String)),
+  /** The caller's `ask_tools` (absent in older records: nothing asked). */
+  askTools: Schema.optionalKey(Schema.Array(Schema.String))
 })
 export type GrantRecord = typeof GrantRecord.Type
 
@@ -403,7 +411,8 @@ export const decide = (
   rules: Rules,
   name: string,
   posture: Posture,
-  paths: ReadonlyArray<string>
+  paths: ReadonlyArray<string>,
+  command?: string | undefined
 ): Decision => {
   const tool = decideTool(rules, name, posture)
   if (!tool.allowed) return tool
@@ -416,6 +425,10 @@ export const decide = (
       }
     }
   }
+  // A deny entry with a pattern (`shell(git push *)`, `write_file(.github/**)`): judged on the
+  // decoded call, as a plain denial is on its name.
+  const pattern = RulePatterns.matching(rules.deny, name, posture, { paths, command })
+  if (pattern !== undefined) return { allowed: false, reason: `"${pattern}" is denied for the ${rules.label}` }
   return allowed
 }
 
@@ -433,20 +446,36 @@ const rank: Record<Outcome, number> = { deny: 0, ask: 1, allow: 2 }
 export const meetOutcome = (a: Outcome, b: Outcome): Outcome => rank[a] <= rank[b] ? a : b
 
 /** The ask entry (tool name first, then posture) a call of `name` with `posture` matches, if any. */
-export const askedBy = (rules: Rules, name: string, posture: Posture): string | undefined =>
+export const askedBy = (
+  rules: Rules,
+  name: string,
+  posture: Posture,
+  subjects?: RulePatterns.Subjects | undefined
+): string | undefined =>
   listsTool(rules.ask, name)
     ? [...rules.ask].find((entry) => namesTool(entry, name))
-    : required(posture).find((needed) => rules.ask.has(needed))
+    : required(posture).find((needed) => rules.ask.has(needed)) ??
+      (subjects === undefined ? undefined : RulePatterns.matching(rules.ask, name, posture, subjects))
 
 /** Why a call asks, for the ask entry (`askedBy`) it matched. */
 export const askReason = (rules: Rules, entry: string, name: string): string =>
-  entry === name ? `"${name}" is an ask tool for the ${rules.label}` : `${entry} tools ask for the ${rules.label}`
+  entry === name
+    ? `"${name}" is an ask tool for the ${rules.label}`
+    : RulePatterns.parse(entry) !== undefined
+    ? `"${entry}" asks for the ${rules.label}`
+    : `${entry} tools ask for the ${rules.label}`
 
 /** The three-valued decision for one call: a denial first, then an ask, else allowed (rule 5). */
-export const judge = (rules: Rules, name: string, posture: Posture, paths: ReadonlyArray<string>): Judgement => {
-  const decision = decide(rules, name, posture, paths)
+export const judge = (
+  rules: Rules,
+  name: string,
+  posture: Posture,
+  paths: ReadonlyArray<string>,
+  command?: string | undefined
+): Judgement => {
+  const decision = decide(rules, name, posture, paths, command)
   if (!decision.allowed) return { outcome: "deny", reason: decision.reason }
-  const entry = askedBy(rules, name, posture)
+  const entry = askedBy(rules, name, posture, { paths, command })
   if (entry === undefined) return { outcome: "allow" }
   return { outcome: "ask", reason: askReason(rules, entry, name) }
 }
@@ -455,11 +484,20 @@ export const judge = (rules: Rules, name: string, posture: Posture, paths: Reado
 export const narrows = (
   parent: Rules,
   child: Rules,
-  universe: { readonly tools: ReadonlyArray<readonly [string, Posture]>; readonly paths: ReadonlyArray<string> }
+  universe: {
+    readonly tools: ReadonlyArray<readonly [string, Posture]>
+    readonly paths: ReadonlyArray<string>
+    /** Shell commands, for rule patterns such as `shell(git push *)`; default none. */
+    readonly commands?: ReadonlyArray<string> | undefined
+  }
 ): boolean =>
   universe.tools.every(([name, posture]) =>
     universe.paths.every((path) =>
-      rank[judge(child, name, posture, [path]).outcome] <= rank[judge(parent, name, posture, [path]).outcome]
+      // A command is judged only for a shell-posture tool (RulePatterns).
+      (posture === "shell" ? [undefined, ...(universe.commands ?? [])] : [undefined]).every((command) =>
+        rank[judge(child, name, posture, [path], command).outcome] <=
+          rank[judge(parent, name, posture, [path], command).outcome]
+      )
     )
   )
 
@@ -476,8 +514,16 @@ export class Permission extends Context.Service<Permission, {
   readonly check: (
     rules: Rules,
     tool: { readonly name: string; readonly posture: Posture },
-    paths: ReadonlyArray<string>
+    paths: ReadonlyArray<string>,
+    command?: string | undefined
   ) => Effect.Effect<void, PermissionDenied>
+  /** The ask entry (rule 5) an allowed call matches, patterns judged on workspace-relative paths. */
+  readonly askedBy: (
+    rules: Rules,
+    tool: { readonly name: string; readonly posture: Posture },
+    paths: ReadonlyArray<string>,
+    command?: string | undefined
+  ) => Effect.Effect<string | undefined>
 }>()("@fibril/core/Permission") {}
 
 const verdict = (tool: string, decision: Decision): Effect.Effect<void, PermissionDenied> =>
@@ -494,11 +540,16 @@ export const make = Effect.fn("Permission.make")(function*(options: {
     derive,
     checkTool: (rules, tool) => verdict(tool.name, decideTool(rules, tool.name, tool.posture)),
     // Paths are judged in the caller's workspace: an isolated agent's worktree (Workspace.Isolated).
-    check: (rules, tool, paths) =>
+    askedBy: (rules, tool, paths, command) =>
+      rules.ask.size === 0
+        ? Effect.succeed(undefined)
+        : Effect.map(currentWorkspace(base), (workspace) =>
+          askedBy(rules, tool.name, tool.posture, { paths: paths.map(workspace.relativize), command })),
+    check: (rules, tool, paths, command) =>
       Effect.flatMap(currentWorkspace(base), (workspace) => {
         const lexical = paths.map(workspace.relativize)
         if (rules.writeScope === "all" || !writes(tool.posture) || paths.length === 0) {
-          return verdict(tool.name, decide(rules, tool.name, tool.posture, lexical))
+          return verdict(tool.name, decide(rules, tool.name, tool.posture, lexical, command))
         }
         // Under a write scope, where a path really leads counts too: `.fibril/plans/link/x`
         // through a symlink to `src/` is a write to `src/`. A path that resolves outside the
@@ -509,7 +560,7 @@ export const make = Effect.fn("Permission.make")(function*(options: {
               Effect.map(workspace.relative),
               Effect.orElseSucceed(() => workspace.relativize(path))
             )),
-          (real) => verdict(tool.name, decide(rules, tool.name, tool.posture, [...lexical, ...real]))
+          (real) => verdict(tool.name, decide(rules, tool.name, tool.posture, [...lexical, ...real], command))
         )
       })
   })

@@ -133,6 +133,8 @@ export interface CreateOptions {
   /** Replaces the role's prompt (the header line is kept). */
   readonly systemPrompt?: string | undefined
   readonly allowedTools?: ReadonlyArray<string> | undefined
+  /** The caller's `ask_tools` (Permission rule 5): only adds asks. */
+  readonly askTools?: ReadonlyArray<string> | undefined
   readonly deny?: ReadonlyArray<string> | undefined
   /** `model` already resolved by the caller (SpawnPlan): it is not resolved again. */
   readonly languageModel?: LanguageModel.LanguageModel | undefined
@@ -158,6 +160,8 @@ export interface ChildOptions {
   readonly languageModel?: LanguageModel.LanguageModel | undefined
   /** The caller's `allowed_tools`: a ceiling of its own, met with the definition's tools. */
   readonly allowedTools?: ReadonlyArray<string> | undefined
+  /** The caller's `ask_tools` (Permission rule 5): only adds asks. */
+  readonly askTools?: ReadonlyArray<string> | undefined
   /** A markdown agent definition's tools and denials. */
   readonly definition?: Permission.Ceiling | undefined
   readonly deny?: ReadonlyArray<string> | undefined
@@ -344,7 +348,7 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
   // rules object).
   const siblingRules = new WeakMap<Permission.Rules, Map<string, { role: Roles.RoleSpec; rules: Permission.Rules }>>()
   const childRules = (parentRules: Permission.Rules, depth: number, role: Roles.RoleSpec, options: GrantOptions) => {
-    if (options.definition !== undefined || options.deny !== undefined) {
+    if (options.definition !== undefined || options.deny !== undefined || options.askTools !== undefined) {
       return Permission.effective(parentRules, grantFor(depth, config.maxDepth, role, options))
     }
     let byGrant = siblingRules.get(parentRules)

@@ -14,9 +14,10 @@
 import type * as LanguageModel from "effect/ai/LanguageModel"
 import * as Effect from "effect/Effect"
 import * as AgentDefinitions from "./AgentDefinitions.ts"
+import * as RulePatterns from "./internal/rulePatterns.ts"
 import type { Models, UnknownModel } from "./Models.ts"
 import * as OutputSchema from "./OutputSchema.ts"
-import type * as Permission from "./Permission.ts"
+import * as Permission from "./Permission.ts"
 import * as Roles from "./Roles.ts"
 import * as SpawnCheck from "./SpawnCheck.ts"
 import type { ToolRegistry } from "./ToolRegistry.ts"
@@ -28,6 +29,8 @@ export interface Request {
   readonly role?: string | undefined
   readonly model?: string | undefined
   readonly allowedTools?: ReadonlyArray<string> | undefined
+  /** `ask_tools`: tool names and postures whose calls wait for a person (Permission rule 5). */
+  readonly askTools?: ReadonlyArray<string> | undefined
   /** `output_schema`: the JSON Schema the result must match (a definition's, when absent). */
   readonly outputSchema?: OutputSchema.JsonSchema | undefined
 }
@@ -56,6 +59,8 @@ export interface Plan extends ResolvedRole {
   readonly languageModel: LanguageModel.LanguageModel | undefined
   /** The request's (or the definition's) output schema, checked against the subset and compiled. */
   readonly output: OutputSchema.Compiled | undefined
+  /** The caller's `ask_tools`, checked: a ceiling that only adds asks. */
+  readonly askTools: ReadonlyArray<string> | undefined
 }
 
 /** What a plan is resolved against: the catalog, the tools, the sub-agent settings. */
@@ -141,6 +146,34 @@ export const resolveRole = (
  * agent silently without that tool. (A tool that exists but the caller may not use is not an
  * error: permissions only narrow, and the ceiling simply does not give it.)
  */
+/**
+ * `ask_tools` may name only tools that exist or postures: an entry that matches nothing would
+ * silently ask nothing, the opposite of what the caller meant.
+ */
+export const checkAskTools = (
+  registry: ToolRegistry["Service"],
+  role: string,
+  askTools: ReadonlyArray<string> | undefined
+): Effect.Effect<void, Roles.InvalidRoleRequest> => {
+  // A `tool(pattern)` entry (`shell(git push *)`) must name a tool that exists.
+  const unknown = askTools?.filter((entry) => {
+    const name = RulePatterns.toolOf(entry)
+    return !(Permission.postures as ReadonlyArray<string>).includes(name) && !registry.known(name)
+  }) ?? []
+  if (unknown.length === 0) return Effect.void
+  return Effect.flatMap(registry.list, (tools) =>
+    Effect.fail(
+      new Roles.InvalidRoleRequest({
+        role,
+        reason: `ask_tools names ${
+          unknown.length === 1 ? "a tool or posture that does" : "tools or postures that do"
+        } not exist: ${unknown.map((name) => JSON.stringify(name)).join(", ")}; accepted: the postures ${
+          Permission.postures.join(", ")
+        } and the tools ${tools.map((tool) => tool.name).join(", ")}`
+      })
+    ))
+}
+
 export const checkAllowedTools = (
   registry: ToolRegistry["Service"],
   role: string,
@@ -177,6 +210,7 @@ export const resolve = Effect.fnUntraced(function*(
   const outputSchema = request.outputSchema ?? resolved.outputSchema
   const output = outputSchema === undefined ? undefined : yield* Effect.fromResult(OutputSchema.compile(outputSchema))
   yield* checkAllowedTools(context.registry, resolved.role.name, resolved.allowedTools)
+  yield* checkAskTools(context.registry, resolved.role.name, request.askTools)
   const models = context.models
   // A catalog that lists its models checks the id itself (resolve); one LanguageModel serves
   // any id, so a named one must be a model configured here (or the parent's).
@@ -199,5 +233,5 @@ export const resolve = Effect.fnUntraced(function*(
   const chosen = chosenModel(context, resolved, request.model)
   const model = chosen ?? (root ? models.defaultModel : undefined)
   const languageModel = model === undefined ? undefined : yield* models.resolve(model)
-  return { ...resolved, model, languageModel, output } satisfies Plan
+  return { ...resolved, model, languageModel, output, askTools: request.askTools } satisfies Plan
 })

@@ -67,6 +67,11 @@ export interface SpawnRequest {
   readonly forkContext?: boolean | undefined
   readonly allowedTools?: ReadonlyArray<string> | undefined
   /**
+   * `ask_tools`: tool names and postures whose calls in this agent (and its children) wait for
+   * a person's answer. Added to the asks it inherits, never removing one (Permission rule 5).
+   */
+  readonly askTools?: ReadonlyArray<string> | undefined
+  /**
    * The agent (id or session name) this one checks: when it ends, its result is attached to
    * that agent's record as a verification receipt (Receipt.fromVerifier).
    */

@@ -429,8 +429,28 @@ describe("AgentDefinitions.parse", () => {
   })
 
   it("Claude Code: unsupported fields are named in a warning", () => {
-    const { warnings } = claude("Read", "permissionMode: acceptEdits\nmcpServers: [github]\n")
-    assert.deepStrictEqual(warnings, ["a/x.md: permissionMode not supported by Fibril; ignored"])
+    const { warnings } = claude("Read", "hooks: {}\nmcpServers: [github]\n")
+    assert.deepStrictEqual(warnings, ["a/x.md: hooks not supported by Fibril; ignored"])
+  })
+
+  it("Claude Code: permissionMode adds asks or makes the agent read-only, never loosens", () => {
+    const mode = (value: string) => claude("Read, Edit, Bash", `permissionMode: ${value}\n`)
+    for (const value of ["default", "manual"]) {
+      assert.deepStrictEqual(mode(value).definition.askTools, ["write", "shell"], value)
+      assert.strictEqual(mode(value).definition.baseRole, "general")
+    }
+    assert.deepStrictEqual(mode("acceptEdits").definition.askTools, ["shell"])
+    assert.strictEqual(mode("plan").definition.baseRole, "review")
+    assert.strictEqual(mode("dontAsk").definition.baseRole, "review")
+    assert.include(mode("dontAsk").warnings[0], "read-only")
+    for (const value of ["auto", "bypassPermissions"]) {
+      const { definition, warnings } = mode(value)
+      assert.isUndefined(definition.askTools)
+      assert.strictEqual(definition.baseRole, "general")
+      assert.include(warnings[0], "cannot widen Fibril's rules")
+    }
+    const bad = problem("a/x.md", "---\nname: x\ndescription: d\npermissionMode: yolo\n---\n", "claude")
+    assert.include(bad.reason, "permissionMode must be one of default, manual, acceptEdits, plan, dontAsk")
   })
 
   it("Claude Code: mcpServers names configured servers and defines others inline", () => {
@@ -471,6 +491,27 @@ describe("AgentDefinitions.parse", () => {
     assert.deepStrictEqual(fibril.definition.askTools, ["shell", "write_file"])
     const allAllowed = ok("o/b.md", `---\ndescription: d\npermission:\n  bash:\n    "git *": allow\n---\n`, "opencode")
     assert.deepStrictEqual(allAllowed.definition.deniedTools, [])
+  })
+
+  it("opencode: under \"*\": allow, each asking or denying pattern is a rule of its own; the tool stays allowed", () => {
+    const { definition, warnings } = ok(
+      "o/p.md",
+      `---\ndescription: d\npermission:\n  bash:\n    "*": allow\n    "git push *": ask\n    "rm *": deny\n` +
+        `  edit:\n    "*": allow\n    ".github/**": deny\n---\n`,
+      "opencode"
+    )
+    assert.isUndefined(definition.allowedTools)
+    assert.deepStrictEqual(definition.askTools, ["shell(git push *)"])
+    assert.deepStrictEqual(definition.deniedTools, ["shell(rm *)", "write_file(.github/**)", "edit_file(.github/**)"])
+    assert.deepStrictEqual(warnings, [])
+    const fibril = ok(
+      "f/p.md",
+      `---\ndescription: d\nask_tools: ["shell(git push *)"]\ndenied_tools: ["write_file(.github/**)"]\n---\n`,
+      "fibril"
+    )
+    assert.deepStrictEqual(fibril.definition.askTools, ["shell(git push *)"])
+    assert.deepStrictEqual(fibril.definition.deniedTools, ["write_file(.github/**)"])
+    assert.deepStrictEqual(fibril.warnings, [])
   })
 
   it("opencode: a \"*\" entry switching everything off makes an allow list of what later entries enable", () => {

@@ -444,6 +444,20 @@ describe("FibrilConfig says what is wrong", () => {
       assert.include(error.message, "asks nothing. Known tools and postures: read_file")
     }).pipe(Effect.provide(NodeServices.layer)))
 
+  it.effect("[permissions] ask and deny take tool(pattern) entries; the tool a pattern names must exist", () =>
+    Effect.gen(function*() {
+      const { cwd, load, write } = yield* sandbox
+      yield* write(cwd, `[permissions]\nask = ["shell(git push *)"]\ndeny = ["write_file(.github/**)"]\n`)
+      const { settings } = yield* load()
+      assert.deepStrictEqual(settings.permissions.ask, ["shell(git push *)"])
+      assert.deepStrictEqual(settings.permissions.deny, ["write_file(.github/**)"])
+      const asked = yield* Effect.flip(load({ FIBRIL_PERMISSIONS_ASK: "shel(git push *)" }))
+      assert.strictEqual(asked._tag, "ConfigUnknownTool")
+      assert.include(asked.message, `"shel" (did you mean "shell"?)`)
+      const denied = yield* Effect.flip(load({ FIBRIL_PERMISSIONS_DENY: "Write(src/**)" }))
+      assert.include(denied.message, `"Write" (did you mean "write_file"?)`)
+    }).pipe(Effect.provide(NodeServices.layer)))
+
   it.effect("every setting can be written in a file: the key registry knows each field of Settings", () =>
     Effect.gen(function*() {
       const { cwd, load, write } = yield* sandbox

@@ -9,15 +9,22 @@ import * as Workspace from "../src/Workspace.ts"
 
 const toolNames = ["read_file", "write_file", "shell", "task", "todowrite", "grep", "remember", "agent_spawn"] as const
 const pathNames = ["src", "src/a.ts", ".fibril/plans", ".fibril/plans/p.md", "docs/x.md", ""] as const
+// Rule entries with argument patterns (rule 5 and denials): judged on a command or a path.
+const patternEntries = ["shell(git push *)", "write_file(src/**)", "read_file(docs/*)", "remember(.fibril/**)"] as const
+const commands = ["git push origin main", "git push", "git status"]
 const universe = {
   tools: toolNames.flatMap((name) => Permission.postures.map((posture) => [name, posture] as const)),
-  paths: [...pathNames, "other/file.ts"]
+  paths: [...pathNames, "other/file.ts"],
+  commands
 }
 
 const ToolName = Schema.Literals(toolNames)
 const PathName = Schema.Literals(pathNames)
-/** An ask entry: a tool name or a posture. */
-const AskName = Schema.Union([ToolName, Permission.Posture])
+const PatternEntry = Schema.Literals(patternEntries)
+/** An ask entry: a tool name, a posture, or a tool with an argument pattern. */
+const AskName = Schema.Union([ToolName, Permission.Posture, PatternEntry])
+/** A deny entry of a definition or the configuration: a tool name or a pattern. */
+const DenyName = Schema.Union([ToolName, PatternEntry])
 
 const RulesInput = Schema.Struct({
   allowAll: Schema.Boolean,
@@ -51,7 +58,7 @@ const toRules = (input: typeof RulesInput.Type): Permission.Rules => ({
 // calls moving agents of the tree to other roles.
 const Definition = Schema.Struct({
   allow: Schema.optionalKey(Schema.Array(ToolName)),
-  deny: Schema.Array(ToolName),
+  deny: Schema.Array(DenyName),
   ask: Schema.optionalKey(Schema.Array(AskName))
 })
 const Level = Schema.Struct({
@@ -65,7 +72,7 @@ const Assign = Schema.Struct({
   definition: Schema.optionalKey(Definition)
 })
 const Tree = Schema.Struct({
-  configDeny: Schema.Array(ToolName),
+  configDeny: Schema.Array(DenyName),
   configAsk: Schema.Array(AskName),
   maxDepth: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 5 })),
   levels: Schema.Array(Level).check(Schema.isMinLength(1), Schema.isMaxLength(5)),
@@ -174,7 +181,8 @@ describe("Permission", () => {
 
   // Rule 5: ask is the middle outcome of the meet, and a person's answers never reach a denial.
   // One path inside and one outside each write scope the generators use, and one elsewhere.
-  const gatePaths = ["src/a.ts", ".fibril/plans/p.md", "other/file.ts"]
+  const gatePaths = ["src/a.ts", ".fibril/plans/p.md", "other/file.ts", "docs/x.md", ".fibril/memory.md"]
+  const gateCalls = gatePaths.flatMap((file) => [undefined, ...commands].map((command) => [file, command] as const))
   const Standing = Schema.Struct({
     level: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 4 })),
     tool: ToolName
@@ -195,13 +203,13 @@ describe("Permission", () => {
         })
         const rules = Permission.effective(parent, grant)
         for (const [name, posture] of universe.tools) {
-          for (const file of gatePaths) {
-            const judged = Permission.judge(rules, name, posture, [file])
+          for (const [file, command] of gateCalls) {
+            const judged = Permission.judge(rules, name, posture, [file], command)
             const gated = Approvals.gate(judged, standing, path.slice(0, depth + 1), name)
-            const denied = !Permission.decide(rules, name, posture, [file]).allowed
+            const denied = !Permission.decide(rules, name, posture, [file], command).allowed
             if (denied) assert.strictEqual(gated, "deny", `${name}/${posture} ran at depth ${depth} though denied`)
             // An ask anywhere above (config, an ancestor's definition) still asks here, unless answered.
-            const above = Permission.judge(parent, name, posture, [file]).outcome
+            const above = Permission.judge(parent, name, posture, [file], command).outcome
             if (!denied && above === "ask" && !Approvals.covers(standing, path.slice(0, depth + 1), name)) {
               assert.strictEqual(gated, "ask", `${name}/${posture} lost its ask at depth ${depth}`)
             }

@@ -15,6 +15,7 @@ import type * as TomlModule from "smol-toml"
 import { claudeTools, opencodeTools } from "../AgentDefinitions.ts"
 import { postures } from "../Permission.ts"
 import { accepts, bounds, describeBounds, type IntKey, sandboxModesAccepted } from "./configBounds.ts"
+import * as RulePatterns from "./rulePatterns.ts"
 import { nearest } from "./suggest.ts"
 
 // The TOML parser is loaded when a config file is first read (a process with none never needs it).
@@ -427,7 +428,7 @@ export const unknownAsked = (
   key: "permissions.ask" | "permissions.allow" = "permissions.ask"
 ): ConfigUnknownTool | undefined => {
   const known = [...tools, ...postures]
-  const unknown = unknownTools(ask ?? [], known)
+  const unknown = unknownTools(ask ?? [], known, key === "permissions.ask")
   return unknown.length === 0 ? undefined : new ConfigUnknownTool({ key, source, unknown, known })
 }
 
@@ -449,17 +450,21 @@ export const approvalConfigs = {
 }
 
 /** `[permissions] deny` entries that name no known tool, each with the tool it probably means. */
-export const unknownTools = (deny: ReadonlyArray<string>, known: ReadonlyArray<string>) =>
-  // An MCP entry (`mcp__<server>…`) cannot be checked here: a server's tools are known only
-  // once it has started (on first use, after the configuration is read).
-  deny.filter((name) => !known.includes(name) && !name.startsWith("mcp__")).map((name) => {
-    const key = name.toLowerCase()
-    const foreign = Object.hasOwn(claudeTools, key) ? claudeTools[key] : Object.hasOwn(opencodeTools, key)
-      ? opencodeTools[key]
-      : undefined
-    const suggestion = foreign?.find((tool) => known.includes(tool)) ?? nearest(name, known)
-    return suggestion === undefined ? { name } : { name, suggestion }
-  })
+/**
+ * Entries naming no known tool; with `patterns`, a `tool(pattern)` entry names its tool
+ * (RulePatterns). An MCP entry (`mcp__<server>…`) cannot be checked here: a server's tools are
+ * known only once it has started (on first use, after the configuration is read).
+ */
+export const unknownTools = (deny: ReadonlyArray<string>, known: ReadonlyArray<string>, patterns = true) =>
+  (patterns ? deny.map(RulePatterns.toolOf) : deny).filter((name) => !known.includes(name) && !name.startsWith("mcp__"))
+    .map((name) => {
+      const key = name.toLowerCase()
+      const foreign = Object.hasOwn(claudeTools, key) ? claudeTools[key] : Object.hasOwn(opencodeTools, key)
+        ? opencodeTools[key]
+        : undefined
+      const suggestion = foreign?.find((tool) => known.includes(tool)) ?? nearest(name, known)
+      return suggestion === undefined ? { name } : { name, suggestion }
+    })
 
 // ---------------------------------------------------------------------------
 // The seed's names (DeepSeek TUI / CodeWhale)

@@ -185,6 +185,11 @@ const approve = (
       }
     ))
 
+const commandOf = (params: unknown): string | undefined =>
+  typeof params === "object" && params !== null && "command" in params && typeof params.command === "string"
+    ? params.command
+    : undefined
+
 /** Checks, decoding and handler of one call of a tool found. `touched` gets what a writing tool changes. */
 const execute = <R>(
   permission: Permission.Permission["Service"],
@@ -212,12 +217,16 @@ const execute = <R>(
               depth: caller.depth,
               rules: caller.rules
             })
-          return Effect.flatMapEager(permission.check(caller.rules, tool, paths), () => {
+          // A shell tool's command is what its rule patterns (`shell(git push *)`) are judged on.
+          const command = tool.posture === "shell" ? commandOf(params) : undefined
+          return Effect.flatMapEager(permission.check(caller.rules, tool, paths, command), () => {
             // Allowed by rules 1-3; rule 5 may still want a person's answer (the common case: no).
-            const asked = Permission.askedBy(caller.rules, tool.name, tool.posture)
-            if (asked === undefined) return handle()
-            const reason = Permission.askReason(caller.rules, asked, tool.name)
-            return Effect.flatMap(approve(caller, tool, params, reason, notify), handle)
+            if (caller.rules.ask.size === 0) return handle()
+            return Effect.flatMap(permission.askedBy(caller.rules, tool, paths, command), (asked) => {
+              if (asked === undefined) return handle()
+              const reason = Permission.askReason(caller.rules, asked, tool.name)
+              return Effect.flatMap(approve(caller, tool, params, reason, notify), handle)
+            })
           })
         })
     ))

@@ -103,6 +103,12 @@ export const SpawnParameters = Schema.Struct({
   allowed_tools: Schema.optionalKey(
     Schema.Array(Schema.String).annotate({ description: "For custom agents: the tools they may use" })
   ),
+  ask_tools: Schema.optionalKey(
+    Schema.Array(Schema.String).annotate({
+      description:
+        "Tool names or postures (read, write, shell, spawn, plan, memory) whose calls wait for a person's approval in this agent and its sub-agents"
+    })
+  ),
   verifies: optionalString(
     "An agent (id or session name) whose current run this agent checks: its result is attached to that agent's record as verification"
   ),
@@ -120,6 +126,7 @@ export const spawnRequest = (tool: string, params: typeof SpawnParameters.Type) 
     detached: params.detached,
     forkContext: params.fork_context ?? params.inherit_context,
     allowedTools: params.allowed_tools,
+    ...(params.ask_tools === undefined ? {} : { askTools: params.ask_tools }),
     verifies: params.verifies,
     ...(params.output_schema === undefined ? {} : { outputSchema: params.output_schema }),
     isolation: params.isolation

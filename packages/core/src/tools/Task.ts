@@ -41,6 +41,12 @@ export const TaskParameters = Schema.Struct({
   allowed_tools: Schema.optionalKey(
     Schema.Array(Schema.String).annotate({ description: "For custom agents: the tool names they may use" })
   ),
+  ask_tools: Schema.optionalKey(
+    Schema.Array(Schema.String).annotate({
+      description:
+        "Tool names or postures (read, write, shell, spawn, plan, memory) whose calls wait for a person's approval in this agent and its sub-agents"
+    })
+  ),
   output_schema: Schema.optionalKey(OutputSchema.Parameter),
   isolation: Schema.optionalKey(IsolationParameter)
 })
@@ -53,6 +59,7 @@ export const request = (params: typeof TaskParameters.Type): SpawnRequest => ({
   description: params.description,
   role: params.subagent_type ?? "general",
   allowedTools: params.allowed_tools,
+  ...(params.ask_tools === undefined ? {} : { askTools: params.ask_tools }),
   ...(params.output_schema === undefined ? {} : { outputSchema: params.output_schema }),
   isolation: params.isolation
 })
