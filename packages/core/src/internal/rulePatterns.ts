@@ -23,7 +23,10 @@ const cache = new Map<string, RegExp>()
 /**
  * A pattern as a regular expression. For commands `*` is any text (`git push *`; Claude Code's
  * `git push:*` prefix form means the same); for paths `*` stays within one directory and `**`
- * crosses them (`src/**`, `**\/*.env`).
+ * crosses them (`src/**`, `**\/*.env`). Not the glob tool's matcher (tools/GlobPattern.ts): there
+ * a wildcard skips names that start with a dot, as `matchesGlob` does, and a rule that asks or
+ * denies must not (`write_file(secret/**)` covers `secret/.key`). Patterns come from the
+ * user's configuration and definitions, not from a model.
  */
 const compile = (pattern: string, command: boolean): RegExp => {
   const key = `${command ? "c" : "p"}${pattern}`
