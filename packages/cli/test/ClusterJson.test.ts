@@ -7,12 +7,12 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
-import { children, fibril, until } from "../../cluster/test/processes.ts"
+import { fibril, killAll, until } from "../../cluster/test/processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-json-"))
 
-afterAll(() => {
-  for (const child of children) child.kill("SIGKILL")
+afterAll(async () => {
+  await killAll()
   rmSync(tmp, { recursive: true, force: true })
 })
 

@@ -11,19 +11,13 @@ import * as path from "node:path"
 import { DatabaseSync } from "node:sqlite"
 import { fileURLToPath } from "node:url"
 import { freePort } from "../../cluster/test/postgres.ts"
-import { children, fibril, steps, until } from "../../cluster/test/processes.ts"
+import { fibril, killAll, steps, until } from "../../cluster/test/processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-mcp-cluster-"))
 const counter = fileURLToPath(new URL("./fixtures/counterMcp.ts", import.meta.url))
 
 afterAll(async () => {
-  await Promise.all([...children].map((child) =>
-    new Promise<void>((resolve) => {
-      if (child.exitCode !== null || child.signalCode !== null) return resolve()
-      child.once("exit", () => resolve())
-      child.kill("SIGKILL")
-    })
-  ))
+  await killAll()
   rmSync(tmp, { recursive: true, force: true })
 })
 

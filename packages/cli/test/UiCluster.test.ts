@@ -9,13 +9,13 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { freePort } from "../../cluster/test/postgres.ts"
-import { children, fibril, until } from "../../cluster/test/processes.ts"
+import { children, fibril, killAll, until } from "../../cluster/test/processes.ts"
 import { bin, sourceCondition } from "./run.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-ui-cluster-"))
 
-afterAll(() => {
-  for (const child of children) child.kill("SIGKILL")
+afterAll(async () => {
+  await killAll()
   rmSync(tmp, { recursive: true, force: true })
 })
 

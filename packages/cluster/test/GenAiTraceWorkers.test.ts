@@ -10,13 +10,13 @@ import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { DatabaseSync } from "node:sqlite"
-import { children, fibril, steps, until } from "./processes.ts"
+import { fibril, killAll, steps, until } from "./processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-traces-"))
 const servers: Array<Http.Server> = []
 
-afterAll(() => {
-  for (const child of children) child.kill("SIGKILL")
+afterAll(async () => {
+  await killAll()
   for (const server of servers) server.close()
   rmSync(tmp, { recursive: true, force: true })
 })

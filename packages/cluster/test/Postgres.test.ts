@@ -16,9 +16,9 @@ import {
   agentIdOf,
   askScript,
   bin,
-  children,
   crashScript,
   fibril,
+  killAll,
   type Proc,
   sleep,
   stepOfRow,
@@ -75,8 +75,8 @@ describe.skipIf(reason !== undefined)(
     beforeAll(async () => {
       pg = await Pg.start()
     }, 60_000)
-    afterAll(() => {
-      for (const child of children) child.kill("SIGKILL")
+    afterAll(async () => {
+      await killAll()
       pg?.stop()
       rmSync(tmp, { recursive: true, force: true })
     })

@@ -18,15 +18,12 @@ import { ClusterStore } from "../src/ClusterStore.ts"
 import * as Node from "../src/Node.ts"
 import * as Sqlite from "../src/Sqlite.ts"
 import * as SqliteClusterStore from "../src/SqliteClusterStore.ts"
-import { askScript, children, fibril, until } from "./processes.ts"
+import { askScript, fibril, killAll, until } from "./processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-questions-"))
 
 afterAll(async () => {
-  // Kill AND await every process before its directory goes.
-  await Promise.all(
-    [...children].map((child) => new Promise((resolve) => (child.once("exit", resolve), child.kill("SIGKILL"))))
-  )
+  await killAll()
   rmSync(tmp, { recursive: true, force: true })
 })
 

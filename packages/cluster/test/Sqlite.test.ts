@@ -9,12 +9,12 @@ import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { DatabaseSync } from "node:sqlite"
-import { agentIdOf, children, crashScript, fibril, stepOfRow, steps, until } from "./processes.ts"
+import { agentIdOf, crashScript, fibril, killAll, stepOfRow, steps, until } from "./processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-sqlite-"))
 
-afterAll(() => {
-  for (const child of children) child.kill("SIGKILL")
+afterAll(async () => {
+  await killAll()
   rmSync(tmp, { recursive: true, force: true })
 })
 

@@ -7,8 +7,21 @@ import { inject } from "vitest"
 /** `fibril`: the bundle of this checkout's sources made for this test run (scripts/test-bundle.ts). */
 export const bin = inject("fibrilBin")
 
-/** Every process still running (each test file kills what is left when it ends). */
+/** Every process still running (each test file kills what is left when it ends: `killAll`). */
 export const children = new Set<ChildProcess>()
+
+/**
+ * Kills every process still running and waits for each to exit: a worker still writing into a
+ * test's temp dir while it is removed makes the removal fail (ENOTEMPTY).
+ */
+export const killAll = () =>
+  Promise.all([...children].map((child) =>
+    new Promise<void>((resolve) => {
+      if (child.exitCode !== null || child.signalCode !== null) return resolve()
+      child.once("exit", () => resolve())
+      child.kill("SIGKILL")
+    })
+  ))
 
 export interface Proc {
   readonly child: ChildProcess
