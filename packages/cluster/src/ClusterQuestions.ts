@@ -21,6 +21,7 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql"
 
@@ -78,7 +79,10 @@ export interface Options {
 
 export const make = Effect.fnUntraced(function*(options: Options = {}) {
   const sql = yield* SqlClient.SqlClient
-  yield* Effect.orDie(migrate)
+  // `fibril cluster migrate` creates the table; a database migrated before it existed gets it
+  // here. Two workers starting together both create it: on PostgreSQL the loser of that race
+  // fails ("duplicate key … pg_type"), and trying again finds the table there.
+  yield* Effect.orDie(Effect.retry(migrate, { times: 5, schedule: Schedule.spaced("100 millis") }))
   const timeoutMs = (options.timeoutSecs ?? 300) * 1000
   const pollMs = options.pollMs ?? 500
   const read = (id: string) =>

@@ -95,6 +95,7 @@ const byDialect = <A>(postgres: A, sqlite: A) =>
 /** Creates the cluster's tables (`cluster_*`, effect/cluster's) and Fibril's (`fibril_*`). */
 export const migrate = Effect.gen(function*() {
   yield* Effect.flatten(byDialect(PgClusterStore.migrate, SqliteClusterStore.migrate))
+  yield* ClusterQuestions.migrate
   // effect/cluster creates its tables when its storage starts: start a client once, here.
   yield* Layer.build(NodeClusterSocket.layer({ clientOnly: true, storage: "sql" })).pipe(Effect.scoped)
 }).pipe(Effect.orDie)
