@@ -7,6 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { AgentEvents, Fibril, type Session, SubAgentManager, ToolRegistry } from "@fibril/core"
 import { ScriptedModel } from "@fibril/testkit"
 import { Context, Effect, Fiber, FileSystem, Layer, Path, PubSub, type Scope } from "effect"
+import { readFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
 import * as AgentsCommand from "../src/AgentsCommand.ts"
 import * as ChildHost from "../src/ChildHost.ts"
@@ -137,10 +138,20 @@ const harness = <A>(
 const childrenOf = (manager: SubAgentManager.SubAgentManager["Service"]) =>
   Effect.map(manager.list({ includeArchived: true }), (agents) => agents.filter((agent) => agent.depth === 1))
 
+/**
+ * Is `pid` a running process? A killed one that nobody has reaped yet (a zombie: the
+ * grandchild, whose parent died with it, waits for init to reap it) is not running.
+ */
 const alive = (pid: number) => {
   try {
     process.kill(pid, 0)
-    return true
+  } catch {
+    return false
+  }
+  try {
+    // /proc/<pid>/stat: "pid (comm) S …"; the state follows the last ")".
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z"
   } catch {
     return false
   }
@@ -286,7 +297,7 @@ describe("isolation: process", () => {
           const [child] = yield* childrenOf(manager)
           const cancelled = yield* Effect.orDie(manager.cancel(child!.agent_id, "test cancel"))
           yield* Fiber.await(root)
-          assert.isTrue(yield* until(Effect.sync(() => !alive(pids.pid) && !alive(pids.grandchild)), 40))
+          assert.isTrue(yield* until(Effect.sync(() => !alive(pids.pid) && !alive(pids.grandchild)), 100))
           const [after] = yield* childrenOf(manager)
           assert.strictEqual(after?.status, "cancelled")
           assert.strictEqual(cancelled.agent_id, child!.agent_id)
