@@ -4,9 +4,9 @@
 // `fibril worker` plus the `fibril run --cluster` client on one SQLite file.
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
-import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
+import { freePort } from "../../cluster/test/postgres.ts"
 import { fibril, killAll, until } from "../../cluster/test/processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-json-"))
@@ -15,17 +15,6 @@ afterAll(async () => {
   await killAll()
   rmSync(tmp, { recursive: true, force: true })
 })
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address()
-      const port = typeof address === "object" && address !== null ? address.port : 0
-      server.close(() => resolve(port))
-    })
-  })
 
 /** A root that delegates with `task`; the child lists the directory, then both answer. */
 const script = {

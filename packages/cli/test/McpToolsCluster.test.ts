@@ -8,10 +8,9 @@ import { afterAll, assert, describe, it } from "@effect/vitest"
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { DatabaseSync } from "node:sqlite"
 import { fileURLToPath } from "node:url"
 import { freePort } from "../../cluster/test/postgres.ts"
-import { fibril, killAll, steps, until } from "../../cluster/test/processes.ts"
+import { fibril, killAll, sqliteQuery, steps, until } from "../../cluster/test/processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-mcp-cluster-"))
 const counter = fileURLToPath(new URL("./fixtures/counterMcp.ts", import.meta.url))
@@ -101,12 +100,11 @@ describe("MCP tools in cluster mode", () => {
       // Not made again by the worker that finished the run: the server counted one call.
       assert.strictEqual(readFileSync(count, "utf8").split("\n").filter(Boolean).length, 1)
       // The call to a server the worker lacks: refused, naming it (in the child's transcript).
-      const db = new DatabaseSync(path.join(ws, "cluster.db"), { readOnly: true })
-      const refused = db.prepare(
+      const [refused] = sqliteQuery(
+        path.join(ws, "cluster.db"),
         "SELECT count(*) AS n FROM fibril_transcript WHERE message LIKE '%no MCP server \\\"tracker\\\" is running%'"
-      ).get() as { n: number }
-      db.close()
-      assert.strictEqual(refused.n, 1)
+      )
+      assert.strictEqual(refused!["n"], 1)
     },
     60_000
   )

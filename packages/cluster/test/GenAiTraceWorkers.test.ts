@@ -6,10 +6,10 @@ import { afterAll, assert, describe, it } from "@effect/vitest"
 import { OtlpReceiver } from "@fibril/testkit"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as Http from "node:http"
-import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { DatabaseSync } from "node:sqlite"
+import { freePort } from "./postgres.ts"
 import { fibril, killAll, steps, until } from "./processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-traces-"))
@@ -20,17 +20,6 @@ afterAll(async () => {
   for (const server of servers) server.close()
   rmSync(tmp, { recursive: true, force: true })
 })
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address()
-      const port = typeof address === "object" && address !== null ? address.port : 0
-      server.close(() => resolve(port))
-    })
-  })
 
 /** An OTLP/HTTP traces endpoint keeping what it receives (testkit's parsing). */
 const receiver = () =>

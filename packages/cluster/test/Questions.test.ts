@@ -9,16 +9,15 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as TestClock from "effect/testing/TestClock"
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
-import { DatabaseSync } from "node:sqlite"
 import * as ClusterQuestions from "../src/ClusterQuestions.ts"
 import { ClusterStore } from "../src/ClusterStore.ts"
 import * as Node from "../src/Node.ts"
 import * as Sqlite from "../src/Sqlite.ts"
 import * as SqliteClusterStore from "../src/SqliteClusterStore.ts"
-import { askScript, fibril, killAll, until } from "./processes.ts"
+import { freePort } from "./postgres.ts"
+import { askScript, fibril, killAll, sqliteQuery as query, until } from "./processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-questions-"))
 
@@ -26,26 +25,6 @@ afterAll(async () => {
   await killAll()
   rmSync(tmp, { recursive: true, force: true })
 })
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address()
-      const port = typeof address === "object" && address !== null ? address.port : 0
-      server.close(() => resolve(port))
-    })
-  })
-
-const query = (file: string, sql: string): ReadonlyArray<Record<string, unknown>> => {
-  const db = new DatabaseSync(file, { readOnly: true })
-  try {
-    return db.prepare(sql).all() as Array<Record<string, unknown>>
-  } finally {
-    db.close()
-  }
-}
 
 describe("durable approval questions in cluster mode (SQLite, fibril worker processes)", () => {
   it(

@@ -5,11 +5,10 @@
 // Needs nothing installed (Node's built-in node:sqlite).
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
-import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
-import { DatabaseSync } from "node:sqlite"
-import { agentIdOf, crashScript, fibril, killAll, stepOfRow, steps, until } from "./processes.ts"
+import { freePort } from "./postgres.ts"
+import { agentIdOf, crashScript, fibril, killAll, sqliteQuery as query, stepOfRow, steps, until } from "./processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-sqlite-"))
 
@@ -17,27 +16,6 @@ afterAll(async () => {
   await killAll()
   rmSync(tmp, { recursive: true, force: true })
 })
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address()
-      const port = typeof address === "object" && address !== null ? address.port : 0
-      server.close(() => resolve(port))
-    })
-  })
-
-/** One query on the file, read-only, as a third process would. */
-const query = (file: string, sql: string): ReadonlyArray<Record<string, unknown>> => {
-  const db = new DatabaseSync(file, { readOnly: true })
-  try {
-    return db.prepare(sql).all() as Array<Record<string, unknown>>
-  } finally {
-    db.close()
-  }
-}
 
 describe("cluster mode on SQLite (one machine, no server) with fibril worker processes", () => {
   it("a file that cannot be opened: exit 2, naming it and what to check", async () => {

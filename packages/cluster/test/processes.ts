@@ -2,6 +2,7 @@
 // spawning them, waiting for a condition, the workers' step log.
 import { type ChildProcess, spawn } from "node:child_process"
 import { readFileSync } from "node:fs"
+import { DatabaseSync } from "node:sqlite"
 import { inject } from "vitest"
 
 /** `fibril`: the bundle of this checkout's sources made for this test run (scripts/test-bundle.ts). */
@@ -148,4 +149,14 @@ export const askScript = {
       ]
     }
   ]
+}
+
+/** One query on a cluster's SQLite file, read-only, as a third process would. */
+export const sqliteQuery = (file: string, sql: string): ReadonlyArray<Record<string, unknown>> => {
+  const db = new DatabaseSync(file, { readOnly: true })
+  try {
+    return db.prepare(sql).all() as Array<Record<string, unknown>>
+  } finally {
+    db.close()
+  }
 }
