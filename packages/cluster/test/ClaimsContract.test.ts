@@ -81,6 +81,13 @@ const contract = (engine: Engine) => {
         ]
       })
       assert.strictEqual(run.text, "root done")
+      // Both children completed (else there are no claims to read): when not, say how each ended.
+      const ended = run.agents.map(({ depth, reason, status }) => ({ depth, status, reason }))
+      assert.deepStrictEqual(
+        ended.filter((agent) => agent.status !== "completed"),
+        [],
+        `every agent completed: ${JSON.stringify(ended)}`
+      )
       const [task, , waited, result] = run.toolResults
       // The truthful child: every claim backed (its change, its citation, its command twice over).
       assert.deepStrictEqual(claimsOf(task!.result), { checked: 4, verified: 4, unverified: [] })
