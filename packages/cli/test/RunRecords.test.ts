@@ -107,11 +107,15 @@ describe("records that never lie", () => {
         const dir = yield* scriptedWorkspace(answerAfter("skew-proof answer", 3000))
         yield* Effect.scoped(Effect.gen(function*() {
           const run = yield* startRun(dir)
+          // Held while it is listed, so that its answer cannot come first on a slow machine (a
+          // stopped run past its lease still reads alive: the test above).
+          process.kill(run.pid, "SIGSTOP")
           const listed = spawnSync(
             "faketime",
             ["-f", "+60s", process.execPath, sourceCondition, bin, "agents", "list", "--all", "--json"],
             { cwd: dir, encoding: "utf8", env: { ...process.env, OPENAI_API_KEY: "" } }
           )
+          process.kill(run.pid, "SIGCONT")
           assert.strictEqual(listed.status, 0, listed.stderr)
           const root = (JSON.parse(listed.stdout) as Listed).find((a) => a.agent_id === run.rootId)
           assert.deepStrictEqual([root?.status, root?.owner?.state], ["running", "alive"])
