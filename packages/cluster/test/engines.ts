@@ -4,8 +4,8 @@
 // order, and the records of the tree.
 //
 // - embedded: core `Fibril.layer` over the ScriptedModel; the root is started with
-//   `SubAgentManager.startRoot` (as `fibril run` does) and time is the TestClock, moved a second
-//   at a time while the root runs (the suite's embedded tests are `it.effect`).
+//   `SubAgentManager.startRoot` (as `fibril run` does) and time is the TestClock, moved a tenth
+//   of a second at a time while the root runs (the suite's embedded tests are `it.effect`).
 // - cluster: the cluster on TestRunner (support.ts `setup`: `AgentWorkflow.memoryRunner`, the
 //   in-memory store); the root is started with `ClusterClient` and time is real (the runner
 //   polls every 200 ms, so these tests are `it.live`).
@@ -170,10 +170,13 @@ export const embedded: Engine = {
       for (const tool of options.tools ?? []) yield* registry.register(tool)
       const roots = Context.get(context, SubAgentManager.Embedded)
       const { agent: root, fiber } = yield* roots.startRoot({ prompt: options.prompt ?? "go" })
-      // Virtual time moves the timers (budgets, the heartbeat); real I/O (the file tools) needs
-      // real time, so each turn also lets the event loop run, bounded so that a hang fails.
-      for (let i = 0; i < 3000 && fiber.pollUnsafe() === undefined; i++) {
-        yield* TestClock.adjust("1 second")
+      // Virtual time moves the timers (budgets, the heartbeat); real I/O (the file tools, a
+      // shell) needs real time, so each turn also lets the event loop run, bounded so that a
+      // hang fails. A tenth of a second a turn: a tool call in flight is not progress to the
+      // heartbeat (300 s by default), so at a second a turn a loaded machine's slow shell or
+      // disk could read as a stall (a CI run saw children end without their answer).
+      for (let i = 0; i < 6000 && fiber.pollUnsafe() === undefined; i++) {
+        yield* TestClock.adjust("100 millis")
         yield* Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 2)))
       }
       return yield* outcomeOf(context, root.agent_id, yield* Fiber.await(fiber))
