@@ -58,9 +58,10 @@ describe("fibril --help", () => {
       /\/cli\/src\/(Mcp|Tracing)\.ts$/.test(url) || /\/effect\/dist\/(observability|rpc)\//.test(url) ||
       /\/node_modules\/openai\//.test(url) ||
       // The handlers' modules and what they use.
-      /\/cli\/src\/(Runtime|Run|RunRecords|ModelSelection|Doctor|Demo|LabParallel|ClusterAgents|TreeView)\.ts$/.test(
-        url
-      ) ||
+      /\/cli\/src\/(Runtime|Run|RunRecords|ModelSelection|Doctor|Demo|LabParallel|ClusterAgents|ClusterWorker)\.ts$/
+        .test(
+          url
+        ) ||
       /\/core\/src\/(Fibril|SubAgentManager|BuiltinTools|Session)\.ts$/.test(url) ||
       // Grep and Glob's regular expressions, the lab and its property testing, the providers.
       /\/node_modules\/re2js\//.test(url) || /\/effect\/dist\/(internal\/arbitrary|Arbitrary)/.test(url) ||
