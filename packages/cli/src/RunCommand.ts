@@ -209,13 +209,13 @@ export const demo = Command.make(
     )
   },
   Effect.fn("fibril.demo.command")(function*(flags) {
-    const [Demo, DemoScript, DemoWorktrees, Fibril, { ScriptedModel }] = yield* Effect.promise(() =>
+    const [Demo, DemoScript, DemoWorktrees, Fibril, ScriptedModel] = yield* Effect.promise(() =>
       Promise.all([
         import("./Demo.ts"),
         import("./DemoScript.ts"),
         import("./DemoWorktrees.ts"),
         import("@fibril/core/Fibril"),
-        import("@fibril/testkit")
+        import("@fibril/testkit/ScriptedModel")
       ])
     )
     const environment = yield* ProcessEnvironment
