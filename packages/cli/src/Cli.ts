@@ -56,12 +56,6 @@ export { demo, run } from "./RunCommand.ts"
 
 const out = Output.console(false)
 
-/**
- * A command's handler modules, imported when it runs: parsing and help load the definitions
- * only (docs/performance.md, start-up).
- */
-const handlerModules = <A>(load: () => Promise<A>) => Effect.promise(load)
-
 export const config = Command.make(
   "config",
   {
@@ -70,7 +64,9 @@ export const config = Command.make(
     model: Flag.String("model").pipe(Flag.withDescription("Show the model selection for this model id"), Flag.optional)
   },
   Effect.fn("fibril.config.command")(function*(flags) {
-    const [Runtime, ModelSelection, Sandbox, McpServers, ConfigCommand] = yield* handlerModules(() =>
+    // Each handler imports what it runs when its command starts: parsing and help load the
+    // definitions only (docs/performance.md, start-up).
+    const [Runtime, ModelSelection, Sandbox, McpServers, ConfigCommand] = yield* Effect.promise(() =>
       Promise.all([
         import("./Runtime.ts"),
         import("./ModelSelection.ts"),
@@ -111,7 +107,7 @@ export const trust = Command.make(
     list: Flag.Boolean("list").pipe(Flag.withDescription("List the trusted workspaces"), Flag.withDefault(false))
   },
   Effect.fn("fibril.trust.command")(function*(flags) {
-    const TrustCommand = yield* handlerModules(() => import("./TrustCommand.ts"))
+    const TrustCommand = yield* Effect.promise(() => import("./TrustCommand.ts"))
     const environment = yield* ProcessEnvironment
     if (flags.list) return yield* TrustCommand.list(environment, out)
     if (flags.revoke) return yield* TrustCommand.revoke(flags.path, environment, out)
@@ -136,7 +132,7 @@ export const doctor = Command.make(
   "doctor",
   { model: CliFlags.model, baseUrl: CliFlags.baseUrl, cwd: CliFlags.cwd, json: CliFlags.jsonDocument },
   Effect.fn("fibril.doctor.command")(function*(flags) {
-    const Doctor = yield* handlerModules(() => import("./Doctor.ts"))
+    const Doctor = yield* Effect.promise(() => import("./Doctor.ts"))
     const environment = yield* ProcessEnvironment
     const checks = yield* Doctor.run({
       environment,
@@ -220,7 +216,7 @@ export const worker = Command.make(
     otlp: TracingFlag.otlp
   },
   Effect.fn("fibril.worker.command")(function*(flags) {
-    const [Runtime, ClusterWorker] = yield* handlerModules(() =>
+    const [Runtime, ClusterWorker] = yield* Effect.promise(() =>
       Promise.all([import("./Runtime.ts"), import("./ClusterWorker.ts")])
     )
     const environment = yield* ProcessEnvironment

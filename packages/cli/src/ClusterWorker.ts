@@ -1,7 +1,7 @@
 /**
  * `fibril worker`: runs the cluster's agents for this workspace (the engine, the tools and the
  * model of an embedded run, on effect/cluster). A module of its own, imported when the command
- * runs: parsing and help (CliCommands.ts) do not load the runtime.
+ * runs: parsing and help do not load the runtime (docs/performance.md, start-up).
  */
 import type * as ClusterNode from "@fibril/cluster/Node"
 import * as AgentSteps from "@fibril/core/AgentSteps"

@@ -1,7 +1,7 @@
 /**
  * A command used wrongly (a flag, an argument, a missing setting): exit 2, and the message says
  * what to change. A module of its own, so that the command definitions parsing and help load
- * (CliCommands.ts) do not load the model selection (ModelSelection.ts) to name it.
+ * do not load the model selection (ModelSelection.ts) to name it.
  */
 import * as Schema from "effect/Schema"
 

@@ -25,7 +25,7 @@ describe("fibril --version", () => {
 // A command loads what it uses: `fibril --help` (like `fibril run` on the scripted model) loads
 // neither the MCP server, nor the OTLP exporter, nor the openai SDK (together about 300
 // modules and a third of the start-up). Nor does it load any command's handler: parsing and help
-// need the command definitions only (CliCommands.ts); a handler and what it uses (the runtime,
+// need the command definitions only; a handler and what it uses (the runtime,
 // the tools and re2js, the lab and its property-testing engine, the model providers) are
 // imported when its command runs. Recorded by a module hook in a fresh process.
 const recordLoads = `data:text/javascript,${
