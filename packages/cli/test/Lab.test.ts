@@ -3,7 +3,8 @@
 // the --config file of docs/lab.md is accepted and bad input is a usage error naming what is.
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Invariants, LabBugs } from "@fibril/testkit"
+import * as Invariants from "@fibril/testkit/Invariants"
+import * as LabBugs from "@fibril/testkit/LabBugs"
 import { Effect, FileSystem, Path } from "effect"
 import * as LabNames from "../src/LabNames.ts"
 import { fibril } from "./run.ts"
