@@ -7,18 +7,64 @@
  *   client (Claude Code, opencode, Cursor) meets it at the start of every session; goal 300 ms;
  * - `fibril --help`: spawn to exit; goal 200 ms;
  *
- * beside the floor on the same machine in the same rounds: a bare `node -e ""`, and Node
- * importing `effect/Effect` alone (what no Effect program starts without). Each figure is also
+ * beside the floor on the same machine in the same rounds: a bare `node -e ""`, Node
+ * importing `effect/Effect` alone (what no Effect program starts without), and the floor of any
+ * `fibril --help`: a one-command `effect/cli` program run by the Node platform layer, bundled the
+ * way the CLI is (esbuild, compile cache on), printing its help. Each figure is also
  * given as a ratio to the node floor, which is what compares across machines and loads. Both
  * commands are measured again with Node's compile cache turned off (NODE_DISABLE_COMPILE_CACHE=1):
  * what the first start after an install or an upgrade costs, and what the cache saves. And both
  * once more from the package's unbundled `dist/bin.js` (what `bin/fibril.js` ran before the
  * bundle, scripts/bundle.ts): what the bundle saves, in the same rounds.
  */
+import type * as Esbuild from "esbuild"
 import { spawn, spawnSync } from "node:child_process"
+import { writeFileSync } from "node:fs"
+import { createRequire } from "node:module"
 import { loadavg } from "node:os"
 import { join } from "node:path"
+import { fileURLToPath } from "node:url"
 import { type Installs, median, withInstalls } from "./installs.ts"
+
+const root = fileURLToPath(new URL("..", import.meta.url))
+
+/**
+ * The floor of `fibril --help`: what it cannot start without (effect/cli parsing one command and
+ * printing its help, the Node platform layer, runMain), bundled as the CLI is, with the compile
+ * cache on as `bin.ts` has it. Written into the project; returns its path.
+ */
+const cliFloor = (installs: Installs) => {
+  const source = join(installs.work, "cli-floor.ts")
+  writeFileSync(
+    source,
+    `import * as NodeModule from "node:module"
+import { join } from "node:path"
+NodeModule.enableCompileCache?.(join(process.env.HOME ?? "", ".cache", "cli-floor"))
+const [Effect, { Command, Flag }, NodeServices, NodeRuntime] = await Promise.all([
+  import("effect/Effect"),
+  import("effect/cli"),
+  import("@effect/platform-node/NodeServices"),
+  import("@effect/platform-node/NodeRuntime")
+])
+const command = Command.make("floor", { name: Flag.String("name").pipe(Flag.withDescription("A flag")) }, () => Effect.void)
+NodeRuntime.runMain(Command.runWith(command, { version: "0" })(process.argv.slice(2)).pipe(Effect.provide(NodeServices.layer)))
+`
+  )
+  const out = join(installs.project, "cli-floor.mjs")
+  // esbuild is the CLI package's build dependency (scripts/bundle.ts).
+  const esbuild = createRequire(join(root, "packages", "cli", "package.json"))("esbuild") as typeof Esbuild
+  esbuild.buildSync({
+    entryPoints: [source],
+    outfile: out,
+    bundle: true,
+    format: "esm",
+    platform: "node",
+    target: "node22",
+    nodePaths: [join(root, "node_modules")],
+    logLevel: "warning"
+  })
+  return out
+}
 
 const runs = Number(process.argv[2] ?? 5)
 const goals = { mcp: 300, help: 200 }
@@ -91,6 +137,8 @@ export const measure = () =>
     // Resolved from the project's node_modules, as the CLI resolves it.
     const effect = () =>
       timeExit(installs, env, process.execPath, ["--input-type=module", "-e", "await import('effect/Effect')"])
+    const floorScript = cliFloor(installs)
+    const cliFloorHelp = () => timeExit(installs, env, process.execPath, [floorScript, "--help"])
     const noCache = { ...env, NODE_DISABLE_COMPILE_CACHE: "1" }
     const help = (cache = env) => timeExit(installs, cache, installs.projectBin, ["--help"])
     const mcp = (cache = env) => timeMcp(installs, cache, [installs.projectBin])
@@ -99,6 +147,7 @@ export const measure = () =>
     const mcpDist = () => timeMcp(installs, env, [process.execPath, dist])
     // The first processes read the files from disk and fill the compile cache.
     node()
+    cliFloorHelp()
     help()
     await mcp()
     helpDist()
@@ -106,6 +155,7 @@ export const measure = () =>
     const samples = {
       node: [] as Array<number>,
       effect: [] as Array<number>,
+      cliFloor: [] as Array<number>,
       help: [] as Array<number>,
       mcp: [] as Array<number>,
       helpNoCache: [] as Array<number>,
@@ -117,6 +167,7 @@ export const measure = () =>
     for (let i = 0; i < runs; i++) {
       samples.node.push(node())
       samples.effect.push(effect())
+      samples.cliFloor.push(cliFloorHelp())
       samples.help.push(help())
       samples.mcp.push(await mcp())
       samples.helpNoCache.push(help(noCache))
@@ -127,6 +178,7 @@ export const measure = () =>
     const figures = {
       node: median(samples.node),
       effect: median(samples.effect),
+      cliFloor: median(samples.cliFloor),
       help: median(samples.help),
       mcp: median(samples.mcp),
       helpNoCache: median(samples.helpNoCache),
@@ -141,6 +193,7 @@ export const measure = () =>
     )
     console.log(line(`node -e "" (the floor)`, figures.node, figures.node))
     console.log(line("node, import effect/Effect", figures.effect, figures.node))
+    console.log(line("effect/cli --help of one command, bundled", figures.cliFloor, figures.node))
     console.log(line("fibril mcp: spawn -> first tools/list", figures.mcp, figures.node, goals.mcp))
     console.log(line("  the same without the compile cache", figures.mcpNoCache, figures.node))
     console.log(line("  the same from the unbundled dist/", figures.mcpDist, figures.node))

@@ -12,8 +12,6 @@
  * 130 cancelled by Ctrl-C (143 SIGTERM, 129 SIGHUP; bin.ts).
  */
 import * as NodeServices from "@effect/platform-node/NodeServices"
-import * as McpServers from "@fibril/core/McpServers"
-import * as Sandbox from "@fibril/core/Sandbox"
 import { redactText } from "@fibril/core/Secrets"
 import { Argument, CliError, CliOutput, Command, Flag } from "effect/cli"
 import * as Console from "effect/Console"
@@ -23,7 +21,7 @@ import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import * as Schema from "effect/Schema"
 import { readFileSync } from "node:fs"
-import * as AgentsCommand from "./AgentsCommand.ts"
+import * as AgentsCli from "./AgentsCli.ts"
 import {
   configuredCluster,
   type Environment,
@@ -35,20 +33,16 @@ import {
 } from "./CliEnvironment.ts"
 import * as CliFlags from "./CliFlags.ts"
 import * as ClusterCommand from "./ClusterCommand.ts"
-import * as ConfigCommand from "./ConfigCommand.ts"
 import * as ConfigFlags from "./ConfigFlags.ts"
-import * as Doctor from "./Doctor.ts"
 import * as Help from "./Help.ts"
 import * as LabCommand from "./LabCommand.ts"
 import * as Log from "./Log.ts"
 import * as McpCommand from "./McpCommand.ts"
-import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
 import * as RunCommand from "./RunCommand.ts"
-import * as Runtime from "./Runtime.ts"
 import * as TracingFlag from "./TracingFlag.ts"
-import * as TrustCommand from "./TrustCommand.ts"
 import * as UiCommand from "./UiCommand.ts"
+import { UsageError } from "./UsageError.ts"
 
 /** This package's version (package.json sits one level above both src/ and dist/). */
 export const version: string = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
@@ -56,7 +50,7 @@ export const version: string = (JSON.parse(readFileSync(new URL("../package.json
 }).version
 
 // What the process was started with, and the commands defined in their own modules.
-export { command as agents } from "./AgentsCommand.ts"
+export { command as agents } from "./AgentsCli.ts"
 export { type Environment, ExitCode, ProcessEnvironment, processEnvironment } from "./CliEnvironment.ts"
 export { demo, run } from "./RunCommand.ts"
 
@@ -70,6 +64,17 @@ export const config = Command.make(
     model: Flag.String("model").pipe(Flag.withDescription("Show the model selection for this model id"), Flag.optional)
   },
   Effect.fn("fibril.config.command")(function*(flags) {
+    // Each handler imports what it runs when its command starts: parsing and help load the
+    // definitions only (docs/performance.md, start-up).
+    const [Runtime, ModelSelection, Sandbox, McpServers, ConfigCommand] = yield* Effect.promise(() =>
+      Promise.all([
+        import("./Runtime.ts"),
+        import("./ModelSelection.ts"),
+        import("@fibril/core/Sandbox"),
+        import("@fibril/core/McpServers"),
+        import("./ConfigCommand.ts")
+      ])
+    )
     const environment = yield* ProcessEnvironment
     const cwd = yield* resolveCwd(flags.cwd)
     const resolved = yield* loadConfig(cwd)
@@ -102,6 +107,7 @@ export const trust = Command.make(
     list: Flag.Boolean("list").pipe(Flag.withDescription("List the trusted workspaces"), Flag.withDefault(false))
   },
   Effect.fn("fibril.trust.command")(function*(flags) {
+    const TrustCommand = yield* Effect.promise(() => import("./TrustCommand.ts"))
     const environment = yield* ProcessEnvironment
     if (flags.list) return yield* TrustCommand.list(environment, out)
     if (flags.revoke) return yield* TrustCommand.revoke(flags.path, environment, out)
@@ -126,6 +132,7 @@ export const doctor = Command.make(
   "doctor",
   { model: CliFlags.model, baseUrl: CliFlags.baseUrl, cwd: CliFlags.cwd, json: CliFlags.jsonDocument },
   Effect.fn("fibril.doctor.command")(function*(flags) {
+    const Doctor = yield* Effect.promise(() => import("./Doctor.ts"))
     const environment = yield* ProcessEnvironment
     const checks = yield* Doctor.run({
       environment,
@@ -209,18 +216,21 @@ export const worker = Command.make(
     otlp: TracingFlag.otlp
   },
   Effect.fn("fibril.worker.command")(function*(flags) {
+    const [Runtime, ClusterWorker] = yield* Effect.promise(() =>
+      Promise.all([import("./Runtime.ts"), import("./ClusterWorker.ts")])
+    )
     const environment = yield* ProcessEnvironment
     const cwd = yield* resolveCwd(flags.cwd)
     const loaded = yield* loadConfig(cwd)
     const url = ClusterCommand.clusterUrl(flags.cluster, environment.env, loaded.settings.cluster.url)
     if (url === undefined) {
-      return yield* new ModelSelection.UsageError({
+      return yield* new UsageError({
         problem:
           "fibril worker needs the cluster database: --cluster postgres://user@host:5432/db (or sqlite:<file> on one machine), FIBRIL_CLUSTER_URL, or url in [cluster] of .fibril/config.toml"
       })
     }
     const selection = yield* Runtime.select(environment, cwd, loaded.settings, flags)
-    yield* ClusterCommand.worker({
+    yield* ClusterWorker.worker({
       url,
       cwd,
       settings: loaded.settings,
@@ -332,7 +342,7 @@ export const fibril = Command.make("fibril").pipe(
   Command.withSubcommands([
     RunCommand.run,
     RunCommand.demo,
-    AgentsCommand.command,
+    AgentsCli.command,
     UiCommand.command,
     config,
     trust,
@@ -370,7 +380,7 @@ const commandNames: Record<string, ReadonlyArray<string>> = {
  */
 export const rewriteHelp = (
   argv: ReadonlyArray<string>
-): Effect.Effect<ReadonlyArray<string>, ModelSelection.UsageError> => {
+): Effect.Effect<ReadonlyArray<string>, UsageError> => {
   const at = argv.findIndex((arg) => !arg.startsWith("-"))
   if (at === -1 || argv[at] !== "help") return Effect.succeed(argv)
   const path = argv.slice(at + 1).filter((arg) => !arg.startsWith("-"))
@@ -379,7 +389,7 @@ export const rewriteHelp = (
     if (known === undefined) break
     if (!known.includes(path[i]!)) {
       return Effect.fail(
-        new ModelSelection.UsageError({
+        new UsageError({
           problem: `unknown command "${[...path.slice(0, i), path[i]].join(" ")}"; the commands are: ${
             known.map((name) => [...path.slice(0, i), name].join(" ")).join(", ")
           }`

@@ -1,6 +1,6 @@
 /**
- * Cluster mode on the command line: `fibril worker`, `fibril cluster migrate|prune|status|
- * cancel|input|resume`, and `fibril run --cluster`. The cluster code (effect/cluster,
+ * Cluster mode on the command line: `fibril cluster migrate|prune|status|cancel|input|resume`,
+ * and `fibril run --cluster` (`fibril worker`: ClusterWorker.ts). The cluster code (effect/cluster,
  * @effect/sql-pg) is imported only when one of these runs, so the CLI's cold start does not
  * grow.
  *
@@ -9,12 +9,7 @@
  * exit 2 naming `fibril cluster migrate`.
  */
 import type * as ClusterNode from "@fibril/cluster/Node"
-import * as AgentSteps from "@fibril/core/AgentSteps"
-import * as Fibril from "@fibril/core/Fibril"
-import type * as McpServers from "@fibril/core/McpServers"
-import * as RateLimiter from "@fibril/core/RateLimiter"
 import { redactUrl } from "@fibril/core/Secrets"
-import * as Session from "@fibril/core/Session"
 import * as Cause from "effect/Cause"
 import { Argument, Flag } from "effect/cli"
 import * as Clock from "effect/Clock"
@@ -22,12 +17,10 @@ import * as Console from "effect/Console"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
-import * as Shutdown from "./Shutdown.ts"
 import * as TreeView from "./TreeView.ts"
+import { UsageError } from "./UsageError.ts"
 
 export const clusterFlag = Flag.String("cluster").pipe(
   Flag.withDescription("The cluster's Postgres URL (default FIBRIL_CLUSTER_URL): run as a client of the cluster"),
@@ -57,7 +50,7 @@ const requireUrl = (
   const url = clusterUrl(flag, env, configured)
   return url === undefined
     ? Effect.fail(
-      new ModelSelection.UsageError({
+      new UsageError({
         problem:
           "no cluster database: give --cluster postgres://user@host:5432/db (or sqlite:<file> on one machine), set FIBRIL_CLUSTER_URL, or url in [cluster] of .fibril/config.toml"
       })
@@ -65,7 +58,8 @@ const requireUrl = (
     : Effect.succeed(url)
 }
 
-const loadNode = Effect.promise(() => import("@fibril/cluster/Node"))
+/** The cluster's code, loaded by the command that uses it (`fibril worker`: ClusterWorker.ts). */
+export const loadNode = Effect.promise(() => import("@fibril/cluster/Node"))
 const loadClient = Effect.promise(() => import("@fibril/cluster/ClusterClient"))
 
 /** The cluster errors that are the user's to fix: exit 2. */
@@ -204,7 +198,7 @@ export const commands = <R, R2>(
         const url = yield* target(flags.cluster)
         const duration = Duration.fromInput(flags.olderThan as Duration.Input)
         if (Option.isNone(duration)) {
-          return yield* new ModelSelection.UsageError({
+          return yield* new UsageError({
             problem: `--older-than ${flags.olderThan}: not a duration; write e.g. "7 days", "12 hours", "30 minutes"`
           })
         }
@@ -272,92 +266,3 @@ export const commands = <R, R2>(
     })
   return { migrate, prune, status, cancel, input, resume, agentIdArgument, url: urlFlag }
 }
-
-export interface WorkerFlags {
-  readonly url: string
-  readonly cwd: string
-  readonly settings: Parameters<typeof Session.optionsFrom>[0]
-  readonly selection: ModelSelection.Selection
-  /** The MCP servers whose tools its agents get (Runtime.mcpServersOf). */
-  readonly mcpServers: ReadonlyArray<McpServers.Server>
-  readonly maxConcurrent: number | undefined
-  readonly shutdownTimeoutSecs: number
-  readonly host: string
-  readonly port: number | undefined
-  readonly lockExpirationSecs: number | undefined
-  /** The worker's database connections at most: also how many steps it runs at once. */
-  readonly dbConnections: number
-  /** FIBRIL_CLUSTER_STEP_LOG: a file each step's start and end are appended to (the tests count them). */
-  readonly stepLog: string | undefined
-}
-
-/**
- * `fibril worker`: runs agents of the cluster for this workspace until stopped. A stop
- * (SIGTERM, Ctrl-C) is graceful — shards are handed back, steps in flight finish — and turns
- * hard after `--shutdown-timeout` seconds (the unfinished steps then run again elsewhere).
- */
-export const worker = (flags: WorkerFlags) =>
-  Effect.gen(function*() {
-    const node = yield* loadNode
-    const settings = flags.settings
-    const session = { ...Session.defaults, ...Session.optionsFrom(settings) }
-    const core = Layer.merge(
-      AgentSteps.layer(session),
-      Layer.empty
-    ).pipe(
-      Layer.provideMerge(
-        Fibril.layerWithModels({
-          cwd: flags.cwd,
-          store: "memory",
-          session,
-          tools: settings.tools,
-          deny: settings.permissions.deny,
-          ask: settings.permissions.ask,
-          sandbox: settings.sandbox,
-          mcpServers: flags.mcpServers
-        })
-      ),
-      Layer.provideMerge(ModelSelection.layer(flags.selection))
-    )
-    const port = flags.port ?? (yield* Effect.orDie(node.freePort(flags.host)))
-    const stepLog = flags.stepLog
-    const options: ClusterNode.WorkerOptions = {
-      host: flags.host,
-      port,
-      maxDepth: settings.subagents.maxDepth,
-      maxSteps: settings.agent.maxSteps,
-      childMaxSteps: settings.subagents.maxSteps ?? settings.agent.maxSteps,
-      childMaxTokens: settings.subagents.maxTokens,
-      maxWallSecs: settings.subagents.maxWallSecs,
-      treeMaxTokens: settings.subagents.treeMaxTokens,
-      heartbeatSecs: settings.subagents.heartbeatTimeoutSecs,
-      askTimeoutSecs: settings.permissions.askTimeoutSecs,
-      maxConcurrent: flags.maxConcurrent ?? settings.subagents.maxConcurrent,
-      admission: settings.subagents.admission,
-      rateLimit: RateLimiter.optionsFrom(settings),
-      ...(flags.lockExpirationSecs === undefined
-        ? {}
-        : {
-          lockExpiration: Duration.seconds(flags.lockExpirationSecs),
-          lockRefresh: Duration.seconds(Math.max(1, flags.lockExpirationSecs / 3))
-        }),
-      ...(stepLog === undefined || stepLog === "" ? {} : { stepLog })
-    }
-    // The stop turns hard after --shutdown-timeout (Shutdown.ts starts the timer on the signal).
-    Shutdown.setGrace(flags.shutdownTimeoutSecs * 1000, {
-      message: `fibril worker: not stopped after ${flags.shutdownTimeoutSecs} s; stopping now\n`,
-      code: 143
-    })
-    return yield* Effect.gen(function*() {
-      yield* node.checkSchema
-      yield* Effect.scoped(Effect.gen(function*() {
-        yield* Layer.build(node.worker(options, core))
-        yield* Console.error(
-          `fibril worker: pid ${process.pid}, workspace ${flags.cwd}, runner ${flags.host}:${port}, cluster ${
-            redactUrl(flags.url)
-          }, max_concurrent ${options.maxConcurrent}, db_connections ${flags.dbConnections}`
-        )
-        return yield* Effect.never
-      }))
-    }).pipe(Effect.provide(node.database(flags.url, { maxConnections: flags.dbConnections })))
-  })

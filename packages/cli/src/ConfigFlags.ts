@@ -7,8 +7,6 @@
  * `--no-strict` is a global flag (`fibril --no-strict run …` or `fibril run … --no-strict`)
  * so every command that reads the configuration honours it the same way.
  */
-import * as FibrilConfig from "@fibril/core/FibrilConfig"
-import * as Trust from "@fibril/core/Trust"
 import { Flag, GlobalFlag } from "effect/cli"
 import * as Effect from "effect/Effect"
 
@@ -28,6 +26,11 @@ export const load = Effect.fn("fibril.config.load")(function*(
   cwd: string
 ) {
   const strict = yield* Strict
+  // Imported by the command that reads the configuration: parsing and help do not load it
+  // (the config schema, the agent-definition formats; docs/performance.md, start-up).
+  const [FibrilConfig, Trust] = yield* Effect.promise(() =>
+    Promise.all([import("@fibril/core/FibrilConfig"), import("@fibril/core/Trust")])
+  )
   const resolved = yield* FibrilConfig.load({
     cwd,
     home: environment.home,

@@ -11,7 +11,7 @@
 import * as Fibril from "@fibril/core/Fibril"
 import * as Session from "@fibril/core/Session"
 import * as Worktrees from "@fibril/core/Worktrees"
-import { ScriptedModel } from "@fibril/testkit"
+import * as ScriptedModel from "@fibril/testkit/ScriptedModel"
 import * as Effect from "effect/Effect"
 import * as FileSystem from "effect/FileSystem"
 import * as Layer from "effect/Layer"

@@ -11,7 +11,6 @@
  * With `--workers N` (0: one per core) the runs are spread over worker threads in seeded
  * chunks (LabParallel.ts).
  */
-import { Invariants, Lab, LabBugs, LabGenerators, LabReport, Simulation } from "@fibril/testkit"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
@@ -21,9 +20,8 @@ import * as Schema from "effect/Schema"
 import { spawnSync } from "node:child_process"
 import { availableParallelism } from "node:os"
 import * as path from "node:path"
-import * as LabInvariants from "./LabInvariants.ts"
-import * as LabParallel from "./LabParallel.ts"
-import { UsageError } from "./ModelSelection.ts"
+import * as LabNames from "./LabNames.ts"
+import { UsageError } from "./UsageError.ts"
 
 export interface Context<R> {
   /** Where relative paths are resolved. */
@@ -34,15 +32,24 @@ export interface Context<R> {
 
 const usage = (problem: string) => new UsageError({ problem })
 
-const tamperByName = (name: string | undefined) => {
-  if (name === undefined) return Effect.succeed(undefined)
-  const found = LabBugs.all.find((bug) => bug.tamper.name === name)
-  return found === undefined
-    ? Effect.fail(
-      usage(`unknown --tamper "${name}"; the planted bugs are: ${LabBugs.all.map((b) => b.tamper.name).join(", ")}`)
-    )
-    : Effect.succeed(found.tamper)
-}
+/**
+ * The lab, imported when a subcommand runs: parsing and `--help` do not load it (LabNames.ts
+ * holds what the help names).
+ */
+const loadLab = Effect.promise(() =>
+  Promise.all([import("@fibril/testkit"), import("./LabInvariants.ts"), import("./LabParallel.ts")])
+)
+
+const tamperByName = (name: string | undefined) =>
+  Effect.flatMap(loadLab, ([{ LabBugs }]) => {
+    if (name === undefined) return Effect.succeed(undefined)
+    const found = LabBugs.all.find((bug) => bug.tamper.name === name)
+    return found === undefined
+      ? Effect.fail(
+        usage(`unknown --tamper "${name}"; the planted bugs are: ${LabBugs.all.map((b) => b.tamper.name).join(", ")}`)
+      )
+      : Effect.succeed(found.tamper)
+  })
 
 const readText = (file: string, what: string) =>
   Effect.flatMap(FileSystem.FileSystem, (fs) => fs.readFileString(file)).pipe(
@@ -55,7 +62,11 @@ const readBounds = (file: string) =>
     (text) =>
       Effect.try({ try: () => JSON.parse(text) as unknown, catch: () => usage(`--config ${file}: not JSON`) }).pipe(
         Effect.flatMap((json) =>
-          Schema.decodeUnknownEffect(LabGenerators.BoundsJson)(json, { onExcessProperty: "error", errors: "all" })
+          Effect.flatMap(
+            loadLab,
+            ([{ LabGenerators }]) =>
+              Schema.decodeUnknownEffect(LabGenerators.BoundsJson)(json, { onExcessProperty: "error", errors: "all" })
+          )
         ),
         Effect.mapError((error) =>
           error instanceof UsageError ? error : usage(
@@ -68,7 +79,11 @@ const readBounds = (file: string) =>
 const readTrace = (file: string) =>
   Effect.flatMap(
     readText(file, "trace"),
-    (text) => Effect.mapError(Simulation.decode(text), (error) => usage(`${file}: ${error.message}`))
+    (text) =>
+      Effect.flatMap(
+        loadLab,
+        ([{ Simulation }]) => Effect.mapError(Simulation.decode(text), (error) => usage(`${file}: ${error.message}`))
+      )
   )
 
 const write = (file: string, text: string) =>
@@ -88,7 +103,7 @@ const runCommand = <R>(context: Context<R>) =>
       runs: Flag.Int("runs").pipe(Flag.withDescription("Experiments to run"), Flag.withDefault(1000)),
       seed: Flag.Int("seed").pipe(Flag.withDescription("The seed (default: a random one, printed)"), Flag.optional),
       invariants: Flag.String("invariants").pipe(
-        Flag.withDescription(`Comma-separated, of: ${Invariants.all.map((i) => i.name).join(", ")} (default all)`),
+        Flag.withDescription(`Comma-separated, of: ${LabNames.invariants.join(", ")} (default all)`),
         Flag.optional
       ),
       invariantsFrom,
@@ -101,18 +116,19 @@ const runCommand = <R>(context: Context<R>) =>
         Flag.optional
       ),
       tamper: Flag.String("tamper").pipe(
-        Flag.withDescription(`Run against a planted bug: ${LabBugs.all.map((b) => b.tamper.name).join(", ")}`),
+        Flag.withDescription(`Run against a planted bug: ${LabNames.plantedBugs.join(", ")}`),
         Flag.optional
       ),
       workers: Flag.Int("workers").pipe(
         Flag.withDescription(
-          `Worker threads (0: one per core, ${availableParallelism()} here); with more than one, the runs go in seeded chunks of ${LabParallel.chunkRuns}`
+          `Worker threads (0: one per core, ${availableParallelism()} here); with more than one, the runs go in seeded chunks of ${LabNames.chunkRuns}`
         ),
         Flag.withDefault(1)
       )
     },
     (flags) =>
       Effect.gen(function*() {
+        const [{ Lab, Simulation }, LabInvariants, LabParallel] = yield* loadLab
         const cwd = yield* context.cwd
         if (flags.runs < 1) return yield* Effect.fail(usage(`--runs must be at least 1 (got ${flags.runs})`))
         if (flags.workers < 0) {
@@ -208,6 +224,7 @@ const replayCommand = <R>(context: Context<R>) =>
     },
     (flags) =>
       Effect.gen(function*() {
+        const [{ Lab, Simulation }, LabInvariants] = yield* loadLab
         const cwd = yield* context.cwd
         const file = path.resolve(cwd, flags.trace)
         const invariants = yield* LabInvariants.select(cwd, Option.none(), flags.invariantsFrom)
@@ -250,6 +267,7 @@ const reportCommand = <R>(context: Context<R>) =>
     },
     (flags) =>
       Effect.gen(function*() {
+        const [{ Invariants, LabReport }, LabInvariants] = yield* loadLab
         const cwd = yield* context.cwd
         const file = path.resolve(cwd, flags.trace)
         const invariants = yield* LabInvariants.select(cwd, Option.none(), flags.invariantsFrom)

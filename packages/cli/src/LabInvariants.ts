@@ -12,7 +12,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as path from "node:path"
 import { pathToFileURL } from "node:url"
-import { UsageError } from "./ModelSelection.ts"
+import { UsageError } from "./UsageError.ts"
 
 const usage = (problem: string) => new UsageError({ problem })
 

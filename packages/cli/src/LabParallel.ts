@@ -16,8 +16,9 @@ import { Invariants, type Lab, type LabGenerators, Simulation } from "@fibril/te
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import { Worker } from "node:worker_threads"
+import { chunkRuns } from "./LabNames.ts"
 
-export const chunkRuns = 250
+export { chunkRuns }
 
 /** Chunk `c`'s seed: a 31-bit mix of the run's seed and the chunk's index. */
 export const chunkSeed = (seed: number, chunk: number): number => {

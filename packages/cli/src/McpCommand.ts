@@ -16,8 +16,6 @@ import * as CliFlags from "./CliFlags.ts"
 import * as ClusterCommand from "./ClusterCommand.ts"
 import type * as McpModule from "./Mcp.ts"
 import type * as McpApprovalsModule from "./McpApprovals.ts"
-import * as ModelSelection from "./ModelSelection.ts"
-import * as Runtime from "./Runtime.ts"
 
 /** The `mcp` command; `version` is the one the server tells its clients. */
 export const make = (version: string) =>
@@ -57,6 +55,9 @@ export const make = (version: string) =>
       }
       // Questions of a call whose client can be elicited wait for it; the others, as --approve says.
       const McpApprovals: typeof McpApprovalsModule = yield* Effect.promise(() => import("./McpApprovals.ts"))
+      const [Runtime, ModelSelection] = yield* Effect.promise(() =>
+        Promise.all([import("./Runtime.ts"), import("./ModelSelection.ts")])
+      )
       const registry = new Map<string, number>()
       const runtime = yield* Runtime.make(environment, cwd, config.settings, {
         ...flags,

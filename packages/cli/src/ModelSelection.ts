@@ -11,25 +11,21 @@ import type * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as Models from "@fibril/core/Models"
 import { hasUserinfo, redactUrl } from "@fibril/core/Secrets"
 import { OpenAiClient, OpenAiModels } from "@fibril/openai"
-import { ScriptedModel } from "@fibril/testkit"
+import * as ScriptedModel from "@fibril/testkit/ScriptedModel"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import type * as FileSystem from "effect/FileSystem"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import * as Schema from "effect/Schema"
 import { existsSync } from "node:fs"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
+import { UsageError } from "./UsageError.ts"
 
 export const defaultModel = "gpt-4.1-mini"
 
 /** A mistake in how fibril was invoked or configured (exit code 2). */
-export class UsageError extends Schema.TaggedError<UsageError>()("UsageError", { problem: Schema.String }) {
-  override get message() {
-    return this.problem
-  }
-}
+export { UsageError } from "./UsageError.ts"
 
 /**
  * The script format's documentation where this `fibril` can read it: the copy the build puts

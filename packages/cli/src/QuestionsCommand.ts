@@ -5,8 +5,7 @@
  * asked decides the question at its next request poll, within a second.
  */
 import type * as Approvals from "@fibril/core/Approvals"
-import * as StoredQuestions from "@fibril/core/StoredQuestions"
-import * as SubAgentStore from "@fibril/core/SubAgentStore"
+import type * as StoredQuestions from "@fibril/core/StoredQuestions"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -14,7 +13,6 @@ import { resolveCwd, stateDir as stateDirOf } from "./CliEnvironment.ts"
 import * as CliFlags from "./CliFlags.ts"
 import * as ClusterCommand from "./ClusterCommand.ts"
 import * as Output from "./Output.ts"
-import { withStore } from "./WorkspaceStore.ts"
 
 const line = (entry: StoredQuestions.Pending): string => {
   const { agent, question } = entry
@@ -34,6 +32,14 @@ export type OnCluster<X> = <A, E, R, E2, R2>(
 ) => Effect.Effect<A | void, E | E2, R | R2 | X>
 
 const loadClusterAgents = Effect.promise(() => import("./ClusterAgents.ts"))
+// The store and its questions, imported when a subcommand runs (parsing and help do not load them).
+const loadStore = Effect.promise(() =>
+  Promise.all([
+    import("./WorkspaceStore.ts"),
+    import("@fibril/core/StoredQuestions"),
+    import("@fibril/core/SubAgentStore")
+  ])
+)
 
 /** The two subcommands of `fibril agents`; with a cluster URL they read and answer its questions. */
 export const make = <X>(onCluster: OnCluster<X>) => {
@@ -46,6 +52,7 @@ export const make = <X>(onCluster: OnCluster<X>) => {
         flags,
         (url) => Effect.flatMap(loadClusterAgents, (c) => c.questions(url, flags.json)),
         Effect.gen(function*() {
+          const [{ withStore }, StoredQuestions, SubAgentStore] = yield* loadStore
           const stateDir = stateDirOf(yield* resolveCwd(flags.cwd))
           const waiting = yield* withStore(stateDir, [], (store) =>
             StoredQuestions.pending.pipe(Effect.provideService(SubAgentStore.SubAgentStore, store)))
@@ -94,6 +101,7 @@ export const make = <X>(onCluster: OnCluster<X>) => {
         flags,
         (url) => Effect.flatMap(loadClusterAgents, (c) => c.answer(url, flags.id, given)),
         Effect.gen(function*() {
+          const [{ withStore }, StoredQuestions, SubAgentStore] = yield* loadStore
           const stateDir = stateDirOf(yield* resolveCwd(flags.cwd))
           const sent = yield* withStore(
             stateDir,

@@ -3,8 +3,6 @@
  * process on the workspace's file store (Runtime.ts), or as a client of the cluster
  * (`--cluster`, ClusterCommand.ts); and the scripted scenario on the ScriptedModel.
  */
-import * as Fibril from "@fibril/core/Fibril"
-import { ScriptedModel } from "@fibril/testkit"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
@@ -18,16 +16,9 @@ import * as path from "node:path"
 import { loadConfig, ProcessEnvironment, resolveCwd, setExit, stateDir as stateDirOf } from "./CliEnvironment.ts"
 import * as CliFlags from "./CliFlags.ts"
 import * as ClusterCommand from "./ClusterCommand.ts"
-import * as Demo from "./Demo.ts"
-import * as DemoScript from "./DemoScript.ts"
-import * as DemoWorktrees from "./DemoWorktrees.ts"
-import * as ModelSelection from "./ModelSelection.ts"
 import * as Output from "./Output.ts"
-import * as Run from "./Run.ts"
-import * as RunRecords from "./RunRecords.ts"
-import * as Runtime from "./Runtime.ts"
 import * as TracingFlag from "./TracingFlag.ts"
-import * as UiCommand from "./UiCommand.ts"
+import { UsageError } from "./UsageError.ts"
 
 /** Where `fibril run --agui` sends the tree: nowhere (stdout carries the AG-UI lines). */
 const silent: Output.Output = { line: () => Effect.void }
@@ -42,7 +33,7 @@ const readPrompt = Effect.fn("fibril.run.prompt")(function*(
   /** Where the command was typed: the file is relative to it. */
   invocationDir: string
 ) {
-  const fail = (problem: string) => Effect.fail(new ModelSelection.UsageError({ problem }))
+  const fail = (problem: string) => Effect.fail(new UsageError({ problem }))
   if (Option.isSome(argument) && Option.isSome(file)) {
     return yield* fail("Give the prompt either as an argument or with --prompt-file, not both.")
   }
@@ -110,6 +101,10 @@ export const run = Command.make(
     )
   },
   Effect.fn("fibril.run.command")(function*(flags) {
+    // The runtime and the run's views, imported when a run starts: parsing and help do not load them.
+    const [Run, RunRecords, Runtime, UiCommand] = yield* Effect.promise(() =>
+      Promise.all([import("./Run.ts"), import("./RunRecords.ts"), import("./Runtime.ts"), import("./UiCommand.ts")])
+    )
     const environment = yield* ProcessEnvironment
     const cwd = yield* resolveCwd(flags.cwd)
     const prompt = yield* readPrompt(flags.prompt, flags.promptFile, environment.cwd)
@@ -118,7 +113,7 @@ export const run = Command.make(
     // Spans to `--otlp` (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), on a cluster too: its root hangs under this run's.
     const tracing = TracingFlag.layer(flags.otlp, environment.env, config.settings)
     if (clusterUrl !== undefined && (flags.ui || flags.agui)) {
-      return yield* new ModelSelection.UsageError({
+      return yield* new UsageError({
         problem: `--${
           flags.ui ? "ui" : "agui"
         } serves a run of this process; a cluster's agents are on \`fibril ui --cluster <url>\``
@@ -214,6 +209,15 @@ export const demo = Command.make(
     )
   },
   Effect.fn("fibril.demo.command")(function*(flags) {
+    const [Demo, DemoScript, DemoWorktrees, Fibril, ScriptedModel] = yield* Effect.promise(() =>
+      Promise.all([
+        import("./Demo.ts"),
+        import("./DemoScript.ts"),
+        import("./DemoWorktrees.ts"),
+        import("@fibril/core/Fibril"),
+        import("@fibril/testkit/ScriptedModel")
+      ])
+    )
     const environment = yield* ProcessEnvironment
     if (flags.scenario === "worktrees") {
       return yield* Effect.scoped(DemoWorktrees.run(Output.console(environment.tty)))

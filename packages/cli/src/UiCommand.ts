@@ -3,8 +3,6 @@
  * or with `--cluster <url>` of a cluster's; and `fibril run --ui`, the same page for the run it
  * starts, with the run's AG-UI events at `/agui`. The server is UiServer.ts, the data UiData.ts.
  */
-import * as SqliteSubAgentStore from "@fibril/core/SqliteSubAgentStore"
-import * as SubAgentStore from "@fibril/core/SubAgentStore"
 import { Command } from "effect/cli"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
@@ -17,6 +15,8 @@ import * as ClusterCommand from "./ClusterCommand.ts"
 const loadServer = Effect.promise(() => Promise.all([import("./UiServer.ts"), import("./UiData.ts")]))
 const loadAgUi = Effect.promise(() => import("./AgUi.ts"))
 const loadUiCluster = Effect.promise(() => import("./UiCluster.ts"))
+// The store's service, imported when the page is served (parsing and help do not load the store).
+const loadStore = Effect.promise(() => import("@fibril/core/SubAgentStore"))
 
 /**
  * The page for the run this process is about to start (`fibril run --ui`): the workspace's
@@ -28,6 +28,7 @@ export const forRun = Effect.fn("fibril.ui.forRun")(function*(options: {
   readonly cap: number | undefined
   readonly prices?: Readonly<Record<string, number>> | undefined
 }) {
+  const SubAgentStore = yield* loadStore
   const store = yield* SubAgentStore.SubAgentStore
   const [UiServer, UiData] = yield* loadServer
   const agui = yield* Effect.flatMap(loadAgUi, (module) => module.record)
@@ -59,6 +60,8 @@ export const command = Command.make(
       return yield* Effect.flatMap(loadUiCluster, (module) => module.serve(clusterUrl, cap, prices))
     }
     const stateDir = stateDirOf(cwd)
+    const SqliteSubAgentStore = yield* Effect.promise(() => import("@fibril/core/SqliteSubAgentStore"))
+    const SubAgentStore = yield* loadStore
     return yield* Effect.scoped(Effect.gen(function*() {
       const store = yield* SubAgentStore.SubAgentStore
       const [UiServer, UiData] = yield* loadServer

@@ -10,7 +10,7 @@ import * as Effect from "effect/Effect"
 import * as FileSystem from "effect/FileSystem"
 import * as Option from "effect/Option"
 import * as Path from "effect/Path"
-import { UsageError } from "./ModelSelection.ts"
+import { UsageError } from "./UsageError.ts"
 
 const isDirectory = (fs: FileSystem.FileSystem, dir: string) =>
   Effect.map(Effect.option(fs.stat(dir)), Option.exists((info) => info.type === "Directory"))

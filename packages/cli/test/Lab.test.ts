@@ -3,8 +3,20 @@
 // the --config file of docs/lab.md is accepted and bad input is a usage error naming what is.
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
+import * as Invariants from "@fibril/testkit/Invariants"
+import * as LabBugs from "@fibril/testkit/LabBugs"
 import { Effect, FileSystem, Path } from "effect"
+import * as LabNames from "../src/LabNames.ts"
 import { fibril } from "./run.ts"
+
+// `fibril lab run --help` names the invariants and planted bugs without loading the lab
+// (LabNames.ts): the lists it prints are the lab's own.
+describe("fibril lab --help", () => {
+  it("names the lab's invariants and planted bugs, in order", () => {
+    assert.deepStrictEqual(LabNames.invariants, Invariants.all.map((invariant) => invariant.name))
+    assert.deepStrictEqual(LabNames.plantedBugs, LabBugs.all.map((bug) => bug.tamper.name))
+  })
+})
 
 describe("fibril lab", () => {
   it.live("run finds a planted bug, replay reproduces it, report draws it", () =>

@@ -113,9 +113,11 @@ describe("fibril mcp start-up", () => {
         const files = modules.filter((url) => url.startsWith("file:"))
         const outside = files.filter((url) => !url.startsWith(`file://${bundle}`) && !url.endsWith("/bin/fibril.js"))
         assert.deepStrictEqual(outside, [], "loaded from outside the bundle")
-        // The bundle (not a few stray files) answered: the entry and its chunks.
+        // The bundle (not a few stray files) answered: the entry and its chunks (each command's
+        // handler is imported when it runs, so the code it shares with others is split into
+        // chunks: about a hundred files, against the ~450 modules of dist/).
         assert.include(files, `file://${bundle}bin.js`)
-        assert.isBelow(files.length, 60, files.join("\n"))
+        assert.isBelow(files.length, 150, files.join("\n"))
         // The SDK is a chunk of its own, loaded by a client's first request only.
         assert.isFalse(files.some((url) => /\/openai-[A-Z0-9]+\.js$/.test(url)), files.join("\n"))
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
