@@ -17,8 +17,10 @@
  * to text at the one tool-result boundary (the workflow body runs core's tool definitions with
  * this manager provided: AgentWorkflow's `runTool`).
  */
+import * as McpNarrowing from "@fibril/core/McpNarrowing"
 import * as Models from "@fibril/core/Models"
 import * as OutputSchema from "@fibril/core/OutputSchema"
+import * as Permission from "@fibril/core/Permission"
 import * as Roles from "@fibril/core/Roles"
 import * as SpawnCheck from "@fibril/core/SpawnCheck"
 import * as SpawnPlan from "@fibril/core/SpawnPlan"
@@ -69,6 +71,8 @@ export interface SpawnChecks {
   readonly registry?: ToolRegistry.ToolRegistry["Service"] | undefined
   readonly models?: Models.Models["Service"] | undefined
   readonly callerModel?: string | undefined // a child may name its caller's model
+  /** The caller's rules: a child's MCP servers must be among those it may use (absent: any there are). */
+  readonly rules?: Permission.Rules | undefined
 }
 
 /**
@@ -87,6 +91,11 @@ export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnC
     if (checks.registry !== undefined) {
       yield* SpawnPlan.checkAllowedTools(checks.registry, role.name, request.allowedTools)
       yield* SpawnPlan.checkAskTools(checks.registry, role.name, request.askTools)
+      // Its MCP servers: among the caller's, and servers this worker has (McpNarrowing).
+      if (request.mcpServers !== undefined) {
+        const universe = checks.registry.mcpServers()
+        yield* McpNarrowing.grant(role.name, checks.rules ?? Permission.allowAll, universe, request.mcpServers)
+      }
     }
     const models = checks.models
     // A schema outside the supported subset is refused here, as SpawnPlan refuses it.
@@ -238,7 +247,8 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
       const depth = parent === undefined ? 0 : parent.depth + 1
       const allowed = {
         ...(request.allowedTools === undefined ? {} : { allowedTools: request.allowedTools }),
-        ...(request.askTools === undefined ? {} : { askTools: request.askTools })
+        ...(request.askTools === undefined ? {} : { askTools: request.askTools }),
+        ...(request.mcpServers === undefined ? {} : { mcpServers: request.mcpServers })
       }
       const grants = parent === undefined
         ? (Object.keys(allowed).length === 0 ? [] : [{ role: role.name, depth, ...allowed }])

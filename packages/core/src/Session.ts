@@ -34,6 +34,7 @@ import { spanned } from "./internal/span.ts"
 import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
 import type { ModelCallFailed, RetryPolicy } from "./loop/CallModel.ts"
 import type { Budgets, RunObserver, SessionState } from "./loop/State.ts"
+import * as McpNarrowing from "./McpNarrowing.ts"
 import { Memory } from "./Memory.ts"
 import { Models, type UnknownModel } from "./Models.ts"
 import * as OutputSchema from "./OutputSchema.ts"
@@ -135,6 +136,8 @@ export interface CreateOptions {
   readonly allowedTools?: ReadonlyArray<string> | undefined
   /** The caller's `ask_tools` (Permission rule 5): only adds asks. */
   readonly askTools?: ReadonlyArray<string> | undefined
+  /** The MCP servers it may use (McpNarrowing: checked under the root rules); absent: every one. */
+  readonly mcpServers?: ReadonlyArray<string> | undefined
   readonly deny?: ReadonlyArray<string> | undefined
   /** `model` already resolved by the caller (SpawnPlan): it is not resolved again. */
   readonly languageModel?: LanguageModel.LanguageModel | undefined
@@ -164,6 +167,8 @@ export interface ChildOptions {
   readonly askTools?: ReadonlyArray<string> | undefined
   /** A markdown agent definition's tools and denials. */
   readonly definition?: Permission.Ceiling | undefined
+  /** The MCP servers it may use (McpNarrowing: within its parent's, else refused); absent: its parent's. */
+  readonly mcpServers?: ReadonlyArray<string> | undefined
   readonly deny?: ReadonlyArray<string> | undefined
   /** Start from the parent's last request, byte-identical, so a prefix cache is reused. */
   readonly forkContext?: boolean | undefined
@@ -201,12 +206,18 @@ export interface RestoreOptions {
 export class Session extends Context.Service<Session, {
   readonly create: (
     options?: CreateOptions
-  ) => Effect.Effect<SessionInfo, Roles.UnknownRole | Roles.InvalidRoleRequest | UnknownModel>
+  ) => Effect.Effect<
+    SessionInfo,
+    Roles.UnknownRole | Roles.InvalidRoleRequest | UnknownModel | McpNarrowing.McpServersRefused
+  >
   /** A child of `parentId` (or, without a parent, a depth-1 agent under the root rules). */
   readonly createChild: (
     parentId: string | undefined,
     options: ChildOptions
-  ) => Effect.Effect<SessionInfo, SessionNotFound | UnknownModel | Roles.InvalidRoleRequest>
+  ) => Effect.Effect<
+    SessionInfo,
+    SessionNotFound | UnknownModel | Roles.InvalidRoleRequest | McpNarrowing.McpServersRefused
+  >
   readonly restore: (options: RestoreOptions) => Effect.Effect<SessionInfo, UnknownModel>
   /** Appends `message` as a user message and runs the loop to a final answer. */
   readonly prompt: (sessionId: string, message: string) => Effect.Effect<PromptResult, PromptError>
@@ -317,7 +328,10 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     yield* checkAllowedTools(role.name, options.allowedTools)
     const model = options.model ?? models.defaultModel
     const languageModel = options.languageModel ?? (yield* models.resolve(model))
-    const granted = childRules(permission.root, 0, role, options)
+    const servers = options.mcpServers === undefined
+      ? undefined
+      : yield* McpNarrowing.grant(role.name, permission.root, registry.mcpServers(), options.mcpServers)
+    const granted = childRules(permission.root, 0, role, servers === undefined ? options : { ...options, servers })
     const rules = options.ceiling === undefined ? granted : Permission.derive(granted, options.ceiling)
     const state = register({
       clock: clockNow(),
@@ -348,7 +362,10 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
   // rules object).
   const siblingRules = new WeakMap<Permission.Rules, Map<string, { role: Roles.RoleSpec; rules: Permission.Rules }>>()
   const childRules = (parentRules: Permission.Rules, depth: number, role: Roles.RoleSpec, options: GrantOptions) => {
-    if (options.definition !== undefined || options.deny !== undefined || options.askTools !== undefined) {
+    if (
+      options.definition !== undefined || options.deny !== undefined || options.askTools !== undefined ||
+      options.servers !== undefined
+    ) {
       return Permission.effective(parentRules, grantFor(depth, config.maxDepth, role, options))
     }
     let byGrant = siblingRules.get(parentRules)
@@ -372,7 +389,12 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     const model = options.model ?? parent?.model ?? models.defaultModel
     const languageModel = options.languageModel ??
       (model === parent?.model ? parent.languageModel : yield* models.resolve(model))
-    const rules = childRules(parent?.rules ?? permission.root, depth, role, options)
+    const parentRules = parent?.rules ?? permission.root
+    // Its MCP servers, within its parent's (McpNarrowing): denials of every other server.
+    const servers = options.mcpServers === undefined
+      ? undefined
+      : yield* McpNarrowing.grant(role.name, parentRules, registry.mcpServers(), options.mcpServers)
+    const rules = childRules(parentRules, depth, role, servers === undefined ? options : { ...options, servers })
     const fork = options.forkContext === true && parent !== undefined
     // A fork starts with the parent's last request, byte-identical (same message objects),
     // then says it is a fork and who it is now; the task follows as the prompt.

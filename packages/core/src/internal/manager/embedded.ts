@@ -575,7 +575,8 @@ export const make = Effect.fnUntraced(function*(config: Options) {
       registry,
       agents: config.agents ?? [],
       roleModels: config.roleModels,
-      defaultModel: config.defaultModel
+      defaultModel: config.defaultModel,
+      roleMcpServers: config.roleMcpServers
     },
     permits,
     table,
