@@ -60,19 +60,31 @@ export const meet = (
   ...sources: ReadonlyArray<ReadonlyArray<string> | undefined>
 ): ReadonlyArray<string> | undefined => sources.reduce(Permission.meetNames, undefined)
 
+/** Every name an agent's sources give: each is checked, even one the meet leaves out (a typo is caught). */
+export const named = (...sources: ReadonlyArray<ReadonlyArray<string> | undefined>): ReadonlyArray<string> => [
+  ...new Set(sources.flatMap((source) => source ?? []))
+]
+
 /**
  * `servers` checked under the parent's rules, as the ceiling the agent's grant carries
- * (undefined: none, its parent's servers). Decided at once: an Exit.
+ * (undefined: none, its parent's servers). `asked`: every name its sources gave (default
+ * `servers`), each of which must be a server the parent may use. Decided at once: an Exit.
  */
 export const grant = (
   role: string,
   parent: Permission.Rules,
   universe: ReadonlyArray<string>,
-  servers: ReadonlyArray<string> | undefined
+  servers: ReadonlyArray<string> | undefined,
+  asked: ReadonlyArray<string> = servers ?? []
 ): Exit.Exit<Permission.Ceiling | undefined, McpServersRefused> => {
-  if (servers === undefined) return Exit.succeed(undefined)
+  if (servers === undefined && asked.length === 0) return Exit.succeed(undefined)
   const allowed = usable(parent, universe)
-  const refused = servers.filter((server) => !allowed.includes(server))
+  const refused = asked.filter((server) => !allowed.includes(server))
+  if (servers === undefined) {
+    return refused.length === 0
+      ? Exit.succeed(undefined)
+      : Exit.fail(new McpServersRefused({ role, refused, usable: allowed, configured: [...universe] }))
+  }
   return refused.length === 0
     ? Exit.succeed(Permission.serversCeiling(servers, universe))
     : Exit.fail(new McpServersRefused({ role, refused, usable: allowed, configured: [...universe] }))

@@ -138,6 +138,8 @@ export interface CreateOptions {
   readonly askTools?: ReadonlyArray<string> | undefined
   /** The MCP servers it may use (McpNarrowing: checked under the root rules); absent: every one. */
   readonly mcpServers?: ReadonlyArray<string> | undefined
+  /** Every name its sources gave (default `mcpServers`): each must be a server it may be given. */
+  readonly mcpServersNamed?: ReadonlyArray<string> | undefined
   readonly deny?: ReadonlyArray<string> | undefined
   /** `model` already resolved by the caller (SpawnPlan): it is not resolved again. */
   readonly languageModel?: LanguageModel.LanguageModel | undefined
@@ -169,6 +171,8 @@ export interface ChildOptions {
   readonly definition?: Permission.Ceiling | undefined
   /** The MCP servers it may use (McpNarrowing: within its parent's, else refused); absent: its parent's. */
   readonly mcpServers?: ReadonlyArray<string> | undefined
+  /** Every name its sources gave (default `mcpServers`): each must be a server its parent may use. */
+  readonly mcpServersNamed?: ReadonlyArray<string> | undefined
   readonly deny?: ReadonlyArray<string> | undefined
   /** Start from the parent's last request, byte-identical, so a prefix cache is reused. */
   readonly forkContext?: boolean | undefined
@@ -328,9 +332,15 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     yield* checkAllowedTools(role.name, options.allowedTools)
     const model = options.model ?? models.defaultModel
     const languageModel = options.languageModel ?? (yield* models.resolve(model))
-    const servers = options.mcpServers === undefined
+    const servers = options.mcpServers === undefined && options.mcpServersNamed === undefined
       ? undefined
-      : yield* McpNarrowing.grant(role.name, permission.root, registry.mcpServers(), options.mcpServers)
+      : yield* McpNarrowing.grant(
+        role.name,
+        permission.root,
+        registry.mcpServers(),
+        options.mcpServers,
+        options.mcpServersNamed
+      )
     const granted = childRules(permission.root, 0, role, servers === undefined ? options : { ...options, servers })
     const rules = options.ceiling === undefined ? granted : Permission.derive(granted, options.ceiling)
     const state = register({
@@ -391,9 +401,15 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
       (model === parent?.model ? parent.languageModel : yield* models.resolve(model))
     const parentRules = parent?.rules ?? permission.root
     // Its MCP servers, within its parent's (McpNarrowing): denials of every other server.
-    const servers = options.mcpServers === undefined
+    const servers = options.mcpServers === undefined && options.mcpServersNamed === undefined
       ? undefined
-      : yield* McpNarrowing.grant(role.name, parentRules, registry.mcpServers(), options.mcpServers)
+      : yield* McpNarrowing.grant(
+        role.name,
+        parentRules,
+        registry.mcpServers(),
+        options.mcpServers,
+        options.mcpServersNamed
+      )
     const rules = childRules(parentRules, depth, role, servers === undefined ? options : { ...options, servers })
     const fork = options.forkContext === true && parent !== undefined
     // A fork starts with the parent's last request, byte-identical (same message objects),

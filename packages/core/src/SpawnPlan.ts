@@ -72,6 +72,8 @@ export interface Plan extends ResolvedRole {
    * when its session is created (McpNarrowing).
    */
   readonly mcpServers: ReadonlyArray<string> | undefined
+  /** Every server name those sources gave: each must be one the parent may use. */
+  readonly mcpServersNamed: ReadonlyArray<string>
 }
 
 /** What a plan is resolved against: the catalog, the tools, the sub-agent settings. */
@@ -247,10 +249,14 @@ export const resolve = Effect.fnUntraced(function*(
   const chosen = chosenModel(context, resolved, request.model)
   const model = chosen ?? (root ? models.defaultModel : undefined)
   const languageModel = model === undefined ? undefined : yield* models.resolve(model)
-  const mcpServers = McpNarrowing.meet(
-    resolved.mcpServers,
-    context.roleMcpServers?.[resolved.role.name],
-    request.mcpServers
-  )
-  return { ...resolved, model, languageModel, output, askTools: request.askTools, mcpServers } satisfies Plan
+  const servers = [resolved.mcpServers, context.roleMcpServers?.[resolved.role.name.toLowerCase()], request.mcpServers]
+  return {
+    ...resolved,
+    model,
+    languageModel,
+    output,
+    askTools: request.askTools,
+    mcpServers: McpNarrowing.meet(...servers),
+    mcpServersNamed: McpNarrowing.named(...servers)
+  } satisfies Plan
 })

@@ -182,6 +182,11 @@ export const optionsFrom = (settings: FibrilConfig.Settings): Options => ({
   processIsolation: { ...ProcessIsolation.defaults, maxOldSpaceMb: settings.subagents.processMemoryMb },
   roleIsolation: Object.fromEntries(
     Object.entries(settings.subagents.isolation ?? {}).map(([name, mode]) => [Roles.canonical(name) ?? name, mode])
+  ),
+  roleMcpServers: Object.fromEntries(
+    Object.entries(settings.roles).flatMap(([name, role]) =>
+      role.mcpServers === undefined ? [] : [[Roles.canonical(name) ?? name, role.mcpServers]]
+    )
   )
 })
 

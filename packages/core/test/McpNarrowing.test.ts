@@ -61,7 +61,9 @@ describe("McpNarrowing", () => {
         if (level.allowedTools === undefined) {
           assert.deepStrictEqual(
             after,
-            level.mcpServers === undefined ? before : before.filter((server) => level.mcpServers!.includes(server))
+            level.mcpServers === undefined
+              ? before
+              : before.filter((server) => (level.mcpServers as ReadonlyArray<string>).includes(server))
           )
         }
         assert.isTrue(Permission.narrows(parent, child, { tools, paths: [""] }), `depth ${depth} widened a tool`)
