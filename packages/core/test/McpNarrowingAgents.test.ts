@@ -114,6 +114,13 @@ describe("MCP servers per agent", () => {
       )
       const resolved = yield* FibrilConfig.load({ cwd: root, home: path.join(root, "no-home"), env: {} })
       assert.deepStrictEqual(resolved.settings.roles, { explore: { mcpServers: ["alpha"] } })
+      // One role's list from the environment, comma-separated, over the file's.
+      const fromEnv = yield* FibrilConfig.load({
+        cwd: root,
+        home: path.join(root, "no-home"),
+        env: { FIBRIL_ROLES_EXPLORE_MCP_SERVERS: "alpha, beta" }
+      })
+      assert.deepStrictEqual(fromEnv.settings.roles["explore"], { mcpServers: ["alpha", "beta"] })
       const { get } = yield* setup(calling(offered, ["mcp__beta__echo"]), {}, {
         root,
         subagents: SubAgentManager.optionsFrom(resolved.settings)

@@ -83,10 +83,13 @@ export interface RoleSettings {
   readonly mcpServers?: ReadonlyArray<string> | undefined
 }
 
-/** One `[roles.<role>]` table as written. */
+/** One `[roles.<role>]` table as written (a list from the environment is comma-separated). */
 const RoleSettingsTable = Schema.Struct({
-  mcp_servers: Schema.optionalKey(Schema.Array(Schema.String))
+  mcp_servers: Schema.optionalKey(Schema.Union([Schema.Array(Schema.String), Schema.String]))
 })
+
+const namesOf = (given: ReadonlyArray<string> | string): ReadonlyArray<string> =>
+  typeof given === "string" ? given.split(",").map((name) => name.trim()).filter((name) => name !== "") : given
 
 /**
  * `[roles.<role>]`, merged key by key over the sources as `[sandbox.roles.<role>]` is (an
@@ -116,7 +119,9 @@ export const readRoleSettings = (
       for (const table of [...tables].reverse()) {
         for (const [name, given] of Object.entries(table)) {
           const role = name.toLowerCase()
-          roles[role] = { mcpServers: given.mcp_servers ?? roles[role]?.mcpServers }
+          roles[role] = {
+            mcpServers: given.mcp_servers === undefined ? roles[role]?.mcpServers : namesOf(given.mcp_servers)
+          }
         }
       }
       return roles

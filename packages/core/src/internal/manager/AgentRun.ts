@@ -158,8 +158,11 @@ export const start = Effect.fnUntraced(function*(
       languageModel: plan.languageModel,
       allowedTools: request.allowedTools,
       askTools: plan.askTools,
-      mcpServers: plan.mcpServers,
-      mcpServersNamed: plan.mcpServersNamed,
+      // A process child's servers were checked by its parent's engine, and its rules (the
+      // ceiling) carry them: its own process may have none of them to check against.
+      ...(rootOptions?.ceiling === undefined
+        ? { mcpServers: plan.mcpServers, mcpServersNamed: plan.mcpServersNamed }
+        : {}),
       description: request.description,
       observer: ctx.observer,
       ceiling: rootOptions?.ceiling,
