@@ -15,6 +15,7 @@ import type * as McpServers from "@fibril/core/McpServers"
 import * as RateLimiter from "@fibril/core/RateLimiter"
 import { redactUrl } from "@fibril/core/Secrets"
 import * as Session from "@fibril/core/Session"
+import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import * as Cause from "effect/Cause"
 import { Argument, Flag } from "effect/cli"
 import * as Clock from "effect/Clock"
@@ -334,6 +335,7 @@ export const worker = (flags: WorkerFlags) =>
       askTimeoutSecs: settings.permissions.askTimeoutSecs,
       maxConcurrent: flags.maxConcurrent ?? settings.subagents.maxConcurrent,
       admission: settings.subagents.admission,
+      roleMcpServers: SubAgentManager.optionsFrom(settings).roleMcpServers,
       rateLimit: RateLimiter.optionsFrom(settings),
       ...(flags.lockExpirationSecs === undefined
         ? {}

@@ -81,6 +81,8 @@ export interface Options {
   /** Running sub-agents cluster-wide (the root agents do not count); 0: no cap. */
   readonly maxConcurrent: number
   readonly admission: "reject" | "queue"
+  /** MCP servers per role (`[roles.<role>] mcp_servers`), met with a spawn's own (McpNarrowing). */
+  readonly roleMcpServers?: Readonly<Record<string, ReadonlyArray<string>>> | undefined
   /**
    * The longest an `agent_wait`, or an agent queued for a permit, sleeps between two looks when
    * no child's end (no release) wakes it: a wake lost to a crash is found then.
@@ -233,7 +235,7 @@ const setup = Effect.fnUntraced(function*(config: Options, payload: AgentPayload
   const role = yield* Effect.orDie(Roles.resolve(payload.role))
   const grants = grantsOf(payload)
   const rules = yield* rulesFor(permission.root, config.maxDepth, grants, registry.mcpServers())
-  const checks = { registry, models, callerModel: modelId, rules }
+  const checks = { registry, models, callerModel: modelId, rules, roleMcpServers: config.roleMcpServers }
   // Checked at spawn (ClusterSubAgents.checkSpawn); the model decides how the child is told.
   const output = payload.outputSchema === undefined ? undefined : {
     compiled: yield* Effect.orDie(Effect.fromResult(OutputSchema.compile(payload.outputSchema))),

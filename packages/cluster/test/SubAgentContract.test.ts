@@ -808,6 +808,52 @@ const contract = (engine: Engine) => {
       assert.notInclude(waited, "beta")
     }))
 
+  test("mcp_servers: a role's configured servers ([roles.<role>] mcp_servers) narrow its agents, met with a spawn's own", () =>
+    Effect.gen(function*() {
+      const ping = (server: string) =>
+        ToolRegistry.define({
+          name: `mcp__${server}__ping`,
+          description: `ping on ${server}`,
+          parameters: Schema.Struct({}),
+          posture: "read",
+          handler: () => Effect.succeed(`${server} pong`)
+        })
+      const run = yield* engine.run({
+        rules: [
+          {
+            match: { depth: 1 },
+            respond: (c) => ({
+              text: report(`offered ${c.tools.filter((name) => name.startsWith("mcp__")).join(",")}`)
+            })
+          },
+          {
+            match: { depth: 0 },
+            turns: [
+              {
+                tool_calls: [
+                  { name: "task", args: { description: "role", prompt: "x", subagent_type: "explore" } },
+                  {
+                    name: "task",
+                    args: { description: "met", prompt: "x", subagent_type: "explore", mcp_servers: ["beta"] }
+                  },
+                  { name: "task", args: { description: "other role", prompt: "x" } }
+                ]
+              },
+              { text: "root done" }
+            ]
+          }
+        ]
+      }, { settings: { roleMcpServers: { explore: ["alpha"] } }, tools: [ping("alpha"), ping("beta")] })
+      assert.strictEqual(run.text, "root done")
+      const summaries = run.toolResults.map((r) => (r.result as { summary?: string }).summary)
+      // The role's one server; the spawn's own met with it (nothing left); another role has both.
+      assert.deepStrictEqual(summaries, [
+        "offered mcp__alpha__ping",
+        "offered",
+        "offered mcp__alpha__ping,mcp__beta__ping"
+      ])
+    }))
+
   test("an unknown role is UnknownRole, naming the accepted ones", () =>
     Effect.gen(function*() {
       const run = yield* engine.run({
