@@ -17,6 +17,7 @@ import type * as LanguageModel from "effect/ai/LanguageModel"
 import * as Prompt from "effect/ai/Prompt"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -332,15 +333,7 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     yield* checkAllowedTools(role.name, options.allowedTools)
     const model = options.model ?? models.defaultModel
     const languageModel = options.languageModel ?? (yield* models.resolve(model))
-    const servers = options.mcpServers === undefined && options.mcpServersNamed === undefined
-      ? undefined
-      : yield* McpNarrowing.grant(
-        role.name,
-        permission.root,
-        registry.mcpServers(),
-        options.mcpServers,
-        options.mcpServersNamed
-      )
+    const servers = yield* serversFor(role.name, permission.root, options)
     const granted = childRules(permission.root, 0, role, servers === undefined ? options : { ...options, servers })
     const rules = options.ceiling === undefined ? granted : Permission.derive(granted, options.ceiling)
     const state = register({
@@ -364,6 +357,20 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     return info(state)
   })
   const create = (options: CreateOptions = {}) => spanned("Session.create", () => createNow(options))
+
+  // An agent's MCP servers, within its parent's (McpNarrowing): a ceiling denying every other
+  // server, or none when no source names one (the usual case: nothing to look up).
+  const serversFor = (
+    role: string,
+    parentRules: Permission.Rules,
+    options: {
+      readonly mcpServers?: ReadonlyArray<string> | undefined
+      readonly mcpServersNamed?: ReadonlyArray<string> | undefined
+    }
+  ) =>
+    options.mcpServers === undefined && (options.mcpServersNamed ?? []).length === 0
+      ? Exit.succeed(undefined)
+      : McpNarrowing.grant(role, parentRules, registry.mcpServers(), options.mcpServers, options.mcpServersNamed)
 
   // Siblings given the same grant (same role, depth and allowed_tools, no definition or extra
   // denials) get the same rules, and so do root agents given the same grant: rules are
@@ -400,16 +407,7 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     const languageModel = options.languageModel ??
       (model === parent?.model ? parent.languageModel : yield* models.resolve(model))
     const parentRules = parent?.rules ?? permission.root
-    // Its MCP servers, within its parent's (McpNarrowing): denials of every other server.
-    const servers = options.mcpServers === undefined && options.mcpServersNamed === undefined
-      ? undefined
-      : yield* McpNarrowing.grant(
-        role.name,
-        parentRules,
-        registry.mcpServers(),
-        options.mcpServers,
-        options.mcpServersNamed
-      )
+    const servers = yield* serversFor(role.name, parentRules, options)
     const rules = childRules(parentRules, depth, role, servers === undefined ? options : { ...options, servers })
     const fork = options.forkContext === true && parent !== undefined
     // A fork starts with the parent's last request, byte-identical (same message objects),
