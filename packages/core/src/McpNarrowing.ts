@@ -61,9 +61,10 @@ export const meet = (
 ): ReadonlyArray<string> | undefined => sources.reduce(Permission.meetNames, undefined)
 
 /** Every name an agent's sources give: each is checked, even one the meet leaves out (a typo is caught). */
-export const named = (...sources: ReadonlyArray<ReadonlyArray<string> | undefined>): ReadonlyArray<string> => [
-  ...new Set(sources.flatMap((source) => source ?? []))
-]
+export const named = (...sources: ReadonlyArray<ReadonlyArray<string> | undefined>): ReadonlyArray<string> =>
+  sources.every((source) => source === undefined) ? none : [...new Set(sources.flatMap((source) => source ?? []))]
+
+const none: ReadonlyArray<string> = []
 
 /**
  * `servers` checked under the parent's rules, as the ceiling the agent's grant carries

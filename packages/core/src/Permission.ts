@@ -5,10 +5,11 @@
  *
  * 1. An agent's effective rules are the *meet* of its ceilings: its parent's effective rules,
  *    its role's posture (and write scope), its agent definition's tools and denials, the
- *    caller's `allowed_tools`, and the runtime's own policy (children never get `task` or
- *    `todowrite`; nobody spawns at `max_depth`). Meeting intersects every allow set, posture
- *    set and write scope and unites every deny set, so the order does not matter and the
- *    result is within every ceiling (`effective`).
+ *    caller's `allowed_tools`, its MCP servers (McpNarrowing: every other server denied), and
+ *    the runtime's own policy (children never get `task` or `todowrite`; nobody spawns at
+ *    `max_depth`). Meeting intersects every allow set, posture set and write scope and unites
+ *    every deny set, so the order does not matter and the result is within every ceiling
+ *    (`effective`).
  * 2. A call is allowed when its tool is not denied by name, is in the allow set, its posture
  *    is allowed, and — for a tool that writes — every path it touches lies in the write scope.
  *    A writing tool that names no path is denied under a scoped rule set.
