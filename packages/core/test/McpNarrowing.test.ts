@@ -1,7 +1,8 @@
 // The MCP servers an agent may use (McpNarrowing): a meet down the tree. Property: whatever the
 // configuration denies and whatever each level asks for, an agent's servers are within its
-// parent's (and exactly what it asked for, when it was not refused), and its rules judge every
-// MCP tool at most as its parent's do.
+// parent's (and exactly what it asked for, when it was not refused), its rules judge every MCP
+// tool at most as its parent's do, and its stored rules (what a process child is started with)
+// keep the same servers.
 import { assert, describe, it } from "@effect/vitest"
 import { Exit, Schema } from "effect"
 import * as McpNarrowing from "../src/McpNarrowing.ts"
@@ -67,6 +68,9 @@ describe("McpNarrowing", () => {
           )
         }
         assert.isTrue(Permission.narrows(parent, child, { tools, paths: [""] }), `depth ${depth} widened a tool`)
+        // As stored (a process child's Start, a record a resume rebuilds from): the same servers.
+        const stored = Permission.derive(Permission.allowAll, Permission.ceilingFromJson(Permission.toJson(child)))
+        assert.deepStrictEqual(McpNarrowing.usable(stored, universe), after)
         parent = child
       })
     },
