@@ -91,6 +91,23 @@ export const grant = (
     : Exit.fail(new McpServersRefused({ role, refused, usable: allowed, configured: [...universe] }))
 }
 
+/**
+ * `grant` for an agent's options, the servers there are looked up only when a source names one
+ * (the usual spawn names none).
+ */
+export const grantOf = (
+  role: string,
+  parent: Permission.Rules,
+  universe: () => ReadonlyArray<string>,
+  options: {
+    readonly mcpServers?: ReadonlyArray<string> | undefined
+    readonly mcpServersNamed?: ReadonlyArray<string> | undefined
+  }
+): Exit.Exit<Permission.Ceiling | undefined, McpServersRefused> =>
+  options.mcpServers === undefined && (options.mcpServersNamed ?? []).length === 0
+    ? Exit.succeed(undefined)
+    : grant(role, parent, universe(), options.mcpServers, options.mcpServersNamed)
+
 /** The ceiling of `servers` alone, unchecked (a stored grant, already checked at its spawn). */
 export const ceiling = (
   servers: ReadonlyArray<string> | undefined,

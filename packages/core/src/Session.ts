@@ -17,7 +17,6 @@ import type * as LanguageModel from "effect/ai/LanguageModel"
 import * as Prompt from "effect/ai/Prompt"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -248,7 +247,12 @@ export class Session extends Context.Service<Session, {
    */
   readonly reassign: (
     sessionId: string,
-    options: { readonly role: Roles.RoleSpec; readonly definition?: Permission.Ceiling | undefined }
+    options: {
+      readonly role: Roles.RoleSpec
+      readonly definition?: Permission.Ceiling | undefined
+      /** The new role's MCP servers (McpNarrowing): met with the agent's, never adding one. */
+      readonly mcpServers?: ReadonlyArray<string> | undefined
+    }
   ) => Effect.Effect<SessionInfo, SessionNotFound | Permission.PermissionWidening>
   /**
    * The workspace a new session works in, when it is not this service's: its system message
@@ -333,7 +337,7 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     yield* checkAllowedTools(role.name, options.allowedTools)
     const model = options.model ?? models.defaultModel
     const languageModel = options.languageModel ?? (yield* models.resolve(model))
-    const servers = yield* serversFor(role.name, permission.root, options)
+    const servers = yield* McpNarrowing.grantOf(role.name, permission.root, registry.mcpServers, options)
     const granted = childRules(permission.root, 0, role, servers === undefined ? options : { ...options, servers })
     const rules = options.ceiling === undefined ? granted : Permission.derive(granted, options.ceiling)
     const state = register({
@@ -357,20 +361,6 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     return info(state)
   })
   const create = (options: CreateOptions = {}) => spanned("Session.create", () => createNow(options))
-
-  // An agent's MCP servers, within its parent's (McpNarrowing): a ceiling denying every other
-  // server, or none when no source names one (the usual case: nothing to look up).
-  const serversFor = (
-    role: string,
-    parentRules: Permission.Rules,
-    options: {
-      readonly mcpServers?: ReadonlyArray<string> | undefined
-      readonly mcpServersNamed?: ReadonlyArray<string> | undefined
-    }
-  ) =>
-    options.mcpServers === undefined && (options.mcpServersNamed ?? []).length === 0
-      ? Exit.succeed(undefined)
-      : McpNarrowing.grant(role, parentRules, registry.mcpServers(), options.mcpServers, options.mcpServersNamed)
 
   // Siblings given the same grant (same role, depth and allowed_tools, no definition or extra
   // denials) get the same rules, and so do root agents given the same grant: rules are
@@ -407,7 +397,7 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     const languageModel = options.languageModel ??
       (model === parent?.model ? parent.languageModel : yield* models.resolve(model))
     const parentRules = parent?.rules ?? permission.root
-    const servers = yield* serversFor(role.name, parentRules, options)
+    const servers = yield* McpNarrowing.grantOf(role.name, parentRules, registry.mcpServers, options)
     const rules = childRules(parentRules, depth, role, servers === undefined ? options : { ...options, servers })
     const fork = options.forkContext === true && parent !== undefined
     // A fork starts with the parent's last request, byte-identical (same message objects),
@@ -491,10 +481,20 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
 
   const reassign = Effect.fn("Session.reassign")(function*(
     sessionId: string,
-    options: { readonly role: Roles.RoleSpec; readonly definition?: Permission.Ceiling | undefined }
+    options: {
+      readonly role: Roles.RoleSpec
+      readonly definition?: Permission.Ceiling | undefined
+      /** The new role's MCP servers (McpNarrowing): met with the agent's, never adding one. */
+      readonly mcpServers?: ReadonlyArray<string> | undefined
+    }
   ) {
     const state = yield* lookup(sessionId)
-    const grant = grantFor(state.depth, config.maxDepth, options.role, { definition: options.definition })
+    const grant = grantFor(state.depth, config.maxDepth, options.role, {
+      definition: options.definition,
+      servers: options.mcpServers === undefined
+        ? undefined
+        : McpNarrowing.ceiling(options.mcpServers, registry.mcpServers())
+    })
     const next = Permission.reassign(state.rules, state.parent?.rules ?? permission.root, grant)
     if (Result.isFailure(next)) {
       return yield* new Permission.PermissionWidening({

@@ -9,6 +9,7 @@ import { spawnSync } from "node:child_process"
 import { createRequire } from "node:module"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
 import type * as McpServers from "../src/McpServers.ts"
+import * as Permission from "../src/Permission.ts"
 import { Session } from "../src/Session.ts"
 import * as SubAgentManager from "../src/SubAgentManager.ts"
 import * as ToolRegistry from "../src/ToolRegistry.ts"
@@ -140,8 +141,13 @@ describe("MCP servers per agent", () => {
       assert.isTrue(results[0]!.failed, results[0]!.text)
       // Another role is not narrowed by it.
       offered.length = 0
-      yield* runChild(get, { prompt: "look", role: "general" })
+      const general = yield* get(SubAgentManager.SubAgentManager).run(undefined, { prompt: "look", role: "general" })
       assert.deepStrictEqual(offered, ["mcp__alpha__echo", "mcp__beta__echo"])
+      // Reassigned to the role, an agent is narrowed to the role's servers (agent_assign).
+      yield* get(SubAgentManager.SubAgentManager).assign(general.agent_id, { role: "explore" })
+      const rules = (yield* get(Session).info(general.agent_id)).rules
+      assert.isTrue(Permission.allowsTool(rules, "mcp__alpha__echo", "read"))
+      assert.isFalse(Permission.allowsTool(rules, "mcp__beta__echo", "read"))
       // A role's server that is not configured here is refused at spawn, naming those there are.
       const refused = yield* runChild(get, { prompt: "look", role: "explore", mcpServers: ["gamma"] }).pipe(Effect.flip)
       assert.strictEqual(refused._tag, "McpServersRefused")
