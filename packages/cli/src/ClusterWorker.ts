@@ -10,6 +10,7 @@ import type * as McpServers from "@fibril/core/McpServers"
 import * as RateLimiter from "@fibril/core/RateLimiter"
 import { redactUrl } from "@fibril/core/Secrets"
 import * as Session from "@fibril/core/Session"
+import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import * as Console from "effect/Console"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -79,6 +80,7 @@ export const worker = (flags: WorkerFlags) =>
       askTimeoutSecs: settings.permissions.askTimeoutSecs,
       maxConcurrent: flags.maxConcurrent ?? settings.subagents.maxConcurrent,
       admission: settings.subagents.admission,
+      roleMcpServers: SubAgentManager.optionsFrom(settings).roleMcpServers,
       rateLimit: RateLimiter.optionsFrom(settings),
       ...(flags.lockExpirationSecs === undefined
         ? {}

@@ -79,6 +79,13 @@ export const lines = (resolved: FibrilConfig.Resolved): Array<string> => {
       if (v !== undefined) out.push(`${snake(key)} = ${JSON.stringify(v)}`)
     }
   }
+  // `[roles.<role>]`: what a role's agents are given (McpNarrowing for mcp_servers).
+  for (const [role, given] of Object.entries(settings.roles)) {
+    out.push("", `[roles.${role}]`)
+    for (const [key, v] of Object.entries(given)) {
+      if (v !== undefined) out.push(`${snake(key)} = ${JSON.stringify(v)}`)
+    }
+  }
   return out
 }
 

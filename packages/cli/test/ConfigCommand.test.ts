@@ -24,7 +24,8 @@ describe("fibril config: the shell sandbox", () => {
   it.live("no sandbox: read-only roles get no shell, writers run unconfined, and it says so", () =>
     Effect.gen(function*() {
       const dir = yield* configIn(
-        `[sandbox]\nbwrap_path = "/nonexistent/bwrap"\nwritable_paths = ["cache"]\n\n[sandbox.roles.verifier]\nmode = "off"\n`
+        `[sandbox]\nbwrap_path = "/nonexistent/bwrap"\nwritable_paths = ["cache"]\n\n[sandbox.roles.verifier]\nmode = "off"\n` +
+          `\n[roles.Explore]\nmcp_servers = ["github"]\n`
       )
       const { exitCode, stdout, stderr } = yield* fibril(["config"], dir)
       assert.strictEqual(exitCode, 0, stderr)
@@ -40,12 +41,15 @@ describe("fibril config: the shell sandbox", () => {
         `[sandbox]\nmode = "workspace-write"\nnetwork = false\nwritable_paths = ["cache"]   # from ${file}, line 3`
       )
       assert.include(stdout, `[sandbox.roles.verifier]\nmode = "off"`)
+      // A role's MCP servers (McpNarrowing), under its name in lower case.
+      assert.include(stdout, `[roles.explore]\nmcp_servers = ["github"]`)
 
       const json = yield* fibril(["config", "--json"], dir)
       const parsed = JSON.parse(json.stdout) as Record<string, any>
       assert.isFalse(parsed["sandbox_status"].available)
       assert.strictEqual(parsed["sandbox_roles"].explore, "no shell (no sandbox available)")
       assert.strictEqual(parsed["settings"].sandbox.bwrap_path, "/nonexistent/bwrap")
+      assert.deepStrictEqual(parsed["settings"].roles, { explore: { mcp_servers: ["github"] } })
     }).pipe(Effect.provide(NodeServices.layer)))
 
   it.live.skipIf(process.platform !== "linux")("with bubblewrap: each role's mode", () =>

@@ -165,7 +165,8 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
         "description",
         "prompt",
         "subagent_type",
-        "allowed_tools"
+        "allowed_tools",
+        "mcp_servers"
       ])
       assert.include(JSON.stringify(task.inputSchema.properties?.["subagent_type"]), "explore")
       assert.strictEqual(task.outputSchema?.type, "object")
@@ -182,7 +183,8 @@ describe("fibril mcp (MCP SDK client over stdio)", () => {
       assert.containsAllKeys(byName.get("agent_spawn")!.inputSchema.properties ?? {}, [
         "prompt",
         "subagent_type",
-        "detached"
+        "detached",
+        "mcp_servers"
       ])
       assert.containsAllKeys(byName.get("agent_list")!.outputSchema?.properties ?? {}, ["agents"])
       for (const name of ["agent_list", "agent_result", "agent_wait"]) {

@@ -38,6 +38,7 @@ import {
 } from "@fibril/core"
 import * as GenAiTrace from "@fibril/core/GenAiTrace"
 import * as ToolStep from "@fibril/core/loop/ToolStep"
+import * as McpNarrowing from "@fibril/core/McpNarrowing"
 import * as Prompt from "effect/ai/Prompt"
 import * as Cause from "effect/Cause"
 import { MessageStorage, RunnerHealth, Runners, RunnerStorage, Sharding, ShardingConfig } from "effect/cluster"
@@ -80,6 +81,8 @@ export interface Options {
   /** Running sub-agents cluster-wide (the root agents do not count); 0: no cap. */
   readonly maxConcurrent: number
   readonly admission: "reject" | "queue"
+  /** MCP servers per role (`[roles.<role>] mcp_servers`), met with a spawn's own (McpNarrowing). */
+  readonly roleMcpServers?: Readonly<Record<string, ReadonlyArray<string>>> | undefined
   /**
    * The longest an `agent_wait`, or an agent queued for a permit, sleeps between two looks when
    * no child's end (no release) wakes it: a wake lost to a crash is found then.
@@ -133,9 +136,15 @@ const toolCodec = StepJournal.codec(AgentSteps.ToolStep, Schema.Never)
 
 /**
  * An agent's rules: its chain's grants applied in turn to the root rules (Permission, rule 1),
- * as the embedded runtime derives a child's rules from its parent's.
+ * as the embedded runtime derives a child's rules from its parent's. A grant's MCP servers deny
+ * every other server of `mcpServers` (the servers this worker has: McpNarrowing).
  */
-export const rulesFor = (root: Permission.Rules, maxDepth: number, grants: ReadonlyArray<Grant>) =>
+export const rulesFor = (
+  root: Permission.Rules,
+  maxDepth: number,
+  grants: ReadonlyArray<Grant>,
+  mcpServers: ReadonlyArray<string> = []
+) =>
   Effect.orDie(Effect.gen(function*() {
     let rules = root
     for (const grant of grants) {
@@ -144,7 +153,8 @@ export const rulesFor = (root: Permission.Rules, maxDepth: number, grants: Reado
         rules,
         Permission.grantFor(grant.depth, maxDepth, role, {
           allowedTools: grant.allowedTools,
-          askTools: grant.askTools
+          askTools: grant.askTools,
+          servers: McpNarrowing.ceiling(grant.mcpServers, mcpServers)
         })
       )
     }
@@ -224,8 +234,8 @@ const setup = Effect.fnUntraced(function*(config: Options, payload: AgentPayload
   const modelId = payload.model === "" ? models.defaultModel : payload.model
   const role = yield* Effect.orDie(Roles.resolve(payload.role))
   const grants = grantsOf(payload)
-  const rules = yield* rulesFor(permission.root, config.maxDepth, grants)
-  const checks = { registry, models, callerModel: modelId }
+  const rules = yield* rulesFor(permission.root, config.maxDepth, grants, registry.mcpServers())
+  const checks = { registry, models, callerModel: modelId, rules, roleMcpServers: config.roleMcpServers }
   // Checked at spawn (ClusterSubAgents.checkSpawn); the model decides how the child is told.
   const output = payload.outputSchema === undefined ? undefined : {
     compiled: yield* Effect.orDie(Effect.fromResult(OutputSchema.compile(payload.outputSchema))),
@@ -245,7 +255,8 @@ const setup = Effect.fnUntraced(function*(config: Options, payload: AgentPayload
       prompt: "",
       role: own.role,
       allowedTools: own.allowedTools,
-      askTools: own.askTools
+      askTools: own.askTools,
+      mcpServers: own.mcpServers
     }, { registry })
       .pipe(Effect.mapError((refused) => new AgentFailed({ agentId, reason: `refused: ${refused.message}` })))
   })

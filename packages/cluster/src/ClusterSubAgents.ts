@@ -17,8 +17,10 @@
  * to text at the one tool-result boundary (the workflow body runs core's tool definitions with
  * this manager provided: AgentWorkflow's `runTool`).
  */
+import * as McpNarrowing from "@fibril/core/McpNarrowing"
 import * as Models from "@fibril/core/Models"
 import * as OutputSchema from "@fibril/core/OutputSchema"
+import * as Permission from "@fibril/core/Permission"
 import * as Roles from "@fibril/core/Roles"
 import * as SpawnCheck from "@fibril/core/SpawnCheck"
 import * as SpawnPlan from "@fibril/core/SpawnPlan"
@@ -69,7 +71,15 @@ export interface SpawnChecks {
   readonly registry?: ToolRegistry.ToolRegistry["Service"] | undefined
   readonly models?: Models.Models["Service"] | undefined
   readonly callerModel?: string | undefined // a child may name its caller's model
+  /** The caller's rules: a child's MCP servers must be among those it may use (absent: any there are). */
+  readonly rules?: Permission.Rules | undefined
+  /** MCP servers per role (`[roles.<role>] mcp_servers`). */
+  readonly roleMcpServers?: Readonly<Record<string, ReadonlyArray<string>>> | undefined
 }
+
+/** A child's MCP servers: its role's (configured) met with the request's; undefined: its parent's. */
+const serversOf = (request: SubAgentManager.SpawnRequest, role: string, checks: SpawnChecks) =>
+  [checks.roleMcpServers?.[role.toLowerCase()], request.mcpServers] as const
 
 /**
  * A spawn request's role and model, or why it is refused: the bounds of its texts, the role
@@ -87,6 +97,19 @@ export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnC
     if (checks.registry !== undefined) {
       yield* SpawnPlan.checkAllowedTools(checks.registry, role.name, request.allowedTools)
       yield* SpawnPlan.checkAskTools(checks.registry, role.name, request.askTools)
+      // Its MCP servers: among the caller's, and servers this worker has (McpNarrowing).
+      const servers = serversOf(request, role.name, checks)
+      const named = McpNarrowing.named(...servers)
+      if (named.length > 0) {
+        const universe = checks.registry.mcpServers()
+        yield* McpNarrowing.grant(
+          role.name,
+          checks.rules ?? Permission.allowAll,
+          universe,
+          McpNarrowing.meet(...servers),
+          named
+        )
+      }
     }
     const models = checks.models
     // A schema outside the supported subset is refused here, as SpawnPlan refuses it.
@@ -236,9 +259,11 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
     Effect.map(checkSpawn(request, backend.checks), (role): AgentPayload => {
       const agentId = backend.newId()
       const depth = parent === undefined ? 0 : parent.depth + 1
+      const mcpServers = McpNarrowing.meet(...serversOf(request, role.name, backend.checks))
       const allowed = {
         ...(request.allowedTools === undefined ? {} : { allowedTools: request.allowedTools }),
-        ...(request.askTools === undefined ? {} : { askTools: request.askTools })
+        ...(request.askTools === undefined ? {} : { askTools: request.askTools }),
+        ...(mcpServers === undefined ? {} : { mcpServers })
       }
       const grants = parent === undefined
         ? (Object.keys(allowed).length === 0 ? [] : [{ role: role.name, depth, ...allowed }])

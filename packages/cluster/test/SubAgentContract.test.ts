@@ -716,6 +716,144 @@ const contract = (engine: Engine) => {
       assert.include(summary, "read tools ask")
     }))
 
+  // --- MCP servers per agent (issue 34): a child's servers are within its parent's ---
+
+  test("mcp_servers: a child narrowed to one server is not offered another's tools nor may call them, nor give them to its children", () =>
+    Effect.gen(function*() {
+      // Tools named as an MCP server's are that server's for the rules (mcp__<server>__<tool>).
+      const ping = (server: string) =>
+        ToolRegistry.define({
+          name: `mcp__${server}__ping`,
+          description: `ping on ${server}`,
+          parameters: Schema.Struct({}),
+          posture: "read",
+          handler: () => Effect.succeed(`${server} pong`)
+        })
+      const offered = (c: ScriptedModel.Conversation) =>
+        `offered ${c.tools.filter((name) => name.startsWith("mcp__")).join(",")}`
+      const run = yield* engine.run({
+        rules: [
+          {
+            // The grandchild asked for nothing: it inherits its parent's one server.
+            match: { depth: 2 },
+            respond: (c) =>
+              c.turn === 0
+                ? { tool_calls: [{ name: "mcp__beta__ping", args: {} }] }
+                : { text: report(offered(c)) }
+          },
+          {
+            match: { depth: 1 },
+            respond: (c) =>
+              c.turn === 0
+                ? {
+                  tool_calls: [
+                    { name: "mcp__alpha__ping", args: {} },
+                    { name: "mcp__beta__ping", args: {} },
+                    { name: "agent_spawn", args: { prompt: "wider", mcp_servers: ["beta"] } },
+                    { name: "agent_spawn", args: { prompt: "inherits" } }
+                  ]
+                }
+                : c.turn === 1
+                ? { tool_calls: [{ name: "agent_wait", args: {} }] }
+                : { text: report(offered(c)) }
+          },
+          {
+            match: { depth: 0 },
+            turns: [
+              {
+                tool_calls: [
+                  { name: "task", args: { description: "narrow", prompt: "x", mcp_servers: ["alpha"] } },
+                  { name: "task", args: { description: "typo", prompt: "x", mcp_servers: ["gamma"] } }
+                ]
+              },
+              { text: "root done" }
+            ]
+          }
+        ]
+      }, { settings: { maxDepth: 2 }, tools: [ping("alpha"), ping("beta")] })
+      assert.strictEqual(run.text, "root done")
+      const [task, typo] = run.toolResults
+      assert.isFalse(task!.isFailure, JSON.stringify(task))
+      assert.strictEqual((task!.result as { summary: string }).summary, "offered mcp__alpha__ping")
+      // A server that is not configured is refused, naming those there are.
+      assert.isTrue(typo!.isFailure, JSON.stringify(typo))
+      assertShape(typo!.result, Refusal, "task")
+      assert.strictEqual(failed(typo!), "McpServersRefused")
+      assert.include((typo!.result as { message: string }).message, `"gamma" is not configured here`)
+      assert.include((typo!.result as { message: string }).message, "alpha, beta")
+
+      const [child] = childrenOf(run.agents)
+      const results = toolResultsOf(run.transcripts[child!.agentId]!)
+      const byName = (name: string) => results.filter((r) => r.name === name)
+      assert.strictEqual(byName("mcp__alpha__ping")[0]?.result, "alpha pong")
+      // Called by name, the other server's tool is denied, and nothing ran.
+      const beta = byName("mcp__beta__ping")[0]!
+      assert.isTrue(beta.isFailure, JSON.stringify(beta))
+      assert.include(String((beta.result as { message: string }).message), `"mcp__beta__ping" is denied`)
+      // Its child may not be given the server it lacks: refused, naming the one it may give.
+      const [wider, inherits] = byName("agent_spawn")
+      assert.isTrue(wider!.isFailure, JSON.stringify(wider))
+      assert.strictEqual(failed(wider!), "McpServersRefused")
+      assert.include((wider!.result as { message: string }).message, `its parent may not use "beta"`)
+      assert.include((wider!.result as { message: string }).message, "may be given alpha")
+      assert.isFalse(inherits!.isFailure, JSON.stringify(inherits))
+      // The grandchild that asked for nothing has its parent's one server, and is denied the other.
+      const grandchildren = run.agents.filter((agent) => agent.depth === 2)
+      assert.strictEqual(grandchildren.length, 1)
+      const below = toolResultsOf(run.transcripts[grandchildren[0]!.agentId]!)
+      assert.isTrue(below[0]!.isFailure, JSON.stringify(below))
+      assert.include(String((below[0]!.result as { message: string }).message), `"mcp__beta__ping" is denied`)
+      const waited = JSON.stringify(byName("agent_wait")[0]?.result)
+      assert.include(waited, "offered mcp__alpha__ping")
+      assert.notInclude(waited, "beta")
+    }))
+
+  test("mcp_servers: a role's configured servers ([roles.<role>] mcp_servers) narrow its agents, met with a spawn's own", () =>
+    Effect.gen(function*() {
+      const ping = (server: string) =>
+        ToolRegistry.define({
+          name: `mcp__${server}__ping`,
+          description: `ping on ${server}`,
+          parameters: Schema.Struct({}),
+          posture: "read",
+          handler: () => Effect.succeed(`${server} pong`)
+        })
+      const run = yield* engine.run({
+        rules: [
+          {
+            match: { depth: 1 },
+            respond: (c) => ({
+              text: report(`offered ${c.tools.filter((name) => name.startsWith("mcp__")).join(",")}`)
+            })
+          },
+          {
+            match: { depth: 0 },
+            turns: [
+              {
+                tool_calls: [
+                  { name: "task", args: { description: "role", prompt: "x", subagent_type: "explore" } },
+                  {
+                    name: "task",
+                    args: { description: "met", prompt: "x", subagent_type: "explore", mcp_servers: ["beta"] }
+                  },
+                  { name: "task", args: { description: "other role", prompt: "x" } }
+                ]
+              },
+              { text: "root done" }
+            ]
+          }
+        ]
+      }, { settings: { roleMcpServers: { explore: ["alpha"] } }, tools: [ping("alpha"), ping("beta")] })
+      assert.strictEqual(run.text, "root done")
+      const summaries = run.toolResults.map((r) => (r.result as { summary?: string }).summary)
+      // The role's one server; the spawn's own met with it (nothing left); another role has both.
+      assert.deepStrictEqual(summaries, [
+        "offered mcp__alpha__ping",
+        "offered",
+        "offered mcp__alpha__ping,mcp__beta__ping"
+      ])
+    }))
+
   test("an unknown role is UnknownRole, naming the accepted ones", () =>
     Effect.gen(function*() {
       const run = yield* engine.run({

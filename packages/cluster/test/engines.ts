@@ -34,6 +34,8 @@ export interface Settings {
   readonly heartbeatSecs?: number
   /** `[permissions] ask`: tool names and postures whose calls wait for a person. */
   readonly ask?: ReadonlyArray<string>
+  /** `[roles.<role>] mcp_servers`: the MCP servers of a role's agents. */
+  readonly roleMcpServers?: Readonly<Record<string, ReadonlyArray<string>>>
 }
 
 /** A tool result as the model reads it (JSON: keys whose value is undefined are absent). */
@@ -151,6 +153,7 @@ const embeddedOptions = (cwd: string, settings: Settings) => ({
     ...(settings.maxConcurrent === undefined ? {} : { maxConcurrent: settings.maxConcurrent }),
     ...(settings.admission === undefined ? {} : { admission: settings.admission }),
     ...(settings.heartbeatSecs === undefined ? {} : { heartbeatTimeoutSecs: settings.heartbeatSecs }),
+    ...(settings.roleMcpServers === undefined ? {} : { roleMcpServers: settings.roleMcpServers }),
     budgets: settings.childMaxTokens === undefined ? {} : { maxTokens: settings.childMaxTokens }
   }
 })
@@ -197,6 +200,7 @@ export const cluster: Engine = {
         ...(settings.childMaxSteps === undefined ? {} : { childMaxSteps: settings.childMaxSteps }),
         ...(settings.childMaxTokens === undefined ? {} : { childMaxTokens: settings.childMaxTokens }),
         ...(settings.ask === undefined ? {} : { ask: settings.ask }),
+        ...(settings.roleMcpServers === undefined ? {} : { roleMcpServers: settings.roleMcpServers }),
         // A short look interval: the suite is real time here.
         ...(heartbeat === 0 ? {} : { heartbeatSecs: heartbeat, heartbeatCheckMs: 100 }),
         waitFallbackMs: 1000

@@ -59,8 +59,10 @@ export interface AgentDefinition {
   /** `isolation` (Fibril and Claude Code front matter): how its agents are kept apart; absent: not. */
   readonly isolation?: "worktree" | "process" | undefined
   /**
-   * `mcpServers` (Claude Code front matter): the servers it names (configured ones by name)
-   * and the ones it defines inline; the inline ones are started with the process (McpTools).
+   * `mcpServers` (any format, as Claude Code writes it): the servers it names (configured ones
+   * by name) and the ones it defines inline; the inline ones are started with the process
+   * (McpTools). `names` (inline ones included) are the only servers its agents may use,
+   * within their parent's (McpNarrowing).
    */
   readonly mcpServers?: {
     readonly names: ReadonlyArray<string>
@@ -274,7 +276,9 @@ const FibrilFrontmatter = Schema.Struct({
   model: Schema.optionalKey(string("model")),
   max_steps: Schema.optionalKey(positiveInt("max_steps")),
   output_schema: Schema.optionalKey(OutputSchemaField),
-  isolation: Schema.optionalKey(IsolationField)
+  isolation: Schema.optionalKey(IsolationField),
+  // As Claude Code writes it (names and inline servers): read by `mcpServersOf`.
+  mcpServers: Schema.optionalKey(Schema.Unknown)
 })
 
 const ClaudeFrontmatter = Schema.Struct({
@@ -653,6 +657,9 @@ const fromFibril = (path: string, raw: Record<string, unknown>, prompt: string, 
       maxSteps: fm.max_steps,
       ...outputSchemaOf(fm.output_schema),
       ...(fm.isolation === undefined ? {} : { isolation: fm.isolation }),
+      ...(raw["mcpServers"] === undefined
+        ? {}
+        : { mcpServers: mcpServersOf(path, fm.name ?? fileStem(path), raw["mcpServers"], warnings) }),
       prompt,
       source: { path, format: "fibril" },
       usableAsSubagent: true
@@ -661,10 +668,12 @@ const fromFibril = (path: string, raw: Record<string, unknown>, prompt: string, 
 }
 
 /**
- * Claude Code's `mcpServers`: a list of configured server names and `{ name: definition }`
- * entries (or one such map). A bad inline entry is a warning and is left out.
+ * `mcpServers` as Claude Code writes it (read in all three formats): a list of configured
+ * server names and `{ name: definition }` entries (or one such map). A bad inline entry is a
+ * warning and is left out. The names (the inline ones' included) are the servers its agents may
+ * use (McpNarrowing).
  */
-const claudeMcpServers = (path: string, agent: string, value: unknown, warnings: Array<string>) => {
+const mcpServersOf = (path: string, agent: string, value: unknown, warnings: Array<string>) => {
   const names: Array<string> = []
   const inline: Array<McpEntry.Server> = []
   const add = (name: string, entry: unknown) => {
@@ -710,7 +719,7 @@ const fromClaude = (path: string, raw: Record<string, unknown>, prompt: string, 
       ...(fm.isolation === undefined ? {} : { isolation: fm.isolation }),
       ...(raw["mcpServers"] === undefined
         ? {}
-        : { mcpServers: claudeMcpServers(path, fm.name, raw["mcpServers"], warnings) }),
+        : { mcpServers: mcpServersOf(path, fm.name, raw["mcpServers"], warnings) }),
       prompt,
       source: { path, format: "claude" },
       usableAsSubagent: true
@@ -742,6 +751,9 @@ const fromOpencode = (path: string, raw: Record<string, unknown>, prompt: string
         model: modelOf(fm.model),
         maxSteps: fm.maxSteps ?? fm.steps,
         ...outputSchemaOf(fm.output_schema),
+        ...(raw["mcpServers"] === undefined
+          ? {}
+          : { mcpServers: mcpServersOf(path, name, raw["mcpServers"], warnings) }),
         prompt,
         source: { path, format: "opencode" },
         usableAsSubagent: mode !== "primary" && fm.disable !== true

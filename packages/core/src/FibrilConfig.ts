@@ -60,7 +60,7 @@ import {
   withSeedAliases,
   wrongType
 } from "./internal/configFile.ts"
-import { makeSources, readRoles } from "./internal/configRoles.ts"
+import { makeSources, readRoles, readRoleSettings, type RoleSettings } from "./internal/configRoles.ts"
 import * as Trust from "./Trust.ts"
 
 // ---------------------------------------------------------------------------
@@ -182,7 +182,12 @@ export interface Settings {
   readonly cluster: ClusterSettings
   readonly rateLimit: RateLimitSettings
   readonly telemetry: import("./GenAiTrace.ts").TelemetrySettings
+  /** `[roles.<role>]`: per-role settings, by lower-case role name. */
+  readonly roles: Readonly<Record<string, RoleSettings>>
 }
+
+// `[roles.<role>]`: its agents' MCP servers (internal/configRoles.ts).
+export type { RoleSettings } from "./internal/configRoles.ts"
 
 /** The service shape: settings plus where they came from. */
 export interface Resolved {
@@ -254,7 +259,8 @@ export const defaults: Settings = {
   },
   cluster: { url: undefined },
   rateLimit: { enabled: true, initialConcurrency: 4, maxConcurrency: 64 },
-  telemetry: { captureContent: false }
+  telemetry: { captureContent: false },
+  roles: {}
 }
 
 // ---------------------------------------------------------------------------
@@ -437,7 +443,8 @@ const readSettings = Effect.fnUntraced(function*(
         accepts.boolean,
         (name) => Config.Boolean(name).pipe(Config.withDefault(d.telemetry.captureContent))
       )
-    }
+    },
+    roles: yield* readRoleSettings(sources, read)
   }
   return { settings, clamped }
 })
@@ -605,6 +612,7 @@ export interface SettingsOverrides {
   readonly cluster?: Partial<ClusterSettings> | undefined
   readonly rateLimit?: Partial<RateLimitSettings> | undefined
   readonly telemetry?: Partial<import("./GenAiTrace.ts").TelemetrySettings> | undefined
+  readonly roles?: Readonly<Record<string, RoleSettings>> | undefined
 }
 
 /**
@@ -621,7 +629,8 @@ export const fromSettings = (overrides: SettingsOverrides = {}): Resolved => ({
     sandbox: { ...defaults.sandbox, ...overrides.sandbox },
     cluster: { ...defaults.cluster, ...overrides.cluster },
     rateLimit: { ...defaults.rateLimit, ...overrides.rateLimit },
-    telemetry: { ...defaults.telemetry, ...overrides.telemetry }
+    telemetry: { ...defaults.telemetry, ...overrides.telemetry },
+    roles: overrides.roles ?? defaults.roles
   },
   clamped: [],
   sources: [],

@@ -27,7 +27,7 @@ import * as Scope from "effect/Scope"
 import * as Semaphore from "effect/Semaphore"
 import { type Connection, isLost, McpServerUnavailable, supervise } from "./internal/mcpConnection.ts"
 import type * as McpServers from "./McpServers.ts"
-import type * as Permission from "./Permission.ts"
+import * as Permission from "./Permission.ts"
 import * as ToolRegistry from "./ToolRegistry.ts"
 
 /** `mcp__<server>__<tool>`; characters a model's tool name cannot hold become `_`. */
@@ -182,13 +182,7 @@ export const withAgents = (
 }
 
 /** Could an agent with `rules` use any tool of `server` (its name allowed, the server not denied)? */
-export const usedBy = (rules: Permission.Rules, server: string): boolean => {
-  const prefix = toolName(server, "")
-  const named = (names: ReadonlySet<string>) =>
-    names.has(`mcp__${server}`) || names.has(`${prefix}*`) || names.has("mcp__*")
-  if (named(rules.deny)) return false
-  return rules.allow === "all" || named(rules.allow) || [...rules.allow].some((name) => name.startsWith(prefix))
-}
+export const usedBy: (rules: Permission.Rules, server: string) => boolean = Permission.mayUseServer
 
 /**
  * Each server's tools, registered when first needed (a ToolRegistry source): a server starts
@@ -237,6 +231,7 @@ export const layer = (
       ).pipe(Effect.flatMap(Fiber.join))
       const prefix = toolName(server.name, "")
       yield* registry.addSource({
+        server: server.name,
         covers: (name) => name.startsWith(prefix),
         usedBy: (rules) => usedBy(rules, server.name),
         start: startOnce

@@ -5,10 +5,11 @@
  *
  * 1. An agent's effective rules are the *meet* of its ceilings: its parent's effective rules,
  *    its role's posture (and write scope), its agent definition's tools and denials, the
- *    caller's `allowed_tools`, and the runtime's own policy (children never get `task` or
- *    `todowrite`; nobody spawns at `max_depth`). Meeting intersects every allow set, posture
- *    set and write scope and unites every deny set, so the order does not matter and the
- *    result is within every ceiling (`effective`).
+ *    caller's `allowed_tools`, its MCP servers (McpNarrowing: every other server denied), and
+ *    the runtime's own policy (children never get `task` or `todowrite`; nobody spawns at
+ *    `max_depth`). Meeting intersects every allow set, posture set and write scope and unites
+ *    every deny set, so the order does not matter and the result is within every ceiling
+ *    (`effective`).
  * 2. A call is allowed when its tool is not denied by name, is in the allow set, its posture
  *    is allowed, and — for a tool that writes — every path it touches lies in the write scope.
  *    A writing tool that names no path is denied under a scoped rule set.
@@ -200,13 +201,16 @@ export interface Grant {
   readonly askTools?: ReadonlyArray<string> | undefined
   /** The runtime's own limits: configuration denials, sub-agent denials, no spawning at max depth. */
   readonly policy?: Ceiling | undefined
+  /** The MCP servers it may use (`serversCeiling`: every other server denied whole); absent: its parent's. */
+  readonly servers?: Ceiling | undefined
 }
 
 const ceilingsOf = (grant: Grant): ReadonlyArray<Ceiling> => [
   grant.role,
   grant.definition ?? {},
   { allow: grant.allowedTools, ask: grant.askTools },
-  grant.policy ?? {}
+  grant.policy ?? {},
+  grant.servers ?? {}
 ]
 
 /** An agent's effective rules under `parent`: the meet of the parent and every ceiling of `grant`. */
@@ -229,6 +233,8 @@ export interface GrantOptions {
   readonly deny?: ReadonlyArray<string> | undefined
   /** Tool names and postures that must ask (`[permissions] ask`, a definition's `ask_tools`). */
   readonly ask?: ReadonlyArray<string> | undefined
+  /** The MCP servers it may use, as a ceiling (`serversCeiling`); absent: its parent's. */
+  readonly servers?: Ceiling | undefined
 }
 
 /** The part of a role a grant reads (Roles.RoleSpec is one): its name, postures and write scope. */
@@ -255,6 +261,7 @@ export const grantFor = (
   definition: options.definition,
   allowedTools: options.allowedTools,
   askTools: options.askTools,
+  servers: options.servers,
   policy: {
     deny: depth === 0 ? options.deny : [...childDenied, ...(options.deny ?? [])],
     ask: options.ask,
@@ -272,7 +279,9 @@ export const GrantRecord = Schema.Struct({
   depth: Schema.Int,
   allowedTools: Schema.optionalKey(Schema.Array(Schema.String)),
   /** The caller's `ask_tools` (absent in older records: nothing asked). */
-  askTools: Schema.optionalKey(Schema.Array(Schema.String))
+  askTools: Schema.optionalKey(Schema.Array(Schema.String)),
+  /** The MCP servers it may use (McpNarrowing); absent: its parent's. */
+  mcpServers: Schema.optionalKey(Schema.Array(Schema.String))
 })
 export type GrantRecord = typeof GrantRecord.Type
 
@@ -369,6 +378,31 @@ export const namesTool = (entry: string, name: string): boolean =>
   entry === name || (entry.startsWith("mcp__") && (entry.endsWith("*")
     ? name.startsWith(entry.slice(0, -1))
     : !entry.slice(5).includes("__") && name.startsWith(`${entry}__`)))
+
+/** The server of an MCP tool name `mcp__<server>__<tool>`; undefined for any other name. */
+export const mcpServerOf = (name: string): string | undefined => {
+  if (!name.startsWith("mcp__")) return undefined
+  const end = name.indexOf("__", 5)
+  return end > 5 ? name.slice(5, end) : undefined
+}
+
+/**
+ * An agent's MCP servers as a ceiling: every other server of `universe` (the servers there
+ * are) denied whole, `mcp__<server>`. The denial is what enforces the set: a tool of another
+ * server is neither offered nor callable by name, and its server is never started for it.
+ */
+export const serversCeiling = (servers: ReadonlyArray<string>, universe: ReadonlyArray<string>): Ceiling => ({
+  deny: universe.filter((server) => !servers.includes(server)).map((server) => `mcp__${server}`)
+})
+
+/** Could an agent with `rules` use any tool of the MCP server `server` (its tools allowed, the server not denied)? */
+export const mayUseServer = (rules: Rules, server: string): boolean => {
+  const prefix = `mcp__${server}__`
+  const named = (names: ReadonlySet<string>) =>
+    names.has(`mcp__${server}`) || names.has(`${prefix}*`) || names.has("mcp__*")
+  if (named(rules.deny)) return false
+  return rules.allow === "all" || named(rules.allow) || [...rules.allow].some((name) => name.startsWith(prefix))
+}
 
 /** Is `name` in a set of entries, by name or by an MCP pattern? */
 export const listsTool = (entries: ReadonlySet<string>, name: string): boolean => {

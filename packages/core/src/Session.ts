@@ -34,6 +34,7 @@ import { spanned } from "./internal/span.ts"
 import { BudgetExceeded } from "./loop/BudgetExceeded.ts"
 import type { ModelCallFailed, RetryPolicy } from "./loop/CallModel.ts"
 import type { Budgets, RunObserver, SessionState } from "./loop/State.ts"
+import * as McpNarrowing from "./McpNarrowing.ts"
 import { Memory } from "./Memory.ts"
 import { Models, type UnknownModel } from "./Models.ts"
 import * as OutputSchema from "./OutputSchema.ts"
@@ -135,6 +136,10 @@ export interface CreateOptions {
   readonly allowedTools?: ReadonlyArray<string> | undefined
   /** The caller's `ask_tools` (Permission rule 5): only adds asks. */
   readonly askTools?: ReadonlyArray<string> | undefined
+  /** The MCP servers it may use (McpNarrowing: checked under the root rules); absent: every one. */
+  readonly mcpServers?: ReadonlyArray<string> | undefined
+  /** Every name its sources gave (default `mcpServers`): each must be a server it may be given. */
+  readonly mcpServersNamed?: ReadonlyArray<string> | undefined
   readonly deny?: ReadonlyArray<string> | undefined
   /** `model` already resolved by the caller (SpawnPlan): it is not resolved again. */
   readonly languageModel?: LanguageModel.LanguageModel | undefined
@@ -164,6 +169,10 @@ export interface ChildOptions {
   readonly askTools?: ReadonlyArray<string> | undefined
   /** A markdown agent definition's tools and denials. */
   readonly definition?: Permission.Ceiling | undefined
+  /** The MCP servers it may use (McpNarrowing: within its parent's, else refused); absent: its parent's. */
+  readonly mcpServers?: ReadonlyArray<string> | undefined
+  /** Every name its sources gave (default `mcpServers`): each must be a server its parent may use. */
+  readonly mcpServersNamed?: ReadonlyArray<string> | undefined
   readonly deny?: ReadonlyArray<string> | undefined
   /** Start from the parent's last request, byte-identical, so a prefix cache is reused. */
   readonly forkContext?: boolean | undefined
@@ -201,12 +210,18 @@ export interface RestoreOptions {
 export class Session extends Context.Service<Session, {
   readonly create: (
     options?: CreateOptions
-  ) => Effect.Effect<SessionInfo, Roles.UnknownRole | Roles.InvalidRoleRequest | UnknownModel>
+  ) => Effect.Effect<
+    SessionInfo,
+    Roles.UnknownRole | Roles.InvalidRoleRequest | UnknownModel | McpNarrowing.McpServersRefused
+  >
   /** A child of `parentId` (or, without a parent, a depth-1 agent under the root rules). */
   readonly createChild: (
     parentId: string | undefined,
     options: ChildOptions
-  ) => Effect.Effect<SessionInfo, SessionNotFound | UnknownModel | Roles.InvalidRoleRequest>
+  ) => Effect.Effect<
+    SessionInfo,
+    SessionNotFound | UnknownModel | Roles.InvalidRoleRequest | McpNarrowing.McpServersRefused
+  >
   readonly restore: (options: RestoreOptions) => Effect.Effect<SessionInfo, UnknownModel>
   /** Appends `message` as a user message and runs the loop to a final answer. */
   readonly prompt: (sessionId: string, message: string) => Effect.Effect<PromptResult, PromptError>
@@ -232,7 +247,12 @@ export class Session extends Context.Service<Session, {
    */
   readonly reassign: (
     sessionId: string,
-    options: { readonly role: Roles.RoleSpec; readonly definition?: Permission.Ceiling | undefined }
+    options: {
+      readonly role: Roles.RoleSpec
+      readonly definition?: Permission.Ceiling | undefined
+      /** The new role's MCP servers (McpNarrowing): met with the agent's, never adding one. */
+      readonly mcpServers?: ReadonlyArray<string> | undefined
+    }
   ) => Effect.Effect<SessionInfo, SessionNotFound | Permission.PermissionWidening>
   /**
    * The workspace a new session works in, when it is not this service's: its system message
@@ -317,7 +337,8 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     yield* checkAllowedTools(role.name, options.allowedTools)
     const model = options.model ?? models.defaultModel
     const languageModel = options.languageModel ?? (yield* models.resolve(model))
-    const granted = childRules(permission.root, 0, role, options)
+    const servers = yield* McpNarrowing.grantOf(role.name, permission.root, registry.mcpServers, options)
+    const granted = childRules(permission.root, 0, role, servers === undefined ? options : { ...options, servers })
     const rules = options.ceiling === undefined ? granted : Permission.derive(granted, options.ceiling)
     const state = register({
       clock: clockNow(),
@@ -348,7 +369,10 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
   // rules object).
   const siblingRules = new WeakMap<Permission.Rules, Map<string, { role: Roles.RoleSpec; rules: Permission.Rules }>>()
   const childRules = (parentRules: Permission.Rules, depth: number, role: Roles.RoleSpec, options: GrantOptions) => {
-    if (options.definition !== undefined || options.deny !== undefined || options.askTools !== undefined) {
+    if (
+      options.definition !== undefined || options.deny !== undefined || options.askTools !== undefined ||
+      options.servers !== undefined
+    ) {
       return Permission.effective(parentRules, grantFor(depth, config.maxDepth, role, options))
     }
     let byGrant = siblingRules.get(parentRules)
@@ -372,7 +396,9 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
     const model = options.model ?? parent?.model ?? models.defaultModel
     const languageModel = options.languageModel ??
       (model === parent?.model ? parent.languageModel : yield* models.resolve(model))
-    const rules = childRules(parent?.rules ?? permission.root, depth, role, options)
+    const parentRules = parent?.rules ?? permission.root
+    const servers = yield* McpNarrowing.grantOf(role.name, parentRules, registry.mcpServers, options)
+    const rules = childRules(parentRules, depth, role, servers === undefined ? options : { ...options, servers })
     const fork = options.forkContext === true && parent !== undefined
     // A fork starts with the parent's last request, byte-identical (same message objects),
     // then says it is a fork and who it is now; the task follows as the prompt.
@@ -455,10 +481,20 @@ export const make = Effect.fn("Session.make")(function*(given: Partial<Options> 
 
   const reassign = Effect.fn("Session.reassign")(function*(
     sessionId: string,
-    options: { readonly role: Roles.RoleSpec; readonly definition?: Permission.Ceiling | undefined }
+    options: {
+      readonly role: Roles.RoleSpec
+      readonly definition?: Permission.Ceiling | undefined
+      /** The new role's MCP servers (McpNarrowing): met with the agent's, never adding one. */
+      readonly mcpServers?: ReadonlyArray<string> | undefined
+    }
   ) {
     const state = yield* lookup(sessionId)
-    const grant = grantFor(state.depth, config.maxDepth, options.role, { definition: options.definition })
+    const grant = grantFor(state.depth, config.maxDepth, options.role, {
+      definition: options.definition,
+      servers: options.mcpServers === undefined
+        ? undefined
+        : McpNarrowing.ceiling(options.mcpServers, registry.mcpServers())
+    })
     const next = Permission.reassign(state.rules, state.parent?.rules ?? permission.root, grant)
     if (Result.isFailure(next)) {
       return yield* new Permission.PermissionWidening({

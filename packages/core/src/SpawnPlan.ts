@@ -15,6 +15,7 @@ import type * as LanguageModel from "effect/ai/LanguageModel"
 import * as Effect from "effect/Effect"
 import * as AgentDefinitions from "./AgentDefinitions.ts"
 import * as RulePatterns from "./internal/rulePatterns.ts"
+import * as McpNarrowing from "./McpNarrowing.ts"
 import type { Models, UnknownModel } from "./Models.ts"
 import * as OutputSchema from "./OutputSchema.ts"
 import * as Permission from "./Permission.ts"
@@ -33,6 +34,8 @@ export interface Request {
   readonly askTools?: ReadonlyArray<string> | undefined
   /** `output_schema`: the JSON Schema the result must match (a definition's, when absent). */
   readonly outputSchema?: OutputSchema.JsonSchema | undefined
+  /** `mcp_servers`: the MCP servers it may use, within its parent's (McpNarrowing). */
+  readonly mcpServers?: ReadonlyArray<string> | undefined
 }
 
 /** A role as a request resolves it: a built-in one, or a markdown definition over its base role. */
@@ -49,6 +52,8 @@ export interface ResolvedRole {
   readonly outputSchema?: OutputSchema.JsonSchema | undefined
   /** A markdown definition's `isolation` (a request's own wins). */
   readonly isolation?: "worktree" | "process" | undefined
+  /** A markdown definition's `mcpServers` names (its inline servers' included). */
+  readonly mcpServers?: ReadonlyArray<string> | undefined
 }
 
 /** Everything a spawn needs, checked. */
@@ -61,6 +66,14 @@ export interface Plan extends ResolvedRole {
   readonly output: OutputSchema.Compiled | undefined
   /** The caller's `ask_tools`, checked: a ceiling that only adds asks. */
   readonly askTools: ReadonlyArray<string> | undefined
+  /**
+   * The MCP servers it may use: the meet of its definition's, its role's (`[roles.<name>]
+   * mcp_servers`) and the request's; undefined: its parent's. Checked against the parent's
+   * when its session is created (McpNarrowing).
+   */
+  readonly mcpServers: ReadonlyArray<string> | undefined
+  /** Every server name those sources gave: each must be one the parent may use. */
+  readonly mcpServersNamed: ReadonlyArray<string>
 }
 
 /** What a plan is resolved against: the catalog, the tools, the sub-agent settings. */
@@ -73,6 +86,8 @@ export interface Context {
   readonly roleModels: Readonly<Record<string, string>>
   /** `[subagents] default_model`. */
   readonly defaultModel: string | undefined
+  /** MCP servers per role (`[roles.<name>] mcp_servers`). */
+  readonly roleMcpServers?: Readonly<Record<string, ReadonlyArray<string>>> | undefined
 }
 
 export interface ResolveOptions {
@@ -136,7 +151,8 @@ export const resolveRole = (
         model: definition.model,
         maxSteps: definition.maxSteps,
         ...(definition.outputSchema === undefined ? {} : { outputSchema: definition.outputSchema }),
-        isolation: definition.isolation
+        isolation: definition.isolation,
+        ...(definition.mcpServers === undefined ? {} : { mcpServers: definition.mcpServers.names })
       })
     }
   )
@@ -233,5 +249,14 @@ export const resolve = Effect.fnUntraced(function*(
   const chosen = chosenModel(context, resolved, request.model)
   const model = chosen ?? (root ? models.defaultModel : undefined)
   const languageModel = model === undefined ? undefined : yield* models.resolve(model)
-  return { ...resolved, model, languageModel, output, askTools: request.askTools } satisfies Plan
+  const servers = [resolved.mcpServers, context.roleMcpServers?.[resolved.role.name.toLowerCase()], request.mcpServers]
+  return {
+    ...resolved,
+    model,
+    languageModel,
+    output,
+    askTools: request.askTools,
+    mcpServers: McpNarrowing.meet(...servers),
+    mcpServersNamed: McpNarrowing.named(...servers)
+  } satisfies Plan
 })

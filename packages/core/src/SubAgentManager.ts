@@ -6,6 +6,7 @@ import type * as AgentDefinitions from "./AgentDefinitions.ts"
 import type { AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
 import * as EmbeddedEngine from "./internal/manager/embedded.ts"
+import type * as McpNarrowing from "./McpNarrowing.ts"
 import type { Models, UnknownModel } from "./Models.ts"
 import type * as OutputSchema from "./OutputSchema.ts"
 import type * as Permission from "./Permission.ts"
@@ -48,6 +49,8 @@ export interface Options {
   readonly processIsolation?: ProcessIsolation.Options | undefined
   /** `isolation` per role when a spawn names none (`[subagents.isolation]`, e.g. implementer = "worktree"). */
   readonly roleIsolation?: Readonly<Record<string, Isolation>> | undefined
+  /** The MCP servers per role (`[roles.<name>] mcp_servers`), met with a spawn's own (McpNarrowing). */
+  readonly roleMcpServers?: Readonly<Record<string, ReadonlyArray<string>>> | undefined
 }
 
 export const defaults: Options = {
@@ -71,6 +74,11 @@ export interface SpawnRequest {
    * a person's answer. Added to the asks it inherits, never removing one (Permission rule 5).
    */
   readonly askTools?: ReadonlyArray<string> | undefined
+  /**
+   * `mcp_servers`: the MCP servers it (and its children) may use, within its parent's; a name
+   * its parent may not use is refused (McpNarrowing). Absent: its parent's.
+   */
+  readonly mcpServers?: ReadonlyArray<string> | undefined
   /**
    * The agent (id or session name) this one checks: when it ends, its result is attached to
    * that agent's record as a verification receipt (Receipt.fromVerifier).
@@ -103,6 +111,7 @@ export type SpawnError =
   | IsolationUnavailable
   | Worktrees.NotAGitWorkspace
   | Worktrees.GitFailed
+  | McpNarrowing.McpServersRefused
 
 /** A record as shown to callers (AgentResult.ts): the stored fields plus whether it predates this process. */
 import type { AgentView } from "./AgentResult.ts"
@@ -173,6 +182,11 @@ export const optionsFrom = (settings: FibrilConfig.Settings): Options => ({
   processIsolation: { ...ProcessIsolation.defaults, maxOldSpaceMb: settings.subagents.processMemoryMb },
   roleIsolation: Object.fromEntries(
     Object.entries(settings.subagents.isolation ?? {}).map(([name, mode]) => [Roles.canonical(name) ?? name, mode])
+  ),
+  roleMcpServers: Object.fromEntries(
+    Object.entries(settings.roles).flatMap(([name, role]) =>
+      role.mcpServers === undefined ? [] : [[Roles.canonical(name) ?? name, role.mcpServers]]
+    )
   )
 })
 

@@ -265,6 +265,8 @@ const toToolkit = (tools: ReadonlyArray<RegisteredTool>): Toolkit.WithHandler<Re
  * be offered its tools (`prepare`), so an agent that may not use it never starts it.
  */
 export interface Source {
+  /** The MCP server it is, when it is one: what an agent's `mcp_servers` name (McpNarrowing). */
+  readonly server?: string | undefined
   /** Is `name` one of its tools (known before it is started: `allowed_tools` may name them)? */
   readonly covers: (name: string) => boolean
   /** Could an agent with these rules use any of its tools? */
@@ -286,6 +288,11 @@ export class ToolRegistry extends Context.Service<ToolRegistry, {
   readonly prepare: (rules: Permission.Rules) => Effect.Effect<void>
   /** Is `name` a registered tool or one a source will register? */
   readonly known: (name: string) => boolean
+  /**
+   * The MCP servers there are: every server source, and every server a registered
+   * `mcp__<server>__<tool>` names (McpNarrowing narrows agents among them).
+   */
+  readonly mcpServers: () => ReadonlyArray<string>
 }>()("@fibril/core/ToolRegistry") {}
 
 const withoutCallSite = Context.omit(Tracer.ParentSpan, References.CurrentStackFrame)
@@ -385,6 +392,15 @@ export const make = Effect.sync(() => {
       }),
     prepare,
     known: (name) => tools.has(name) || sources.some((source) => source.covers(name)),
+    mcpServers: () => {
+      const names = new Set<string>()
+      for (const source of sources) if (source.server !== undefined) names.add(source.server)
+      for (const name of tools.keys()) {
+        const server = Permission.mcpServerOf(name)
+        if (server !== undefined) names.add(server)
+      }
+      return [...names]
+    },
     register,
     get: (name) => Option.fromNullishOr(tools.get(name)),
     list: Effect.sync(() => [...tools.values()]),

@@ -468,6 +468,18 @@ describe("AgentDefinitions.parse", () => {
     assert.include(warnings[0]!, "unknown key cmd")
   })
 
+  it("Fibril and opencode files take mcpServers as Claude Code writes it", () => {
+    const fibril = ok(
+      "f/tracker.md",
+      "---\nname: tracker\ndescription: d\nmcpServers: [github, { local: { command: node } }]\n---\nTrack.",
+      "fibril"
+    )
+    assert.deepStrictEqual(fibril.definition.mcpServers?.names, ["github", "local"])
+    assert.deepStrictEqual(fibril.warnings, [])
+    const opencode = ok("o/tracker.md", "---\ndescription: d\nmcpServers:\n  - github\n---\nTrack.", "opencode")
+    assert.deepStrictEqual(opencode.definition.mcpServers?.names, ["github"])
+  })
+
   it("opencode: ask, and patterns that only allow or ask, make the tool ask; a denying pattern denies it", () => {
     const { definition, warnings } = ok("o/careful-reviewer.md", opencodeCarefulReviewer, "opencode")
     assert.isUndefined(definition.allowedTools)

@@ -358,7 +358,9 @@ describe("SubAgentManager edges", () => {
       defaultModel: "m-default",
       explorerModel: "m-explore"
     }
-    assert.deepStrictEqual(SubAgentManager.optionsFrom({ ...FibrilConfig.defaults, subagents }), {
+    // `[roles.<role>] mcp_servers`: by canonical role name (an alias is its role), roles without servers left out.
+    const roles = { explorer: { mcpServers: ["github"] }, general: {} }
+    assert.deepStrictEqual(SubAgentManager.optionsFrom({ ...FibrilConfig.defaults, subagents, roles }), {
       maxConcurrent: 3,
       admission: "queue",
       heartbeatTimeoutSecs: 90,
@@ -367,7 +369,8 @@ describe("SubAgentManager edges", () => {
       roleModels: { explore: "m-explore" },
       maxResultChars: 512,
       processIsolation: { maxOldSpaceMb: 512, nestedDepth: 0, roleMaxOldSpaceMb: {} },
-      roleIsolation: {}
+      roleIsolation: {},
+      roleMcpServers: { explore: ["github"] }
     })
     const unset = SubAgentManager.optionsFrom(FibrilConfig.defaults)
     assert.isFalse("maxSteps" in unset.budgets)

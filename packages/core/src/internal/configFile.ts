@@ -152,6 +152,9 @@ export const knownKeys: Readonly<Record<string, ReadonlyArray<string> | "any">> 
   cluster: ["url"],
   rate_limit: ["enabled", "initial_concurrency", "max_concurrency"],
   telemetry: ["capture_content"],
+  // Per-role settings (internal/configRoles.ts reads them).
+  roles: [],
+  "roles.*": ["mcp_servers"],
   // MCP servers (McpServers.ts reads and checks them; its `acceptedKeys` is this list).
   mcp_servers: [],
   "mcp_servers.*": ["type", "command", "args", "env", "url", "headers", "timeout_secs"],

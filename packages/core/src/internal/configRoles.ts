@@ -1,6 +1,6 @@
 /**
- * The sources of the configuration's keys and the per-role sandbox tables (FibrilConfig's
- * reading, kept beside it).
+ * The sources of the configuration's keys and the per-role tables, `[sandbox.roles.<role>]`
+ * and `[roles.<role>]` (FibrilConfig's reading, kept beside it).
  */
 import * as Config from "effect/Config"
 import * as ConfigProvider from "effect/ConfigProvider"
@@ -70,6 +70,57 @@ export const readRoles = (
             mode: given.mode ?? before?.mode,
             network: given.network ?? before?.network,
             writablePaths: given.writable_paths ?? before?.writablePaths
+          }
+        }
+      }
+      return roles
+    }
+  )
+
+/** `[roles.<role>]` as read (FibrilConfig.RoleSettings). */
+export interface RoleSettings {
+  /** The MCP servers its agents may use, within their parent's (McpNarrowing); absent: their parent's. */
+  readonly mcpServers?: ReadonlyArray<string> | undefined
+}
+
+/** One `[roles.<role>]` table as written (a list from the environment is comma-separated). */
+const RoleSettingsTable = Schema.Struct({
+  mcp_servers: Schema.optionalKey(Schema.Union([Schema.Array(Schema.String), Schema.String]))
+})
+
+const namesOf = (given: ReadonlyArray<string> | string): ReadonlyArray<string> =>
+  typeof given === "string" ? given.split(",").map((name) => name.trim()).filter((name) => name !== "") : given
+
+/**
+ * `[roles.<role>]`, merged key by key over the sources as `[sandbox.roles.<role>]` is (an
+ * environment variable for one role's key changes that key only). Role names are
+ * case-insensitive. Only narrows (its servers are met with the parent's), so an untrusted
+ * project may set it.
+ */
+export const readRoleSettings = (
+  sources: ReadonlyArray<ConfigProvider.ConfigProvider>,
+  read: <A>(
+    key: string,
+    accepted: string,
+    make: (name: string) => Config.Config<A>,
+    from: ConfigProvider.ConfigProvider
+  ) => Effect.Effect<A, ConfigInvalid>
+): Effect.Effect<Readonly<Record<string, RoleSettings>>, ConfigInvalid> =>
+  Effect.map(
+    Effect.forEach(sources, (source) =>
+      read(
+        "roles",
+        "tables [roles.<role>] with mcp_servers (an array of MCP server names)",
+        (name) => Config.schema(Schema.Record(Schema.String, RoleSettingsTable), name).pipe(Config.withDefault({})),
+        source
+      )),
+    (tables) => {
+      const roles: Record<string, RoleSettings> = {}
+      for (const table of [...tables].reverse()) {
+        for (const [name, given] of Object.entries(table)) {
+          const role = name.toLowerCase()
+          roles[role] = {
+            mcpServers: given.mcp_servers === undefined ? roles[role]?.mcpServers : namesOf(given.mcp_servers)
           }
         }
       }

@@ -144,8 +144,28 @@ const emit = (deps: RunToolsDeps, state: SessionState, event: Omit<AgentEvent, "
 export const find = (registry: ToolRegistry["Service"], view: ToolView, name: string): RegisteredTool | undefined =>
   view.byName.get(name) ?? Option.getOrUndefined(registry.get(name))
 
-const unknownTool = (view: ToolView, name: string) =>
-  new UnknownTool({ name, available: view.tools.map((tool) => tool.name) })
+/**
+ * A call of a tool that is not registered. A tool of an MCP server there is but that the caller
+ * may not use (McpNarrowing: its server was never started for it) is a denial saying which
+ * servers it may use, not an unknown tool.
+ */
+const unknownTool = (registry: ToolRegistry["Service"], view: ToolView, rules: Permission.Rules, name: string) => {
+  const server = Permission.mcpServerOf(name)
+  if (server !== undefined && !Permission.mayUseServer(rules, server)) {
+    const servers = registry.mcpServers()
+    if (servers.includes(server)) {
+      const decision = Permission.decideTool(rules, name, "read")
+      const usable = servers.filter((other) => Permission.mayUseServer(rules, other))
+      return new Permission.PermissionDenied({
+        tool: name,
+        reason: `${decision.allowed ? `the MCP server "${server}" is not among its servers` : decision.reason} (${
+          usable.length === 0 ? "it may use no MCP server" : `its MCP servers: ${usable.join(", ")}`
+        })`
+      })
+    }
+  }
+  return new UnknownTool({ name, available: view.tools.map((tool) => tool.name) })
+}
 
 /**
  * A call whose rules say ask (Permission rule 5) waits here for a person (`Approvals`): this
@@ -269,7 +289,7 @@ export const runRegistered = (
     const view = registry.view(caller.rules)
     const tool = find(registry, view, call.name)
     return tool === undefined
-      ? Effect.succeed(failedStep(call, unknownTool(view, call.name)))
+      ? Effect.succeed(failedStep(call, unknownTool(registry, view, caller.rules, call.name)))
       : runCall(permission, caller, tool, call)
   })
 
@@ -281,7 +301,7 @@ const lookupAndExecute = (
 ): Effect.Effect<unknown, ToolErrorLike> => {
   const tool = find(deps.registry, state.view, call.name)
   return tool === undefined
-    ? Effect.fail(unknownTool(state.view, call.name))
+    ? Effect.fail(unknownTool(deps.registry, state.view, state.rules, call.name))
     : execute(deps.permission, state, tool, call, touched, (event) => emit(deps, state, event))
 }
 

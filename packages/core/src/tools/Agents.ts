@@ -109,6 +109,7 @@ export const SpawnParameters = Schema.Struct({
         "Tool names or postures (read, write, shell, spawn, plan, memory) whose calls wait for a person's approval in this agent and its sub-agents"
     })
   ),
+  mcp_servers: Schema.optionalKey(Task.McpServersParameter),
   verifies: optionalString(
     "An agent (id or session name) whose current run this agent checks: its result is attached to that agent's record as verification"
   ),
@@ -127,6 +128,7 @@ export const spawnRequest = (tool: string, params: typeof SpawnParameters.Type) 
     forkContext: params.fork_context ?? params.inherit_context,
     allowedTools: params.allowed_tools,
     ...(params.ask_tools === undefined ? {} : { askTools: params.ask_tools }),
+    ...(params.mcp_servers === undefined ? {} : { mcpServers: params.mcp_servers }),
     verifies: params.verifies,
     ...(params.output_schema === undefined ? {} : { outputSchema: params.output_schema }),
     isolation: params.isolation

@@ -32,6 +32,12 @@ export const IsolationParameter = Schema.Literals(["worktree", "process"]).annot
     "worktree: work in a git worktree of your current tree on its own branch (merge it with agent_merge); process: in its own OS process. Default: in your workspace"
 })
 
+/** `mcp_servers` on `task` and `agent_spawn` (McpNarrowing). */
+export const McpServersParameter = Schema.Array(Schema.String).annotate({
+  description:
+    "The MCP servers (by name) the sub-agent and its sub-agents may use: some of those you may use (default: all of yours)"
+})
+
 export const TaskParameters = Schema.Struct({
   description: Schema.String.annotate({ description: "A 3-8 word label for the task" }),
   prompt: Schema.String.annotate({ description: "The full, self-contained task for the sub-agent" }),
@@ -47,6 +53,7 @@ export const TaskParameters = Schema.Struct({
         "Tool names or postures (read, write, shell, spawn, plan, memory) whose calls wait for a person's approval in this agent and its sub-agents"
     })
   ),
+  mcp_servers: Schema.optionalKey(McpServersParameter),
   output_schema: Schema.optionalKey(OutputSchema.Parameter),
   isolation: Schema.optionalKey(IsolationParameter)
 })
@@ -60,6 +67,7 @@ export const request = (params: typeof TaskParameters.Type): SpawnRequest => ({
   role: params.subagent_type ?? "general",
   allowedTools: params.allowed_tools,
   ...(params.ask_tools === undefined ? {} : { askTools: params.ask_tools }),
+  ...(params.mcp_servers === undefined ? {} : { mcpServers: params.mcp_servers }),
   ...(params.output_schema === undefined ? {} : { outputSchema: params.output_schema }),
   isolation: params.isolation
 })

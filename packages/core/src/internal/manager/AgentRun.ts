@@ -158,6 +158,11 @@ export const start = Effect.fnUntraced(function*(
       languageModel: plan.languageModel,
       allowedTools: request.allowedTools,
       askTools: plan.askTools,
+      // A process child's servers were checked by its parent's engine, and its rules (the
+      // ceiling) carry them: its own process may have none of them to check against.
+      ...(rootOptions?.ceiling === undefined
+        ? { mcpServers: plan.mcpServers, mcpServersNamed: plan.mcpServersNamed }
+        : {}),
       description: request.description,
       observer: ctx.observer,
       ceiling: rootOptions?.ceiling,
@@ -171,6 +176,8 @@ export const start = Effect.fnUntraced(function*(
       languageModel: plan.languageModel,
       allowedTools: plan.allowedTools,
       askTools: plan.askTools,
+      mcpServers: plan.mcpServers,
+      mcpServersNamed: plan.mcpServersNamed,
       definition: plan.definition,
       forkContext: request.forkContext,
       budgets: plan.maxSteps === undefined ? ctx.config.budgets : { ...ctx.config.budgets, maxSteps: plan.maxSteps },

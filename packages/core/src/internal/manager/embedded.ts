@@ -18,6 +18,7 @@ import { type AgentEvent, AgentEvents } from "../../AgentEvents.ts"
 import * as AgentResult from "../../AgentResult.ts"
 import { Approvals } from "../../Approvals.ts"
 import * as Heartbeat from "../../Heartbeat.ts"
+import * as McpNarrowing from "../../McpNarrowing.ts"
 import { Models } from "../../Models.ts"
 import * as Permission from "../../Permission.ts"
 import * as Receipt from "../../Receipt.ts"
@@ -375,7 +376,12 @@ const assignOf = (
       : yield* SpawnPlan.resolveRole(ctx.plans.agents, update.role, ["*"])
     const role = resolved?.role
     if (resolved !== undefined) {
-      const target = { role: resolved.role, definition: resolved.definition }
+      // Its new role's MCP servers (its definition's, `[roles.<role>]`): met with its own.
+      const mcpServers = McpNarrowing.meet(
+        resolved.mcpServers,
+        ctx.plans.roleMcpServers?.[resolved.role.name.toLowerCase()]
+      )
+      const target = { role: resolved.role, definition: resolved.definition, mcpServers }
       const live = yield* ctx.session.reassign(agent.record.agent_id, target).pipe(
         Effect.map((info) => {
           agent.record.permissions = Permission.toJson(info.rules)
@@ -575,7 +581,8 @@ export const make = Effect.fnUntraced(function*(config: Options) {
       registry,
       agents: config.agents ?? [],
       roleModels: config.roleModels,
-      defaultModel: config.defaultModel
+      defaultModel: config.defaultModel,
+      roleMcpServers: config.roleMcpServers
     },
     permits,
     table,
