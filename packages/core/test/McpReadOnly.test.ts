@@ -1,0 +1,132 @@
+// A read-only agent's MCP server runs in the shell's read-only sandbox. Against the real
+// @modelcontextprotocol/server-filesystem over stdio, serving the workspace: an explore child
+// is not offered its write tools, a call by name is denied, a read reaches the parent; and the
+// instance started for read-only agents, made to write inside its own allowed directory, fails
+// with nothing on disk, while the writer's instance of the same server writes.
+import { assert, describe, it } from "@effect/vitest"
+import type { ScriptedModel } from "@fibril/testkit"
+import { Effect } from "effect"
+import type * as Prompt from "effect/ai/Prompt"
+import { spawnSync } from "node:child_process"
+import * as nodeFs from "node:fs"
+import { createRequire } from "node:module"
+import * as os from "node:os"
+import * as nodePath from "node:path"
+import type * as McpServers from "../src/McpServers.ts"
+import * as Permission from "../src/Permission.ts"
+import * as Roles from "../src/Roles.ts"
+import * as Session from "../src/Session.ts"
+import * as ToolRegistry from "../src/ToolRegistry.ts"
+import { provideNode, report, setup } from "./support.ts"
+
+const serverBin = createRequire(import.meta.url).resolve("@modelcontextprotocol/server-filesystem/dist/index.js")
+
+// Where bubblewrap cannot run, a read-only agent's server does not start at all (as its shell
+// does not): there is nothing to check on disk.
+const bwrap = spawnSync("bwrap", ["--ro-bind", "/", "/", "--unshare-all", "--", "true"]).status === 0
+
+const filesystem = (root: string): McpServers.StdioServer => ({
+  transport: "stdio",
+  name: "fs",
+  source: "test",
+  timeoutSecs: 30,
+  command: process.execPath,
+  args: [serverBin, root],
+  env: {}
+})
+
+const toolResults = (messages: ReadonlyArray<Prompt.Message>) =>
+  messages.flatMap((message) =>
+    message.role === "tool" ? message.content.filter((part) => part.type === "tool-result") : []
+  )
+
+/** The root delegates to an explore child, which tries a write by name and reads a file. */
+const delegating = (root: string, offered: Array<string>): ScriptedModel.ScriptInput => ({
+  rules: [
+    {
+      match: { depth: 0 },
+      respond: (conversation) =>
+        conversation.turn === 0
+          ? {
+            tool_calls: [{
+              name: "task",
+              args: { description: "read", prompt: "read notes.txt", subagent_type: "explore" }
+            }]
+          }
+          : { text: "done" }
+    },
+    {
+      respond: (conversation) => {
+        if (conversation.turn > 0) {
+          return { text: report(conversation.toolResults.map((result) => JSON.stringify(result.result)).join(" | ")) }
+        }
+        offered.push(...conversation.tools.filter((name) => name.startsWith("mcp__")))
+        return {
+          tool_calls: [
+            { name: "mcp__fs__write_file", args: { path: nodePath.join(root, "child.txt"), content: "x" } },
+            { name: "mcp__fs__read_text_file", args: { path: nodePath.join(root, "notes.txt") } }
+          ]
+        }
+      }
+    }
+  ]
+})
+
+describe.skipIf(!bwrap)("a read-only agent's MCP server (server-filesystem, bubblewrap)", () => {
+  it.live(
+    "explore is offered no write tool and is denied one by name; its read reaches the parent; its server cannot write",
+    () =>
+      Effect.gen(function*() {
+        const root = nodeFs.realpathSync(nodeFs.mkdtempSync(nodePath.join(os.tmpdir(), "fibril-mcp-ro-")))
+        nodeFs.writeFileSync(nodePath.join(root, "notes.txt"), "the secret word is heliotrope\n")
+        const offered: Array<string> = []
+        yield* Effect.addFinalizer(() => Effect.sync(() => nodeFs.rmSync(root, { recursive: true, force: true })))
+        yield* Effect.scoped(Effect.gen(function*() {
+          const { get } = yield* setup(delegating(root, offered), {}, { root, mcpServers: [filesystem(root)] })
+          const session = get(Session.Session)
+          const agent = yield* session.create()
+          yield* session.prompt(agent.id, "go")
+
+          // (a) The explore child saw the server's read tools only.
+          assert.include(offered, "mcp__fs__read_text_file")
+          assert.notInclude(offered, "mcp__fs__write_file")
+          assert.notInclude(offered, "mcp__fs__edit_file")
+          // (c) The parent got the child's report: the write denied by the rules, the read's content.
+          const delegated = toolResults(yield* session.transcript(agent.id)).map((part) => JSON.stringify(part.result))
+          assert.lengthOf(delegated, 1)
+          assert.include(delegated[0]!, "heliotrope")
+          assert.include(delegated[0]!, `permission denied for tool \\\\\\"mcp__fs__write_file\\\\\\"`)
+          assert.isFalse(nodeFs.existsSync(nodePath.join(root, "child.txt")))
+
+          // (b) The write tool driven directly, as a read-only agent: the call reaches the
+          // server's read-only instance (the rules are not asked here), whose write fails in the
+          // sandbox; as an agent that may write, the same call writes through its own instance.
+          const registry = get(ToolRegistry.ToolRegistry)
+          const permission = get(Permission.Permission)
+          const write = registry.get("mcp__fs__write_file")
+          assert.isTrue(write._tag === "Some")
+          if (write._tag !== "Some") return
+          const explore = Permission.effective(permission.root, Session.grantFor(0, 1, Roles.roles.explore))
+          const call = (rules: Permission.Rules, file: string) =>
+            write.value.handler({ path: nodePath.join(root, file), content: "written\n" }, {
+              sessionId: undefined,
+              callId: file,
+              role: "test",
+              depth: 1,
+              rules
+            }).pipe(Effect.result)
+          const denied = yield* call(explore, "from-read-only.txt")
+          // The server answers with its error as the tool's result (what the model reads).
+          assert.match(
+            denied._tag === "Success" ? String(denied.success) : denied.failure.message,
+            /EROFS: read-only file system/
+          )
+          assert.isFalse(nodeFs.existsSync(nodePath.join(root, "from-read-only.txt")))
+          const written = yield* call(permission.root, "from-writer.txt")
+          assert.isTrue(written._tag === "Success")
+          assert.strictEqual(nodeFs.readFileSync(nodePath.join(root, "from-writer.txt"), "utf8"), "written\n")
+        }))
+      }).pipe(provideNode),
+    30_000
+  )
+})
