@@ -269,8 +269,12 @@ export interface Source {
   readonly covers: (name: string) => boolean
   /** Could an agent with these rules use any of its tools? */
   readonly usedBy: (rules: Permission.Rules) => boolean
-  /** Starts it and registers its tools; called again until it succeeds once, so it must be idempotent. */
-  readonly start: Effect.Effect<void>
+  /**
+   * Starts it and registers its tools; called again until it succeeds once, so it must be
+   * idempotent. `rules` are those of the agent that needs it first: a source may start what
+   * that agent may use (a read-only agent's MCP server runs sandboxed).
+   */
+  readonly start: (rules: Permission.Rules) => Effect.Effect<void>
 }
 
 export class ToolRegistry extends Context.Service<ToolRegistry, {
@@ -370,7 +374,7 @@ export const make = Effect.sync(() => {
       return wanted.length === 0 ?
         Effect.void :
         Effect.forEach(wanted, (source) =>
-          Effect.tap(source.start, () =>
+          Effect.tap(source.start(rules), () =>
             Effect.sync(() => {
               const at = pending.indexOf(source)
               if (at >= 0) pending.splice(at, 1)
