@@ -22,6 +22,7 @@ export type EventType =
   | "text"
   | "tool_call"
   | "tool_result"
+  | "tool_progress"
   | "completed"
   | "failed"
   | "cancelled"
@@ -40,6 +41,16 @@ export interface AgentSnapshot {
   readonly toolCalls: number
   readonly lastTool: string | undefined
   readonly usage: Usage
+}
+
+/**
+ * How far a running tool call is, as the tool says (an MCP server's `notifications/progress`):
+ * `progress` grows with each update; `total` when known; `message` when given.
+ */
+export interface ToolProgress {
+  readonly progress: number
+  readonly total?: number | undefined
+  readonly message?: string | undefined
 }
 
 export interface AgentEvent {
@@ -72,6 +83,8 @@ export interface AgentEvent {
   readonly question?: ApprovalQuestion | undefined
   /** For `answered`: the decision, who made it and why. */
   readonly answer?: ApprovalAnswer | undefined
+  /** For `tool_progress`: the latest progress of the call of `tool`. */
+  readonly progress?: ToolProgress | undefined
 }
 
 export const isTerminal = (type: EventType): boolean =>

@@ -29,6 +29,7 @@ import * as Scope from "effect/Scope"
 import * as Semaphore from "effect/Semaphore"
 import { confinedSpawner, policyOf, type Posture, postureOf, whereSandboxed } from "./internal/mcpConfined.ts"
 import { type Connection, isLost, McpServerUnavailable, supervise } from "./internal/mcpConnection.ts"
+import { CurrentProgress } from "./internal/mcpProgress.ts"
 import type * as McpServers from "./McpServers.ts"
 import type * as Permission from "./Permission.ts"
 import * as Sandbox from "./Sandbox.ts"
@@ -154,6 +155,7 @@ export const definition = (
         const result = yield* client.callTool({ tool, arguments: params as Record<string, unknown> }, {
           timeout: Duration.seconds(timeoutSecs)
         }).pipe(
+          Effect.provideService(CurrentProgress, context.progress),
           Effect.tapError((error) => isLost(error) ? connection.lost(client) : Effect.void),
           Effect.mapError((error) => failure(isLost(error) ? lostReason(server.name) : reasonOf(error, timeoutSecs)))
         )

@@ -19,6 +19,7 @@ import * as Schema from "effect/Schema"
 import type * as SchemaAST from "effect/SchemaAST"
 import * as SchemaIssue from "effect/SchemaIssue"
 import * as Tracer from "effect/Tracer"
+import type { ToolProgress } from "./AgentEvents.ts"
 import * as Permission from "./Permission.ts"
 import * as Workspace from "./Workspace.ts"
 
@@ -42,6 +43,11 @@ export interface ToolCallContext {
    * access from tools that consult them.
    */
   readonly rules?: Permission.Rules | undefined
+  /**
+   * Reports how far the call is (an MCP server's progress notifications): each update becomes a
+   * `tool_progress` event of the agent. Absent where nobody listens.
+   */
+  readonly progress?: ((update: ToolProgress) => void) | undefined
 }
 
 /** Any tagged failure with a readable message; the loop renders it for the model. */
