@@ -130,3 +130,47 @@ describe.skipIf(!bwrap)("a read-only agent's MCP server (server-filesystem, bubb
     30_000
   )
 })
+
+describe("a read-only agent's MCP server where no sandbox works", () => {
+  it.live(
+    "is not started: its calls say why, while an agent that may write uses the server as before",
+    () =>
+      Effect.gen(function*() {
+        const root = nodeFs.realpathSync(nodeFs.mkdtempSync(nodePath.join(os.tmpdir(), "fibril-mcp-nosb-")))
+        nodeFs.writeFileSync(nodePath.join(root, "notes.txt"), "plain\n")
+        yield* Effect.addFinalizer(() => Effect.sync(() => nodeFs.rmSync(root, { recursive: true, force: true })))
+        yield* Effect.scoped(Effect.gen(function*() {
+          const { get } = yield* setup({ rules: [] }, {}, {
+            root,
+            mcpServers: [filesystem(root)],
+            sandbox: { bwrapPath: "/nonexistent/fibril-test/bwrap" }
+          })
+          const registry = get(ToolRegistry.ToolRegistry)
+          const permission = get(Permission.Permission)
+          // A writer needs the server first: it lists the tools through its own instance.
+          yield* registry.prepare(permission.root)
+          const read = registry.get("mcp__fs__read_text_file")
+          assert.isTrue(read._tag === "Some")
+          if (read._tag !== "Some") return
+          const explore = Permission.effective(permission.root, Session.grantFor(0, 1, Roles.roles.explore))
+          const call = (rules: Permission.Rules) =>
+            read.value.handler({ path: nodePath.join(root, "notes.txt") }, {
+              sessionId: undefined,
+              callId: "c",
+              role: "test",
+              depth: 1,
+              rules
+            }).pipe(Effect.result)
+          const refused = yield* call(explore)
+          assert.isTrue(refused._tag === "Failure")
+          if (refused._tag === "Failure") {
+            assert.include(refused.failure.message, "only inside the read-only sandbox, and none works here")
+            assert.include(refused.failure.message, "/nonexistent/fibril-test/bwrap")
+          }
+          const answered = yield* call(permission.root)
+          assert.isTrue(answered._tag === "Success" && String(answered.success).includes("plain"))
+        }))
+      }).pipe(provideNode),
+    30_000
+  )
+})
