@@ -5,18 +5,23 @@
 // with nothing on disk, while the writer's instance of the same server writes.
 import { assert, describe, it } from "@effect/vitest"
 import type { ScriptedModel } from "@fibril/testkit"
-import { Effect } from "effect"
+import { Effect, Stream } from "effect"
 import type * as Prompt from "effect/ai/Prompt"
+import { ChildProcess } from "effect/process"
 import { spawnSync } from "node:child_process"
 import * as nodeFs from "node:fs"
 import { createRequire } from "node:module"
+import * as net from "node:net"
 import * as os from "node:os"
 import * as nodePath from "node:path"
+import { confinedSpawner, policyOf } from "../src/internal/mcpConfined.ts"
 import type * as McpServers from "../src/McpServers.ts"
 import * as Permission from "../src/Permission.ts"
 import * as Roles from "../src/Roles.ts"
+import * as Sandbox from "../src/Sandbox.ts"
 import * as Session from "../src/Session.ts"
 import * as ToolRegistry from "../src/ToolRegistry.ts"
+import * as Workspace from "../src/Workspace.ts"
 import { provideNode, report, setup } from "./support.ts"
 
 const serverBin = createRequire(import.meta.url).resolve("@modelcontextprotocol/server-filesystem/dist/index.js")
@@ -126,6 +131,71 @@ describe.skipIf(!bwrap)("a read-only agent's MCP server (server-filesystem, bubb
           assert.isTrue(written._tag === "Success")
           assert.strictEqual(nodeFs.readFileSync(nodePath.join(root, "from-writer.txt"), "utf8"), "written\n")
         }))
+      }).pipe(provideNode),
+    30_000
+  )
+})
+
+describe.skipIf(!bwrap)("the sandbox of a read-only agent's MCP server", () => {
+  // What the server's process can reach, started by the very spawner its MCP client uses.
+  const python = [
+    "import socket, sys, errno",
+    "t = sys.argv[1]",
+    "try:",
+    "  if t == 'write':",
+    "    open(sys.argv[2], 'w').write('x')",
+    "    print('written')",
+    "    sys.exit(0)",
+    "  s = socket.socket(socket.AF_UNIX) if t.startswith('/') else socket.socket()",
+    "  s.connect(t if t.startswith('/') else ('127.0.0.1', int(t)))",
+    "  sys.stdout.write(s.recv(100).decode())",
+    "except OSError as e:",
+    "  print(errno.errorcode.get(e.errno, str(e.errno)))"
+  ].join("\n")
+
+  it.live(
+    "host TCP is reachable (an API client's network), a host daemon's Unix socket and the workspace are not",
+    () =>
+      Effect.gen(function*() {
+        const dir = nodeFs.realpathSync(nodeFs.mkdtempSync(nodePath.join(os.tmpdir(), "fibril-mcp-net-")))
+        const root = nodePath.join(dir, "ws")
+        nodeFs.mkdirSync(root)
+        const socketPath = nodePath.join(dir, "host.sock")
+        const tcp = net.createServer((socket) => socket.end("tcp-hello\n"))
+        const unix = net.createServer((socket) => socket.end("unix-hello\n"))
+        yield* Effect.acquireRelease(
+          Effect.promise(() =>
+            Promise.all([
+              new Promise<void>((resolve) => tcp.listen(0, "127.0.0.1", resolve)),
+              new Promise<void>((resolve) => unix.listen(socketPath, resolve))
+            ])
+          ),
+          () =>
+            Effect.promise(() => Promise.all([new Promise((r) => tcp.close(r)), new Promise((r) => unix.close(r))]))
+              .pipe(
+                Effect.andThen(Effect.sync(() => nodeFs.rmSync(dir, { recursive: true, force: true })))
+              )
+        )
+        const address = tcp.address()
+        const port = typeof address === "object" && address !== null ? address.port : 0
+        const sandbox = yield* Sandbox.make(Sandbox.defaults, yield* Sandbox.currentHost).pipe(
+          Effect.provide(Workspace.layer(root))
+        )
+        const spawner = confinedSpawner(sandbox, policyOf(Sandbox.defaults, "fs"))
+        const run = (...args: ReadonlyArray<string>) =>
+          Effect.scoped(Effect.gen(function*() {
+            const handle = yield* spawner.spawn(
+              ChildProcess.make("/usr/bin/python3", ["-c", python, ...args], { stdin: "ignore", stderr: "ignore" })
+            )
+            const [out] = yield* Effect.all([Stream.mkString(Stream.decodeText(handle.stdout)), handle.exitCode], {
+              concurrency: "unbounded"
+            })
+            return out
+          }))
+        assert.strictEqual(yield* run(String(port)), "tcp-hello\n")
+        assert.strictEqual(yield* run(socketPath), "EPERM\n")
+        assert.strictEqual(yield* run("write", nodePath.join(root, "w.txt")), "EROFS\n")
+        assert.isFalse(nodeFs.existsSync(nodePath.join(root, "w.txt")))
       }).pipe(provideNode),
     30_000
   )
