@@ -40,6 +40,17 @@ const filesystem = (root: string): McpServers.StdioServer => ({
   env: {}
 })
 
+/** The pids of the processes whose command line names `dir` (both instances serve it). */
+const running = (dir: string): ReadonlyArray<string> =>
+  spawnSync("pgrep", ["-f", dir], { encoding: "utf8" }).stdout.split("\n").filter((pid) => pid !== "")
+
+/** Polls (bounded, 5 s) until no process names `dir`: a killed process takes a moment to go. */
+const gone = (dir: string) =>
+  Effect.promise(async () => {
+    for (let i = 0; i < 100 && running(dir).length > 0; i++) await new Promise((r) => setTimeout(r, 50))
+    return running(dir)
+  })
+
 const toolResults = (messages: ReadonlyArray<Prompt.Message>) =>
   messages.flatMap((message) =>
     message.role === "tool" ? message.content.filter((part) => part.type === "tool-result") : []
@@ -130,7 +141,13 @@ describe.skipIf(!bwrap)("a read-only agent's MCP server (server-filesystem, bubb
           const written = yield* call(permission.root, "from-writer.txt")
           assert.isTrue(written._tag === "Success")
           assert.strictEqual(nodeFs.readFileSync(nodePath.join(root, "from-writer.txt"), "utf8"), "written\n")
+          // Two instances: the writer's and, in bubblewrap, the read-only agents'.
+          const commands = running(root).map((pid) => nodeFs.readFileSync(`/proc/${pid}/cmdline`, "utf8"))
+          assert.isTrue(commands.some((command) => command.startsWith("bwrap\0") || command.includes("/bwrap\0")))
+          assert.lengthOf(commands.filter((command) => command.startsWith(`${process.execPath}\0`)), 2)
         }))
+        // The runtime's scope closed: both instances (the sandbox and all) are gone.
+        assert.deepStrictEqual(yield* gone(root), [])
       }).pipe(provideNode),
     30_000
   )
