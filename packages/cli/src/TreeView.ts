@@ -12,7 +12,7 @@
  * `progressLine` is the one-line form used when the output is not a terminal. Pure
  * functions of the view and the time, so tests (TestClock) and the demo share them.
  */
-import type { AgentEvent, EventType, ToolProgress } from "@fibril/core/AgentEvents"
+import { type AgentEvent, type EventType, progressText, type ToolProgress } from "@fibril/core/AgentEvents"
 import type { Question } from "@fibril/core/Approvals"
 import { CliOutput } from "effect/cli"
 
@@ -368,7 +368,9 @@ const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
     : node.activity === "model"
     ? live && node.streamed !== "" ? "  streaming" : "  waiting on model"
     : node.activity === "tools"
-    ? `  (${node.lastTool ?? "tool"}${progressText(node.progress)})${
+    ? `  (${
+      node.lastTool ?? "tool"
+    }${(node.progress === undefined ? "" : ` ${oneLine(progressText(node.progress))}`)})${
       waitingFor > 0 ? ` waiting on ${waitingFor} sub-agent${waitingFor === 1 ? "" : "s"}` : ""
     }`
     : waitingFor > 0
@@ -502,14 +504,6 @@ export const frame = (view: View, options: RenderOptions & { readonly rows: numb
   )
   return shown
 }
-
-/** A call's latest progress, as its row shows it after the tool's name: ` 3/10 indexing`. */
-export const progressText = (progress: ToolProgress | undefined): string =>
-  progress === undefined
-    ? ""
-    : ` ${progress.progress}${progress.total === undefined ? "" : `/${progress.total}`}${
-      progress.message === undefined ? "" : ` ${oneLine(progress.message)}`
-    }`
 
 /** One line per lifecycle change, tool call or retry, indented by depth (for logs and pipes). */
 export const progressLine = (view: View, event: AgentEvent): string | undefined => {

@@ -7,6 +7,7 @@ import type { AgentEvent, EventType } from "@fibril/core/AgentEvents"
 import { Cause, Effect, Fiber, LogLevel } from "effect"
 import { TestClock } from "effect/testing"
 import * as Log from "../src/Log.ts"
+import * as Mcp from "../src/Mcp.ts"
 import * as Output from "../src/Output.ts"
 import * as TreeView from "../src/TreeView.ts"
 
@@ -93,8 +94,12 @@ describe("TreeView", () => {
       total: 10,
       message: "indexing\nfiles"
     })
-    // Not a line of its own where the output is no terminal.
+    // Not a line of its own where the output is no terminal; a line of `fibril mcp`'s progress.
     assert.isUndefined(TreeView.progressLine(view, latest))
+    assert.strictEqual(
+      Mcp.describe(latest),
+      `explore "Map the repository layout" [agent_c] … ${tool} 3/10 indexing\nfiles`
+    )
     TreeView.apply(view, event("tool_result", 400, { ...child, step: 1, tools: 1 }, { tool }))
     TreeView.apply(view, event("tool_call", 500, { ...child, step: 1, tools: 2 }, { tool }))
     assert.include(row(), `(${tool})`)

@@ -53,6 +53,12 @@ export interface ToolProgress {
   readonly message?: string | undefined
 }
 
+/** `3/10 indexing`: how a progress view shows a call's latest progress. */
+export const progressText = (progress: ToolProgress): string =>
+  `${progress.progress}${progress.total === undefined ? "" : `/${progress.total}`}${
+    progress.message === undefined ? "" : ` ${progress.message}`
+  }`
+
 export interface AgentEvent {
   readonly type: EventType
   readonly agent: AgentSnapshot
