@@ -66,7 +66,8 @@ export const connect = (
       }).pipe(Effect.provideService(ChildProcessSpawner, progress.spawner(spawner)))
       : yield* Client.http({ url: server.url, headers: server.headers, protocol: Protocol.v2025_11_25 })
     return yield* Client.make({ ...clientInfo, timeout: Duration.seconds(server.timeoutSecs) }).pipe(
-      Effect.provideService(Client.Transport, progress.transport(transport))
+      // Over HTTP the notifications arrive inside the client's own response streams, unseen.
+      Effect.provideService(Client.Transport, server.transport === "stdio" ? progress.transport(transport) : transport)
     )
   }).pipe(
     Effect.mapError((error) =>
