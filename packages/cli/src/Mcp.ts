@@ -17,7 +17,7 @@
  *
  * stdout carries JSON-RPC only; logs go to stderr (`Logger.LogToStderr`, set by the caller).
  */
-import { type AgentEvent, AgentEvents, isTerminal } from "@fibril/core/AgentEvents"
+import { type AgentEvent, AgentEvents, isTerminal, progressText } from "@fibril/core/AgentEvents"
 import type { AgentView } from "@fibril/core/SubAgentManager"
 import { SubAgentManager } from "@fibril/core/SubAgentManager"
 import { SubAgentStore } from "@fibril/core/SubAgentStore"
@@ -98,6 +98,8 @@ export const describe = (event: AgentEvent): string => {
       return `${who} → ${event.tool ?? "tool"}`
     case "tool_result":
       return `${who} ← ${event.tool ?? "tool"}${event.isFailure === true ? " (failed)" : ""}`
+    case "tool_progress":
+      return `${who} … ${event.tool ?? "tool"}${event.progress === undefined ? "" : ` ${progressText(event.progress)}`}`
     default:
       return `${who} ${event.type}${event.reason === undefined ? "" : `: ${event.reason}`}`
   }

@@ -81,6 +81,7 @@ export const eventJson = (event: AgentEvent): string =>
     ...(event.unverified === undefined ? {} : { unverified_claims: event.unverified }),
     ...(event.question === undefined ? {} : { question: event.question }),
     ...(event.answer === undefined ? {} : { answer: event.answer }),
+    ...(event.progress === undefined ? {} : { progress: event.progress }),
     tokens: event.agent.usage
   })
 

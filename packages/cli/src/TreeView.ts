@@ -12,7 +12,7 @@
  * `progressLine` is the one-line form used when the output is not a terminal. Pure
  * functions of the view and the time, so tests (TestClock) and the demo share them.
  */
-import type { AgentEvent, EventType } from "@fibril/core/AgentEvents"
+import { type AgentEvent, type EventType, progressText, type ToolProgress } from "@fibril/core/AgentEvents"
 import type { Question } from "@fibril/core/Approvals"
 import { CliOutput } from "effect/cli"
 
@@ -58,6 +58,8 @@ export interface Node {
   streamed: string
   /** Claims of its completed answer its record does not back (0: none, or none checked). */
   unverified: number
+  /** The latest progress a call in flight reported (`tool_progress`), until a call starts or ends. */
+  progress: ToolProgress | undefined
 }
 
 export interface View {
@@ -137,6 +139,7 @@ export const apply = (view: View, event: AgentEvent): void => {
       pendingTools: 0,
       streamed: "",
       unverified: 0,
+      progress: undefined,
       questions: 0,
       asking: []
     }
@@ -174,6 +177,10 @@ export const apply = (view: View, event: AgentEvent): void => {
     case "tool_call":
       node.pendingTools += 1
       node.activity = "tools"
+      node.progress = undefined
+      break
+    case "tool_progress":
+      node.progress = event.progress
       break
     case "question":
       node.questions += 1
@@ -184,6 +191,7 @@ export const apply = (view: View, event: AgentEvent): void => {
       node.asking = node.asking.filter((question) => question.id !== event.question?.id)
       break
     case "tool_result":
+      node.progress = undefined
       node.pendingTools = Math.max(0, node.pendingTools - 1)
       // The turn's last result is handed back to the model at once.
       if (node.pendingTools === 0) node.activity = "model"
@@ -227,6 +235,7 @@ const refuse = (view: View, parent: Node, event: AgentEvent) => {
     pendingTools: 0,
     streamed: "",
     unverified: 0,
+    progress: undefined,
     questions: 0,
     asking: []
   }
@@ -359,7 +368,9 @@ const parts = (view: View, node: Node, now: number, live: boolean): Parts => {
     : node.activity === "model"
     ? live && node.streamed !== "" ? "  streaming" : "  waiting on model"
     : node.activity === "tools"
-    ? `  (${node.lastTool ?? "tool"})${
+    ? `  (${
+      node.lastTool ?? "tool"
+    }${(node.progress === undefined ? "" : ` ${oneLine(progressText(node.progress))}`)})${
       waitingFor > 0 ? ` waiting on ${waitingFor} sub-agent${waitingFor === 1 ? "" : "s"}` : ""
     }`
     : waitingFor > 0
@@ -505,6 +516,7 @@ export const progressLine = (view: View, event: AgentEvent): string | undefined 
       return `${indent}  → ${who} ${event.tool}`
     case "step":
     case "text":
+    case "tool_progress":
       return undefined
     case "tool_result":
       return event.isFailure === true

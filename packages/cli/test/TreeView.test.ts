@@ -7,6 +7,7 @@ import type { AgentEvent, EventType } from "@fibril/core/AgentEvents"
 import { Cause, Effect, Fiber, LogLevel } from "effect"
 import { TestClock } from "effect/testing"
 import * as Log from "../src/Log.ts"
+import * as Mcp from "../src/Mcp.ts"
 import * as Output from "../src/Output.ts"
 import * as TreeView from "../src/TreeView.ts"
 
@@ -71,6 +72,37 @@ describe("TreeView", () => {
       at(99_000),
       `✓ explore "Map the repository layout" completed 4.0s  steps 2  tools 1  tokens 1.5k  [agent_c]`
     )
+  })
+
+  it("a call's latest progress shows after its tool on the row and in --json, until its result", () => {
+    const view = TreeView.empty()
+    const tool = "mcp__everything__trigger-long-running-operation"
+    TreeView.apply(view, event("spawned", 0, child))
+    TreeView.apply(view, event("started", 0, child))
+    TreeView.apply(view, event("tool_call", 100, { ...child, step: 1, tools: 1 }, { tool }))
+    const row = () => TreeView.render(view, { now: 1000, columns: 200 })[0]!
+    const progress = (at: number, update: NonNullable<AgentEvent["progress"]>) => {
+      const update_ = event("tool_progress", at, { ...child, step: 1, tools: 1 }, { tool, progress: update })
+      TreeView.apply(view, update_)
+      return update_
+    }
+    progress(200, { progress: 1, total: 10 })
+    const latest = progress(300, { progress: 3, total: 10, message: "indexing\nfiles" })
+    assert.include(row(), `(${tool} 3/10 indexing ⏎ files)`)
+    assert.deepStrictEqual(JSON.parse(Output.eventJson(latest)).progress, {
+      progress: 3,
+      total: 10,
+      message: "indexing\nfiles"
+    })
+    // Not a line of its own where the output is no terminal; a line of `fibril mcp`'s progress.
+    assert.isUndefined(TreeView.progressLine(view, latest))
+    assert.strictEqual(
+      Mcp.describe(latest),
+      `explore "Map the repository layout" [agent_c] … ${tool} 3/10 indexing\nfiles`
+    )
+    TreeView.apply(view, event("tool_result", 400, { ...child, step: 1, tools: 1 }, { tool }))
+    TreeView.apply(view, event("tool_call", 500, { ...child, step: 1, tools: 2 }, { tool }))
+    assert.include(row(), `(${tool})`)
   })
 
   it("a pending question shows on the agent's row until it is answered; progress lines say both", () => {

@@ -22,6 +22,7 @@ export type EventType =
   | "text"
   | "tool_call"
   | "tool_result"
+  | "tool_progress"
   | "completed"
   | "failed"
   | "cancelled"
@@ -41,6 +42,22 @@ export interface AgentSnapshot {
   readonly lastTool: string | undefined
   readonly usage: Usage
 }
+
+/**
+ * How far a running tool call is, as the tool says (an MCP server's `notifications/progress`):
+ * `progress` grows with each update; `total` when known; `message` when given.
+ */
+export interface ToolProgress {
+  readonly progress: number
+  readonly total?: number | undefined
+  readonly message?: string | undefined
+}
+
+/** `3/10 indexing`: how a progress view shows a call's latest progress. */
+export const progressText = (progress: ToolProgress): string =>
+  `${progress.progress}${progress.total === undefined ? "" : `/${progress.total}`}${
+    progress.message === undefined ? "" : ` ${progress.message}`
+  }`
 
 export interface AgentEvent {
   readonly type: EventType
@@ -72,6 +89,8 @@ export interface AgentEvent {
   readonly question?: ApprovalQuestion | undefined
   /** For `answered`: the decision, who made it and why. */
   readonly answer?: ApprovalAnswer | undefined
+  /** For `tool_progress`: the latest progress of the call of `tool`. */
+  readonly progress?: ToolProgress | undefined
 }
 
 export const isTerminal = (type: EventType): boolean =>

@@ -152,7 +152,11 @@ export const layerWithModels = (
       TaskTool.layer,
       AgentTools.layer,
       Remember.layer,
-      McpTools.layer(McpTools.withAgents(options.mcpServers ?? [], agents), { ...McpTools.defaults, ...options.tools })
+      McpTools.layer(
+        McpTools.withAgents(options.mcpServers ?? [], agents),
+        { ...McpTools.defaults, ...options.tools },
+        options.sandbox
+      )
     ).pipe(Layer.provideMerge(manager))
   }))
 }

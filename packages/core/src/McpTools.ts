@@ -16,19 +16,25 @@ import type * as McpSchema from "effect/ai/McpSchema"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import type * as FileSystem from "effect/FileSystem"
 import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import type * as HttpClient from "effect/http/HttpClient"
 import * as JsonSchema from "effect/JsonSchema"
 import * as Layer from "effect/Layer"
-import type { ChildProcessSpawner } from "effect/process/ChildProcessSpawner"
+import type * as Path from "effect/Path"
+import { ChildProcessSpawner } from "effect/process/ChildProcessSpawner"
 import * as Schema from "effect/Schema"
 import * as SchemaRepresentation from "effect/SchemaRepresentation"
 import * as Scope from "effect/Scope"
 import * as Semaphore from "effect/Semaphore"
+import { confinedSpawner, policyOf, type Posture, postureOf, whereSandboxed } from "./internal/mcpConfined.ts"
 import { type Connection, isLost, McpServerUnavailable, supervise } from "./internal/mcpConnection.ts"
+import { CurrentProgress } from "./internal/mcpProgress.ts"
 import type * as McpServers from "./McpServers.ts"
 import * as Permission from "./Permission.ts"
+import * as Sandbox from "./Sandbox.ts"
 import * as ToolRegistry from "./ToolRegistry.ts"
+import type * as Workspace from "./Workspace.ts"
 
 /** `mcp__<server>__<tool>`; characters a model's tool name cannot hold become `_`. */
 export const toolName = (server: string, tool: string): string =>
@@ -112,14 +118,27 @@ const reasonOf = (error: McpClientError.McpClientError, timeoutSecs: number): st
 const lostReason = (server: string) =>
   `the MCP server "${server}" stopped during the call, so its outcome is unknown; it is started again for the next call`
 
-/** The Fibril definition of one tool of a server. */
+/**
+ * A server whose calls go to the instance for the caller (see `layer`): the connection each
+ * call uses, chosen from its context.
+ */
+export interface Routed {
+  readonly server: McpServers.Server
+  readonly route: (context: ToolRegistry.ToolCallContext) => Effect.Effect<Connection, McpServerUnavailable>
+}
+
+const routeOf = (target: Connection | Routed): Routed["route"] =>
+  "route" in target ? target.route : () => Effect.succeed(target)
+
+/** The Fibril definition of one tool of a server (called through `target`). */
 export const definition = (
-  connection: Connection,
+  target: Connection | Routed,
   tool: McpSchema.Tool,
   options: Options = defaults,
-  timeoutSecs = connection.server.timeoutSecs
+  timeoutSecs = target.server.timeoutSecs
 ): ToolRegistry.ToolDefinition => {
-  const server = connection.server
+  const server = target.server
+  const route = routeOf(target)
   const name = toolName(server.name, tool.name)
   const readOnly = tool.annotations?.readOnlyHint === true
   const failure = (reason: string) => new ToolRegistry.ToolFailure({ tool: name, reason })
@@ -129,12 +148,14 @@ export const definition = (
     parameters: parametersOf(tool),
     posture: readOnly ? "read" : "write",
     idempotent: readOnly || tool.annotations?.idempotentHint === true,
-    handler: (params) =>
+    handler: (params, context) =>
       Effect.gen(function*() {
+        const connection = yield* Effect.mapError(route(context), (error) => failure(error.message))
         const client = yield* Effect.mapError(connection.client, (error) => failure(error.message))
         const result = yield* client.callTool({ tool, arguments: params as Record<string, unknown> }, {
           timeout: Duration.seconds(timeoutSecs)
         }).pipe(
+          Effect.provideService(CurrentProgress, context.progress),
           Effect.tapError((error) => isLost(error) ? connection.lost(client) : Effect.void),
           Effect.mapError((error) => failure(isLost(error) ? lostReason(server.name) : reasonOf(error, timeoutSecs)))
         )
@@ -151,19 +172,23 @@ export interface Started {
   readonly definitions: ReadonlyArray<ToolRegistry.ToolDefinition>
 }
 
-/** Starts `server` and lists its tools (used by the layer and `fibril doctor`). */
-export const start = (server: McpServers.Server, options: Options = defaults) =>
+/** Lists the tools of `connection`'s server; their definitions call through `target`. */
+const list = (connection: Connection, options: Options, target: Connection | Routed = connection) =>
   Effect.gen(function*() {
-    const connection = yield* supervise(server)
+    const server = connection.server
     const client = yield* connection.client
     const tools = yield* client.listTools({ timeout: Duration.seconds(server.timeoutSecs) }).pipe(
       Effect.mapError((error) =>
         new McpServerUnavailable({ server: server.name, source: server.source, reason: error.message })
       )
     )
-    const definitions = tools.map((tool) => definition(connection, tool, options))
+    const definitions = tools.map((tool) => definition(target, tool, options))
     return { connection, tools, definitions } satisfies Started
   })
+
+/** Starts `server` and lists its tools (used by `fibril doctor`). */
+export const start = (server: McpServers.Server, options: Options = defaults) =>
+  Effect.flatMap(supervise(server), (connection) => list(connection, options))
 
 /**
  * The configured servers and those agent definitions define inline (Claude Code's
@@ -194,6 +219,11 @@ export const usedBy: (rules: Permission.Rules, server: string) => boolean = Perm
  * for the process (not tried again at every model request), so one broken entry does not stop
  * every agent; `fibril doctor` says why it failed.
  *
+ * A stdio server has two instances, each started on its first use: agents that may write call
+ * it as configured; agents that may not call their own instance inside the shell's read-only
+ * sandbox (`internal/mcpConfined.ts` says why two), so it cannot write where they cannot. Its
+ * tools are listed once, by the instance of the first agent that needs them.
+ *
  * @example
  * ```ts
  * const servers = yield* McpServers.load({ cwd, home })
@@ -202,33 +232,59 @@ export const usedBy: (rules: Permission.Rules, server: string) => boolean = Perm
  */
 export const layer = (
   servers: ReadonlyArray<McpServers.Server>,
-  options: Options = defaults
-): Layer.Layer<never, never, ToolRegistry.ToolRegistry | ChildProcessSpawner> =>
+  options: Options = defaults,
+  sandbox: Partial<Sandbox.Options> = {}
+): Layer.Layer<
+  never,
+  never,
+  ToolRegistry.ToolRegistry | ChildProcessSpawner | FileSystem.FileSystem | Path.Path | Workspace.Workspace
+> =>
   servers.length === 0 ? Layer.empty : Layer.effectDiscard(Effect.gen(function*() {
     const registry = yield* ToolRegistry.ToolRegistry
+    const confinement = yield* Sandbox.Sandbox
     const scope = yield* Scope.Scope
     // The start runs in the layer's context, not the first agent's: the tools' handlers
     // capture what their registration ran with, and the server outlives that agent.
     const context = yield* Effect.context<ToolRegistry.ToolRegistry | ChildProcessSpawner | HttpClient.HttpClient>()
     for (const server of servers) {
+      const writer = yield* supervise(server)
+      const policy = policyOf(confinement.options, server.name)
+      // A server over HTTP is no process of ours: there is nothing to confine.
+      const readOnly = server.transport === "http" ? writer : whereSandboxed(
+        yield* supervise(server).pipe(
+          Effect.provideService(ChildProcessSpawner, confinedSpawner(confinement, policy))
+        ),
+        confinement,
+        policy,
+        server
+      )
+      const instance = (posture: Posture) => posture === "write" ? writer : readOnly
+      const routed: Routed = {
+        server,
+        route: (call) => Effect.map(postureOf(registry, call.rules), instance)
+      }
       const lock = yield* Semaphore.make(1)
       let running: Fiber.Fiber<void> | undefined
       // In a fiber of the layer's scope: an agent cancelled while waiting does not cancel the
       // start the other agents wait for.
-      const launch = start(server, options).pipe(
-        Effect.flatMap((ready) => Effect.forEach(ready.definitions, registry.register, { discard: true })),
-        Effect.catchTag(["McpServerUnavailable", "DuplicateTool"], (error) => Effect.logWarning(error.message)),
-        Effect.provideService(Scope.Scope, scope),
-        Effect.provideContext(context)
-      )
-      const startOnce = Semaphore.withPermit(
-        lock,
-        Effect.suspend(() =>
-          running === undefined
-            ? Effect.tap(Effect.forkIn(launch, scope), (fiber) => Effect.sync(() => void (running = fiber)))
-            : Effect.succeed(running)
+      const launch = (posture: Posture) =>
+        list(instance(posture), options, routed).pipe(
+          Effect.flatMap((ready) => Effect.forEach(ready.definitions, registry.register, { discard: true })),
+          Effect.catchTag(["McpServerUnavailable", "DuplicateTool"], (error) => Effect.logWarning(error.message)),
+          Effect.provideContext(context)
         )
-      ).pipe(Effect.flatMap(Fiber.join))
+      const startOnce = (rules: Permission.Rules) =>
+        Semaphore.withPermit(
+          lock,
+          Effect.suspend(() =>
+            running === undefined
+              ? postureOf(registry, rules).pipe(
+                Effect.flatMap((posture) => Effect.forkIn(launch(posture), scope)),
+                Effect.tap((fiber) => Effect.sync(() => void (running = fiber)))
+              )
+              : Effect.succeed(running)
+          )
+        ).pipe(Effect.flatMap(Fiber.join))
       const prefix = toolName(server.name, "")
       yield* registry.addSource({
         server: server.name,
@@ -237,7 +293,7 @@ export const layer = (
         start: startOnce
       })
     }
-  })).pipe(Layer.provide(FetchHttpClient.layer))
+  })).pipe(Layer.provide(Sandbox.layer(sandbox)), Layer.provide(FetchHttpClient.layer))
 
 /** What `fibril doctor` says of one server: its tools, or why it could not start. */
 export type Probe =

@@ -115,6 +115,11 @@ export interface Policy {
    * under some prefixes (workspace-relative), then the configured `writable_paths`.
    */
   readonly writable: ReadonlyArray<string>
+  /**
+   * Unix sockets (which reach host daemons past any mount): by default open exactly when the
+   * network is. `false` blocks them with the network on (a read-only agent's MCP server).
+   */
+  readonly unixSockets?: boolean | undefined
 }
 
 /**
@@ -529,8 +534,9 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
     }
     const protectedDirs = policy.mode === "workspace-write" ? yield* existing(workspace, protectedPaths) : []
     const writable = yield* existing(workspace, policy.writable)
-    // With network on, Unix sockets are allowed too: the filter is what "no network" adds.
-    const seccomp = policy.network ? undefined : filter
+    // With network on, Unix sockets are allowed too (unless the policy says otherwise): the
+    // filter is what "no network" adds.
+    const seccomp = policy.network && policy.unixSockets !== false ? undefined : filter
     const args = bwrapArgs({
       workspace: workspace.root,
       mode: policy.mode,

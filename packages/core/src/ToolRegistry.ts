@@ -19,6 +19,7 @@ import * as Schema from "effect/Schema"
 import type * as SchemaAST from "effect/SchemaAST"
 import * as SchemaIssue from "effect/SchemaIssue"
 import * as Tracer from "effect/Tracer"
+import type { ToolProgress } from "./AgentEvents.ts"
 import * as Permission from "./Permission.ts"
 import * as Workspace from "./Workspace.ts"
 
@@ -42,6 +43,11 @@ export interface ToolCallContext {
    * access from tools that consult them.
    */
   readonly rules?: Permission.Rules | undefined
+  /**
+   * Reports how far the call is (an MCP server's progress notifications): each update becomes a
+   * `tool_progress` event of the agent. Absent where nobody listens.
+   */
+  readonly progress?: ((update: ToolProgress) => void) | undefined
 }
 
 /** Any tagged failure with a readable message; the loop renders it for the model. */
@@ -271,8 +277,12 @@ export interface Source {
   readonly covers: (name: string) => boolean
   /** Could an agent with these rules use any of its tools? */
   readonly usedBy: (rules: Permission.Rules) => boolean
-  /** Starts it and registers its tools; called again until it succeeds once, so it must be idempotent. */
-  readonly start: Effect.Effect<void>
+  /**
+   * Starts it and registers its tools; called again until it succeeds once, so it must be
+   * idempotent. `rules` are those of the agent that needs it first: a source may start what
+   * that agent may use (a read-only agent's MCP server runs sandboxed).
+   */
+  readonly start: (rules: Permission.Rules) => Effect.Effect<void>
 }
 
 export class ToolRegistry extends Context.Service<ToolRegistry, {
@@ -377,7 +387,7 @@ export const make = Effect.sync(() => {
       return wanted.length === 0 ?
         Effect.void :
         Effect.forEach(wanted, (source) =>
-          Effect.tap(source.start, () =>
+          Effect.tap(source.start(rules), () =>
             Effect.sync(() => {
               const at = pending.indexOf(source)
               if (at >= 0) pending.splice(at, 1)

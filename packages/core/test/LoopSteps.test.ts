@@ -304,7 +304,13 @@ describe("loop/ToolStep", () => {
         parameters: Echo,
         posture: "write",
         paths: (params) => [params.path],
-        handler: (params, context) => Effect.succeed({ path: params.path, ...context, rules: context.rules === rules })
+        handler: (params, context) =>
+          Effect.succeed({
+            path: params.path,
+            ...context,
+            rules: context.rules === rules,
+            progress: typeof context.progress
+          })
       }))
       yield* registry.register(ToolRegistry.define({
         name: "fail",
@@ -355,7 +361,9 @@ describe("loop/ToolStep", () => {
         callId: "c1",
         role: "worker",
         depth: 2,
-        rules: true
+        rules: true,
+        // The loop hands every call a progress reporter (its updates are tool_progress events).
+        progress: "function"
       })
       assert.deepStrictEqual([state.toolCalls, state.lastTool], [1, "echo"])
       const events = yield* PubSub.takeAll(subscription)

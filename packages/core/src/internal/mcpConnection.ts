@@ -13,11 +13,12 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type * as HttpClient from "effect/http/HttpClient"
 import * as ChildProcess from "effect/process/ChildProcess"
-import type { ChildProcessSpawner } from "effect/process/ChildProcessSpawner"
+import { ChildProcessSpawner } from "effect/process/ChildProcessSpawner"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import * as Semaphore from "effect/Semaphore"
 import type { Server } from "./mcpEntry.ts"
+import { makeRouter } from "./mcpProgress.ts"
 
 /** A server could not be started or did not list its tools. */
 export class McpServerUnavailable extends Schema.TaggedError<McpServerUnavailable>()("McpServerUnavailable", {
@@ -49,6 +50,8 @@ export const connect = (
     const [Client, Protocol] = yield* Effect.promise(() =>
       Promise.all([import("effect/ai/McpClient"), import("effect/ai/McpProtocol")])
     )
+    const progress = makeRouter()
+    const spawner = yield* ChildProcessSpawner
     const transport = server.transport === "stdio"
       ? yield* Client.stdio({
         command: ChildProcess.make(server.command, [...server.args], {
@@ -60,10 +63,11 @@ export const connect = (
           stderr: "ignore"
         }),
         protocol: Protocol.v2025_11_25
-      })
+      }).pipe(Effect.provideService(ChildProcessSpawner, progress.spawner(spawner)))
       : yield* Client.http({ url: server.url, headers: server.headers, protocol: Protocol.v2025_11_25 })
     return yield* Client.make({ ...clientInfo, timeout: Duration.seconds(server.timeoutSecs) }).pipe(
-      Effect.provideService(Client.Transport, transport)
+      // Over HTTP the notifications arrive inside the client's own response streams, unseen.
+      Effect.provideService(Client.Transport, server.transport === "stdio" ? progress.transport(transport) : transport)
     )
   }).pipe(
     Effect.mapError((error) =>

@@ -147,5 +147,6 @@ export const eventOf = (state: SessionState, event: Omit<AgentEvent, "agent" | "
   if ("unverified" in event) out.unverified = event.unverified
   if ("question" in event) out.question = event.question
   if ("answer" in event) out.answer = event.answer
+  if ("progress" in event) out.progress = event.progress
   return out
 }

@@ -235,7 +235,10 @@ const execute = <R>(
               callId: call.id,
               role: caller.role,
               depth: caller.depth,
-              rules: caller.rules
+              rules: caller.rules,
+              progress: notify === undefined
+                ? undefined
+                : (progress) => notify({ type: "tool_progress", tool: tool.name, progress })
             })
           // A shell tool's command is what its rule patterns (`shell(git push *)`) are judged on.
           const command = tool.posture === "shell" ? commandOf(params) : undefined

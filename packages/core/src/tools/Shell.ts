@@ -25,6 +25,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import { accessOfCaller } from "../internal/callerAccess.ts"
 import * as GitStatus from "../internal/gitStatus.ts"
 import { text } from "../internal/resource.ts"
 import * as Sandbox from "../Sandbox.ts"
@@ -176,10 +177,7 @@ export const definition = (options: Options) =>
       const sandbox = yield* Sandbox.Sandbox
       const registry = yield* ToolRegistry.ToolRegistry
       // The shell may write no more than the agent's own write tools may.
-      const writeTools = (yield* registry.list).flatMap((tool) => tool.posture === "write" ? [tool.name] : [])
-      const access: Sandbox.Access = context.rules === undefined
-        ? { _tag: "none" }
-        : Sandbox.accessOf(context.rules, writeTools)
+      const access = yield* accessOfCaller(registry, context.rules)
       const policy = sandbox.policy(context.role, context.rules?.label ?? `${context.role} agent`, access)
       const launch = yield* sandbox.launch(policy, params.command, {
         stdin: "ignore",
