@@ -160,6 +160,9 @@ export const definition = (
           Effect.mapError((error) => failure(isLost(error) ? lostReason(server.name) : reasonOf(error, timeoutSecs)))
         )
         yield* connection.healthy
+        // A result with `isError` is the tool's own failure (MCP: errors a model should see and
+        // may recover from): a failed call, as any tool's, with what the server said.
+        if (result.isError === true) return yield* failure(`the server reported an error: ${render(result, options)}`)
         return render(result, options)
       })
   })
