@@ -1,6 +1,6 @@
 // MCP tools in cluster mode (issue 34): each `fibril worker` starts the MCP servers of its own
 // workspace's configuration, and an MCP tool call is a journaled step like any tool call. A real
-// worker on a SQLite file runs a child that calls a counting stdio MCP server (a fixture written
+// worker on a SQLite file, then on PostgreSQL, runs a child that calls a counting stdio MCP server (a fixture written
 // with the MCP SDK, which counts on disk); the worker is killed -9 after the call was journaled,
 // a new one finishes the run, and the server-side count is still 1. A call to a server the worker
 // does not have is a refusal naming the server, not a silent fallback.
@@ -9,16 +9,47 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import { freePort } from "../../cluster/test/postgres.ts"
+import * as Pg from "../../cluster/test/postgres.ts"
 import { fibril, killAll, sqliteQuery, steps, until } from "../../cluster/test/processes.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-mcp-cluster-"))
 const counter = fileURLToPath(new URL("./fixtures/counterMcp.ts", import.meta.url))
 
+let pg: Pg.Postgres | undefined
+
 afterAll(async () => {
   await killAll()
+  pg?.stop()
   rmSync(tmp, { recursive: true, force: true })
 })
+
+/** The two stores a cluster runs on: where its database is, and a count of rows matching `where`. */
+interface Store {
+  readonly name: "sqlite" | "postgres"
+  readonly skip: string | undefined
+  readonly open: (ws: string) => Promise<{ url: string; count: (query: string) => number }>
+}
+
+const stores: ReadonlyArray<Store> = [
+  {
+    name: "sqlite",
+    skip: undefined,
+    open: async (ws) => {
+      const file = path.join(ws, "cluster.db")
+      return { url: `sqlite:${file}`, count: (query) => Number(sqliteQuery(file, query)[0]!["n"]) }
+    }
+  },
+  {
+    name: "postgres",
+    skip: Pg.skipReason(),
+    open: async () => {
+      pg = await Pg.start()
+      pg.createDatabase("mcp")
+      const server = pg
+      return { url: server.url("mcp"), count: (query) => Number(server.psql("mcp", query)) }
+    }
+  }
+]
 
 const script = {
   rules: [
@@ -41,15 +72,15 @@ const script = {
   ]
 }
 
-describe("MCP tools in cluster mode", () => {
-  it(
+describe.each(stores)("MCP tools in cluster mode ($name)", (store) => {
+  it.skipIf(store.skip !== undefined)(
     "a call journaled before kill -9 of the worker is not made again on restart (counted by the server); a server the worker lacks is refused by name",
     async () => {
-      const ws = path.join(tmp, "ws")
-      const home = path.join(tmp, "home")
+      const ws = path.join(tmp, store.name, "ws")
+      const home = path.join(tmp, store.name, "home")
       mkdirSync(path.join(ws, ".fibril"), { recursive: true })
       mkdirSync(path.join(home, ".fibril"), { recursive: true })
-      const count = path.join(tmp, "count.txt")
+      const count = path.join(tmp, store.name, "count.txt")
       // The user's configuration (trusted): the counter, on this Node.
       writeFileSync(
         path.join(home, ".fibril", "config.toml"),
@@ -58,12 +89,13 @@ describe("MCP tools in cluster mode", () => {
         }\n`
       )
       writeFileSync(path.join(ws, "script.json"), JSON.stringify(script))
-      const url = `sqlite:${path.join(ws, "cluster.db")}`
+      const db = await store.open(ws)
+      const url = db.url
       const log = path.join(ws, "steps.log")
       writeFileSync(log, "")
       const migrated = fibril(["cluster", "migrate", "--cluster", url])
       assert.strictEqual(await migrated.done, 0, migrated.out.stderr)
-      const port = String(await freePort())
+      const port = String(await Pg.freePort())
       const worker = async () => {
         const proc = fibril(
           [
@@ -100,11 +132,11 @@ describe("MCP tools in cluster mode", () => {
       // Not made again by the worker that finished the run: the server counted one call.
       assert.strictEqual(readFileSync(count, "utf8").split("\n").filter(Boolean).length, 1)
       // The call to a server the worker lacks: refused, naming it (in the child's transcript).
-      const [refused] = sqliteQuery(
-        path.join(ws, "cluster.db"),
-        "SELECT count(*) AS n FROM fibril_transcript WHERE message LIKE '%no MCP server \\\"tracker\\\" is running%'"
+      const refused = db.count(
+        // (The server's name between its quotes, whichever way a store escapes them in the JSON.)
+        "SELECT count(*) AS n FROM fibril_transcript WHERE message LIKE '%no MCP server %tracker% is running%'"
       )
-      assert.strictEqual(refused!["n"], 1)
+      assert.strictEqual(refused, 1)
     },
     60_000
   )
