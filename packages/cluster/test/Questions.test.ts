@@ -96,6 +96,34 @@ describe("durable approval questions in cluster mode (SQLite, fibril worker proc
       assert.strictEqual(after[0]!["asked_at"], asked!["asked_at"])
       assert.include(String(after[0]!["answer"]), "\"allow\"")
       assert.strictEqual(readFileSync(path.join(ws, "side-effect.txt"), "utf8"), "ran\n")
+      // The decision is recorded: a `question` and an `answered` event (who: the answering
+      // process) in the client's `--json` stream, and the asker's receipt (`agents show`).
+      const events = client.out.stdout.trim().split("\n").map((line) => JSON.parse(line) as Record<string, any>)
+      const told = events.filter((event) => event["question"]?.id === asked!["id"])
+      assert.deepStrictEqual(told.map((event) => [event["type"], event["tool"]]), [["question", "shell"], [
+        "answered",
+        "shell"
+      ]])
+      assert.deepStrictEqual(told[1]!["answer"]["decision"], "allow")
+      assert.match(told[1]!["answer"]["by"], /^process \d+ \(fibril agents answer\)$/)
+      assert.strictEqual(told[0]!["description"], "asker")
+      const rootId = String(query(file, "SELECT agent_id FROM fibril_agents WHERE parent_id IS NULL")[0]!["agent_id"])
+      // The path names the asker's ancestors, root first.
+      assert.deepStrictEqual(told[0]!["question"]["path"], [rootId, told[0]!["agent_id"]])
+      const shown = fibril(["agents", "show", rootId, "--cluster", url])
+      assert.strictEqual(await shown.done, 0, shown.out.stderr)
+      const receipts = shown.out.stdout.trim().split("\n").map((line) => JSON.parse(line) as Record<string, any>)
+      const asker = receipts.find((receipt) => receipt["description"] === "asker")!
+      assert.deepStrictEqual(
+        asker["approvals"].map((
+          entry: Record<string, unknown>
+        ) => [entry["question_id"], entry["tool"], entry["decision"]]),
+        [[asked!["id"], "shell", "allow"]]
+      )
+      assert.match(asker["approvals"][0]["by"], /^process \d+/)
+      assert.strictEqual(asker["approvals"][0]["asked_at"], Number(asked!["asked_at"]))
+      assert.isUndefined(receipts.find((receipt) => receipt["description"] === "sibling")!["approvals"])
+
       // Answered already: a second answer is refused, naming what is pending.
       const again = fibril(["agents", "answer", String(asked!["id"]), "deny", "--cluster", url])
       assert.strictEqual(await again.done, 1)
