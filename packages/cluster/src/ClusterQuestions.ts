@@ -160,6 +160,20 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
         WHERE id = ${id} AND answer IS NULL`
     )
 
+  // The "always" answers given in the tree of `rootId` (Approvals.standingOf: the embedded
+  // runtime keeps the same in memory): durable, so they hold on every worker and after a restart.
+  const standingIn = (rootId: string) =>
+    Effect.orDie(sql<{ question: string; answer: string }>`SELECT q.question, q.answer FROM fibril_questions q
+      JOIN fibril_agents a ON a.agent_id = q.agent_id
+      WHERE a.root_id = ${rootId} AND q.answer LIKE ${"%\"always\":true%"}`).pipe(
+      Effect.map((rows) =>
+        rows.flatMap((row) => {
+          const standing = Approvals.standingOf(decodeQuestion(row.question), decodeAnswer(row.answer))
+          return standing === undefined ? [] : [standing]
+        })
+      )
+    )
+
   const forCall = (id: string): Approvals.Service => ({
     ...Approvals.denyAll,
     ask: (request, onAsked) =>
@@ -167,12 +181,18 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
         const now = yield* Clock.currentTimeMillis
         const path = yield* pathOf(request.agentId)
         const fresh: Approvals.Question = { ...request, path, id, askedAt: now }
+        // An "always" answer for this tool in a subtree on its path decides it as it is asked
+        // (recorded all the same, answered when asked: no one was asked).
+        const standing = Approvals.covers(yield* standingIn(path[0]!), path, request.tool)
+          ? encodeAnswer({ decision: "allow", by: "standing answer" })
+          : null
         // A replayed step finds its row: the question is asked once, an answer given meanwhile is kept.
         const inserted = yield* Effect.orDie(sql<{ id: string }>`INSERT INTO fibril_questions
-          (id, agent_id, question, answer, asked_at)
-          VALUES (${id}, ${request.agentId}, ${encodeQuestion(fresh)}, NULL, ${now})
+          (id, agent_id, question, answer, asked_at, answered_at)
+          VALUES (${id}, ${request.agentId}, ${encodeQuestion(fresh)}, ${standing}, ${now},
+            ${standing === null ? null : now})
           ON CONFLICT (id) DO NOTHING RETURNING id`)
-        if (inserted.length > 0) onAsked?.(fresh)
+        if (inserted.length > 0 && standing === null) onAsked?.(fresh)
         for (;;) {
           const row = (yield* read(id))[0]
           if (row === undefined) return { question: fresh, answer: withdrawn, at: now }
