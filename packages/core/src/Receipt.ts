@@ -333,8 +333,8 @@ export const approval = (record: Draft, event: AgentEvent): void => {
  * The one way a decision enters a receipt, in either engine (the cluster's from its row).
  */
 export const decided = (record: Decisions, { answer, at, question }: Approvals.Decided): void => {
-  if (record.questions?.some((waiting) => waiting.id === question.id)) {
-    const left = record.questions.filter((waiting) => waiting.id !== question.id)
+  if (record.questions?.some((open) => open.id === question.id)) {
+    const left = record.questions.filter((open) => open.id !== question.id)
     if (left.length > 0) record.questions = left
     else delete record.questions
   }
