@@ -23,6 +23,7 @@
  * options (the same on every worker) and journaled results.
  */
 import {
+  type AgentDefinitions,
   AgentLoop,
   AgentSteps,
   AgentTools,
@@ -32,6 +33,7 @@ import {
   Permission,
   Roles,
   Session,
+  SpawnPlan,
   SubAgentManager,
   ToolRegistry,
   Workspace
@@ -94,6 +96,12 @@ export interface Options {
   readonly cancelCheckMs?: number | undefined
   /** Observes each model and tool step's execution (not its replay): for logs and tests. */
   readonly onStep?: StepJournal.Run["onStep"]
+  /**
+   * The workspace's agent definitions (AgentDefinitions.load: `.fibril/agents`, Claude Code's,
+   * opencode's), as the embedded runtime loads them: a role may name one, whose prompt, tools,
+   * denials and asks its agent gets. Loaded once per worker; every worker of a workspace has the same.
+   */
+  readonly agents?: ReadonlyArray<AgentDefinitions.AgentDefinition> | undefined
 }
 
 /** The services a worker's workflow body needs besides AgentSteps and the store. */
@@ -132,19 +140,37 @@ const modelCodec = StepJournal.codec(AgentSteps.ModelStep, ModelStepFailure)
 const toolCodec = StepJournal.codec(AgentSteps.ToolStep, Schema.Never)
 
 /**
- * An agent's rules: its chain's grants applied in turn to the root rules (Permission, rule 1),
- * as the embedded runtime derives a child's rules from its parent's.
+ * A role as a spawn resolved it (checkSpawn): a built-in one, or an agent definition over its
+ * base role, with the definition's tools, denials and asks (core's SpawnPlan.resolveRole, the
+ * embedded runtime's).
  */
-export const rulesFor = (root: Permission.Rules, maxDepth: number, grants: ReadonlyArray<Grant>) =>
+export const resolveRole = (agents: ReadonlyArray<AgentDefinitions.AgentDefinition>, name: string) =>
+  Roles.resolve(name).pipe(
+    Effect.map((role): Pick<SpawnPlan.ResolvedRole, "role" | "definition"> => ({ role, definition: undefined })),
+    Effect.catchTag("UnknownRole", () => SpawnPlan.resolveRole(agents, name, undefined))
+  )
+
+/**
+ * An agent's rules: its chain's grants applied in turn to the root rules (Permission, rule 1),
+ * each with its role's definition when it names one, as the embedded runtime derives a child's
+ * rules from its parent's.
+ */
+export const rulesFor = (
+  root: Permission.Rules,
+  maxDepth: number,
+  grants: ReadonlyArray<Grant>,
+  agents: ReadonlyArray<AgentDefinitions.AgentDefinition> = []
+) =>
   Effect.orDie(Effect.gen(function*() {
     let rules = root
     for (const grant of grants) {
-      const role = yield* Roles.resolve(grant.role)
+      const { definition, role } = yield* resolveRole(agents, grant.role)
       rules = Permission.effective(
         rules,
         Permission.grantFor(grant.depth, maxDepth, role, {
           allowedTools: grant.allowedTools,
-          askTools: grant.askTools
+          askTools: grant.askTools,
+          definition
         })
       )
     }
@@ -222,10 +248,11 @@ const setup = Effect.fnUntraced(function*(config: Options, payload: AgentPayload
   const { agentId, depth } = payload
   // "": the worker's default model (every worker must have the same one).
   const modelId = payload.model === "" ? models.defaultModel : payload.model
-  const role = yield* Effect.orDie(Roles.resolve(payload.role))
+  const agents = config.agents ?? []
+  const { role } = yield* Effect.orDie(resolveRole(agents, payload.role))
   const grants = grantsOf(payload)
-  const rules = yield* rulesFor(permission.root, config.maxDepth, grants)
-  const checks = { registry, models, callerModel: modelId }
+  const rules = yield* rulesFor(permission.root, config.maxDepth, grants, agents)
+  const checks = { registry, models, callerModel: modelId, agents }
   // Checked at spawn (ClusterSubAgents.checkSpawn); the model decides how the child is told.
   const output = payload.outputSchema === undefined ? undefined : {
     compiled: yield* Effect.orDie(Effect.fromResult(OutputSchema.compile(payload.outputSchema))),
@@ -246,7 +273,7 @@ const setup = Effect.fnUntraced(function*(config: Options, payload: AgentPayload
       role: own.role,
       allowedTools: own.allowedTools,
       askTools: own.askTools
-    }, { registry })
+    }, { registry, agents })
       .pipe(Effect.mapError((refused) => new AgentFailed({ agentId, reason: `refused: ${refused.message}` })))
   })
   const context: RunContext = {

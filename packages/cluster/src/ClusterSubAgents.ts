@@ -17,6 +17,7 @@
  * to text at the one tool-result boundary (the workflow body runs core's tool definitions with
  * this manager provided: AgentWorkflow's `runTool`).
  */
+import type * as AgentDefinitions from "@fibril/core/AgentDefinitions"
 import * as Models from "@fibril/core/Models"
 import * as OutputSchema from "@fibril/core/OutputSchema"
 import * as Roles from "@fibril/core/Roles"
@@ -69,6 +70,8 @@ export interface SpawnChecks {
   readonly registry?: ToolRegistry.ToolRegistry["Service"] | undefined
   readonly models?: Models.Models["Service"] | undefined
   readonly callerModel?: string | undefined // a child may name its caller's model
+  /** The workspace's agent definitions a role may name (AgentWorkflow's `agents`). */
+  readonly agents?: ReadonlyArray<AgentDefinitions.AgentDefinition> | undefined
 }
 
 /**
@@ -83,7 +86,7 @@ export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnC
     const tooLong = SpawnCheck.checkText(request)
     if (tooLong !== undefined) return yield* tooLong
     if (request.isolation !== undefined) return yield* isolationRefused(request.isolation)
-    const { role } = yield* SpawnPlan.resolveRole([], request.role ?? "general", request.allowedTools)
+    const { role } = yield* SpawnPlan.resolveRole(checks.agents ?? [], request.role ?? "general", request.allowedTools)
     if (checks.registry !== undefined) {
       yield* SpawnPlan.checkAllowedTools(checks.registry, role.name, request.allowedTools)
       yield* SpawnPlan.checkAskTools(checks.registry, role.name, request.askTools)
