@@ -33,7 +33,6 @@ import {
   Permission,
   Roles,
   Session,
-  SpawnPlan,
   SubAgentManager,
   ToolRegistry,
   Workspace
@@ -52,14 +51,16 @@ import * as Schema from "effect/Schema"
 import { DurableClock, DurableDeferred, Workflow, WorkflowEngine } from "effect/workflow"
 import { AgentFailed, type AgentPayload, AgentWorkflow, grantsOf, txActivity } from "./AgentRun.ts"
 import * as ClusterQuestions from "./ClusterQuestions.ts"
-import { type AgentRow, ClusterStore, finished, type Grant, type Slot, stepTokens, zeroUsage } from "./ClusterStore.ts"
+import { type AgentRow, ClusterStore, finished, type Slot, stepTokens, zeroUsage } from "./ClusterStore.ts"
 import * as ClusterSubAgents from "./ClusterSubAgents.ts"
 import * as ClusterWatch from "./ClusterWatch.ts"
+import { resolveRole, rulesFor } from "./internal/rules.ts"
 import { cancelledCall, interruptedCall } from "./internal/toolCalls.ts"
 import * as StepJournal from "./StepJournal.ts"
 
 export { AgentFailed, AgentOutcome, AgentPayload, AgentWorkflow, childId, grantsOf } from "./AgentRun.ts"
 export { cancelTree, CancelWatch, cancelWatch, heartbeatReason, watchdog } from "./ClusterWatch.ts"
+export { resolveRole, rulesFor } from "./internal/rules.ts"
 
 /** Settings that decide what the body does: they must be the same on every worker. */
 export interface Options {
@@ -138,44 +139,6 @@ export const ModelStepFailure = Schema.Union([AgentSteps.ModelStepError, Session
 
 const modelCodec = StepJournal.codec(AgentSteps.ModelStep, ModelStepFailure)
 const toolCodec = StepJournal.codec(AgentSteps.ToolStep, Schema.Never)
-
-/**
- * A role as a spawn resolved it (checkSpawn): a built-in one, or an agent definition over its
- * base role, with the definition's tools, denials and asks (core's SpawnPlan.resolveRole, the
- * embedded runtime's).
- */
-export const resolveRole = (agents: ReadonlyArray<AgentDefinitions.AgentDefinition>, name: string) =>
-  Roles.resolve(name).pipe(
-    Effect.map((role): Pick<SpawnPlan.ResolvedRole, "role" | "definition"> => ({ role, definition: undefined })),
-    Effect.catchTag("UnknownRole", () => SpawnPlan.resolveRole(agents, name, undefined))
-  )
-
-/**
- * An agent's rules: its chain's grants applied in turn to the root rules (Permission, rule 1),
- * each with its role's definition when it names one, as the embedded runtime derives a child's
- * rules from its parent's.
- */
-export const rulesFor = (
-  root: Permission.Rules,
-  maxDepth: number,
-  grants: ReadonlyArray<Grant>,
-  agents: ReadonlyArray<AgentDefinitions.AgentDefinition> = []
-) =>
-  Effect.orDie(Effect.gen(function*() {
-    let rules = root
-    for (const grant of grants) {
-      const { definition, role } = yield* resolveRole(agents, grant.role)
-      rules = Permission.effective(
-        rules,
-        Permission.grantFor(grant.depth, maxDepth, role, {
-          allowedTools: grant.allowedTools,
-          askTools: grant.askTools,
-          definition
-        })
-      )
-    }
-    return rules
-  }))
 
 /**
  * How often a runner reads its unprocessed messages from storage (workers and the in-memory
