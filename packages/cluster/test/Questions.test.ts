@@ -76,6 +76,8 @@ describe("durable approval questions in cluster mode (SQLite, fibril worker proc
           "n"
         ] === 1
 
+      // The web view of the cluster (`fibril ui --cluster`), started with the first worker.
+      const ui = fibril(["ui", "--cluster", url, "--cwd", ws])
       const first = await worker()
       const client = fibril(["run", "go", "--cluster", url, "--cwd", ws, "--json"])
       await until(() => {
@@ -92,14 +94,28 @@ describe("durable approval questions in cluster mode (SQLite, fibril worker proc
       assert.isFalse(existsSync(path.join(ws, "side-effect.txt")), "the call waited: nothing ran")
 
       await worker()
-      // Listed from a third process, then answered from it.
+      // The page shows the question on the asker's row, and answers it (allow, always).
+      await until(() => /fibril ui: http/.test(ui.out.stderr), `ui up (${ui.out.stderr})`)
+      const page = new URL(/fibril ui: (http:\/\/\S+)/.exec(ui.out.stderr)![1]!)
+      const token = page.searchParams.get("token")!
+      const shownOnPage = await firstSnapshot(
+        `${page.origin}/events?token=${token}`,
+        (agents) => agents.some((agent) => agent.questions.length > 0)
+      )
+      const onRow = shownOnPage.find((agent) => agent.questions.length > 0)!
+      assert.strictEqual(onRow.description, "asker")
+      assert.deepStrictEqual(onRow.questions.map((q) => [q.id, q.tool]), [[String(asked!["id"]), "shell"]])
+      // Listed from another process too.
       const listed = fibril(["agents", "questions", "--json", "--cluster", url])
       assert.strictEqual(await listed.done, 0, listed.out.stderr)
       const waiting = JSON.parse(listed.out.stdout) as ReadonlyArray<{ id: string; tool: string; reason: string }>
       assert.deepStrictEqual(waiting.map((q) => [q.id, q.tool]), [[String(asked!["id"]), "shell"]])
       assert.include(waiting[0]!.reason, "shell")
-      const answered = fibril(["agents", "answer", String(asked!["id"]), "allow", "--always", "--cluster", url])
-      assert.strictEqual(await answered.done, 0, answered.out.stderr + answered.out.stdout)
+      const answered = await fetch(
+        `${page.origin}/answer?id=${String(asked!["id"])}&decision=allow&always=true&token=${token}`,
+        { method: "POST" }
+      )
+      assert.strictEqual(answered.status, 200, await answered.text())
 
       assert.strictEqual(await client.done, 0, client.out.stderr)
       const last = JSON.parse(client.out.stdout.trim().split("\n").at(-1)!) as { status: string; text: string }
@@ -121,7 +137,7 @@ describe("durable approval questions in cluster mode (SQLite, fibril worker proc
         "shell"
       ]])
       assert.deepStrictEqual(told[1]!["answer"]["decision"], "allow")
-      assert.match(told[1]!["answer"]["by"], /^process \d+ \(fibril agents answer\)$/)
+      assert.strictEqual(told[1]!["answer"]["by"], "fibril ui")
       assert.strictEqual(told[0]!["description"], "asker")
       const rootId = String(query(file, "SELECT agent_id FROM fibril_agents WHERE parent_id IS NULL")[0]!["agent_id"])
       // The path names the asker's ancestors, root first.
@@ -143,7 +159,7 @@ describe("durable approval questions in cluster mode (SQLite, fibril worker proc
         events.filter((event) => event["question"]?.id === after[1]!["id"]).map((event) => event["answer"]?.by),
         ["standing answer"]
       )
-      assert.match(asker["approvals"][0]["by"], /^process \d+/)
+      assert.strictEqual(asker["approvals"][0]["by"], "fibril ui")
       assert.strictEqual(asker["approvals"][0]["asked_at"], Number(asked!["asked_at"]))
       assert.isUndefined(receipts.find((receipt) => receipt["description"] === "sibling")!["approvals"])
 
@@ -155,6 +171,31 @@ describe("durable approval questions in cluster mode (SQLite, fibril worker proc
     60_000
   )
 })
+
+/** The first snapshot of the page's /events stream in which `done` holds (a bounded read). */
+const firstSnapshot = async (
+  url: string,
+  done: (agents: ReadonlyArray<PageAgent>) => boolean
+): Promise<ReadonlyArray<PageAgent>> => {
+  const response = await fetch(url, { signal: AbortSignal.timeout(30_000) })
+  assert.strictEqual(response.status, 200)
+  const decoder = new TextDecoder()
+  let buffer = ""
+  for await (const chunk of response.body!) {
+    buffer += decoder.decode(chunk, { stream: true })
+    for (let end = buffer.indexOf("\n\n"); end >= 0; end = buffer.indexOf("\n\n")) {
+      const agents = (JSON.parse(buffer.slice(0, end).replace(/^data: /, "")) as { agents: Array<PageAgent> }).agents
+      buffer = buffer.slice(end + 2)
+      if (done(agents)) return agents
+    }
+  }
+  throw new Error("the page's stream ended first")
+}
+
+interface PageAgent {
+  readonly description: string
+  readonly questions: ReadonlyArray<{ readonly id: string; readonly tool: string }>
+}
 
 const request = (agentId: string): Approvals.Ask => ({
   kind: "tool",
