@@ -221,7 +221,7 @@ export const follow = (
       const now = yield* Clock.currentTimeMillis
       yield* Effect.forEach(eventsOf(changes, known, now, options), onEvent, { discard: true })
       if (questions === undefined) return
-      const stored = yield* questions.ofAgents([...known.keys()])
+      const stored = yield* questions.ofTree(rootId)
       yield* Effect.forEach(questionEventsOf(stored, known, told), onEvent, { discard: true })
     }).pipe(Effect.ignore)
     // One look at a time: the loop and the final drain never interleave their events.

@@ -76,6 +76,8 @@ export interface Service {
    * receipts (`record`) and a client's `question`/`answered` events are made of.
    */
   readonly ofAgents: (agentIds: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<Stored>>
+  /** Every question the agents of the tree of `rootId` asked, as `ofAgents` (one query, whatever its size). */
+  readonly ofTree: (rootId: string) => Effect.Effect<ReadonlyArray<Stored>>
 }
 
 /**
@@ -242,19 +244,25 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
           )
         ))
 
+  type StoredRow = { question: string; answer: string | null; answered_at: number | string | null }
+  const storedOf = (rows: ReadonlyArray<StoredRow>) =>
+    rows.map((row): Stored => ({
+      question: decodeQuestion(row.question),
+      answer: row.answer === null ? undefined : decodeAnswer(row.answer),
+      answeredAt: row.answered_at === null ? undefined : Number(row.answered_at)
+    }))
   const ofAgents = (agentIds: ReadonlyArray<string>) =>
     agentIds.length === 0 ? Effect.succeed([]) : Effect.orDie(
-      sql<{ question: string; answer: string | null; answered_at: number | string | null }>`SELECT question,
-        answer, answered_at FROM fibril_questions WHERE agent_id IN ${sql.in(agentIds)} ORDER BY asked_at, id`
-    ).pipe(Effect.map((rows) =>
-      rows.map((row): Stored => ({
-        question: decodeQuestion(row.question),
-        answer: row.answer === null ? undefined : decodeAnswer(row.answer),
-        answeredAt: row.answered_at === null ? undefined : Number(row.answered_at)
-      }))
-    ))
+      sql<StoredRow>`SELECT question, answer, answered_at FROM fibril_questions
+        WHERE agent_id IN ${sql.in(agentIds)} ORDER BY asked_at, id`
+    ).pipe(Effect.map(storedOf))
+  const ofTree = (rootId: string) =>
+    Effect.orDie(
+      sql<StoredRow>`SELECT q.question, q.answer, q.answered_at FROM fibril_questions q
+        JOIN fibril_agents a ON a.agent_id = q.agent_id WHERE a.root_id = ${rootId} ORDER BY q.asked_at, q.id`
+    ).pipe(Effect.map(storedOf))
 
-  const service: Service = { forCall, pending, decide, waitingAmong, ofAgents }
+  const service: Service = { forCall, pending, decide, waitingAmong, ofAgents, ofTree }
   return service
 })
 

@@ -283,6 +283,13 @@ describe("ClusterQuestions (in process, SQLite, TestClock)", () => {
           [["q-b", "shell", "allow", "standing answer"], ["q-c", "write_file", "deny", "test"]]
         )
         assert.isUndefined(receipt.questions)
+        // The tree's, for a client's events: every question under the root, oldest first.
+        assert.deepStrictEqual((yield* questions.ofTree("ag_1")).map((stored) => stored.question.id), [
+          "q-a",
+          "q-b",
+          "q-c",
+          "q-d"
+        ])
       })
     ))
 
