@@ -68,7 +68,11 @@ export const list = (url: string, all: boolean, json: boolean) =>
     })
   )
 
-/** The agent and its descendants, one JSON line each. */
+/**
+ * The agent and its descendants, one JSON line each; with each one's approval decisions
+ * (`approvals`: question, answer, who, when) and the questions it waits on (`questions`), the
+ * keys of the embedded receipt.
+ */
 export const show = (url: string, agentId: string) =>
   ClusterCommand.asClient(
     url,
@@ -77,7 +81,13 @@ export const show = (url: string, agentId: string) =>
       const rows = yield* client.tree(agentId)
       if (rows.length === 0) return yield* new client.AgentNotFound({ agentId })
       const store = yield* loadStore
-      for (const r of rows) yield* Console.log(JSON.stringify(row(r, store)))
+      const questions = yield* loadQuestions
+      const service = yield* questions.ClusterQuestions
+      const stored = service === undefined ? [] : yield* service.ofAgents(rows.map((r) => r.agentId))
+      for (const r of rows) {
+        const decisions = questions.receiptFields(stored.filter((entry) => entry.question.agentId === r.agentId))
+        yield* Console.log(JSON.stringify({ ...row(r, store), ...decisions }))
+      }
       return 0
     })
   )

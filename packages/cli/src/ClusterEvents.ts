@@ -4,8 +4,11 @@
  * in the step's own transaction (transcript rows with a sequence number, agent rows with a
  * change number); a client follows the tree by asking the store what changed after its cursor
  * (two indexed queries), every `pollMs`, and turns the changes into the same `AgentEvent`s the
- * embedded runtime publishes (spawned, started, step, tool_call, tool_result, the end).
+ * embedded runtime publishes (spawned, started, step, tool_call, tool_result, the end), and
+ * the tree's approval questions (their durable rows: ClusterQuestions) into `question` and
+ * `answered` events.
  */
+import * as ClusterQuestions from "@fibril/cluster/ClusterQuestions"
 import type { ClusterStore as Store, TreeChanges } from "@fibril/cluster/ClusterStore"
 import { ClusterStore, startCursor } from "@fibril/cluster/ClusterStore"
 import type { AgentEvent, AgentSnapshot, EventType } from "@fibril/core/AgentEvents"
@@ -17,7 +20,7 @@ import * as Fiber from "effect/Fiber"
 import * as Semaphore from "effect/Semaphore"
 import * as Mcp from "./Mcp.ts"
 
-interface Known {
+export interface Known {
   snapshot: AgentSnapshot
   status: string
   /** Was its `started` published? (Once: when it is seen running, or its first message.) */
@@ -162,6 +165,40 @@ export const eventsOf = (
   return out
 }
 
+/** The questions already told: asked (a `question` event), and answered. */
+export interface Told {
+  readonly asked: Set<string>
+  readonly answered: Set<string>
+}
+
+/**
+ * The tree's questions as the embedded runtime publishes them: `question` when one waits for a
+ * person, `answered` when it is decided (at its answer's time, with who decided). A question
+ * decided as it was asked (a standing "always" answer) is only `answered`, as embedded.
+ */
+export const questionEventsOf = (
+  stored: ReadonlyArray<ClusterQuestions.Stored>,
+  known: ReadonlyMap<string, Known>,
+  told: Told
+): Array<AgentEvent> => {
+  const out: Array<AgentEvent> = []
+  for (const { answer, answeredAt, question } of stored) {
+    const k = known.get(question.agentId)
+    if (k === undefined) continue
+    const agent = k.snapshot
+    const decidedAtOnce = answer !== undefined && answeredAt === question.askedAt
+    if (!told.asked.has(question.id)) {
+      told.asked.add(question.id)
+      if (!decidedAtOnce) out.push({ type: "question", agent, at: question.askedAt, tool: question.tool, question })
+    }
+    if (answer !== undefined && !told.answered.has(question.id)) {
+      told.answered.add(question.id)
+      out.push({ type: "answered", agent, at: answeredAt ?? question.askedAt, tool: question.tool, question, answer })
+    }
+  }
+  return out
+}
+
 /**
  * Follows the tree of `rootId`: `onEvent` gets each event, in order, until interrupted.
  * Returns `drain`, which reads what changed since the last look (call it once the run is over).
@@ -174,13 +211,18 @@ export const follow = (
 ) =>
   Effect.gen(function*() {
     const store: Store["Service"] = yield* ClusterStore
+    const questions = yield* ClusterQuestions.ClusterQuestions
     const known = new Map<string, Known>()
+    const told: Told = { asked: new Set(), answered: new Set() }
     let cursor = startCursor
     const look = Effect.gen(function*() {
       const changes = yield* store.changes(rootId, cursor)
       cursor = changes.cursor
       const now = yield* Clock.currentTimeMillis
       yield* Effect.forEach(eventsOf(changes, known, now, options), onEvent, { discard: true })
+      if (questions === undefined) return
+      const stored = yield* questions.ofTree(rootId)
+      yield* Effect.forEach(questionEventsOf(stored, known, told), onEvent, { discard: true })
     }).pipe(Effect.ignore)
     // One look at a time: the loop and the final drain never interleave their events.
     const lock = Semaphore.makeUnsafe(1)

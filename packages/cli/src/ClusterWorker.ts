@@ -78,6 +78,8 @@ export const worker = (flags: WorkerFlags) =>
       treeMaxTokens: settings.subagents.treeMaxTokens,
       heartbeatSecs: settings.subagents.heartbeatTimeoutSecs,
       askTimeoutSecs: settings.permissions.askTimeoutSecs,
+      // A role may name one of the workspace's agent definitions, as embedded.
+      agents: yield* Fibril.loadAgents(flags.cwd),
       maxConcurrent: flags.maxConcurrent ?? settings.subagents.maxConcurrent,
       admission: settings.subagents.admission,
       roleMcpServers: SubAgentManager.optionsFrom(settings).roleMcpServers,

@@ -37,7 +37,7 @@ export interface AgentView {
   readonly last_tool: string | null
   readonly tokens: { readonly input: number; readonly output: number; readonly cached: number }
   readonly owner: OwnerView
-  /** Approval questions of its calls waiting for a person now (`ask` rules; none in a cluster). */
+  /** Approval questions of its calls waiting for a person now (`ask` rules; a cluster's durable ones too). */
   readonly questions: ReadonlyArray<{
     readonly id: string
     readonly tool: string
@@ -94,12 +94,15 @@ export const viewOf = (agent: SubAgentRecord, owner: OwnerView): AgentView => ({
   last_tool: agent.last_tool ?? null,
   tokens: agent.tokens,
   owner,
-  questions: isTerminal(agent.status) ? [] : (agent.questions ?? []).map((question) => ({
-    id: question.id,
-    tool: question.kind === "fan_out" ? "fan-out" : question.tool,
-    reason: question.reason,
-    arguments: question.arguments
-  }))
+  questions: isTerminal(agent.status) ? [] : (agent.questions ?? []).map(questionView)
+})
+
+/** A waiting question as the page shows it (either engine's). */
+export const questionView = (question: Approvals.Question): AgentView["questions"][number] => ({
+  id: question.id,
+  tool: question.kind === "fan_out" ? "fan-out" : question.tool,
+  reason: question.reason,
+  arguments: question.arguments
 })
 
 /** Every message of a transcript, each cut as a page cuts it (a page holds at most `maxLimit`). */

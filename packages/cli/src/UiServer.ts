@@ -5,7 +5,7 @@
  *
  * Routes: `/` the page (ui.html, one self-contained file: no CDN, no network); `/events` the
  * tree as Server-Sent Events, a snapshot each time it changes; `/agent?id=` one agent's detail;
- * `POST /cancel?id=`; `POST /answer?id=<question>&decision=allow|deny[&reason=]`; `/agui` the run's AG-UI events as SSE (only where a run is attached).
+ * `POST /cancel?id=`; `POST /answer?id=<question>&decision=allow|deny[&reason=][&always=true]`; `/agui` the run's AG-UI events as SSE (only where a run is attached).
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as Console from "effect/Console"
@@ -117,10 +117,13 @@ export const serve = Effect.fn("fibril.ui.serve")(function*(options: Options) {
           return json({ error: `decision must be allow or deny, not ${JSON.stringify(decision)}` }, 400)
         }
         const reason = url.searchParams.get("reason")
+        // `always=true` with allow: the tool runs unasked in the asking agent's tree from now on.
+        const always = decision === "allow" && url.searchParams.get("always") === "true"
         const sent = yield* options.data.answer(id, {
           decision,
           by: "fibril ui",
-          ...(reason === null || reason === "" ? {} : { reason })
+          ...(reason === null || reason === "" ? {} : { reason }),
+          ...(always ? { always } : {})
         })
         return sent ? json({ answered: id }) : json({ error: `no question "${id}" waits for an answer` }, 404)
       }

@@ -23,6 +23,7 @@
  * options (the same on every worker) and journaled results.
  */
 import {
+  type AgentDefinitions,
   AgentLoop,
   AgentSteps,
   AgentTools,
@@ -38,7 +39,6 @@ import {
 } from "@fibril/core"
 import * as GenAiTrace from "@fibril/core/GenAiTrace"
 import * as ToolStep from "@fibril/core/loop/ToolStep"
-import * as McpNarrowing from "@fibril/core/McpNarrowing"
 import * as Prompt from "effect/ai/Prompt"
 import * as Cause from "effect/Cause"
 import { MessageStorage, RunnerHealth, Runners, RunnerStorage, Sharding, ShardingConfig } from "effect/cluster"
@@ -51,14 +51,16 @@ import * as Schema from "effect/Schema"
 import { DurableClock, DurableDeferred, Workflow, WorkflowEngine } from "effect/workflow"
 import { AgentFailed, type AgentPayload, AgentWorkflow, grantsOf, txActivity } from "./AgentRun.ts"
 import * as ClusterQuestions from "./ClusterQuestions.ts"
-import { type AgentRow, ClusterStore, finished, type Grant, type Slot, stepTokens, zeroUsage } from "./ClusterStore.ts"
+import { type AgentRow, ClusterStore, finished, type Slot, stepTokens, zeroUsage } from "./ClusterStore.ts"
 import * as ClusterSubAgents from "./ClusterSubAgents.ts"
 import * as ClusterWatch from "./ClusterWatch.ts"
+import { resolveRole, rulesFor } from "./internal/rules.ts"
 import { cancelledCall, interruptedCall } from "./internal/toolCalls.ts"
 import * as StepJournal from "./StepJournal.ts"
 
 export { AgentFailed, AgentOutcome, AgentPayload, AgentWorkflow, childId, grantsOf } from "./AgentRun.ts"
 export { cancelTree, CancelWatch, cancelWatch, heartbeatReason, watchdog } from "./ClusterWatch.ts"
+export { resolveRole, rulesFor } from "./internal/rules.ts"
 
 /** Settings that decide what the body does: they must be the same on every worker. */
 export interface Options {
@@ -97,6 +99,12 @@ export interface Options {
   readonly cancelCheckMs?: number | undefined
   /** Observes each model and tool step's execution (not its replay): for logs and tests. */
   readonly onStep?: StepJournal.Run["onStep"]
+  /**
+   * The workspace's agent definitions (AgentDefinitions.load: `.fibril/agents`, Claude Code's,
+   * opencode's), as the embedded runtime loads them: a role may name one, whose prompt, tools,
+   * denials and asks its agent gets. Loaded once per worker; every worker of a workspace has the same.
+   */
+  readonly agents?: ReadonlyArray<AgentDefinitions.AgentDefinition> | undefined
 }
 
 /** The services a worker's workflow body needs besides AgentSteps and the store. */
@@ -133,33 +141,6 @@ export const ModelStepFailure = Schema.Union([AgentSteps.ModelStepError, Session
 
 const modelCodec = StepJournal.codec(AgentSteps.ModelStep, ModelStepFailure)
 const toolCodec = StepJournal.codec(AgentSteps.ToolStep, Schema.Never)
-
-/**
- * An agent's rules: its chain's grants applied in turn to the root rules (Permission, rule 1),
- * as the embedded runtime derives a child's rules from its parent's. A grant's MCP servers deny
- * every other server of `mcpServers` (the servers this worker has: McpNarrowing).
- */
-export const rulesFor = (
-  root: Permission.Rules,
-  maxDepth: number,
-  grants: ReadonlyArray<Grant>,
-  mcpServers: ReadonlyArray<string> = []
-) =>
-  Effect.orDie(Effect.gen(function*() {
-    let rules = root
-    for (const grant of grants) {
-      const role = yield* Roles.resolve(grant.role)
-      rules = Permission.effective(
-        rules,
-        Permission.grantFor(grant.depth, maxDepth, role, {
-          allowedTools: grant.allowedTools,
-          askTools: grant.askTools,
-          servers: McpNarrowing.ceiling(grant.mcpServers, mcpServers)
-        })
-      )
-    }
-    return rules
-  }))
 
 /**
  * How often a runner reads its unprocessed messages from storage (workers and the in-memory
@@ -232,10 +213,11 @@ const setup = Effect.fnUntraced(function*(config: Options, payload: AgentPayload
   const { agentId, depth } = payload
   // "": the worker's default model (every worker must have the same one).
   const modelId = payload.model === "" ? models.defaultModel : payload.model
-  const role = yield* Effect.orDie(Roles.resolve(payload.role))
+  const agents = config.agents ?? []
+  const { role } = yield* Effect.orDie(resolveRole(agents, payload.role))
   const grants = grantsOf(payload)
-  const rules = yield* rulesFor(permission.root, config.maxDepth, grants, registry.mcpServers())
-  const checks = { registry, models, callerModel: modelId, rules, roleMcpServers: config.roleMcpServers }
+  const rules = yield* rulesFor(permission.root, config.maxDepth, grants, agents, registry.mcpServers())
+  const checks = { registry, models, callerModel: modelId, rules, roleMcpServers: config.roleMcpServers, agents }
   // Checked at spawn (ClusterSubAgents.checkSpawn); the model decides how the child is told.
   const output = payload.outputSchema === undefined ? undefined : {
     compiled: yield* Effect.orDie(Effect.fromResult(OutputSchema.compile(payload.outputSchema))),
@@ -257,7 +239,7 @@ const setup = Effect.fnUntraced(function*(config: Options, payload: AgentPayload
       allowedTools: own.allowedTools,
       askTools: own.askTools,
       mcpServers: own.mcpServers
-    }, { registry })
+    }, { registry, agents })
       .pipe(Effect.mapError((refused) => new AgentFailed({ agentId, reason: `refused: ${refused.message}` })))
   })
   const context: RunContext = {

@@ -16,6 +16,7 @@
  */
 import * as Approvals from "@fibril/core/Approvals"
 import * as Permission from "@fibril/core/Permission"
+import * as Receipt from "@fibril/core/Receipt"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -50,6 +51,14 @@ interface Row {
   readonly status: string | null
 }
 
+/** A question as its row keeps it: asked, and decided once `answer` is there. */
+export interface Stored {
+  readonly question: Approvals.Question
+  readonly answer: Approvals.Answer | undefined
+  /** Epoch ms of the answer (the timeout's, a cancel's, a person's). */
+  readonly answeredAt: number | undefined
+}
+
 export interface Service {
   /** The approver of one call: its question's id is `id`, whichever execution of the step asks. */
   readonly forCall: (id: string) => Approvals.Service
@@ -62,6 +71,38 @@ export interface Service {
    * still be running): the heartbeat does not count that time as a stall.
    */
   readonly waitingAmong: (agentIds: ReadonlyArray<string>, withinMs: number) => Effect.Effect<ReadonlyArray<string>>
+  /**
+   * Every question these agents asked, oldest first, with its answer when decided: what their
+   * receipts (`record`) and a client's `question`/`answered` events are made of.
+   */
+  readonly ofAgents: (agentIds: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<Stored>>
+  /** Every question the agents of the tree of `rootId` asked, as `ofAgents` (one query, whatever its size). */
+  readonly ofTree: (rootId: string) => Effect.Effect<ReadonlyArray<Stored>>
+}
+
+/**
+ * An agent's questions into its receipt, through core's Receipt (the embedded runtime records
+ * the same from its `question`/`answered` events): decided ones under `approvals`, those still
+ * waiting under `questions`.
+ */
+export const record = (draft: Receipt.Decisions, stored: ReadonlyArray<Stored>): void => {
+  for (const entry of stored) {
+    if (entry.answer === undefined) Receipt.waiting(draft, entry.question)
+    else {
+      Receipt.decided(draft, {
+        question: entry.question,
+        answer: entry.answer,
+        at: entry.answeredAt ?? entry.question.askedAt
+      })
+    }
+  }
+}
+
+/** An agent's decisions and waiting questions, as its receipt's fields (none: `{}`). */
+export const receiptFields = (stored: ReadonlyArray<Stored>): Receipt.Decisions => {
+  const fields: Receipt.Decisions = {}
+  record(fields, stored)
+  return fields
 }
 
 /** The cluster's durable questions; undefined (the default): nobody answers, the call is denied. */
@@ -99,31 +140,73 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
     by: "cancel"
   }
 
+  // The agent's ancestors' ids and its own, root first (a question's `path`): a standing answer
+  // given for a subtree covers the agents whose path names it.
+  const pathOf = Effect.fnUntraced(function*(agentId: string) {
+    const path = [agentId]
+    for (;;) {
+      const parent = (yield* Effect.orDie(
+        sql<{ parent_id: string | null }>`SELECT parent_id FROM fibril_agents WHERE agent_id = ${path[0]!}`
+      ))[0]?.parent_id
+      if (parent === undefined || parent === null || path.includes(parent)) return path
+      path.unshift(parent)
+    }
+  })
+
+  // An answer the asking step found on its own (the timeout, a cancel), written only if the row
+  // is still unanswered (an answer that came first wins, and is read next round): the decision
+  // is then in the agent's receipt like a person's.
+  const settle = (id: string, answer: Approvals.Answer, at: number) =>
+    Effect.orDie(
+      sql`UPDATE fibril_questions SET answer = ${encodeAnswer(answer)}, answered_at = ${at}
+        WHERE id = ${id} AND answer IS NULL`
+    )
+
+  // The "always" answers given in the tree of `rootId` (Approvals.standingOf: the embedded
+  // runtime keeps the same in memory): durable, so they hold on every worker and after a restart.
+  const standingIn = (rootId: string) =>
+    Effect.orDie(sql<{ question: string; answer: string }>`SELECT q.question, q.answer FROM fibril_questions q
+      JOIN fibril_agents a ON a.agent_id = q.agent_id
+      WHERE a.root_id = ${rootId} AND q.answer LIKE ${"%\"always\":true%"}`).pipe(
+      Effect.map((rows) =>
+        rows.flatMap((row) => {
+          const standing = Approvals.standingOf(decodeQuestion(row.question), decodeAnswer(row.answer))
+          return standing === undefined ? [] : [standing]
+        })
+      )
+    )
+
   const forCall = (id: string): Approvals.Service => ({
     ...Approvals.denyAll,
     ask: (request, onAsked) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const fresh: Approvals.Question = { ...request, id, askedAt: now }
+        const path = yield* pathOf(request.agentId)
+        const fresh: Approvals.Question = { ...request, path, id, askedAt: now }
+        // An "always" answer for this tool in a subtree on its path decides it as it is asked
+        // (recorded all the same, answered when asked: no one was asked).
+        const standing = Approvals.covers(yield* standingIn(path[0]!), path, request.tool)
+          ? encodeAnswer({ decision: "allow", by: "standing answer" })
+          : null
         // A replayed step finds its row: the question is asked once, an answer given meanwhile is kept.
         const inserted = yield* Effect.orDie(sql<{ id: string }>`INSERT INTO fibril_questions
-          (id, agent_id, question, answer, asked_at)
-          VALUES (${id}, ${request.agentId}, ${encodeQuestion(fresh)}, NULL, ${now})
+          (id, agent_id, question, answer, asked_at, answered_at)
+          VALUES (${id}, ${request.agentId}, ${encodeQuestion(fresh)}, ${standing}, ${now},
+            ${standing === null ? null : now})
           ON CONFLICT (id) DO NOTHING RETURNING id`)
-        if (inserted.length > 0) onAsked?.(fresh)
+        if (inserted.length > 0 && standing === null) onAsked?.(fresh)
         for (;;) {
           const row = (yield* read(id))[0]
           if (row === undefined) return { question: fresh, answer: withdrawn, at: now }
           const question = decodeQuestion(row.question)
           const at = yield* Clock.currentTimeMillis
           if (row.answer !== null) return { question, answer: decodeAnswer(row.answer), at }
-          if (row.status !== "running") return { question, answer: withdrawn, at }
+          if (row.status !== "running") {
+            yield* settle(id, withdrawn, at)
+            return { question, answer: withdrawn, at }
+          }
           if (at >= Number(row.asked_at) + timeoutMs) {
-            // Only if still unanswered: an answer that came first wins, and is read next round.
-            yield* Effect.orDie(
-              sql`UPDATE fibril_questions SET answer = ${encodeAnswer(timedOut)}, answered_at = ${at}
-                WHERE id = ${id} AND answer IS NULL`
-            )
+            yield* settle(id, timedOut, at)
             continue
           }
           yield* Effect.sleep(Duration.millis(pollMs))
@@ -161,7 +244,25 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
           )
         ))
 
-  const service: Service = { forCall, pending, decide, waitingAmong }
+  type StoredRow = { question: string; answer: string | null; answered_at: number | string | null }
+  const storedOf = (rows: ReadonlyArray<StoredRow>) =>
+    rows.map((row): Stored => ({
+      question: decodeQuestion(row.question),
+      answer: row.answer === null ? undefined : decodeAnswer(row.answer),
+      answeredAt: row.answered_at === null ? undefined : Number(row.answered_at)
+    }))
+  const ofAgents = (agentIds: ReadonlyArray<string>) =>
+    agentIds.length === 0 ? Effect.succeed([]) : Effect.orDie(
+      sql<StoredRow>`SELECT question, answer, answered_at FROM fibril_questions
+        WHERE agent_id IN ${sql.in(agentIds)} ORDER BY asked_at, id`
+    ).pipe(Effect.map(storedOf))
+  const ofTree = (rootId: string) =>
+    Effect.orDie(
+      sql<StoredRow>`SELECT q.question, q.answer, q.answered_at FROM fibril_questions q
+        JOIN fibril_agents a ON a.agent_id = q.agent_id WHERE a.root_id = ${rootId} ORDER BY q.asked_at, q.id`
+    ).pipe(Effect.map(storedOf))
+
+  const service: Service = { forCall, pending, decide, waitingAmong, ofAgents, ofTree }
   return service
 })
 

@@ -17,6 +17,7 @@
  * to text at the one tool-result boundary (the workflow body runs core's tool definitions with
  * this manager provided: AgentWorkflow's `runTool`).
  */
+import type * as AgentDefinitions from "@fibril/core/AgentDefinitions"
 import * as McpNarrowing from "@fibril/core/McpNarrowing"
 import * as Models from "@fibril/core/Models"
 import * as OutputSchema from "@fibril/core/OutputSchema"
@@ -75,11 +76,19 @@ export interface SpawnChecks {
   readonly rules?: Permission.Rules | undefined
   /** MCP servers per role (`[roles.<role>] mcp_servers`). */
   readonly roleMcpServers?: Readonly<Record<string, ReadonlyArray<string>>> | undefined
+  /** The workspace's agent definitions a role may name (AgentWorkflow's `agents`). */
+  readonly agents?: ReadonlyArray<AgentDefinitions.AgentDefinition> | undefined
 }
 
-/** A child's MCP servers: its role's (configured) met with the request's; undefined: its parent's. */
-const serversOf = (request: SubAgentManager.SpawnRequest, role: string, checks: SpawnChecks) =>
-  [checks.roleMcpServers?.[role.toLowerCase()], request.mcpServers] as const
+/**
+ * A child's MCP servers: its definition's, its role's (configured) and the request's, met (as
+ * SpawnPlan does embedded); undefined: its parent's.
+ */
+const serversOf = (
+  request: SubAgentManager.SpawnRequest,
+  resolved: Pick<SpawnPlan.ResolvedRole, "role" | "mcpServers">,
+  checks: SpawnChecks
+) => [resolved.mcpServers, checks.roleMcpServers?.[resolved.role.name.toLowerCase()], request.mcpServers] as const
 
 /**
  * A spawn request's role and model, or why it is refused: the bounds of its texts, the role
@@ -93,12 +102,13 @@ export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnC
     const tooLong = SpawnCheck.checkText(request)
     if (tooLong !== undefined) return yield* tooLong
     if (request.isolation !== undefined) return yield* isolationRefused(request.isolation)
-    const { role } = yield* SpawnPlan.resolveRole([], request.role ?? "general", request.allowedTools)
+    const resolved = yield* SpawnPlan.resolveRole(checks.agents ?? [], request.role ?? "general", request.allowedTools)
+    const role = resolved.role
     if (checks.registry !== undefined) {
       yield* SpawnPlan.checkAllowedTools(checks.registry, role.name, request.allowedTools)
       yield* SpawnPlan.checkAskTools(checks.registry, role.name, request.askTools)
       // Its MCP servers: among the caller's, and servers this worker has (McpNarrowing).
-      const servers = serversOf(request, role.name, checks)
+      const servers = serversOf(request, resolved, checks)
       const named = McpNarrowing.named(...servers)
       if (named.length > 0) {
         const universe = checks.registry.mcpServers()
@@ -121,7 +131,7 @@ export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnC
       if (unknown !== undefined) return yield* unknown
       yield* models.resolve(request.model)
     }
-    return role
+    return resolved
   })
 
 // --- The contract over a backend ---
@@ -256,10 +266,11 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
 
   /** The payload of the agent `request` asks for, or why it is refused. */
   const payloadFor = (request: SubAgentManager.SpawnRequest, detached: boolean) =>
-    Effect.map(checkSpawn(request, backend.checks), (role): AgentPayload => {
+    Effect.map(checkSpawn(request, backend.checks), (resolved): AgentPayload => {
+      const role = resolved.role
       const agentId = backend.newId()
       const depth = parent === undefined ? 0 : parent.depth + 1
-      const mcpServers = McpNarrowing.meet(...serversOf(request, role.name, backend.checks))
+      const mcpServers = McpNarrowing.meet(...serversOf(request, resolved, backend.checks))
       const allowed = {
         ...(request.allowedTools === undefined ? {} : { allowedTools: request.allowedTools }),
         ...(request.askTools === undefined ? {} : { askTools: request.askTools }),

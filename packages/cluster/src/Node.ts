@@ -255,8 +255,12 @@ export const workerAndClient = <E, R>(
     Layer.provide(sharingRateLimits(core, options))
   )
 
-/** A client: the engine (no shards hosted) and the store, on the database in context. */
+/**
+ * A client: the engine (no shards hosted), the store, and the durable questions (read for the
+ * tree's `question`/`answered` events and receipts, answered from here), on the database in context.
+ */
 export const client = ClusterWorkflowEngine.layer.pipe(
   Layer.provideMerge(NodeClusterSocket.layer({ clientOnly: true, storage: "sql", shardingConfig: sharding({}) })),
-  Layer.provideMerge(storeFor(PgClusterStore.layerSql))
+  Layer.provideMerge(storeFor(PgClusterStore.layerSql)),
+  Layer.merge(ClusterQuestions.layer())
 )

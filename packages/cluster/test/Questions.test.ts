@@ -19,6 +19,20 @@ import * as SqliteClusterStore from "../src/SqliteClusterStore.ts"
 import { freePort } from "./postgres.ts"
 import { askScript, fibril, killAll, sqliteQuery as query, until } from "./processes.ts"
 
+// The asker calls `shell` twice: the first call's "always" answer covers the second.
+const alwaysScript = {
+  rules: askScript.rules.map((rule) =>
+    rule.match.prompt !== "asker" ? rule : {
+      ...rule,
+      turns: [
+        rule.turns[0]!,
+        { tool_calls: [{ name: "shell", args: { command: "echo again >> side-effect.txt" } }] },
+        ...rule.turns.slice(1)
+      ]
+    }
+  )
+}
+
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-cluster-questions-"))
 
 afterAll(async () => {
@@ -34,7 +48,7 @@ describe("durable approval questions in cluster mode (SQLite, fibril worker proc
       mkdirSync(path.join(ws, ".fibril"), { recursive: true })
       writeFileSync(path.join(ws, ".fibril", "config.toml"), `[permissions]\nask = ["shell"]\n`)
       writeFileSync(path.join(ws, "a.txt"), "hello")
-      writeFileSync(path.join(ws, "script.json"), JSON.stringify(askScript))
+      writeFileSync(path.join(ws, "script.json"), JSON.stringify(alwaysScript))
       const file = path.join(ws, "cluster.db")
       const url = `sqlite:${file}`
       // In process: a `fibril cluster migrate` process would add its start-up time.
@@ -56,12 +70,14 @@ describe("durable approval questions in cluster mode (SQLite, fibril worker proc
         return proc
       }
       const questionRows = () =>
-        existsSync(file) ? query(file, "SELECT id, answer, asked_at FROM fibril_questions") : []
+        existsSync(file) ? query(file, "SELECT id, answer, asked_at FROM fibril_questions ORDER BY asked_at, id") : []
       const siblingDone = () =>
         query(file, "SELECT count(*) AS n FROM fibril_agents WHERE prompt = 'sibling' AND status = 'completed'")[0]![
           "n"
         ] === 1
 
+      // The web view of the cluster (`fibril ui --cluster`), started with the first worker.
+      const ui = fibril(["ui", "--cluster", url, "--cwd", ws])
       const first = await worker()
       const client = fibril(["run", "go", "--cluster", url, "--cwd", ws, "--json"])
       await until(() => {
@@ -78,24 +94,75 @@ describe("durable approval questions in cluster mode (SQLite, fibril worker proc
       assert.isFalse(existsSync(path.join(ws, "side-effect.txt")), "the call waited: nothing ran")
 
       await worker()
-      // Listed from a third process, then answered from it.
+      // The page shows the question on the asker's row, and answers it (allow, always).
+      await until(() => /fibril ui: http/.test(ui.out.stderr), `ui up (${ui.out.stderr})`)
+      const page = new URL(/fibril ui: (http:\/\/\S+)/.exec(ui.out.stderr)![1]!)
+      const token = page.searchParams.get("token")!
+      const shownOnPage = await firstSnapshot(
+        `${page.origin}/events?token=${token}`,
+        (agents) => agents.some((agent) => agent.questions.length > 0)
+      )
+      const onRow = shownOnPage.find((agent) => agent.questions.length > 0)!
+      assert.strictEqual(onRow.description, "asker")
+      assert.deepStrictEqual(onRow.questions.map((q) => [q.id, q.tool]), [[String(asked!["id"]), "shell"]])
+      // Listed from another process too.
       const listed = fibril(["agents", "questions", "--json", "--cluster", url])
       assert.strictEqual(await listed.done, 0, listed.out.stderr)
       const waiting = JSON.parse(listed.out.stdout) as ReadonlyArray<{ id: string; tool: string; reason: string }>
       assert.deepStrictEqual(waiting.map((q) => [q.id, q.tool]), [[String(asked!["id"]), "shell"]])
       assert.include(waiting[0]!.reason, "shell")
-      const answered = fibril(["agents", "answer", String(asked!["id"]), "allow", "--cluster", url])
-      assert.strictEqual(await answered.done, 0, answered.out.stderr + answered.out.stdout)
+      const answered = await fetch(
+        `${page.origin}/answer?id=${String(asked!["id"])}&decision=allow&always=true&token=${token}`,
+        { method: "POST" }
+      )
+      assert.strictEqual(answered.status, 200, await answered.text())
 
       assert.strictEqual(await client.done, 0, client.out.stderr)
       const last = JSON.parse(client.out.stdout.trim().split("\n").at(-1)!) as { status: string; text: string }
       assert.deepStrictEqual([last.status, last.text], ["completed", "root ok"])
-      // Asked once (the replayed step found its row, the same asked_at), ran once.
+      // Asked once (the replayed step found its row, the same asked_at), ran once; the second
+      // call was decided by the "always" answer as it was asked, and ran.
       const after = questionRows()
-      assert.strictEqual(after.length, 1)
+      assert.strictEqual(after.length, 2)
       assert.strictEqual(after[0]!["asked_at"], asked!["asked_at"])
       assert.include(String(after[0]!["answer"]), "\"allow\"")
-      assert.strictEqual(readFileSync(path.join(ws, "side-effect.txt"), "utf8"), "ran\n")
+      assert.include(String(after[1]!["answer"]), "\"standing answer\"")
+      assert.strictEqual(readFileSync(path.join(ws, "side-effect.txt"), "utf8"), "ran\nagain\n")
+      // The decision is recorded: a `question` and an `answered` event (who: the answering
+      // process) in the client's `--json` stream, and the asker's receipt (`agents show`).
+      const events = client.out.stdout.trim().split("\n").map((line) => JSON.parse(line) as Record<string, any>)
+      const told = events.filter((event) => event["question"]?.id === asked!["id"])
+      assert.deepStrictEqual(told.map((event) => [event["type"], event["tool"]]), [["question", "shell"], [
+        "answered",
+        "shell"
+      ]])
+      assert.deepStrictEqual(told[1]!["answer"]["decision"], "allow")
+      assert.strictEqual(told[1]!["answer"]["by"], "fibril ui")
+      assert.strictEqual(told[0]!["description"], "asker")
+      const rootId = String(query(file, "SELECT agent_id FROM fibril_agents WHERE parent_id IS NULL")[0]!["agent_id"])
+      // The path names the asker's ancestors, root first.
+      assert.deepStrictEqual(told[0]!["question"]["path"], [rootId, told[0]!["agent_id"]])
+      const shown = fibril(["agents", "show", rootId, "--cluster", url])
+      assert.strictEqual(await shown.done, 0, shown.out.stderr)
+      const receipts = shown.out.stdout.trim().split("\n").map((line) => JSON.parse(line) as Record<string, any>)
+      const asker = receipts.find((receipt) => receipt["description"] === "asker")!
+      assert.deepStrictEqual(
+        asker["approvals"].map((
+          entry: Record<string, unknown>
+        ) => [entry["question_id"], entry["tool"], entry["decision"]]),
+        [[asked!["id"], "shell", "allow"], [after[1]!["id"], "shell", "allow"]]
+      )
+      assert.isTrue(asker["approvals"][0]["always"])
+      assert.strictEqual(asker["approvals"][1]["by"], "standing answer")
+      // Decided as it was asked: only `answered`, as the embedded runtime publishes it.
+      assert.deepStrictEqual(
+        events.filter((event) => event["question"]?.id === after[1]!["id"]).map((event) => event["answer"]?.by),
+        ["standing answer"]
+      )
+      assert.strictEqual(asker["approvals"][0]["by"], "fibril ui")
+      assert.strictEqual(asker["approvals"][0]["asked_at"], Number(asked!["asked_at"]))
+      assert.isUndefined(receipts.find((receipt) => receipt["description"] === "sibling")!["approvals"])
+
       // Answered already: a second answer is refused, naming what is pending.
       const again = fibril(["agents", "answer", String(asked!["id"]), "deny", "--cluster", url])
       assert.strictEqual(await again.done, 1)
@@ -104,6 +171,31 @@ describe("durable approval questions in cluster mode (SQLite, fibril worker proc
     60_000
   )
 })
+
+/** The first snapshot of the page's /events stream in which `done` holds (a bounded read). */
+const firstSnapshot = async (
+  url: string,
+  done: (agents: ReadonlyArray<PageAgent>) => boolean
+): Promise<ReadonlyArray<PageAgent>> => {
+  const response = await fetch(url, { signal: AbortSignal.timeout(30_000) })
+  assert.strictEqual(response.status, 200)
+  const decoder = new TextDecoder()
+  let buffer = ""
+  for await (const chunk of response.body!) {
+    buffer += decoder.decode(chunk, { stream: true })
+    for (let end = buffer.indexOf("\n\n"); end >= 0; end = buffer.indexOf("\n\n")) {
+      const agents = (JSON.parse(buffer.slice(0, end).replace(/^data: /, "")) as { agents: Array<PageAgent> }).agents
+      buffer = buffer.slice(end + 2)
+      if (done(agents)) return agents
+    }
+  }
+  throw new Error("the page's stream ended first")
+}
+
+interface PageAgent {
+  readonly description: string
+  readonly questions: ReadonlyArray<{ readonly id: string; readonly tool: string }>
+}
 
 const request = (agentId: string): Approvals.Ask => ({
   kind: "tool",
@@ -117,6 +209,28 @@ const request = (agentId: string): Approvals.Ask => ({
   reason: "\"shell\" is an ask tool"
 })
 
+/** A running agent's row (a root unless told otherwise). */
+const row = (agentId: string) => ({
+  agentId,
+  parentId: null as string | null,
+  rootId: "ag_1",
+  depth: 1,
+  role: "general",
+  model: "",
+  description: "asker",
+  prompt: "go",
+  detached: false,
+  workspace: "/ws",
+  status: "running" as const,
+  run: 0,
+  executionId: `exec-${agentId}`,
+  text: null,
+  reason: null,
+  steps: 0,
+  toolCalls: 0,
+  tokens: 0
+})
+
 let files = 0
 /** The questions on a new SQLite file with one running agent `ag_1` (TestClock: time moves when told). */
 const withQuestions = <A, E>(
@@ -126,31 +240,59 @@ const withQuestions = <A, E>(
     yield* SqliteClusterStore.migrate
     return yield* Effect.gen(function*() {
       const store = yield* ClusterStore
-      yield* store.insert({
-        agentId: "ag_1",
-        parentId: null,
-        rootId: "ag_1",
-        depth: 1,
-        role: "general",
-        model: "",
-        description: "asker",
-        prompt: "go",
-        detached: false,
-        workspace: "/ws",
-        status: "running",
-        run: 0,
-        executionId: "exec-ag_1",
-        text: null,
-        reason: null,
-        steps: 0,
-        toolCalls: 0,
-        tokens: 0
-      })
+      yield* store.insert(row("ag_1"))
       return yield* body(yield* ClusterQuestions.make({ timeoutSecs: 60, pollMs: 5000 }), store)
     }).pipe(Effect.provide(SqliteClusterStore.layer))
   }).pipe(Effect.provide(Sqlite.layer(path.join(tmp, `questions${files++}.db`))))
 
 describe("ClusterQuestions (in process, SQLite, TestClock)", () => {
+  it.effect("an \"always\" answer covers its tool in its subtree only, durably: recorded as a standing answer", () =>
+    withQuestions((questions, store) =>
+      Effect.gen(function*() {
+        const agent = (agentId: string, parentId: string) =>
+          store.insert({ ...row("ag_1"), agentId, parentId, depth: 2 })
+        // ag_1 > ag_2 > ag_4, and ag_1 > ag_3
+        yield* agent("ag_2", "ag_1")
+        yield* agent("ag_3", "ag_1")
+        yield* agent("ag_4", "ag_2")
+        const first = yield* Effect.forkChild(questions.forCall("q-a").ask(request("ag_2")))
+        yield* TestClock.adjust("1 second")
+        const [asked] = yield* questions.pending
+        assert.deepStrictEqual(asked!.path, ["ag_1", "ag_2"])
+        yield* questions.decide("q-a", { decision: "allow", always: true, subtree: "ag_2", by: "test" })
+        yield* TestClock.adjust("5 seconds")
+        assert.strictEqual((yield* Fiber.join(first)).answer.decision, "allow")
+        // Below ag_2: decided as asked, and recorded.
+        const covered = yield* questions.forCall("q-b").ask(request("ag_4"))
+        assert.deepStrictEqual([covered.answer.decision, covered.answer.by], ["allow", "standing answer"])
+        assert.deepStrictEqual(covered.question.path, ["ag_1", "ag_2", "ag_4"])
+        // Another tool, or an agent outside ag_2's subtree: asked.
+        const other = yield* Effect.forkChild(questions.forCall("q-c").ask({ ...request("ag_4"), tool: "write_file" }))
+        const outside = yield* Effect.forkChild(questions.forCall("q-d").ask(request("ag_3")))
+        yield* TestClock.adjust("1 second")
+        assert.deepStrictEqual((yield* questions.pending).map((q) => q.id), ["q-c", "q-d"])
+        yield* questions.decide("q-c", { decision: "deny", reason: "no", by: "test" })
+        yield* questions.decide("q-d", { decision: "deny", reason: "no", by: "test" })
+        yield* TestClock.adjust("5 seconds")
+        yield* Fiber.join(other)
+        yield* Fiber.join(outside)
+        // The receipt of ag_4: both its decisions, who and when, through core's Receipt.
+        const receipt = ClusterQuestions.receiptFields(yield* questions.ofAgents(["ag_4"]))
+        assert.deepStrictEqual(
+          receipt.approvals?.map((entry) => [entry.question_id, entry.tool, entry.decision, entry.by]),
+          [["q-b", "shell", "allow", "standing answer"], ["q-c", "write_file", "deny", "test"]]
+        )
+        assert.isUndefined(receipt.questions)
+        // The tree's, for a client's events: every question under the root, oldest first.
+        assert.deepStrictEqual((yield* questions.ofTree("ag_1")).map((stored) => stored.question.id), [
+          "q-a",
+          "q-b",
+          "q-c",
+          "q-d"
+        ])
+      })
+    ))
+
   it.effect("an unanswered question is a denial at ask_timeout_secs, counted from when it was asked", () =>
     withQuestions((questions) =>
       Effect.gen(function*() {

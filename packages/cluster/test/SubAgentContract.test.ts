@@ -854,6 +854,42 @@ const contract = (engine: Engine) => {
       ])
     }))
 
+  test("ask: an agent definition's ask_tools make its agent's calls ask; with nobody to answer, denied", () =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [
+          {
+            match: { depth: 1 },
+            respond: (c) =>
+              c.turn === 0
+                ? { tool_calls: [{ name: "list_dir", args: {} }] }
+                : { text: report(`list_dir said: ${JSON.stringify(c.lastToolResults[0]?.result)}`) }
+          },
+          {
+            match: { depth: 0 },
+            turns: [
+              {
+                tool_calls: [{ name: "task", args: { description: "careful", prompt: "x", subagent_type: "careful" } }]
+              },
+              { text: "root done" }
+            ]
+          }
+        ]
+      }, {
+        settings: {
+          agentFiles: {
+            "careful.md": "---\ndescription: asks before listing\nask_tools: [list_dir]\n---\nBe careful.\n"
+          }
+        }
+      })
+      assert.strictEqual(run.text, "root done")
+      const [task] = run.toolResults
+      assert.isFalse(task!.isFailure, JSON.stringify(task))
+      const summary = (task!.result as { summary: string }).summary
+      assert.include(summary, "ApprovalDenied")
+      assert.include(summary, "list_dir")
+    }))
+
   test("an unknown role is UnknownRole, naming the accepted ones", () =>
     Effect.gen(function*() {
       const run = yield* engine.run({

@@ -13,7 +13,7 @@
 // Only what legitimately differs between two engines is normalised here: the JSON a model reads
 // (a key whose value is undefined is not in it), ids and the status names of the records.
 import { NodeServices } from "@effect/platform-node"
-import { Fibril, Roles, Session, SubAgentManager, SubAgentStore, ToolRegistry } from "@fibril/core"
+import { AgentDefinitions, Fibril, Roles, Session, SubAgentManager, SubAgentStore, ToolRegistry } from "@fibril/core"
 import { ScriptedModel } from "@fibril/testkit"
 import { Context, Effect, Exit, Fiber, FileSystem, Layer, Schema } from "effect"
 import { Prompt } from "effect/ai"
@@ -36,6 +36,8 @@ export interface Settings {
   readonly ask?: ReadonlyArray<string>
   /** `[roles.<role>] mcp_servers`: the MCP servers of a role's agents. */
   readonly roleMcpServers?: Readonly<Record<string, ReadonlyArray<string>>>
+  /** Agent definitions of the workspace: file name (`careful.md`) -> its text, Fibril's format. */
+  readonly agentFiles?: Readonly<Record<string, string>>
 }
 
 /** A tool result as the model reads it (JSON: keys whose value is undefined are absent). */
@@ -166,6 +168,11 @@ export const embedded: Engine = {
       const settings = options.settings ?? {}
       const fs = yield* FileSystem.FileSystem
       const cwd = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+      // Where the runtime loads them from, as a person keeps them.
+      for (const [file, text] of Object.entries(settings.agentFiles ?? {})) {
+        yield* fs.makeDirectory(`${cwd}/.fibril/agents`, { recursive: true })
+        yield* fs.writeFileString(`${cwd}/.fibril/agents/${file}`, text)
+      }
       const context = yield* Layer.build(
         Fibril.layer(embeddedOptions(cwd, settings)).pipe(Layer.provide(ScriptedModel.layer(script)))
       )
@@ -201,6 +208,15 @@ export const cluster: Engine = {
         ...(settings.childMaxTokens === undefined ? {} : { childMaxTokens: settings.childMaxTokens }),
         ...(settings.ask === undefined ? {} : { ask: settings.ask }),
         ...(settings.roleMcpServers === undefined ? {} : { roleMcpServers: settings.roleMcpServers }),
+        // A worker's definitions, as `fibril worker` loads them (Fibril.loadAgents) and parses each.
+        agents: yield* Effect.forEach(
+          Object.entries(settings.agentFiles ?? {}),
+          ([file, text]) =>
+            Effect.map(
+              Effect.fromResult(AgentDefinitions.parse(`.fibril/agents/${file}`, text, "fibril")),
+              (parsed) => parsed.definition
+            )
+        ),
         // A short look interval: the suite is real time here.
         ...(heartbeat === 0 ? {} : { heartbeatSecs: heartbeat, heartbeatCheckMs: 100 }),
         waitFallbackMs: 1000

@@ -132,6 +132,20 @@ export const gate = (
     ? "run"
     : "ask"
 
+/**
+ * What an answer leaves standing: for an "always" allow, its tool in `subtree` (an agent on the
+ * question's path; by default its root: the whole tree). Both engines read answers through it.
+ */
+export const standingOf = (question: Question, answer: Answer): Standing | undefined =>
+  answer.decision === "allow" && answer.always === true
+    ? {
+      subtree: answer.subtree !== undefined && question.path.includes(answer.subtree)
+        ? answer.subtree
+        : question.path[0] ?? question.agentId,
+      tool: question.tool
+    }
+    : undefined
+
 /** An agent as a question's path sees it: its id and its parent. */
 export interface TreeNode {
   readonly id: string
@@ -287,12 +301,8 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
       Effect.timeoutOrElse({ duration: timeout, orElse: () => Effect.succeed(timedOut()) }),
       Effect.ensuring(Effect.sync(() => pending.delete(question.id)))
     )
-    if (given.decision === "allow" && given.always === true) {
-      const subtree = given.subtree !== undefined && question.path.includes(given.subtree)
-        ? given.subtree
-        : question.path[0] ?? question.agentId
-      standing.push({ subtree, tool: question.tool })
-    }
+    const always = standingOf(question, given)
+    if (always !== undefined) standing.push(always)
     return yield* decidedNow(question, given)
   })
 

@@ -100,7 +100,8 @@ export type Services =
 
 type Platform = FileSystem.FileSystem | Path.Path | ChildProcessSpawner.ChildProcessSpawner
 
-const loadAgents = (cwd: string) =>
+/** The workspace's agent definitions; bad files are logged, the rest load (a cluster worker's too). */
+export const loadAgents = (cwd: string) =>
   Effect.gen(function*() {
     const loaded = yield* AgentDefinitions.load(cwd)
     for (const problem of loaded.problems) yield* Effect.logWarning(problem.message)

@@ -15,6 +15,7 @@
  */
 import * as Schema from "effect/Schema"
 import type { AgentEvent } from "./AgentEvents.ts"
+import type * as Approvals from "./Approvals.ts"
 import * as Names from "./internal/names.ts"
 import {
   append,
@@ -306,20 +307,39 @@ export const toolResult = (record: Draft, event: AgentEvent, relativize: (path: 
 
 /** A question one of its calls asked now waits for a person (a `question` event). */
 export const asked = (record: Draft, event: AgentEvent): void => {
-  if (event.question !== undefined) record.questions = [...(record.questions ?? []), event.question]
+  if (event.question !== undefined) waiting(record, event.question)
+}
+
+/** The fields of a record its approval questions change. */
+export type Decisions = Pick<Draft, "questions" | "approvals" | "approvals_dropped">
+
+/**
+ * A question now waits for a person: kept under `questions` until decided. The embedded
+ * runtime calls it from a `question` event, the cluster from the question's durable row.
+ */
+export const waiting = (record: Decisions, question: Approvals.Question): void => {
+  record.questions = [...(record.questions ?? []), question]
 }
 
 /** A question one of its calls asked, decided (an `answered` event): kept with who and when. */
 export const approval = (record: Draft, event: AgentEvent): void => {
   const { answer, question } = event
   if (question === undefined || answer === undefined) return
-  if (record.questions?.some((waiting) => waiting.id === question.id)) {
-    const left = record.questions.filter((waiting) => waiting.id !== question.id)
+  decided(record, { question, answer, at: event.at })
+}
+
+/**
+ * A question decided (`at`: when): one approval entry with who decided, and no longer waiting.
+ * The one way a decision enters a receipt, in either engine (the cluster's from its row).
+ */
+export const decided = (record: Decisions, { answer, at, question }: Approvals.Decided): void => {
+  if (record.questions?.some((open) => open.id === question.id)) {
+    const left = record.questions.filter((open) => open.id !== question.id)
     if (left.length > 0) record.questions = left
     else delete record.questions
   }
   const entry: ApprovalEntry = {
-    at: event.at,
+    at,
     asked_at: question.askedAt,
     question_id: question.id,
     kind: question.kind,
