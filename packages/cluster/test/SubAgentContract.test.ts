@@ -854,6 +854,42 @@ const contract = (engine: Engine) => {
       ])
     }))
 
+  test("mcp_servers: an agent definition's mcpServers narrow its agents", () =>
+    Effect.gen(function*() {
+      const ping = (server: string) =>
+        ToolRegistry.define({
+          name: `mcp__${server}__ping`,
+          description: `ping on ${server}`,
+          parameters: Schema.Struct({}),
+          posture: "read",
+          handler: () => Effect.succeed(`${server} pong`)
+        })
+      const run = yield* engine.run({
+        rules: [
+          {
+            match: { depth: 1 },
+            respond: (c) => ({
+              text: report(`offered ${c.tools.filter((name) => name.startsWith("mcp__")).join(",")}`)
+            })
+          },
+          {
+            match: { depth: 0 },
+            turns: [
+              { tool_calls: [{ name: "task", args: { description: "pinger", prompt: "x", subagent_type: "pinger" } }] },
+              { text: "root done" }
+            ]
+          }
+        ]
+      }, {
+        tools: [ping("alpha"), ping("beta")],
+        settings: { agentFiles: { "pinger.md": "---\ndescription: pings\nmcpServers: [alpha]\n---\nPing.\n" } }
+      })
+      assert.strictEqual(run.text, "root done")
+      const [task] = run.toolResults
+      assert.isFalse(task!.isFailure, JSON.stringify(task))
+      assert.strictEqual((task!.result as { summary: string }).summary, "offered mcp__alpha__ping")
+    }))
+
   test("ask: an agent definition's ask_tools make its agent's calls ask; with nobody to answer, denied", () =>
     Effect.gen(function*() {
       const run = yield* engine.run({
