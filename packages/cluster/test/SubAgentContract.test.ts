@@ -159,6 +159,16 @@ const childrenOf = (agents: ReadonlyArray<Agent>) => agents.filter((agent) => ag
 
 // --- The suite ------------------------------------------------------------------------------
 
+/** A tool named as an MCP server's is that server's for the rules (`mcp__<server>__<tool>`). */
+const ping = (server: string) =>
+  ToolRegistry.define({
+    name: `mcp__${server}__ping`,
+    description: `ping on ${server}`,
+    parameters: Schema.Struct({}),
+    posture: "read",
+    handler: () => Effect.succeed(`${server} pong`)
+  })
+
 const contract = (engine: Engine) => {
   const tester = engine.live ? it.live : it.effect
   // An engine that runs a subset (process isolation: engines.ts says which and why) skips the rest.
@@ -720,15 +730,6 @@ const contract = (engine: Engine) => {
 
   test("mcp_servers: a child narrowed to one server is not offered another's tools nor may call them, nor give them to its children", () =>
     Effect.gen(function*() {
-      // Tools named as an MCP server's are that server's for the rules (mcp__<server>__<tool>).
-      const ping = (server: string) =>
-        ToolRegistry.define({
-          name: `mcp__${server}__ping`,
-          description: `ping on ${server}`,
-          parameters: Schema.Struct({}),
-          posture: "read",
-          handler: () => Effect.succeed(`${server} pong`)
-        })
       const offered = (c: ScriptedModel.Conversation) =>
         `offered ${c.tools.filter((name) => name.startsWith("mcp__")).join(",")}`
       const run = yield* engine.run({
@@ -810,14 +811,6 @@ const contract = (engine: Engine) => {
 
   test("mcp_servers: a role's configured servers ([roles.<role>] mcp_servers) narrow its agents, met with a spawn's own", () =>
     Effect.gen(function*() {
-      const ping = (server: string) =>
-        ToolRegistry.define({
-          name: `mcp__${server}__ping`,
-          description: `ping on ${server}`,
-          parameters: Schema.Struct({}),
-          posture: "read",
-          handler: () => Effect.succeed(`${server} pong`)
-        })
       const run = yield* engine.run({
         rules: [
           {
@@ -856,14 +849,6 @@ const contract = (engine: Engine) => {
 
   test("mcp_servers: an agent definition's mcpServers narrow its agents", () =>
     Effect.gen(function*() {
-      const ping = (server: string) =>
-        ToolRegistry.define({
-          name: `mcp__${server}__ping`,
-          description: `ping on ${server}`,
-          parameters: Schema.Struct({}),
-          posture: "read",
-          handler: () => Effect.succeed(`${server} pong`)
-        })
       const run = yield* engine.run({
         rules: [
           {

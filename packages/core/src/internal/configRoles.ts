@@ -37,44 +37,64 @@ const SandboxRoleTable = Schema.Struct({
   writable_paths: Schema.optionalKey(Schema.Array(Schema.String))
 })
 
+/** How FibrilConfig reads one key from one source, with the words for what is accepted. */
+type Read = <A>(
+  key: string,
+  accepted: string,
+  make: (name: string) => Config.Config<A>,
+  from: ConfigProvider.ConfigProvider
+) => Effect.Effect<A, ConfigInvalid>
+
 /**
- * `[sandbox.roles.<role>]`, merged key by key over the sources: an environment variable for
- * one role's key (FIBRIL_SANDBOX_ROLES_VERIFIER_MODE) changes that key only, not every role
- * table the files hold. Role names are case-insensitive (the variable arrives as VERIFIER).
+ * Per-role tables under `key`, merged key by key over the sources (lowest priority first, so
+ * each source overrides the keys it sets): an environment variable for one role's key changes
+ * that key only, not every role table the files hold. Role names are case-insensitive (the
+ * variable arrives as VERIFIER).
  */
-export const readRoles = (
+const readRoleTables = <S extends Schema.Codec<any, any>, R>(
   sources: ReadonlyArray<ConfigProvider.ConfigProvider>,
-  read: <A>(
-    key: string,
-    accepted: string,
-    make: (name: string) => Config.Config<A>,
-    from: ConfigProvider.ConfigProvider
-  ) => Effect.Effect<A, ConfigInvalid>
-): Effect.Effect<Readonly<Record<string, RoleTable>>, ConfigInvalid> =>
+  read: Read,
+  key: string,
+  accepted: string,
+  table: S,
+  merge: (given: S["Type"], before: R | undefined) => R
+): Effect.Effect<Readonly<Record<string, R>>, ConfigInvalid> =>
   Effect.map(
     Effect.forEach(sources, (source) =>
       read(
-        "sandbox.roles",
-        `tables [sandbox.roles.<role>] with mode (${sandboxModesAccepted}), network (true or false) and writable_paths (an array of paths)`,
-        (name) => Config.schema(Schema.Record(Schema.String, SandboxRoleTable), name).pipe(Config.withDefault({})),
+        key,
+        accepted,
+        (name) => Config.schema(Schema.Record(Schema.String, table), name).pipe(Config.withDefault({})),
         source
       )),
     (tables) => {
-      const roles: Record<string, RoleTable> = {}
-      // Lowest priority first, so that each source overrides the keys it sets.
-      for (const table of [...tables].reverse()) {
-        for (const [name, given] of Object.entries(table)) {
+      const roles: Record<string, R> = {}
+      for (const found of [...tables].reverse()) {
+        for (const [name, given] of Object.entries(found as Record<string, S["Type"]>)) {
           const role = name.toLowerCase()
-          const before = roles[role]
-          roles[role] = {
-            mode: given.mode ?? before?.mode,
-            network: given.network ?? before?.network,
-            writablePaths: given.writable_paths ?? before?.writablePaths
-          }
+          roles[role] = merge(given, roles[role])
         }
       }
       return roles
     }
+  )
+
+/** `[sandbox.roles.<role>]` (readRoleTables). */
+export const readRoles = (
+  sources: ReadonlyArray<ConfigProvider.ConfigProvider>,
+  read: Read
+): Effect.Effect<Readonly<Record<string, RoleTable>>, ConfigInvalid> =>
+  readRoleTables(
+    sources,
+    read,
+    "sandbox.roles",
+    `tables [sandbox.roles.<role>] with mode (${sandboxModesAccepted}), network (true or false) and writable_paths (an array of paths)`,
+    SandboxRoleTable,
+    (given, before: RoleTable | undefined): RoleTable => ({
+      mode: given.mode ?? before?.mode,
+      network: given.network ?? before?.network,
+      writablePaths: given.writable_paths ?? before?.writablePaths
+    })
   )
 
 /** `[roles.<role>]` as read (FibrilConfig.RoleSettings). */
@@ -92,38 +112,20 @@ const namesOf = (given: ReadonlyArray<string> | string): ReadonlyArray<string> =
   typeof given === "string" ? given.split(",").map((name) => name.trim()).filter((name) => name !== "") : given
 
 /**
- * `[roles.<role>]`, merged key by key over the sources as `[sandbox.roles.<role>]` is (an
- * environment variable for one role's key changes that key only). Role names are
- * case-insensitive. Only narrows (its servers are met with the parent's), so an untrusted
- * project may set it.
+ * `[roles.<role>]` (readRoleTables, as `[sandbox.roles.<role>]`). Only narrows (its servers are
+ * met with the parent's), so an untrusted project may set it.
  */
 export const readRoleSettings = (
   sources: ReadonlyArray<ConfigProvider.ConfigProvider>,
-  read: <A>(
-    key: string,
-    accepted: string,
-    make: (name: string) => Config.Config<A>,
-    from: ConfigProvider.ConfigProvider
-  ) => Effect.Effect<A, ConfigInvalid>
+  read: Read
 ): Effect.Effect<Readonly<Record<string, RoleSettings>>, ConfigInvalid> =>
-  Effect.map(
-    Effect.forEach(sources, (source) =>
-      read(
-        "roles",
-        "tables [roles.<role>] with mcp_servers (an array of MCP server names)",
-        (name) => Config.schema(Schema.Record(Schema.String, RoleSettingsTable), name).pipe(Config.withDefault({})),
-        source
-      )),
-    (tables) => {
-      const roles: Record<string, RoleSettings> = {}
-      for (const table of [...tables].reverse()) {
-        for (const [name, given] of Object.entries(table)) {
-          const role = name.toLowerCase()
-          roles[role] = {
-            mcpServers: given.mcp_servers === undefined ? roles[role]?.mcpServers : namesOf(given.mcp_servers)
-          }
-        }
-      }
-      return roles
-    }
+  readRoleTables(
+    sources,
+    read,
+    "roles",
+    "tables [roles.<role>] with mcp_servers (an array of MCP server names)",
+    RoleSettingsTable,
+    (given, before: RoleSettings | undefined): RoleSettings => ({
+      mcpServers: given.mcp_servers === undefined ? before?.mcpServers : namesOf(given.mcp_servers)
+    })
   )
