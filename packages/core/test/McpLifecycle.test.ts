@@ -7,31 +7,16 @@ import { assert, describe, it } from "@effect/vitest"
 import type { ScriptedModel } from "@fibril/testkit"
 import { Effect } from "effect"
 import type * as Prompt from "effect/ai/Prompt"
-import { spawnSync } from "node:child_process"
-import { createRequire } from "node:module"
 import { unknownTools } from "../src/internal/configFile.ts"
 import type * as McpServers from "../src/McpServers.ts"
 import * as McpTools from "../src/McpTools.ts"
 import * as Permission from "../src/Permission.ts"
 import { Session } from "../src/Session.ts"
+import { everything, running } from "./everything.ts"
 import { provideNode, report, setup } from "./support.ts"
 
-const serverBin = createRequire(import.meta.url).resolve("@modelcontextprotocol/server-everything/dist/index.js")
-
-const serverNamed = (name: string): McpServers.StdioServer => ({
-  transport: "stdio",
-  name,
-  source: "test",
-  timeoutSecs: 30,
-  command: process.execPath,
-  // The extra argument (ignored by the server) finds its processes.
-  args: [serverBin, "stdio", `fibril-mcp-lazy-${name}-${process.pid}`],
-  env: {}
-})
-
-/** The pids of `server`'s processes now running. */
-const running = (server: McpServers.StdioServer): ReadonlyArray<string> =>
-  spawnSync("pgrep", ["-f", server.args[2]!], { encoding: "utf8" }).stdout.split("\n").filter((pid) => pid !== "")
+const serverNamed = (name: string): McpServers.StdioServer =>
+  everything(name, { marker: `fibril-mcp-lazy-${name}-${process.pid}` })
 
 /** Polls (bounded, 5 s) until `server` has no process left: a killed process takes a moment to go. */
 const gone = (server: McpServers.StdioServer) =>

@@ -5,31 +5,17 @@ import { assert, describe, it } from "@effect/vitest"
 import type { ScriptedModel } from "@fibril/testkit"
 import { Effect, Schema } from "effect"
 import type * as Prompt from "effect/ai/Prompt"
-import { spawnSync } from "node:child_process"
-import { createRequire } from "node:module"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
 import type * as McpServers from "../src/McpServers.ts"
 import * as Permission from "../src/Permission.ts"
 import { Session } from "../src/Session.ts"
 import * as SubAgentManager from "../src/SubAgentManager.ts"
 import * as ToolRegistry from "../src/ToolRegistry.ts"
+import { everything, running } from "./everything.ts"
 import { provideNode, report, setup } from "./support.ts"
 
-const serverBin = createRequire(import.meta.url).resolve("@modelcontextprotocol/server-everything/dist/index.js")
-
-const serverNamed = (name: string): McpServers.StdioServer => ({
-  transport: "stdio",
-  name,
-  source: "test",
-  timeoutSecs: 30,
-  command: process.execPath,
-  // The extra argument (ignored by the server) finds its processes.
-  args: [serverBin, "stdio", `fibril-mcp-narrow-${name}-${process.pid}`],
-  env: {}
-})
-
-const running = (server: McpServers.StdioServer): ReadonlyArray<string> =>
-  spawnSync("pgrep", ["-f", server.args[2]!], { encoding: "utf8" }).stdout.split("\n").filter((pid) => pid !== "")
+const serverNamed = (name: string): McpServers.StdioServer =>
+  everything(name, { marker: `fibril-mcp-narrow-${name}-${process.pid}` })
 
 const toolResults = (messages: ReadonlyArray<Prompt.Message>) =>
   messages.flatMap((message) =>
@@ -72,7 +58,7 @@ describe("MCP servers per agent", () => {
     "a Claude Code agent file whose mcpServers names one configured server of two sees only its tools; the other never starts",
     () =>
       Effect.gen(function*() {
-        const everything = serverNamed("everything")
+        const configured = serverNamed("everything")
         const other = serverNamed("other")
         const offered: Array<string> = []
         const seen = yield* Effect.scoped(Effect.gen(function*() {
@@ -85,10 +71,10 @@ describe("MCP servers per agent", () => {
           )
           const { get } = yield* setup(calling(offered, ["mcp__other__echo", "mcp__everything__echo"]), {}, {
             root,
-            mcpServers: [everything, other]
+            mcpServers: [configured, other]
           })
           const results = yield* runChild(get, { prompt: "echo", role: "echoer" })
-          return { results, everything: running(everything), other: running(other) }
+          return { results, everything: running(configured), other: running(other) }
         }))
         assert.isTrue(offered.includes("mcp__everything__echo"), offered.join(", "))
         assert.deepStrictEqual(offered.filter((name) => name.startsWith("mcp__other__")), [])

@@ -4,23 +4,12 @@
 // duration: two steps of 50 ms, the server's own timers).
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, PubSub } from "effect"
-import { createRequire } from "node:module"
 import { AgentEvents } from "../src/AgentEvents.ts"
-import type * as McpServers from "../src/McpServers.ts"
 import { Session } from "../src/Session.ts"
+import { everything } from "./everything.ts"
 import { provideNode, setup } from "./support.ts"
 
-const serverBin = createRequire(import.meta.url).resolve("@modelcontextprotocol/server-everything/dist/index.js")
-
-const everything: McpServers.StdioServer = {
-  transport: "stdio",
-  name: "everything",
-  source: "test",
-  timeoutSecs: 30,
-  command: process.execPath,
-  args: [serverBin, "stdio"],
-  env: {}
-}
+const server = everything("everything")
 
 const tool = "mcp__everything__trigger-long-running-operation"
 
@@ -39,7 +28,7 @@ describe("MCP progress", () => {
             }]
           },
           {},
-          { mcpServers: [everything] }
+          { mcpServers: [server] }
         )
         const session = get(Session)
         const subscription = yield* get(AgentEvents).subscribe

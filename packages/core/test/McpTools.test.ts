@@ -9,29 +9,19 @@ import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import { ChildProcess, ChildProcessSpawner } from "effect/process"
 import { TestClock } from "effect/testing"
 import { spawnSync } from "node:child_process"
-import { createRequire } from "node:module"
 import * as net from "node:net"
 import * as FibrilConfig from "../src/FibrilConfig.ts"
 import * as McpServers from "../src/McpServers.ts"
 import * as McpTools from "../src/McpTools.ts"
 import { Session } from "../src/Session.ts"
 import * as ToolRegistry from "../src/ToolRegistry.ts"
+import { everything, serverBin } from "./everything.ts"
 import { provideNode, report, setup } from "./support.ts"
-
-const serverBin = createRequire(import.meta.url).resolve("@modelcontextprotocol/server-everything/dist/index.js")
 
 const crashMarker = `fibril-mcp-test-${process.pid}`
 
-const everything: McpServers.StdioServer = {
-  transport: "stdio",
-  name: "everything",
-  source: "test",
-  timeoutSecs: 30,
-  command: process.execPath,
-  // The extra argument (ignored by the server) finds its process for the crash case.
-  args: [serverBin, "stdio", crashMarker],
-  env: { FIBRIL_MCP_TEST: "passed-through" }
-}
+// The extra argument (ignored by the server) finds its process for the crash case.
+const server = everything("everything", { marker: crashMarker, env: { FIBRIL_MCP_TEST: "passed-through" } })
 
 /** The started server's tools, shared by every test of the file (one process). */
 class Everything extends Context.Service<Everything, {
@@ -43,7 +33,7 @@ class Everything extends Context.Service<Everything, {
 const EverythingLayer = Layer.effect(
   Everything,
   Effect.gen(function*() {
-    const started = yield* McpTools.start(everything)
+    const started = yield* McpTools.start(server)
     // A tool of the same server with a 2 s bound, for the hanging-call case.
     const slow = McpTools.definition(
       started.connection,
@@ -312,7 +302,7 @@ describe("an agent file's own MCP server", () => {
 describe("McpTools.probe (fibril doctor)", () => {
   test.effect("a server that cannot start is reported with why, not thrown", () =>
     Effect.gen(function*() {
-      const probe = yield* McpTools.probe({ ...everything, name: "broken", command: "/nonexistent/mcp-server" })
+      const probe = yield* McpTools.probe({ ...server, name: "broken", command: "/nonexistent/mcp-server" })
       assert.strictEqual(probe._tag, "Unavailable")
       if (probe._tag === "Unavailable") assert.include(probe.reason, "Cannot spawn MCP server")
     }).pipe(provideNode))
