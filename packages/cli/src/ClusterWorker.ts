@@ -78,6 +78,7 @@ export const worker = (flags: WorkerFlags) =>
       treeMaxTokens: settings.subagents.treeMaxTokens,
       heartbeatSecs: settings.subagents.heartbeatTimeoutSecs,
       askTimeoutSecs: settings.permissions.askTimeoutSecs,
+      askAllow: settings.permissions.allow,
       // A role may name one of the workspace's agent definitions, as embedded.
       agents: yield* Fibril.loadAgents(flags.cwd),
       maxConcurrent: flags.maxConcurrent ?? settings.subagents.maxConcurrent,

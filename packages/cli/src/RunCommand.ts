@@ -119,6 +119,12 @@ export const run = Command.make(
         } serves a run of this process; a cluster's agents are on \`fibril ui --cluster <url>\``
       })
     }
+    if (clusterUrl !== undefined && Option.isSome(flags.approve)) {
+      return yield* new UsageError({
+        problem:
+          "--approve decides the questions of this process's agents; a cluster's questions wait for any process (or ask_timeout_secs): answer them with `fibril agents answer <id> allow|deny --cluster <url>` or `fibril ui --cluster <url>`, or add the tools to [permissions] allow in the workers' configuration"
+      })
+    }
     if (clusterUrl !== undefined) {
       return yield* setExit(
         yield* Effect.provide(

@@ -119,6 +119,10 @@ describe("fibril run", () => {
       const missing = yield* fibril(["run", "go", "--model", "scripted:nope.json"], { cwd: dir })
       assert.strictEqual(missing.exitCode, 2)
       assert.include(missing.stderr, "nope.json")
+      // A cluster's questions are not this process's to decide (checked before any connection).
+      const approve = yield* fibril(["run", "go", "--cluster", "sqlite:c.db", "--approve", "allow"], { cwd: dir })
+      assert.strictEqual(approve.exitCode, 2)
+      assert.include(approve.stderr, "a cluster's questions wait for any process")
     }).pipe(Effect.provide(NodeServices.layer)))
 })
 

@@ -116,6 +116,11 @@ export interface Options {
   readonly timeoutSecs?: number | undefined
   /** Between two reads of a waiting question's row; default 500 ms. */
   readonly pollMs?: number | undefined
+  /**
+   * Tool names and postures whose questions are answered "allow" as they are asked (`[permissions]
+   * allow` of the worker's configuration; never a fan-out), as the embedded approver does.
+   */
+  readonly allow?: ReadonlyArray<string> | undefined
 }
 
 export const make = Effect.fnUntraced(function*(options: Options = {}) {
@@ -183,10 +188,14 @@ export const make = Effect.fnUntraced(function*(options: Options = {}) {
         const now = yield* Clock.currentTimeMillis
         const path = yield* pathOf(request.agentId)
         const fresh: Approvals.Question = { ...request, path, id, askedAt: now }
-        // An "always" answer for this tool in a subtree on its path decides it as it is asked
-        // (recorded all the same, answered when asked: no one was asked).
+        // An "always" answer for this tool in a subtree on its path, or `[permissions] allow`,
+        // decides it as it is asked (recorded all the same, answered when asked: no one was asked).
+        const configured = request.kind === "tool" &&
+          (options.allow?.includes(request.tool) === true || options.allow?.includes(request.posture) === true)
         const standing = Approvals.covers(yield* standingIn(path[0]!), path, request.tool)
           ? encodeAnswer({ decision: "allow", by: "standing answer" })
+          : configured
+          ? encodeAnswer({ decision: "allow", by: Approvals.allowedByConfig })
           : null
         // A replayed step finds its row: the question is asked once, an answer given meanwhile is kept.
         const inserted = yield* Effect.orDie(sql<{ id: string }>`INSERT INTO fibril_questions

@@ -162,6 +162,8 @@ export interface WorkerOptions extends Partial<AgentWorkflow.Options> {
    * (`[permissions] ask_timeout_secs`; ClusterQuestions). Default 300 s.
    */
   readonly askTimeoutSecs?: number | undefined
+  /** `[permissions] allow`: tools and postures whose questions are answered allow as asked. */
+  readonly askAllow?: ReadonlyArray<string> | undefined
 }
 
 const stepLogger = (file: string | undefined): AgentWorkflow.Options["onStep"] =>
@@ -234,7 +236,7 @@ export const worker = <E, R>(
 ) =>
   AgentWorkflow.layer({ ...options, onStep: stepLogger(options.stepLog) }).pipe(
     // Approval questions are rows the asking step waits on: answered from any process.
-    Layer.provide(ClusterQuestions.layer({ timeoutSecs: options.askTimeoutSecs })),
+    Layer.provide(ClusterQuestions.layer({ timeoutSecs: options.askTimeoutSecs, allow: options.askAllow })),
     Layer.provide(ClusterWorkflowEngine.layer),
     Layer.provide(NodeClusterSocket.layer({ storage: "sql", shardingConfig: sharding(options) })),
     Layer.provide(workerStore),
@@ -248,7 +250,7 @@ export const workerAndClient = <E, R>(
 ) =>
   AgentWorkflow.layer({ ...options, onStep: stepLogger(options.stepLog) }).pipe(
     // Approval questions are rows the asking step waits on: answered from any process.
-    Layer.provide(ClusterQuestions.layer({ timeoutSecs: options.askTimeoutSecs })),
+    Layer.provide(ClusterQuestions.layer({ timeoutSecs: options.askTimeoutSecs, allow: options.askAllow })),
     Layer.provideMerge(ClusterWorkflowEngine.layer),
     Layer.provideMerge(NodeClusterSocket.layer({ storage: "sql", shardingConfig: sharding(options) })),
     Layer.provideMerge(workerStore),

@@ -234,14 +234,15 @@ const row = (agentId: string) => ({
 let files = 0
 /** The questions on a new SQLite file with one running agent `ag_1` (TestClock: time moves when told). */
 const withQuestions = <A, E>(
-  body: (questions: ClusterQuestions.Service, store: ClusterStore["Service"]) => Effect.Effect<A, E>
+  body: (questions: ClusterQuestions.Service, store: ClusterStore["Service"]) => Effect.Effect<A, E>,
+  options: ClusterQuestions.Options = {}
 ) =>
   Effect.gen(function*() {
     yield* SqliteClusterStore.migrate
     return yield* Effect.gen(function*() {
       const store = yield* ClusterStore
       yield* store.insert(row("ag_1"))
-      return yield* body(yield* ClusterQuestions.make({ timeoutSecs: 60, pollMs: 5000 }), store)
+      return yield* body(yield* ClusterQuestions.make({ timeoutSecs: 60, pollMs: 5000, ...options }), store)
     }).pipe(Effect.provide(SqliteClusterStore.layer))
   }).pipe(Effect.provide(Sqlite.layer(path.join(tmp, `questions${files++}.db`))))
 
@@ -291,6 +292,34 @@ describe("ClusterQuestions (in process, SQLite, TestClock)", () => {
           "q-d"
         ])
       })
+    ))
+
+  it.effect("[permissions] allow answers its tools' and postures' questions as asked, recorded; others wait", () =>
+    withQuestions(
+      (questions) =>
+        Effect.gen(function*() {
+          const byName = yield* questions.forCall("q-n").ask(request("ag_1"))
+          assert.deepStrictEqual([byName.answer.decision, byName.answer.by], ["allow", "[permissions] allow"])
+          const byPosture = yield* questions.forCall("q-p").ask({ ...request("ag_1"), tool: "grep", posture: "read" })
+          assert.strictEqual(byPosture.answer.by, "[permissions] allow")
+          // Another tool waits for a person; a fan-out is always asked about.
+          const other = yield* Effect.forkChild(
+            questions.forCall("q-o").ask({ ...request("ag_1"), tool: "write_file", posture: "write" })
+          )
+          const fanOut = yield* Effect.forkChild(
+            questions.forCall("q-f").ask({ ...request("ag_1"), kind: "fan_out", posture: "shell" })
+          )
+          yield* TestClock.adjust("1 second")
+          assert.sameMembers((yield* questions.pending).map((q) => q.id), ["q-o", "q-f"])
+          yield* Fiber.interrupt(other)
+          yield* Fiber.interrupt(fanOut)
+          const receipt = ClusterQuestions.receiptFields(yield* questions.ofAgents(["ag_1"]))
+          assert.deepStrictEqual(receipt.approvals?.map((entry) => [entry.question_id, entry.by]), [
+            ["q-n", "[permissions] allow"],
+            ["q-p", "[permissions] allow"]
+          ])
+        }),
+      { allow: ["shell", "read"] }
     ))
 
   it.effect("an unanswered question is a denial at ask_timeout_secs, counted from when it was asked", () =>
