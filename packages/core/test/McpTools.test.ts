@@ -21,7 +21,7 @@ import { provideNode, report, setup } from "./support.ts"
 const crashMarker = `fibril-mcp-test-${process.pid}`
 
 // The extra argument (ignored by the server) finds its process for the crash case.
-const server = everything("everything", { marker: crashMarker, env: { FIBRIL_MCP_TEST: "passed-through" } })
+const everythingServer = everything("everything", { marker: crashMarker, env: { FIBRIL_MCP_TEST: "passed-through" } })
 
 /** The started server's tools, shared by every test of the file (one process). */
 class Everything extends Context.Service<Everything, {
@@ -33,7 +33,7 @@ class Everything extends Context.Service<Everything, {
 const EverythingLayer = Layer.effect(
   Everything,
   Effect.gen(function*() {
-    const started = yield* McpTools.start(server)
+    const started = yield* McpTools.start(everythingServer)
     // A tool of the same server with a 2 s bound, for the hanging-call case.
     const slow = McpTools.definition(
       started.connection,
@@ -302,7 +302,7 @@ describe("an agent file's own MCP server", () => {
 describe("McpTools.probe (fibril doctor)", () => {
   test.effect("a server that cannot start is reported with why, not thrown", () =>
     Effect.gen(function*() {
-      const probe = yield* McpTools.probe({ ...server, name: "broken", command: "/nonexistent/mcp-server" })
+      const probe = yield* McpTools.probe({ ...everythingServer, name: "broken", command: "/nonexistent/mcp-server" })
       assert.strictEqual(probe._tag, "Unavailable")
       if (probe._tag === "Unavailable") assert.include(probe.reason, "Cannot spawn MCP server")
     }).pipe(provideNode))
