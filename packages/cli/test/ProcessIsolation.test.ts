@@ -17,6 +17,7 @@ import * as ProcessTools from "./fixtures/processTools.ts"
 const busyIsolation: "process" | undefined = "process"
 
 const toolsModule = fileURLToPath(new URL("./fixtures/processTools.ts", import.meta.url))
+const counterMcp = fileURLToPath(new URL("./fixtures/counterMcp.ts", import.meta.url))
 
 /** The children's script (the file a child process plays), by the prompts the parent gives. */
 const childScript = (pidFile: string): ScriptedModel.ScriptInput => ({
@@ -41,6 +42,11 @@ const childScript = (pidFile: string): ScriptedModel.ScriptInput => ({
         text: "spent more",
         usage: { input: 1, output: 1 }
       }]
+    },
+    // A workspace MCP server's tool, called in the child's own process.
+    {
+      match: { prompt: "count please" },
+      turns: [{ tool_calls: [{ name: "mcp__counter__count" }] }, { text: "counted" }]
     },
     {
       match: { prompt: "pids please" },
@@ -97,6 +103,8 @@ const harness = <A>(
     readonly parentTools?: boolean
     /** The sub-agents' budgets (`[subagents]`). */
     readonly budgets?: Partial<Session.Budgets>
+    /** The workspace's `.fibril/config.toml`. */
+    readonly config?: (cwd: string) => string
   } = {}
 ) =>
   Effect.gen(function*() {
@@ -106,6 +114,10 @@ const harness = <A>(
     const pidFile = path.join(cwd, "pids.json")
     const scriptFile = path.join(cwd, "children.json")
     yield* fs.writeFileString(scriptFile, JSON.stringify(childScript(pidFile)))
+    if (options.config !== undefined) {
+      yield* fs.makeDirectory(path.join(cwd, ".fibril"), { recursive: true })
+      yield* fs.writeFileString(path.join(cwd, ".fibril", "config.toml"), options.config(cwd))
+    }
     const context = yield* Layer.build(
       Fibril.layer({
         cwd,
@@ -279,6 +291,28 @@ describe("isolation: process", () => {
     },
     60_000
   )
+
+  it.live("a process child uses the workspace's MCP servers, started in its own process", () =>
+    harness(
+      parentScript([spawnCall("count please", "process")]),
+      ({ cwd, manager, start }) =>
+        Effect.gen(function*() {
+          yield* Fiber.await(yield* start)
+          const [child] = yield* childrenOf(manager)
+          assert.strictEqual(child?.status, "completed", child?.reason)
+          assert.strictEqual(child?.tool_calls, 1)
+          // The server counted one call, made by a process other than this one.
+          const calls = readFileSync(`${cwd}/count.txt`, "utf8").split("\n").filter((line) => line !== "")
+          assert.strictEqual(calls.length, 1)
+          assert.notStrictEqual(calls[0], String(process.pid))
+        }),
+      {
+        config: (cwd) =>
+          `[mcp_servers.counter]\ncommand = ${JSON.stringify(process.execPath)}\nargs = ${
+            JSON.stringify([counterMcp, `${cwd}/count.txt`])
+          }\n`
+      }
+    ), 60_000)
 
   it.live("cancel kills the child's process group (the child and what its tools started)", () =>
     harness(
