@@ -251,7 +251,7 @@ export const layer = (
     const context = yield* Effect.context<ToolRegistry.ToolRegistry | ChildProcessSpawner | HttpClient.HttpClient>()
     for (const server of servers) {
       const writer = yield* supervise(server)
-      const policy = policyOf(confinement.options, server.name)
+      const policy = policyOf(confinement.options, server)
       // A server over HTTP is no process of ours: there is nothing to confine.
       const readOnly = server.transport === "http" ? writer : whereSandboxed(
         yield* supervise(server).pipe(

@@ -120,6 +120,12 @@ export interface Policy {
    * network is. `false` blocks them with the network on (a read-only agent's MCP server).
    */
   readonly unixSockets?: boolean | undefined
+  /**
+   * Paths the command itself needs to read that may lie under /tmp, which the sandbox
+   * replaces with a private one (an MCP server's script in a checkout under /tmp): the
+   * directory holding each under /tmp comes back read-only.
+   */
+  readonly readable?: ReadonlyArray<string> | undefined
 }
 
 /**
@@ -275,6 +281,8 @@ export interface Layout {
   readonly protected: ReadonlyArray<string>
   /** Existing extra writable paths. */
   readonly writable: ReadonlyArray<string>
+  /** Paths to read under /tmp (Policy.readable): their top directory there comes back read-only. */
+  readonly readable?: ReadonlyArray<string> | undefined
   /** Pass the seccomp program on fd 3. */
   readonly seccomp: boolean
   readonly limits: Limits
@@ -292,13 +300,14 @@ const privateTmp = "/tmp"
  */
 export const bwrapArgs = (layout: Layout): Array<string> => {
   const args = [...boundedMounts(layout.limits)]
-  const underTmp = layout.workspace === privateTmp || layout.workspace.startsWith(`${privateTmp}/`)
-  if (underTmp) {
-    const top = layout.workspace === privateTmp
-      ? privateTmp
-      : `${privateTmp}/${layout.workspace.slice(privateTmp.length + 1).split("/")[0]}`
-    args.push("--ro-bind", top, top)
+  const tops = new Set<string>()
+  for (const path of [layout.workspace, ...(layout.readable ?? [])]) {
+    const underTmp = path === privateTmp || path.startsWith(`${privateTmp}/`)
+    if (underTmp) {
+      tops.add(path === privateTmp ? privateTmp : `${privateTmp}/${path.slice(privateTmp.length + 1).split("/")[0]}`)
+    }
   }
+  for (const top of tops) args.push("--ro-bind", top, top)
   if (layout.mode === "workspace-write") {
     args.push("--bind", layout.workspace, layout.workspace)
     for (const path of layout.protected) args.push("--ro-bind", path, path)
@@ -543,6 +552,7 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
       network: policy.network,
       protected: protectedDirs,
       writable,
+      readable: policy.readable,
       seccomp: seccomp !== undefined,
       limits: options,
       script

@@ -196,7 +196,18 @@ describe.skipIf(!bwrap)("the sandbox of a read-only agent's MCP server", () => {
         const sandbox = yield* Sandbox.make(Sandbox.defaults, yield* Sandbox.currentHost).pipe(
           Effect.provide(Workspace.layer(root))
         )
-        const spawner = confinedSpawner(sandbox, policyOf(Sandbox.defaults, "fs"))
+        const spawner = confinedSpawner(
+          sandbox,
+          policyOf(Sandbox.defaults, {
+            transport: "stdio",
+            name: "fs",
+            source: "test",
+            timeoutSecs: 30,
+            command: "/usr/bin/python3",
+            args: [],
+            env: {}
+          })
+        )
         const run = (...args: ReadonlyArray<string>) =>
           Effect.scoped(Effect.gen(function*() {
             const handle = yield* spawner.spawn(

@@ -172,6 +172,20 @@ describe("Sandbox policy", () => {
     }).join(" ")
     assert.notInclude(readOnly, "--bind ")
     assert.include(readOnly, "--share-net")
+    // What the command reads under /tmp (an MCP server's script there) comes back read-only,
+    // after the private /tmp; a path elsewhere is already there.
+    const reading = Sandbox.bwrapArgs({
+      workspace: "/home/me/ws",
+      mode: "read-only",
+      network: true,
+      protected: [],
+      writable: [],
+      readable: ["/tmp/checkout/node_modules/server/index.js", "/usr/bin/node"],
+      seccomp: false,
+      limits: Sandbox.defaults,
+      script: "ls"
+    }).join(" ")
+    assert.include(reading, "--tmpfs /dev/shm --remount-ro /dev --ro-bind /tmp/checkout /tmp/checkout --unshare-all")
   })
 
   it("the seccomp program is whole instructions, for the architectures it knows", () => {

@@ -40,12 +40,17 @@ export const postureOf = (
  * a host daemon's socket (Docker, D-Bus) would write for it past any mount. One instance
  * serves every read-only role, so `[sandbox.roles.*]` overrides do not apply to it.
  */
-export const policyOf = (options: Sandbox.Options, server: string): Sandbox.Policy => ({
-  ...Sandbox.policyFor({ ...options, roles: {} }, `mcp_servers.${server}`, `MCP server "${server}"`, {
+export const policyOf = (options: Sandbox.Options, server: Server): Sandbox.Policy => ({
+  ...Sandbox.policyFor({ ...options, roles: {} }, `mcp_servers.${server.name}`, `MCP server "${server.name}"`, {
     _tag: "none"
   }),
   network: true,
-  unixSockets: false
+  unixSockets: false,
+  // Its own files stay readable where the sandbox's private /tmp would hide them (a server
+  // script in a checkout under /tmp): the absolute paths of its command line.
+  readable: server.transport === "stdio"
+    ? [server.command, ...server.args].filter((part) => part.startsWith("/"))
+    : []
 })
 
 const refused = (description: string) => PlatformError.badArgument({ module: "McpTools", method: "spawn", description })
