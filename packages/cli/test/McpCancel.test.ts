@@ -8,18 +8,9 @@ import { Fibril, type McpServers, SubAgentManager } from "@fibril/core"
 import { ScriptedModel } from "@fibril/testkit"
 import { Context, Effect, Fiber, FileSystem, Layer, Path } from "effect"
 import { fileURLToPath } from "node:url"
+import { until } from "./run.ts"
 
 const counter = fileURLToPath(new URL("./fixtures/counterMcp.ts", import.meta.url))
-
-/** Polls `check` every 50 ms, at most `bound` times (real processes, real time). */
-const until = (check: Effect.Effect<boolean>, bound = 200) =>
-  Effect.gen(function*() {
-    for (let i = 0; i < bound; i++) {
-      if (yield* check) return true
-      yield* Effect.sleep("50 millis")
-    }
-    return false
-  })
 
 describe("MCP calls and cancel", () => {
   it.live(

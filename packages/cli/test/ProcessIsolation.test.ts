@@ -12,6 +12,7 @@ import { fileURLToPath } from "node:url"
 import * as AgentsCommand from "../src/AgentsCommand.ts"
 import * as ChildHost from "../src/ChildHost.ts"
 import * as ProcessTools from "./fixtures/processTools.ts"
+import { until } from "./run.ts"
 
 /** What the busy child runs with (undefined: a fiber of the parent, the code before isolation). */
 const busyIsolation: "process" | undefined = "process"
@@ -168,16 +169,6 @@ const alive = (pid: number) => {
     return false
   }
 }
-
-/** Polls `check` every 50 ms, at most `bound` times. */
-const until = (check: Effect.Effect<boolean>, bound = 200) =>
-  Effect.gen(function*() {
-    for (let i = 0; i < bound; i++) {
-      if (yield* check) return true
-      yield* Effect.sleep("50 millis")
-    }
-    return false
-  })
 
 describe("isolation: process", () => {
   it.live(

@@ -15,6 +15,16 @@ export const sourceBin = fileURLToPath(new URL("../src/bin.ts", import.meta.url)
 export const sourceCondition = "--conditions=@fibril/source"
 export const repoRoot = fileURLToPath(new URL("../../..", import.meta.url))
 
+/** Polls `check` every 50 ms, at most `bound` times (real processes, real time): did it hold? */
+export const until = (check: Effect.Effect<boolean>, bound = 200) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < bound; i++) {
+      if (yield* check) return true
+      yield* Effect.sleep("50 millis")
+    }
+    return false
+  })
+
 const text = (stream: Stream.Stream<Uint8Array, unknown>) => stream.pipe(Stream.decodeText(), Stream.mkString)
 
 export const fibril = Effect.fn("test.fibril")(function*(
