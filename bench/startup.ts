@@ -28,15 +28,35 @@ import { type Installs, median, withInstalls } from "./installs.ts"
 
 const root = fileURLToPath(new URL("..", import.meta.url))
 
+/** Bundles the floor program `source` (TypeScript) as the CLI is bundled; returns its path. */
+const bundleFloor = (installs: Installs, name: string, source: string) => {
+  const entry = join(installs.work, `${name}.ts`)
+  writeFileSync(entry, source)
+  const out = join(installs.project, `${name}.mjs`)
+  // esbuild is the CLI package's build dependency (scripts/bundle.ts).
+  const esbuild = createRequire(join(root, "packages", "cli", "package.json"))("esbuild") as typeof Esbuild
+  esbuild.buildSync({
+    entryPoints: [entry],
+    outfile: out,
+    bundle: true,
+    format: "esm",
+    platform: "node",
+    target: "node22",
+    nodePaths: [join(root, "node_modules")],
+    logLevel: "warning"
+  })
+  return out
+}
+
 /**
  * The floor of `fibril --help`: what it cannot start without (effect/cli parsing one command and
  * printing its help, the Node platform layer, runMain), bundled as the CLI is, with the compile
- * cache on as `bin.ts` has it. Written into the project; returns its path.
+ * cache on as `bin.ts` has it.
  */
-const cliFloor = (installs: Installs) => {
-  const source = join(installs.work, "cli-floor.ts")
-  writeFileSync(
-    source,
+const cliFloor = (installs: Installs) =>
+  bundleFloor(
+    installs,
+    "cli-floor",
     `import * as NodeModule from "node:module"
 import { join } from "node:path"
 NodeModule.enableCompileCache?.(join(process.env.HOME ?? "", ".cache", "cli-floor"))
@@ -50,21 +70,55 @@ const command = Command.make("floor", { name: Flag.String("name").pipe(Flag.with
 NodeRuntime.runMain(Command.runWith(command, { version: "0" })(process.argv.slice(2)).pipe(Effect.provide(NodeServices.layer)))
 `
   )
-  const out = join(installs.project, "cli-floor.mjs")
-  // esbuild is the CLI package's build dependency (scripts/bundle.ts).
-  const esbuild = createRequire(join(root, "packages", "cli", "package.json"))("esbuild") as typeof Esbuild
-  esbuild.buildSync({
-    entryPoints: [source],
-    outfile: out,
-    bundle: true,
-    format: "esm",
-    platform: "node",
-    target: "node22",
-    nodePaths: [join(root, "node_modules")],
-    logLevel: "warning"
-  })
-  return out
-}
+
+/**
+ * The floor of `fibril mcp`: an \`mcp\` command of effect/cli (taking the flags the bench
+ * passes) serving one tool with Effect's McpServer on stdio, bundled and cached as above: what any
+ * MCP server built on effect/cli and effect/ai spends before it answers \`tools/list\`.
+ */
+const mcpFloor = (installs: Installs) =>
+  bundleFloor(
+    installs,
+    "mcp-floor",
+    `import * as NodeModule from "node:module"
+import { join } from "node:path"
+NodeModule.enableCompileCache?.(join(process.env.HOME ?? "", ".cache", "mcp-floor"))
+const [Effect, Layer, Logger, Schema, { Command, Flag }, McpProtocol, McpServer, Tool, Toolkit, NodeServices, NodeRuntime, NodeStdio] =
+  await Promise.all([
+    import("effect/Effect"),
+    import("effect/Layer"),
+    import("effect/Logger"),
+    import("effect/Schema"),
+    import("effect/cli"),
+    import("effect/ai/McpProtocol"),
+    import("effect/ai/McpServer"),
+    import("effect/ai/Tool"),
+    import("effect/ai/Toolkit"),
+    import("@effect/platform-node/NodeServices"),
+    import("@effect/platform-node/NodeRuntime"),
+    import("@effect/platform-node/NodeStdio")
+  ])
+const echo = Tool.make("echo", {
+  description: "Echoes its text",
+  parameters: Schema.Struct({ text: Schema.String }),
+  success: Schema.String
+})
+const toolkit = Toolkit.make(echo)
+const server = McpServer.layerStdio({
+  name: "floor",
+  version: "0",
+  protocols: [McpProtocol.v2025_06_18],
+  registrations: McpServer.toolkit(toolkit).pipe(Layer.provide(toolkit.toLayer({ echo: ({ text }) => Effect.succeed(text) })))
+}).pipe(Layer.provide(NodeStdio.layer))
+const mcp = Command.make(
+  "mcp",
+  { model: Flag.String("model"), baseUrl: Flag.String("base-url") },
+  () => Layer.launch(server).pipe(Effect.provideService(Logger.LogToStderr, true))
+)
+const command = Command.make("floor").pipe(Command.withSubcommands([mcp]))
+NodeRuntime.runMain(Command.runWith(command, { version: "0" })(process.argv.slice(2)).pipe(Effect.provide(NodeServices.layer)))
+`
+  )
 
 const runs = Number(process.argv[2] ?? 5)
 const goals = { mcp: 300, help: 200 }
@@ -139,6 +193,8 @@ export const measure = () =>
       timeExit(installs, env, process.execPath, ["--input-type=module", "-e", "await import('effect/Effect')"])
     const floorScript = cliFloor(installs)
     const cliFloorHelp = () => timeExit(installs, env, process.execPath, [floorScript, "--help"])
+    const mcpFloorScript = mcpFloor(installs)
+    const mcpFloorList = () => timeMcp(installs, env, [process.execPath, mcpFloorScript])
     const noCache = { ...env, NODE_DISABLE_COMPILE_CACHE: "1" }
     const help = (cache = env) => timeExit(installs, cache, installs.projectBin, ["--help"])
     const mcp = (cache = env) => timeMcp(installs, cache, [installs.projectBin])
@@ -148,6 +204,7 @@ export const measure = () =>
     // The first processes read the files from disk and fill the compile cache.
     node()
     cliFloorHelp()
+    await mcpFloorList()
     help()
     await mcp()
     helpDist()
@@ -156,6 +213,7 @@ export const measure = () =>
       node: [] as Array<number>,
       effect: [] as Array<number>,
       cliFloor: [] as Array<number>,
+      mcpFloor: [] as Array<number>,
       help: [] as Array<number>,
       mcp: [] as Array<number>,
       helpNoCache: [] as Array<number>,
@@ -168,6 +226,7 @@ export const measure = () =>
       samples.node.push(node())
       samples.effect.push(effect())
       samples.cliFloor.push(cliFloorHelp())
+      samples.mcpFloor.push(await mcpFloorList())
       samples.help.push(help())
       samples.mcp.push(await mcp())
       samples.helpNoCache.push(help(noCache))
@@ -179,6 +238,7 @@ export const measure = () =>
       node: median(samples.node),
       effect: median(samples.effect),
       cliFloor: median(samples.cliFloor),
+      mcpFloor: median(samples.mcpFloor),
       help: median(samples.help),
       mcp: median(samples.mcp),
       helpNoCache: median(samples.helpNoCache),
@@ -194,6 +254,7 @@ export const measure = () =>
     console.log(line(`node -e "" (the floor)`, figures.node, figures.node))
     console.log(line("node, import effect/Effect", figures.effect, figures.node))
     console.log(line("effect/cli --help of one command, bundled", figures.cliFloor, figures.node))
+    console.log(line("McpServer of one tool: tools/list, bundled", figures.mcpFloor, figures.node))
     console.log(line("fibril mcp: spawn -> first tools/list", figures.mcp, figures.node, goals.mcp))
     console.log(line("  the same without the compile cache", figures.mcpNoCache, figures.node))
     console.log(line("  the same from the unbundled dist/", figures.mcpDist, figures.node))

@@ -25,6 +25,7 @@ import * as TaskToolkit from "@fibril/core/TaskToolkit"
 import * as McpProtocol from "effect/ai/McpProtocol"
 import * as McpSchema from "effect/ai/McpSchema"
 import * as McpServer from "effect/ai/McpServer"
+import type * as Toolkit from "effect/ai/Toolkit"
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
@@ -38,6 +39,7 @@ import * as Stdio from "effect/Stdio"
 import * as Stream from "effect/Stream"
 import * as JsonRpcLines from "./JsonRpcLines.ts"
 import * as McpApprovals from "./McpApprovals.ts"
+import * as McpRuntime from "./McpRuntime.ts"
 import * as McpTasks from "./McpTasks.ts"
 
 const encoder = new TextEncoder()
@@ -148,18 +150,36 @@ export const reportProgress = (server: McpServer.McpServer["Service"], events: A
       })
   })
 
-/** The toolkit's handlers with MCP progress and the client's cancellation reason. */
-const handlers = Layer.unwrap(Effect.gen(function*() {
+/**
+ * The toolkit's handlers with MCP progress and the client's cancellation reason, over the
+ * runtime (McpRuntime): made once it is built, and each call waits for that.
+ */
+const handlers = TaskToolkit.mcpToolkit.toLayer(Effect.gen(function*() {
   const server = yield* McpServer.McpServer
-  const events = yield* AgentEvents
+  const runtime = yield* McpRuntime.McpRuntime
   // Elicitation of its tree's approval questions, where the process registers calls for it.
   const registry = yield* Effect.serviceOption(McpApprovals.Registry)
-  const elicit = Option.isNone(registry) ? Effect.succeed(undefined) : McpApprovals.watch.pipe(
-    Effect.provideService(McpApprovals.Registry, registry.value),
-    Effect.provideService(AgentEvents, events)
-  )
-  return TaskToolkit.layerWith({ cancelReason, whileTaskRuns: both(reportProgress(server, events), elicit) })
+  const made = yield* Effect.cached(McpRuntime.use(Effect.gen(function*() {
+    const events = yield* AgentEvents
+    const elicit = Option.isNone(registry) ? Effect.succeed(undefined) : McpApprovals.watch.pipe(
+      Effect.provideService(McpApprovals.Registry, registry.value),
+      Effect.provideService(AgentEvents, events)
+    )
+    return yield* TaskToolkit.makeHandlers({
+      cancelReason,
+      whileTaskRuns: both(reportProgress(server, events), elicit)
+    })
+  })))
+  const call = (name: string) => (params: never) =>
+    McpRuntime.use(Effect.flatMap(made, (ready) => (ready[name as keyof typeof ready] as Handler)(params))).pipe(
+      Effect.provideService(McpRuntime.McpRuntime, runtime)
+    )
+  return Object.fromEntries(TaskToolkit.names.map((name) => [name, call(name)])) as unknown as Toolkit.HandlersFrom<
+    typeof TaskToolkit.mcpToolkit.tools
+  >
 }))
+
+type Handler = (params: never) => Effect.Effect<unknown, TaskToolkit.TaskToolError>
 
 /** Two watchers of a call's agent as one (either may be absent), run side by side. */
 const both = <E, R>(
@@ -183,15 +203,18 @@ const both = <E, R>(
  */
 export const settlingCalls = Layer.effect(
   McpServer.McpServer,
-  Effect.map(Effect.all([McpServer.McpServer, SubAgentStore]), ([server, store]) =>
-    McpServer.McpServer.of({
+  Effect.map(Effect.all([McpServer.McpServer, McpRuntime.McpRuntime]), ([server, runtime]) => {
+    const settle = McpRuntime.use(Effect.flatMap(Effect.service(SubAgentStore), (store) => store.settle)).pipe(
+      Effect.provideService(McpRuntime.McpRuntime, runtime)
+    )
+    return McpServer.McpServer.of({
       ...server,
       addTool: (options) =>
         server.addTool({
           ...options,
           handle: (payload: unknown) =>
             Effect.flatMap(options.handle(payload), (result) =>
-              Effect.match(store.settle, {
+              Effect.match(settle, {
                 onFailure: (error) =>
                   new McpSchema.CallToolResult({
                     isError: true,
@@ -200,7 +223,8 @@ export const settlingCalls = Layer.effect(
                 onSuccess: () => result
               }))
         })
-    }))
+    })
+  })
 )
 
 /**
@@ -250,25 +274,36 @@ export class Shutdown extends Context.Service<Shutdown, {
   readonly armed: Deferred.Deferred<void>
 }>()("@fibril/cli/Mcp/Shutdown") {}
 
+/** Every running agent of this process that is not detached, cancelled with the shutdown reason. */
+const cancelBuilt = Effect.gen(function*() {
+  const manager = yield* SubAgentManager
+  const store = yield* SubAgentStore
+  const agents = yield* manager.list({ includeArchived: false })
+  const open = agents.filter((a) =>
+    !a.detached && a.session_boot_id === store.owner.boot_id && (a.status === "running" || a.status === "pending")
+  )
+  if (open.length > 0) yield* Effect.logInfo(`fibril mcp: cancelling ${open.length} running agent(s) on shutdown`)
+  yield* Effect.forEach(open, (a) => Effect.ignore(manager.cancel(a.agent_id, shutdownReason)), {
+    concurrency: "unbounded",
+    discard: true
+  })
+})
+
 /**
  * On shutdown: cancel every running agent of this process that is not detached, with the
  * reason recorded (agents of other processes sharing the store are theirs).
  */
 export const cancelOnShutdown = Layer.effectDiscard(Effect.gen(function*() {
-  const manager = yield* SubAgentManager
-  const store = yield* SubAgentStore
+  const runtime = yield* McpRuntime.McpRuntime
   const shutdown = yield* Shutdown
-  const cancelAll = Effect.gen(function*() {
-    const agents = yield* manager.list({ includeArchived: false })
-    const open = agents.filter((a) =>
-      !a.detached && a.session_boot_id === store.owner.boot_id && (a.status === "running" || a.status === "pending")
-    )
-    if (open.length > 0) yield* Effect.logInfo(`fibril mcp: cancelling ${open.length} running agent(s) on shutdown`)
-    yield* Effect.forEach(open, (a) => Effect.ignore(manager.cancel(a.agent_id, shutdownReason)), {
-      concurrency: "unbounded",
-      discard: true
+  // Agents are started by calls, which wait for the runtime: none before it is built.
+  const cancelAll = Effect.flatMap(
+    runtime.built,
+    Option.match({
+      onNone: () => Effect.void,
+      onSome: (services) => Effect.provideContext(cancelBuilt, services)
     })
-  })
+  )
   yield* Effect.forkScoped(
     Deferred.await(shutdown.stopping).pipe(
       Effect.andThen(cancelAll),
@@ -279,7 +314,7 @@ export const cancelOnShutdown = Layer.effectDiscard(Effect.gen(function*() {
   yield* Effect.addFinalizer(() => cancelAll)
 }))
 
-/** The stdio server; needs the core services (`Fibril.layerWithModels`) and `Stdio`. */
+/** The stdio server; needs the runtime (McpRuntime: `Runtime.layer`, built behind it) and `Stdio`. */
 export const layerStdio = (options: { readonly version: string }) =>
   Layer.merge(
     McpServer.layerStdio({
@@ -293,7 +328,7 @@ export const layerStdio = (options: { readonly version: string }) =>
       protocols,
       extensions: { [McpTasks.extension]: {} },
       registrations: tools
-    }).pipe(Layer.provide(McpTasks.stdio)),
+    }).pipe(Layer.provide(McpTasks.stdioWithin<McpRuntime.McpRuntime>(McpRuntime.use))),
     cancelOnShutdown
   )
 
@@ -307,7 +342,7 @@ export const layerStdio = (options: { readonly version: string }) =>
  * signal) does the same. Succeeds when stdin closes; fails if the layers cannot be built.
  * stdin reaches the server through `JsonRpcLines.guard`, which answers what it cannot serve.
  */
-export const serve = <E, R>(server: Layer.Layer<never, E, R>) =>
+export const serve = <A, E, R>(server: Layer.Layer<A, E, R>) =>
   Effect.gen(function*() {
     const stdio = yield* Stdio.Stdio
     const shutdown = Shutdown.of({
@@ -336,8 +371,17 @@ export const serve = <E, R>(server: Layer.Layer<never, E, R>) =>
         (line) => Stream.run(Stream.make(encoder.encode(line)), stdio.stdout()).pipe(Effect.ignore)
       ).pipe(Stream.onEnd(Deferred.succeed(closed, undefined)))
     })
-    const launched = Layer.launch(
+    // Up until stopped, or until its runtime, built behind it, fails (McpRuntime).
+    const launched = Layer.build(
       server.pipe(Layer.provide(Layer.mergeAll(Layer.succeed(Stdio.Stdio, watched), Layer.succeed(Shutdown, shutdown))))
+    ).pipe(
+      Effect.flatMap((built) =>
+        Option.match(Context.getOption(built, McpRuntime.McpRuntime), {
+          onNone: () => Effect.never,
+          onSome: (runtime) => runtime.failed
+        })
+      ),
+      Effect.scoped
     )
     const fiber = yield* Effect.forkChild(Effect.raceFirst(launched, Deferred.await(closed).pipe(Effect.andThen(stop))))
     const exit = yield* Fiber.await(fiber).pipe(Effect.onInterrupt(() => stop))

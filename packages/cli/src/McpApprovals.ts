@@ -31,6 +31,7 @@ import * as PubSub from "effect/PubSub"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import * as McpRuntime from "./McpRuntime.ts"
 
 /** The agents whose calls' clients answer their tree's questions (counted: a call may be retried). */
 export class Registry extends Context.Service<Registry, Map<string, number>>()("@fibril/cli/McpApprovals/Registry") {}
@@ -183,8 +184,12 @@ const agentIdOf = (content: unknown): string | undefined =>
 /** The McpServer as the toolkit registers with it: a `task` result says what its tree was denied unasked. */
 export const explainingDenials = Layer.effect(
   McpServer.McpServer,
-  Effect.map(Effect.all([McpServer.McpServer, SubAgentManager]), ([server, manager]) =>
-    McpServer.McpServer.of({
+  Effect.map(Effect.all([McpServer.McpServer, McpRuntime.McpRuntime]), ([server, runtime]) => {
+    // The runtime is built by the time a `task` call has a result.
+    const listed = McpRuntime.use(
+      Effect.flatMap(Effect.service(SubAgentManager), (manager) => manager.list({ includeArchived: true }))
+    ).pipe(Effect.provideService(McpRuntime.McpRuntime, runtime))
+    return McpServer.McpServer.of({
       ...server,
       addTool: (options) =>
         options.tool.name !== "task" ? server.addTool(options) : server.addTool({
@@ -195,7 +200,7 @@ export const explainingDenials = Layer.effect(
                 ? agentIdOf(result.structuredContent)
                 : undefined
               if (!(result instanceof McpSchema.CallToolResult) || agentId === undefined) return Effect.succeed(result)
-              return Effect.map(manager.list({ includeArchived: true }), (agents) => {
+              return Effect.map(listed, (agents) => {
                 const text = explanation(agents, agentId)
                 return text === undefined
                   ? result
@@ -203,5 +208,6 @@ export const explainingDenials = Layer.effect(
               })
             })
         })
-    }))
+    })
+  })
 )

@@ -16,6 +16,8 @@ import * as CliFlags from "./CliFlags.ts"
 import * as ClusterCommand from "./ClusterCommand.ts"
 import type * as McpModule from "./Mcp.ts"
 import type * as McpApprovalsModule from "./McpApprovals.ts"
+import * as McpRuntime from "./McpRuntime.ts"
+import type * as ModelSelectionModule from "./ModelSelection.ts"
 
 /** The `mcp` command; `version` is the one the server tells its clients. */
 export const make = (version: string) =>
@@ -36,7 +38,9 @@ export const make = (version: string) =>
     },
     Effect.fn("fibril.mcp.command")(function*(flags) {
       // The MCP server (effect's MCP, RPC and HTTP modules) is loaded by this command only.
-      const Mcp: typeof McpModule = yield* Effect.promise(() => import("./Mcp.ts"))
+      const [Mcp, McpApprovals]: [typeof McpModule, typeof McpApprovalsModule] = yield* Effect.promise(() =>
+        Promise.all([import("./Mcp.ts"), import("./McpApprovals.ts")])
+      )
       const environment = yield* ProcessEnvironment
       const cwd = yield* resolveCwd(flags.cwd)
       const config = yield* loadConfig(cwd)
@@ -53,21 +57,28 @@ export const make = (version: string) =>
         yield* Effect.logInfo(`fibril mcp: serving on stdio (workspace ${cwd}, cluster ${redactUrl(url)})`)
         return yield* Mcp.serve(server)
       }
+      // The model flags are checked before serving, as `fibril run` checks them.
+      const ModelSelection: typeof ModelSelectionModule = yield* Effect.promise(() => import("./ModelSelection.ts"))
+      const selection = yield* ModelSelection.fromFlags(environment, cwd, config.settings, flags)
       // Questions of a call whose client can be elicited wait for it; the others, as --approve says.
-      const McpApprovals: typeof McpApprovalsModule = yield* Effect.promise(() => import("./McpApprovals.ts"))
-      const [Runtime, ModelSelection] = yield* Effect.promise(() =>
-        Promise.all([import("./Runtime.ts"), import("./ModelSelection.ts")])
-      )
       const registry = new Map<string, number>()
-      const runtime = yield* Runtime.make(environment, cwd, config.settings, {
-        ...flags,
-        approvePolicy: McpApprovals.policy(registry, flags.approve ?? "deny")
-      })
+      // The runtime is loaded and built behind the server, at the first call (McpRuntime): a
+      // client waits for the tool list at the start of every session, and the list needs the
+      // tool definitions only.
+      const runtime = Layer.unwrap(Effect.gen(function*() {
+        const Runtime = yield* Effect.promise(() => import("./Runtime.ts"))
+        const made = yield* Runtime.make(environment, cwd, config.settings, {
+          ...flags,
+          approvePolicy: McpApprovals.policy(registry, flags.approve ?? "deny")
+        }, selection)
+        return made.layer
+      }))
       const server = Mcp.layerStdio({ version }).pipe(
-        Layer.provide(Layer.merge(runtime.layer, Layer.succeed(McpApprovals.Registry, registry)))
+        Layer.provideMerge(McpRuntime.layer(runtime)),
+        Layer.provide(Layer.succeed(McpApprovals.Registry, registry))
       )
       yield* Effect.logInfo(
-        `fibril mcp: serving on stdio (workspace ${cwd}, ${ModelSelection.describe(runtime.selection)})`
+        `fibril mcp: serving on stdio (workspace ${cwd}, ${ModelSelection.describe(selection)})`
       )
       yield* Mcp.serve(server)
     }, Effect.provideService(Logger.LogToStderr, true))

@@ -281,17 +281,30 @@ const decoder = new TextDecoder()
 const encoder = new TextEncoder()
 
 /**
- * `stdin` with the requests this layer answers taken out: each is answered (`answer`) in a
+ * The answer to a claimed request, over the SubAgentManager in context (the embedded manager,
+ * or the cluster client's) and its store's questions, if it has a store.
+ */
+export const answerClaimed = (
+  claimed: { readonly request: Request; readonly task?: typeof Task.TaskParameters.Type }
+): Effect.Effect<string, never, SubAgentManager> =>
+  Effect.gen(function*() {
+    const manager = yield* SubAgentManager
+    const store = yield* Effect.serviceOption(SubAgentStore)
+    return Option.isSome(store)
+      ? yield* answer(manager, claimed, storeQuestions(store.value), store.value.settle)
+      : yield* answer(manager, claimed)
+  })
+
+/**
+ * `stdin` with the requests this layer answers taken out: each is answered (`answerTo`) in a
  * fiber of `scope`, its line written with `reply`. The stream carries whole lines
  * (JsonRpcLines.guard splits them first).
  */
 export const intercept = <E, R>(
   stdin: Stream.Stream<Uint8Array, E, R>,
-  manager: SubAgentManager["Service"],
+  answerTo: (claimed: NonNullable<ReturnType<typeof claim>>) => Effect.Effect<string>,
   reply: (line: string) => Effect.Effect<void>,
-  scope: Scope.Scope,
-  questions?: Questions,
-  settle?: Effect.Effect<void, { readonly message: string }>
+  scope: Scope.Scope
 ): Stream.Stream<Uint8Array, E, R> =>
   stdin.pipe(
     Stream.mapEffect((chunk) => {
@@ -305,40 +318,41 @@ export const intercept = <E, R>(
         else claimed.push(found)
       }
       return Effect.as(
-        Effect.forEach(claimed, (c) =>
-          Effect.forkIn(Effect.flatMap(answer(manager, c, questions, settle), reply), scope), {
+        Effect.forEach(claimed, (c) => Effect.forkIn(Effect.flatMap(answerTo(c), reply), scope), {
           discard: true
         }),
         encoder.encode(kept.join("\n"))
       )
     }),
-    Stream.filter((bytes) =>
-      bytes.length > 0
-    )
+    Stream.filter((bytes) => bytes.length > 0)
   )
 
 /**
- * The `Stdio` the MCP server reads: the one in context, its stdin through `intercept` over the
- * SubAgentManager in context (the embedded manager, or the cluster client's).
+ * The `Stdio` the MCP server reads: the one in context, its stdin through `intercept`, each
+ * request answered `within` what gives it the agents' services (run with this layer's context:
+ * `fibril mcp` gives its runtime's, once built, McpRuntime.use; the cluster its client's).
  */
-export const stdio = Layer.effect(
-  Stdio.Stdio,
-  Effect.gen(function*() {
-    const outer = yield* Stdio.Stdio
-    const resolved = yield* SubAgentManager
-    const store = yield* Effect.serviceOption(SubAgentStore)
-    const questions = Option.isSome(store) ? storeQuestions(store.value) : undefined
-    const settle = Option.isSome(store) ? store.value.settle : undefined
-    const scope = yield* Scope.Scope
-    const reply = (line: string) => Stream.run(Stream.make(encoder.encode(line)), outer.stdout()).pipe(Effect.ignore)
-    return Stdio.make({
-      args: outer.args,
-      stdinIsTerminal: outer.stdinIsTerminal,
-      stdoutIsTerminal: outer.stdoutIsTerminal,
-      stderrIsTerminal: outer.stderrIsTerminal,
-      stdout: (options) => outer.stdout(options),
-      stderr: (options) => outer.stderr(options),
-      stdin: intercept(outer.stdin, resolved, reply, scope, questions, settle)
+export const stdioWithin = <R>(
+  within: <A, E>(effect: Effect.Effect<A, E, SubAgentManager>) => Effect.Effect<A, E, R>
+) =>
+  Layer.effect(
+    Stdio.Stdio,
+    Effect.gen(function*() {
+      const outer = yield* Stdio.Stdio
+      const context = yield* Effect.context<R>()
+      const scope = yield* Scope.Scope
+      const reply = (line: string) => Stream.run(Stream.make(encoder.encode(line)), outer.stdout()).pipe(Effect.ignore)
+      return Stdio.make({
+        args: outer.args,
+        stdinIsTerminal: outer.stdinIsTerminal,
+        stdoutIsTerminal: outer.stdoutIsTerminal,
+        stderrIsTerminal: outer.stderrIsTerminal,
+        stdout: (options) => outer.stdout(options),
+        stderr: (options) => outer.stderr(options),
+        stdin: intercept(outer.stdin, (c) => Effect.provideContext(within(answerClaimed(c)), context), reply, scope)
+      })
     })
-  })
-)
+  )
+
+/** `stdioWithin` the context the layer is built in (its SubAgentManager, and a store if any). */
+export const stdio = stdioWithin<SubAgentManager>((effect) => effect)

@@ -16,6 +16,7 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import type * as FileSystem from "effect/FileSystem"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import { existsSync } from "node:fs"
 import * as path from "node:path"
@@ -64,6 +65,28 @@ export interface Input {
   /** Where the command was typed: a script named by `--model` is relative to it (default `cwd`). */
   readonly invocationDir?: string | undefined
 }
+
+/** The flags that choose the model: `--model`, `--base-url`. */
+export interface ModelFlags {
+  readonly model: Option.Option<string>
+  readonly baseUrl: Option.Option<string>
+}
+
+/** The model a command on the workspace `cwd` runs on: its flags, the environment, the settings. */
+export const fromFlags = (
+  environment: { readonly env: Readonly<Record<string, string | undefined>>; readonly cwd: string },
+  cwd: string,
+  settings: FibrilConfig.Settings,
+  flags: ModelFlags
+): Effect.Effect<Selection, UsageError> =>
+  select({
+    model: Option.getOrUndefined(flags.model),
+    baseUrl: Option.getOrUndefined(flags.baseUrl),
+    env: environment.env,
+    settings,
+    cwd,
+    invocationDir: environment.cwd
+  })
 
 export const select = (input: Input): Effect.Effect<Selection, UsageError> => {
   const model = input.model ?? input.settings.model

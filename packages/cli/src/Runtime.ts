@@ -89,27 +89,10 @@ export const layer = (options: Options) => {
   )
 }
 
-/** The flags that choose the model: `--model`, `--base-url`. */
-export interface ModelFlags {
-  readonly model: Option.Option<string>
-  readonly baseUrl: Option.Option<string>
-}
+export type ModelFlags = ModelSelection.ModelFlags
 
 /** The model a command on the workspace `cwd` runs on: its flags, the environment, the settings. */
-export const select = (
-  environment: Environment,
-  cwd: string,
-  settings: FibrilConfig.Settings,
-  flags: ModelFlags
-) =>
-  ModelSelection.select({
-    model: Option.getOrUndefined(flags.model),
-    baseUrl: Option.getOrUndefined(flags.baseUrl),
-    env: environment.env,
-    settings,
-    cwd,
-    invocationDir: environment.cwd
-  })
+export const select = ModelSelection.fromFlags
 
 export interface Flags extends ModelFlags {
   /** `--max-concurrent`. */
@@ -123,11 +106,6 @@ export interface Flags extends ModelFlags {
 }
 
 /**
- * The runtime of a command from what it was given: the model its flags select, the store's
- * limits from the environment (`FIBRIL_STORE_LEASE_MS`), and {@link layer} built from them.
- * The selection comes back too, for the command to describe.
- */
-/**
  * The MCP servers whose tools this process's agents get (`[mcp_servers.*]`, `.mcp.json`). A
  * Fibril started as an MCP server by another Fibril starts none: a `.mcp.json` that runs
  * `fibril mcp` would otherwise start Fibril inside Fibril without end.
@@ -137,13 +115,19 @@ export const mcpServersOf = (environment: Environment, cwd: string) =>
     ? McpServers.load({ cwd, home: environment.home })
     : Effect.succeed([])
 
+/**
+ * The runtime of a command from what it was given: the model its flags select (or `selection`,
+ * made already), the store's limits from the environment (`FIBRIL_STORE_LEASE_MS`), and
+ * {@link layer} built from them. The selection comes back too, for the command to describe.
+ */
 export const make = Effect.fn("fibril.runtime.make")(function*(
   environment: Environment,
   cwd: string,
   settings: FibrilConfig.Settings,
-  flags: Flags
+  flags: Flags,
+  selected?: ModelSelection.Selection
 ) {
-  const selection = yield* select(environment, cwd, settings, flags)
+  const selection = selected ?? (yield* select(environment, cwd, settings, flags))
   const storeLimits = yield* RunRecords.storeLimits(environment.env)
   const mcpServers = yield* mcpServersOf(environment, cwd)
   return {

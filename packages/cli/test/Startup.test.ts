@@ -11,9 +11,9 @@ import { assert, describe, it } from "@effect/vitest"
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { Effect, FileSystem, Path } from "effect"
-import { execFileSync } from "node:child_process"
+import { execFileSync, spawn } from "node:child_process"
 import { fileURLToPath } from "node:url"
-import { sourceBin } from "./run.ts"
+import { bin, sourceBin, sourceCondition, until } from "./run.ts"
 
 // Appends every module URL the process loads to $FIBRIL_TEST_MODULE_LOG.
 const recordModules = `
@@ -87,6 +87,11 @@ describe("fibril mcp start-up", () => {
         // The error classes only (openai/core/error and what it imports), not the client.
         assert.isBelow(sdk.length, 10, sdk.join("\n"))
         assert.isFalse(sdk.some((url) => url.endsWith("/openai/client.mjs")), sdk.join("\n"))
+        // Nor the agent runtime: it is built at the first call (McpRuntime), and there was none.
+        const runtime = modules.filter((url) =>
+          /\/(core\/(src|dist)\/(Fibril|internal\/manager\/embedded)|cli\/(src|dist)\/Runtime)\.(ts|js)$/.test(url)
+        )
+        assert.deepStrictEqual(runtime, [], "the runtime was loaded before any call")
 
         assert.deepStrictEqual(yield* fs.readDirectory(tmp), [], "written to the shared temp directory")
         const cache = path.join(dir, ".cache", "fibril", "node-compile-cache")
@@ -95,6 +100,56 @@ describe("fibril mcp start-up", () => {
         assert.isDefined(version)
         // One entry per compiled module: hundreds, the CLI's whole import graph.
         assert.isAbove((yield* fs.readDirectory(path.join(cache, version!))).length, 100)
+      }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
+    60_000
+  )
+
+  it.live(
+    "a runtime that cannot be built ends the server at the first call: exit 2, the reason on stderr",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.realPath(yield* fs.makeTempDirectoryScoped())
+        yield* fs.writeFileString(path.join(dir, "script.json"), JSON.stringify({ steps: [] }))
+        const child = spawn(process.execPath, [sourceCondition, bin, "mcp", "--model", "scripted:script.json"], {
+          cwd: dir,
+          env: { PATH: process.env["PATH"] ?? "", HOME: dir },
+          stdio: ["pipe", "pipe", "pipe"]
+        })
+        let stdout = ""
+        let stderr = ""
+        child.stdout.on("data", (data: Buffer) => (stdout += data.toString()))
+        child.stderr.on("data", (data: Buffer) => (stderr += data.toString()))
+        const exited = new Promise<number | null>((resolve) => child.on("close", resolve))
+        yield* Effect.addFinalizer(() => Effect.promise(() => (child.kill("SIGKILL"), exited)))
+        const send = (message: object) => child.stdin.write(`${JSON.stringify(message)}\n`)
+        const answered = (id: number) =>
+          Effect.flatMap(
+            until(Effect.sync(() => stdout.split("\n").some((line) => line.includes(`"id":${id}`))), 600),
+            (seen) => seen ? Effect.void : Effect.sync(() => assert.fail(`no answer to ${id}; stderr: ${stderr}`))
+          )
+        send({
+          jsonrpc: "2.0",
+          id: 1,
+          method: "initialize",
+          params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "t", version: "0" } }
+        })
+        yield* answered(1)
+        send({ jsonrpc: "2.0", method: "notifications/initialized" })
+        send({ jsonrpc: "2.0", id: 2, method: "tools/list" })
+        yield* answered(2)
+        assert.isNull(child.exitCode, "exited before its first call")
+        send({
+          jsonrpc: "2.0",
+          id: 3,
+          method: "tools/call",
+          params: { name: "task", arguments: { description: "d", prompt: "p" } }
+        })
+        assert.strictEqual(yield* Effect.promise(() => exited), 2, stderr)
+        assert.include(stderr, "cannot load the model script")
+        // stdout stayed JSON-RPC only.
+        for (const line of stdout.split("\n").filter((l) => l !== "")) JSON.parse(line)
       }).pipe(Effect.scoped, Effect.provide(NodeServices.layer)),
     60_000
   )

@@ -5,7 +5,7 @@ import * as Layer from "effect/Layer"
 import type * as AgentDefinitions from "./AgentDefinitions.ts"
 import type { AgentEvents } from "./AgentEvents.ts"
 import type * as FibrilConfig from "./FibrilConfig.ts"
-import * as EmbeddedEngine from "./internal/manager/embedded.ts"
+import type * as EmbeddedEngine from "./internal/manager/embedded.ts"
 import type * as McpNarrowing from "./McpNarrowing.ts"
 import type { Models, UnknownModel } from "./Models.ts"
 import type * as OutputSchema from "./OutputSchema.ts"
@@ -326,13 +326,21 @@ export class Embedded extends Context.Service<Embedded, {
 /**
  * The embedded engine: agents as fibers of this process, recorded in the SubAgentStore
  * (internal/manager/). Provides the contract and its `Embedded` surface.
+ *
+ * The engine's modules are imported when the layer is built, not with this one: what only
+ * names the contract (its tools' definitions, `fibril mcp` answering `tools/list`) does not
+ * load the engine (docs/performance.md, start-up).
  */
 export const layer = (
   options: Partial<Options> = {}
 ): Layer.Layer<SubAgentManager | Embedded, never, Session | Models | SubAgentStore | AgentEvents | ToolRegistry> =>
   Layer.effectContext(
-    Effect.map(
-      EmbeddedEngine.make({ ...defaults, ...options }),
-      ({ embedded, manager }) => Context.make(SubAgentManager, manager).pipe(Context.add(Embedded, embedded))
+    Effect.flatMap(
+      Effect.promise((): Promise<typeof EmbeddedEngine> => import("./internal/manager/embedded.ts")),
+      (engine) =>
+        Effect.map(
+          engine.make({ ...defaults, ...options }),
+          ({ embedded, manager }) => Context.make(SubAgentManager, manager).pipe(Context.add(Embedded, embedded))
+        )
     )
   )
