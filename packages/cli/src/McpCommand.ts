@@ -4,7 +4,9 @@
  * scripted:<file>` for the ScriptedModel) and the file store in `<cwd>/.fibril/state`.
  *
  * Closing stdin is the normal end (exit 0): running agents are cancelled and the records
- * flushed. Configuration errors surface before anything is served (exit 2, like `fibril run`).
+ * flushed. Configuration and model-flag errors surface before anything is served (exit 2, like
+ * `fibril run`); the agent runtime is built at the first call (McpRuntime), and one that
+ * cannot be built ends the server then, with the same exit.
  */
 import { redactUrl } from "@fibril/core/Secrets"
 import { Command, Flag } from "effect/cli"
