@@ -8,9 +8,11 @@
  * - `fibril --help`: spawn to exit; goal 200 ms;
  *
  * beside the floor on the same machine in the same rounds: a bare `node -e ""`, Node
- * importing `effect/Effect` alone (what no Effect program starts without), and the floor of any
+ * importing `effect/Effect` alone (what no Effect program starts without), the floor of any
  * `fibril --help`: a one-command `effect/cli` program run by the Node platform layer, bundled the
- * way the CLI is (esbuild, compile cache on), printing its help. Each figure is also
+ * way the CLI is (esbuild, compile cache on), printing its help, and the floor of any `fibril
+ * mcp`: an `effect/cli` command serving one tool with Effect's McpServer, bundled the same way,
+ * to its `tools/list` answer. Each figure is also
  * given as a ratio to the node floor, which is what compares across machines and loads. Both
  * commands are measured again with Node's compile cache turned off (NODE_DISABLE_COMPILE_CACHE=1):
  * what the first start after an install or an upgrade costs, and what the cache saves. And both
