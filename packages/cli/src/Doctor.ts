@@ -25,6 +25,7 @@ import { redactText, redactUrl } from "@fibril/core/Secrets"
 import * as SqliteSubAgentStore from "@fibril/core/SqliteSubAgentStore"
 import * as SubAgentStore from "@fibril/core/SubAgentStore"
 import * as Trust from "@fibril/core/Trust"
+import * as WorkspaceLayer from "@fibril/core/Workspace"
 import { OpenAiClient } from "@fibril/openai"
 import * as Effect from "effect/Effect"
 import * as FileSystem from "effect/FileSystem"
@@ -185,23 +186,49 @@ const storeCheck = (dir: string) =>
     )
   })
 
-/** Each configured MCP server started, its tools listed, and stopped again; or why it failed. */
-const mcpChecks = (cwd: string, home: string) =>
-  McpServers.load({ cwd, home }).pipe(
-    Effect.flatMap((servers) => Effect.forEach(servers, McpTools.probe, { concurrency: "unbounded" })),
-    Effect.map((probes) =>
-      probes.map((probe) =>
-        probe._tag === "Ready"
-          ? check(
-            `mcp ${probe.server.name}`,
-            "ok",
-            `${probe.tools.length} tools (${probe.server.source}): ${probe.tools.join(", ")}`
-          )
-          : check(`mcp ${probe.server.name}`, "fail", `${probe.reason} (${probe.server.source})`)
-      )
+/**
+ * Each configured MCP server started, its tools listed, and stopped again; or why it failed.
+ * A stdio server's instance for agents that may not write runs in the read-only sandbox
+ * (docs/mcp.md): it is started there too, since a server that writes as it starts fails there
+ * alone; with no sandbox here, those agents cannot use it at all.
+ */
+const mcpChecks = (root: string, home: string, sandbox: Sandbox.Options, confined: boolean) =>
+  McpServers.load({ cwd: root, home }).pipe(
+    Effect.flatMap((servers) =>
+      Effect.forEach(servers, (server) =>
+        Effect.map(
+          Effect.all([McpTools.probe(server), readOnlyCheck(server, sandbox, confined)], { concurrency: 2 }),
+          ([probe, readOnly]) => [mcpCheck(`mcp ${probe.server.name}`, probe), ...readOnly]
+        ), { concurrency: "unbounded" })
     ),
+    Effect.map((checks) => checks.flat()),
+    Effect.provide(WorkspaceLayer.layer(root)),
     Effect.catch((error) => Effect.succeed([check("mcp", "fail", error.message)]))
   )
+
+const mcpCheck = (name: string, probe: McpTools.Probe) =>
+  probe._tag === "Ready"
+    ? check(name, "ok", `${probe.tools.length} tools (${probe.server.source}): ${probe.tools.join(", ")}`)
+    : check(name, "fail", `${probe.reason} (${probe.server.source})`)
+
+const readOnlyCheck = (server: McpServers.Server, sandbox: Sandbox.Options, confined: boolean) => {
+  const name = `mcp ${server.name} (read-only)`
+  if (server.transport !== "stdio" || sandbox.mode === "off") return Effect.succeed([])
+  if (!confined) {
+    return Effect.succeed([
+      check(name, "warn", "agents that may not write cannot use it: it runs for them only in the sandbox, and none works here")
+    ])
+  }
+  return Effect.map(McpTools.probeReadOnly(server, sandbox), (probe) => [
+    probe._tag === "Ready"
+      ? check(name, "ok", `starts in the read-only sandbox (${probe.tools.length} tools)`)
+      : check(
+        name,
+        "warn",
+        `${probe.reason}: this is its instance for agents that may not write, in the read-only sandbox (its writer's is checked above); a server that writes as it starts needs that place in [sandbox] writable_paths`
+      )
+  ])
+}
 
 /** Every check, in order. */
 export const run = Effect.fn("fibril.doctor")(function*(input: Input) {
@@ -314,7 +341,7 @@ export const run = Effect.fn("fibril.doctor")(function*(input: Input) {
     checks.push(check("bounds", bounds.enforced ? "ok" : "warn", bounds.text))
   }
 
-  checks.push(...(yield* mcpChecks(root.dir, input.environment.home)))
+  checks.push(...(yield* mcpChecks(root.dir, input.environment.home, settings.sandbox, sandbox.available)))
   checks.push(yield* storeCheck(root.dir))
   const fromEnv = input.environment.env["FIBRIL_CLUSTER_URL"]
   const clusterUrl = fromEnv !== undefined && fromEnv !== "" ? fromEnv : settings.cluster.url

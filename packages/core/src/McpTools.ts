@@ -212,6 +212,15 @@ export const withAgents = (
 /** Could an agent with `rules` use any tool of `server` (its name allowed, the server not denied)? */
 export const usedBy: (rules: Permission.Rules, server: string) => boolean = Permission.mayUseServer
 
+/** The instance of a stdio `server` that agents that may not write call: in the read-only sandbox. */
+const readOnlyInstance = (server: McpServers.Server, confinement: Sandbox.Sandbox["Service"]) => {
+  const policy = policyOf(confinement.options, server)
+  return Effect.map(
+    supervise(server).pipe(Effect.provideService(ChildProcessSpawner, confinedSpawner(confinement, policy))),
+    (connection) => whereSandboxed(connection, confinement, policy, server)
+  )
+}
+
 /**
  * Each server's tools, registered when first needed (a ToolRegistry source): a server starts
  * when an agent whose rules could use it is about to make a model request (the tools must be
@@ -251,16 +260,8 @@ export const layer = (
     const context = yield* Effect.context<ToolRegistry.ToolRegistry | ChildProcessSpawner | HttpClient.HttpClient>()
     for (const server of servers) {
       const writer = yield* supervise(server)
-      const policy = policyOf(confinement.options, server)
       // A server over HTTP is no process of ours: there is nothing to confine.
-      const readOnly = server.transport === "http" ? writer : whereSandboxed(
-        yield* supervise(server).pipe(
-          Effect.provideService(ChildProcessSpawner, confinedSpawner(confinement, policy))
-        ),
-        confinement,
-        policy,
-        server
-      )
+      const readOnly = server.transport === "http" ? writer : yield* readOnlyInstance(server, confinement)
       const instance = (posture: Posture) => posture === "write" ? writer : readOnly
       const routed: Routed = {
         server,
@@ -303,13 +304,29 @@ export type Probe =
   | { readonly _tag: "Ready"; readonly server: McpServers.Server; readonly tools: ReadonlyArray<string> }
   | { readonly _tag: "Unavailable"; readonly server: McpServers.Server; readonly reason: string }
 
-/** Starts `server`, lists its tools and stops it again (`fibril doctor`). */
-export const probe = (
-  server: McpServers.Server
-): Effect.Effect<Probe, never, ChildProcessSpawner> =>
-  Effect.scoped(start(server)).pipe(
-    Effect.map((started): Probe => ({ _tag: "Ready", server, tools: started.tools.map((tool) => tool.name) })),
+const probed = <R>(server: McpServers.Server, started: Effect.Effect<Started, McpServerUnavailable, R>) =>
+  Effect.scoped(started).pipe(
+    Effect.map((ready): Probe => ({ _tag: "Ready", server, tools: ready.tools.map((tool) => tool.name) })),
     Effect.catchTag("McpServerUnavailable", (error) =>
       Effect.succeed<Probe>({ _tag: "Unavailable", server, reason: error.reason })),
     Effect.provide(FetchHttpClient.layer)
   )
+
+/** Starts `server`, lists its tools and stops it again (`fibril doctor`). */
+export const probe = (server: McpServers.Server): Effect.Effect<Probe, never, ChildProcessSpawner> =>
+  probed(server, start(server))
+
+/**
+ * The same for the instance of a stdio `server` that agents that may not write use: started in
+ * the read-only sandbox under `sandbox` (`[sandbox]`), where a server that writes as it starts
+ * (a cache, a log in the workspace) fails though its writer's instance starts.
+ */
+export const probeReadOnly = (
+  server: McpServers.StdioServer,
+  sandbox: Partial<Sandbox.Options> = {}
+): Effect.Effect<Probe, never, ChildProcessSpawner | FileSystem.FileSystem | Path.Path | Workspace.Workspace> =>
+  probed(
+    server,
+    Effect.flatMap(Effect.service(Sandbox.Sandbox), (confinement) =>
+      Effect.flatMap(readOnlyInstance(server, confinement), (connection) => list(connection, defaults)))
+  ).pipe(Effect.provide(Sandbox.layer(sandbox)))

@@ -485,6 +485,13 @@ const cgroupScoped = (parents: ReadonlyArray<HostProcess.CgroupParent>, name: st
         .pipe(Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 100 }), Effect.ignore)
   )
 
+/**
+ * Launches of the whole process, naming their cgroups: several sandboxes live in one process
+ * (the shell's, the MCP servers' read-only instances', `fibril doctor`'s probes), and the
+ * cgroup tree is the host's, so a count per sandbox would name two launches alike (EEXIST).
+ */
+let launches = 0
+
 export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: Host) {
   const spawner = yield* ChildProcessSpawner.ChildProcessSpawner
   const fs = yield* FileSystem.FileSystem
@@ -565,7 +572,7 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
     for (const fd of leaked) {
       if (fd !== 3 && fd !== 4) additionalFds[`fd${fd}`] = { type: "input", stream: Stream.empty }
     }
-    const name = `fibril-${process.pid}-${++calls}`
+    const name = `fibril-${process.pid}-${++launches}`
     const command = found.cgroups.length === 0
       ? ChildProcess.make(found.path, args, { ...spawnOptions, additionalFds })
       : ChildProcess.make("sh", ["-c", joinCgroups(found.cgroups, name), found.path, ...args], {

@@ -16,6 +16,7 @@ import * as os from "node:os"
 import * as nodePath from "node:path"
 import { confinedSpawner, policyOf } from "../src/internal/mcpConfined.ts"
 import type * as McpServers from "../src/McpServers.ts"
+import * as McpTools from "../src/McpTools.ts"
 import * as Permission from "../src/Permission.ts"
 import * as Roles from "../src/Roles.ts"
 import * as Sandbox from "../src/Sandbox.ts"
@@ -227,6 +228,31 @@ describe.skipIf(!bwrap)("the sandbox of a read-only agent's MCP server", () => {
   )
 })
 
+describe.skipIf(!bwrap)("several sandboxes in one process", () => {
+  // The shell's sandbox and the MCP servers' (and doctor's probes) each launch processes whose
+  // cgroups, where this host lets Fibril make them, live in the host's one tree.
+  it.live("launch side by side: each launch's cgroup has a name of its own", () =>
+    Effect.gen(function*() {
+      const root = nodeFs.realpathSync(nodeFs.mkdtempSync(nodePath.join(os.tmpdir(), "fibril-sandboxes-")))
+      yield* Effect.addFinalizer(() => Effect.sync(() => nodeFs.rmSync(root, { recursive: true, force: true })))
+      const made = Sandbox.make(Sandbox.defaults, yield* Sandbox.currentHost).pipe(
+        Effect.provide(Workspace.layer(root))
+      )
+      const [first, second] = [yield* made, yield* made]
+      const run = (sandbox: Sandbox.Sandbox["Service"]) =>
+        Effect.scoped(Effect.gen(function*() {
+          const policy = sandbox.policy("explore", "test", { _tag: "none" })
+          const launch = yield* sandbox.launch(policy, "sleep 0.2; echo ran", { stdin: "ignore", stderr: "ignore" })
+          const { handle } = yield* sandbox.spawn(launch)
+          const [out] = yield* Effect.all([Stream.mkString(Stream.decodeText(handle.stdout)), handle.exitCode], {
+            concurrency: "unbounded"
+          })
+          return out
+        }))
+      assert.deepStrictEqual(yield* Effect.all([run(first), run(second)], { concurrency: 2 }), ["ran\n", "ran\n"])
+    }).pipe(provideNode))
+})
+
 describe("a read-only agent's MCP server where no sandbox works", () => {
   it.live(
     "is not started: its calls say why, while an agent that may write uses the server as before",
@@ -266,6 +292,36 @@ describe("a read-only agent's MCP server where no sandbox works", () => {
           const answered = yield* call(permission.root)
           assert.isTrue(answered._tag === "Success" && String(answered.success).includes("plain"))
         }))
+      }).pipe(provideNode),
+    30_000
+  )
+})
+
+describe.skipIf(!bwrap)("McpTools.probeReadOnly (fibril doctor)", () => {
+  it.live(
+    "a server that writes as it starts: its writer's instance starts, its read-only instance fails and writes nothing",
+    () =>
+      Effect.gen(function*() {
+        const root = nodeFs.realpathSync(nodeFs.mkdtempSync(nodePath.join(os.tmpdir(), "fibril-mcp-probe-")))
+        yield* Effect.addFinalizer(() => Effect.sync(() => nodeFs.rmSync(root, { recursive: true, force: true })))
+        const marker = nodePath.join(root, "started.log")
+        // It logs its start into the workspace, then serves.
+        const logging: McpServers.StdioServer = {
+          ...filesystem(root),
+          name: "logging",
+          command: "/bin/sh",
+          args: ["-c", `echo started >> ${marker} && exec ${process.execPath} ${serverBin} ${root}`]
+        }
+        const probes = Effect.all([McpTools.probe(logging), McpTools.probeReadOnly(logging)])
+        const [writer, readOnly] = yield* probes.pipe(Effect.provide(Workspace.layer(root)))
+        assert.strictEqual(writer._tag, "Ready")
+        assert.strictEqual(readOnly._tag, "Unavailable", JSON.stringify(readOnly))
+        // Once: by the writer's instance; the sandboxed one could not write it.
+        assert.strictEqual(nodeFs.readFileSync(marker, "utf8"), "started\n")
+        // A server that only reads starts in the sandbox as well.
+        const plain = yield* McpTools.probeReadOnly(filesystem(root)).pipe(Effect.provide(Workspace.layer(root)))
+        assert.strictEqual(plain._tag, "Ready", JSON.stringify(plain))
+        if (plain._tag === "Ready") assert.include(plain.tools, "read_text_file")
       }).pipe(provideNode),
     30_000
   )
