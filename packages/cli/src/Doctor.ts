@@ -216,7 +216,11 @@ const readOnlyCheck = (server: McpServers.Server, sandbox: Sandbox.Options, conf
   if (server.transport !== "stdio" || sandbox.mode === "off") return Effect.succeed([])
   if (!confined) {
     return Effect.succeed([
-      check(name, "warn", "agents that may not write cannot use it: it runs for them only in the sandbox, and none works here")
+      check(
+        name,
+        "warn",
+        "agents that may not write cannot use it: it runs for them only in the sandbox, and none works here"
+      )
     ])
   }
   return Effect.map(McpTools.probeReadOnly(server, sandbox), (probe) => [

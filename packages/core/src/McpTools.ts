@@ -307,8 +307,10 @@ export type Probe =
 const probed = <R>(server: McpServers.Server, started: Effect.Effect<Started, McpServerUnavailable, R>) =>
   Effect.scoped(started).pipe(
     Effect.map((ready): Probe => ({ _tag: "Ready", server, tools: ready.tools.map((tool) => tool.name) })),
-    Effect.catchTag("McpServerUnavailable", (error) =>
-      Effect.succeed<Probe>({ _tag: "Unavailable", server, reason: error.reason })),
+    Effect.catchTag(
+      "McpServerUnavailable",
+      (error) => Effect.succeed<Probe>({ _tag: "Unavailable", server, reason: error.reason })
+    ),
     Effect.provide(FetchHttpClient.layer)
   )
 
