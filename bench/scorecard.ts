@@ -163,19 +163,19 @@ const lab = Effect.gen(function*() {
     ).length
     counts.crashEnds += (trace.crashes ?? []).reduce((n, c) => n + c.interrupted.length, 0)
     counts.resumes += trace.ops.filter((op) => op.op === "resume" && op.outcome.startsWith("resumed")).length
+    // A hung child's longest silence (the invariant's own measure: from one sign of life, its
+    // own or a descendant's, to the next or its end; clock jumps and permit waits aside).
+    const all = Invariants.silences(trace)
+    const bound = Invariants.livenessBoundMs(trace.experiment.config.heartbeatSecs)
     trace.experiment.nodes.forEach((node, i) => {
       const label = `n${i + 1}`
       if (node.fault !== "hang") return
-      // From its last model request (the one that hangs, or its retry) to its end.
-      const end = trace.events.find((e) =>
-        e.agent === label && ["completed", "failed", "cancelled", "interrupted"].includes(e.type)
-      )
-      const start = trace.requests.findLast((r) => r.agent === label && (end === undefined || r.t <= end.t))
-      if (start === undefined || end === undefined) return
+      const own = all.filter((silence) => silence.agent === label)
+      if (own.length === 0) return
       counts.hung++
-      const bound = Invariants.livenessBoundMs(trace.experiment.config.heartbeatSecs)
-      if ((end.t - start.t) / bound > counts.worstHangMs / Math.max(1, counts.worstBound)) {
-        counts.worstHangMs = end.t - start.t
+      const waited = Math.max(...own.map((silence) => silence.silentMs))
+      if (waited / bound > counts.worstHangMs / Math.max(1, counts.worstBound)) {
+        counts.worstHangMs = waited
         counts.worstBound = bound
       }
     })
@@ -214,7 +214,7 @@ const lab = Effect.gen(function*() {
         name: "liveness: a hung child ends",
         answers: "claude-code#68842: hung sub-agents for hours",
         goal: "within heartbeat (or request timeout) + one check, every run",
-        measured: `${counts.hung} hung children; worst, from its last request to its end, ${
+        measured: `${counts.hung} hung children; the longest silence of one (to its next sign of life or its end), ${
           (counts.worstHangMs / 1000).toFixed(1)
         } s against its bound ${
           (counts.worstBound / 1000).toFixed(1)

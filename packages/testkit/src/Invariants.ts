@@ -419,77 +419,93 @@ export const livenessBoundMs = (heartbeatSecs: number): number =>
   Math.max(heartbeatSecs * 1000, sessionSettings.apiTimeoutSecs * 1000 + sessionSettings.retryMaxMs) +
   Heartbeat.checkIntervalMs(heartbeatSecs)
 
+/** A stretch of a sub-agent's run without a sign of life (`silences`). */
+export interface Silence {
+  readonly agent: string
+  readonly from: number
+  readonly to: number
+  /** Its length less the clock jumps inside it (a suspended machine: no watchdog ran then). */
+  readonly silentMs: number
+}
+
+/**
+ * Every stretch of every sub-agent run without a sign of life (its own event or model request,
+ * or a descendant's event: a coordinator in agent_wait lives through its children), from one
+ * sign to the next (or to the run's end, the crash that cut it short, or the trace's end).
+ * Waiting for a permit is not stalling and is left out: a stretch that `cap` other agents (not
+ * its ancestors, which lend theirs while they wait) lived through whole.
+ */
+export const silences = (trace: Trace): ReadonlyArray<Silence> => {
+  const tree = treeOf(trace.experiment)
+  const signs = new Map<string, Array<number>>(tree.map((node) => [node.label, []]))
+  const ancestors = (label: string): Array<string> => {
+    const out: Array<string> = []
+    for (let node = tree[Number(label.slice(1))]; node !== undefined; node = tree[node.parent ?? -1]) {
+      out.push(node.label)
+    }
+    return out
+  }
+  for (const event of trace.events) for (const label of ancestors(event.agent)) signs.get(label)?.push(event.t)
+  for (const request of trace.requests) signs.get(request.agent)?.push(request.t)
+  const jumps = trace.ops.filter((op) => op.op === "jump").map((op) => ({
+    from: op.t,
+    to: op.t + parseInt(op.outcome, 10)
+  }))
+  const crashedAt = new Map<string, number>()
+  for (const crash of trace.crashes ?? []) for (const agent of crash.interrupted) crashedAt.set(agent, crash.t)
+  // Each run of a sub-agent, from its start to its end (or the crash that cut it short, or the run's end).
+  const lives: Array<{ readonly label: string; readonly from: number; readonly to: number }> = []
+  for (const node of tree) {
+    if (node.index === 0) continue
+    const own = trace.events.filter((e) => e.agent === node.label)
+    own.forEach((start, i) => {
+      if (start.type !== "started") return
+      const end = own.slice(i).find(isTerminal)?.t
+      const crash = crashedAt.get(node.label)
+      lives.push({
+        label: node.label,
+        from: start.t,
+        to: end ?? (crash !== undefined && crash >= start.t ? crash : trace.end)
+      })
+    })
+  }
+  const cap = trace.experiment.config.cap
+  const out: Array<Silence> = []
+  for (const life of lives) {
+    const label = life.label
+    const family = new Set(ancestors(label))
+    const times = [...signs.get(label)!.filter((t) => t >= life.from && t <= life.to), life.to].sort((a, b) => a - b)
+    for (let i = 1; i < times.length; i++) {
+      const [from, to] = [times[i - 1]!, times[i]!]
+      const jumped = jumps.reduce((sum, j) => sum + Math.max(0, Math.min(to, j.to) - Math.max(from, j.from)), 0)
+      const holders = lives.filter((o) =>
+        o.label !== label && !family.has(o.label) && !ancestors(o.label).includes(label) && o.from <= from &&
+        o.to >= to
+      )
+      if (holders.length < cap) out.push({ agent: label, from, to, silentMs: to - from - jumped })
+    }
+  }
+  return out
+}
+
 export const livenessBound = make(
   "liveness",
   "a running sub-agent never goes longer than heartbeat_timeout_secs (or a model call's timeout and backoff) plus one watchdog check without a sign of life (its own event or model request, or a descendant's event): a stalled child ends by then",
   (trace, fail) => {
-    const tree = treeOf(trace.experiment)
     const bound = livenessBoundMs(trace.experiment.config.heartbeatSecs)
-    // Each agent's signs of life are its own and its descendants' (a coordinator in agent_wait lives through its children).
-    const signs = new Map<string, Array<number>>(tree.map((node) => [node.label, []]))
-    const ancestors = (label: string): Array<string> => {
-      const out: Array<string> = []
-      for (let node = tree[Number(label.slice(1))]; node !== undefined; node = tree[node.parent ?? -1]) {
-        out.push(node.label)
+    const stalled = silences(trace).find((silence) => silence.silentMs > bound)
+    if (stalled === undefined) return undefined
+    const allowed = bound + (stalled.to - stalled.from - stalled.silentMs)
+    return fail(`${stalled.agent} went ${stalled.to - stalled.from} ms without a sign of life, bound ${allowed} ms`, {
+      agent: stalled.agent,
+      at: stalled.from,
+      evidence: {
+        silentFrom: stalled.from,
+        until: stalled.to,
+        boundMs: allowed,
+        heartbeatSecs: trace.experiment.config.heartbeatSecs
       }
-      return out
-    }
-    for (const event of trace.events) for (const label of ancestors(event.agent)) signs.get(label)?.push(event.t)
-    for (const request of trace.requests) signs.get(request.agent)?.push(request.t)
-    // A jump of the clock passes its time at once (a suspended machine: no watchdog runs during
-    // it): a gap is allowed the part of any jump it overlaps.
-    const jumps = trace.ops.filter((op) => op.op === "jump").map((op) => ({
-      from: op.t,
-      to: op.t + parseInt(op.outcome, 10)
-    }))
-    const crashedAt = new Map<string, number>()
-    for (const crash of trace.crashes ?? []) for (const agent of crash.interrupted) crashedAt.set(agent, crash.t)
-    // Each run of a sub-agent, from its start to its end (or the crash that cut it short, or the run's end).
-    const lives: Array<{ readonly label: string; readonly from: number; readonly to: number }> = []
-    for (const node of tree) {
-      if (node.index === 0) continue
-      const own = trace.events.filter((e) => e.agent === node.label)
-      own.forEach((start, i) => {
-        if (start.type !== "started") return
-        const end = own.slice(i).find(isTerminal)?.t
-        const crash = crashedAt.get(node.label)
-        lives.push({
-          label: node.label,
-          from: start.t,
-          to: end ?? (crash !== undefined && crash >= start.t ? crash : trace.end)
-        })
-      })
-    }
-    const cap = trace.experiment.config.cap
-    for (const life of lives) {
-      const label = life.label
-      const family = new Set(ancestors(label))
-      const times = [...signs.get(label)!.filter((t) => t >= life.from && t <= life.to), life.to].sort((a, b) => a - b)
-      for (let i = 1; i < times.length; i++) {
-        const [from, to] = [times[i - 1]!, times[i]!]
-        const allowed = bound +
-          jumps.reduce((sum, j) => sum + Math.max(0, Math.min(to, j.to) - Math.max(from, j.from)), 0)
-        if (to - from <= allowed) continue
-        // Waiting for a permit is not stalling: cap other agents (not its ancestors, which lend
-        // theirs while they wait) lived through the whole gap, each under this bound itself.
-        const holders = lives.filter((o) =>
-          o.label !== label && !family.has(o.label) && !ancestors(o.label).includes(label) && o.from <= from &&
-          o.to >= to
-        )
-        if (holders.length >= cap) continue
-        return fail(`${label} went ${to - from} ms without a sign of life, bound ${allowed} ms`, {
-          agent: label,
-          at: from,
-          evidence: {
-            silentFrom: from,
-            until: to,
-            boundMs: allowed,
-            heartbeatSecs: trace.experiment.config.heartbeatSecs
-          }
-        })
-      }
-    }
-    return undefined
+    })
   }
 )
 
