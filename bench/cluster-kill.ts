@@ -13,15 +13,23 @@
  *
  * Prints one JSON line (`CLUSTER_KILL {...}`) after a readable summary.
  */
-import { type ChildProcess, spawn } from "node:child_process"
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import { createServer } from "node:net"
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { DatabaseSync } from "node:sqlite"
 import { fileURLToPath } from "node:url"
+import { freePort } from "../packages/cluster/test/postgres.ts"
+import {
+  crashScriptFor,
+  fibrilAt,
+  killAll,
+  sqliteQuery as query,
+  stepOfRow,
+  steps,
+  until
+} from "../packages/cluster/test/workerProcesses.ts"
 
 const bin = fileURLToPath(new URL("../packages/cli/src/bin.ts", import.meta.url))
+const fibril = (args: ReadonlyArray<string>, env: Record<string, string> = {}) => fibrilAt(bin, args, env)
 
 export interface Result {
   readonly children: number
@@ -33,105 +41,12 @@ export interface Result {
   readonly ms: number
 }
 
-interface Proc {
-  readonly child: ChildProcess
-  readonly out: { stdout: string; stderr: string }
-  readonly done: Promise<number>
-}
-
-const running = new Set<ChildProcess>()
-
-const fibril = (args: ReadonlyArray<string>, env: Record<string, string> = {}): Proc => {
-  const child = spawn(process.execPath, ["--conditions=@fibril/source", bin, ...args], {
-    env: { ...process.env, OPENAI_API_KEY: "", FIBRIL_MODEL: "", ...env },
-    stdio: ["ignore", "pipe", "pipe"]
-  })
-  running.add(child)
-  const out = { stdout: "", stderr: "" }
-  child.stdout!.on("data", (d) => out.stdout += String(d))
-  child.stderr!.on("data", (d) => out.stderr += String(d))
-  const done = new Promise<number>((resolve) =>
-    child.on("exit", (code, signal) => {
-      running.delete(child)
-      resolve(code ?? (signal === "SIGKILL" ? 137 : 1))
-    })
-  )
-  return { child, out, done }
-}
-
-const until = async (check: () => boolean, what: string, ms = 60_000) => {
-  const deadline = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
-    await new Promise((r) => setTimeout(r, 50))
-  }
-}
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const server = createServer()
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address()
-      server.close(() => resolve(typeof address === "object" && address !== null ? address.port : 0))
-    })
-  })
-
-const query = (file: string, sql: string) => {
-  const db = new DatabaseSync(file, { readOnly: true })
-  try {
-    return db.prepare(sql).all() as Array<Record<string, unknown>>
-  } finally {
-    db.close()
-  }
-}
-
-interface StepEvent {
-  readonly pid: number
-  readonly event: "start" | "end"
-  readonly agentId: string
-  readonly run: number
-  readonly name: string
-}
-
-const steps = (log: string): ReadonlyArray<StepEvent> =>
-  readFileSync(log, "utf8").split("\n").filter((l) => l !== "").map((l) => JSON.parse(l) as StepEvent)
-
-/** The step a transcript row belongs to (AgentWorkflow: slot 100 the answer, 1000 + i tool call i). */
-const stepOfRow = (step: number, slot: number) =>
-  slot === 100 ? `model/${step}` : slot >= 1000 ? `tool/${step}/${slot - 1000}` : `model/${step}`
-
-const script = (children: number) => ({
-  rules: [
-    {
-      match: { depth: 1 },
-      turns: [
-        { tool_calls: [{ name: "read_file", args: { path: "a.txt" } }], delay_ms: 150 },
-        { tool_calls: [{ name: "list_dir", args: {} }], delay_ms: 150 },
-        { tool_calls: [{ name: "read_file", args: { path: "a.txt" } }], delay_ms: 150 },
-        { text: "child ok", delay_ms: 150 }
-      ]
-    },
-    {
-      match: { depth: 0 },
-      turns: [
-        {
-          tool_calls: Array.from({ length: children }, (_, i) => ({
-            name: "task",
-            args: { description: `part ${i}`, prompt: `part ${i}` }
-          }))
-        },
-        { text: "root ok" }
-      ]
-    }
-  ]
-})
-
 export const measure = async (children = 6): Promise<Result> => {
   const ws = mkdtempSync(join(tmpdir(), "fibril-bench-kill-"))
   try {
     mkdirSync(join(ws, ".fibril"))
     writeFileSync(join(ws, "a.txt"), "hello")
-    writeFileSync(join(ws, "script.json"), JSON.stringify(script(children)))
+    writeFileSync(join(ws, "script.json"), JSON.stringify(crashScriptFor(children)))
     const file = join(ws, "cluster.db")
     const url = `sqlite:${file}`
     const log = join(ws, "steps.log")
@@ -144,7 +59,7 @@ export const measure = async (children = 6): Promise<Result> => {
         ["worker", "--cluster", url, "--cwd", ws, "--model", `scripted:${join(ws, "script.json")}`, "--port", port],
         { FIBRIL_CLUSTER_STEP_LOG: log }
       )
-      await until(() => proc.out.stderr.includes("fibril worker: pid"), `worker up (${proc.out.stderr})`)
+      await until(() => proc.out.stderr.includes("fibril worker: pid"), `worker up (${proc.out.stderr})`, 60_000)
       return proc
     }
     const ended = () => steps(log).filter((e) => e.event === "end").length
@@ -156,7 +71,7 @@ export const measure = async (children = 6): Promise<Result> => {
     const journaled = new Map<string, number>()
     // Killed twice: once the children are under way, and again half-way through their steps.
     for (const after of [children + 2, children * 3]) {
-      await until(() => ended() >= after, `${after} steps ended`)
+      await until(() => ended() >= after, `${after} steps ended`, 60_000)
       const killed = workers.at(-1)!
       killed.child.kill("SIGKILL")
       await killed.done
@@ -166,7 +81,9 @@ export const measure = async (children = 6): Promise<Result> => {
       )
       for (const row of rows) {
         const name = stepOfRow(Number(row["step"]), Number(row["slot"]))
-        journaled.set(`${String(row["agent_id"])}#${String(row["run"])}:${name}`, workers.length - 1)
+        if (name !== undefined) {
+          journaled.set(`${String(row["agent_id"])}#${String(row["run"])}:${name}`, workers.length - 1)
+        }
       }
       workers.push(await worker())
     }
@@ -199,15 +116,8 @@ export const measure = async (children = 6): Promise<Result> => {
       ms
     }
   } finally {
-    await Promise.all([...running].map((child) =>
-      new Promise<void>((resolve) => {
-        if (child.exitCode !== null || child.signalCode !== null) return resolve()
-        child.once("exit", () => resolve())
-        child.kill("SIGKILL")
-      })
-    ))
-    if (process.env["KEEP"] === undefined) rmSync(ws, { recursive: true, force: true })
-    else console.log(ws)
+    await killAll()
+    rmSync(ws, { recursive: true, force: true })
   }
 }
 
