@@ -18,7 +18,20 @@
  * are served.
  */
 import * as Effect from "effect/Effect"
+import * as Stdio from "effect/Stdio"
 import * as Stream from "effect/Stream"
+
+/** `stdio` with its stdin replaced (what reads it: the guard below, the Tasks extension's intercept). */
+export const withStdin = (stdio: Stdio.Stdio, stdin: Stdio.Stdio["stdin"]) =>
+  Stdio.make({
+    args: stdio.args,
+    stdinIsTerminal: stdio.stdinIsTerminal,
+    stdoutIsTerminal: stdio.stdoutIsTerminal,
+    stderrIsTerminal: stdio.stderrIsTerminal,
+    stdout: (options) => stdio.stdout(options),
+    stderr: (options) => stdio.stderr(options),
+    stdin
+  })
 
 /** The longest line served, in bytes (Effect's own framing limit). */
 export const maxLineBytes = 16 * 1024 * 1024

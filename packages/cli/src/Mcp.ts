@@ -357,20 +357,15 @@ export const serve = <A, E, R>(server: Layer.Layer<A, E, R>) =>
       yield* Deferred.await(shutdown.stopped).pipe(Effect.timeout("10 seconds"), Effect.ignore)
     })
     const closed = yield* Deferred.make<void>()
-    const watched = Stdio.make({
-      args: stdio.args,
-      stdinIsTerminal: stdio.stdinIsTerminal,
-      stdoutIsTerminal: stdio.stdoutIsTerminal,
-      stderrIsTerminal: stdio.stderrIsTerminal,
-      stdout: (options) => stdio.stdout(options),
-      stderr: (options) => stdio.stderr(options),
-      // Lines are split and checked before the server decodes them: what it could not serve
-      // (not JSON, too long, too deep) is answered here, the rest of the read still served.
-      stdin: JsonRpcLines.guard(
+    // Lines are split and checked before the server decodes them: what it could not serve (not
+    // JSON, too long, too deep) is answered here, the rest of the read still served.
+    const watched = JsonRpcLines.withStdin(
+      stdio,
+      JsonRpcLines.guard(
         stdio.stdin,
         (line) => Stream.run(Stream.make(encoder.encode(line)), stdio.stdout()).pipe(Effect.ignore)
       ).pipe(Stream.onEnd(Deferred.succeed(closed, undefined)))
-    })
+    )
     // Up until stopped, or until its runtime, built behind it, fails (McpRuntime).
     const launched = Layer.build(
       server.pipe(Layer.provide(Layer.mergeAll(Layer.succeed(Stdio.Stdio, watched), Layer.succeed(Shutdown, shutdown))))

@@ -38,6 +38,7 @@ import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import * as Stdio from "effect/Stdio"
 import * as Stream from "effect/Stream"
+import * as JsonRpcLines from "./JsonRpcLines.ts"
 import * as McpApprovals from "./McpApprovals.ts"
 
 export const extension = "io.modelcontextprotocol/tasks"
@@ -342,15 +343,10 @@ export const stdioWithin = <R>(
       const context = yield* Effect.context<R>()
       const scope = yield* Scope.Scope
       const reply = (line: string) => Stream.run(Stream.make(encoder.encode(line)), outer.stdout()).pipe(Effect.ignore)
-      return Stdio.make({
-        args: outer.args,
-        stdinIsTerminal: outer.stdinIsTerminal,
-        stdoutIsTerminal: outer.stdoutIsTerminal,
-        stderrIsTerminal: outer.stderrIsTerminal,
-        stdout: (options) => outer.stdout(options),
-        stderr: (options) => outer.stderr(options),
-        stdin: intercept(outer.stdin, (c) => Effect.provideContext(within(answerClaimed(c)), context), reply, scope)
-      })
+      return JsonRpcLines.withStdin(
+        outer,
+        intercept(outer.stdin, (c) => Effect.provideContext(within(answerClaimed(c)), context), reply, scope)
+      )
     })
   )
 
