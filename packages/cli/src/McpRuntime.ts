@@ -78,17 +78,6 @@ export const layer = <RIn>(
     })
   )
 
-/** A runtime already built (`fibril mcp --cluster`, tests): its services are the context's. */
-export const ready: Layer.Layer<McpRuntime, never, Services> = Layer.effect(
-  McpRuntime,
-  Effect.map(Effect.context<Services>(), (services) =>
-    McpRuntime.of({
-      services: Effect.succeed(services),
-      built: Effect.succeedSome(services),
-      failed: Effect.never
-    }))
-)
-
 /** Runs `effect` with the runtime's services, once they are built. */
 export const use = <A, E, R>(
   effect: Effect.Effect<A, E, R>
