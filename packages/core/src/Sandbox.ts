@@ -39,6 +39,7 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import { threadId } from "node:worker_threads"
 import * as FibrilConfig from "./FibrilConfig.ts"
 import * as HostProcess from "./internal/hostProcess.ts"
 import * as Permission from "./Permission.ts"
@@ -486,9 +487,11 @@ const cgroupScoped = (parents: ReadonlyArray<HostProcess.CgroupParent>, name: st
   )
 
 /**
- * Launches of the whole process, naming their cgroups: several sandboxes live in one process
- * (the shell's, the MCP servers' read-only instances', `fibril doctor`'s probes), and the
- * cgroup tree is the host's, so a count per sandbox would name two launches alike (EEXIST).
+ * Launches of this thread, naming their cgroups with the process, the thread and a random part:
+ * several sandboxes live in one process (the shell's, the MCP servers' read-only instances',
+ * `fibril doctor`'s probes; lab workers are threads of it), and the cgroup tree is the host's,
+ * where a process killed with SIGKILL leaves its cgroups behind for a later process of the same
+ * pid to meet: a name made twice fails the launch (EEXIST).
  */
 let launches = 0
 
@@ -572,7 +575,7 @@ export const make = Effect.fn("Sandbox.make")(function*(options: Options, host: 
     for (const fd of leaked) {
       if (fd !== 3 && fd !== 4) additionalFds[`fd${fd}`] = { type: "input", stream: Stream.empty }
     }
-    const name = `fibril-${process.pid}-${++launches}`
+    const name = `fibril-${process.pid}-${threadId}-${++launches}-${Math.random().toString(36).slice(2, 8)}`
     const command = found.cgroups.length === 0
       ? ChildProcess.make(found.path, args, { ...spawnOptions, additionalFds })
       : ChildProcess.make("sh", ["-c", joinCgroups(found.cgroups, name), found.path, ...args], {
