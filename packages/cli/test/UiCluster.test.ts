@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { freePort } from "../../cluster/test/postgres.ts"
-import { children, fibril, killAll, until } from "../../cluster/test/processes.ts"
+import { children, fibril, killAll, pageSnapshot, until } from "../../cluster/test/processes.ts"
 import { bin, sourceCondition } from "./run.ts"
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), "fibril-ui-cluster-"))
@@ -36,25 +36,6 @@ interface AgentView {
   readonly parent_id: string | null
   readonly status: string
   readonly description: string
-}
-
-/** The first /events snapshot in which `done` holds (a bounded read of the live stream). */
-const snapshotWhere = async (url: string, done: (agents: ReadonlyArray<AgentView>) => boolean) => {
-  const response = await fetch(url, { signal: AbortSignal.timeout(30_000) })
-  assert.strictEqual(response.status, 200)
-  const decoder = new TextDecoder()
-  let buffer = ""
-  for await (const chunk of response.body!) {
-    buffer += decoder.decode(chunk, { stream: true })
-    let end: number
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const event = buffer.slice(0, end)
-      buffer = buffer.slice(end + 2)
-      const agents = (JSON.parse(event.replace(/^data: /, "")) as { agents: ReadonlyArray<AgentView> }).agents
-      if (done(agents)) return agents
-    }
-  }
-  throw new Error("the stream ended first")
 }
 
 /** `fibril mcp` with its stdin open: `call` sends a request and waits (bounded) for its answer. */
@@ -112,7 +93,7 @@ describe("fibril ui --cluster", () => {
 
       const client = fibril(["run", "go", "--cluster", url, "--cwd", tmp, "--json"])
       assert.strictEqual(await client.done, 0, client.out.stderr)
-      const agents = await snapshotWhere(
+      const agents = await pageSnapshot<AgentView>(
         `${page.origin}/events?token=${token}`,
         (all) => all.length === 2 && all.every((agent) => agent.status === "completed")
       )

@@ -26,6 +26,7 @@ import * as PgClusterStore from "../src/PgClusterStore.ts"
 import * as Sqlite from "../src/Sqlite.ts"
 import * as SqliteClusterStore from "../src/SqliteClusterStore.ts"
 import * as Pg from "./postgres.ts"
+import { agentRow } from "./support.ts"
 
 const reason = Pg.skipReason()
 let pg: Pg.Postgres | undefined
@@ -58,26 +59,7 @@ const sqlStore = Effect.promise(async () => {
   )
 )
 
-const row = (agentId: string): ClusterStore.AgentRow => ({
-  agentId,
-  parentId: "ag_root",
-  rootId: "ag_root",
-  depth: 1,
-  role: "general",
-  model: "",
-  description: agentId,
-  prompt: "go",
-  detached: false,
-  workspace: "/ws",
-  status: "pending",
-  run: 0,
-  executionId: `exec-${agentId}`,
-  text: null,
-  reason: null,
-  steps: 0,
-  toolCalls: 0,
-  tokens: 0
-})
+const row = (agentId: string): ClusterStore.AgentRow => agentRow(agentId)
 
 const prompt = Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: "go" })] })
 const answer = Prompt.makeMessage("assistant", { content: [Prompt.makePart("text", { text: "done" })] })

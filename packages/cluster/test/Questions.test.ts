@@ -17,7 +17,8 @@ import * as Node from "../src/Node.ts"
 import * as Sqlite from "../src/Sqlite.ts"
 import * as SqliteClusterStore from "../src/SqliteClusterStore.ts"
 import { freePort } from "./postgres.ts"
-import { askScript, fibril, killAll, sqliteQuery as query, until } from "./processes.ts"
+import { askScript, fibril, killAll, pageSnapshot, sqliteQuery as query, until } from "./processes.ts"
+import { agentRow } from "./support.ts"
 
 // The asker calls `shell` twice: the first call's "always" answer covers the second.
 const alwaysScript = {
@@ -98,7 +99,7 @@ describe("durable approval questions in cluster mode (SQLite, fibril worker proc
       await until(() => /fibril ui: http/.test(ui.out.stderr), `ui up (${ui.out.stderr})`)
       const page = new URL(/fibril ui: (http:\/\/\S+)/.exec(ui.out.stderr)![1]!)
       const token = page.searchParams.get("token")!
-      const shownOnPage = await firstSnapshot(
+      const shownOnPage = await pageSnapshot<PageAgent>(
         `${page.origin}/events?token=${token}`,
         (agents) => agents.some((agent) => agent.questions.length > 0)
       )
@@ -172,26 +173,6 @@ describe("durable approval questions in cluster mode (SQLite, fibril worker proc
   )
 })
 
-/** The first snapshot of the page's /events stream in which `done` holds (a bounded read). */
-const firstSnapshot = async (
-  url: string,
-  done: (agents: ReadonlyArray<PageAgent>) => boolean
-): Promise<ReadonlyArray<PageAgent>> => {
-  const response = await fetch(url, { signal: AbortSignal.timeout(30_000) })
-  assert.strictEqual(response.status, 200)
-  const decoder = new TextDecoder()
-  let buffer = ""
-  for await (const chunk of response.body!) {
-    buffer += decoder.decode(chunk, { stream: true })
-    for (let end = buffer.indexOf("\n\n"); end >= 0; end = buffer.indexOf("\n\n")) {
-      const agents = (JSON.parse(buffer.slice(0, end).replace(/^data: /, "")) as { agents: Array<PageAgent> }).agents
-      buffer = buffer.slice(end + 2)
-      if (done(agents)) return agents
-    }
-  }
-  throw new Error("the page's stream ended first")
-}
-
 interface PageAgent {
   readonly description: string
   readonly questions: ReadonlyArray<{ readonly id: string; readonly tool: string }>
@@ -210,26 +191,8 @@ const request = (agentId: string): Approvals.Ask => ({
 })
 
 /** A running agent's row (a root unless told otherwise). */
-const row = (agentId: string) => ({
-  agentId,
-  parentId: null as string | null,
-  rootId: "ag_1",
-  depth: 1,
-  role: "general",
-  model: "",
-  description: "asker",
-  prompt: "go",
-  detached: false,
-  workspace: "/ws",
-  status: "running" as const,
-  run: 0,
-  executionId: `exec-${agentId}`,
-  text: null,
-  reason: null,
-  steps: 0,
-  toolCalls: 0,
-  tokens: 0
-})
+const row = (agentId: string) =>
+  agentRow(agentId, { parentId: null, rootId: "ag_1", description: "asker", status: "running" })
 
 let files = 0
 /** The questions on a new SQLite file with one running agent `ag_1` (TestClock: time moves when told). */

@@ -176,6 +176,27 @@ const contract = (engine: Engine) => {
     ((title: string, body: Parameters<typeof tester>[1]) =>
       engine.runs === undefined || engine.runs(title) ? tester(title, body) : it.skip(title, () => {})) as typeof tester
 
+  /** A root whose one `task` (its `args`) starts a child that lists the workspace: the child's summary. */
+  const listingChild = (args: Record<string, unknown>, options?: Parameters<Engine["run"]>[1]) =>
+    Effect.gen(function*() {
+      const run = yield* engine.run({
+        rules: [
+          {
+            match: { depth: 1 },
+            respond: (c) =>
+              c.turn === 0
+                ? { tool_calls: [{ name: "list_dir", args: {} }] }
+                : { text: report(`list_dir said: ${JSON.stringify(c.lastToolResults[0]?.result)}`) }
+          },
+          { match: { depth: 0 }, turns: [{ tool_calls: [{ name: "task", args }] }, { text: "root done" }] }
+        ]
+      }, options)
+      assert.strictEqual(run.text, "root done")
+      const [task] = run.toolResults
+      assert.isFalse(task!.isFailure, JSON.stringify(task))
+      return (task!.result as { summary: string }).summary
+    })
+
   test("task: a completed child's result has the summary, the sections, tokens and a transcript handle", () =>
     Effect.gen(function*() {
       const run = yield* engine.run({
@@ -700,28 +721,7 @@ const contract = (engine: Engine) => {
 
   test("ask: a spawn's ask_tools make the child's calls ask (a posture here); with nobody to answer, denied", () =>
     Effect.gen(function*() {
-      const run = yield* engine.run({
-        rules: [
-          {
-            match: { depth: 1 },
-            respond: (c) =>
-              c.turn === 0
-                ? { tool_calls: [{ name: "list_dir", args: {} }] }
-                : { text: report(`list_dir said: ${JSON.stringify(c.lastToolResults[0]?.result)}`) }
-          },
-          {
-            match: { depth: 0 },
-            turns: [
-              { tool_calls: [{ name: "task", args: { description: "asked", prompt: "x", ask_tools: ["read"] } }] },
-              { text: "root done" }
-            ]
-          }
-        ]
-      })
-      assert.strictEqual(run.text, "root done")
-      const [task] = run.toolResults
-      assert.isFalse(task!.isFailure, JSON.stringify(task))
-      const summary = (task!.result as { summary: string }).summary
+      const summary = yield* listingChild({ description: "asked", prompt: "x", ask_tools: ["read"] })
       assert.include(summary, "ApprovalDenied")
       assert.include(summary, "read tools ask")
     }))
@@ -877,36 +877,13 @@ const contract = (engine: Engine) => {
 
   test("ask: an agent definition's ask_tools make its agent's calls ask; with nobody to answer, denied", () =>
     Effect.gen(function*() {
-      const run = yield* engine.run({
-        rules: [
-          {
-            match: { depth: 1 },
-            respond: (c) =>
-              c.turn === 0
-                ? { tool_calls: [{ name: "list_dir", args: {} }] }
-                : { text: report(`list_dir said: ${JSON.stringify(c.lastToolResults[0]?.result)}`) }
-          },
-          {
-            match: { depth: 0 },
-            turns: [
-              {
-                tool_calls: [{ name: "task", args: { description: "careful", prompt: "x", subagent_type: "careful" } }]
-              },
-              { text: "root done" }
-            ]
-          }
-        ]
-      }, {
+      const summary = yield* listingChild({ description: "careful", prompt: "x", subagent_type: "careful" }, {
         settings: {
           agentFiles: {
             "careful.md": "---\ndescription: asks before listing\nask_tools: [list_dir]\n---\nBe careful.\n"
           }
         }
       })
-      assert.strictEqual(run.text, "root done")
-      const [task] = run.toolResults
-      assert.isFalse(task!.isFailure, JSON.stringify(task))
-      const summary = (task!.result as { summary: string }).summary
       assert.include(summary, "ApprovalDenied")
       assert.include(summary, "list_dir")
     }))

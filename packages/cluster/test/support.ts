@@ -48,3 +48,26 @@ export type Built = Effect.Success<ReturnType<typeof setup>>
 
 export const get = <I, S>(built: Built, tag: Context.Key<I, S>): S =>
   Context.get(built.context as Context.Context<I>, tag)
+
+/** A sub-agent's row as the store keeps it: `fields` over a pending depth-1 child of `ag_root`. */
+export const agentRow = (agentId: string, fields: Partial<ClusterStore.AgentRow> = {}): ClusterStore.AgentRow => ({
+  agentId,
+  parentId: "ag_root",
+  rootId: "ag_root",
+  depth: 1,
+  role: "general",
+  model: "",
+  description: agentId,
+  prompt: "go",
+  detached: false,
+  workspace: "/ws",
+  status: "pending",
+  run: 0,
+  executionId: `exec-${agentId}`,
+  text: null,
+  reason: null,
+  steps: 0,
+  toolCalls: 0,
+  tokens: 0,
+  ...fields
+})

@@ -161,3 +161,26 @@ export const sqliteQuery = (file: string, sql: string): ReadonlyArray<Record<str
     db.close()
   }
 }
+
+/**
+ * The first snapshot of a `fibril ui` page's /events stream (server-sent events, one JSON
+ * `{agents}` each) whose agents `done` holds for: a bounded read (30 s) of the live stream.
+ */
+export const pageSnapshot = async <A>(
+  url: string,
+  done: (agents: ReadonlyArray<A>) => boolean
+): Promise<ReadonlyArray<A>> => {
+  const response = await fetch(url, { signal: AbortSignal.timeout(30_000) })
+  if (response.status !== 200) throw new Error(`${url}: status ${response.status}`)
+  const decoder = new TextDecoder()
+  let buffer = ""
+  for await (const chunk of response.body!) {
+    buffer += decoder.decode(chunk, { stream: true })
+    for (let end = buffer.indexOf("\n\n"); end >= 0; end = buffer.indexOf("\n\n")) {
+      const agents = (JSON.parse(buffer.slice(0, end).replace(/^data: /, "")) as { agents: Array<A> }).agents
+      buffer = buffer.slice(end + 2)
+      if (done(agents)) return agents
+    }
+  }
+  throw new Error(`${url}: the stream ended first`)
+}
