@@ -17,7 +17,6 @@ import * as AgentEvents from "@fibril/core/AgentEvents"
 import * as Fibril from "@fibril/core/Fibril"
 import * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as McpServers from "@fibril/core/McpServers"
-import * as McpTools from "@fibril/core/McpTools"
 import * as Permission from "@fibril/core/Permission"
 import * as ProcessIsolation from "@fibril/core/ProcessIsolation"
 import * as Session from "@fibril/core/Session"
@@ -136,11 +135,8 @@ const main = Effect.gen(function*() {
     cwd: start.cwd
   })
   // The workspace's MCP servers, as its parent's process has them (started on first use here:
-  // the child's rules, its parent's ceiling, say which it may use). None under a Fibril started
-  // as an MCP server by Fibril, as in Runtime.mcpServersOf.
-  const mcpServers = process.env[McpTools.serverMarker] === undefined
-    ? yield* McpServers.load({ cwd: start.cwd, home: os.homedir() })
-    : []
+  // the child's rules, its parent's ceiling, say which it may use).
+  const mcpServers = yield* McpServers.forProcess({ cwd: start.cwd, home: os.homedir(), env: process.env })
   const context = yield* Layer.build(
     Fibril.layerWithModels({
       cwd: start.cwd,

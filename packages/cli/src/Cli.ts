@@ -216,8 +216,8 @@ export const worker = Command.make(
     otlp: TracingFlag.otlp
   },
   Effect.fn("fibril.worker.command")(function*(flags) {
-    const [Runtime, ClusterWorker] = yield* Effect.promise(() =>
-      Promise.all([import("./Runtime.ts"), import("./ClusterWorker.ts")])
+    const [Runtime, ClusterWorker, McpServers] = yield* Effect.promise(() =>
+      Promise.all([import("./Runtime.ts"), import("./ClusterWorker.ts"), import("@fibril/core/McpServers")])
     )
     const environment = yield* ProcessEnvironment
     const cwd = yield* resolveCwd(flags.cwd)
@@ -236,7 +236,7 @@ export const worker = Command.make(
       settings: loaded.settings,
       selection,
       // Each worker starts its own servers, from its own workspace's configuration.
-      mcpServers: yield* Runtime.mcpServersOf(environment, cwd),
+      mcpServers: yield* McpServers.forProcess({ cwd, home: environment.home, env: environment.env }),
       maxConcurrent: Option.getOrUndefined(flags.maxConcurrent),
       shutdownTimeoutSecs: flags.shutdownTimeout,
       host: flags.host,

@@ -24,7 +24,7 @@ export interface WorkerFlags {
   readonly cwd: string
   readonly settings: Parameters<typeof Session.optionsFrom>[0]
   readonly selection: ModelSelection.Selection
-  /** The MCP servers whose tools its agents get (Runtime.mcpServersOf). */
+  /** The MCP servers whose tools its agents get (McpServers.forProcess). */
   readonly mcpServers: ReadonlyArray<McpServers.Server>
   readonly maxConcurrent: number | undefined
   readonly shutdownTimeoutSecs: number

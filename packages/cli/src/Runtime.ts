@@ -9,7 +9,6 @@ import * as Approvals from "@fibril/core/Approvals"
 import * as Fibril from "@fibril/core/Fibril"
 import type * as FibrilConfig from "@fibril/core/FibrilConfig"
 import * as McpServers from "@fibril/core/McpServers"
-import * as McpTools from "@fibril/core/McpTools"
 import * as ProcessIsolation from "@fibril/core/ProcessIsolation"
 import * as RateLimiter from "@fibril/core/RateLimiter"
 import * as Session from "@fibril/core/Session"
@@ -106,16 +105,6 @@ export interface Flags extends ModelFlags {
 }
 
 /**
- * The MCP servers whose tools this process's agents get (`[mcp_servers.*]`, `.mcp.json`). A
- * Fibril started as an MCP server by another Fibril starts none: a `.mcp.json` that runs
- * `fibril mcp` would otherwise start Fibril inside Fibril without end.
- */
-export const mcpServersOf = (environment: Environment, cwd: string) =>
-  environment.env[McpTools.serverMarker] === undefined
-    ? McpServers.load({ cwd, home: environment.home })
-    : Effect.succeed([])
-
-/**
  * The runtime of a command from what it was given: the model its flags select (or `selection`,
  * made already), the store's limits from the environment (`FIBRIL_STORE_LEASE_MS`), and
  * {@link layer} built from them. The selection comes back too, for the command to describe.
@@ -129,7 +118,7 @@ export const make = Effect.fn("fibril.runtime.make")(function*(
 ) {
   const selection = selected ?? (yield* select(environment, cwd, settings, flags))
   const storeLimits = yield* RunRecords.storeLimits(environment.env)
-  const mcpServers = yield* mcpServersOf(environment, cwd)
+  const mcpServers = yield* McpServers.forProcess({ cwd, home: environment.home, env: environment.env })
   return {
     selection,
     layer: layer({

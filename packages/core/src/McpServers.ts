@@ -14,7 +14,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as path from "node:path"
 import { readToml } from "./internal/configFile.ts"
-import { check, isRecord, McpServerInvalid, type Server, shape } from "./internal/mcpEntry.ts"
+import { check, isRecord, McpServerInvalid, type Server, serverMarker, shape } from "./internal/mcpEntry.ts"
 
 export {
   acceptedKeys,
@@ -121,3 +121,12 @@ export const describe = (server: Server): string => {
     : shown.url + (Object.keys(shown.headers).length > 0 ? `  headers ${JSON.stringify(shown.headers)}` : "")
   return `${shown.name}  ${shown.transport}  ${detail}  timeout ${shown.timeoutSecs}s  (${shown.source})`
 }
+
+/**
+ * The servers whose tools a process's agents get: `load`'s, except in a Fibril started as an MCP
+ * server by another Fibril (`env` carries the marker every server Fibril starts gets), which
+ * starts none: a `.mcp.json` that runs `fibril mcp` would otherwise start Fibril inside Fibril
+ * without end.
+ */
+export const forProcess = (options: LoadOptions & { readonly env: Readonly<Record<string, string | undefined>> }) =>
+  options.env[serverMarker] === undefined ? load(options) : Effect.succeed([])

@@ -344,6 +344,13 @@ describe("MCP server configuration", () => {
       ]])
       assert.strictEqual(servers[0]!.timeoutSecs, 5)
       assert.strictEqual(servers[1]!.source, path.join(root, ".mcp.json"))
+      // A process's servers: the same, except in a Fibril started as a server by Fibril (none).
+      const home = path.join(root, "no-home")
+      assert.strictEqual((yield* McpServers.forProcess({ cwd: root, home, env: {} })).length, 2)
+      assert.deepStrictEqual(
+        yield* McpServers.forProcess({ cwd: root, home, env: { [McpTools.serverMarker]: "1" } }),
+        []
+      )
       const shown = servers.map(McpServers.describe).join("\n")
       assert.notInclude(shown, "s3cret")
       assert.notInclude(shown, "abc")

@@ -31,8 +31,9 @@ export class McpServerUnavailable extends Schema.TaggedError<McpServerUnavailabl
   }
 }
 
-/** Set in the environment of every stdio server Fibril starts (see `connect`). */
-export const serverMarker = "FIBRIL_MCP_SERVER"
+import { serverMarker } from "./mcpEntry.ts"
+
+export { serverMarker }
 
 const clientInfo = { name: "fibril", version: "0.1.0" }
 

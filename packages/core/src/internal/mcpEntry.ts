@@ -6,6 +6,10 @@
 import * as Schema from "effect/Schema"
 
 /** The keys a `[mcp_servers.<name>]` table (or a `.mcp.json` entry) may hold. */
+
+/** Set in the environment of every stdio server Fibril starts (mcpConnection's `connect`). */
+export const serverMarker = "FIBRIL_MCP_SERVER"
+
 export const acceptedKeys: ReadonlyArray<string> = [
   "type",
   "command",
