@@ -33,12 +33,20 @@ import * as Prompt from "effect/ai/Prompt"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Schema from "effect/Schema"
-import { Activity, DurableClock, type WorkflowEngine } from "effect/workflow"
-import { AgentPayload, AgentWorkflow, childId, grantsOf, rowFor, traced, txActivity } from "./AgentRun.ts"
+import { Activity, DurableClock, DurableDeferred, type WorkflowEngine } from "effect/workflow"
+import {
+  AgentPayload,
+  AgentWorkflow,
+  childId,
+  fallbackAfter,
+  grantsOf,
+  rowFor,
+  traced,
+  txActivity
+} from "./AgentRun.ts"
 import * as ClusterClient from "./ClusterClient.ts"
-import { AgentRow, ClusterStore, finished, type StoreFailure } from "./ClusterStore.ts"
+import { AgentRow, ClusterStore, finished, type StoreFailure, waitSatisfied } from "./ClusterStore.ts"
 import { cancelTree } from "./ClusterWatch.ts"
 import { owner, viewOf, workerRecord } from "./internal/views.ts"
 
@@ -136,12 +144,6 @@ export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnC
 
 // --- The contract over a backend ---
 
-/** How a run that failed or was cancelled ended, should its row not say it yet. */
-export interface Ending {
-  readonly status: "failed" | "cancelled"
-  readonly reason: string
-}
-
 /** What the workflow body and the client each provide; the contract is written once over it. */
 export interface Backend {
   /** The store effect run once: a journaled activity in a workflow (`transactional`: its writes commit with it). */
@@ -168,10 +170,8 @@ export interface Backend {
   readonly checks: SpawnChecks
   /** Starts a recorded agent's workflow and goes on. */
   readonly start: (payload: AgentPayload) => Effect.Effect<void>
-  /** Runs a recorded agent's workflow to its end: its final row when its run gave it, or how it ended. */
-  readonly runToEnd: (
-    payload: AgentPayload
-  ) => Effect.Effect<{ readonly row?: AgentRow | undefined; readonly ending?: Ending | undefined }>
+  /** Runs a recorded agent's workflow to its end: its final row (absent: read it). */
+  readonly runToEnd: (payload: AgentPayload) => Effect.Effect<AgentRow | undefined>
   /** The rows of `ids` once `mode` is met or `timeoutMs` has passed (each id exists). */
   readonly waitRows: (
     ids: ReadonlyArray<string>,
@@ -334,10 +334,8 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
     Effect.gen(function*() {
       const payload = yield* payloadFor(request, false)
       yield* admit(payload)
-      const { ending, row: last } = yield* backend.runToEnd(payload)
       // The child's row says how it ended: a failed or cancelled child is a result, not an error.
-      const row = last ?? (yield* Effect.orDie(found(payload.agentId)))
-      return viewOf(ending === undefined || finished(row.status) ? row : { ...row, ...ending })
+      return viewOf((yield* backend.runToEnd(payload)) ?? (yield* Effect.orDie(found(payload.agentId))))
     })
 
   const wait: Manager["wait"] = (ids, { mode, timeoutMs }) =>
@@ -547,32 +545,62 @@ export const inWorkflow = (run: WorkflowRun, step: number, index: number): Manag
     effect: Effect.Effect<A, E, ClusterStore | WorkflowEngine.WorkflowEngine | WorkflowEngine.WorkflowInstance>
   ) => Effect.provide(effect, run.context)
   // Between two looks the caller sleeps on a durable clock (the workflow suspends; nothing is
-  // polled); a child's end completes that clock early (the child's `signalParent`), and the
-  // clock itself fires at the timeout, or after `waitFallbackMs`. The deadline is the first
-  // look's store time plus the timeout: journaled, so a replay decides the same.
-  const waitRows: Backend["waitRows"] = (ids, mode, timeoutMs) =>
-    provide(Effect.gen(function*() {
+  // polled). Each look records the wait while it stays open, closes it when it does not
+  // (`ClusterStore.waitOpen`); a child's end completes the clocks of the parent's turn once all
+  // its waits are satisfied (the child's `signalParent`), and a clock fires by itself at the
+  // timeout, or after the fallback (`fallbackAfter`, doubling). The deadline is the first look's
+  // store time plus the timeout: journaled, so a replay decides the same.
+  const looks = (ids: ReadonlyArray<string>, mode: "any" | "all", timeoutMs: number | undefined) =>
+    Effect.gen(function*() {
       let deadline: number | undefined
-      while (true) {
+      for (let attempt = 0;; attempt++) {
         const look = requests++
-        const clock = `wait/${step}/${index}/${look}`
+        // A wait without a timeout sleeps on its turn's clock, shared by the turn's calls at the
+        // same attempt: a child's end completes one clock for the whole turn, and so resumes
+        // the run once (a clock per call, each completed in turn, resumed it once per clock).
+        const clock = timeoutMs === undefined ? `turn/${step}/${attempt}` : `wait/${step}/${index}/${look}`
+        const wait = { call: `${parent.run}/${step}/${index}`, run: parent.run, step, clock, mode, deadline, timeoutMs }
         const seen = yield* txActivity({
           name: `look/${step}/${index}/${look}`,
           success: Schema.Struct({ rows: Schema.Array(AgentRow), now: Schema.Number }),
-          execute: Effect.orDie(ClusterStore.use((store) => store.look(parent.agentId, ids, clock)))
+          execute: Effect.orDie(ClusterStore.use((store) => store.look(parent.agentId, ids, wait)))
         })
         if (deadline === undefined && timeoutMs !== undefined) deadline = seen.now + timeoutMs
-        const done = seen.rows.filter((row) => finished(row.status)).length
-        const satisfied = seen.rows.length === 0 || (mode === "any" ? done > 0 : done === seen.rows.length)
+        const satisfied = waitSatisfied(seen.rows.map((row) => finished(row.status)), mode)
         if (satisfied || (deadline !== undefined && seen.now >= deadline)) {
           return { rows: seen.rows, timedOut: !satisfied }
         }
-        const wait = deadline === undefined
-          ? run.waitFallbackMs
-          : Math.max(1, Math.min(run.waitFallbackMs, deadline - seen.now))
-        yield* DurableClock.sleep({ name: clock, duration: wait, inMemoryThreshold: 0 })
+        const fallback = fallbackAfter(run.waitFallbackMs, attempt)
+        const duration = deadline === undefined ? fallback : Math.max(1, Math.min(fallback, deadline - seen.now))
+        yield* DurableClock.sleep({ name: clock, duration, inMemoryThreshold: 0 })
       }
-    }))
+    })
+  // A call that waits is held (effect/workflow's durable race of one effect): the run does not
+  // suspend while it is on its way to its first sleep, so every call of a turn has started its
+  // child and recorded its wait before the run suspends (else a turn's K calls would suspend at
+  // the first one parked, the others' children not started nor their waits recorded, and be
+  // woken by partial turns). Its outcome is journaled: a later replay reads it instead of
+  // replaying the call's looks. (The effect is not given the run's context again: it must see
+  // the hold's own instance.)
+  const held = <A, I>(
+    schema: Schema.Codec<A, I>,
+    effect: Effect.Effect<A, never, ClusterStore | WorkflowEngine.WorkflowEngine | WorkflowEngine.WorkflowInstance>
+  ) =>
+    Effect.suspend(() =>
+      provide(DurableDeferred.raceAll({
+        name: `call/${step}/${index}/${requests++}`,
+        success: schema,
+        error: Schema.Never,
+        effects: [effect]
+      }))
+    )
+  const Seen = Schema.Struct({ rows: Schema.Array(AgentRow), timedOut: Schema.Boolean })
+  const waitRows: Backend["waitRows"] = (ids, mode, timeoutMs) => held(Seen, looks(ids, mode, timeoutMs))
+  // Detached for the engine: the parent's wakes are Fibril's (its waits), not effect/workflow's
+  // resume of an attached parent at each child's end. The caller's span is read outside
+  // `provide`: the run's context holds the span its body started under, not the tool call's.
+  const execute = (sent: AgentPayload) => AgentWorkflow.execute(sent, { discard: true, detached: true })
+  const start = (payload: AgentPayload) => Effect.flatMap(traced(payload), (sent) => provide(execute(sent)))
   return make({
     once: (kind, schema, effect, transactional) =>
       Effect.suspend(() => {
@@ -590,24 +618,22 @@ export const inWorkflow = (run: WorkflowRun, step: number, index: number): Manag
     rejectOver: rejectOver(run),
     preRecorded: rejectOver(run) === undefined,
     checks: run.checks,
-    // The caller's span is read here, outside `provide`: the run's context holds the span its
-    // body started under, not the tool call's.
-    start: (payload) =>
-      Effect.flatMap(
-        traced(payload),
-        (sent) => provide(AgentWorkflow.execute(sent, { discard: true, detached: sent.detached }))
-      ),
+    start,
+    // A `task` child is started as any child and waited for as `agent_wait` waits: its end wakes
+    // the parent once the turn's other waits are satisfied too, where a child workflow run
+    // attached to its parent resumes it at each end (K `task` calls: K replays of the turn).
     runToEnd: (payload) =>
       Effect.flatMap(traced(payload), (sent) =>
-        provide(Effect.map(
-          Effect.exit(AgentWorkflow.execute(sent)),
-          (exit) =>
-            Exit.isSuccess(exit)
-              ? { row: exit.value.row }
-              : exit.cause.reasons.every((reason) => reason._tag === "Interrupt")
-              ? { ending: { status: "cancelled" as const, reason: "the sub-agent was cancelled" } }
-              : { ending: { status: "failed" as const, reason: String(exit.cause) } }
-        ))),
+        Effect.map(
+          held(
+            MaybeRow,
+            Effect.andThen(
+              execute(sent),
+              Effect.map(looks([payload.agentId], "all", undefined), (s) => orNull(s.rows[0]))
+            )
+          ),
+          (row) => row ?? undefined
+        )),
     waitRows,
     read: run.read
   }, optionsOf(run.maxConcurrent, run.admission))
@@ -642,14 +668,18 @@ export const client = (options: ClientOptions) =>
           const rows = (yield* Effect.orDie(Effect.forEach(ids, (id) => store.get(id)))).filter((row) =>
             row !== undefined
           )
-          const done = rows.filter((row) => finished(row.status)).length
-          const satisfied = rows.length === 0 || (mode === "any" ? done > 0 : done === rows.length)
+          const satisfied = waitSatisfied(rows.map((row) => finished(row.status)), mode)
           if (satisfied || (deadline !== undefined && (yield* Clock.currentTimeMillis) >= deadline)) {
             return { rows, timedOut: !satisfied }
           }
           yield* Effect.sleep(pollMs)
         }
       }))
+    const start = (payload: AgentPayload) =>
+      Effect.sync(() => started.add(payload.agentId)).pipe(
+        Effect.andThen(traced(payload)),
+        Effect.flatMap((sent) => provide(AgentWorkflow.execute(sent, { discard: true })))
+      )
     return make({
       once: (_kind, _schema, effect) => Effect.orDie(provide(effect)),
       parent: undefined,
@@ -664,16 +694,11 @@ export const client = (options: ClientOptions) =>
       rejectOver: undefined,
       preRecorded: false,
       checks: {},
-      start: (payload) =>
-        Effect.sync(() => started.add(payload.agentId)).pipe(
-          Effect.andThen(traced(payload)),
-          Effect.flatMap((sent) => provide(AgentWorkflow.execute(sent, { discard: true })))
-        ),
+      start,
       runToEnd: (payload) =>
-        Effect.sync(() => started.add(payload.agentId)).pipe(
-          Effect.andThen(traced(payload)),
-          Effect.flatMap((sent) => provide(AgentWorkflow.execute(sent, { discard: true }))),
-          Effect.andThen(Effect.as(waitRows([payload.agentId], "all", undefined), {}))
+        Effect.andThen(
+          start(payload),
+          Effect.map(waitRows([payload.agentId], "all", undefined), (seen) => seen.rows[0])
         ),
       waitRows,
       read: new Set()

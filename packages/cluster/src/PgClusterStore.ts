@@ -30,7 +30,8 @@ import {
   encodeMessage,
   fromDb,
   journalSql,
-  runStepSql
+  runStepSql,
+  waitsSql
 } from "./internal/sql.ts"
 
 type Service = ClusterStore["Service"]
@@ -92,6 +93,10 @@ export const migrate = Effect.gen(function*() {
   // Version 5: a completed answer's checked claims (JSON) and a typed result's schema (JSON).
   yield* sql`ALTER TABLE fibril_agents ADD COLUMN IF NOT EXISTS claims text,
     ADD COLUMN IF NOT EXISTS output_schema text`
+  // Version 6: a parent's open waits, one per call (\`waiting_on\`, one clock per agent, is unused).
+  yield* sql`CREATE TABLE IF NOT EXISTS fibril_waits (agent_id text NOT NULL, call_id text NOT NULL,
+    run int NOT NULL, step int NOT NULL, clock text NOT NULL, mode text NOT NULL, ids text NOT NULL,
+    PRIMARY KEY (agent_id, call_id))`
   yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 })
@@ -386,11 +391,12 @@ const runSteps = (sql: SqlClient.SqlClient): Pick<Service, "startRun" | "beginSt
 const following = (
   sql: SqlClient.SqlClient,
   markers: Option.Option<SqlClient.SqlClient>
-): Pick<Service, "changes" | "look" | "stale" | "cancelledAmong" | "startToolCall"> => {
+): Pick<Service, "changes" | "look" | "wakeParent" | "stale" | "cancelledAmong" | "startToolCall"> => {
   // A step's transaction is the SqlClient's transaction connection in the context: without it, a
   // statement takes a connection of its own and commits at once.
   const omitTransaction = Context.omit(sql.transactionService)
   const outsideTransaction = (context: Context.Context<never>): Context.Context<never> => omitTransaction(context)
+  const waits = waitsSql(sql, true)
   return {
     changes: (rootId, cursor) =>
       attempt(
@@ -420,11 +426,10 @@ const following = (
           }
         })
       ),
-    look: (agentId, ids, waitingOn) =>
+    look: (agentId, ids, wait) =>
       attempt(
         "look",
         Effect.gen(function*() {
-          yield* sql`UPDATE fibril_agents SET waiting_on = ${waitingOn} WHERE agent_id = ${agentId}`
           const rows = ids === undefined
             ? yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE parent_id = ${agentId}
                 AND status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_at FOR SHARE`
@@ -433,12 +438,13 @@ const following = (
             : yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE agent_id IN ${sql.in(ids)} FOR SHARE`
           const [clock] = yield* sql<{ now: number }>`SELECT (EXTRACT(EPOCH FROM now()) * 1000)::float8 AS now`
           const byId = new Map(rows.map((r) => [r.agent_id, fromDb(r)]))
-          return {
-            rows: ids === undefined ? rows.map(fromDb) : ids.flatMap((id) => byId.get(id) ?? []),
-            now: Number(clock?.now ?? 0)
-          }
+          const seen = ids === undefined ? rows.map(fromDb) : ids.flatMap((id) => byId.get(id) ?? [])
+          const now = Number(clock?.now ?? 0)
+          if (wait !== undefined) yield* waits.record(agentId, wait, seen, now)
+          return { rows: seen, now }
         })
       ),
+    wakeParent: (agentId) => attempt("wakeParent", sql.withTransaction(waits.wakeParent(agentId))),
     stale: (seconds) =>
       attempt(
         "stale",
