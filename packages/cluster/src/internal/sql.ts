@@ -224,11 +224,13 @@ export const runStepSql = (sql: SqlClient.SqlClient) =>
 /**
  * A parent's open waits (`fibril_waits`, one row per call): `record` is a look's write, in the
  * look's transaction (after its read of the children); `wakeParent` a child's end's read and
- * close, in a transaction of its own. Postgres locks the parent's rows (`lock`), so two ends at
- * once take turns: the later one sees the earlier one's end and closes the waits once.
+ * close, in a transaction of its own. Postgres locks the parent's row first (`lock`; SQLite has
+ * one writer), so two ends at once take turns: the later one sees the earlier one's end and
+ * closes the waits once. (Locking the wait rows instead, several ends at once deadlocked: each
+ * takes them in its own order.)
  */
 export const waitsSql = (sql: SqlClient.SqlClient, lock: boolean) => {
-  const forUpdate = sql.literal(lock ? "FOR UPDATE" : "")
+  const forUpdate = sql.literal(lock ? "FOR UPDATE OF p" : "")
   const record = (agentId: string, wait: Wait, rows: ReadonlyArray<AgentRow>, now: number) =>
     waitOpen(wait, rows, now)
       ? sql`INSERT INTO fibril_waits (agent_id, call_id, run, step, clock, mode, ids)
@@ -240,10 +242,10 @@ export const waitsSql = (sql: SqlClient.SqlClient, lock: boolean) => {
     Effect.gen(function*() {
       const [parent] = yield* sql<{ agent_id: string; execution_id: string }>`
         SELECT p.agent_id, p.execution_id FROM fibril_agents c JOIN fibril_agents p ON p.agent_id = c.parent_id
-        WHERE c.agent_id = ${agentId}`
+        WHERE c.agent_id = ${agentId} ${forUpdate}`
       if (parent === undefined) return undefined
       const rows = yield* sql<{ run: number; step: number; clock: string; mode: "any" | "all"; ids: string }>`
-        SELECT run, step, clock, mode, ids FROM fibril_waits WHERE agent_id = ${parent.agent_id} ${forUpdate}`
+        SELECT run, step, clock, mode, ids FROM fibril_waits WHERE agent_id = ${parent.agent_id}`
       const open: ReadonlyArray<OpenWait> = rows.map((r) => ({
         run: Number(r.run),
         step: Number(r.step),
