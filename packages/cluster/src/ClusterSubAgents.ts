@@ -7,7 +7,8 @@
  * - `inWorkflow`: what the workflow body gives one sub-agent tool call. Every store read or
  *   write is an activity named after the step, the call and the order of its requests
  *   (`spawn/<step>/<index>/<n>`, `look/<step>/<index>/<n>`, ...), waits sleep on durable
- *   clocks, children are child workflows: a replay decides the same. A child's id is a
+ *   clocks (those of a turn share one, completed once all the turn's waits are satisfied),
+ *   children are workflows started detached: a replay decides the same. A child's id is a
  *   function of its parent's run and the call (`AgentRun.childId`).
  * - `client`: the same contract from outside a workflow (`fibril mcp --cluster`): the agents
  *   it starts are roots, waits poll the store. (`probe`: the model step's view, below.)
@@ -17,17 +18,10 @@
  * to text at the one tool-result boundary (the workflow body runs core's tool definitions with
  * this manager provided: AgentWorkflow's `runTool`).
  */
-import type * as AgentDefinitions from "@fibril/core/AgentDefinitions"
-import * as McpNarrowing from "@fibril/core/McpNarrowing"
-import * as Models from "@fibril/core/Models"
-import * as OutputSchema from "@fibril/core/OutputSchema"
-import * as Permission from "@fibril/core/Permission"
 import * as Roles from "@fibril/core/Roles"
 import * as SpawnCheck from "@fibril/core/SpawnCheck"
-import * as SpawnPlan from "@fibril/core/SpawnPlan"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
-import * as ToolRegistry from "@fibril/core/ToolRegistry"
 import * as TranscriptView from "@fibril/core/TranscriptView"
 import * as Prompt from "effect/ai/Prompt"
 import * as Clock from "effect/Clock"
@@ -48,6 +42,7 @@ import {
 import * as ClusterClient from "./ClusterClient.ts"
 import { AgentRow, ClusterStore, finished, type StoreFailure, waitSatisfied } from "./ClusterStore.ts"
 import { cancelTree } from "./ClusterWatch.ts"
+import { checkSpawn, mcpServersOf, type SpawnChecks } from "./internal/spawnChecks.ts"
 import { owner, viewOf, workerRecord } from "./internal/views.ts"
 
 type Manager = SubAgentManager.SubAgentManager["Service"]
@@ -56,91 +51,9 @@ type Manager = SubAgentManager.SubAgentManager["Service"]
 
 export { outcomeOf, owner, recordOf, viewOf, workerRecord } from "./internal/views.ts"
 
-// --- Spawn validation ---
+// --- Spawn validation (internal/spawnChecks.ts) ---
 
-/**
- * `isolation` in cluster mode: refused. A cluster agent runs on whichever worker claims it, so
- * a worktree would have to live on that worker's own clone of the repository, and its branch
- * be fetched back by the parent's worker to merge; the cluster does not manage clones, and a
- * process per agent is what a worker already is.
- */
-const isolationRefused = (mode: SubAgentManager.Isolation) =>
-  new SubAgentManager.IsolationUnavailable({
-    mode,
-    reason: mode === "worktree"
-      ? "in cluster mode an agent runs on whichever worker claims it, and a worktree would live on that worker's own clone, which the cluster does not manage (run embedded, without --cluster, for worktrees)"
-      // A child of the cluster is a workflow any worker may run, resume or take over: there is
-      // no one parent process to own its OS process (docs/subagents.md, "Process isolation").
-      : "in cluster mode a child is a workflow that any worker may run and take over, not a process of its parent (and every agent already runs in a worker process)",
-    accepted: []
-  })
-
-/** What a worker (or a client) checks a spawn request against; absent: not checked here. */
-export interface SpawnChecks {
-  readonly registry?: ToolRegistry.ToolRegistry["Service"] | undefined
-  readonly models?: Models.Models["Service"] | undefined
-  readonly callerModel?: string | undefined // a child may name its caller's model
-  /** The caller's rules: a child's MCP servers must be among those it may use (absent: any there are). */
-  readonly rules?: Permission.Rules | undefined
-  /** MCP servers per role (`[roles.<role>] mcp_servers`). */
-  readonly roleMcpServers?: Readonly<Record<string, ReadonlyArray<string>>> | undefined
-  /** The workspace's agent definitions a role may name (AgentWorkflow's `agents`). */
-  readonly agents?: ReadonlyArray<AgentDefinitions.AgentDefinition> | undefined
-}
-
-/**
- * A child's MCP servers: its definition's, its role's (configured) and the request's, met (as
- * SpawnPlan does embedded); undefined: its parent's.
- */
-const serversOf = (
-  request: SubAgentManager.SpawnRequest,
-  resolved: Pick<SpawnPlan.ResolvedRole, "role" | "mcpServers">,
-  checks: SpawnChecks
-) => [resolved.mcpServers, checks.roleMcpServers?.[resolved.role.name.toLowerCase()], request.mcpServers] as const
-
-/**
- * A spawn request's role and model, or why it is refused: the bounds of its texts, the role
- * (`custom` needs `allowed_tools`), `allowed_tools` naming tools that exist, a model the
- * runtime serves. The one call site of spawn validation in cluster mode.
- */
-export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnChecks) =>
-  Effect.gen(function*() {
-    // Core's checks (SpawnPlan), each the embedded engine's own: the texts' bounds, the role,
-    // `allowed_tools` naming tools that exist, a model the runtime serves.
-    const tooLong = SpawnCheck.checkText(request)
-    if (tooLong !== undefined) return yield* tooLong
-    if (request.isolation !== undefined) return yield* isolationRefused(request.isolation)
-    const resolved = yield* SpawnPlan.resolveRole(checks.agents ?? [], request.role ?? "general", request.allowedTools)
-    const role = resolved.role
-    if (checks.registry !== undefined) {
-      yield* SpawnPlan.checkAllowedTools(checks.registry, role.name, request.allowedTools)
-      yield* SpawnPlan.checkAskTools(checks.registry, role.name, request.askTools)
-      // Its MCP servers: among the caller's, and servers this worker has (McpNarrowing).
-      const servers = serversOf(request, resolved, checks)
-      const named = McpNarrowing.named(...servers)
-      if (named.length > 0) {
-        const universe = checks.registry.mcpServers()
-        yield* McpNarrowing.grant(
-          role.name,
-          checks.rules ?? Permission.allowAll,
-          universe,
-          McpNarrowing.meet(...servers),
-          named
-        )
-      }
-    }
-    const models = checks.models
-    // A schema outside the supported subset is refused here, as SpawnPlan refuses it.
-    if (request.outputSchema !== undefined) yield* Effect.fromResult(OutputSchema.compile(request.outputSchema))
-    if (models !== undefined && request.model !== undefined) {
-      const unknown = models.available === undefined
-        ? SpawnCheck.checkModel(request.model, [models.defaultModel, checks.callerModel])
-        : undefined
-      if (unknown !== undefined) return yield* unknown
-      yield* models.resolve(request.model)
-    }
-    return resolved
-  })
+export { checkSpawn, type SpawnChecks } from "./internal/spawnChecks.ts"
 
 // --- The contract over a backend ---
 
@@ -270,7 +183,7 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
       const role = resolved.role
       const agentId = backend.newId()
       const depth = parent === undefined ? 0 : parent.depth + 1
-      const mcpServers = McpNarrowing.meet(...serversOf(request, resolved, backend.checks))
+      const mcpServers = mcpServersOf(request, resolved, backend.checks)
       const allowed = {
         ...(request.allowedTools === undefined ? {} : { allowedTools: request.allowedTools }),
         ...(request.askTools === undefined ? {} : { askTools: request.askTools }),
@@ -570,7 +483,10 @@ export const inWorkflow = (run: WorkflowRun, step: number, index: number): Manag
         if (satisfied || (deadline !== undefined && seen.now >= deadline)) {
           return { rows: seen.rows, timedOut: !satisfied }
         }
-        const fallback = fallbackAfter(run.waitFallbackMs, attempt)
+        // A turn's clock, when it falls back, has every call of the turn look again: it starts at
+        // four times the fallback (a child's end is signalled at least once: its run's finalizer
+        // runs before its end is saved, and runs again if the worker dies before that).
+        const fallback = fallbackAfter(timeoutMs === undefined ? 4 * run.waitFallbackMs : run.waitFallbackMs, attempt)
         const duration = deadline === undefined ? fallback : Math.max(1, Math.min(fallback, deadline - seen.now))
         yield* DurableClock.sleep({ name: clock, duration, inMemoryThreshold: 0 })
       }
@@ -580,8 +496,8 @@ export const inWorkflow = (run: WorkflowRun, step: number, index: number): Manag
   // child and recorded its wait before the run suspends (else a turn's K calls would suspend at
   // the first one parked, the others' children not started nor their waits recorded, and be
   // woken by partial turns). Its outcome is journaled: a later replay reads it instead of
-  // replaying the call's looks. (The effect is not given the run's context again: it must see
-  // the hold's own instance.)
+  // replaying the call's looks, so it is a call's last request (nothing may be numbered after
+  // it). (The effect is not given the run's context again: it must see the hold's own instance.)
   const held = <A, I>(
     schema: Schema.Codec<A, I>,
     effect: Effect.Effect<A, never, ClusterStore | WorkflowEngine.WorkflowEngine | WorkflowEngine.WorkflowInstance>

@@ -93,7 +93,7 @@ export const migrate = Effect.gen(function*() {
   // Version 5: a completed answer's checked claims (JSON) and a typed result's schema (JSON).
   yield* sql`ALTER TABLE fibril_agents ADD COLUMN IF NOT EXISTS claims text,
     ADD COLUMN IF NOT EXISTS output_schema text`
-  // Version 6: a parent's open waits, one per call (\`waiting_on\`, one clock per agent, is unused).
+  // Version 6: a parent's open waits, one per call (`waiting_on`, one clock per agent, is unused).
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_waits (agent_id text NOT NULL, call_id text NOT NULL,
     run int NOT NULL, step int NOT NULL, clock text NOT NULL, mode text NOT NULL, ids text NOT NULL,
     PRIMARY KEY (agent_id, call_id))`

@@ -66,7 +66,7 @@ export const migrate = Effect.gen(function*() {
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_permits (agent_id TEXT PRIMARY KEY, at INTEGER NOT NULL)`
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_waiters (agent_id TEXT PRIMARY KEY, execution_id TEXT NOT NULL,
     clock TEXT NOT NULL, at INTEGER NOT NULL)`
-  // Version 6: a parent's open waits, one per call (\`waiting_on\`, one clock per agent, is unused).
+  // Version 6: a parent's open waits, one per call (`waiting_on`, one clock per agent, is unused).
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_waits (agent_id TEXT NOT NULL, call_id TEXT NOT NULL,
     run INTEGER NOT NULL, step INTEGER NOT NULL, clock TEXT NOT NULL, mode TEXT NOT NULL, ids TEXT NOT NULL,
     PRIMARY KEY (agent_id, call_id))`

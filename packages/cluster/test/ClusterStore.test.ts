@@ -404,7 +404,7 @@ describe("ClusterStore rows share core's AgentStatus and Usage", () => {
 })
 
 // Schema version 5 added the `claims` column: `migrate` adds it to a version 4 SQLite file.
-describe("ClusterStore schema version 5", () => {
+describe("ClusterStore schema upgrades", () => {
   it.live("migrate adds the claims column to a version 4 SQLite file, and rows keep claims", () =>
     Effect.gen(function*() {
       const file = path.join(sqliteDir, `store${sqliteFiles++}.db`)
@@ -423,6 +423,36 @@ describe("ClusterStore schema version 5", () => {
               yield* store.insert(row("ag_v5"))
               yield* store.finishRun("ag_v5", { status: "completed", text: "done", claims }, false)
               assert.deepStrictEqual((yield* store.get("ag_v5"))?.claims, claims)
+            }),
+            SqliteClusterStore.layer
+          )
+        }),
+        Sqlite.layer(file)
+      )
+    }))
+
+  // Schema version 6 added `fibril_waits` (a parent's open waits, one per call).
+  it.live("migrate adds fibril_waits to a version 5 SQLite file; a parent's wait is kept there", () =>
+    Effect.gen(function*() {
+      const file = path.join(sqliteDir, `store${sqliteFiles++}.db`)
+      yield* Effect.provide(
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          yield* SqliteClusterStore.migrate
+          yield* sql`DROP TABLE fibril_waits`
+          yield* sql`UPDATE fibril_meta SET value = '5' WHERE key = 'schema_version'`
+          assert.isTrue(Exit.isFailure(yield* Effect.exit(SqliteClusterStore.checkSchema)))
+          yield* SqliteClusterStore.migrate
+          yield* SqliteClusterStore.checkSchema
+          yield* Effect.provide(
+            Effect.gen(function*() {
+              const store = yield* ClusterStore.ClusterStore
+              yield* store.insert({ ...row("ag_p6"), parentId: null, rootId: "ag_p6", depth: 0 })
+              yield* store.insert({ ...row("ag_c6"), parentId: "ag_p6", rootId: "ag_p6" })
+              const wait = { call: "0/0/0", run: 0, step: 0, clock: "turn/0/0", mode: "all" as const }
+              yield* store.look("ag_p6", ["ag_c6"], wait)
+              yield* store.finishRun("ag_c6", { status: "completed", text: "done" }, false)
+              assert.deepStrictEqual((yield* store.wakeParent("ag_c6"))?.clocks, ["turn/0/0"])
             }),
             SqliteClusterStore.layer
           )
