@@ -1,6 +1,6 @@
 /**
  * AgentRun — what one agent run is to the workflow engine: its payload, its outcome, its
- * failure and the workflow's versioned name (`fibril/agent/v5`), the ids it derives, and the
+ * failure and the workflow's versioned name (`fibril/agent/v4`), the ids it derives, and the
  * activity kind its store writes commit with. The workflow's body (AgentWorkflow), its step
  * journal (StepJournal), the sub-agent contract (ClusterSubAgents), the watch (ClusterWatch)
  * and the client (ClusterClient) all start from here; it depends on none of them.
@@ -67,7 +67,7 @@ export class AgentFailed extends Schema.TaggedError<AgentFailed>()("AgentFailed"
   }
 }
 
-export const AgentWorkflow = Workflow.make("fibril/agent/v5", {
+export const AgentWorkflow = Workflow.make("fibril/agent/v4", {
   payload: AgentPayload,
   success: AgentOutcome,
   error: AgentFailed,
@@ -80,16 +80,6 @@ export const childId = (parent: string, run: number, step: number, index: number
 
 /** The agent's chain of grants (an older payload's: its role alone): core's `Permission.grantsOf`. */
 export const grantsOf: (payload: AgentPayload) => ReadonlyArray<Grant> = Permission.grantsOf
-
-/**
- * How long a durable wait (a queued agent's, a parent's on its children) sleeps at its
- * `attempt`th look when nothing wakes it: doubling from `waitFallbackMs` up to a minute (or
- * `waitFallbackMs`, when longer). The wakes are what end a wait; the fallback finds one lost to
- * a crash. At a fixed 5 s, an agent queued behind long waves (K = 300 on one worker waited up
- * to 80 s) tried again every 5 s, each try a journaled activity, a durable clock and a replay.
- */
-export const fallbackAfter = (waitFallbackMs: number, attempt: number) =>
-  Math.min(waitFallbackMs * 2 ** attempt, Math.max(waitFallbackMs, 60_000))
 
 /** An activity whose store writes commit in the transaction that journals its result. */
 export const txActivity: typeof Activity.make = (options) =>

@@ -8,7 +8,7 @@
  *
  * A sub-agent tool call (core's `task`, `agent_*` and `handle_read` definitions:
  * `subAgentTools`) runs in the body itself, through core's tool pipeline, with the
- * cluster's SubAgentManager (`ClusterSubAgents.inWorkflow`): `task` starts a child workflow
+ * cluster's SubAgentManager (`ClusterSubAgents.inWorkflow`): `task` executes a child workflow
  * and waits for it, `agent_spawn` starts one, waits are durable looks and clocks, the cap is
  * a permit table taken in an activity's transaction (with `queue`, a child waits durably for
  * its permit in its own workflow). Its result is written to the transcript by the next step
@@ -49,7 +49,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { DurableClock, DurableDeferred, Workflow, WorkflowEngine } from "effect/workflow"
-import { AgentFailed, type AgentPayload, AgentWorkflow, fallbackAfter, grantsOf, txActivity } from "./AgentRun.ts"
+import { AgentFailed, type AgentPayload, AgentWorkflow, grantsOf, txActivity } from "./AgentRun.ts"
 import * as ClusterQuestions from "./ClusterQuestions.ts"
 import { type AgentRow, ClusterStore, finished, type Slot, stepTokens, zeroUsage } from "./ClusterStore.ts"
 import * as ClusterSubAgents from "./ClusterSubAgents.ts"
@@ -290,14 +290,13 @@ const wake = (executionId: string, clock: string) => {
   return DurableDeferred.done(deferred, { token, exit: Exit.void })
 }
 
-// A parent waiting on its children (`task`, `agent_wait`) sleeps on durable clocks its looks
-// recorded: this agent's end completes them once every wait of the parent's turn is satisfied
-// (ClusterStore's `turnClocks`), so the parent looks again then, once. (Run again on a replay: a
-// clock completes once; a parent that is not waiting has nothing recorded.)
+// A parent waiting in agent_wait sleeps on a durable clock it recorded: this agent's end
+// completes it, so the parent looks again at once. (Run again on a replay: a clock completes
+// once; a parent that is not waiting has nothing recorded.)
 const signalParent = (run: RunContext) =>
   run.payload.parentId === null ? Effect.void : Effect.ignore(Effect.gen(function*() {
-    const parent = yield* run.store.wakeParent(run.payload.agentId)
-    if (parent !== undefined) { for (const clock of parent.clocks) yield* wake(parent.executionId, clock) }
+    const parent = yield* run.store.parentWaiting(run.payload.agentId)
+    if (parent !== undefined && parent.waitingOn !== null) yield* wake(parent.executionId, parent.waitingOn)
   }))
 
 // A permit given back is handed to the oldest agent queued for one, which is woken (as are those
@@ -313,11 +312,10 @@ const wakeQueued = (run: RunContext) =>
   }))
 
 // A failed or cancelled run records why and gives its permit back (suspensions do not count);
-// every end wakes the agents queued for a permit (first: a queued fan-out waits on them), and a
-// waiting parent.
+// every end wakes a waiting parent and the agents queued for a permit.
 const finalizer = (run: RunContext) => (exit: Exit.Exit<unknown, unknown>) =>
   Exit.isSuccess(exit)
-    ? Effect.andThen(wakeQueued(run), signalParent(run))
+    ? Effect.andThen(signalParent(run), wakeQueued(run))
     : Effect.ignore(Effect.gen(function*() {
       const row = yield* run.store.get(run.payload.agentId)
       if (row !== undefined && !finished(row.status)) {
@@ -328,7 +326,15 @@ const finalizer = (run: RunContext) => (exit: Exit.Exit<unknown, unknown>) =>
         })
       }
       if (run.capped) yield* run.store.release(run.payload.agentId)
-    })).pipe(Effect.andThen(wakeQueued(run)), Effect.andThen(signalParent(run)))
+    })).pipe(Effect.andThen(signalParent(run)), Effect.andThen(wakeQueued(run)))
+
+// A queued agent's fallback doubles with each try, up to a minute (or `waitFallbackMs`, when
+// longer): a release wakes it (and every later release wakes it again once handed a permit),
+// so the fallback is for a wake lost with no release after it. At a fixed 5 s, an agent queued
+// behind long waves (K = 300 on one worker waited up to 80 s) tried again every 5 s, each try a
+// journaled activity, a durable clock and a replay.
+const fallbackAfter = (waitFallbackMs: number, attempt: number) =>
+  Math.min(waitFallbackMs * 2 ** attempt, Math.max(waitFallbackMs, 60_000))
 
 // Admission under the cluster-wide cap (a `reject` spawn took the permit already). Queued, the
 // agent sleeps on a durable clock a release wakes (`wakeQueued`); nothing polls.

@@ -158,66 +158,8 @@ export class StoreFailure extends Schema.TaggedError<StoreFailure>()("StoreFailu
   }
 }
 
-// --- A parent's waits ---
-
-/**
- * What a sub-agent tool call that waits (`task`, `agent_wait`, a blocking `agent_result`)
- * records at each look: the call, the parent's turn it belongs to (its run and model step),
- * the durable clock it sleeps on until the next look, and when it times out.
- */
-export interface Wait {
-  /** The call, unique over the agent's runs: `<run>/<step>/<index>`. */
-  readonly call: string
-  readonly run: number
-  readonly step: number
-  readonly clock: string
-  readonly mode: "any" | "all"
-  /** When the wait times out, in the store's time; absent with `timeoutMs`: the first look's time plus it. */
-  readonly deadline?: number | undefined
-  readonly timeoutMs?: number | undefined
-}
-
-/** A wait as the store keeps it: the agents it waits for are the ones its look read. */
-export interface OpenWait {
-  readonly run: number
-  readonly step: number
-  readonly clock: string
-  readonly mode: "any" | "all"
-  readonly ids: ReadonlyArray<string>
-}
-
-/** Is a wait in `mode` over agents that `ended` says of satisfied? (Nothing to wait for: yes.) */
-export const waitSatisfied = (ended: ReadonlyArray<boolean>, mode: "any" | "all"): boolean =>
-  ended.length === 0 || (mode === "any" ? ended.some((e) => e) : ended.every((e) => e))
-
-/** Does a look that read `rows` at `now` leave `wait` open (neither satisfied nor timed out)? */
-export const waitOpen = (wait: Wait, rows: ReadonlyArray<AgentRow>, now: number): boolean => {
-  const deadline = wait.deadline ?? (wait.timeoutMs === undefined ? undefined : now + wait.timeoutMs)
-  return !waitSatisfied(rows.map((row) => finished(row.status)), wait.mode) &&
-    !(deadline !== undefined && now >= deadline)
-}
-
-/**
- * The clocks a child's end completes: those of the parent's latest turn (its waits of earlier
- * turns are left over from a run that ended), once every one of them is satisfied. A turn's
- * calls run side by side and its next model step needs every result, so waking the parent for
- * each child's end would only replay the turn again (K times for K `task` calls) to sleep again.
- */
-export const turnClocks = (
-  waits: ReadonlyArray<OpenWait>,
-  ended: (agentId: string) => boolean
-): ReadonlyArray<string> => {
-  const latest = waits.reduce<OpenWait | undefined>(
-    (last, w) => last === undefined || w.run > last.run || (w.run === last.run && w.step > last.step) ? w : last,
-    undefined
-  )
-  if (latest === undefined) return []
-  const turn = waits.filter((w) => w.run === latest.run && w.step === latest.step)
-  return turn.every((w) => waitSatisfied(w.ids.map(ended), w.mode)) ? [...new Set(turn.map((w) => w.clock))] : []
-}
-
 /** The version of the `fibril_*` tables this code reads and writes. */
-export const schemaVersion = 6
+export const schemaVersion = 5
 
 export class SchemaMismatch extends Schema.TaggedError<SchemaMismatch>()("SchemaMismatch", {
   found: Schema.NullOr(Schema.Int),
@@ -307,25 +249,20 @@ export class ClusterStore extends Context.Service<ClusterStore, {
    */
   readonly stale: (seconds: number) => Effect.Effect<ReadonlyArray<string>, StoreFailure>
   /**
-   * A waiting parent's look (in its step's transaction): reads the children it waits for —
+   * A waiting parent's look (in its step's transaction): records the durable clock it will sleep
+   * on (`waitingOn`; its children's ends wake it early), then reads the children it waits for —
    * `ids`, or its unfinished children — locked against a concurrent end until the look commits,
-   * and records `wait` while it stays open (the caller sleeps on its clock; `waitOpen`), or
-   * closes it. So a child that ends meanwhile is either seen ended or sees the record. With the
-   * store's time.
+   * so a child that ends meanwhile is either seen ended or sees the record. With the store's time.
    */
   readonly look: (
     agentId: string,
     ids: ReadonlyArray<string> | undefined,
-    wait: Wait | undefined
+    waitingOn: string | null
   ) => Effect.Effect<{ readonly rows: ReadonlyArray<AgentRow>; readonly now: number }, StoreFailure>
-  /**
-   * A child's end, for its parent's waits: the clocks to complete (`turnClocks`: those of the
-   * parent's turn once every open wait of it is satisfied, which closes them; none before), and
-   * the parent's execution.
-   */
-  readonly wakeParent: (
+  /** The parent of `agentId`: its execution and the clock it waits on, if it waits. */
+  readonly parentWaiting: (
     agentId: string
-  ) => Effect.Effect<{ readonly executionId: string; readonly clocks: ReadonlyArray<string> } | undefined, StoreFailure>
+  ) => Effect.Effect<{ readonly executionId: string; readonly waitingOn: string | null } | undefined, StoreFailure>
   /**
    * The marker that a non-idempotent tool call is starting (`at`: run, step, the call's index),
    * committed before the tool runs and outside the step's transaction, so it stays when the
@@ -427,8 +364,7 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
     const inboxes = new Map<string, Array<{ readonly id: string; readonly text: string }>>()
     let inboxSeq = 0
     const held = new Set<string>()
-    /** Per parent, its open waits by call. */
-    const waits = new Map<string, Map<string, OpenWait>>()
+    const waiting = new Map<string, string | null>()
     /** Queued for a permit, oldest first. */
     const queue = new Map<string, { readonly executionId: string; readonly clock: string }>()
     const toolCalls = new Set<string>()
@@ -594,35 +530,24 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
             }
           }
         }),
-      look: (agentId, ids, wait) =>
+      look: (agentId, ids, waitingOn) =>
         Effect.map(currentTimeMillis, (now) => {
+          waiting.set(agentId, waitingOn)
           const rows = ids === undefined
             ? [...agents.values()].filter((row) => row.parentId === agentId && !finished(row.status))
             : ids.flatMap((id) => {
               const row = agents.get(id)
               return row === undefined ? [] : [row]
             })
-          if (wait !== undefined) {
-            let open = waits.get(agentId)
-            if (open === undefined) waits.set(agentId, open = new Map())
-            if (waitOpen(wait, rows, now)) {
-              open.set(wait.call, { ...wait, ids: rows.map((row) => row.agentId) })
-            } else open.delete(wait.call)
-          }
           return { rows, now }
         }),
-      wakeParent: (agentId) =>
+      parentWaiting: (agentId) =>
         Effect.sync(() => {
           const parentId = agents.get(agentId)?.parentId
           const parent = parentId === undefined || parentId === null ? undefined : agents.get(parentId)
-          if (parent === undefined) return undefined
-          const open = [...(waits.get(parent.agentId)?.values() ?? [])]
-          const clocks = turnClocks(open, (id) => {
-            const row = agents.get(id)
-            return row === undefined || finished(row.status)
-          })
-          if (clocks.length > 0) waits.delete(parent.agentId)
-          return { executionId: parent.executionId, clocks }
+          return parent === undefined
+            ? undefined
+            : { executionId: parent.executionId, waitingOn: waiting.get(parent.agentId) ?? null }
         }),
       stale: (seconds) =>
         Effect.map(currentTimeMillis, (now) => {

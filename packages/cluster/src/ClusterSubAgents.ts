@@ -7,8 +7,7 @@
  * - `inWorkflow`: what the workflow body gives one sub-agent tool call. Every store read or
  *   write is an activity named after the step, the call and the order of its requests
  *   (`spawn/<step>/<index>/<n>`, `look/<step>/<index>/<n>`, ...), waits sleep on durable
- *   clocks (those of a turn share one, completed once all the turn's waits are satisfied),
- *   children are workflows started detached: a replay decides the same. A child's id is a
+ *   clocks, children are child workflows: a replay decides the same. A child's id is a
  *   function of its parent's run and the call (`AgentRun.childId`).
  * - `client`: the same contract from outside a workflow (`fibril mcp --cluster`): the agents
  *   it starts are roots, waits poll the store. (`probe`: the model step's view, below.)
@@ -18,31 +17,29 @@
  * to text at the one tool-result boundary (the workflow body runs core's tool definitions with
  * this manager provided: AgentWorkflow's `runTool`).
  */
+import type * as AgentDefinitions from "@fibril/core/AgentDefinitions"
+import * as McpNarrowing from "@fibril/core/McpNarrowing"
+import * as Models from "@fibril/core/Models"
+import * as OutputSchema from "@fibril/core/OutputSchema"
+import * as Permission from "@fibril/core/Permission"
 import * as Roles from "@fibril/core/Roles"
 import * as SpawnCheck from "@fibril/core/SpawnCheck"
+import * as SpawnPlan from "@fibril/core/SpawnPlan"
 import * as SubAgentManager from "@fibril/core/SubAgentManager"
 import * as SubAgentRecord from "@fibril/core/SubAgentRecord"
+import * as ToolRegistry from "@fibril/core/ToolRegistry"
 import * as TranscriptView from "@fibril/core/TranscriptView"
 import * as Prompt from "effect/ai/Prompt"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Schema from "effect/Schema"
-import { Activity, DurableClock, DurableDeferred, type WorkflowEngine } from "effect/workflow"
-import {
-  AgentPayload,
-  AgentWorkflow,
-  childId,
-  fallbackAfter,
-  grantsOf,
-  rowFor,
-  traced,
-  txActivity
-} from "./AgentRun.ts"
+import { Activity, DurableClock, type WorkflowEngine } from "effect/workflow"
+import { AgentPayload, AgentWorkflow, childId, grantsOf, rowFor, traced, txActivity } from "./AgentRun.ts"
 import * as ClusterClient from "./ClusterClient.ts"
-import { AgentRow, ClusterStore, finished, type StoreFailure, waitSatisfied } from "./ClusterStore.ts"
+import { AgentRow, ClusterStore, finished, type StoreFailure } from "./ClusterStore.ts"
 import { cancelTree } from "./ClusterWatch.ts"
-import { checkSpawn, mcpServersOf, type SpawnChecks } from "./internal/spawnChecks.ts"
 import { owner, viewOf, workerRecord } from "./internal/views.ts"
 
 type Manager = SubAgentManager.SubAgentManager["Service"]
@@ -51,11 +48,99 @@ type Manager = SubAgentManager.SubAgentManager["Service"]
 
 export { outcomeOf, owner, recordOf, viewOf, workerRecord } from "./internal/views.ts"
 
-// --- Spawn validation (internal/spawnChecks.ts) ---
+// --- Spawn validation ---
 
-export { checkSpawn, type SpawnChecks } from "./internal/spawnChecks.ts"
+/**
+ * `isolation` in cluster mode: refused. A cluster agent runs on whichever worker claims it, so
+ * a worktree would have to live on that worker's own clone of the repository, and its branch
+ * be fetched back by the parent's worker to merge; the cluster does not manage clones, and a
+ * process per agent is what a worker already is.
+ */
+const isolationRefused = (mode: SubAgentManager.Isolation) =>
+  new SubAgentManager.IsolationUnavailable({
+    mode,
+    reason: mode === "worktree"
+      ? "in cluster mode an agent runs on whichever worker claims it, and a worktree would live on that worker's own clone, which the cluster does not manage (run embedded, without --cluster, for worktrees)"
+      // A child of the cluster is a workflow any worker may run, resume or take over: there is
+      // no one parent process to own its OS process (docs/subagents.md, "Process isolation").
+      : "in cluster mode a child is a workflow that any worker may run and take over, not a process of its parent (and every agent already runs in a worker process)",
+    accepted: []
+  })
+
+/** What a worker (or a client) checks a spawn request against; absent: not checked here. */
+export interface SpawnChecks {
+  readonly registry?: ToolRegistry.ToolRegistry["Service"] | undefined
+  readonly models?: Models.Models["Service"] | undefined
+  readonly callerModel?: string | undefined // a child may name its caller's model
+  /** The caller's rules: a child's MCP servers must be among those it may use (absent: any there are). */
+  readonly rules?: Permission.Rules | undefined
+  /** MCP servers per role (`[roles.<role>] mcp_servers`). */
+  readonly roleMcpServers?: Readonly<Record<string, ReadonlyArray<string>>> | undefined
+  /** The workspace's agent definitions a role may name (AgentWorkflow's `agents`). */
+  readonly agents?: ReadonlyArray<AgentDefinitions.AgentDefinition> | undefined
+}
+
+/**
+ * A child's MCP servers: its definition's, its role's (configured) and the request's, met (as
+ * SpawnPlan does embedded); undefined: its parent's.
+ */
+const serversOf = (
+  request: SubAgentManager.SpawnRequest,
+  resolved: Pick<SpawnPlan.ResolvedRole, "role" | "mcpServers">,
+  checks: SpawnChecks
+) => [resolved.mcpServers, checks.roleMcpServers?.[resolved.role.name.toLowerCase()], request.mcpServers] as const
+
+/**
+ * A spawn request's role and model, or why it is refused: the bounds of its texts, the role
+ * (`custom` needs `allowed_tools`), `allowed_tools` naming tools that exist, a model the
+ * runtime serves. The one call site of spawn validation in cluster mode.
+ */
+export const checkSpawn = (request: SubAgentManager.SpawnRequest, checks: SpawnChecks) =>
+  Effect.gen(function*() {
+    // Core's checks (SpawnPlan), each the embedded engine's own: the texts' bounds, the role,
+    // `allowed_tools` naming tools that exist, a model the runtime serves.
+    const tooLong = SpawnCheck.checkText(request)
+    if (tooLong !== undefined) return yield* tooLong
+    if (request.isolation !== undefined) return yield* isolationRefused(request.isolation)
+    const resolved = yield* SpawnPlan.resolveRole(checks.agents ?? [], request.role ?? "general", request.allowedTools)
+    const role = resolved.role
+    if (checks.registry !== undefined) {
+      yield* SpawnPlan.checkAllowedTools(checks.registry, role.name, request.allowedTools)
+      yield* SpawnPlan.checkAskTools(checks.registry, role.name, request.askTools)
+      // Its MCP servers: among the caller's, and servers this worker has (McpNarrowing).
+      const servers = serversOf(request, resolved, checks)
+      const named = McpNarrowing.named(...servers)
+      if (named.length > 0) {
+        const universe = checks.registry.mcpServers()
+        yield* McpNarrowing.grant(
+          role.name,
+          checks.rules ?? Permission.allowAll,
+          universe,
+          McpNarrowing.meet(...servers),
+          named
+        )
+      }
+    }
+    const models = checks.models
+    // A schema outside the supported subset is refused here, as SpawnPlan refuses it.
+    if (request.outputSchema !== undefined) yield* Effect.fromResult(OutputSchema.compile(request.outputSchema))
+    if (models !== undefined && request.model !== undefined) {
+      const unknown = models.available === undefined
+        ? SpawnCheck.checkModel(request.model, [models.defaultModel, checks.callerModel])
+        : undefined
+      if (unknown !== undefined) return yield* unknown
+      yield* models.resolve(request.model)
+    }
+    return resolved
+  })
 
 // --- The contract over a backend ---
+
+/** How a run that failed or was cancelled ended, should its row not say it yet. */
+export interface Ending {
+  readonly status: "failed" | "cancelled"
+  readonly reason: string
+}
 
 /** What the workflow body and the client each provide; the contract is written once over it. */
 export interface Backend {
@@ -83,8 +168,10 @@ export interface Backend {
   readonly checks: SpawnChecks
   /** Starts a recorded agent's workflow and goes on. */
   readonly start: (payload: AgentPayload) => Effect.Effect<void>
-  /** Runs a recorded agent's workflow to its end: its final row (absent: read it). */
-  readonly runToEnd: (payload: AgentPayload) => Effect.Effect<AgentRow | undefined>
+  /** Runs a recorded agent's workflow to its end: its final row when its run gave it, or how it ended. */
+  readonly runToEnd: (
+    payload: AgentPayload
+  ) => Effect.Effect<{ readonly row?: AgentRow | undefined; readonly ending?: Ending | undefined }>
   /** The rows of `ids` once `mode` is met or `timeoutMs` has passed (each id exists). */
   readonly waitRows: (
     ids: ReadonlyArray<string>,
@@ -183,7 +270,7 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
       const role = resolved.role
       const agentId = backend.newId()
       const depth = parent === undefined ? 0 : parent.depth + 1
-      const mcpServers = mcpServersOf(request, resolved, backend.checks)
+      const mcpServers = McpNarrowing.meet(...serversOf(request, resolved, backend.checks))
       const allowed = {
         ...(request.allowedTools === undefined ? {} : { allowedTools: request.allowedTools }),
         ...(request.askTools === undefined ? {} : { askTools: request.askTools }),
@@ -247,8 +334,10 @@ export const make = (backend: Backend, options: SubAgentManager.Options): Manage
     Effect.gen(function*() {
       const payload = yield* payloadFor(request, false)
       yield* admit(payload)
+      const { ending, row: last } = yield* backend.runToEnd(payload)
       // The child's row says how it ended: a failed or cancelled child is a result, not an error.
-      return viewOf((yield* backend.runToEnd(payload)) ?? (yield* Effect.orDie(found(payload.agentId))))
+      const row = last ?? (yield* Effect.orDie(found(payload.agentId)))
+      return viewOf(ending === undefined || finished(row.status) ? row : { ...row, ...ending })
     })
 
   const wait: Manager["wait"] = (ids, { mode, timeoutMs }) =>
@@ -458,65 +547,32 @@ export const inWorkflow = (run: WorkflowRun, step: number, index: number): Manag
     effect: Effect.Effect<A, E, ClusterStore | WorkflowEngine.WorkflowEngine | WorkflowEngine.WorkflowInstance>
   ) => Effect.provide(effect, run.context)
   // Between two looks the caller sleeps on a durable clock (the workflow suspends; nothing is
-  // polled). Each look records the wait while it stays open, closes it when it does not
-  // (`ClusterStore.waitOpen`); a child's end completes the clocks of the parent's turn once all
-  // its waits are satisfied (the child's `signalParent`), and a clock fires by itself at the
-  // timeout, or after the fallback (`fallbackAfter`, doubling). The deadline is the first look's
-  // store time plus the timeout: journaled, so a replay decides the same.
-  const looks = (ids: ReadonlyArray<string>, mode: "any" | "all", timeoutMs: number | undefined) =>
-    Effect.gen(function*() {
+  // polled); a child's end completes that clock early (the child's `signalParent`), and the
+  // clock itself fires at the timeout, or after `waitFallbackMs`. The deadline is the first
+  // look's store time plus the timeout: journaled, so a replay decides the same.
+  const waitRows: Backend["waitRows"] = (ids, mode, timeoutMs) =>
+    provide(Effect.gen(function*() {
       let deadline: number | undefined
-      for (let attempt = 0;; attempt++) {
+      while (true) {
         const look = requests++
-        // A wait without a timeout sleeps on its turn's clock, shared by the turn's calls at the
-        // same attempt: a child's end completes one clock for the whole turn, and so resumes
-        // the run once (a clock per call, each completed in turn, resumed it once per clock).
-        const clock = timeoutMs === undefined ? `turn/${step}/${attempt}` : `wait/${step}/${index}/${look}`
-        const wait = { call: `${parent.run}/${step}/${index}`, run: parent.run, step, clock, mode, deadline, timeoutMs }
+        const clock = `wait/${step}/${index}/${look}`
         const seen = yield* txActivity({
           name: `look/${step}/${index}/${look}`,
           success: Schema.Struct({ rows: Schema.Array(AgentRow), now: Schema.Number }),
-          execute: Effect.orDie(ClusterStore.use((store) => store.look(parent.agentId, ids, wait)))
+          execute: Effect.orDie(ClusterStore.use((store) => store.look(parent.agentId, ids, clock)))
         })
         if (deadline === undefined && timeoutMs !== undefined) deadline = seen.now + timeoutMs
-        const satisfied = waitSatisfied(seen.rows.map((row) => finished(row.status)), mode)
+        const done = seen.rows.filter((row) => finished(row.status)).length
+        const satisfied = seen.rows.length === 0 || (mode === "any" ? done > 0 : done === seen.rows.length)
         if (satisfied || (deadline !== undefined && seen.now >= deadline)) {
           return { rows: seen.rows, timedOut: !satisfied }
         }
-        // A turn's clock, when it falls back, has every call of the turn look again: it starts at
-        // four times the fallback (a child's end is signalled at least once: its run's finalizer
-        // runs before its end is saved, and runs again if the worker dies before that).
-        const fallback = fallbackAfter(timeoutMs === undefined ? 4 * run.waitFallbackMs : run.waitFallbackMs, attempt)
-        const duration = deadline === undefined ? fallback : Math.max(1, Math.min(fallback, deadline - seen.now))
-        yield* DurableClock.sleep({ name: clock, duration, inMemoryThreshold: 0 })
+        const wait = deadline === undefined
+          ? run.waitFallbackMs
+          : Math.max(1, Math.min(run.waitFallbackMs, deadline - seen.now))
+        yield* DurableClock.sleep({ name: clock, duration: wait, inMemoryThreshold: 0 })
       }
-    })
-  // A call that waits is held (effect/workflow's durable race of one effect): the run does not
-  // suspend while it is on its way to its first sleep, so every call of a turn has started its
-  // child and recorded its wait before the run suspends (else a turn's K calls would suspend at
-  // the first one parked, the others' children not started nor their waits recorded, and be
-  // woken by partial turns). Its outcome is journaled: a later replay reads it instead of
-  // replaying the call's looks, so it is a call's last request (nothing may be numbered after
-  // it). (The effect is not given the run's context again: it must see the hold's own instance.)
-  const held = <A, I>(
-    schema: Schema.Codec<A, I>,
-    effect: Effect.Effect<A, never, ClusterStore | WorkflowEngine.WorkflowEngine | WorkflowEngine.WorkflowInstance>
-  ) =>
-    Effect.suspend(() =>
-      provide(DurableDeferred.raceAll({
-        name: `call/${step}/${index}/${requests++}`,
-        success: schema,
-        error: Schema.Never,
-        effects: [effect]
-      }))
-    )
-  const Seen = Schema.Struct({ rows: Schema.Array(AgentRow), timedOut: Schema.Boolean })
-  const waitRows: Backend["waitRows"] = (ids, mode, timeoutMs) => held(Seen, looks(ids, mode, timeoutMs))
-  // Detached for the engine: the parent's wakes are Fibril's (its waits), not effect/workflow's
-  // resume of an attached parent at each child's end. The caller's span is read outside
-  // `provide`: the run's context holds the span its body started under, not the tool call's.
-  const execute = (sent: AgentPayload) => AgentWorkflow.execute(sent, { discard: true, detached: true })
-  const start = (payload: AgentPayload) => Effect.flatMap(traced(payload), (sent) => provide(execute(sent)))
+    }))
   return make({
     once: (kind, schema, effect, transactional) =>
       Effect.suspend(() => {
@@ -534,22 +590,24 @@ export const inWorkflow = (run: WorkflowRun, step: number, index: number): Manag
     rejectOver: rejectOver(run),
     preRecorded: rejectOver(run) === undefined,
     checks: run.checks,
-    start,
-    // A `task` child is started as any child and waited for as `agent_wait` waits: its end wakes
-    // the parent once the turn's other waits are satisfied too, where a child workflow run
-    // attached to its parent resumes it at each end (K `task` calls: K replays of the turn).
+    // The caller's span is read here, outside `provide`: the run's context holds the span its
+    // body started under, not the tool call's.
+    start: (payload) =>
+      Effect.flatMap(
+        traced(payload),
+        (sent) => provide(AgentWorkflow.execute(sent, { discard: true, detached: sent.detached }))
+      ),
     runToEnd: (payload) =>
       Effect.flatMap(traced(payload), (sent) =>
-        Effect.map(
-          held(
-            MaybeRow,
-            Effect.andThen(
-              execute(sent),
-              Effect.map(looks([payload.agentId], "all", undefined), (s) => orNull(s.rows[0]))
-            )
-          ),
-          (row) => row ?? undefined
-        )),
+        provide(Effect.map(
+          Effect.exit(AgentWorkflow.execute(sent)),
+          (exit) =>
+            Exit.isSuccess(exit)
+              ? { row: exit.value.row }
+              : exit.cause.reasons.every((reason) => reason._tag === "Interrupt")
+              ? { ending: { status: "cancelled" as const, reason: "the sub-agent was cancelled" } }
+              : { ending: { status: "failed" as const, reason: String(exit.cause) } }
+        ))),
     waitRows,
     read: run.read
   }, optionsOf(run.maxConcurrent, run.admission))
@@ -584,18 +642,14 @@ export const client = (options: ClientOptions) =>
           const rows = (yield* Effect.orDie(Effect.forEach(ids, (id) => store.get(id)))).filter((row) =>
             row !== undefined
           )
-          const satisfied = waitSatisfied(rows.map((row) => finished(row.status)), mode)
+          const done = rows.filter((row) => finished(row.status)).length
+          const satisfied = rows.length === 0 || (mode === "any" ? done > 0 : done === rows.length)
           if (satisfied || (deadline !== undefined && (yield* Clock.currentTimeMillis) >= deadline)) {
             return { rows, timedOut: !satisfied }
           }
           yield* Effect.sleep(pollMs)
         }
       }))
-    const start = (payload: AgentPayload) =>
-      Effect.sync(() => started.add(payload.agentId)).pipe(
-        Effect.andThen(traced(payload)),
-        Effect.flatMap((sent) => provide(AgentWorkflow.execute(sent, { discard: true })))
-      )
     return make({
       once: (_kind, _schema, effect) => Effect.orDie(provide(effect)),
       parent: undefined,
@@ -610,11 +664,16 @@ export const client = (options: ClientOptions) =>
       rejectOver: undefined,
       preRecorded: false,
       checks: {},
-      start,
+      start: (payload) =>
+        Effect.sync(() => started.add(payload.agentId)).pipe(
+          Effect.andThen(traced(payload)),
+          Effect.flatMap((sent) => provide(AgentWorkflow.execute(sent, { discard: true })))
+        ),
       runToEnd: (payload) =>
-        Effect.andThen(
-          start(payload),
-          Effect.map(waitRows([payload.agentId], "all", undefined), (seen) => seen.rows[0])
+        Effect.sync(() => started.add(payload.agentId)).pipe(
+          Effect.andThen(traced(payload)),
+          Effect.flatMap((sent) => provide(AgentWorkflow.execute(sent, { discard: true }))),
+          Effect.andThen(Effect.as(waitRows([payload.agentId], "all", undefined), {}))
         ),
       waitRows,
       read: new Set()

@@ -30,8 +30,7 @@ import {
   encodeMessage,
   fromDb,
   journalSql,
-  runStepSql,
-  waitsSql
+  runStepSql
 } from "./internal/sql.ts"
 
 type Service = ClusterStore["Service"]
@@ -93,10 +92,6 @@ export const migrate = Effect.gen(function*() {
   // Version 5: a completed answer's checked claims (JSON) and a typed result's schema (JSON).
   yield* sql`ALTER TABLE fibril_agents ADD COLUMN IF NOT EXISTS claims text,
     ADD COLUMN IF NOT EXISTS output_schema text`
-  // Version 6: a parent's open waits, one per call (`waiting_on`, one clock per agent, is unused).
-  yield* sql`CREATE TABLE IF NOT EXISTS fibril_waits (agent_id text NOT NULL, call_id text NOT NULL,
-    run int NOT NULL, step int NOT NULL, clock text NOT NULL, mode text NOT NULL, ids text NOT NULL,
-    PRIMARY KEY (agent_id, call_id))`
   yield* sql`INSERT INTO fibril_meta (key, value) VALUES ('schema_version', ${String(schemaVersion)})
     ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 })
@@ -224,13 +219,6 @@ const admission = (sql: SqlClient.SqlClient): Pick<Service, "acquire" | "handOff
     attempt(
       "acquire",
       Effect.gen(function*() {
-        // A permit handed to this agent (or taken by an earlier try) admits it without the
-        // cluster-wide lock: at each wave of a queued fan-out, every woken agent's try would
-        // otherwise queue behind the releases' hand-offs on that one lock.
-        const handed = yield* sql`WITH p AS (SELECT 1 FROM fibril_permits WHERE agent_id = ${agentId}),
-            w AS (DELETE FROM fibril_waiters WHERE agent_id = ${agentId} AND EXISTS (SELECT 1 FROM p))
-          SELECT 1 FROM p`
-        if (handed.length > 0) return true
         // One admission at a time cluster-wide: the lock lasts until the transaction ends.
         yield* sql`SELECT pg_advisory_xact_lock(4242)`
         const rows = yield* sql<{ admitted: boolean }>`
@@ -398,12 +386,11 @@ const runSteps = (sql: SqlClient.SqlClient): Pick<Service, "startRun" | "beginSt
 const following = (
   sql: SqlClient.SqlClient,
   markers: Option.Option<SqlClient.SqlClient>
-): Pick<Service, "changes" | "look" | "wakeParent" | "stale" | "cancelledAmong" | "startToolCall"> => {
+): Pick<Service, "changes" | "look" | "stale" | "cancelledAmong" | "startToolCall"> => {
   // A step's transaction is the SqlClient's transaction connection in the context: without it, a
   // statement takes a connection of its own and commits at once.
   const omitTransaction = Context.omit(sql.transactionService)
   const outsideTransaction = (context: Context.Context<never>): Context.Context<never> => omitTransaction(context)
-  const waits = waitsSql(sql, true)
   return {
     changes: (rootId, cursor) =>
       attempt(
@@ -433,10 +420,11 @@ const following = (
           }
         })
       ),
-    look: (agentId, ids, wait) =>
+    look: (agentId, ids, waitingOn) =>
       attempt(
         "look",
         Effect.gen(function*() {
+          yield* sql`UPDATE fibril_agents SET waiting_on = ${waitingOn} WHERE agent_id = ${agentId}`
           const rows = ids === undefined
             ? yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE parent_id = ${agentId}
                 AND status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_at FOR SHARE`
@@ -445,13 +433,12 @@ const following = (
             : yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE agent_id IN ${sql.in(ids)} FOR SHARE`
           const [clock] = yield* sql<{ now: number }>`SELECT (EXTRACT(EPOCH FROM now()) * 1000)::float8 AS now`
           const byId = new Map(rows.map((r) => [r.agent_id, fromDb(r)]))
-          const seen = ids === undefined ? rows.map(fromDb) : ids.flatMap((id) => byId.get(id) ?? [])
-          const now = Number(clock?.now ?? 0)
-          if (wait !== undefined) yield* waits.record(agentId, wait, seen, now)
-          return { rows: seen, now }
+          return {
+            rows: ids === undefined ? rows.map(fromDb) : ids.flatMap((id) => byId.get(id) ?? []),
+            now: Number(clock?.now ?? 0)
+          }
         })
       ),
-    wakeParent: (agentId) => attempt("wakeParent", sql.withTransaction(waits.wakeParent(agentId))),
     stale: (seconds) =>
       attempt(
         "stale",

@@ -33,8 +33,7 @@ import {
   encodeMessage,
   fromDb,
   journalSql,
-  runStepSql,
-  waitsSql
+  runStepSql
 } from "./internal/sql.ts"
 
 type Service = ClusterStore["Service"]
@@ -66,10 +65,6 @@ export const migrate = Effect.gen(function*() {
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_permits (agent_id TEXT PRIMARY KEY, at INTEGER NOT NULL)`
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_waiters (agent_id TEXT PRIMARY KEY, execution_id TEXT NOT NULL,
     clock TEXT NOT NULL, at INTEGER NOT NULL)`
-  // Version 6: a parent's open waits, one per call (`waiting_on`, one clock per agent, is unused).
-  yield* sql`CREATE TABLE IF NOT EXISTS fibril_waits (agent_id TEXT NOT NULL, call_id TEXT NOT NULL,
-    run INTEGER NOT NULL, step INTEGER NOT NULL, clock TEXT NOT NULL, mode TEXT NOT NULL, ids TEXT NOT NULL,
-    PRIMARY KEY (agent_id, call_id))`
   yield* sql`CREATE TABLE IF NOT EXISTS fibril_tool_calls (agent_id TEXT NOT NULL, run INTEGER NOT NULL,
     step INTEGER NOT NULL, slot INTEGER NOT NULL, pid INTEGER NOT NULL, at INTEGER NOT NULL,
     PRIMARY KEY (agent_id, run, step, slot))`
@@ -111,16 +106,7 @@ export const prune = (olderThan: Duration.Duration) =>
         WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < ${before}`
       if (gone.length === 0) return { agents: 0, messages: 0 }
       const ids = gone.map((r) => r.agent_id)
-      for (
-        const table of [
-          "fibril_agents",
-          "fibril_transcript",
-          "fibril_inbox",
-          "fibril_tool_calls",
-          "fibril_steps",
-          "fibril_waits"
-        ]
-      ) {
+      for (const table of ["fibril_agents", "fibril_transcript", "fibril_inbox", "fibril_tool_calls", "fibril_steps"]) {
         yield* sql`DELETE FROM ${sql(table)} WHERE agent_id IN ${sql.in(ids)}`
       }
       const executions = gone.map((r) => r.execution_id)
@@ -368,9 +354,8 @@ const runSteps = (
 /** What a client, a waiting parent, the heartbeat and a worker's cancellation watch read. */
 const following = (
   sql: SqlClient.SqlClient
-): Pick<Service, "changes" | "look" | "wakeParent" | "stale" | "cancelledAmong" | "startToolCall"> => {
+): Pick<Service, "changes" | "look" | "stale" | "cancelledAmong" | "startToolCall"> => {
   const omitTransaction = Context.omit(sql.transactionService)
-  const waits = waitsSql(sql, false)
   return {
     changes: (rootId, cursor) =>
       attempt(
@@ -398,11 +383,12 @@ const following = (
           }
         })
       ),
-    look: (agentId, ids, wait) =>
+    look: (agentId, ids, waitingOn) =>
       inTransaction(
         sql,
         "look",
         Effect.gen(function*() {
+          yield* sql`UPDATE fibril_agents SET waiting_on = ${waitingOn} WHERE agent_id = ${agentId}`
           const rows = ids === undefined
             ? yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE parent_id = ${agentId}
                 AND status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_at, rowid`
@@ -410,13 +396,12 @@ const following = (
             ? []
             : yield* sql<AgentDbRow>`SELECT * FROM fibril_agents WHERE agent_id IN ${sql.in(ids)}`
           const byId = new Map(rows.map((r) => [r.agent_id, fromDb(r)]))
-          const seen = ids === undefined ? rows.map(fromDb) : ids.flatMap((id) => byId.get(id) ?? [])
-          const now = Date.now()
-          if (wait !== undefined) yield* waits.record(agentId, wait, seen, now)
-          return { rows: seen, now }
+          return {
+            rows: ids === undefined ? rows.map(fromDb) : ids.flatMap((id) => byId.get(id) ?? []),
+            now: Date.now()
+          }
         })
       ),
-    wakeParent: (agentId) => inTransaction(sql, "wakeParent", waits.wakeParent(agentId)),
     stale: (seconds) =>
       inTransaction(
         sql,

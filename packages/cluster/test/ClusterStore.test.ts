@@ -255,41 +255,26 @@ const everyMethod = Effect.gen(function*() {
   assert.deepStrictEqual(yield* store.handOff(1), [{ executionId: "exec-ag_c3", clock: "permit/0" }])
   yield* store.release("ag_c3")
 
-  // A parent's waits: a look reads the children (its unfinished ones, or those named) and records
-  // the wait while it stays open. Turn (run 0, step 1) has two open waits; a wait timed out
-  // (deadline passed) is closed by its look; one of an earlier turn is left over.
-  const wait = (call: string, mode: "any" | "all", extra: Partial<ClusterStore.Wait> = {}): ClusterStore.Wait => {
-    const [run, step] = call.split("/").map(Number)
-    return { call, run: run!, step: step!, clock: `wait/${call}`, mode, ...extra }
-  }
-  const looked = yield* store.look("ag_p", undefined, wait("0/1/0", "all"))
+  // A parent's wait: the look records its clock and reads its unfinished children.
+  const looked = yield* store.look("ag_p", undefined, "wait/1/0/0")
   assert.deepStrictEqual(ids(looked.rows), ["ag_c1", "ag_c2"])
   assert.isAtLeast(looked.now, 0)
-  const byId = yield* store.look("ag_p", ["ag_c2", "ag_none"], wait("0/1/1", "any"))
+  assert.deepStrictEqual(yield* store.parentWaiting("ag_c1"), { executionId: "exec-ag_p", waitingOn: "wait/1/0/0" })
+  const byId = yield* store.look("ag_p", ["ag_c2", "ag_none"], null)
   assert.deepStrictEqual(byId.rows.map((r) => r.agentId), ["ag_c2"])
-  yield* store.look("ag_p", ["ag_c1"], wait("0/1/2", "all", { deadline: looked.now }))
-  yield* store.look("ag_p", ["ag_c1"], wait("0/0/0", "all"))
-  assert.deepStrictEqual((yield* store.look("ag_p", ["ag_c1"], undefined)).rows.map((r) => r.agentId), ["ag_c1"])
-  assert.isUndefined(yield* store.wakeParent("ag_p"))
-  // Nothing has ended: no clock.
-  assert.deepStrictEqual(yield* store.wakeParent("ag_c1"), { executionId: "exec-ag_p", clocks: [] })
+  assert.deepStrictEqual(yield* store.parentWaiting("ag_c1"), { executionId: "exec-ag_p", waitingOn: null })
+  assert.isUndefined(yield* store.parentWaiting("ag_p"))
 
   // The end of a run gives its permit back; a cancel recorded before it stands.
   yield* store.finishRun("ag_c2", { status: "completed", text: "ok", steps: 1, toolCalls: 0 }, true)
   assert.strictEqual((yield* store.get("ag_c2"))?.status, "completed")
   assert.deepStrictEqual(yield* store.permits, [])
-  // One wait of the turn is satisfied, the other not: still no clock (the turn needs both).
-  assert.deepStrictEqual(yield* store.wakeParent("ag_c2"), { executionId: "exec-ag_p", clocks: [] })
   yield* store.update("ag_c1", { status: "cancelled", reason: "stop" })
   yield* store.finishRun("ag_c1", { status: "completed", text: "late" }, false)
   assert.strictEqual((yield* store.get("ag_c1"))?.status, "cancelled")
-  // Both satisfied: both clocks of the turn, once (the waits are closed).
-  const woke = yield* store.wakeParent("ag_c1")
-  assert.deepStrictEqual([...woke!.clocks].sort(), ["wait/0/1/0", "wait/0/1/1"])
-  assert.deepStrictEqual(yield* store.wakeParent("ag_c2"), { executionId: "exec-ag_p", clocks: [] })
   assert.deepStrictEqual(yield* store.cancelledAmong(["ag_c1", "ag_c2", "ag_none"]), ["ag_c1"])
   assert.deepStrictEqual(yield* store.cancelledAmong([]), [])
-  assert.deepStrictEqual((yield* store.look("ag_p", undefined, undefined)).rows, [])
+  assert.deepStrictEqual((yield* store.look("ag_p", undefined, null)).rows, [])
 
   // The inbox, and a marker that is there once.
   yield* store.sendInput("ag_p", "one")
@@ -404,7 +389,7 @@ describe("ClusterStore rows share core's AgentStatus and Usage", () => {
 })
 
 // Schema version 5 added the `claims` column: `migrate` adds it to a version 4 SQLite file.
-describe("ClusterStore schema upgrades", () => {
+describe("ClusterStore schema version 5", () => {
   it.live("migrate adds the claims column to a version 4 SQLite file, and rows keep claims", () =>
     Effect.gen(function*() {
       const file = path.join(sqliteDir, `store${sqliteFiles++}.db`)
@@ -423,36 +408,6 @@ describe("ClusterStore schema upgrades", () => {
               yield* store.insert(row("ag_v5"))
               yield* store.finishRun("ag_v5", { status: "completed", text: "done", claims }, false)
               assert.deepStrictEqual((yield* store.get("ag_v5"))?.claims, claims)
-            }),
-            SqliteClusterStore.layer
-          )
-        }),
-        Sqlite.layer(file)
-      )
-    }))
-
-  // Schema version 6 added `fibril_waits` (a parent's open waits, one per call).
-  it.live("migrate adds fibril_waits to a version 5 SQLite file; a parent's wait is kept there", () =>
-    Effect.gen(function*() {
-      const file = path.join(sqliteDir, `store${sqliteFiles++}.db`)
-      yield* Effect.provide(
-        Effect.gen(function*() {
-          const sql = yield* SqlClient.SqlClient
-          yield* SqliteClusterStore.migrate
-          yield* sql`DROP TABLE fibril_waits`
-          yield* sql`UPDATE fibril_meta SET value = '5' WHERE key = 'schema_version'`
-          assert.isTrue(Exit.isFailure(yield* Effect.exit(SqliteClusterStore.checkSchema)))
-          yield* SqliteClusterStore.migrate
-          yield* SqliteClusterStore.checkSchema
-          yield* Effect.provide(
-            Effect.gen(function*() {
-              const store = yield* ClusterStore.ClusterStore
-              yield* store.insert({ ...row("ag_p6"), parentId: null, rootId: "ag_p6", depth: 0 })
-              yield* store.insert({ ...row("ag_c6"), parentId: "ag_p6", rootId: "ag_p6" })
-              const wait = { call: "0/0/0", run: 0, step: 0, clock: "turn/0/0", mode: "all" as const }
-              yield* store.look("ag_p6", ["ag_c6"], wait)
-              yield* store.finishRun("ag_c6", { status: "completed", text: "done" }, false)
-              assert.deepStrictEqual((yield* store.wakeParent("ag_c6"))?.clocks, ["turn/0/0"])
             }),
             SqliteClusterStore.layer
           )

@@ -304,62 +304,6 @@ describe("cluster contract on TestRunner", () => {
       assert.deepStrictEqual(waited.completed.map((c) => c.status), ["completed", "completed"])
     }).pipe(Effect.scoped, provideNode))
 
-  it.live("a turn of K task calls is woken once, by the last child's end, not by each (one clock for the turn)", () =>
-    Effect.gen(function*() {
-      const K = 12
-      const wakes: Array<ReadonlyArray<string>> = []
-      let looks = 0
-      const counting = (store: ClusterStore.ClusterStore["Service"]): ClusterStore.ClusterStore["Service"] => ({
-        ...store,
-        look: (agentId, ids, wait) => Effect.andThen(Effect.sync(() => looks++), store.look(agentId, ids, wait)),
-        wakeParent: (agentId) =>
-          Effect.tap(store.wakeParent(agentId), (woke) =>
-            Effect.sync(() => {
-              if (woke !== undefined && woke.clocks.length > 0) wakes.push(woke.clocks)
-            }))
-      })
-      // The children end one after another (each prompt its own delay), the fallback is a minute.
-      const built = yield* setup(
-        {
-          rules: [
-            ...Array.from({ length: K }, (_, i) => ({
-              match: { depth: 1, prompt: `part ${i}.` },
-              turns: [{ text: `part ${i} done`, delay_ms: 100 + 40 * i }]
-            })),
-            {
-              match: { depth: 0 },
-              turns: [
-                {
-                  tool_calls: Array.from({ length: K }, (_, i) => ({
-                    name: "task",
-                    args: { description: `part ${i}`, prompt: `part ${i}.` }
-                  })) as never
-                },
-                { text: "root done" }
-              ]
-            }
-          ]
-        },
-        { maxConcurrent: 0, waitFallbackMs: 60_000 },
-        {},
-        undefined,
-        counting
-      )
-      const outcome = yield* built.provide(ClusterClient.run({ prompt: "fan out", workspace: built.root }))
-      assert.strictEqual(outcome.text, "root done")
-      const results = toolResults(yield* built.store.transcript(outcome.agentId))
-      assert.deepStrictEqual(
-        results.map((r) => (r.result as { status: string; summary?: string }).status),
-        Array.from({ length: K }, () => "completed")
-      )
-      // Woken once (a wake racing the last looks may add one), each time by the turn's one clock;
-      // woken at each end it would be K wakes, each replaying the turn's K calls.
-      assert.isAtMost(wakes.length, 2, JSON.stringify(wakes))
-      assert.isTrue(wakes.every((clocks) => clocks.length === 1), JSON.stringify(wakes))
-      // Each call looks when it starts and when it is woken (the looks of a woken replay are new).
-      assert.isAtMost(looks, 3 * K)
-    }).pipe(Effect.scoped, provideNode))
-
   it.live("resume of a finished agent starts a new run from its transcript", () =>
     Effect.gen(function*() {
       const built = yield* setup({ rules: [{ turns: [{ text: "first answer" }, { text: "second answer" }] }] })

@@ -13,16 +13,11 @@ import type { SqlClient } from "effect/sql"
 import {
   type AgentRow,
   type ClusterStore,
-  finished,
   Grant,
-  type OpenWait,
   type StepKey,
   type StepOutcome,
   type StepWork,
-  StoreFailure,
-  turnClocks,
-  type Wait,
-  waitOpen
+  StoreFailure
 } from "../ClusterStore.ts"
 
 /** An agent's row as a SQL store reads it. */
@@ -137,7 +132,7 @@ export const attempt = <A, E, R>(
 export const agentReads = (
   sql: SqlClient.SqlClient,
   order: string
-): Pick<ClusterStore["Service"], "get" | "children" | "list" | "transcript"> => {
+): Pick<ClusterStore["Service"], "get" | "children" | "list" | "transcript" | "parentWaiting"> => {
   const orderBy = sql.literal(`ORDER BY ${order}`)
   return {
     get: (agentId) =>
@@ -163,6 +158,16 @@ export const agentReads = (
           sql<{ message: string }>`SELECT message FROM fibril_transcript WHERE agent_id = ${agentId}
             ORDER BY run, step, slot`,
           (rows) => rows.map((row) => decodeMessage(row.message))
+        )
+      ),
+    parentWaiting: (agentId) =>
+      attempt(
+        "parentWaiting",
+        Effect.map(
+          sql<{ execution_id: string; waiting_on: string | null }>`SELECT p.execution_id, p.waiting_on
+            FROM fibril_agents c JOIN fibril_agents p ON p.agent_id = c.parent_id WHERE c.agent_id = ${agentId}`,
+          (rows) =>
+            rows[0] === undefined ? undefined : { executionId: rows[0].execution_id, waitingOn: rows[0].waiting_on }
         )
       )
   }
@@ -220,46 +225,3 @@ export const runStepSql = (sql: SqlClient.SqlClient) =>
     }
     return { _tag: "Journaled", result: first } as StepOutcome
   }).pipe(Effect.mapError(failure("runStep")))
-
-/**
- * A parent's open waits (`fibril_waits`, one row per call): `record` is a look's write, in the
- * look's transaction (after its read of the children); `wakeParent` a child's end's read and
- * close, in a transaction of its own. Postgres locks the parent's row first (`lock`; SQLite has
- * one writer), so two ends at once take turns: the later one sees the earlier one's end and
- * closes the waits once. (Locking the wait rows instead, several ends at once deadlocked: each
- * takes them in its own order.)
- */
-export const waitsSql = (sql: SqlClient.SqlClient, lock: boolean) => {
-  const forUpdate = sql.literal(lock ? "FOR UPDATE OF p" : "")
-  const record = (agentId: string, wait: Wait, rows: ReadonlyArray<AgentRow>, now: number) =>
-    waitOpen(wait, rows, now)
-      ? sql`INSERT INTO fibril_waits (agent_id, call_id, run, step, clock, mode, ids)
-          VALUES (${agentId}, ${wait.call}, ${wait.run}, ${wait.step}, ${wait.clock}, ${wait.mode},
-            ${JSON.stringify(rows.map((row) => row.agentId))})
-          ON CONFLICT (agent_id, call_id) DO UPDATE SET clock = excluded.clock, mode = excluded.mode, ids = excluded.ids`
-      : sql`DELETE FROM fibril_waits WHERE agent_id = ${agentId} AND call_id = ${wait.call}`
-  const wakeParent = (agentId: string) =>
-    Effect.gen(function*() {
-      const [parent] = yield* sql<{ agent_id: string; execution_id: string }>`
-        SELECT p.agent_id, p.execution_id FROM fibril_agents c JOIN fibril_agents p ON p.agent_id = c.parent_id
-        WHERE c.agent_id = ${agentId} ${forUpdate}`
-      if (parent === undefined) return undefined
-      const rows = yield* sql<{ run: number; step: number; clock: string; mode: "any" | "all"; ids: string }>`
-        SELECT run, step, clock, mode, ids FROM fibril_waits WHERE agent_id = ${parent.agent_id}`
-      const open: ReadonlyArray<OpenWait> = rows.map((r) => ({
-        run: Number(r.run),
-        step: Number(r.step),
-        clock: r.clock,
-        mode: r.mode,
-        ids: JSON.parse(r.ids) as ReadonlyArray<string>
-      }))
-      const ids = [...new Set(open.flatMap((w) => w.ids))]
-      const live = ids.length === 0 ? [] : yield* sql<{ agent_id: string; status: AgentStatus }>`
-        SELECT agent_id, status FROM fibril_agents WHERE agent_id IN ${sql.in(ids)}`
-      const running = new Set(live.filter((r) => !finished(r.status)).map((r) => r.agent_id))
-      const clocks = turnClocks(open, (id) => !running.has(id))
-      if (clocks.length > 0) yield* sql`DELETE FROM fibril_waits WHERE agent_id = ${parent.agent_id}`
-      return { executionId: parent.execution_id, clocks }
-    })
-  return { record, wakeParent }
-}
