@@ -41,9 +41,10 @@ if (reason !== undefined) {
 const count = Number(process.argv[2] ?? 300)
 const latencyMs = 500
 const capPerWorker = 10
-// For iteration: `[K] [worker counts, e.g. 1,2] [cap: the capped rounds only]`.
+// For iteration: `[K] [worker counts, e.g. 1,2] [cap: the capped rounds only | bound: the cap-bound rounds only]`.
 const workerCounts = (process.argv[3] ?? "1,2,3").split(",").map(Number)
 const cappedOnly = process.argv[4] === "cap"
+const boundOnly = process.argv[4] === "bound"
 
 /** A round's fan-out: K children, each one scripted model call of `latencyMs`. */
 interface Shape {
@@ -184,11 +185,28 @@ const round = async (n: number, cap: number, shape: Shape = fanOut): Promise<Rou
         db,
         "SELECT entity_type || ' ' || coalesce(tag, '-') || ' kind=' || kind || ' ' || count(*) FROM cluster_messages GROUP BY entity_type, tag, kind ORDER BY count(*) DESC"
       ))
-      // How often the root was woken: its durable clocks completed, or resumed by a child's end
-      // (its calls' own journaled outcomes, `raceAll/...`, do not wake it).
+      // How often the root was woken: resumed by a child's end, or its durable clocks completed.
       console.log(pg.psql(
         db,
         "SELECT 'root wakes: ' || count(*) FROM cluster_messages WHERE entity_id = (SELECT execution_id FROM fibril_agents WHERE depth = 0) AND (tag = 'resume' OR (tag = 'deferred' AND payload::text LIKE '%DurableClock/%'))"
+      ))
+      // Where the makespan goes: the root's start to its first child's model call, the children's
+      // runs, the gap from a child's end to the next child's start (the queue's hand-off: the
+      // i-th end against the (i + cap)-th start), and the last child's end to the root's.
+      console.log(pg.psql(
+        db,
+        `WITH c AS (SELECT * FROM fibril_agents WHERE depth = 1), r AS (SELECT * FROM fibril_agents WHERE depth = 0),
+          s AS (SELECT row_number() OVER (ORDER BY run_started_at) AS i, run_started_at AS t FROM c),
+          f AS (SELECT row_number() OVER (ORDER BY run_finished_at) AS i, run_finished_at AS t FROM c),
+          g AS (SELECT extract(epoch FROM s.t - f.t) * 1000 AS ms FROM f JOIN s ON s.i = f.i + ${Math.max(cap, 1)})
+        SELECT 'timeline ms: root start -> first child ' ||
+          round(extract(epoch FROM (SELECT min(run_started_at) FROM c) - (SELECT run_started_at FROM r)) * 1000) ||
+          ', children ' || round(extract(epoch FROM (SELECT max(run_finished_at) - min(run_started_at) FROM c)) * 1000) ||
+          ', last child -> root end ' ||
+          round(extract(epoch FROM (SELECT run_finished_at FROM r) - (SELECT max(run_finished_at) FROM c)) * 1000) ||
+          '; hand-off gap p50 ' || coalesce(round((SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) FROM g)::numeric)::text, '-') ||
+          ' p90 ' || coalesce(round((SELECT percentile_cont(0.9) WITHIN GROUP (ORDER BY ms) FROM g)::numeric)::text, '-') ||
+          ' max ' || coalesce(round((SELECT max(ms) FROM g)::numeric)::text, '-')`
       ))
     }
     return {
@@ -222,7 +240,7 @@ const line = (label: string, r: Round) => {
 try {
   const capped: Array<Round> = []
   const uncapped: Array<Round> = []
-  for (const n of workerCounts) {
+  for (const n of boundOnly ? [] : workerCounts) {
     capped.push(await round(n, capPerWorker * n))
     console.log(line(`cap ${capPerWorker} per worker (cluster cap ${capPerWorker * n})`, capped.at(-1)!))
     if (cappedOnly) continue

@@ -219,6 +219,13 @@ const admission = (sql: SqlClient.SqlClient): Pick<Service, "acquire" | "handOff
     attempt(
       "acquire",
       Effect.gen(function*() {
+        // A permit handed to this agent (or taken by an earlier try) admits it without the
+        // cluster-wide lock: at each wave of a queued fan-out, every woken agent's try would
+        // otherwise queue on that one lock behind the releases' hand-offs.
+        const handed = yield* sql`WITH p AS (SELECT 1 FROM fibril_permits WHERE agent_id = ${agentId}),
+            w AS (DELETE FROM fibril_waiters WHERE agent_id = ${agentId} AND EXISTS (SELECT 1 FROM p))
+          SELECT 1 FROM p`
+        if (handed.length > 0) return true
         // One admission at a time cluster-wide: the lock lasts until the transaction ends.
         yield* sql`SELECT pg_advisory_xact_lock(4242)`
         const rows = yield* sql<{ admitted: boolean }>`
