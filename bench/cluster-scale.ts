@@ -266,11 +266,13 @@ try {
   console.log(
     `     cluster scale, K=${count} x ${latencyMs} ms, cap ${capPerWorker} per worker: 1 -> 2 workers ${
       speedup(capped, 1).toFixed(2)
-    }x, 1 -> 3 workers ${speedup(capped, 2).toFixed(2)}x (ideal 2.00x, ${
-      (Math.ceil(count / capPerWorker) / Math.ceil(count / (capPerWorker * 3))).toFixed(2)
-    }x); no cap: 1 -> 2 ${speedup(uncapped, 1).toFixed(2)}x, 1 -> 3 ${
+    }x, 1 -> 3 workers ${speedup(capped, 2).toFixed(2)}x (ideal ${
+      (Math.ceil(count / capPerWorker) / Math.ceil(count / (capPerWorker * 2))).toFixed(2)
+    }x, ${(Math.ceil(count / capPerWorker) / Math.ceil(count / (capPerWorker * 3))).toFixed(2)}x); no cap: 1 -> 2 ${
+      speedup(uncapped, 1).toFixed(2)
+    }x, 1 -> 3 ${
       speedup(uncapped, 2).toFixed(2)
-    }x (CPU-bound here: ${os.cpus().length} CPU(s) for the workers, PostgreSQL and this client)`
+    }x (${os.cpus().length} CPU(s) for the workers, PostgreSQL and this client: each round's share is on its line)`
   )
 } finally {
   for (const child of children) child.kill("SIGKILL")
