@@ -1,12 +1,14 @@
 /**
  * Cluster scale (issue 38; `npm run bench` runs it after bench/cluster.ts; alone:
- * `NODE_OPTIONS=--conditions=@fibril/source node bench/cluster-scale.ts [K]`). Needs PostgreSQL's
- * server binaries (packages/cluster/test/postgres.ts); without them it says so and stops.
+ * `NODE_OPTIONS=--conditions=@fibril/source node bench/cluster-scale.ts [K]`). PostgreSQL's
+ * rounds need its server binaries (packages/cluster/test/postgres.ts; without them they are
+ * skipped, said so); SQLite's need nothing.
  *
  * K = 300 children (one `task` each from one root), each one scripted model call of 500 ms, over
- * 1, 2 and 3 `fibril worker` processes on PostgreSQL (a fresh database per run), timed by an
- * in-process client from start to the root's answer once every worker holds its shards; every
- * child must have completed (the store is counted), or the run is a failure, not a figure.
+ * 1, 2 and 3 `fibril worker` processes on PostgreSQL, then on one SQLite file (a fresh database
+ * per run), timed by an in-process client from start to the root's answer once every worker
+ * holds its shards; every child must have completed (the store is counted), or the run is a
+ * failure, not a figure.
  *
  * Two rounds per worker count:
  * - **cap 10 per worker**: the cap is cluster-wide in Fibril (`--max-concurrent`, a permit table
@@ -20,8 +22,12 @@
  * workers (bounds 20 s and 10 s): children long enough that the cap binds, not the CPU (each
  * line prints the CPU the round used, as a share of the machine's); the goal is >= 1.8x from 1 to
  * 2 workers. On 2 cores the 500 ms rounds are CPU-bound (docs/performance.md, "Cluster scale").
+ *
+ * Arguments, for iteration: `[K] [worker counts, e.g. 1,2] [cap: the capped rounds only | bound:
+ * the cap-bound rounds only | all] [postgres | sqlite | both]`.
  */
 import * as ClusterClient from "@fibril/cluster/ClusterClient"
+import * as ClusterStore from "@fibril/cluster/ClusterStore"
 import * as Node from "@fibril/cluster/Node"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -29,22 +35,19 @@ import { type ChildProcess, spawn } from "node:child_process"
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+import { DatabaseSync } from "node:sqlite"
 import { fileURLToPath } from "node:url"
 import * as Pg from "../packages/cluster/test/postgres.ts"
-
-const reason = Pg.skipReason()
-if (reason !== undefined) {
-  console.log(`skip cluster scale bench: ${reason}`)
-  process.exit(0)
-}
 
 const count = Number(process.argv[2] ?? 300)
 const latencyMs = 500
 const capPerWorker = 10
-// For iteration: `[K] [worker counts, e.g. 1,2] [cap: the capped rounds only | bound: the cap-bound rounds only]`.
 const workerCounts = (process.argv[3] ?? "1,2,3").split(",").map(Number)
 const cappedOnly = process.argv[4] === "cap"
 const boundOnly = process.argv[4] === "bound"
+const storeNames = process.argv[5] === undefined || process.argv[5] === "both"
+  ? ["postgres", "sqlite"]
+  : [process.argv[5]]
 
 /** A round's fan-out: K children, each one scripted model call of `latencyMs`. */
 interface Shape {
@@ -87,10 +90,79 @@ const scriptFor = (shape: Shape) => {
 const bin = fileURLToPath(new URL("../packages/cli/src/bin.ts", import.meta.url))
 const load = () => os.loadavg().map((l) => l.toFixed(1)).join(" ")
 
-// With SCALE_MESSAGES=1, also the statements the server ran most (pg_stat_statements, if installed).
+// With SCALE_MESSAGES=1, also what the cluster was asked to deliver and a timeline (PostgreSQL),
+// and the statements the server ran most (pg_stat_statements, if installed).
 const diagnose = process.env.SCALE_MESSAGES === "1"
-const counting = diagnose && existsSync(path.join(Pg.findBin()!, "..", "lib", "pg_stat_statements.so"))
-const pg = await Pg.start({ fsync: true, settings: counting ? ["shared_preload_libraries=pg_stat_statements"] : [] })
+
+/** Where a round's cluster lives: a fresh database per round, read by the bench as it goes. */
+interface Store {
+  readonly name: string
+  /** A fresh database: its cluster URL. */
+  readonly fresh: () => string
+  /** The first column of a query's rows, as text. */
+  readonly query: (url: string, sql: string) => Array<string>
+  /** The shards each worker holds (one number per worker). */
+  readonly shards: (url: string) => Array<number>
+  /** CPU seconds of the database server (0: none, the workers are the database). */
+  readonly serverCpu: () => number
+  /** Before a round's run, once its workers hold their shards. */
+  readonly beforeRun?: (url: string) => void
+  readonly diagnose?: (url: string) => void
+  readonly stop: () => void
+}
+
+/** PostgreSQL with fsync on, one database per round; the shards are the workers' advisory locks. */
+const postgres = async (): Promise<Store | string> => {
+  const reason = Pg.skipReason()
+  if (reason !== undefined) return reason
+  const counting = diagnose && existsSync(path.join(Pg.findBin()!, "..", "lib", "pg_stat_statements.so"))
+  const pg = await Pg.start({ fsync: true, settings: counting ? ["shared_preload_libraries=pg_stat_statements"] : [] })
+  let database = 0
+  const dbOf = (url: string) => url.slice(url.lastIndexOf("/") + 1)
+  const query = (url: string, sql: string) => pg.psql(dbOf(url), sql).split("\n").filter((l) => l !== "")
+  return {
+    name: "postgres",
+    fresh: () => {
+      const db = `scale${database++}`
+      pg.createDatabase(db)
+      return pg.url(db)
+    },
+    beforeRun: (url) => {
+      if (counting) query(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()")
+    },
+    query,
+    shards: (url) =>
+      query(
+        url,
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted GROUP BY pid ORDER BY 1"
+      ).map(Number),
+    serverCpu: () => pg.cpuSeconds(),
+    diagnose: (url) => diagnosePg(query, url, counting),
+    stop: () => pg.stop()
+  }
+}
+
+/** One SQLite file per round, every worker on it; the shards are rows of effect/cluster's locks. */
+const sqlite = (): Store => {
+  let database = 0
+  const query = (url: string, sql: string) => {
+    const db = new DatabaseSync(url.slice("sqlite:".length), { readOnly: true })
+    try {
+      return db.prepare(sql).all().map((row) => String(Object.values(row)[0]))
+    } finally {
+      db.close()
+    }
+  }
+  return {
+    name: "sqlite",
+    fresh: () => `sqlite:${path.join(ws, `scale${database++}.db`)}`,
+    query,
+    shards: (url) => query(url, "SELECT count(*) FROM cluster_locks GROUP BY address ORDER BY 1").map(Number),
+    serverCpu: () => 0,
+    stop: () => {}
+  }
+}
+
 const children = new Set<ChildProcess>()
 
 /** A `fibril worker` on `url` with a cluster-wide cap (0: none); resolves once it serves. */
@@ -122,15 +194,12 @@ const worker = (url: string, cap: number, script: string) =>
   })
 
 /** Waits until the shards are split over `n` workers (the same split twice, a second apart). */
-const settle = async (db: string, n: number) => {
+const settle = async (store: Store, url: string, n: number) => {
   const started = performance.now()
   for (let last = "";;) {
     await new Promise((resolve) => setTimeout(resolve, 1000))
-    const now = pg.psql(
-      db,
-      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted GROUP BY pid ORDER BY 1"
-    )
-    const shards = now.split("\n").filter((l) => l !== "").map(Number)
+    const shards = store.shards(url)
+    const now = shards.join(",")
     if (now === last && shards.length === n && shards.reduce((a, b) => a + b, 0) === Node.shardsPerGroup) return
     if (performance.now() - started > 90_000) throw new Error(`shards did not settle over ${n} workers: ${now}`)
     last = now
@@ -138,6 +207,7 @@ const settle = async (db: string, n: number) => {
 }
 
 interface Round {
+  readonly store: string
   readonly shape: Shape
   readonly n: number
   readonly cap: number
@@ -147,76 +217,91 @@ interface Round {
   readonly serverCpuMs: number
 }
 
-let database = 0
-const round = async (n: number, cap: number, shape: Shape = fanOut): Promise<Round> => {
-  const db = `scale${database++}`
-  pg.createDatabase(db)
-  const url = pg.url(db)
+/**
+ * Where the makespan goes, from the agents' rows: the root's start to its first child's model
+ * call, the children's span, the queue's hand-off gap (the i-th child's end against the
+ * (i + cap)-th child's start), and the last child's end to the root's.
+ */
+const timeline = (rows: ReadonlyArray<ClusterStore.AgentRow>, cap: number) => {
+  const root = rows.find((row) => row.depth === 0)
+  const starts = rows.filter((row) => row.depth === 1).map((row) => row.startedAt ?? NaN).sort((a, b) => a - b)
+  const ends = rows.filter((row) => row.depth === 1).map((row) => row.finishedAt ?? NaN).sort((a, b) => a - b)
+  const gaps = ends.slice(0, Math.max(0, starts.length - cap)).map((end, i) => starts[i + cap]! - end).sort((a, b) =>
+    a - b
+  )
+  const at = (q: number) => gaps.length === 0 ? "-" : gaps[Math.min(gaps.length - 1, Math.floor(q * gaps.length))]!
+  return `timeline ms: root start -> first child ${starts[0]! - (root?.startedAt ?? NaN)}, children ${
+    ends.at(-1)! - starts[0]!
+  }, last child -> root end ${(root?.finishedAt ?? NaN) - ends.at(-1)!}; hand-off gap p50 ${at(0.5)} p90 ${
+    at(0.9)
+  } max ${at(1)}`
+}
+
+/** PostgreSQL's diagnostics: the statements run most, the messages by kind, the root's wakes. */
+const diagnosePg = (query: Store["query"], url: string, counting: boolean) => {
+  if (counting) {
+    console.log(
+      query(
+        url,
+        "SELECT calls || '  ' || left(regexp_replace(query, '\\s+', ' ', 'g'), 110) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY calls DESC LIMIT 8"
+      ).join("\n")
+    )
+  }
+  // What the cluster was asked to deliver in this round, by kind (where the CPU goes).
+  console.log(
+    query(
+      url,
+      "SELECT entity_type || ' ' || coalesce(tag, '-') || ' kind=' || kind || ' ' || count(*) FROM cluster_messages GROUP BY entity_type, tag, kind ORDER BY count(*) DESC"
+    ).join("\n")
+  )
+  // How often the root was woken: resumed by a child's end, or its durable clocks completed.
+  console.log(
+    query(
+      url,
+      "SELECT 'root wakes: ' || count(*) FROM cluster_messages WHERE entity_id = (SELECT execution_id FROM fibril_agents WHERE depth = 0) AND (tag = 'resume' OR (tag = 'deferred' AND payload::text LIKE '%DurableClock/%'))"
+    ).join("\n")
+  )
+}
+
+const round = async (store: Store, n: number, cap: number, shape: Shape = fanOut): Promise<Round> => {
+  const url = store.fresh()
   await Effect.runPromise(Effect.provide(Node.migrate, Node.database(url)))
   const script = scriptFor(shape)
   const started = await Promise.all(Array.from({ length: n }, () => worker(url, cap, script)))
   try {
-    await settle(db, n)
+    await settle(store, url, n)
     const pids = new Set(started.map((child) => child.pid!))
     const workersCpu = () => Pg.processCpuSeconds((pid) => pids.has(pid))
     const workers0 = workersCpu()
-    const server0 = pg.cpuSeconds()
-    if (counting) pg.psql(db, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()")
-    const ms = await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+    const server0 = store.serverCpu()
+    store.beforeRun?.(url)
+    const { ms, rows } = await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
       const context = yield* Layer.build(Node.client.pipe(Layer.provideMerge(Node.database(url))))
       const t0 = performance.now()
       const outcome = yield* Effect.provide(ClusterClient.run({ prompt: "scale", workspace: ws }), context)
       if (outcome.text !== "root ok") return yield* Effect.die(`unexpected answer ${outcome.text}`)
-      return performance.now() - t0
+      return {
+        ms: performance.now() - t0,
+        rows: yield* Effect.provide(ClusterStore.ClusterStore.use((s) => s.list), context)
+      }
     })))
-    const completed = Number(pg.psql(db, "SELECT count(*) FROM fibril_agents WHERE depth = 1 AND status = 'completed'"))
+    const completed = rows.filter((row) => row.depth === 1 && row.status === "completed").length
     if (completed !== shape.count) {
-      throw new Error(`${n} worker(s), cap ${cap}: ${completed} of ${shape.count} children completed`)
-    }
-    if (counting) {
-      console.log(pg.psql(
-        db,
-        "SELECT calls || '  ' || left(regexp_replace(query, '\\s+', ' ', 'g'), 110) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY calls DESC LIMIT 8"
-      ))
+      throw new Error(`${store.name}, ${n} worker(s), cap ${cap}: ${completed} of ${shape.count} children completed`)
     }
     if (diagnose) {
-      // What the cluster was asked to deliver in this round, by kind (where the CPU goes).
-      console.log(pg.psql(
-        db,
-        "SELECT entity_type || ' ' || coalesce(tag, '-') || ' kind=' || kind || ' ' || count(*) FROM cluster_messages GROUP BY entity_type, tag, kind ORDER BY count(*) DESC"
-      ))
-      // How often the root was woken: resumed by a child's end, or its durable clocks completed.
-      console.log(pg.psql(
-        db,
-        "SELECT 'root wakes: ' || count(*) FROM cluster_messages WHERE entity_id = (SELECT execution_id FROM fibril_agents WHERE depth = 0) AND (tag = 'resume' OR (tag = 'deferred' AND payload::text LIKE '%DurableClock/%'))"
-      ))
-      // Where the makespan goes: the root's start to its first child's model call, the children's
-      // runs, the gap from a child's end to the next child's start (the queue's hand-off: the
-      // i-th end against the (i + cap)-th start), and the last child's end to the root's.
-      console.log(pg.psql(
-        db,
-        `WITH c AS (SELECT * FROM fibril_agents WHERE depth = 1), r AS (SELECT * FROM fibril_agents WHERE depth = 0),
-          s AS (SELECT row_number() OVER (ORDER BY run_started_at) AS i, run_started_at AS t FROM c),
-          f AS (SELECT row_number() OVER (ORDER BY run_finished_at) AS i, run_finished_at AS t FROM c),
-          g AS (SELECT extract(epoch FROM s.t - f.t) * 1000 AS ms FROM f JOIN s ON s.i = f.i + ${Math.max(cap, 1)})
-        SELECT 'timeline ms: root start -> first child ' ||
-          round(extract(epoch FROM (SELECT min(run_started_at) FROM c) - (SELECT run_started_at FROM r)) * 1000) ||
-          ', children ' || round(extract(epoch FROM (SELECT max(run_finished_at) - min(run_started_at) FROM c)) * 1000) ||
-          ', last child -> root end ' ||
-          round(extract(epoch FROM (SELECT run_finished_at FROM r) - (SELECT max(run_finished_at) FROM c)) * 1000) ||
-          '; hand-off gap p50 ' || coalesce(round((SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) FROM g)::numeric)::text, '-') ||
-          ' p90 ' || coalesce(round((SELECT percentile_cont(0.9) WITHIN GROUP (ORDER BY ms) FROM g)::numeric)::text, '-') ||
-          ' max ' || coalesce(round((SELECT max(ms) FROM g)::numeric)::text, '-')`
-      ))
+      store.diagnose?.(url)
+      console.log(timeline(rows, Math.max(cap, 1)))
     }
     return {
+      store: store.name,
       shape,
       n,
       cap,
       ms,
       bound: cap === 0 ? shape.latencyMs : Math.ceil(shape.count / cap) * shape.latencyMs,
       workersCpuMs: (workersCpu() - workers0) * 1000,
-      serverCpuMs: (pg.cpuSeconds() - server0) * 1000
+      serverCpuMs: (store.serverCpu() - server0) * 1000
     }
   } finally {
     for (const child of started) {
@@ -228,29 +313,31 @@ const round = async (n: number, cap: number, shape: Shape = fanOut): Promise<Rou
 
 const line = (label: string, r: Round) => {
   const cpuShare = (r.workersCpuMs + r.serverCpuMs) / (r.ms * os.cpus().length)
-  return `ok   cluster scale (postgres), ${label}: K=${r.shape.count} x ${r.shape.latencyMs} ms over ${r.n} worker(s)  makespan=${
+  const server = r.store === "postgres" ? ` postgres=${r.serverCpuMs.toFixed(0)} ms` : ""
+  return `ok   cluster scale (${r.store}), ${label}: K=${r.shape.count} x ${r.shape.latencyMs} ms over ${r.n} worker(s)  makespan=${
     r.ms.toFixed(0)
   } ms (${(r.ms / r.bound).toFixed(2)} x its bound of ${r.bound} ms)  ${
     (r.shape.count / (r.ms / 1000)).toFixed(1)
-  } agents/s  cpu: workers=${r.workersCpuMs.toFixed(0)} ms postgres=${r.serverCpuMs.toFixed(0)} ms (${
+  } agents/s  cpu: workers=${r.workersCpuMs.toFixed(0)} ms${server} (${
     (100 * cpuShare).toFixed(0)
   }% of ${os.cpus().length} CPU(s))  load average ${load()}`
 }
 
-try {
+/** Every round on one store, then its two summary lines (the goal's verdict first). */
+const allRounds = async (store: Store) => {
   const capped: Array<Round> = []
   const uncapped: Array<Round> = []
   for (const n of boundOnly ? [] : workerCounts) {
-    capped.push(await round(n, capPerWorker * n))
+    capped.push(await round(store, n, capPerWorker * n))
     console.log(line(`cap ${capPerWorker} per worker (cluster cap ${capPerWorker * n})`, capped.at(-1)!))
     if (cappedOnly) continue
-    uncapped.push(await round(n, 0))
+    uncapped.push(await round(store, n, 0))
     console.log(line("no cap", uncapped.at(-1)!))
   }
   // The goal's condition: the cap binds, not the CPU (children of 2 s, 1 and 2 workers).
   const bound: Array<Round> = []
-  for (const n of workerCounts.filter((w) => w <= 2)) {
-    bound.push(await round(n, capPerWorker * n, capBound))
+  for (const n of cappedOnly ? [] : workerCounts.filter((w) => w <= 2)) {
+    bound.push(await round(store, n, capPerWorker * n, capBound))
     console.log(line(`cap-bound, cap ${capPerWorker} per worker (cluster cap ${capPerWorker * n})`, bound.at(-1)!))
   }
   // NaN where a round was left out (see the arguments above).
@@ -259,12 +346,12 @@ try {
   console.log(
     `${
       twoBound >= 1.8 ? "ok  " : "MISS"
-    } cluster scale where the cap binds (K=${capBound.count} x ${capBound.latencyMs} ms, cap ${capPerWorker} per worker): 1 -> 2 workers ${
+    } cluster scale (${store.name}) where the cap binds (K=${capBound.count} x ${capBound.latencyMs} ms, cap ${capPerWorker} per worker): 1 -> 2 workers ${
       twoBound.toFixed(2)
     }x (goal >= 1.8x, ideal 2.00x)`
   )
   console.log(
-    `     cluster scale, K=${count} x ${latencyMs} ms, cap ${capPerWorker} per worker: 1 -> 2 workers ${
+    `     cluster scale (${store.name}), K=${count} x ${latencyMs} ms, cap ${capPerWorker} per worker: 1 -> 2 workers ${
       speedup(capped, 1).toFixed(2)
     }x, 1 -> 3 workers ${speedup(capped, 2).toFixed(2)}x (ideal ${
       (Math.ceil(count / capPerWorker) / Math.ceil(count / (capPerWorker * 2))).toFixed(2)
@@ -272,11 +359,24 @@ try {
       speedup(uncapped, 1).toFixed(2)
     }x, 1 -> 3 ${
       speedup(uncapped, 2).toFixed(2)
-    }x (${os.cpus().length} CPU(s) for the workers, PostgreSQL and this client: each round's share is on its line)`
+    }x (${os.cpus().length} CPU(s) for the workers, the database and this client: each round's share is on its line)`
   )
+}
+
+const stores: Array<Store> = []
+try {
+  for (const name of storeNames) {
+    const store = name === "sqlite" ? sqlite() : await postgres()
+    if (typeof store === "string") {
+      console.log(`skip cluster scale bench (postgres): ${store}`)
+      continue
+    }
+    stores.push(store)
+    await allRounds(store)
+  }
 } finally {
   for (const child of children) child.kill("SIGKILL")
-  pg.stop()
+  for (const store of stores) store.stop()
   rmSync(ws, { recursive: true, force: true })
 }
 process.exit(0)

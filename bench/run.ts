@@ -325,8 +325,9 @@ if (
 // (bench/cluster.ts; it says why when it cannot run, e.g. without PostgreSQL).
 execFileSync(process.execPath, [fileURLToPath(new URL("./cluster.ts", import.meta.url))], { stdio: "inherit" })
 
-// Cluster scale: K = 300 children of 500 ms over 1, 2 and 3 workers, capped per worker and not
-// (bench/cluster-scale.ts; a minute or two per worker count, and needs PostgreSQL too).
+// Cluster scale: K = 300 children of 500 ms over 1, 2 and 3 workers, capped per worker and not,
+// and the cap-bound pair, on PostgreSQL (when its binaries are here) and on SQLite
+// (bench/cluster-scale.ts; a minute or two per worker count and store).
 execFileSync(process.execPath, [fileURLToPath(new URL("./cluster-scale.ts", import.meta.url))], { stdio: "inherit" })
 
 // Start-up from a project install: spawn -> first tools/list of `fibril mcp`, spawn -> exit of

@@ -299,14 +299,17 @@ const signalParent = (run: RunContext) =>
     if (parent !== undefined && parent.waitingOn !== null) yield* wake(parent.executionId, parent.waitingOn)
   }))
 
-// A permit given back is handed to the oldest agent queued for one, which is woken (as are those
-// handed one earlier and not admitted yet: a wake lost to a crash is sent again by the next
-// release, or found by the fallback). Handed, not just freed: a woken agent's try is admitted,
-// where a newcomer could take a freed permit first and send it back to sleep (a further try,
-// durable clock and replay), and the oldest waiter keeps its turn.
+// A permit given back is handed to the oldest agent queued for one, which is woken; so are
+// those handed one over `resendWakeAfterMs` earlier and not admitted yet (a wake lost to a crash
+// is sent again by a later release, or found by the fallback). Not sooner: in a wave of releases
+// each would send every earlier one's wake again (K = 100 children over a cap of 20 sent 636
+// wakes for 100 hand-offs), ahead of its own. Handed, not just freed: a woken agent's try is
+// admitted, where a newcomer could take a freed permit first and send it back to sleep (a
+// further try, durable clock and replay), and the oldest waiter keeps its turn.
+const resendWakeAfterMs = 1000
 const wakeQueued = (run: RunContext) =>
   !run.capped ? Effect.void : Effect.ignore(Effect.gen(function*() {
-    for (const waiter of yield* run.store.handOff(run.config.maxConcurrent)) {
+    for (const waiter of yield* run.store.handOff(run.config.maxConcurrent, resendWakeAfterMs)) {
       yield* wake(waiter.executionId, waiter.clock)
     }
   }))

@@ -203,13 +203,15 @@ export class ClusterStore extends Context.Service<ClusterStore, {
   ) => Effect.Effect<boolean, StoreFailure>
   /**
    * After a release: hands the permits free under `cap` to the oldest queued agents, and returns
-   * every queued agent that holds one (handed now or earlier, not admitted yet): the clocks to
-   * wake. Under the admission lock, after the admissions in progress. A handed permit is
-   * reserved: a newcomer cannot take it while its waiter wakes, so a woken agent is admitted
-   * at its next try instead of queueing again; a wake lost is sent again by the next hand-off.
+   * the clocks to wake: the agents handed one now, oldest first, then those handed one at least
+   * `resendAfterMs` earlier and not admitted yet (a wake lost is sent again by a later hand-off).
+   * Under the admission lock, after the admissions in progress. A handed permit is reserved: a
+   * newcomer cannot take it while its waiter wakes, so a woken agent is admitted at its next
+   * try instead of queueing again.
    */
   readonly handOff: (
-    cap: number
+    cap: number,
+    resendAfterMs: number
   ) => Effect.Effect<ReadonlyArray<{ readonly executionId: string; readonly clock: string }>, StoreFailure>
   readonly release: (agentId: string) => Effect.Effect<void, StoreFailure>
   readonly permits: Effect.Effect<ReadonlyArray<string>, StoreFailure>
@@ -363,7 +365,8 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
     >()
     const inboxes = new Map<string, Array<{ readonly id: string; readonly text: string }>>()
     let inboxSeq = 0
-    const held = new Set<string>()
+    /** The permits held, each with when it was taken or handed. */
+    const held = new Map<string, number>()
     const waiting = new Map<string, string | null>()
     /** Queued for a permit, oldest first. */
     const queue = new Map<string, { readonly executionId: string; readonly clock: string }>()
@@ -442,7 +445,7 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
           return inbox.map((entry) => entry.text)
         }),
       acquire: (agentId, cap, waiter) =>
-        Effect.sync(() => {
+        Effect.map(currentTimeMillis, (now) => {
           if (held.has(agentId)) {
             queue.delete(agentId)
             return true
@@ -452,23 +455,30 @@ export const makeMemoryClocked = (currentTimeMillis: Effect.Effect<number>) =>
             return false
           }
           queue.delete(agentId)
-          held.add(agentId)
+          held.set(agentId, now)
           return true
         }),
-      handOff: (cap) =>
-        Effect.sync(() => {
-          for (const agentId of queue.keys()) {
+      handOff: (cap, resendAfterMs) =>
+        Effect.map(currentTimeMillis, (now) => {
+          const earlier = [...queue].filter(([agentId]) => {
+            const at = held.get(agentId)
+            return at !== undefined && at <= now - resendAfterMs
+          })
+          const handed: Array<{ readonly executionId: string; readonly clock: string }> = []
+          for (const [agentId, waiter] of queue) {
             if (held.size >= cap) break
-            held.add(agentId)
+            if (held.has(agentId)) continue
+            held.set(agentId, now)
+            handed.push(waiter)
           }
-          return [...queue].filter(([agentId]) => held.has(agentId)).map(([, waiter]) => waiter)
+          return [...handed, ...earlier.map(([, waiter]) => waiter)]
         }),
       release: (agentId) =>
         Effect.sync(() => {
           held.delete(agentId)
           queue.delete(agentId)
         }),
-      permits: Effect.sync(() => [...held]),
+      permits: Effect.sync(() => [...held.keys()]),
       startRun: (agentId, at, prompt) => Effect.map(currentTimeMillis, (now) => startRun(agentId, at, prompt, now)),
       beginStep: (agentId, { runAge, start, treeOf }) =>
         Effect.map(currentTimeMillis, (now) => {

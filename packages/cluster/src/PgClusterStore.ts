@@ -245,12 +245,14 @@ const admission = (sql: SqlClient.SqlClient): Pick<Service, "acquire" | "handOff
         return admitted
       })
     ),
-  handOff: (cap) =>
+  handOff: (cap, resendAfterMs) =>
     attempt(
       "handOff",
       sql.withTransaction(Effect.gen(function*() {
         // After the admissions in progress: a waiter they queue is seen here. (The outer query
-        // does not see the CTE's inserts: the permits handed now are named by `handed`.)
+        // does not see the CTE's inserts: the permits handed now are named by `handed`, and
+        // `fibril_permits` holds those handed earlier.) The new wakes first: in a wave of
+        // releases, each would otherwise send the earlier ones' again before its own.
         yield* sql`SELECT pg_advisory_xact_lock(4242)`
         return yield* sql<{ execution_id: string; clock: string }>`
           WITH next AS (SELECT w.agent_id FROM fibril_waiters w
@@ -260,8 +262,9 @@ const admission = (sql: SqlClient.SqlClient): Pick<Service, "acquire" | "handOff
                handed AS (INSERT INTO fibril_permits (agent_id) SELECT agent_id FROM next RETURNING agent_id)
           SELECT execution_id, clock FROM fibril_waiters w
           WHERE w.agent_id IN (SELECT agent_id FROM handed)
-             OR EXISTS (SELECT 1 FROM fibril_permits p WHERE p.agent_id = w.agent_id)
-          ORDER BY w.at, w.agent_id`
+             OR EXISTS (SELECT 1 FROM fibril_permits p WHERE p.agent_id = w.agent_id
+                          AND p.at <= now() - make_interval(secs => ${resendAfterMs / 1000}))
+          ORDER BY w.agent_id IN (SELECT agent_id FROM handed) DESC, w.at, w.agent_id`
       })).pipe(Effect.map((rows) => rows.map((r) => ({ executionId: r.execution_id, clock: r.clock }))))
     ),
   // A queued agent that ends (cancelled) leaves the queue with its permit, if any.

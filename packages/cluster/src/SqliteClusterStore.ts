@@ -264,23 +264,27 @@ const admission = (sql: SqlClient.SqlClient): Pick<Service, "acquire" | "handOff
         return admitted
       })
     ),
-  handOff: (cap) =>
+  handOff: (cap, resendAfterMs) =>
     inTransaction(
       sql,
       "handOff",
       Effect.gen(function*() {
+        const now = Date.now()
         const [permits] = yield* sql<{ held: number }>`SELECT count(*) AS held FROM fibril_permits`
         const free = Math.max(0, cap - Number(permits?.held ?? 0))
-        if (free > 0) {
-          yield* sql`INSERT INTO fibril_permits (agent_id, at)
-            SELECT agent_id, ${Date.now()} FROM fibril_waiters w
-            WHERE NOT EXISTS (SELECT 1 FROM fibril_permits p WHERE p.agent_id = w.agent_id)
-            ORDER BY at, agent_id LIMIT ${free}`
-        }
-        const rows = yield* sql<{ execution_id: string; clock: string }>`SELECT execution_id, clock
-          FROM fibril_waiters w WHERE EXISTS (SELECT 1 FROM fibril_permits p WHERE p.agent_id = w.agent_id)
+        // Handed earlier and not admitted yet: their wakes are sent again after the new ones.
+        const earlier = yield* sql<{ execution_id: string; clock: string }>`SELECT execution_id, clock
+          FROM fibril_waiters w
+          WHERE EXISTS (SELECT 1 FROM fibril_permits p WHERE p.agent_id = w.agent_id AND p.at <= ${now - resendAfterMs})
           ORDER BY at, agent_id`
-        return rows.map((r) => ({ executionId: r.execution_id, clock: r.clock }))
+        const handed = free === 0 ? [] : yield* sql<{ agent_id: string; execution_id: string; clock: string }>`
+          SELECT agent_id, execution_id, clock FROM fibril_waiters w
+          WHERE NOT EXISTS (SELECT 1 FROM fibril_permits p WHERE p.agent_id = w.agent_id)
+          ORDER BY at, agent_id LIMIT ${free}`
+        for (const waiter of handed) {
+          yield* sql`INSERT INTO fibril_permits (agent_id, at) VALUES (${waiter.agent_id}, ${now})`
+        }
+        return [...handed, ...earlier].map((r) => ({ executionId: r.execution_id, clock: r.clock }))
       })
     ),
   release: (agentId) =>

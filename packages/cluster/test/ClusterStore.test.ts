@@ -60,6 +60,7 @@ const sqlStore = Effect.promise(async () => {
 )
 
 const row = (agentId: string): ClusterStore.AgentRow => agentRow(agentId)
+const hour = 3_600_000
 
 const prompt = Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: "go" })] })
 const answer = Prompt.makeMessage("assistant", { content: [Prompt.makePart("text", { text: "done" })] })
@@ -240,20 +241,29 @@ const everyMethod = Effect.gen(function*() {
   assert.isTrue(yield* store.acquire("ag_c1", 1))
   assert.isFalse(yield* store.acquire("ag_c2", 1, { executionId: "exec-ag_c2", clock: "permit/0" }))
   assert.isFalse(yield* store.acquire("ag_c3", 1, { executionId: "exec-ag_c3", clock: "permit/0" }))
-  assert.deepStrictEqual(yield* store.handOff(1), [])
+  assert.deepStrictEqual(yield* store.handOff(1, 0), [])
   yield* store.release("ag_c1")
   const woken = [{ executionId: "exec-ag_c2", clock: "permit/0" }]
-  assert.deepStrictEqual(yield* store.handOff(1), woken)
+  assert.deepStrictEqual(yield* store.handOff(1, hour), woken)
   // Handed, the permit is the waiter's: a newcomer cannot take it before the woken agent tries.
   assert.isFalse(yield* store.acquire("ag_new", 1))
-  // A wake lost is sent again by the next hand-off; the next waiter keeps its place.
-  assert.deepStrictEqual(yield* store.handOff(1), woken)
+  // A wake lost is sent again by a later hand-off, once it is `resendAfterMs` old (not sooner:
+  // a wave of releases would each send it again); the next waiter keeps its place.
+  assert.deepStrictEqual(yield* store.handOff(1, hour), [])
+  assert.deepStrictEqual(yield* store.handOff(1, 0), woken)
   assert.deepStrictEqual(yield* store.permits, ["ag_c2"])
   assert.isTrue(yield* store.acquire("ag_c2", 1))
-  assert.deepStrictEqual(yield* store.handOff(1), [])
+  assert.deepStrictEqual(yield* store.handOff(1, 0), [])
+  // Handed now, woken first; then those handed earlier and not admitted yet.
+  assert.isFalse(yield* store.acquire("ag_c4", 1, { executionId: "exec-ag_c4", clock: "permit/1" }))
   yield* store.release("ag_c2")
-  assert.deepStrictEqual(yield* store.handOff(1), [{ executionId: "exec-ag_c3", clock: "permit/0" }])
+  assert.deepStrictEqual(yield* store.handOff(1, hour), [{ executionId: "exec-ag_c3", clock: "permit/0" }])
+  assert.deepStrictEqual(yield* store.handOff(2, 0), [
+    { executionId: "exec-ag_c4", clock: "permit/1" },
+    { executionId: "exec-ag_c3", clock: "permit/0" }
+  ])
   yield* store.release("ag_c3")
+  yield* store.release("ag_c4")
 
   // A parent's wait: the look records its clock and reads its unfinished children.
   const looked = yield* store.look("ag_p", undefined, "wait/1/0/0")
