@@ -31,6 +31,7 @@ import * as ClusterStore from "@fibril/cluster/ClusterStore"
 import * as Node from "@fibril/cluster/Node"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import { type ChildProcess, spawn } from "node:child_process"
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
@@ -215,6 +216,8 @@ interface Round {
   readonly bound: number
   readonly workersCpuMs: number
   readonly serverCpuMs: number
+  /** Why the round has no figure: its root did not answer in time (and what its store said). */
+  readonly hung?: string
 }
 
 /**
@@ -275,16 +278,35 @@ const round = async (store: Store, n: number, cap: number, shape: Shape = fanOut
     const workers0 = workersCpu()
     const server0 = store.serverCpu()
     store.beforeRun?.(url)
+    const bound = cap === 0 ? shape.latencyMs : Math.ceil(shape.count / cap) * shape.latencyMs
+    // A round that has not ended at ten times its bound (and a minute) is reported as hung, with
+    // what its store says, and the bench goes on: a figure is not taken from it.
+    const limitMs = 10 * bound + 60_000
     const { ms, rows } = await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
       const context = yield* Layer.build(Node.client.pipe(Layer.provideMerge(Node.database(url))))
       const t0 = performance.now()
-      const outcome = yield* Effect.provide(ClusterClient.run({ prompt: "scale", workspace: ws }), context)
-      if (outcome.text !== "root ok") return yield* Effect.die(`unexpected answer ${outcome.text}`)
+      const outcome = yield* Effect.provide(ClusterClient.run({ prompt: "scale", workspace: ws }), context).pipe(
+        Effect.timeoutOption(limitMs)
+      )
+      if (Option.isSome(outcome) && outcome.value.text !== "root ok") {
+        return yield* Effect.die(`unexpected answer ${outcome.value.text}`)
+      }
       return {
-        ms: performance.now() - t0,
+        ms: Option.isSome(outcome) ? performance.now() - t0 : NaN,
         rows: yield* Effect.provide(ClusterStore.ClusterStore.use((s) => s.list), context)
       }
     })))
+    if (Number.isNaN(ms)) {
+      const statuses = new Map<string, number>()
+      for (const row of rows) {
+        if (row.depth === 1) statuses.set(row.status, (statuses.get(row.status) ?? 0) + 1)
+      }
+      const byStatus = [...statuses].map(([status, of]) => `${of} ${status}`).join(", ")
+      const hung = `no answer from the root after ${limitMs} ms; children: ${byStatus}; permits held ${
+        store.query(url, "SELECT count(*) FROM fibril_permits")[0]
+      }, agents queued ${store.query(url, "SELECT count(*) FROM fibril_waiters")[0]}`
+      return { store: store.name, shape, n, cap, ms, bound, workersCpuMs: NaN, serverCpuMs: NaN, hung }
+    }
     const completed = rows.filter((row) => row.depth === 1 && row.status === "completed").length
     if (completed !== shape.count) {
       throw new Error(`${store.name}, ${n} worker(s), cap ${cap}: ${completed} of ${shape.count} children completed`)
@@ -299,7 +321,7 @@ const round = async (store: Store, n: number, cap: number, shape: Shape = fanOut
       n,
       cap,
       ms,
-      bound: cap === 0 ? shape.latencyMs : Math.ceil(shape.count / cap) * shape.latencyMs,
+      bound,
       workersCpuMs: (workersCpu() - workers0) * 1000,
       serverCpuMs: (store.serverCpu() - server0) * 1000
     }
@@ -312,6 +334,9 @@ const round = async (store: Store, n: number, cap: number, shape: Shape = fanOut
 }
 
 const line = (label: string, r: Round) => {
+  if (r.hung !== undefined) {
+    return `HUNG cluster scale (${r.store}), ${label}: K=${r.shape.count} x ${r.shape.latencyMs} ms over ${r.n} worker(s): ${r.hung}`
+  }
   const cpuShare = (r.workersCpuMs + r.serverCpuMs) / (r.ms * os.cpus().length)
   const server = r.store === "postgres" ? ` postgres=${r.serverCpuMs.toFixed(0)} ms` : ""
   return `ok   cluster scale (${r.store}), ${label}: K=${r.shape.count} x ${r.shape.latencyMs} ms over ${r.n} worker(s)  makespan=${
