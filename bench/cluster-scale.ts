@@ -165,6 +165,8 @@ const sqlite = (): Store => {
 }
 
 const children = new Set<ChildProcess>()
+/** What each worker wrote to stderr (its log), shown when a round hangs. */
+const logs = new Map<ChildProcess, Array<string>>()
 
 /** A `fibril worker` on `url` with a cluster-wide cap (0: none); resolves once it serves. */
 const worker = (url: string, cap: number, script: string) =>
@@ -187,7 +189,10 @@ const worker = (url: string, cap: number, script: string) =>
     })
     children.add(child)
     let err = ""
+    const log: Array<string> = []
+    logs.set(child, log)
     child.stderr!.on("data", (d) => {
+      log.push(String(d))
       err += String(d)
       if (err.includes("fibril worker: pid")) resolve(child)
     })
@@ -305,7 +310,22 @@ const round = async (store: Store, n: number, cap: number, shape: Shape = fanOut
       const hung = `no answer from the root after ${limitMs} ms; children: ${byStatus}; permits held ${
         store.query(url, "SELECT count(*) FROM fibril_permits")[0]
       }, agents queued ${store.query(url, "SELECT count(*) FROM fibril_waiters")[0]}`
-      return { store: store.name, shape, n, cap, ms, bound, workersCpuMs: NaN, serverCpuMs: NaN, hung }
+      const tails = started.map((child) =>
+        `\n  worker ${child.pid}'s log, last lines:\n    ${
+          (logs.get(child) ?? []).join("").trim().split("\n").slice(-8).join("\n    ")
+        }`
+      )
+      return {
+        store: store.name,
+        shape,
+        n,
+        cap,
+        ms,
+        bound,
+        workersCpuMs: NaN,
+        serverCpuMs: NaN,
+        hung: hung + tails.join("")
+      }
     }
     const completed = rows.filter((row) => row.depth === 1 && row.status === "completed").length
     if (completed !== shape.count) {
@@ -328,6 +348,7 @@ const round = async (store: Store, n: number, cap: number, shape: Shape = fanOut
   } finally {
     for (const child of started) {
       children.delete(child)
+      logs.delete(child)
       child.kill("SIGKILL")
     }
   }
