@@ -33,7 +33,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import { type ChildProcess, spawn } from "node:child_process"
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { DatabaseSync } from "node:sqlite"
@@ -228,21 +228,56 @@ interface Round {
 /**
  * Where the makespan goes, from the agents' rows: the root's start to its first child's model
  * call, the children's span, the queue's hand-off gap (the i-th child's end against the
- * (i + cap)-th child's start), and the last child's end to the root's.
+ * (i + cap)-th child's start; none without a cap), and the last child's end to the root's.
  */
 const timeline = (rows: ReadonlyArray<ClusterStore.AgentRow>, cap: number) => {
   const root = rows.find((row) => row.depth === 0)
   const starts = rows.filter((row) => row.depth === 1).map((row) => row.startedAt ?? NaN).sort((a, b) => a - b)
   const ends = rows.filter((row) => row.depth === 1).map((row) => row.finishedAt ?? NaN).sort((a, b) => a - b)
-  const gaps = ends.slice(0, Math.max(0, starts.length - cap)).map((end, i) => starts[i + cap]! - end).sort((a, b) =>
-    a - b
-  )
+  // (No cap, no queue: no hand-off to measure.)
+  const gaps = cap === 0 ?
+    [] :
+    ends.slice(0, Math.max(0, starts.length - cap)).map((end, i) => starts[i + cap]! - end).sort((a, b) => a - b)
   const at = (q: number) => gaps.length === 0 ? "-" : gaps[Math.min(gaps.length - 1, Math.floor(q * gaps.length))]!
   return `timeline ms: root start -> first child ${starts[0]! - (root?.startedAt ?? NaN)}, children ${
     ends.at(-1)! - starts[0]!
   }, last child -> root end ${(root?.finishedAt ?? NaN) - ends.at(-1)!}; hand-off gap p50 ${at(0.5)} p90 ${
     at(0.9)
   } max ${at(1)}`
+}
+
+/**
+ * The machine's CPU, sampled every 100 ms from /proc/stat while `run` runs (Linux; empty
+ * elsewhere): whether a round that uses part of the CPUs on average saturates them in bursts.
+ */
+const sampleCpu = async <A>(run: () => Promise<A>): Promise<{ readonly value: A; readonly busy: Array<number> }> => {
+  const read = () => {
+    const fields = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number)
+    const idle = fields[3]! + fields[4]!
+    return { idle, total: fields.reduce((a, b) => a + b, 0) }
+  }
+  if (!existsSync("/proc/stat")) return { value: await run(), busy: [] }
+  const busy: Array<number> = []
+  let last = read()
+  const timer = setInterval(() => {
+    const now = read()
+    if (now.total > last.total) busy.push(1 - (now.idle - last.idle) / (now.total - last.total))
+    last = now
+  }, 100)
+  try {
+    return { value: await run(), busy }
+  } finally {
+    clearInterval(timer)
+  }
+}
+
+const cpuBursts = (busy: ReadonlyArray<number>) => {
+  const sorted = [...busy].sort((a, b) => a - b)
+  const pct = (q: number) =>
+    (100 * (sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN)).toFixed(0)
+  return `machine CPU per 100 ms: p50 ${pct(0.5)}%, p90 ${pct(0.9)}%; saturated (>= 90%) in ${
+    (100 * sorted.filter((b) => b >= 0.9).length / Math.max(1, sorted.length)).toFixed(0)
+  }% of ${sorted.length} intervals`
 }
 
 /** PostgreSQL's diagnostics: the statements run most, the messages by kind, the root's wakes. */
@@ -287,20 +322,22 @@ const round = async (store: Store, n: number, cap: number, shape: Shape = fanOut
     // A round that has not ended at ten times its bound (and a minute) is reported as hung, with
     // what its store says, and the bench goes on: a figure is not taken from it.
     const limitMs = 10 * bound + 60_000
-    const { ms, rows } = await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
-      const context = yield* Layer.build(Node.client.pipe(Layer.provideMerge(Node.database(url))))
-      const t0 = performance.now()
-      const outcome = yield* Effect.provide(ClusterClient.run({ prompt: "scale", workspace: ws }), context).pipe(
-        Effect.timeoutOption(limitMs)
-      )
-      if (Option.isSome(outcome) && outcome.value.text !== "root ok") {
-        return yield* Effect.die(`unexpected answer ${outcome.value.text}`)
-      }
-      return {
-        ms: Option.isSome(outcome) ? performance.now() - t0 : NaN,
-        rows: yield* Effect.provide(ClusterStore.ClusterStore.use((s) => s.list), context)
-      }
-    })))
+    const { value: { ms, rows }, busy } = await sampleCpu(() =>
+      Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+        const context = yield* Layer.build(Node.client.pipe(Layer.provideMerge(Node.database(url))))
+        const t0 = performance.now()
+        const outcome = yield* Effect.provide(ClusterClient.run({ prompt: "scale", workspace: ws }), context).pipe(
+          Effect.timeoutOption(limitMs)
+        )
+        if (Option.isSome(outcome) && outcome.value.text !== "root ok") {
+          return yield* Effect.die(`unexpected answer ${outcome.value.text}`)
+        }
+        return {
+          ms: Option.isSome(outcome) ? performance.now() - t0 : NaN,
+          rows: yield* Effect.provide(ClusterStore.ClusterStore.use((s) => s.list), context)
+        }
+      })))
+    )
     if (Number.isNaN(ms)) {
       const statuses = new Map<string, number>()
       for (const row of rows) {
@@ -333,7 +370,8 @@ const round = async (store: Store, n: number, cap: number, shape: Shape = fanOut
     }
     if (diagnose) {
       store.diagnose?.(url)
-      console.log(timeline(rows, Math.max(cap, 1)))
+      console.log(timeline(rows, cap))
+      console.log(cpuBursts(busy))
     }
     return {
       store: store.name,
