@@ -347,6 +347,7 @@ const round = async (store: Store, n: number, cap: number, shape: Shape = fanOut
         }
       })))
     )
+    const of = { store: store.name, shape, n, cap, ms, bound }
     if (Number.isNaN(ms)) {
       const statuses = new Map<string, number>()
       for (const row of rows) {
@@ -361,18 +362,7 @@ const round = async (store: Store, n: number, cap: number, shape: Shape = fanOut
           (logs.get(child) ?? []).join("").trim().split("\n").slice(-8).join("\n    ")
         }`
       )
-      return {
-        store: store.name,
-        shape,
-        n,
-        cap,
-        ms,
-        bound,
-        workersCpuMs: NaN,
-        serverCpuMs: NaN,
-        saturated: NaN,
-        hung: hung + tails.join("")
-      }
+      return { ...of, workersCpuMs: NaN, serverCpuMs: NaN, saturated: NaN, hung: hung + tails.join("") }
     }
     const completed = rows.filter((row) => row.depth === 1 && row.status === "completed").length
     if (completed !== shape.count) {
@@ -384,12 +374,7 @@ const round = async (store: Store, n: number, cap: number, shape: Shape = fanOut
       console.log(cpuBursts(busy))
     }
     return {
-      store: store.name,
-      shape,
-      n,
-      cap,
-      ms,
-      bound,
+      ...of,
       workersCpuMs: (workersCpu() - workers0) * 1000,
       serverCpuMs: (store.serverCpu() - server0) * 1000,
       saturated: saturatedShare(busy)
