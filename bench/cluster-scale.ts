@@ -353,7 +353,7 @@ const round = async (store: Store, n: number, cap: number, shape: Shape = fanOut
       for (const row of rows) {
         if (row.depth === 1) statuses.set(row.status, (statuses.get(row.status) ?? 0) + 1)
       }
-      const byStatus = [...statuses].map(([status, of]) => `${of} ${status}`).join(", ")
+      const byStatus = [...statuses].map(([status, agents]) => `${agents} ${status}`).join(", ")
       const hung = `no answer from the root after ${limitMs} ms; children: ${byStatus}; permits held ${
         store.query(url, "SELECT count(*) FROM fibril_permits")[0]
       }, agents queued ${store.query(url, "SELECT count(*) FROM fibril_waiters")[0]}`
