@@ -166,6 +166,8 @@ const sqlite = (): Store => {
 }
 
 const children = new Set<ChildProcess>()
+/** Set when a round hangs: the bench's directory (and a SQLite round's database) is kept. */
+let keep = false
 /** What each worker wrote to stderr (its log), shown when a round hangs. */
 const logs = new Map<ChildProcess, Array<string>>()
 
@@ -362,7 +364,15 @@ const round = async (store: Store, n: number, cap: number, shape: Shape = fanOut
           (logs.get(child) ?? []).join("").trim().split("\n").slice(-8).join("\n    ")
         }`
       )
-      return { ...of, workersCpuMs: NaN, serverCpuMs: NaN, saturated: NaN, hung: hung + tails.join("") }
+      // Its database is kept for a look (a SQLite file: the bench's directory is not removed).
+      keep = true
+      return {
+        ...of,
+        workersCpuMs: NaN,
+        serverCpuMs: NaN,
+        saturated: NaN,
+        hung: `${hung}; its database: ${url}${tails.join("")}`
+      }
     }
     const completed = rows.filter((row) => row.depth === 1 && row.status === "completed").length
     if (completed !== shape.count) {
@@ -467,6 +477,7 @@ try {
 } finally {
   for (const child of children) child.kill("SIGKILL")
   for (const store of stores) store.stop()
-  rmSync(ws, { recursive: true, force: true })
+  if (keep) console.log(`kept for a look: ${ws}`)
+  else rmSync(ws, { recursive: true, force: true })
 }
 process.exit(0)
