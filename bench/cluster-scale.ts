@@ -46,11 +46,11 @@ const count = Number(process.argv[2] ?? 300)
 const latencyMs = 500
 const capPerWorker = 10
 const workerCounts = (process.argv[3] ?? "1,2,3").split(",").map(Number)
-const rounds = process.argv[4] ?? "all"
+const roundSet = process.argv[4] ?? "all"
 const storeArg = process.argv[5] ?? "both"
 if (
   !(count > 0) || !workerCounts.every((n) => Number.isInteger(n) && n > 0) ||
-  !["all", "cap", "bound"].includes(rounds) || !["both", "postgres", "sqlite"].includes(storeArg)
+  !["all", "cap", "bound"].includes(roundSet) || !["both", "postgres", "sqlite"].includes(storeArg)
 ) {
   console.error(
     `usage: cluster-scale.ts [K > 0] [worker counts, e.g. 1,2,3] [all | cap | bound] [both | postgres | sqlite]; got ${
@@ -59,8 +59,8 @@ if (
   )
   process.exit(2)
 }
-const cappedOnly = rounds === "cap"
-const boundOnly = rounds === "bound"
+const cappedOnly = roundSet === "cap"
+const boundOnly = roundSet === "bound"
 const storeNames = storeArg === "both" ? ["postgres", "sqlite"] : [storeArg]
 
 /** A round's fan-out: K children, each one scripted model call of `latencyMs`. */
